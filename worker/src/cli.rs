@@ -1,0 +1,172 @@
+//! Command-line surface (clap derive). Names follow azcopy where they fit.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::engine::Compare;
+use crate::filter::Shard;
+use crate::storage::azure::auth::AuthMode;
+
+#[derive(Parser, Debug)]
+#[command(name = "ferry", version, about = "Moves trees between local filesystems and Azure Blob Storage, fast and without losing a byte")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List a location as a manifest (streaming; the format every other step reads)
+    Ls(LsArgs),
+    /// Copy files and blobs; skips what the destination already has
+    Copy(CopyArgs),
+    /// Delete files or blobs
+    Rm(RmArgs),
+    /// Create a container (or directory)
+    Mk(MkArgs),
+    /// Show which credential source would be used (never the secret)
+    Env(EnvArgs),
+    /// Split a manifest into parts, fpart-style
+    Partition(crate::commands::partition::PartitionArgs),
+    /// Compare source and destination (presence, size, optionally MD5)
+    Verify(crate::commands::verify::VerifyArgs),
+    /// Delete from the destination what the source no longer has (the final pass)
+    Prune(crate::commands::prune::PruneArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Credential source (default: first that applies; see `ferry env`)
+    #[arg(long, value_enum, env = "FERRY_AUTH", default_value = "auto", global = true)]
+    pub auth: AuthMode,
+    /// Retries per request for 429, 5xx, resets and truncated bodies
+    #[arg(long, env = "FERRY_MAX_RETRIES", default_value_t = 5, global = true)]
+    pub max_retries: u32,
+    /// Give up on a request that sends or receives nothing for this many seconds
+    #[arg(long, env = "FERRY_IO_TIMEOUT", default_value_t = 60, global = true, hide = true)]
+    pub io_timeout: u64,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct Filters {
+    /// Only paths matching this glob (repeatable; a pattern without '/' matches at any depth)
+    #[arg(long = "include", value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Skip paths matching this glob (repeatable)
+    #[arg(long = "exclude", value_name = "GLOB")]
+    pub exclude: Vec<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Tsv,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    pub location: String,
+    /// Descend into directories / prefixes
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[arg(long, value_enum, default_value = "tsv")]
+    pub format: Format,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TransferArgs {
+    /// Requests in flight across all files (default: clamp(CPUs, 8, 96))
+    #[arg(long, env = "FERRY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Files transferred at once (default: 2 × concurrency)
+    #[arg(long, env = "FERRY_PARALLEL_FILES")]
+    pub parallel_files: Option<usize>,
+    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
+    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
+    pub block_size: u64,
+    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
+    #[arg(long, value_parser = crate::units::parse_rate)]
+    pub max_bandwidth: Option<u64>,
+}
+
+fn parse_block_size(s: &str) -> Result<u64, String> {
+    let n = crate::units::parse_size(s)?;
+    // Azure's limits: blocks up to 4000 MiB; below 64 KiB the request overhead dominates.
+    if !(64 * 1024..=4000 * 1024 * 1024).contains(&n) {
+        return Err(format!("block size {s} is outside 64KiB..4000MiB"));
+    }
+    Ok(n)
+}
+
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    pub source: String,
+    pub dest: String,
+    /// Descend into directories / prefixes
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Copy only the entries of this manifest (paths relative to SOURCE)
+    #[arg(long, value_name = "MANIFEST")]
+    pub files_from: Option<PathBuf>,
+    /// When a destination file counts as already there
+    #[arg(long, value_enum, default_value = "size-mtime")]
+    pub compare: Compare,
+    /// Do not set Content-MD5 on uploaded blobs
+    #[arg(long = "no-put-md5", action = clap::ArgAction::SetFalse)]
+    pub put_md5: bool,
+    /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
+    #[arg(long)]
+    pub shard: Option<Shard>,
+    /// Show what would be copied; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON summary on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Force the progress bar on (default: on when stderr is a terminal)
+    #[arg(long, overrides_with = "no_progress")]
+    pub progress: bool,
+    #[arg(long)]
+    pub no_progress: bool,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    pub location: String,
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct MkArgs {
+    pub location: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct EnvArgs {
+    /// A location, to show the account and credential that would serve it
+    pub location: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}

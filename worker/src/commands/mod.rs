@@ -1,0 +1,161 @@
+//! One module per subcommand; shared resolution of locations and options lives here.
+
+pub mod copy;
+pub mod env;
+pub mod ls;
+pub mod mk;
+pub mod partition;
+pub mod prune;
+pub mod rm;
+pub mod verify;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::cli::{Common, Filters};
+use crate::filter::Filter;
+use crate::location::{self, BlobLocation, Location};
+use crate::manifest::{self, Entry};
+use crate::retry::RetryPolicy;
+use crate::stats::Stats;
+use crate::storage::{self, azure::AzureStore, OpenOptions, Store};
+
+pub fn default_concurrency() -> usize {
+    // What the Azure SDKs now default to: scale with cores, never below 8 nor above 96.
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(8).clamp(8, 96)
+}
+
+pub fn env() -> Arc<dyn Fn(&str) -> Option<String> + Send + Sync> {
+    Arc::new(|k| std::env::var(k).ok())
+}
+
+pub fn parse_location(s: &str) -> anyhow::Result<Location> {
+    location::parse(s, &*env()).map_err(anyhow::Error::msg)
+}
+
+pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> OpenOptions {
+    OpenOptions {
+        auth: common.auth,
+        retry: RetryPolicy { max_retries: common.max_retries, ..RetryPolicy::default() },
+        stats,
+        concurrency,
+        io_timeout: Duration::from_secs(common.io_timeout.max(1)),
+        env: env(),
+    }
+}
+
+pub fn open(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Arc<dyn Store>> {
+    storage::open(loc, opts).with_context(|| format!("cannot open {loc}"))
+}
+
+/// A location is either a tree (directory / prefix) or one object.
+pub enum Root {
+    Tree(Location),
+    Object { parent: Location, entry: Entry },
+}
+
+fn parent_and_name(loc: &Location) -> (Location, Vec<u8>) {
+    match loc {
+        Location::Local(p) => {
+            let name = p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
+            let parent = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            (Location::Local(parent), name)
+        }
+        Location::Blob(b) => {
+            let (dir, name) = b.prefix.rsplit_once('/').unwrap_or(("", &b.prefix));
+            (Location::Blob(BlobLocation { prefix: dir.to_string(), ..b.clone() }), name.as_bytes().to_vec())
+        }
+    }
+}
+
+pub async fn resolve(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Root> {
+    match loc {
+        Location::Local(p) => {
+            let md = std::fs::symlink_metadata(p).with_context(|| format!("{}", p.display()))?;
+            if md.is_dir() {
+                return Ok(Root::Tree(loc.clone()));
+            }
+            let (parent, name) = parent_and_name(loc);
+            let entry = storage::local::entry_of(name, &md).with_context(|| format!("{}: not a regular file, symlink or directory", p.display()))?;
+            Ok(Root::Object { parent, entry })
+        }
+        Location::Blob(b) => match AzureStore::blob_exists_at_prefix(b, opts).await? {
+            Some(_) => {
+                let (parent, name) = parent_and_name(loc);
+                let store = open(&parent, opts)?;
+                let (entry, _) = store.head(&name).await?.context("blob vanished while resolving it")?;
+                Ok(Root::Object { parent, entry })
+            }
+            None => Ok(Root::Tree(loc.clone())),
+        },
+    }
+}
+
+/// Where a single object goes: into DST if it is a directory (or ends in '/'), else as DST.
+pub fn object_destination(dst: &Location, name: &[u8]) -> (Location, Vec<u8>) {
+    let into_dir = match dst {
+        Location::Local(p) => p.is_dir() || p.as_os_str().as_bytes().ends_with(b"/"),
+        Location::Blob(b) => b.prefix.is_empty() || b.prefix.ends_with('/'),
+    };
+    if into_dir {
+        (dst.clone(), name.to_vec())
+    } else {
+        parent_and_name(dst)
+    }
+}
+
+/// Reads a manifest completely, failing on the first bad line.
+pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
+    let reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+    reader.collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)
+}
+
+pub fn build_filter(f: &Filters) -> anyhow::Result<Filter> {
+    Filter::new(&f.include, &f.exclude).map_err(anyhow::Error::msg)
+}
+
+/// The entries of a tree: from a manifest if given, else a full listing.
+pub async fn entries_of(store: &Arc<dyn Store>, files_from: Option<&Path>, recursive: bool) -> anyhow::Result<Vec<Entry>> {
+    match files_from {
+        Some(m) => read_manifest(m),
+        None => storage::list_all(store, recursive).await.with_context(|| format!("listing {} failed", store.describe())),
+    }
+}
+
+/// Fills in sizes and times for bare paths (fpart output) by asking the store.
+pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], concurrency: usize) -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let missing: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.size.is_none()).map(|(i, _)| i).collect();
+    let found: Vec<(usize, anyhow::Result<Option<Entry>>)> = futures::stream::iter(missing)
+        .map(|i| {
+            let store = store.clone();
+            let path = entries[i].path.clone();
+            async move { (i, store.head(&path).await.map(|o| o.map(|(e, _)| e)).map_err(anyhow::Error::from)) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (i, r) in found {
+        match r? {
+            Some(e) => entries[i] = e,
+            None => bail!("{}: listed in the manifest but not in {}", entries[i].display_path(), store.describe()),
+        }
+    }
+    Ok(())
+}
+
+pub fn path_of(root: &Path, rel: &[u8]) -> PathBuf {
+    root.join(OsStr::from_bytes(rel))
+}
+
+pub fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("JSON values always serialise"));
+}

@@ -1,0 +1,167 @@
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde_json::json;
+
+use crate::manifest::{self, Entry, Kind, Writer};
+use crate::partition::{imbalance_pct, lpt_assign, Filler};
+
+#[derive(Args, Debug)]
+pub struct PartitionArgs {
+    /// A manifest (`ferry ls` output) or fpart output ("-" for stdin)
+    pub manifest: PathBuf,
+    /// Directory for part-NNNNN.tsv, dirs.tsv and summary.json
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Exactly N parts balanced by size (LPT); like fpart -n
+    #[arg(long, short = 'n')]
+    pub parts: Option<usize>,
+    /// At most F files per part, in input order; like fpart -f
+    #[arg(long, short = 'f')]
+    pub max_files: Option<u64>,
+    /// At most S bytes per part, in input order (a larger file gets a part of its own); like fpart -s
+    #[arg(long, short = 's', value_parser = crate::units::parse_size)]
+    pub max_bytes: Option<u64>,
+    /// Print the summary on stdout too
+    #[arg(long)]
+    pub json: bool,
+}
+
+struct Part {
+    file: String,
+    files: u64,
+    bytes: u64,
+}
+
+fn part_name(i: usize) -> String {
+    format!("part-{i:05}.tsv")
+}
+
+fn open_part(dir: &Path, i: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
+    let p = dir.join(part_name(i));
+    let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+    Ok(Writer::new(BufWriter::with_capacity(1 << 20, f))?)
+}
+
+fn entries(path: &Path) -> anyhow::Result<Box<dyn Iterator<Item = Result<Entry, String>>>> {
+    if path.as_os_str() == "-" {
+        let stdin = std::io::BufReader::new(std::io::stdin());
+        return Ok(Box::new(manifest::Reader::new(stdin, "stdin".into())));
+    }
+    Ok(Box::new(manifest::Reader::open(path).with_context(|| format!("cannot read {}", path.display()))?))
+}
+
+pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
+    // The same refusals as fpart: -n stands alone; -f and -s combine.
+    if args.parts.is_some() && (args.max_files.is_some() || args.max_bytes.is_some()) {
+        bail!("--parts cannot be combined with --max-files or --max-bytes (as fpart's -n cannot with -f or -s)");
+    }
+    if args.parts.is_none() && args.max_files.is_none() && args.max_bytes.is_none() {
+        bail!("say how to split: --parts N, or --max-files F and/or --max-bytes S");
+    }
+    if args.parts == Some(0) || args.max_files == Some(0) || args.max_bytes == Some(0) {
+        bail!("--parts, --max-files and --max-bytes must be at least 1");
+    }
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    // Stale parts of an earlier run would otherwise be picked up as if they were this run's.
+    for old in std::fs::read_dir(&args.out)? {
+        let old = old?.file_name();
+        let name = old.to_string_lossy();
+        if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
+            std::fs::remove_file(args.out.join(&old))?;
+        }
+    }
+
+    let mut dirs: Option<Writer<BufWriter<File>>> = None;
+    let mut dir_count = 0u64;
+    let mut note_dir = |e: &Entry, out: &Path| -> anyhow::Result<()> {
+        if dirs.is_none() {
+            dirs = Some(Writer::new(BufWriter::new(File::create(out.join("dirs.tsv"))?))?);
+        }
+        dirs.as_mut().unwrap().write(e)?;
+        dir_count += 1;
+        Ok(())
+    };
+    let mut parts: Vec<Part> = Vec::new();
+    let mode;
+    if let Some(n) = args.parts {
+        mode = "parts";
+        let mut all = Vec::new();
+        for e in entries(&args.manifest)? {
+            let e = e.map_err(anyhow::Error::msg)?;
+            if e.kind == Kind::Dir {
+                note_dir(&e, &args.out)?;
+            } else {
+                all.push(e);
+            }
+        }
+        if !all.is_empty() {
+            let owner = lpt_assign(&all, n);
+            let mut writers = (0..n).map(|i| open_part(&args.out, i)).collect::<anyhow::Result<Vec<_>>>()?;
+            parts = (0..n).map(|i| Part { file: part_name(i), files: 0, bytes: 0 }).collect();
+            for (e, o) in all.iter().zip(owner) {
+                writers[o].write(e)?;
+                parts[o].files += 1;
+                parts[o].bytes += e.size();
+            }
+            for w in writers {
+                w.finish()?;
+            }
+        }
+    } else {
+        mode = if args.max_bytes.is_some() && args.max_files.is_none() { "max-bytes" } else { "max-files" };
+        let mut filler = Filler::new(args.max_files, args.max_bytes);
+        let mut current: Option<Writer<BufWriter<File>>> = None;
+        for e in entries(&args.manifest)? {
+            let e = e.map_err(anyhow::Error::msg)?;
+            if e.kind == Kind::Dir {
+                note_dir(&e, &args.out)?;
+                continue;
+            }
+            if filler.needs_new_part(e.size()) {
+                if let Some(w) = current.take() {
+                    w.finish()?;
+                }
+                current = Some(open_part(&args.out, parts.len())?);
+                parts.push(Part { file: part_name(parts.len()), files: 0, bytes: 0 });
+            }
+            current.as_mut().unwrap().write(&e)?;
+            let p = parts.last_mut().unwrap();
+            p.files += 1;
+            p.bytes += e.size();
+        }
+        if let Some(w) = current {
+            w.finish()?;
+        }
+    }
+    if let Some(w) = dirs {
+        w.finish()?;
+    }
+
+    let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+    let summary = json!({
+        "mode": mode,
+        "parts": parts.len(),
+        "files": parts.iter().map(|p| p.files).sum::<u64>(),
+        "bytes": loads.iter().sum::<u64>(),
+        "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
+        "dirs": dir_count,
+        "dirs_file": if dir_count > 0 { Some("dirs.tsv") } else { None },
+        "partitions": parts.iter().enumerate().map(|(i, p)| json!({"index": i, "file": p.file, "files": p.files, "bytes": p.bytes})).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&summary)?;
+    std::fs::write(args.out.join("summary.json"), format!("{text}\n"))?;
+    if args.json {
+        println!("{text}");
+    }
+    if parts.is_empty() {
+        eprintln!("no files in {}: wrote zero parts", args.manifest.display());
+    } else {
+        eprintln!("wrote {} parts to {} (imbalance {:.2}%)", parts.len(), args.out.display(), imbalance_pct(&loads));
+    }
+    Ok(ExitCode::SUCCESS)
+}

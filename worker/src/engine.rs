@@ -1,0 +1,349 @@
+//! The copy engine. Files run in parallel (`parallel_files`); blocks of all files share one
+//! in-flight budget (`concurrency`), which also bounds memory to about concurrency × block size.
+//! Per file, blocks are read in order so one MD5 covers the whole object, and sent out of order.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use md5::{Digest, Md5};
+use tokio::sync::Semaphore;
+
+use crate::error::{Result, StoreError};
+use crate::localcopy;
+use crate::manifest::{Entry, Kind};
+use crate::stats::Stats;
+use crate::storage::{Meta, Store, UploadPlan};
+use crate::throttle::Throttle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compare {
+    /// Skip when sizes match.
+    Size,
+    /// Skip when size and modification time match (rsync's quick check).
+    SizeMtime,
+    /// Skip when content MD5 matches (hashes local files; uses Content-MD5 on blobs).
+    Md5,
+    /// Always copy.
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub compare: Compare,
+    pub concurrency: usize,
+    pub parallel_files: usize,
+    pub block_size: u64,
+    pub put_md5: bool,
+    pub max_bandwidth: Option<u64>,
+}
+
+/// One file to consider: where it is in the source, and where it goes.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub src: Entry,
+    pub dst_path: Vec<u8>,
+}
+
+pub struct Engine {
+    pub src: Arc<dyn Store>,
+    pub dst: Arc<dyn Store>,
+    pub opts: EngineOptions,
+    pub stats: Arc<Stats>,
+    inflight: Arc<Semaphore>,
+    throttle: Option<Throttle>,
+    /// The destination's listing, when it is a blob store (a HEAD per file would cost more).
+    dst_index: Option<HashMap<Vec<u8>, Entry>>,
+}
+
+enum Outcome {
+    Copied,
+    Skipped,
+    Ignored(&'static str),
+}
+
+pub fn md5_file(path: &std::path::Path) -> std::io::Result<[u8; 16]> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.finalize().into());
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+impl Engine {
+    pub fn new(src: Arc<dyn Store>, dst: Arc<dyn Store>, opts: EngineOptions, stats: Arc<Stats>, dst_index: Option<HashMap<Vec<u8>, Entry>>) -> Self {
+        Engine {
+            inflight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
+            throttle: opts.max_bandwidth.map(Throttle::new),
+            src,
+            dst,
+            opts,
+            stats,
+            dst_index,
+        }
+    }
+
+    fn both_local(&self) -> bool {
+        self.src.local_root().is_some() && self.dst.local_root().is_some()
+    }
+
+    /// Runs every job; per-file failures are recorded in the stats, never abort the others.
+    pub async fn run(self: &Arc<Self>, jobs: Vec<Job>) {
+        let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+        futures::stream::iter(files)
+            .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
+                let me = self.clone();
+                async move {
+                    let size = job.src.size();
+                    match me.one(&job).await {
+                        Ok(Outcome::Copied) => Stats::add(&me.stats.files_copied, 1),
+                        Ok(Outcome::Skipped) => {
+                            Stats::add(&me.stats.files_skipped, 1);
+                            Stats::add(&me.stats.bytes_skipped, size);
+                        }
+                        Ok(Outcome::Ignored(why)) => me.stats.ignored(job.src.display_path(), why),
+                        Err(e) => me.stats.failed(job.src.display_path(), e.to_string()),
+                    }
+                }
+            })
+            .await;
+        if self.both_local() {
+            self.finish_dirs(dirs).await;
+        }
+    }
+
+    async fn finish_dirs(&self, mut dirs: Vec<Job>) {
+        let (Some(sroot), Some(droot)) = (self.src.local_root(), self.dst.local_root()) else { return };
+        // Deepest first, so setting a parent's mtime comes after its children are done.
+        dirs.sort_by(|a, b| b.dst_path.len().cmp(&a.dst_path.len()));
+        let (sroot, droot) = (sroot.to_path_buf(), droot.to_path_buf());
+        let stats = self.stats.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for d in dirs {
+                let src = sroot.join(OsStr::from_bytes(&d.src.path));
+                let dst = droot.join(OsStr::from_bytes(&d.dst_path));
+                let r = std::fs::symlink_metadata(&src).and_then(|md| localcopy::finish_dir(&dst, &crate::storage::local::meta_of(&md)));
+                if let Err(e) = r {
+                    stats.failed(d.src.display_path(), format!("directory: {e}"));
+                }
+            }
+        })
+        .await;
+    }
+
+    async fn one(&self, job: &Job) -> Result<Outcome> {
+        let dst_is_blob = self.dst.local_root().is_none();
+        if job.src.kind == Kind::Symlink && (dst_is_blob || self.src.local_root().is_none()) {
+            return Ok(Outcome::Ignored("symlink (blob storage has no symlinks)"));
+        }
+        if !self.needs_copy(job).await? {
+            return Ok(Outcome::Skipped);
+        }
+        if self.both_local() {
+            return self.local_to_local(job).await.map(|_| Outcome::Copied);
+        }
+        self.transfer(job).await.map(|_| Outcome::Copied)
+    }
+
+    async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
+        let Some(root) = store.local_root() else { return Ok(None) };
+        let full = root.join(OsStr::from_bytes(path));
+        let what = full.display().to_string();
+        tokio::task::spawn_blocking(move || md5_file(&full).map(Some).map_err(|e| StoreError::io(what, e)))
+            .await
+            .map_err(|e| StoreError::Invalid(e.to_string()))?
+    }
+
+    pub async fn needs_copy(&self, job: &Job) -> Result<bool> {
+        if self.opts.compare == Compare::None {
+            return Ok(true);
+        }
+        let existing = match &self.dst_index {
+            Some(idx) => idx.get(&job.dst_path).cloned(),
+            None => self.dst.head(&job.dst_path).await?.map(|(e, _)| e),
+        };
+        let Some(d) = existing else { return Ok(true) };
+        let s = &job.src;
+        if d.kind != s.kind || d.size != s.size {
+            return Ok(true);
+        }
+        Ok(match self.opts.compare {
+            Compare::Size | Compare::None => false,
+            Compare::SizeMtime => d.mtime != s.mtime,
+            Compare::Md5 => {
+                let sm = match s.md5 {
+                    Some(m) => Some(m),
+                    None => self.local_md5(&self.src, &s.path).await?,
+                };
+                let dm = match d.md5 {
+                    Some(m) => Some(m),
+                    None => self.local_md5(&self.dst, &job.dst_path).await?,
+                };
+                // Unknown on either side: copying is the only way to be sure.
+                !matches!((sm, dm), (Some(a), Some(b)) if a == b)
+            }
+        })
+    }
+
+    async fn local_to_local(&self, job: &Job) -> Result<()> {
+        let src = self.src.local_root().unwrap().join(OsStr::from_bytes(&job.src.path));
+        crate::storage::check_relative(&job.dst_path)?;
+        let dst = self.dst.local_root().unwrap().join(OsStr::from_bytes(&job.dst_path));
+        let permit = self.inflight.clone().acquire_owned().await.expect("semaphore open");
+        let kind = job.src.kind;
+        let what = src.display().to_string();
+        let n = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+            let _permit = permit;
+            let md = std::fs::symlink_metadata(&src)?;
+            let meta = crate::storage::local::meta_of(&md);
+            if kind == Kind::Symlink {
+                localcopy::copy_symlink(&src, &dst, &meta).map(|_| 0)
+            } else {
+                localcopy::copy_file(&src, &dst, &meta)
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Invalid(e.to_string()))?
+        .map_err(|e| StoreError::io(what, e))?;
+        if let Some(t) = &self.throttle {
+            t.take(n).await;
+        }
+        Stats::add(&self.stats.bytes_copied, n);
+        Ok(())
+    }
+
+    /// The generic path: blocks read from the source, written to the destination.
+    async fn transfer(&self, job: &Job) -> Result<()> {
+        let path = &job.src.path;
+        // Local sources: stat now for mode and the current size; blob sources carry both in
+        // the listing and in each GET's headers.
+        let (size, mut meta) = match self.src.local_root() {
+            Some(_) => match self.src.head(path).await? {
+                Some((e, m)) if e.kind == Kind::File => (e.size(), Meta { uid: None, gid: None, ..m }),
+                Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
+                None => return Err(StoreError::NotFound("vanished from the source".into())),
+            },
+            None => (job.src.size(), Meta { mtime: job.src.mtime, md5: job.src.md5, ..Meta::default() }),
+        };
+        let expected_md5 = job.src.md5.filter(|_| self.src.local_root().is_none());
+        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
+        let bs = self.opts.block_size;
+
+        if size <= bs {
+            let permit = self.inflight.acquire().await.expect("semaphore open");
+            let chunk = self.src.read(path, 0, size).await?;
+            if let Some(t) = &self.throttle {
+                t.take(size).await;
+            }
+            if let Some(m) = chunk.meta {
+                merge(&mut meta, m);
+            }
+            let digest: Option<[u8; 16]> = need_hash.then(|| Md5::digest(&chunk.data).into());
+            check_md5(expected_md5.or(meta.md5.filter(|_| self.src.local_root().is_none())), digest)?;
+            meta.md5 = digest.filter(|_| self.opts.put_md5);
+            self.dst.put(&job.dst_path, chunk.data, &meta).await?;
+            drop(permit);
+            Stats::add(&self.stats.blocks_sent, 1);
+            Stats::add(&self.stats.bytes_copied, size);
+            return Ok(());
+        }
+
+        let fingerprint = format!("{}:{}:{}", size, job.src.mtime.map(|m| m.to_string()).unwrap_or_default(), job.src.md5.map(|m| crate::manifest::md5_hex(&m)).unwrap_or_default());
+        let plan = UploadPlan { size, block_size: bs, fingerprint };
+        let up = self.dst.start_upload(&job.dst_path, &plan).await?;
+        let mut hasher = Md5::new();
+        let mut first_meta: Option<Meta> = None;
+        let result: Result<()> = {
+            let up_ref = &*up;
+            let plan = &plan;
+            futures::stream::iter(0..plan.blocks())
+                .map(|i| async move {
+                    let permit = self.inflight.clone().acquire_owned().await.expect("semaphore open");
+                    let len = plan.block_len(i);
+                    if up_ref.staged(i) {
+                        Stats::add(&self.stats.blocks_reused, 1);
+                        Stats::add(&self.stats.bytes_skipped, len);
+                        if !need_hash {
+                            return Ok((i, None, false, permit, None));
+                        }
+                        let data = match up_ref.read_back(i).await? {
+                            Some(d) => d,
+                            None => self.src.read(path, i * bs, len).await?.data,
+                        };
+                        return Ok((i, Some(data), false, permit, None));
+                    }
+                    let chunk = self.src.read(path, i * bs, len).await?;
+                    if let Some(t) = &self.throttle {
+                        t.take(len).await;
+                    }
+                    Ok::<_, StoreError>((i, Some(chunk.data), true, permit, chunk.meta))
+                })
+                .buffered(self.opts.concurrency.max(1))
+                .map_ok(|(i, data, send, permit, m): (u64, Option<Bytes>, bool, _, Option<Meta>)| {
+                    if let Some(d) = &data {
+                        if need_hash {
+                            hasher.update(d);
+                        }
+                    }
+                    if first_meta.is_none() {
+                        first_meta = m;
+                    }
+                    async move {
+                        if let (true, Some(d)) = (send, data) {
+                            let n = d.len() as u64;
+                            up_ref.put_block(i, d).await?;
+                            Stats::add(&self.stats.blocks_sent, 1);
+                            Stats::add(&self.stats.bytes_copied, n);
+                        }
+                        drop(permit);
+                        Ok(())
+                    }
+                })
+                .try_buffer_unordered(self.opts.concurrency.max(1))
+                .try_for_each(|_| async { Ok(()) })
+                .await
+        };
+        if let Err(e) = result {
+            up.abort(matches!(e, StoreError::Integrity(_))).await;
+            return Err(e);
+        }
+        if let Some(m) = first_meta {
+            merge(&mut meta, m);
+        }
+        let digest: Option<[u8; 16]> = need_hash.then(|| hasher.finalize().into());
+        if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| self.src.local_root().is_none())), digest) {
+            up.abort(true).await;
+            return Err(e);
+        }
+        meta.md5 = digest.filter(|_| self.opts.put_md5);
+        up.commit(&meta).await
+    }
+}
+
+/// Fills in what the listing did not know from what the read returned.
+fn merge(meta: &mut Meta, from_read: Meta) {
+    meta.mtime = meta.mtime.or(from_read.mtime);
+    meta.mode = meta.mode.or(from_read.mode);
+    meta.md5 = meta.md5.or(from_read.md5);
+}
+
+fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
+    match (expected, got) {
+        (Some(e), Some(g)) if e != g => Err(StoreError::Integrity(format!(
+            "MD5 mismatch: source says {}, received bytes hash to {}",
+            crate::manifest::md5_hex(&e),
+            crate::manifest::md5_hex(&g)
+        ))),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,52 @@
+//! ferry: the transfer worker. See docs/worker.md.
+
+mod cli;
+mod commands;
+mod engine;
+mod error;
+mod filter;
+mod localcopy;
+mod location;
+mod manifest;
+mod partition;
+mod progress;
+mod retry;
+mod stats;
+mod storage;
+mod throttle;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferry: error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = rt.block_on(async move {
+        use cli::Command::*;
+        match cli.command {
+            Ls(a) => commands::ls::run(a).await,
+            Copy(a) => commands::copy::run(a).await,
+            Rm(a) => commands::rm::run(a).await,
+            Mk(a) => commands::mk::run(a).await,
+            Env(a) => commands::env::run(a).await,
+            Partition(a) => commands::partition::run(a),
+            Verify(a) => commands::verify::run(a).await,
+            Prune(a) => commands::prune::run(a).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferry: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

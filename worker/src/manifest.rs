@@ -1,0 +1,392 @@
+//! The manifest: ferry's one listing format. `ls` writes it, `copy --files-from`, `partition`,
+//! `verify` and `prune` read it. Format is specified in docs/manifest.md.
+
+use std::fmt::Write as _;
+use std::io::{self, BufRead, Write};
+
+pub const HEADER: &str = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    File,
+    Symlink,
+    Dir,
+}
+
+impl Kind {
+    pub fn code(self) -> char {
+        match self {
+            Kind::File => 'f',
+            Kind::Symlink => 'l',
+            Kind::Dir => 'd',
+        }
+    }
+    fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "f" => Some(Kind::File),
+            "l" => Some(Kind::Symlink),
+            "d" => Some(Kind::Dir),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::File => "file",
+            Kind::Symlink => "symlink",
+            Kind::Dir => "dir",
+        }
+    }
+}
+
+/// Modification time with nanosecond precision, as seconds since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Mtime {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Mtime {
+    pub fn parse(s: &str) -> Option<Mtime> {
+        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+        let secs: i64 = int.parse().ok()?;
+        if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut nanos: u32 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+        for _ in frac.len()..9 {
+            nanos *= 10;
+        }
+        // Negative times keep nanos counting forward from `secs`, as `struct timespec` does.
+        Some(Mtime { secs, nanos })
+    }
+
+    pub fn from_system(t: std::time::SystemTime) -> Mtime {
+        match t.duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Mtime { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                if d.subsec_nanos() == 0 {
+                    Mtime { secs: -(d.as_secs() as i64), nanos: 0 }
+                } else {
+                    Mtime { secs: -(d.as_secs() as i64) - 1, nanos: 1_000_000_000 - d.subsec_nanos() }
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub fn to_system(self) -> std::time::SystemTime {
+        let base = std::time::UNIX_EPOCH;
+        if self.secs >= 0 {
+            base + std::time::Duration::new(self.secs as u64, self.nanos)
+        } else {
+            base - std::time::Duration::from_secs(self.secs.unsigned_abs()) + std::time::Duration::from_nanos(self.nanos as u64)
+        }
+    }
+}
+
+impl std::fmt::Display for Mtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:09}", self.secs, self.nanos)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative, '/'-separated, raw bytes (local names need not be UTF-8).
+    pub path: Vec<u8>,
+    pub kind: Kind,
+    /// None only for bare paths read from fpart output: looked up when used.
+    pub size: Option<u64>,
+    pub mtime: Option<Mtime>,
+    pub md5: Option<[u8; 16]>,
+}
+
+impl Entry {
+    #[cfg(test)]
+    pub fn file(path: impl Into<Vec<u8>>, size: u64) -> Entry {
+        Entry { path: path.into(), kind: Kind::File, size: Some(size), mtime: None, md5: None }
+    }
+    pub fn size(&self) -> u64 {
+        self.size.unwrap_or(0)
+    }
+    pub fn display_path(&self) -> String {
+        escape_path(&self.path)
+    }
+}
+
+/// Escapes a path so that it fits one TSV field and round-trips any byte string.
+pub fn escape_path(path: &[u8]) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    while !rest.is_empty() {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, &[][..]),
+            Err(e) => {
+                let (v, b) = rest.split_at(e.valid_up_to());
+                // SAFETY-free: valid_up_to guarantees v is UTF-8.
+                (std::str::from_utf8(v).unwrap(), b)
+            }
+        };
+        for c in valid.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\t' => out.push_str("\\t"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                // A leading '#' would read back as a comment line.
+                '#' if out.is_empty() => out.push_str("\\x23"),
+                c => out.push(c),
+            }
+        }
+        rest = if bad.is_empty() {
+            &[]
+        } else {
+            // One invalid byte at a time: the decoder may resynchronise right after it.
+            let _ = write!(out, "\\x{:02x}", bad[0]);
+            &bad[1..]
+        };
+    }
+    out
+}
+
+pub fn unescape_path(s: &str) -> Result<Vec<u8>, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        match b.get(i + 1) {
+            Some(b'\\') => out.push(b'\\'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'n') => out.push(b'\n'),
+            Some(b'r') => out.push(b'\r'),
+            Some(b'x') => {
+                let hex = s.get(i + 2..i + 4).ok_or_else(|| format!("truncated \\x escape in {s:?}"))?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad \\x escape in {s:?}"))?);
+                i += 4;
+                continue;
+            }
+            _ => return Err(format!("bad escape in {s:?}")),
+        }
+        i += 2;
+    }
+    Ok(out)
+}
+
+pub fn md5_hex(md5: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(32);
+    for b in md5 {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+pub fn parse_md5_hex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Formats one manifest line (with trailing newline) into `buf`.
+pub fn format_tsv(e: &Entry, buf: &mut String) {
+    buf.push_str(&escape_path(&e.path));
+    buf.push('\t');
+    buf.push(e.kind.code());
+    buf.push('\t');
+    match e.size {
+        Some(s) => {
+            let _ = write!(buf, "{s}");
+        }
+        None => buf.push('-'),
+    }
+    buf.push('\t');
+    match e.mtime {
+        Some(m) => {
+            let _ = write!(buf, "{m}");
+        }
+        None => buf.push('-'),
+    }
+    buf.push('\t');
+    match &e.md5 {
+        Some(m) => buf.push_str(&md5_hex(m)),
+        None => buf.push('-'),
+    }
+    buf.push('\n');
+}
+
+pub fn format_jsonl(e: &Entry) -> String {
+    let v = serde_json::json!({
+        "path": escape_path(&e.path),
+        "type": e.kind.code().to_string(),
+        "size": e.size,
+        "mtime": e.mtime.map(|m| m.secs as f64 + m.nanos as f64 / 1e9),
+        "md5": e.md5.as_ref().map(md5_hex),
+    });
+    v.to_string()
+}
+
+/// Parses one line; Ok(None) for comments and blank lines.
+pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let mut fields = line.split('\t');
+    let raw_path = fields.next().unwrap_or_default();
+    let mut path = unescape_path(raw_path)?;
+    let Some(kind) = fields.next() else {
+        // fpart writes bare paths, usually "./a/b" relative to where it was run.
+        if path.starts_with(b"./") {
+            path.drain(..2);
+        }
+        return Ok(Some(Entry { path, kind: Kind::File, size: None, mtime: None, md5: None }));
+    };
+    let kind = Kind::parse(kind).ok_or_else(|| format!("bad type {kind:?}"))?;
+    let size = fields.next().ok_or("missing size")?;
+    let size = if size == "-" { None } else { Some(size.parse::<u64>().map_err(|_| format!("bad size {size:?}"))?) };
+    let mtime = match fields.next() {
+        None | Some("-") => None,
+        Some(m) => Some(Mtime::parse(m).ok_or_else(|| format!("bad mtime {m:?}"))?),
+    };
+    let md5 = match fields.next() {
+        None | Some("-") => None,
+        Some(m) => Some(parse_md5_hex(m).ok_or_else(|| format!("bad md5 {m:?}"))?),
+    };
+    if fields.next().is_some() {
+        return Err("too many fields".into());
+    }
+    Ok(Some(Entry { path, kind, size, mtime, md5 }))
+}
+
+/// Streams entries from a manifest file without holding it in memory.
+pub struct Reader<R> {
+    inner: R,
+    line: String,
+    lineno: u64,
+    name: String,
+}
+
+impl Reader<io::BufReader<std::fs::File>> {
+    pub fn open(path: &std::path::Path) -> io::Result<Self> {
+        let f = std::fs::File::open(path)?;
+        Ok(Reader::new(io::BufReader::with_capacity(1 << 20, f), path.display().to_string()))
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(inner: R, name: String) -> Self {
+        Reader { inner, line: String::new(), lineno: 0, name }
+    }
+}
+
+impl<R: BufRead> Iterator for Reader<R> {
+    type Item = Result<Entry, String>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.line.clear();
+            match self.inner.read_line(&mut self.line) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(format!("{}: {e}", self.name))),
+            }
+            self.lineno += 1;
+            match parse_line(&self.line) {
+                Ok(None) => continue,
+                Ok(Some(e)) => return Some(Ok(e)),
+                Err(e) => return Some(Err(format!("{}:{}: {e}", self.name, self.lineno))),
+            }
+        }
+    }
+}
+
+/// Buffered manifest writer; writes the header first.
+pub struct Writer<W: Write> {
+    out: W,
+    buf: String,
+}
+
+impl<W: Write> Writer<W> {
+    pub fn new(mut out: W) -> io::Result<Self> {
+        writeln!(out, "{HEADER}")?;
+        Ok(Writer { out, buf: String::with_capacity(256) })
+    }
+    pub fn write(&mut self, e: &Entry) -> io::Result<()> {
+        self.buf.clear();
+        format_tsv(e, &mut self.buf);
+        self.out.write_all(self.buf.as_bytes())
+    }
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn odd_names_round_trip() {
+        let names: Vec<&[u8]> = vec![
+            b"plain.txt",
+            b"with space",
+            b"tab\there",
+            b"new\nline",
+            b"back\\slash",
+            b"-leading-dash",
+            b"#hash-first",
+            b"dir/#not-first-component",
+            b"caf\xc3\xa9",
+            b"bad\xff\xfeutf8",
+            b"\\x41 literal",
+            b"cr\r",
+        ];
+        for n in names {
+            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]) };
+            let mut line = String::new();
+            format_tsv(&e, &mut line);
+            assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+            assert!(!line.starts_with('#'));
+            assert_eq!(parse_line(&line).unwrap().unwrap(), e, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn mtime_text_round_trips() {
+        for s in ["0.000000000", "1700000000.123456789", "-5.250000000"] {
+            assert_eq!(Mtime::parse(s).unwrap().to_string(), s);
+        }
+        assert_eq!(Mtime::parse("3.5").unwrap(), Mtime { secs: 3, nanos: 500_000_000 });
+        assert!(Mtime::parse("3.1234567891").is_none());
+        let t = std::time::UNIX_EPOCH - std::time::Duration::from_millis(1500);
+        let m = Mtime::from_system(t);
+        assert_eq!(m, Mtime { secs: -2, nanos: 500_000_000 });
+        assert_eq!(m.to_system(), t);
+    }
+
+    #[test]
+    fn bare_paths_from_fpart() {
+        let e = parse_line("./a/b c\n").unwrap().unwrap();
+        assert_eq!(e.path, b"a/b c");
+        assert_eq!(e.size, None);
+    }
+
+    #[test]
+    fn comments_and_errors() {
+        assert_eq!(parse_line(HEADER).unwrap(), None);
+        assert_eq!(parse_line("\n").unwrap(), None);
+        assert!(parse_line("a\tf\tnotanumber\t-\t-").is_err());
+        assert!(parse_line("a\tx\t1\t-\t-").is_err());
+        assert!(parse_line("a\\q\tf\t1\t-\t-").is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! Splitting a listing into parts, fpart-style.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::manifest::Entry;
+
+/// Longest-processing-time assignment: entries by size descending (name ascending on ties) go
+/// to the least-loaded of `parts` bins (lowest index on ties). Deterministic, so cooperating
+/// processes agree. Returns the bin of each entry, in input order.
+pub fn lpt_assign(entries: &[Entry], parts: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by(|&a, &b| entries[b].size().cmp(&entries[a].size()).then_with(|| entries[a].path.cmp(&entries[b].path)));
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..parts).map(|i| Reverse((0, i))).collect();
+    let mut owner = vec![0; entries.len()];
+    for i in order {
+        let Reverse((load, bin)) = heap.pop().expect("at least one part");
+        owner[i] = bin;
+        // Count every file as at least one byte so empty files still spread out.
+        heap.push(Reverse((load + entries[i].size().max(1), bin)));
+    }
+    owner
+}
+
+/// Parts by count or size, filled in input order in constant memory (fpart's live mode): a
+/// part closes when the next entry would exceed `max_files` or `max_bytes`; an entry larger
+/// than `max_bytes` on its own gets a part of its own.
+pub struct Filler {
+    max_files: Option<u64>,
+    max_bytes: Option<u64>,
+    files: u64,
+    bytes: u64,
+    started: bool,
+}
+
+impl Filler {
+    pub fn new(max_files: Option<u64>, max_bytes: Option<u64>) -> Self {
+        Filler { max_files, max_bytes, files: 0, bytes: 0, started: false }
+    }
+
+    /// True if `size` must start a new part (the caller then closes the current one).
+    pub fn needs_new_part(&mut self, size: u64) -> bool {
+        let over_files = self.max_files.is_some_and(|f| self.files + 1 > f);
+        let over_bytes = self.max_bytes.is_some_and(|s| self.bytes + size > s);
+        let new = !self.started || (self.files > 0 && (over_files || over_bytes));
+        if new {
+            self.files = 0;
+            self.bytes = 0;
+            self.started = true;
+        }
+        self.files += 1;
+        self.bytes += size;
+        new
+    }
+}
+
+/// (max/mean − 1) × 100 over the parts' byte totals: 0 is perfect balance.
+pub fn imbalance_pct(loads: &[u64]) -> f64 {
+    if loads.is_empty() {
+        return 0.0;
+    }
+    let total: u64 = loads.iter().sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let mean = total as f64 / loads.len() as f64;
+    (*loads.iter().max().unwrap() as f64 / mean - 1.0) * 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(v: &[u64]) -> Vec<Entry> {
+        v.iter().enumerate().map(|(i, &s)| Entry::file(format!("f{i:05}"), s)).collect()
+    }
+
+    #[test]
+    fn lpt_balances_a_skewed_set() {
+        let mut v = vec![1_000_000_000, 900_000_000, 800_000_000];
+        v.extend((0..5000).map(|i| 100_000 + (i * 7919 % 1_000_000)));
+        let e = sizes(&v);
+        let owner = lpt_assign(&e, 4);
+        let mut loads = [0u64; 4];
+        for (x, o) in e.iter().zip(&owner) {
+            loads[*o] += x.size();
+        }
+        assert!(imbalance_pct(&loads) < 2.0, "{loads:?}");
+        assert_eq!(owner, lpt_assign(&e, 4), "deterministic");
+    }
+
+    #[test]
+    fn lpt_spreads_empty_files() {
+        let e = sizes(&[0; 8]);
+        let mut count = [0; 4];
+        for o in lpt_assign(&e, 4) {
+            count[o] += 1;
+        }
+        assert_eq!(count, [2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn filler_rules() {
+        // Two per part by count.
+        let mut f = Filler::new(Some(2), None);
+        let starts: Vec<bool> = [1, 1, 1, 1, 1].iter().map(|&s| f.needs_new_part(s)).collect();
+        assert_eq!(starts, [true, false, true, false, true]);
+        // By size 10: the 25 gets a part of its own, then filling resumes.
+        let mut f = Filler::new(None, Some(10));
+        let starts: Vec<bool> = [4, 4, 25, 3, 8].iter().map(|&s| f.needs_new_part(s)).collect();
+        assert_eq!(starts, [true, false, true, true, true]);
+    }
+}

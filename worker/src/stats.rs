@@ -1,0 +1,71 @@
+//! Counters shared by the engine, the stores' retry loops and the progress display.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct Stats {
+    pub files_total: AtomicU64,
+    pub files_copied: AtomicU64,
+    pub files_skipped: AtomicU64,
+    pub files_failed: AtomicU64,
+    pub files_ignored: AtomicU64,
+    pub bytes_total: AtomicU64,
+    pub bytes_copied: AtomicU64,
+    pub bytes_skipped: AtomicU64,
+    pub blocks_sent: AtomicU64,
+    pub blocks_reused: AtomicU64,
+    pub retries_total: AtomicU64,
+    retries: Mutex<BTreeMap<String, u64>>,
+    failures: Mutex<Vec<(String, String)>>,
+    ignored: Mutex<Vec<(String, String)>>,
+}
+
+/// Ignored entries are listed in the summary up to this many; the count is always exact.
+const IGNORED_LISTED: usize = 100;
+
+impl Stats {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Relaxed)
+    }
+
+    pub fn retried(&self, label: &str) {
+        self.retries_total.fetch_add(1, Relaxed);
+        *self.retries.lock().unwrap().entry(label.to_string()).or_default() += 1;
+    }
+
+    pub fn failed(&self, path: String, error: String) {
+        self.files_failed.fetch_add(1, Relaxed);
+        self.failures.lock().unwrap().push((path, error));
+    }
+
+    pub fn ignored(&self, path: String, why: &str) {
+        self.files_ignored.fetch_add(1, Relaxed);
+        let mut v = self.ignored.lock().unwrap();
+        if v.len() < IGNORED_LISTED {
+            v.push((path, why.to_string()));
+        }
+    }
+
+    pub fn ignored_list(&self) -> Vec<(String, String)> {
+        self.ignored.lock().unwrap().clone()
+    }
+
+    pub fn retries_by_status(&self) -> BTreeMap<String, u64> {
+        self.retries.lock().unwrap().clone()
+    }
+
+    pub fn failures(&self) -> Vec<(String, String)> {
+        self.failures.lock().unwrap().clone()
+    }
+
+    /// A short retry summary for the progress line, e.g. "503x12 429x2".
+    pub fn retry_brief(&self) -> String {
+        self.retries.lock().unwrap().iter().map(|(k, v)| format!("{k}x{v}")).collect::<Vec<_>>().join(" ")
+    }
+}

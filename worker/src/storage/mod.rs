@@ -1,0 +1,166 @@
+//! One storage trait with a local-filesystem and an Azure Blob implementation behind it.
+//! Paths handed to a store are relative to its root, '/'-separated raw bytes.
+
+pub mod azure;
+pub mod local;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::error::{Result, StoreError};
+use crate::location::Location;
+use crate::manifest::{Entry, Mtime};
+use crate::retry::RetryPolicy;
+use crate::stats::Stats;
+
+/// What ferry keeps about an object beyond its bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub mtime: Option<Mtime>,
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub md5: Option<[u8; 16]>,
+}
+
+/// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
+/// `meta`, so downloads from a manifest need no extra HEAD per blob.
+pub struct Chunk {
+    pub data: Bytes,
+    pub meta: Option<Meta>,
+}
+
+/// How a multi-block upload is laid out. `fingerprint` names the source version: blocks
+/// staged for another version must never be reused.
+#[derive(Clone, Debug)]
+pub struct UploadPlan {
+    pub size: u64,
+    pub block_size: u64,
+    pub fingerprint: String,
+}
+
+impl UploadPlan {
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(self.block_size).max(1)
+    }
+    pub fn block_len(&self, idx: u64) -> u64 {
+        (self.size - idx * self.block_size).min(self.block_size)
+    }
+}
+
+/// A resumable write of one object in blocks: nothing is visible under the final name until
+/// `commit` succeeds.
+#[async_trait]
+pub trait Upload: Send + Sync {
+    /// True if this block survived from an earlier, interrupted attempt.
+    fn staged(&self, idx: u64) -> bool;
+    async fn put_block(&self, idx: u64, data: Bytes) -> Result<()>;
+    /// The bytes of a staged block, where the store can give them back cheaply.
+    async fn read_back(&self, idx: u64) -> Result<Option<Bytes>>;
+    async fn commit(self: Box<Self>, meta: &Meta) -> Result<()>;
+    /// Gives up. With `discard`, staged state is removed too (it is known to be bad).
+    async fn abort(self: Box<Self>, discard: bool);
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// For messages: a URL or path without secrets.
+    fn describe(&self) -> String;
+
+    /// Streams every entry under the root. An `Err` sent (or returned) means the listing is
+    /// incomplete, and callers must not treat absent entries as deleted.
+    async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()>;
+
+    async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
+
+    async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk>;
+
+    /// Writes a whole object at once (small files).
+    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()>;
+
+    async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>>;
+
+    async fn delete(&self, path: &[u8]) -> Result<()>;
+
+    /// Creates the container (or directory). Ok(false) if it already existed.
+    async fn create_root(&self) -> Result<bool>;
+
+    /// Set for local stores, so local→local copies can use the kernel's copy path.
+    fn local_root(&self) -> Option<&std::path::Path> {
+        None
+    }
+}
+
+/// Everything a store needs besides its location.
+#[derive(Clone)]
+pub struct OpenOptions {
+    pub auth: crate::storage::azure::auth::AuthMode,
+    pub retry: RetryPolicy,
+    pub stats: Arc<Stats>,
+    pub concurrency: usize,
+    pub io_timeout: std::time::Duration,
+    pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+}
+
+pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
+    match loc {
+        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone()))),
+        Location::Blob(b) => Ok(Arc::new(azure::AzureStore::new(b.clone(), opts)?)),
+    }
+}
+
+/// Collects a whole listing, failing if any part of it failed.
+pub async fn list_all(store: &Arc<dyn Store>, recursive: bool) -> Result<Vec<Entry>> {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let s = store.clone();
+    let task = tokio::spawn(async move { s.list(recursive, tx).await });
+    let mut out = Vec::new();
+    let mut first_err = None;
+    while let Some(item) = rx.recv().await {
+        match item {
+            Ok(e) => out.push(e),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            first_err.get_or_insert(e);
+        }
+        Err(e) => {
+            first_err.get_or_insert(StoreError::Invalid(format!("listing task failed: {e}")));
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Rejects relative paths that could escape a root: empty, `.` or `..` components, or a
+/// leading `/`. Blob names may hold such things; a local tree never does.
+pub fn check_relative(path: &[u8]) -> Result<()> {
+    if path.is_empty() || path.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..") {
+        return Err(StoreError::Invalid(format!(
+            "unsafe path {:?}: empty, '.' or '..' components are not copied",
+            crate::manifest::escape_path(path)
+        )));
+    }
+    Ok(())
+}
+
+/// Stable across runs and builds (unlike std's hasher), for temp names and block IDs.
+pub fn fnv1a(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
