@@ -164,3 +164,5 @@ pub fn fnv1a(data: &[u8]) -> u64 {
     h
 }
 
+#[cfg(test)]
+pub mod conformance;

@@ -1,0 +1,204 @@
+//! One behavioural suite, run against every backend: what the engine relies on from a store.
+//! The Azure run talks to a real Azurite started here on a free loopback port.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{list_all, Meta, OpenOptions, Store, UploadPlan};
+use crate::location::BlobLocation;
+use crate::manifest::{Kind, Mtime};
+use crate::retry::RetryPolicy;
+use crate::stats::Stats;
+
+const DEV_ACCOUNT: &str = "devstoreaccount1";
+// Azurite's published development key; it guards nothing.
+const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+pub struct Azurite {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Azurite {
+    pub fn start() -> Azurite {
+        let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../node_modules/.bin/azurite-blob");
+        assert!(bin.exists(), "{} is missing: run `make setup` (npm ci) first", bin.display());
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--skipApiVersionCheck", "--loose", "--silent", "--location"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start Azurite");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "Azurite did not start listening on {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Azurite { child, port, _dir: dir }
+    }
+
+    pub fn options() -> OpenOptions {
+        OpenOptions {
+            auth: crate::storage::azure::auth::AuthMode::Key,
+            retry: RetryPolicy { max_retries: 2, ..RetryPolicy::default() },
+            stats: Arc::new(Stats::default()),
+            concurrency: 8,
+            io_timeout: Duration::from_secs(30),
+            env: Arc::new(|k| match k {
+                "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
+                "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),
+                _ => None,
+            }),
+        }
+    }
+
+    pub fn location(&self, container: &str, prefix: &str) -> BlobLocation {
+        BlobLocation {
+            endpoint: format!("http://127.0.0.1:{}/{DEV_ACCOUNT}", self.port),
+            account: DEV_ACCOUNT.into(),
+            container: container.into(),
+            prefix: prefix.into(),
+            sas: None,
+        }
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn meta(secs: i64) -> Meta {
+    Meta { mtime: Some(Mtime { secs, nanos: 123_456_789 }), mode: Some(0o640), ..Meta::default() }
+}
+
+async fn listing(store: &Arc<dyn Store>, recursive: bool) -> BTreeMap<Vec<u8>, (Kind, u64)> {
+    list_all(store, recursive).await.unwrap().into_iter().map(|e| { let s = e.size(); (e.path, (e.kind, s)) }).collect()
+}
+
+/// The suite. `local` says whether the backend has directories and keeps owners.
+async fn conforms(store: Arc<dyn Store>, local: bool) {
+    // create_root is idempotent.
+    store.create_root().await.unwrap();
+    assert!(!store.create_root().await.unwrap());
+
+    // put, head, ranged read; metadata survives.
+    let names: [&[u8]; 6] = [b"plain.txt", b"with space/and+plus&amp=eq", "caf\u{e9}/\u{6f22}\u{5b57}".as_bytes(), b"#hash", b"pct%41", b"-dash"];
+    for (i, n) in names.iter().enumerate() {
+        let body = Bytes::from(format!("content {i} of {}", String::from_utf8_lossy(n)));
+        store.put(n, body.clone(), &meta(1_700_000_000 + i as i64)).await.unwrap();
+        let (e, m) = store.head(n).await.unwrap().expect("just written");
+        assert_eq!(e.size(), body.len() as u64);
+        assert_eq!(m.mtime, meta(1_700_000_000 + i as i64).mtime, "mtime kept for {n:?}");
+        assert_eq!(m.mode, Some(0o640));
+        let part = store.read(n, 2, 5).await.unwrap();
+        assert_eq!(part.data, body.slice(2..7));
+    }
+    assert!(store.head(b"absent").await.unwrap().is_none());
+    assert!(store.read(b"absent", 0, 1).await.is_err());
+
+    // Empty objects.
+    store.put(b"dir/empty", Bytes::new(), &Meta::default()).await.unwrap();
+    assert_eq!(store.read(b"dir/empty", 0, 0).await.unwrap().data.len(), 0);
+
+    // Listings: recursive sees every object; non-recursive sees the top level and its dirs.
+    let all = listing(&store, true).await;
+    for n in names.iter().chain([&b"dir/empty"[..]].iter()) {
+        assert_eq!(all.get(*n).map(|x| x.0), Some(Kind::File), "{:?} listed", String::from_utf8_lossy(n));
+    }
+    let top = listing(&store, false).await;
+    assert_eq!(top.get(&b"dir"[..]).map(|x| x.0), Some(Kind::Dir));
+    assert!(!top.contains_key(&b"dir/empty"[..]));
+
+    // A block upload is invisible until committed, and resumes from staged blocks.
+    let plan = UploadPlan { size: 10 * 65536 + 7, block_size: 65536, fingerprint: "v1".into() };
+    let data: Vec<u8> = (0..plan.size).map(|i| (i * 31 % 251) as u8).collect();
+    let block = |i: u64| Bytes::copy_from_slice(&data[(i * plan.block_size) as usize..(i * plan.block_size + plan.block_len(i)) as usize]);
+    {
+        let up = store.start_upload(b"big/object", &plan).await.unwrap();
+        assert!((0..plan.blocks()).all(|i| !up.staged(i)));
+        for i in [0, 3, 10] {
+            up.put_block(i, block(i)).await.unwrap();
+        }
+        // Dropped without commit or abort: what a kill -9 leaves behind.
+    }
+    assert!(store.head(b"big/object").await.unwrap().is_none(), "uncommitted upload must not be visible");
+    assert!(!listing(&store, true).await.contains_key(&b"big/object"[..]));
+    let up = store.start_upload(b"big/object", &plan).await.unwrap();
+    let staged: Vec<u64> = (0..plan.blocks()).filter(|&i| up.staged(i)).collect();
+    assert_eq!(staged, vec![0, 3, 10], "staged blocks survive");
+    if let Some(b) = up.read_back(3).await.unwrap() {
+        assert_eq!(b, block(3));
+    }
+    for i in (0..plan.blocks()).filter(|&i| !up.staged(i)) {
+        up.put_block(i, block(i)).await.unwrap();
+    }
+    let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(&data).into();
+    up.commit(&Meta { md5: Some(md5), ..meta(1_600_000_000) }).await.unwrap();
+    let got = store.read(b"big/object", 0, plan.size).await.unwrap();
+    assert!(got.data == data, "committed bytes equal what was staged");
+    let (_, m) = store.head(b"big/object").await.unwrap().unwrap();
+    assert_eq!(m.mtime, meta(1_600_000_000).mtime);
+    if !local {
+        assert_eq!(m.md5, Some(md5), "blob keeps Content-MD5");
+    }
+
+    // Another source version must not reuse the staged blocks of the first.
+    {
+        let up = store.start_upload(b"big/other", &plan).await.unwrap();
+        up.put_block(1, block(1)).await.unwrap();
+    }
+    let v2 = UploadPlan { fingerprint: "v2".into(), ..plan.clone() };
+    let up = store.start_upload(b"big/other", &v2).await.unwrap();
+    assert!((0..v2.blocks()).all(|i| !up.staged(i)), "blocks of another version are not reused");
+    up.abort(true).await;
+
+    // Unsafe names never resolve outside the root.
+    for bad in [&b"../escape"[..], b"a/../../b", b"a/./b"] {
+        assert!(store.put(bad, Bytes::from_static(b"x"), &Meta::default()).await.is_err(), "{bad:?} refused");
+    }
+
+    // Deletes, including of what is already gone.
+    store.delete(b"plain.txt").await.unwrap();
+    store.delete(b"plain.txt").await.unwrap();
+    assert!(store.head(b"plain.txt").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn local_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(super::local::LocalStore::new(dir.path().join("root")));
+    conforms(store, true).await;
+}
+
+#[tokio::test]
+async fn azure_store_conforms() {
+    let az = Azurite::start();
+    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("conformance", "some/prefix"), &Azurite::options()).unwrap());
+    conforms(store, false).await;
+}
+
+#[tokio::test]
+async fn azure_store_at_container_root_conforms() {
+    let az = Azurite::start();
+    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("rootlevel", ""), &Azurite::options()).unwrap());
+    conforms(store, false).await;
+}
+
+#[tokio::test]
+async fn missing_container_is_a_clear_error_not_an_empty_listing() {
+    let az = Azurite::start();
+    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("nosuchcontainer", ""), &Azurite::options()).unwrap());
+    let err = list_all(&store, true).await.unwrap_err().to_string();
+    assert!(err.contains("ContainerNotFound"), "{err}");
+}
