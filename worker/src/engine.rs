@@ -100,26 +100,86 @@ impl Engine {
     /// Runs every job; per-file failures are recorded in the stats, never abort the others.
     pub async fn run(self: &Arc<Self>, jobs: Vec<Job>) {
         let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+        if self.both_local() {
+            let me = self.clone();
+            let rt = tokio::runtime::Handle::current();
+            let _ = tokio::task::spawn_blocking(move || me.run_local(&files, &rt)).await;
+            self.finish_dirs(dirs).await;
+            return;
+        }
         futures::stream::iter(files)
             .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
                 let me = self.clone();
                 async move {
-                    let size = job.src.size();
-                    match me.one(&job).await {
-                        Ok(Outcome::Copied) => Stats::add(&me.stats.files_copied, 1),
-                        Ok(Outcome::Skipped) => {
-                            Stats::add(&me.stats.files_skipped, 1);
-                            Stats::add(&me.stats.bytes_skipped, size);
-                        }
-                        Ok(Outcome::Ignored(why)) => me.stats.ignored(job.src.display_path(), why),
-                        Err(e) => me.stats.failed(job.src.display_path(), e.to_string()),
-                    }
+                    let outcome = me.one(&job).await;
+                    me.record(&job, outcome);
                 }
             })
             .await;
-        if self.both_local() {
-            self.finish_dirs(dirs).await;
+    }
+
+    fn record(&self, job: &Job, outcome: Result<Outcome>) {
+        match outcome {
+            Ok(Outcome::Copied) => Stats::add(&self.stats.files_copied, 1),
+            Ok(Outcome::Skipped) => {
+                Stats::add(&self.stats.files_skipped, 1);
+                Stats::add(&self.stats.bytes_skipped, job.src.size());
+            }
+            Ok(Outcome::Ignored(why)) => self.stats.ignored(job.src.display_path(), why),
+            Err(e) => self.stats.failed(job.src.display_path(), e.to_string()),
         }
+    }
+
+    /// local → local on plain threads pulling from a shared index: per-file work is a handful
+    /// of system calls, and handing each file to an async pool would cost more than that.
+    fn run_local(&self, files: &[Job], rt: &tokio::runtime::Handle) {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let id = localcopy::Identity::current();
+        std::thread::scope(|s| {
+            for _ in 0..self.opts.parallel_files.clamp(1, files.len().max(1)) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(job) = files.get(i) else { break };
+                    let outcome = self.one_local(job, &id, rt);
+                    self.record(job, outcome);
+                });
+            }
+        });
+    }
+
+    fn one_local(&self, job: &Job, id: &localcopy::Identity, rt: &tokio::runtime::Handle) -> Result<Outcome> {
+        let (Some(sroot), Some(droot)) = (self.src.local_root(), self.dst.local_root()) else { unreachable!("both local") };
+        crate::storage::check_relative(&job.dst_path)?;
+        let src = sroot.join(OsStr::from_bytes(&job.src.path));
+        let dst = droot.join(OsStr::from_bytes(&job.dst_path));
+        let io = |e| StoreError::io(src.display().to_string(), e);
+        if self.opts.compare != Compare::None {
+            match std::fs::symlink_metadata(&dst) {
+                Ok(md) => {
+                    if let Some(d) = crate::storage::local::entry_of(job.dst_path.clone(), &md) {
+                        let differs = match differs_by_metadata(self.opts.compare, &job.src, &d) {
+                            Some(x) => x,
+                            None => md5_file(&src).map_err(io)? != md5_file(&dst).map_err(io)?,
+                        };
+                        if !differs {
+                            return Ok(Outcome::Skipped);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io(dst.display().to_string(), e)),
+            }
+        }
+        let n = match job.src.kind {
+            Kind::Symlink => localcopy::copy_symlink(&src, &dst).map(|_| 0),
+            _ => localcopy::copy_file(&src, &dst, id),
+        }
+        .map_err(io)?;
+        if let Some(t) = &self.throttle {
+            rt.block_on(t.take(n));
+        }
+        Stats::add(&self.stats.bytes_copied, n);
+        Ok(Outcome::Copied)
     }
 
     async fn finish_dirs(&self, mut dirs: Vec<Job>) {
@@ -149,9 +209,6 @@ impl Engine {
         if !self.needs_copy(job).await? {
             return Ok(Outcome::Skipped);
         }
-        if self.both_local() {
-            return self.local_to_local(job).await.map(|_| Outcome::Copied);
-        }
         self.transfer(job).await.map(|_| Outcome::Copied)
     }
 
@@ -173,53 +230,19 @@ impl Engine {
             None => self.dst.head(&job.dst_path).await?.map(|(e, _)| e),
         };
         let Some(d) = existing else { return Ok(true) };
-        let s = &job.src;
-        if d.kind != s.kind || d.size != s.size {
-            return Ok(true);
+        if let Some(decided) = differs_by_metadata(self.opts.compare, &job.src, &d) {
+            return Ok(decided);
         }
-        Ok(match self.opts.compare {
-            Compare::Size | Compare::None => false,
-            Compare::SizeMtime => d.mtime != s.mtime,
-            Compare::Md5 => {
-                let sm = match s.md5 {
-                    Some(m) => Some(m),
-                    None => self.local_md5(&self.src, &s.path).await?,
-                };
-                let dm = match d.md5 {
-                    Some(m) => Some(m),
-                    None => self.local_md5(&self.dst, &job.dst_path).await?,
-                };
-                // Unknown on either side: copying is the only way to be sure.
-                !matches!((sm, dm), (Some(a), Some(b)) if a == b)
-            }
-        })
-    }
-
-    async fn local_to_local(&self, job: &Job) -> Result<()> {
-        let src = self.src.local_root().unwrap().join(OsStr::from_bytes(&job.src.path));
-        crate::storage::check_relative(&job.dst_path)?;
-        let dst = self.dst.local_root().unwrap().join(OsStr::from_bytes(&job.dst_path));
-        let permit = self.inflight.clone().acquire_owned().await.expect("semaphore open");
-        let kind = job.src.kind;
-        let what = src.display().to_string();
-        let n = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-            let _permit = permit;
-            let md = std::fs::symlink_metadata(&src)?;
-            let meta = crate::storage::local::meta_of(&md);
-            if kind == Kind::Symlink {
-                localcopy::copy_symlink(&src, &dst, &meta).map(|_| 0)
-            } else {
-                localcopy::copy_file(&src, &dst, &meta)
-            }
-        })
-        .await
-        .map_err(|e| StoreError::Invalid(e.to_string()))?
-        .map_err(|e| StoreError::io(what, e))?;
-        if let Some(t) = &self.throttle {
-            t.take(n).await;
-        }
-        Stats::add(&self.stats.bytes_copied, n);
-        Ok(())
+        let sm = match job.src.md5 {
+            Some(m) => Some(m),
+            None => self.local_md5(&self.src, &job.src.path).await?,
+        };
+        let dm = match d.md5 {
+            Some(m) => Some(m),
+            None => self.local_md5(&self.dst, &job.dst_path).await?,
+        };
+        // Unknown on either side: copying is the only way to be sure.
+        Ok(!matches!((sm, dm), (Some(a), Some(b)) if a == b))
     }
 
     /// The generic path: blocks read from the source, written to the destination.
@@ -327,6 +350,22 @@ impl Engine {
         }
         meta.md5 = digest.filter(|_| self.opts.put_md5);
         up.commit(&meta).await
+    }
+}
+
+/// Whether the destination entry differs from the source by what the listings say; None
+/// when only content hashes can tell (`--compare md5` without both MD5s known).
+pub fn differs_by_metadata(compare: Compare, s: &Entry, d: &Entry) -> Option<bool> {
+    if compare == Compare::None || d.kind != s.kind || d.size != s.size {
+        return Some(true);
+    }
+    match compare {
+        Compare::Size | Compare::None => Some(false),
+        Compare::SizeMtime => Some(d.mtime != s.mtime),
+        Compare::Md5 => match (s.md5, d.md5) {
+            (Some(a), Some(b)) => Some(a != b),
+            _ => None,
+        },
     }
 }
 
