@@ -43,6 +43,9 @@ pub struct Common {
     /// Retries per request for 429, 5xx, resets and truncated bodies
     #[arg(long, env = "FERRY_MAX_RETRIES", default_value_t = 5, global = true)]
     pub max_retries: u32,
+    /// Do not send a Content-MD5 with each uploaded block (the whole-blob MD5 is separate: --no-put-md5)
+    #[arg(long = "no-block-md5", action = clap::ArgAction::SetFalse, global = true)]
+    pub block_md5: bool,
     /// Give up on a request that sends or receives nothing for this many seconds
     #[arg(long, env = "FERRY_IO_TIMEOUT", default_value_t = 60, global = true, hide = true)]
     pub io_timeout: u64,

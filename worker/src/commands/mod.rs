@@ -44,6 +44,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         retry: RetryPolicy { max_retries: common.max_retries, ..RetryPolicy::default() },
         stats,
         concurrency,
+        block_md5: common.block_md5,
         io_timeout: Duration::from_secs(common.io_timeout.max(1)),
         env: env(),
     }

@@ -51,6 +51,7 @@ impl Azurite {
             retry: RetryPolicy { max_retries: 2, ..RetryPolicy::default() },
             stats: Arc::new(Stats::default()),
             concurrency: 8,
+            block_md5: true,
             io_timeout: Duration::from_secs(30),
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),

@@ -101,6 +101,8 @@ pub struct OpenOptions {
     pub retry: RetryPolicy,
     pub stats: Arc<Stats>,
     pub concurrency: usize,
+    /// Send a Content-MD5 with every block, for the service to check on arrival.
+    pub block_md5: bool,
     pub io_timeout: std::time::Duration,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
