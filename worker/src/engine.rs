@@ -282,8 +282,14 @@ impl Engine {
         }
 
         let fingerprint = format!("{}:{}:{}", size, job.src.mtime.map(|m| m.to_string()).unwrap_or_default(), job.src.md5.map(|m| crate::manifest::md5_hex(&m)).unwrap_or_default());
-        let plan = UploadPlan { size, block_size: bs, fingerprint };
+        // Local destinations take bytes as they arrive, so their ranges can be large: fewer
+        // requests, and memory stays at one write buffer per request whatever the range.
+        let streamed = self.dst.local_root().is_some();
+        let plan = UploadPlan { size, block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs }, fingerprint };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
+        if up.piecewise() {
+            return self.download(job, up, plan, meta, expected_md5, need_hash).await;
+        }
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
         let result: Result<()> = {
@@ -352,6 +358,109 @@ impl Engine {
         up.commit(&meta).await
     }
 }
+
+impl Engine {
+    /// Ranges stream into the destination in `WRITE_BUFFER` pieces. A follower hashes blocks
+    /// back from the destination as the contiguous finished prefix grows, so the MD5 check
+    /// overlaps the transfer instead of re-reading the file at the end.
+    async fn download(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool) -> Result<()> {
+        let path = &job.src.path;
+        let up_ref = &*up;
+        let plan = &plan;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
+        let fetching = async move {
+            let first_meta = futures::stream::iter(0..plan.blocks())
+                .map(|i| {
+                    let tx = tx.clone();
+                    async move {
+                        let _permit = self.inflight.acquire().await.expect("semaphore open");
+                        let len = plan.block_len(i);
+                        if up_ref.staged(i) {
+                            Stats::add(&self.stats.blocks_reused, 1);
+                            Stats::add(&self.stats.bytes_skipped, len);
+                            let _ = tx.send(i);
+                            return Ok(None);
+                        }
+                        let (m, mut body) = self.src.read_stream(path, i * plan.block_size, len).await?;
+                        let mut buf = bytes::BytesMut::with_capacity(WRITE_BUFFER.min(len as usize));
+                        let mut written = 0u64;
+                        while let Some(c) = body.next().await {
+                            let c = c?;
+                            if let Some(t) = &self.throttle {
+                                t.take(c.len() as u64).await;
+                            }
+                            Stats::add(&self.stats.bytes_copied, c.len() as u64);
+                            buf.extend_from_slice(&c);
+                            if buf.len() >= WRITE_BUFFER {
+                                let piece = buf.split().freeze();
+                                let n = piece.len() as u64;
+                                up_ref.write_at(i, written, piece).await?;
+                                written += n;
+                            }
+                        }
+                        if !buf.is_empty() {
+                            let n = buf.len() as u64;
+                            up_ref.write_at(i, written, buf.freeze()).await?;
+                            written += n;
+                        }
+                        if written != len {
+                            return Err(StoreError::Integrity(format!("short read: got {written} of {len} bytes")));
+                        }
+                        up_ref.finish_block(i).await?;
+                        Stats::add(&self.stats.blocks_sent, 1);
+                        let _ = tx.send(i);
+                        Ok::<_, StoreError>(m)
+                    }
+                })
+                .buffer_unordered(self.opts.concurrency.max(1))
+                .try_fold(None, |acc: Option<Meta>, m| async move { Ok(acc.or(m)) })
+                .await;
+            // Every sender is gone once the blocks are done: the follower then sees the end.
+            drop(tx);
+            first_meta
+        };
+        let hashing = async move {
+            let mut h = Md5::new();
+            let mut done = std::collections::BTreeSet::new();
+            let mut next = 0u64;
+            while let Some(i) = rx.recv().await {
+                if !need_hash {
+                    continue;
+                }
+                done.insert(i);
+                while done.remove(&next) {
+                    let data = up_ref.read_back(next).await?.expect("piecewise stores read back");
+                    h.update(&data);
+                    next += 1;
+                }
+            }
+            Ok::<_, StoreError>((need_hash && next == plan.blocks()).then(|| h.finalize().into()))
+        };
+        let (fetched, hashed) = tokio::join!(fetching, hashing);
+        let digest: Option<[u8; 16]> = match (fetched, hashed) {
+            (Ok(m), Ok(d)) => {
+                if let Some(m) = m {
+                    merge(&mut meta, m);
+                }
+                d
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                up.abort(matches!(e, StoreError::Integrity(_))).await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = check_md5(expected_md5.or(meta.md5), digest) {
+            up.abort(true).await;
+            return Err(e);
+        }
+        up.commit(&meta).await
+    }
+}
+
+/// Smallest range a download asks for: on the emulator and on Azure alike, fewer, larger
+/// requests move more bytes per second.
+const DOWNLOAD_RANGE: u64 = 16 << 20;
+const WRITE_BUFFER: usize = 1 << 20;
 
 /// Whether the destination entry differs from the source by what the listings say; None
 /// when only content hashes can tell (`--compare md5` without both MD5s known).

@@ -21,6 +21,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Block buffers are often freed on another thread than the one that allocated them. With
+    // glibc's sliding mmap threshold they then collect in per-thread arenas (RSS tripled in the
+    // download benchmark); a fixed threshold hands every large buffer back to the OS on free.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
     let cli = cli::Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

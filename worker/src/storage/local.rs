@@ -397,10 +397,22 @@ impl Upload for LocalUpload {
     }
 
     async fn put_block(&self, idx: u64, data: Bytes) -> Result<()> {
+        self.write_at(idx, 0, data).await?;
+        self.finish_block(idx).await
+    }
+
+    fn piecewise(&self) -> bool {
+        true
+    }
+
+    async fn write_at(&self, idx: u64, offset_in_block: u64, data: Bytes) -> Result<()> {
         let file = self.file.clone();
-        let offset = idx * self.plan.block_size;
+        let offset = idx * self.plan.block_size + offset_in_block;
         let what = self.final_path.display().to_string();
-        blocking(move || file.write_all_at(&data, offset).map_err(|e| StoreError::io(what, e))).await?;
+        blocking(move || file.write_all_at(&data, offset).map_err(|e| StoreError::io(what, e))).await
+    }
+
+    async fn finish_block(&self, idx: u64) -> Result<()> {
         // Journal after the data: a kill in between costs one block, never a hole.
         let mut j = self.journal.lock().unwrap();
         writeln!(j, "{idx}").map_err(|e| StoreError::io(self.journal_path.display().to_string(), e))

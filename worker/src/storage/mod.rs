@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
 use crate::error::{Result, StoreError};
@@ -58,6 +59,17 @@ pub trait Upload: Send + Sync {
     /// True if this block survived from an earlier, interrupted attempt.
     fn staged(&self, idx: u64) -> bool;
     async fn put_block(&self, idx: u64, data: Bytes) -> Result<()>;
+    /// Whether a block can be written in pieces (`write_at`, then `finish_block`): true for
+    /// local files, where a download then needs no block-sized buffer.
+    fn piecewise(&self) -> bool {
+        false
+    }
+    async fn write_at(&self, _idx: u64, _offset_in_block: u64, _data: Bytes) -> Result<()> {
+        Err(StoreError::Invalid("this store takes whole blocks only".into()))
+    }
+    async fn finish_block(&self, _idx: u64) -> Result<()> {
+        Err(StoreError::Invalid("this store takes whole blocks only".into()))
+    }
     /// The bytes of a staged block, where the store can give them back cheaply.
     async fn read_back(&self, idx: u64) -> Result<Option<Bytes>>;
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()>;
@@ -77,6 +89,13 @@ pub trait Store: Send + Sync {
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
     async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk>;
+
+    /// Like `read`, but the bytes arrive as they come, so a large range never sits in memory
+    /// whole. Stores that can resume a broken body do so inside the stream.
+    async fn read_stream(&self, path: &[u8], offset: u64, len: u64) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+        let chunk = self.read(path, offset, len).await?;
+        Ok((chunk.meta, Box::pin(futures::stream::once(async move { Ok(chunk.data) }))))
+    }
 
     /// Writes a whole object at once (small files).
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()>;

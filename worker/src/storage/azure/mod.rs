@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::{Method, StatusCode};
 use tokio::sync::mpsc;
@@ -196,6 +197,11 @@ impl Inner {
         retry(&self.retry, &self.stats, || self.send(method.clone(), url.to_string(), headers, body.clone())).await
     }
 
+    async fn open_range(&self, url: &str, offset: u64, len: u64) -> Result<reqwest::Response> {
+        let range = [("x-ms-range", format!("bytes={}-{}", offset, offset + len - 1))];
+        self.call(Method::GET, url, &range, None).await
+    }
+
     fn entry_of(&self, b: xml::BlobItem) -> Option<Entry> {
         if b.is_folder {
             return None;
@@ -326,6 +332,19 @@ impl Store for AzureStore {
         .await
     }
 
+    async fn read_stream(&self, path: &[u8], offset: u64, len: u64) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+        if len == 0 {
+            let chunk = self.read(path, offset, len).await?;
+            return Ok((chunk.meta, Box::pin(futures::stream::empty())));
+        }
+        let inner = self.inner.clone();
+        let url = inner.blob_url(&inner.name(path)?);
+        let first = inner.open_range(&url, offset, len).await?;
+        let meta = meta_from_headers(first.headers(), true);
+        let state = RangeStream { inner, url, next: offset, end: offset + len, resp: Some(first), retries: 0, started: std::time::Instant::now() };
+        Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
+    }
+
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
         let s = &self.inner;
         let name = s.name(path)?;
@@ -375,6 +394,60 @@ impl Store for AzureStore {
             Err(StoreError::Http { status: 409, .. }) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The body of one ranged GET. A body cut short is re-requested from the first byte not yet
+/// received, within the retry policy, so a large range never restarts from zero.
+struct RangeStream {
+    inner: Arc<Inner>,
+    url: String,
+    next: u64,
+    end: u64,
+    resp: Option<reqwest::Response>,
+    retries: u32,
+    started: std::time::Instant,
+}
+
+impl RangeStream {
+    async fn step(mut self) -> Option<(Result<Bytes>, Self)> {
+        loop {
+            if self.next >= self.end {
+                return None;
+            }
+            if self.resp.is_none() {
+                match self.inner.open_range(&self.url, self.next, self.end - self.next).await {
+                    Ok(r) => self.resp = Some(r),
+                    Err(e) => return Some(self.fail(e)),
+                }
+            }
+            let resp = self.resp.as_mut().expect("opened above");
+            let err = match resp.chunk().await {
+                Ok(Some(c)) if c.len() as u64 <= self.end - self.next => {
+                    self.next += c.len() as u64;
+                    return Some((Ok(c), self));
+                }
+                Ok(Some(_)) => return Some(self.fail(StoreError::Integrity("long read: more bytes than the range asked for".into()))),
+                Ok(None) => StoreError::Transport(format!("truncated body: {} bytes short", self.end - self.next)),
+                Err(e) => map_reqwest(e),
+            };
+            self.resp = None;
+            let policy = &self.inner.retry;
+            match err.retry_label() {
+                Some(label) if self.retries < policy.max_retries && self.started.elapsed() < policy.budget => {
+                    self.inner.stats.retried(&label);
+                    tokio::time::sleep(policy.backoff(self.retries, None)).await;
+                    self.retries += 1;
+                }
+                _ => return Some(self.fail(err)),
+            }
+        }
+    }
+
+    /// Yields the error and ends the stream.
+    fn fail(mut self, e: StoreError) -> (Result<Bytes>, Self) {
+        self.next = self.end;
+        (Err(e), self)
     }
 }
 
