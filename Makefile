@@ -1,0 +1,19 @@
+# ferry: install, build, test and demo. Every target works from a fresh clone (see scripts/setup.sh).
+SHELL := /bin/bash
+CARGO_MANIFEST := worker/Cargo.toml
+PYTEST := .venv/bin/pytest
+
+.PHONY: setup build test demo
+
+setup:
+	scripts/setup.sh
+
+build:
+	cargo build --release --manifest-path $(CARGO_MANIFEST)
+
+test: setup
+	cargo test --release --manifest-path $(CARGO_MANIFEST)
+	$(PYTEST) -q tests
+
+demo: setup
+	scripts/demo.sh

@@ -1,0 +1,1 @@
+"""Helpers for ferry's end-to-end tests: Azurite, the fault proxy, trees, the manifest format."""

@@ -1,0 +1,150 @@
+"""Start and stop a throwaway Azurite blob emulator on loopback for tests."""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ACCOUNT = "devstoreaccount1"
+# Azurite's published development key (the same for every Azurite install); not a secret.
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_answers(port: int, timeout: float = 1.0) -> bool:
+    """True once something on the port speaks HTTP (any status, even 403, will do)."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.request("GET", f"/{ACCOUNT}?comp=list")
+        conn.getresponse().read()
+        conn.close()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+@dataclass
+class Azurite:
+    port: int
+    location: Path
+    process: subprocess.Popen
+    log_path: Path
+    account: str = ACCOUNT
+    key: str = KEY
+    _owns_location: bool = field(default=True, repr=False)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{self.account}"
+
+    def url(self, container: str, blob: str = "", port: int | None = None) -> str:
+        """Path-style blob URL; `port` lets a caller aim at a proxy in front of this Azurite."""
+        base = f"http://127.0.0.1:{port or self.port}/{self.account}/{container}"
+        return f"{base}/{blob}" if blob else base
+
+    def service_client(self, endpoint: str | None = None, **kwargs):
+        # Imported here so that local-only test runs never need the SDK loaded.
+        from azure.storage.blob import BlobServiceClient
+
+        return BlobServiceClient(
+            endpoint or self.endpoint,
+            credential={"account_name": self.account, "account_key": self.key},
+            **kwargs,
+        )
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no Azurite log)"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self._owns_location:
+            shutil.rmtree(self.location, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: ask Linux to SIGTERM Azurite when the test process dies, so a
+    killed or timed-out pytest (no fixture teardown) leaves no emulator behind."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def azurite_binary(repo_root: Path) -> Path:
+    return repo_root / "node_modules" / ".bin" / "azurite-blob"
+
+
+def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3) -> Azurite:
+    """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace.
+
+    Disk mode with a temp dir (not --inMemoryPersistence) because in-memory Azurite keeps
+    overwritten data around and balloons; --skipApiVersionCheck because current SDKs send API
+    versions newer than Azurite knows; --disableTelemetry so the emulator never calls out.
+    """
+    binary = azurite_binary(repo_root)
+    if not binary.exists():
+        raise RuntimeError(f"{binary} is missing: run `make setup` (npm ci) first")
+    last_error = ""
+    for _ in range(attempts):
+        port = free_port()
+        location = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
+        log_path = location / "azurite.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "--blobHost", "127.0.0.1",
+                "--blobPort", str(port),
+                "--location", str(location / "data"),
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableTelemetry",
+                "--silent",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=location,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            # A custom account list in the caller's environment would drop devstoreaccount1.
+            env={k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"},
+        )
+        log.close()
+        az = Azurite(port=port, location=location, process=proc, log_path=log_path)
+        deadline = time.monotonic() + start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            if http_answers(port):
+                return az
+            time.sleep(0.1)
+        # Either it died (most likely the port was taken between probe and bind) or it never answered.
+        last_error = az.log_tail()
+        az.stop()
+    raise RuntimeError(f"Azurite did not start after {attempts} attempts; last log:\n{last_error}")

@@ -1,0 +1,124 @@
+"""kill -9 in the middle of a transfer, then run again: resume without re-sending, no torn files."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import time
+
+import pytest
+from azure.core.exceptions import ResourceNotFoundError
+
+from support.proxy import ABSENT
+from support.summary import section
+from support.trees import File, make_tree, snapshot
+
+MiB = 1 << 20
+BLOCKS = 12
+
+
+def sdk_block_id(wire_id: str) -> str:
+    """The form in which the Python SDK reports a block id that went over the wire as ``wire_id``.
+
+    The SDK base64-decodes ids and returns the text if it is UTF-8, else the id as sent; applying
+    the same rule to the ids the proxy saw makes the two comparable whatever ids ferry chooses.
+    """
+    try:
+        return base64.b64decode(wire_id, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return wire_id
+
+
+def wait_alive(proxy, proc, predicate, timeout, what):
+    """proxy.wait_for, but give up at once (with ferry's stderr) if ferry exits meanwhile."""
+    def check():
+        if proc.poll() is not None:
+            raise AssertionError(f"ferry exited ({proc.returncode}) before {what}")
+        return predicate()
+    proxy.wait_for(check, timeout, what)
+
+
+def test_kill_during_multiblock_upload_resumes_without_resending_blocks(tmp_path, container, proxy, run_ferry):
+    src = tmp_path / "src"
+    size = BLOCKS * MiB - 1000
+    contents = make_tree(src, {"big.bin": File(size=size)})
+    data = contents[b"big.bin"]
+    staged_first = 3
+    # Let three Put Block requests through, hold every later one until ferry is dead, then drop them.
+    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=staged_first, count=BLOCKS * 4,
+                     after_stall="drop", stall_timeout=60)
+
+    def good_blocks():
+        return [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
+
+    proc = run_ferry.spawn("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB",
+                           log_dir=tmp_path)
+    try:
+        wait_alive(proxy, proc, lambda: len(good_blocks()) == staged_first and proxy.stalled >= 1, 60,
+                   f"{staged_first} Put Block to succeed and the next to stall")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proxy.release(hold)
+    proxy.wait_idle(30)
+
+    blob = container.client.get_blob_client("big.bin")
+    with pytest.raises(ResourceNotFoundError):
+        blob.get_blob_properties()  # nothing may be committed yet: the upload was cut short
+    _, uncommitted = blob.get_block_list("uncommitted")
+    staged = {b.id for b in uncommitted}
+    sent_before = {sdk_block_id(r.block_id) for r in good_blocks()}
+    assert staged == sent_before, "Azurite should hold exactly the blocks that got through"
+
+    proxy.clear_rules()
+    proxy.clear_log()
+    rerun = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json")
+    put_blocks = proxy.requests("PUT", comp="block")
+    resent = [r.block_id for r in put_blocks if sdk_block_id(r.block_id) in staged]
+    assert resent == [], f"re-run sent already staged blocks again: {resent}"
+    assert len(put_blocks) == BLOCKS - len(staged), \
+        f"re-run sent {len(put_blocks)} Put Block, want {BLOCKS - len(staged)} (the blocks never staged)"
+    assert rerun.json["files"]["copied"] == 1
+    assert section(rerun.json, "blocks") == {"sent": BLOCKS - len(staged), "reused": len(staged)}, \
+        rerun.json["blocks"]
+
+    assert blob.download_blob().readall() == data
+    props = blob.get_blob_properties()
+    assert props.size == size
+    assert bytes(props.content_settings.content_md5) == hashlib.md5(data).digest()
+    committed, _ = blob.get_block_list("committed")
+    assert len(committed) == BLOCKS
+
+
+def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_path, container, proxy, run_ferry):
+    data = os.urandom(8 * MiB + 333)
+    container.client.upload_blob("big.bin", data)
+    container.client.upload_blob("small.txt", b"small\n")
+    dst = tmp_path / "dst"
+    # Every GET of the big blob's bytes gets a little of its body, then hangs until ferry is dead.
+    hold = proxy.add("stall_body", method="GET", path=r"/big\.bin$", query={"comp": ABSENT},
+                     body_bytes=256 * 1024, count=200, stall_timeout=60)
+    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", "--block-size", "1MiB",
+                           log_dir=tmp_path)
+    try:
+        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, "a GET of big.bin to stall mid-body")
+        time.sleep(0.5)  # let ferry write what it received, so a torn file would exist if it can
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proxy.release(hold)
+    proxy.wait_idle(30)
+
+    assert not os.path.lexists(dst / "big.bin"), \
+        f"a partial file exists under the final name: {os.path.getsize(dst / 'big.bin')} of {len(data)} bytes"
+    left_behind = sorted(p.decode(errors="replace") for p in snapshot(dst)) if dst.exists() else []
+
+    proxy.clear_rules()
+    run_ferry("copy", container.via(proxy.port), dst, "--recursive", "--block-size", "1MiB")
+    assert (dst / "big.bin").read_bytes() == data
+    assert (dst / "small.txt").read_bytes() == b"small\n"
+    final = sorted(p.decode() for p in snapshot(dst))
+    assert final == ["big.bin", "small.txt"], \
+        f"temporary files left after a successful re-run: {final} (after the kill: {left_behind})"

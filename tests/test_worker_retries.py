@@ -1,0 +1,54 @@
+"""Transient server faults (503 + Retry-After, 500, a cut-off body) are retried; --max-retries 0 is not."""
+
+from __future__ import annotations
+
+import hashlib
+
+from support.summary import section
+from support.trees import files_only, make_tree, snapshot
+
+MiB = 1 << 20
+
+
+def test_upload_and_download_retry_injected_faults(tmp_path, container, proxy, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    contents = make_tree(src, {"a.bin": 300_000, "b.bin": 2 * MiB + 12_345, "c.txt": b"c\n"})
+    # The first PUT of the run gets a 503 asking for an immediate retry; the third PUT a bare 500.
+    busy = proxy.add("status", method="PUT", status=503, headers={"Retry-After": "0"}, count=1)
+    broken = proxy.add("status", method="PUT", status=500, skip=2, count=1)
+
+    up = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json")
+    assert (busy.fired, broken.fired) == (1, 1), "the faults were not all injected"
+    assert section(up.json, "files") == {"total": 3, "copied": 3, "skipped": 0, "failed": 0}, up.json
+    assert up.json["failures"] == []
+    retries = up.json["retries"]
+    assert retries["total"] >= 2, retries
+    assert retries["by_status"].get("503", 0) >= 1 and retries["by_status"].get("500", 0) >= 1, retries
+    for rel, data in contents.items():
+        props = container.client.get_blob_client(rel.decode()).get_blob_properties()
+        assert bytes(props.content_settings.content_md5) == hashlib.md5(data).digest(), rel
+        assert container.client.download_blob(rel.decode()).readall() == data
+
+    proxy.clear_rules()
+    # Cut the body of b.bin's first data GET short: the connection closes after 100 kB.
+    cut = proxy.add("truncate", method="GET", path=r"/b\.bin$", body_bytes=100_000, count=1)
+    down = run_ferry("copy", container.via(proxy.port), dst, "--recursive", "--json")
+    assert cut.fired == 1, "ferry never fetched b.bin through the proxy"
+    assert down.json["files"]["failed"] == 0 and down.json["files"]["copied"] == 3, down.json
+    assert down.json["retries"]["total"] >= 1, down.json["retries"]
+    assert files_only(snapshot(dst)) == files_only(snapshot(src))
+
+
+def test_max_retries_zero_fails_that_file_and_copies_the_rest(tmp_path, container, proxy, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, {"a.txt": b"a\n", "b.txt": b"b\n", "c.txt": b"c\n"})
+    proxy.add("status", method="PUT", path=r"/b\.txt$", status=503, headers={"Retry-After": "0"}, count=5)
+
+    result = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--max-retries", "0", "--json",
+                       check=1)
+    assert section(result.json, "files") == {"total": 3, "copied": 2, "skipped": 0, "failed": 1}, result.json
+    failures = result.json["failures"]
+    assert len(failures) == 1 and failures[0]["path"].endswith("b.txt"), failures
+    assert failures[0]["error"], "a failure must say what went wrong"
+    assert sorted(container.blobs()) == ["a.txt", "c.txt"]
+    assert len(proxy.requests("PUT", path=r"/b\.txt$")) == 1, "--max-retries 0 must not retry"
