@@ -1,0 +1,172 @@
+"""Token credential flows, each against a loopback stand-in for the identity endpoint and the
+Blob service: the token ferry fetches must be the one it presents, and nothing leaves 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+LIST_XML = (
+    b'<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="ctr"><Blobs>'
+    b"<Blob><Name>hello.txt</Name><Properties><Content-Length>5</Content-Length>"
+    b"<Last-Modified>Tue, 14 Nov 2023 22:13:20 GMT</Last-Modified></Properties></Blob>"
+    b"</Blobs><NextMarker/></EnumerationResults>"
+)
+
+
+class StandIn:
+    """IMDS, the Entra token endpoint and a one-blob container, on one loopback port."""
+
+    def __init__(self):
+        self.seen: list[dict] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _reply(self, code, body=b"", ctype="application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                url = urlparse(self.path)
+                q = parse_qs(url.query)
+                owner.seen.append({"method": "GET", "path": url.path, "query": q, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if url.path == "/metadata/identity/oauth2/token":
+                    if self.headers.get("Metadata") != "true" or q.get("resource") != ["https://storage.azure.com/"]:
+                        return self._reply(400, b'{"error":"bad request"}')
+                    return self._reply(200, json.dumps({"access_token": "tok-imds", "expires_in": "3600"}).encode())
+                if url.path == "/acct/ctr" and q.get("comp") == ["list"]:
+                    return self._reply(200, LIST_XML, "application/xml")
+                self._reply(404, b"")
+
+            def do_POST(self):
+                url = urlparse(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                form = parse_qs(body)
+                owner.seen.append({"method": "POST", "path": url.path, "form": form, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if url.path == "/tenant-1/oauth2/v2.0/token":
+                    ok = (
+                        form.get("grant_type") == ["client_credentials"]
+                        and form.get("client_id") == ["client-1"]
+                        and form.get("client_assertion") == ["federated-jwt"]
+                        and form.get("scope") == ["https://storage.azure.com/.default"]
+                    )
+                    if ok:
+                        return self._reply(200, json.dumps({"access_token": "tok-workload", "expires_in": 3600}).encode())
+                    return self._reply(401, b'{"error":"invalid_client"}')
+                self._reply(404, b"")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def blob_auth(self) -> list:
+        return [s["headers"].get("authorization") for s in self.seen if s["path"] == "/acct/ctr"]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def standin():
+    s = StandIn()
+    yield s
+    s.close()
+
+
+def token_env(extra: dict) -> dict:
+    """Overrides for run_ferry: no key and no forced source, so the chain reaches the token sources."""
+    return {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None, **extra}
+
+
+def ls(run_ferry, standin, env, check=True):
+    return run_ferry("ls", f"{standin.url}/acct/ctr", "-r", env=env, check=check)
+
+
+def test_managed_identity_token_is_fetched_and_presented(run_ferry, standin):
+    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url}))
+    assert "hello.txt\tf\t5\t" in out.stdout
+    assert standin.blob_auth() == ["Bearer tok-imds"]
+
+
+def test_workload_identity_exchanges_the_federated_token(run_ferry, standin, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("federated-jwt\n")
+    env = token_env({
+        "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
+        "AZURE_CLIENT_ID": "client-1",
+        "AZURE_TENANT_ID": "tenant-1",
+        "AZURE_AUTHORITY_HOST": standin.url,
+    })
+    out = ls(run_ferry, standin, env)
+    assert "hello.txt" in out.stdout
+    assert standin.blob_auth() == ["Bearer tok-workload"]
+    # Auto mode picked workload identity on its own: IMDS was never asked.
+    assert not any(s["path"].startswith("/metadata") for s in standin.seen)
+
+
+def test_azure_cli_token(run_ferry, standin, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    az = bindir / "az"
+    az.write_text("#!/bin/sh\n"
+                  "[ \"$1 $2\" = 'account get-access-token' ] || exit 3\n"
+                  "echo '{\"accessToken\": \"tok-cli\", \"expiresOn\": \"2099-01-01 00:00:00.000000\"}'\n")
+    az.chmod(az.stat().st_mode | stat.S_IEXEC)
+    env = token_env({"FERRY_AUTH": "cli", "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    ls(run_ferry, standin, env)
+    assert standin.blob_auth() == ["Bearer tok-cli"]
+
+
+def test_auto_chain_falls_back_to_anonymous(run_ferry, standin, tmp_path):
+    # No credentials at all, IMDS unreachable (closed loopback port), no az on PATH.
+    env = token_env({"FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9", "PATH": str(tmp_path)})
+    out = ls(run_ferry, standin, env)
+    assert "hello.txt" in out.stdout
+    assert standin.blob_auth() == [None]
+
+
+def test_forced_managed_identity_fails_clearly_when_unreachable(run_ferry, standin):
+    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9"}), check=2)
+    assert "managed identity" in out.stderr
+    assert standin.blob_auth() == []
+
+
+def test_sas_from_environment_is_sent_but_never_shown(run_ferry, standin):
+    env = token_env({"AZURE_STORAGE_SAS_TOKEN": "?sv=2024-01-01&sig=TOPSECRETSIG"})
+    out = ls(run_ferry, standin, env)
+    assert "hello.txt" in out.stdout
+    listed = [s for s in standin.seen if s["path"] == "/acct/ctr"]
+    assert listed and listed[0]["query"].get("sig") == ["TOPSECRETSIG"]
+    shown = run_ferry("env", f"{standin.url}/acct/ctr", env=env)
+    assert "TOPSECRETSIG" not in shown.stdout + shown.stderr
+    assert "credential: sas" in shown.stdout
+
+
+def test_secrets_never_reach_error_messages(run_ferry, container):
+    """A wrong key and a SAS in the URL, against a real Azurite: the error says 403 and how to
+    find out which credential was used; it never repeats the key or the signature."""
+    wrong_key = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXk="
+    out = run_ferry("ls", container, env={"AZURE_STORAGE_KEY": wrong_key}, check=2)
+    assert "403" in out.stderr and "ferry env" in out.stderr
+    assert wrong_key not in out.stderr + out.stdout
+    sas_url = f"{container}?sv=2024-01-01&sp=r&sig=NOTAREALSIGNATURE"
+    out = run_ferry("ls", sas_url, env={"FERRY_AUTH": None}, check=2)
+    assert "NOTAREALSIGNATURE" not in out.stderr + out.stdout
