@@ -122,3 +122,37 @@ def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_pat
     final = sorted(p.decode() for p in snapshot(dst))
     assert final == ["big.bin", "small.txt"], \
         f"temporary files left after a successful re-run: {final} (after the kill: {left_behind})"
+
+
+def test_killed_download_resumes_from_the_ranges_already_written(tmp_path, container, proxy, run_ferry):
+    # Three ranges of at least 16 MiB each (ferry's download range): 16 + 16 + 8 MiB and a bit.
+    data = os.urandom(40 * MiB + 333)
+    container.client.upload_blob("big.bin", data)
+    dst = tmp_path / "dst"
+    # The first two range GETs pass; the third hangs mid-body until ferry is dead.
+    hold = proxy.add("stall_body", method="GET", path=r"/big\.bin$", query={"comp": ABSENT},
+                     skip=2, count=1, body_bytes=64 * 1024, stall_timeout=60)
+    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", log_dir=tmp_path)
+    try:
+        def two_done_one_stalled():
+            gets = proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$")
+            return proxy.stalled >= 1 and sum(r.done for r in gets) >= 2
+        wait_alive(proxy, proc, two_done_one_stalled, 60, "two ranges written and the third stalled")
+        time.sleep(0.5)  # the journal line follows the last write of a range
+    finally:
+        proc.kill()
+        proc.wait(10)
+    stalled = [r for r in proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$") if r.action == "stall_body"]
+    assert len(stalled) == 1
+    range_of = lambda r: dict((k.lower(), v) for k, v in r.headers).get("x-ms-range")
+    unfinished = range_of(stalled[0])
+    proxy.release(hold)
+    proxy.wait_idle(30)
+
+    proxy.clear_rules()
+    proxy.clear_log()
+    out = run_ferry("copy", container.via(proxy.port), dst, "--recursive", "--json")
+    assert (dst / "big.bin").read_bytes() == data
+    again = [range_of(r) for r in proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$")]
+    assert again == [unfinished], f"the re-run fetched {again}; only {unfinished} was missing"
+    assert section(out.json, "blocks") == {"sent": 1, "reused": 2}
