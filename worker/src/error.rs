@@ -23,12 +23,9 @@ pub enum StoreError {
     #[error("credentials: {0}")]
     Auth(String),
 
+    // Not a #[source]: the message already includes it, and error chains would repeat it.
     #[error("{path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
 
     /// Content arrived but is not what was promised (size or MD5 mismatch).
     #[error("integrity: {0}")]

@@ -235,7 +235,22 @@ pub fn format_jsonl(e: &Entry) -> String {
     v.to_string()
 }
 
-/// Parses one line; Ok(None) for comments and blank lines.
+/// Parses one line; Ok(None) for comments and blank lines. A line starting with `./` is a
+/// bare path as fpart writes it (`fpart .`), taken verbatim: fpart does not escape, so its
+/// names may hold backslashes, tabs and bytes that are not UTF-8. ferry's own paths never
+/// start with `./`.
+pub fn parse_bytes(line: &[u8]) -> Result<Option<Entry>, String> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    if let Some(bare) = line.strip_prefix(b"./") {
+        if bare.is_empty() {
+            return Ok(None);
+        }
+        return Ok(Some(Entry { path: bare.to_vec(), kind: Kind::File, size: None, mtime: None, md5: None }));
+    }
+    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (ferry manifests escape such bytes as \\xHH)".to_string())?;
+    parse_line(text)
+}
+
 pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let line = line.strip_suffix('\n').unwrap_or(line);
     if line.is_empty() || line.starts_with('#') {
@@ -243,12 +258,9 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     }
     let mut fields = line.split('\t');
     let raw_path = fields.next().unwrap_or_default();
-    let mut path = unescape_path(raw_path)?;
+    let path = unescape_path(raw_path)?;
     let Some(kind) = fields.next() else {
-        // fpart writes bare paths, usually "./a/b" relative to where it was run.
-        if path.starts_with(b"./") {
-            path.drain(..2);
-        }
+        // A bare path without the `./` (fpart run on a relative directory name).
         return Ok(Some(Entry { path, kind: Kind::File, size: None, mtime: None, md5: None }));
     };
     let kind = Kind::parse(kind).ok_or_else(|| format!("bad type {kind:?}"))?;
@@ -271,7 +283,7 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
 /// Streams entries from a manifest file without holding it in memory.
 pub struct Reader<R> {
     inner: R,
-    line: String,
+    line: Vec<u8>,
     lineno: u64,
     name: String,
 }
@@ -285,7 +297,7 @@ impl Reader<io::BufReader<std::fs::File>> {
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: String) -> Self {
-        Reader { inner, line: String::new(), lineno: 0, name }
+        Reader { inner, line: Vec::new(), lineno: 0, name }
     }
 }
 
@@ -294,13 +306,13 @@ impl<R: BufRead> Iterator for Reader<R> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             self.line.clear();
-            match self.inner.read_line(&mut self.line) {
+            match self.inner.read_until(b'\n', &mut self.line) {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(e) => return Some(Err(format!("{}: {e}", self.name))),
             }
             self.lineno += 1;
-            match parse_line(&self.line) {
+            match parse_bytes(&self.line) {
                 Ok(None) => continue,
                 Ok(Some(e)) => return Some(Ok(e)),
                 Err(e) => return Some(Err(format!("{}:{}: {e}", self.name, self.lineno))),
@@ -375,10 +387,13 @@ mod tests {
     }
 
     #[test]
-    fn bare_paths_from_fpart() {
-        let e = parse_line("./a/b c\n").unwrap().unwrap();
-        assert_eq!(e.path, b"a/b c");
-        assert_eq!(e.size, None);
+    fn bare_paths_from_fpart_are_verbatim() {
+        for raw in [&b"./a/b c\n"[..], b"./back\\slash\\n", b"./tab\there", b"./bad\xffbyte"] {
+            let e = parse_bytes(raw).unwrap().unwrap();
+            assert_eq!(e.path, raw[2..].strip_suffix(b"\n").unwrap_or(&raw[2..]), "{raw:?}");
+            assert_eq!(e.size, None);
+        }
+        assert!(parse_bytes(b"not\xffutf8\tf\t1\t-\t-").is_err());
     }
 
     #[test]

@@ -22,35 +22,32 @@ pub fn lpt_assign(entries: &[Entry], parts: usize) -> Vec<usize> {
     owner
 }
 
-/// Parts by count or size, filled in input order in constant memory (fpart's live mode): a
-/// part closes when the next entry would exceed `max_files` or `max_bytes`; an entry larger
-/// than `max_bytes` on its own gets a part of its own.
+/// Parts by count or size, filled in input order in constant memory, by fpart's live-mode
+/// (`-L`) rule: an entry joins the open part, which closes as soon as it holds `max_files`
+/// entries or `max_bytes` bytes. So a part may exceed `max_bytes` by its last entry, and an
+/// entry larger than `max_bytes` that opens a part has that part to itself.
 pub struct Filler {
     max_files: Option<u64>,
     max_bytes: Option<u64>,
     files: u64,
     bytes: u64,
-    started: bool,
 }
 
 impl Filler {
     pub fn new(max_files: Option<u64>, max_bytes: Option<u64>) -> Self {
-        Filler { max_files, max_bytes, files: 0, bytes: 0, started: false }
+        Filler { max_files, max_bytes, files: 0, bytes: 0 }
     }
 
-    /// True if `size` must start a new part (the caller then closes the current one).
-    pub fn needs_new_part(&mut self, size: u64) -> bool {
-        let over_files = self.max_files.is_some_and(|f| self.files + 1 > f);
-        let over_bytes = self.max_bytes.is_some_and(|s| self.bytes + size > s);
-        let new = !self.started || (self.files > 0 && (over_files || over_bytes));
-        if new {
-            self.files = 0;
-            self.bytes = 0;
-            self.started = true;
-        }
+    /// Adds an entry; true if it opens a new part (the caller then starts one).
+    pub fn add(&mut self, size: u64) -> bool {
+        let opens = self.files == 0;
         self.files += 1;
         self.bytes += size;
-        new
+        if self.max_files.is_some_and(|f| self.files >= f) || self.max_bytes.is_some_and(|s| self.bytes >= s) {
+            self.files = 0;
+            self.bytes = 0;
+        }
+        opens
     }
 }
 
@@ -100,14 +97,15 @@ mod tests {
     }
 
     #[test]
-    fn filler_rules() {
+    fn filler_follows_fpart_live_mode() {
         // Two per part by count.
         let mut f = Filler::new(Some(2), None);
-        let starts: Vec<bool> = [1, 1, 1, 1, 1].iter().map(|&s| f.needs_new_part(s)).collect();
-        assert_eq!(starts, [true, false, true, false, true]);
-        // By size 10: the 25 gets a part of its own, then filling resumes.
+        let opens: Vec<bool> = [1, 1, 1, 1, 1].iter().map(|&s| f.add(s)).collect();
+        assert_eq!(opens, [true, false, true, false, true]);
+        // By size 10: 4+4 stays open, the 25 tips it over and closes it; 3+8 reaches 11 and
+        // closes; the 30 opens a part and has it to itself; 2 opens the next.
         let mut f = Filler::new(None, Some(10));
-        let starts: Vec<bool> = [4, 4, 25, 3, 8].iter().map(|&s| f.needs_new_part(s)).collect();
-        assert_eq!(starts, [true, false, true, true, true]);
+        let opens: Vec<bool> = [4, 4, 25, 3, 8, 30, 2].iter().map(|&s| f.add(s)).collect();
+        assert_eq!(opens, [true, false, false, true, false, true, true]);
     }
 }

@@ -20,10 +20,10 @@ pub struct PartitionArgs {
     /// Exactly N parts balanced by size (LPT); like fpart -n
     #[arg(long, short = 'n')]
     pub parts: Option<usize>,
-    /// At most F files per part, in input order; like fpart -f
+    /// At most F files per part, in input order (fpart -L -f)
     #[arg(long, short = 'f')]
     pub max_files: Option<u64>,
-    /// At most S bytes per part, in input order (a larger file gets a part of its own); like fpart -s
+    /// Parts of about S bytes, in input order: a part closes once it reaches S (fpart -L -s)
     #[arg(long, short = 's', value_parser = crate::units::parse_size)]
     pub max_bytes: Option<u64>,
     /// Print the summary on stdout too
@@ -56,6 +56,26 @@ fn entries(path: &Path) -> anyhow::Result<Box<dyn Iterator<Item = Result<Entry, 
 }
 
 pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
+    let result = split(&args);
+    if result.is_err() {
+        // Half a set of parts must not be mistaken for a whole one by the next step.
+        let _ = remove_outputs(&args.out);
+    }
+    result
+}
+
+fn remove_outputs(out: &Path) -> anyhow::Result<()> {
+    for old in std::fs::read_dir(out)? {
+        let old = old?.file_name();
+        let name = old.to_string_lossy();
+        if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
+            std::fs::remove_file(out.join(&old))?;
+        }
+    }
+    Ok(())
+}
+
+fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     // The same refusals as fpart: -n stands alone; -f and -s combine.
     if args.parts.is_some() && (args.max_files.is_some() || args.max_bytes.is_some()) {
         bail!("--parts cannot be combined with --max-files or --max-bytes (as fpart's -n cannot with -f or -s)");
@@ -68,14 +88,20 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     // Stale parts of an earlier run would otherwise be picked up as if they were this run's.
-    for old in std::fs::read_dir(&args.out)? {
-        let old = old?.file_name();
-        let name = old.to_string_lossy();
-        if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
-            std::fs::remove_file(args.out.join(&old))?;
-        }
-    }
+    remove_outputs(&args.out)?;
 
+    // Sizes decide --parts and --max-bytes; fpart's bare paths have none, and guessing zero
+    // would put everything in one part.
+    let needs_sizes = args.parts.is_some() || args.max_bytes.is_some();
+    let sized = |e: &Entry| -> anyhow::Result<()> {
+        if needs_sizes && e.size.is_none() {
+            bail!(
+                "{}: no size (a bare path, as fpart writes): --parts and --max-bytes need sizes; list the tree with `ferry ls -r`, or split by --max-files",
+                e.display_path()
+            );
+        }
+        Ok(())
+    };
     let mut dirs: Option<Writer<BufWriter<File>>> = None;
     let mut dir_count = 0u64;
     let mut note_dir = |e: &Entry, out: &Path| -> anyhow::Result<()> {
@@ -96,6 +122,7 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
             if e.kind == Kind::Dir {
                 note_dir(&e, &args.out)?;
             } else {
+                sized(&e)?;
                 all.push(e);
             }
         }
@@ -113,7 +140,11 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
             }
         }
     } else {
-        mode = if args.max_bytes.is_some() && args.max_files.is_none() { "max-bytes" } else { "max-files" };
+        mode = match (args.max_files, args.max_bytes) {
+            (Some(_), Some(_)) => "max-files+max-bytes",
+            (None, Some(_)) => "max-bytes",
+            _ => "max-files",
+        };
         let mut filler = Filler::new(args.max_files, args.max_bytes);
         let mut current: Option<Writer<BufWriter<File>>> = None;
         for e in entries(&args.manifest)? {
@@ -122,7 +153,8 @@ pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
                 note_dir(&e, &args.out)?;
                 continue;
             }
-            if filler.needs_new_part(e.size()) {
+            sized(&e)?;
+            if filler.add(e.size()) {
                 if let Some(w) = current.take() {
                     w.finish()?;
                 }

@@ -53,6 +53,15 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
     }
 }
 
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Count(c) => write!(f, "{c}"),
+            Limit::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 impl Limit {
     fn allows(self, n: u64, of: u64) -> bool {
         match self {
@@ -96,19 +105,23 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return refuse(format!("the destination listing failed ({e})")),
     };
     let dest_files = dest.iter().filter(|e| e.kind != Kind::Dir).count() as u64;
-    let (mut dirs, files): (Vec<Entry>, Vec<Entry>) = dest.into_iter().filter(|e| !keep.contains(&e.path)).partition(|e| e.kind == Kind::Dir);
+    let (files, dirs) = plan(dest, &keep);
     let n = files.len() as u64;
-    if !args.force && !args.max_delete.allows(n, dest_files) {
-        return refuse(format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {:?} allows; review with --dry-run, then pass --force or raise --max-delete", args.max_delete));
+    let over_limit = (!args.force && !args.max_delete.allows(n, dest_files)).then(|| {
+        format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
+    });
+    if let (Some(why), false) = (&over_limit, args.dry_run) {
+        return refuse(format!("{why}; review with --dry-run, then pass --force or raise --max-delete"));
     }
 
     let mut log = Writer::new(BufWriter::new(std::fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?))?;
-    for e in &files {
-        log.write(e)?;
-    }
     let mut deleted = 0u64;
-    if !args.dry_run {
-        let results: Vec<(Entry, Result<(), crate::error::StoreError>)> = futures::stream::iter(files.clone())
+    if args.dry_run {
+        for e in files.iter().chain(&dirs) {
+            log.write(e)?;
+        }
+    } else {
+        let mut results = futures::stream::iter(files.clone())
             .map(|e| {
                 let dst = dst.clone();
                 async move {
@@ -116,23 +129,22 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
                     (e, r)
                 }
             })
-            .buffer_unordered(concurrency * 2)
-            .collect()
-            .await;
-        for (e, r) in results {
+            .buffer_unordered(concurrency * 2);
+        // The log holds what was deleted, written as it happens: a run cut short still says
+        // what it did.
+        while let Some((e, r)) = results.next().await {
             match r {
-                Ok(()) => deleted += 1,
+                Ok(()) => {
+                    deleted += 1;
+                    log.write(&e)?;
+                }
                 Err(err) => stats.failed(e.display_path(), err.to_string()),
             }
         }
-        // Emptied directories go after their contents, deepest first; a directory that still
-        // holds something the source has is left alone.
-        if dst.local_root().is_some() {
-            dirs.sort_by(|a, b| b.path.len().cmp(&a.path.len()));
-            for d in dirs {
-                if dst.delete(&d.path).await.is_ok() {
-                    log.write(&d)?;
-                }
+        for d in &dirs {
+            // A directory still holding something (a file whose deletion failed) stays.
+            if dst.delete(&d.path).await.is_ok() {
+                log.write(d)?;
             }
         }
     }
@@ -142,17 +154,43 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
         super::print_json(&json!({
             "command": "prune", "dry_run": args.dry_run, "deleted": deleted, "would_delete": n,
-            "failed": failed, "failures": failures, "refused": null, "log": log_path.display().to_string(),
+            "dirs": dirs.len(), "failed": failed, "failures": failures, "refused": null,
+            "warning": over_limit, "log": log_path.display().to_string(),
         }));
     } else if args.dry_run {
-        for e in &files {
+        for e in files.iter().chain(&dirs) {
             println!("would delete\t{}", e.display_path());
         }
-        eprintln!("would delete {n} of {dest_files} destination files; list in {}", log_path.display());
+        eprintln!("would delete {n} of {dest_files} destination files and {} directories; list in {}", dirs.len(), log_path.display());
+        if let Some(why) = &over_limit {
+            eprintln!("note: a real run would be refused: {why}");
+        }
     } else {
         eprintln!("deleted {deleted} of {dest_files} destination files, failed {failed}; list in {}", log_path.display());
     }
     Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// What goes: destination entries the source lacks, and the directories (local destinations
+/// only) that hold nothing the source keeps, deepest first.
+fn plan(dest: Vec<Entry>, keep: &HashSet<Vec<u8>>) -> (Vec<Entry>, Vec<Entry>) {
+    let mut occupied: HashSet<&[u8]> = HashSet::new();
+    for e in dest.iter().filter(|e| keep.contains(&e.path)) {
+        let mut p = &e.path[..];
+        while let Some(slash) = p.iter().rposition(|&b| b == b'/') {
+            p = &p[..slash];
+            if !occupied.insert(p) {
+                break;
+            }
+        }
+    }
+    let (mut dirs, files): (Vec<Entry>, Vec<Entry>) = dest
+        .iter()
+        .filter(|e| !keep.contains(&e.path) && !(e.kind == Kind::Dir && occupied.contains(&e.path[..])))
+        .cloned()
+        .partition(|e| e.kind == Kind::Dir);
+    dirs.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then_with(|| a.path.cmp(&b.path)));
+    (files, dirs)
 }
 
 fn unix_now() -> u64 {

@@ -32,6 +32,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let (mut dirs, files): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|e| e.kind == Kind::Dir);
     dirs.sort_by(|a, b| b.path.len().cmp(&a.path.len()));
     let deleted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let would_delete = (files.len() + dirs.len()) as u64;
     if args.dry_run {
         for e in files.iter().chain(&dirs) {
             if !args.json {
@@ -61,9 +62,11 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let failed = Stats::get(&stats.files_failed);
     if args.json {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
-        super::print_json(&json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "failed": failed, "failures": failures}));
+        super::print_json(&json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures}));
+    } else if args.dry_run {
+        eprintln!("would delete {would_delete} (listed above)");
     } else {
-        eprintln!("{} {n_deleted}, failed {failed}", if args.dry_run { "would delete (see above)" } else { "deleted" });
+        eprintln!("deleted {n_deleted}, failed {failed}");
         for (p, e) in stats.failures() {
             eprintln!("failed: {p}: {e}");
         }

@@ -48,13 +48,13 @@ enum Status {
 }
 
 impl Status {
-    /// The marks of `rclone check --combined`.
+    /// The marks of `rclone check --combined`: `+` only in the source, `-` only in the destination.
     fn mark(self) -> char {
         match self {
             Status::Same => '=',
             Status::Differ => '*',
-            Status::MissingOnDst => '-',
-            Status::MissingOnSrc => '+',
+            Status::MissingOnDst => '+',
+            Status::MissingOnSrc => '-',
             Status::Error => '!',
         }
     }
@@ -81,7 +81,7 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
             .map_err(|err| err.to_string())?;
     }
     if !download {
-        return Err(format!("{} has no Content-MD5 (rerun with --download to hash its bytes)", store.describe()));
+        return Err(format!("no Content-MD5 on {} (rerun with --download to hash its bytes)", e.display_path()));
     }
     const BLOCK: u64 = 8 << 20;
     let size = e.size();
@@ -106,6 +106,17 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
     }
     if s.size != d.size {
         return (Status::Differ, format!("size {} != {}", s.size(), d.size()));
+    }
+    if s.kind == Kind::Symlink {
+        // Same length says little about a link: compare where it points.
+        if let (Some(sr), Some(dr)) = (src.local_root(), dst.local_root()) {
+            let (a, b) = (std::fs::read_link(super::path_of(sr, &s.path)), std::fs::read_link(super::path_of(dr, &d.path)));
+            return match (a, b) {
+                (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
+                (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", a.display(), b.display())),
+                (Err(e), _) | (_, Err(e)) => (Status::Error, e.to_string()),
+            };
+        }
     }
     if !args.checksum || s.kind != Kind::File {
         return (Status::Same, String::new());

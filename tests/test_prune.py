@@ -1,0 +1,349 @@
+"""`ferry prune` end to end: the final pass that deletes from DST what SRC no longer has.
+
+Every run passes ``--log`` into the test's temp dir. What is left is checked by walking the
+directory or listing the container with the SDK, never with ferry.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import describe, ferry_env
+from support.manifest import escape_path as escape, parse_manifest
+from support.trees import File, Link, make_tree, snapshot
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def src_spec(n: int = 30) -> dict:
+    spec = {f"keep/k{i:02d}.txt": b"keep %d\n" % i for i in range(n)}
+    spec.update({"top.txt": b"top\n", "keep/deeper/x.bin": File(size=5000), "with space/also kept": b"kept\n",
+                 "-dash-kept": b"d\n"})
+    return spec
+
+
+# What DST has beyond SRC: files at several depths, directories that become empty, odd names.
+EXTRA_FILES = {
+    b"extra-top.txt": b"x\n",
+    b"keep/extra-in-kept-dir.txt": b"x\n",
+    b"gone-dir/a/b/c.txt": b"c\n",
+    b"gone-dir/a/d.txt": b"d\n",
+    b"gone-dir/e.txt": b"e\n",
+    b"with space/extra with space": b"s\n",
+    b"-extra-dash": b"-\n",
+    b"#extra-hash": b"#\n",
+    b"extra\ttab": b"t\n",
+    b"extra\nnewline": b"n\n",
+    b"extra-\xff\xfe-not-utf8": b"u\n",
+}
+EXTRA_DIRS = [b"gone-dir/a/b", b"gone-dir/a", b"gone-dir", b"gone-empty-dir"]
+
+
+def build_local(tmp_path: Path, run_ferry) -> tuple[Path, Path, dict]:
+    """SRC, and DST = a ferry copy of SRC plus EXTRA_FILES and an empty directory SRC lacks."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, src_spec())
+    (src / "empty-kept-dir").mkdir()
+    run_ferry("copy", src, dst, "--recursive")
+    make_tree(dst, EXTRA_FILES)
+    (dst / "gone-empty-dir").mkdir()
+    return src, dst, snapshot(dst)
+
+
+def log_paths(log: Path) -> list[bytes]:
+    comments, entries = parse_manifest(log.read_text(encoding="utf-8"))
+    assert comments and comments[0].startswith("#ferry-manifest"), comments
+    return [e.path for e in entries]
+
+
+def would_delete_lines(stdout: str) -> list[str]:
+    out = []
+    for line in stdout.splitlines():
+        head, sep, path = line.partition("\t")
+        assert (head, sep) == ("would delete", "\t"), f"unexpected dry-run line {line!r}"
+        out.append(path)
+    return out
+
+
+def run_as_root_without_dac_override(run_ferry, *args) -> subprocess.CompletedProcess:
+    """Run ferry as root minus CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, so mode 000 really is unreadable."""
+    cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *run_ferry.command(args)]
+    return subprocess.run(cmd, env=ferry_env(), capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------------------------------------
+# local destination
+
+
+def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    log = tmp_path / "logs" / "dry.tsv"
+    log.parent.mkdir()
+    r = run_ferry("prune", src, dst, "--dry-run", "--log", log)
+    assert snapshot(dst) == before, "a dry run changed the destination"
+    # The directories that would be left empty are listed too, as the real run deletes them.
+    want = sorted(escape(p) for p in [*EXTRA_FILES, *EXTRA_DIRS])
+    assert sorted(would_delete_lines(r.stdout)) == want
+    assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
+    assert f"would delete {len(EXTRA_FILES)} of" in r.stderr and str(log) in r.stderr
+
+    j = run_ferry("prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json").json
+    assert (j["command"], j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == \
+        ("prune", True, 0, len(EXTRA_FILES), None), j
+    assert j["log"] == str(tmp_path / "logs" / "dry2.tsv")
+    assert snapshot(dst) == before
+
+
+def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    log = tmp_path / "prune.tsv"
+    j = run_ferry("prune", src, dst, "--log", log, "--json").json
+    assert (j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (False, len(EXTRA_FILES), len(EXTRA_FILES), None), j
+
+    after = snapshot(dst)
+    want = snapshot(src)
+    assert set(after) == set(want), (sorted(set(after) - set(want)), sorted(set(want) - set(after)))
+    # What stays is untouched: same content, same mtime.
+    changed = [p for p in after if after[p].type == "f" and
+               (after[p].md5, after[p].mtime_ns) != (before[p].md5, before[p].mtime_ns)]
+    assert not changed, changed
+    # Every deletion is in the log: the files, and the directories that were emptied.
+    assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
+    assert not (dst / "gone-dir").exists() and not (dst / "gone-empty-dir").exists()
+    assert (dst / "empty-kept-dir").is_dir(), "an empty directory the source has must stay"
+
+    # Nothing left to do: a second prune deletes nothing.
+    again = run_ferry("prune", src, dst, "--log", tmp_path / "again.tsv", "--json").json
+    assert (again["deleted"], again["would_delete"]) == (0, 0)
+    assert log_paths(tmp_path / "again.tsv") == []
+
+
+def test_dry_run_lists_what_the_real_run_deletes(tmp_path, run_ferry):
+    """The dry run's list and log should be the real run's log: directories included."""
+    src, dst, _ = build_local(tmp_path, run_ferry)
+    run_ferry("prune", src, dst, "--dry-run", "--log", tmp_path / "dry.tsv")
+    run_ferry("prune", src, dst, "--log", tmp_path / "real.tsv")
+    dry, real = sorted(log_paths(tmp_path / "dry.tsv")), sorted(log_paths(tmp_path / "real.tsv"))
+    assert dry == real, f"in the real run's log only: {sorted(set(real) - set(dry))}"
+
+
+def test_prune_never_follows_a_symlink_out_of_dst(tmp_path, run_ferry):
+    outside = tmp_path / "outside"
+    make_tree(outside, {"precious.txt": b"do not touch\n", "sub/also.txt": b"nor this\n",
+                        "x": b"shadowed name\n", "y": b"only outside\n"})
+    (tmp_path / "outside-file.txt").write_bytes(b"outside file\n")
+    outside_before = snapshot(outside)
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a.txt": b"a\n", "shadow/x": b"in source\n", "kept-link": Link(str(outside)),
+                    **{f"pad/{i}": b"p" for i in range(20)}})
+    make_tree(dst, {
+        "a.txt": b"a\n", **{f"pad/{i}": b"p" for i in range(20)},
+        "kept-link": Link(str(outside)),          # the source has this link: it stays
+        "link-out": Link(str(outside)),           # the source lacks it: the link (only) goes
+        "link-to-file": Link(str(tmp_path / "outside-file.txt")),
+        "shadow": Link(str(outside)),             # the source has a *directory* named shadow
+        "gone/up": Link("../../outside"),         # inside a directory that goes
+        "gone/f": b"f\n",
+    })
+    log = tmp_path / "prune.tsv"
+    run_ferry("prune", src, dst, "--log", log)
+
+    assert snapshot(outside) == outside_before, "prune touched files outside DST"
+    assert (tmp_path / "outside-file.txt").read_bytes() == b"outside file\n"
+    left = snapshot(dst)
+    assert not any(p in left for p in (b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone"))
+    assert left[b"kept-link"].type == "l" and left[b"shadow"].type == "l"
+    assert sorted(log_paths(log)) == sorted([b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone"])
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals
+
+
+def test_empty_source_is_refused(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    empty = tmp_path / "empty-src"
+    empty.mkdir()
+    header_only = tmp_path / "header-only.tsv"
+    header_only.write_bytes(run_ferry("ls", empty, "--recursive").stdout_bytes)
+    for args in ([empty, dst], [src, dst, "--files-from", header_only]):
+        log = tmp_path / "never.tsv"
+        r = run_ferry("prune", *args, "--log", log, check=1)
+        assert "refused" in r.stderr and "nothing deleted" in r.stderr and "no entries" in r.stderr, r.stderr
+        assert "--force" in r.stderr
+        assert snapshot(dst) == before
+        assert not log.exists(), "a refused prune wrote a deletion log"
+        j = run_ferry("prune", *args, "--log", log, "--json", check=1).json
+        assert j["refused"] and "no entries" in j["refused"] and (j["deleted"], j["would_delete"]) == (0, 0), j
+    # --force is the way to say "yes, it really is empty".
+    forced = run_ferry("prune", empty, dst, "--force", "--log", tmp_path / "forced.tsv", "--json").json
+    assert forced["deleted"] == sum(1 for e in before.values() if e.type != "d")
+    assert snapshot(dst) == {}
+
+
+def _refused(r, *words):
+    assert r.returncode == 1, f"{describe(r.args)}: exit {r.returncode}\n{r.stderr}"
+    assert "prune refused, nothing deleted" in r.stderr and "source listing failed" in r.stderr, r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+
+
+def test_failed_source_listing_is_refused(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    log = tmp_path / "never.tsv"
+    missing = tmp_path / "no-such-dir"
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_bytes(b"x")
+    corrupt = tmp_path / "corrupt.tsv"
+    corrupt.write_text("#ferry-manifest v1\npath\tf\t1\t-\t-\nother\tf\tnot-a-size\t-\t-\n")
+    cases = [
+        ([missing, dst], "no-such-dir"),
+        ([not_a_dir, dst], "not a directory"),
+        ([src, dst, "--files-from", tmp_path / "no-such-manifest.tsv"], "no-such-manifest.tsv"),
+        ([src, dst, "--files-from", corrupt], "corrupt.tsv"),
+    ]
+    for args, word in cases:
+        for force in ([], ["--force"]):
+            r = run_ferry("prune", *args, *force, "--log", log, check=False)
+            _refused(r, word)
+            assert snapshot(dst) == before, args
+            assert not log.exists()
+
+
+def test_partly_unreadable_source_is_refused(tmp_path, run_ferry):
+    """One directory of SRC cannot be read: its files must not look deleted."""
+    src, dst, before = build_local(tmp_path, run_ferry)
+    os.chmod(src / "keep" / "deeper", 0)
+    try:
+        probe = run_as_root_without_dac_override(run_ferry, "ls", src, "--recursive")
+        assert probe.returncode != 0, "precondition: the locked directory must be unreadable"
+        r = run_as_root_without_dac_override(run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv")
+        _refused(r, "Permission denied")
+    finally:
+        os.chmod(src / "keep" / "deeper", 0o755)
+    assert snapshot(dst) == before
+    assert not (tmp_path / "never.tsv").exists()
+
+
+def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, proxy, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}": b"%d" % i for i in range(6)})
+    run_ferry("copy", src, container, "--recursive")
+    dst = tmp_path / "dst"
+    run_ferry("copy", container, dst, "--recursive")
+    make_tree(dst, {"extra": b"x"})
+    before = snapshot(dst)
+    proxy.add("status", method="GET", query={"comp": "list"}, status=500, count=50)
+    r = run_ferry("prune", container.via(proxy.port), dst, "--max-retries", "1", "--force",
+                  "--log", tmp_path / "never.tsv", check=False)
+    _refused(r)
+    assert snapshot(dst) == before
+    assert proxy.requests(comp="list"), "the listing never went through the proxy"
+
+
+@pytest.mark.parametrize("limit, allowed", [("5", False), ("6", True), ("19%", False), ("20%", True)])
+def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {f"k/{i:02d}": b"k" for i in range(24)})
+    run_ferry("copy", src, dst, "--recursive")
+    make_tree(dst, {f"x/{i}": b"x" for i in range(6)})  # 6 of 30 destination files = 20%
+    before = snapshot(dst)
+    log = tmp_path / "log.tsv"
+    r = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, "--json", check=0 if allowed else 1)
+    if allowed:
+        assert (r.json["deleted"], r.json["refused"]) == (6, None), r.json
+        assert snapshot(dst) == snapshot(src)
+        return
+    assert r.json["refused"] and "6 of 30" in r.json["refused"], r.json
+    assert (r.json["deleted"], r.json["would_delete"]) == (0, 0)
+    assert snapshot(dst) == before and not log.exists()
+    text = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, check=1)
+    assert "refused" in text.stderr and "--force" in text.stderr and "--max-delete" in text.stderr
+    # --force overrides the limit.
+    forced = run_ferry("prune", src, dst, "--max-delete", limit, "--force", "--log", log, "--json").json
+    assert forced["deleted"] == 6
+    assert snapshot(dst) == snapshot(src)
+    assert sorted(log_paths(log)) == sorted([f"x/{i}".encode() for i in range(6)] + [b"x"])
+
+
+def test_default_max_delete_is_half_the_destination(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {f"k/{i}": b"k" for i in range(10)})
+    run_ferry("copy", src, dst, "--recursive")
+    make_tree(dst, {f"x/{i}": b"x" for i in range(11)})  # 11 of 21: just over half
+    before = snapshot(dst)
+    r = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", check=1)
+    assert "11 of 21" in r.stderr
+    assert snapshot(dst) == before
+
+
+def test_dry_run_past_max_delete_still_lists(tmp_path, run_ferry):
+    """The refusal says 'review with --dry-run': a dry run must then show the list."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"k": b"k"})
+    run_ferry("copy", src, dst, "--recursive")
+    make_tree(dst, {f"x{i}": b"x" for i in range(4)})
+    before = snapshot(dst)
+    log = tmp_path / "dry.tsv"
+    r = run_ferry("prune", src, dst, "--dry-run", "--log", log, check=False)
+    assert snapshot(dst) == before
+    assert sorted(would_delete_lines(r.stdout)) == [f"x{i}" for i in range(4)], (
+        f"exit {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr!r}")
+    assert sorted(log_paths(log)) == [f"x{i}".encode() for i in range(4)]
+
+
+# ---------------------------------------------------------------------------------------------
+# blob destination
+
+
+BLOB_EXTRAS = ["extra.txt", "gone/deep/er.txt", "gone/x", "with space/extra one", "-dash", "#hash",
+               "ünï/名前.txt", "keep/extra-beside-kept"]
+
+
+def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
+    src = tmp_path / "src"
+    contents = make_tree(src, {**{f"keep/{i:02d}.txt": b"%d" % i for i in range(20)},
+                               "with space/kept": b"k", "top": b"t", "sub/empty": b""})
+    run_ferry("copy", src, container, "--recursive")
+    for name in BLOB_EXTRAS:
+        container.client.upload_blob(name, b"extra " + name.encode())
+    everything = sorted(container.blobs())
+    assert len(everything) == len(contents) + len(BLOB_EXTRAS)
+
+    dry = run_ferry("prune", src, container, "--dry-run", "--log", tmp_path / "dry.tsv")
+    assert sorted(container.blobs()) == everything
+    assert sorted(would_delete_lines(dry.stdout)) == sorted(escape(n.encode()) for n in BLOB_EXTRAS)
+    assert sorted(log_paths(tmp_path / "dry.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
+
+    j = run_ferry("prune", src, container, "--log", tmp_path / "real.tsv", "--json").json
+    assert (j["deleted"], j["would_delete"], j["refused"]) == (len(BLOB_EXTRAS), len(BLOB_EXTRAS), None), j
+    assert sorted(container.blobs()) == sorted(p.decode() for p in contents)
+    assert sorted(log_paths(tmp_path / "real.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
+    # The blobs that stay are the source's bytes.
+    for rel, data in contents.items():
+        assert container.client.download_blob(rel.decode()).readall() == data
+
+
+def test_prune_blobs_refusals(tmp_path, container, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, {f"k{i}": b"k" for i in range(4)})
+    run_ferry("copy", src, container, "--recursive")
+    for i in range(6):
+        container.client.upload_blob(f"x{i}", b"x")
+    everything = sorted(container.blobs())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, status in (([empty, container], "no entries"),
+                         ([tmp_path / "missing", container], "source listing failed"),
+                         ([src, container], "6 of 10")):
+        r = run_ferry("prune", *args, "--log", tmp_path / "never.tsv", check=1)
+        assert "refused" in r.stderr and status in r.stderr, r.stderr
+        assert sorted(container.blobs()) == everything
+    assert not (tmp_path / "never.tsv").exists()
