@@ -1,4 +1,4 @@
-"""ferry's manifest format (docs/worker-interface.md), implemented independently for checking it."""
+"""ferry's manifest format (docs/worker.md), implemented independently for checking it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading ferry's `copy --json` summary by the contract (docs/worker-interface.md)."""
+"""Reading ferry's `copy --json` summary by the contract (docs/worker.md)."""
 
 from __future__ import annotations
 
