@@ -1,0 +1,41 @@
+# ferry migration pipeline: list -> plan/partition (checkpoint) -> transfer per partition ->
+# verify per partition -> (final) prune -> report.  See docs/pipeline.md.
+#
+#   snakemake --profile profiles/local --config source=SRC dest=DST phase=baseline|incremental|final
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/list.smk"
+include: "workflow/rules/plan.smk"
+include: "workflow/rules/transfer.smk"
+include: "workflow/rules/verify.smk"
+include: "workflow/rules/prune.smk"
+include: "workflow/rules/report.smk"
+
+
+# The report reads a few JSON files: not worth a cluster job's start-up.
+localrules:
+    all,
+    report,
+
+
+rule all:
+    input:
+        f"{RUN}/report.json",
+        f"{RUN}/report.md",
+    default_target: True
+
+
+onsuccess:
+    ferry_report.discard_incomplete(RUN)
+
+
+onerror:
+    ferry_report.write_incomplete(RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST))

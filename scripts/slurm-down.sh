@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Stop the one-node cluster started by slurm-up.sh: exactly the daemons named in its pid files.
+# Job state and logs stay on disk so a later slurm-up.sh (or a post-mortem) can use them.
+set -euo pipefail
+
+[ "$(id -u)" -eq 0 ] || { echo "slurm-down: must run as root" >&2; exit 1; }
+
+stop() {
+    local name=$1 pidfile=$2 pid
+    [ -s "$pidfile" ] || return 0
+    pid=$(cat "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid"
+        for _ in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "slurm-down: $name ($pid) ignored SIGTERM for 10 s, killing it" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$pidfile"
+}
+
+# slurmd first so it does not report the node as lost to a controller that is going away.
+stop slurmd /run/slurm/slurmd.pid
+stop slurmctld /run/slurm/slurmctld.pid
+stop slurmdbd /run/slurm/slurmdbd.pid
+if [ -e /run/slurm/ferry-started-mariadb ]; then
+    # Only a MariaDB that slurm-up.sh started for accounting; a system one is left running.
+    stop mariadbd /run/mysqld/mysqld.pid
+    rm -f /run/slurm/ferry-started-mariadb
+fi
+stop munged /run/munge/munged.pid
+echo "slurm-down: stopped"

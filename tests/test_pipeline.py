@@ -1,0 +1,414 @@
+"""End-to-end tests of the Snakemake pipeline (Snakefile, workflow/, profiles/local).
+
+Every test runs the real `snakemake` on the real worker. The destination is checked with the
+Python Azure SDK or by reading files, never with ferry itself, so a worker bug cannot hide a
+pipeline bug. Helpers here are reused by test_pipeline_slurm.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ferry_env
+from support.azurite import KEY
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Few, large partitions: each job has a fixed start-up cost, and the suite runs on 2 cores.
+THREE_PARTS = "partition={mode: parts, parts: 3}"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def write_file(root: Path, rel: str, data: bytes, mtime: float | None = None) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def blob_of(rel: str, size: int) -> bytes:
+    """Deterministic, path-dependent content: equal sizes still mean different bytes."""
+    seed = hashlib.sha256(rel.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def make_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
+    """A source tree with nested dirs, odd names, empty files and a few multi-block files."""
+    content: dict[str, bytes] = {}
+    dirs = ["docs", "data/sub", "names with spaces", "ünïcødé", "gone"]
+    for i in range(files):
+        d = dirs[i % len(dirs)]
+        rel = f"{d}/f{i:03d}.txt"
+        content[rel] = blob_of(rel, (i * 137) % 4096)  # includes empty files (i = 0)
+    for i in range(big):
+        rel = f"data/big{i}.bin"
+        content[rel] = blob_of(rel, 2 * 1024 * 1024 + 12345 * (i + 1))
+    content["top.txt"] = b"top level\n"
+    # fpart trims leading blanks from names it is given; the plan must not lose this one.
+    content["names with spaces/ leading blank.txt"] = b"blank first\n"
+    for rel, data in content.items():
+        write_file(root, rel, data)
+    # Kept out of `content`: a blob destination cannot hold it, a directory one keeps it as a link.
+    os.symlink("../top.txt", root / "docs" / "link-to-top")
+    return content
+
+
+def local_snapshot(root: Path) -> dict[str, str]:
+    """{relative path: md5} of every regular file under root."""
+    snap = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                snap[path.relative_to(root).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
+    return snap
+
+
+def blob_snapshot(container, prefix: str = "") -> dict[str, str]:
+    """{blob name relative to prefix: md5 of the downloaded bytes} through the Azure SDK."""
+    snap = {}
+    for name in container.blobs(prefix or None):
+        data = container.client.download_blob(name).readall()
+        snap[name[len(prefix):]] = hashlib.md5(data).hexdigest()
+    return snap
+
+
+def pipeline(
+    *config: str,
+    profile: str = "profiles/local",
+    extra_args: tuple[str, ...] = (),
+    env: dict | None = None,
+    expect: int | None = 0,
+    timeout: float = 280,
+) -> subprocess.CompletedProcess:
+    """Run snakemake from the repository root, as users do; output captured for assertions."""
+    cmd = [sys.executable, "-m", "snakemake", "--profile", profile, *extra_args, "--config", *config]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    if expect is not None and proc.returncode != expect:
+        pytest.fail(
+            f"snakemake exited {proc.returncode}, expected {expect}\n  {' '.join(cmd)}\n"
+            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-8000:]}",
+            pytrace=False,
+        )
+    return proc
+
+
+def base_config(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t") -> list[str]:
+    return [
+        f"source={source}",
+        f"dest={dest}",
+        f"phase={phase}",
+        f"outdir={outdir}",
+        f"run_name={run_name}",
+        f"ferry_bin={ferry_bin}",
+        # Small blocks so the two big files take several blocks each.
+        "worker={block_size: 1MiB, concurrency: 4, parallel_files: 4}",
+    ]
+
+
+def report(outdir: Path, phase: str, run_name: str = "t", name: str = "report.json") -> dict:
+    return json.loads((outdir / run_name / phase / name).read_text())
+
+
+def jobs_per_rule(rep: dict) -> dict[str, int]:
+    return {rule: stats["jobs"] for rule, stats in rep["time"]["per_rule"].items()}
+
+
+def modify_tree(src: Path, content: dict[str, bytes]) -> tuple[set[str], set[str], set[str]]:
+    """Add, change and delete files the way users do between passes; keeps `content` in step.
+    Returns (added, changed, deleted)."""
+    added = {"new/one.txt", "new/deeper/two.bin", "docs/added.txt"}
+    for rel in added:
+        content[rel] = blob_of(rel + "new", 3000)
+        write_file(src, rel, content[rel])
+    changed = {"docs/f005.txt", "data/sub/f006.txt"}
+    # f005: grows. f006: same size, different bytes, newer mtime (size alone cannot see it).
+    content["docs/f005.txt"] = content["docs/f005.txt"] + b"appended"
+    write_file(src, "docs/f005.txt", content["docs/f005.txt"])
+    old = content["data/sub/f006.txt"]
+    content["data/sub/f006.txt"] = bytes(b ^ 0xFF for b in old)
+    write_file(src, "data/sub/f006.txt", content["data/sub/f006.txt"], mtime=time.time() + 120)
+    deleted = {"docs/f010.txt", "gone/f004.txt", "gone/f009.txt", "data/big1.bin"}
+    for rel in deleted:
+        (src / rel).unlink()
+        del content[rel]
+    return added, changed, deleted
+
+
+def md5s(content: dict[str, bytes]) -> dict[str, str]:
+    return {rel: hashlib.md5(data).hexdigest() for rel, data in content.items()}
+
+
+def assert_no_secret(*roots: Path) -> None:
+    for root in roots:
+        for dirpath, _dirs, names in os.walk(root):
+            for name in names:
+                data = (Path(dirpath) / name).read_bytes()
+                assert KEY.encode() not in data, f"storage key leaked into {Path(dirpath) / name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# static checks: no worker call, nothing touched
+
+
+def test_lint_is_clean(tmp_path):
+    proc = pipeline(f"source={tmp_path / 'src'}", f"dest={tmp_path / 'dst'}", extra_args=("--lint",))
+    assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr
+
+
+def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container):
+    src = tmp_path / "src"
+    make_tree(src, files=5, big=0)
+    outdir = tmp_path / "results"
+    proc = pipeline(*base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",))
+    text = proc.stdout + proc.stderr
+    for job in ("rule list_source:", "rule list_dest:", "checkpoint plan:", "rule report:"):
+        assert job in text, f"{job} missing from the dry-run plan"
+    assert "This was a dry-run" in text
+    assert container.blobs() == {}
+    assert not outdir.exists(), "a dry run wrote run records"
+
+    local_dest = tmp_path / "nfs"
+    pipeline(*base_config(ferry_bin, outdir, src, local_dest, "baseline"), extra_args=("--dry-run",))
+    assert not local_dest.exists()
+    assert not outdir.exists()
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("phase=sideways", "phase"),
+        ("partition={mode: diagonal}", "mode"),
+        ("partition={parts: 0}", "parts"),
+        ("compare=crc32", "compare"),
+        ("worker={concurrency: lots}", "concurrency"),
+        ("delete={max_delete: everything}", "max_delete"),
+        ("resources={transfer: {mem_mb: -5}}", "mem_mb"),
+        ("dest=az://archive/x?sv=2024&sig=abc", "dest"),
+        ("bogus_key=1", "bogus_key"),
+    ],
+)
+def test_bad_config_is_rejected_before_any_job(tmp_path, ferry_bin, override, field):
+    src = tmp_path / "src"
+    make_tree(src, files=3, big=0)
+    outdir = tmp_path / "results"
+    cfg = base_config(ferry_bin, outdir, src, tmp_path / "dst", "baseline") + [override]
+    proc = pipeline(*cfg, expect=None)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "ValidationError" in text or "Additional properties" in text, text[-3000:]
+    assert f"'{field}'" in text, f"the error does not name {field!r}:\n{text[-3000:]}"
+    assert not outdir.exists() and not (tmp_path / "dst").exists()
+
+
+def test_fpart_with_blob_source_is_rejected(tmp_path, ferry_bin):
+    outdir = tmp_path / "results"
+    cfg = base_config(ferry_bin, outdir, "az://archive/share", tmp_path / "dst", "baseline")
+    proc = pipeline(*cfg, "partition={tool: fpart}", expect=None)
+    assert proc.returncode != 0
+    assert "partition.tool" in proc.stdout + proc.stderr
+    assert not outdir.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the real migration
+
+
+@pytest.mark.timeout(420)
+def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
+    src = tmp_path / "src"
+    content = make_tree(src)
+    outdir = tmp_path / "results"
+    dest = container.at("share")
+
+    # --- baseline ---------------------------------------------------------------------------
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), THREE_PARTS)
+    assert blob_snapshot(container, "share/") == md5s(content)
+    rep = report(outdir, "baseline")
+    total_bytes = sum(len(d) for d in content.values())
+    assert rep["status"] == "complete"
+    assert rep["totals"]["files"] == {
+        "source": len(content), "planned": len(content), "copied": len(content), "skipped": 0, "ignored": 0,
+        "failed": 0,
+    }
+    assert rep["plan"]["source"]["symlinks_not_migrated"] == 1
+    assert rep["totals"]["bytes"]["source"] == total_bytes
+    assert rep["totals"]["bytes"]["copied"] == total_bytes
+    assert rep["totals"]["verify"]["same"] == len(content)
+    assert sum(rep["totals"]["verify"][k] for k in ("differ", "missing_on_dst", "missing_on_src", "error")) == 0
+    assert len(rep["partitions"]) == 3
+    assert sum(p["files"] for p in rep["partitions"]) == len(content)
+    assert all(p["status"] == "ok" and p["worker_seconds"] is not None for p in rep["partitions"])
+    assert jobs_per_rule(rep) == {"list_source": 1, "plan": 1, "transfer": 3, "verify": 3}
+    assert rep["failures"] == []
+    md = (outdir / "t" / "baseline" / "report.md").read_text()
+    assert "Where the time went" in md and "| transfer | 3 |" in md
+
+    # --- the source moves on ------------------------------------------------------------------
+    before_deletes = dict(md5s(content))
+    added, changed, deleted = modify_tree(src, content)
+
+    # --- incremental: new and changed files arrive, nothing is deleted ------------------------
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), THREE_PARTS)
+    snap = blob_snapshot(container, "share/")
+    expected_inc = {**{k: v for k, v in before_deletes.items() if k in deleted}, **md5s(content)}
+    assert snap == expected_inc, "incremental must bring every change over and delete nothing"
+    rep = report(outdir, "incremental")
+    assert rep["status"] == "complete"
+    plan = rep["plan"]
+    assert plan["to_copy"]["new"] == len(added)
+    assert plan["to_copy"]["changed"] >= 1  # f005 changed size; f006 may be left to ferry's compare
+    assert plan["extra_on_dest"]["files"] == len(deleted)
+    files = rep["totals"]["files"]
+    assert files["failed"] == 0
+    assert files["copied"] >= len(added) + len(changed)
+    assert files["copied"] + files["skipped"] == files["planned"]
+    assert rep["totals"]["verify"]["same"] == files["planned"]
+    assert "prune" not in jobs_per_rule(rep)
+
+    # --- final: prune, full verify, identical trees ------------------------------------------
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), THREE_PARTS, "checksum=true")
+    assert blob_snapshot(container, "share/") == md5s(content)
+    rep = report(outdir, "final")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["prune"]["deleted"] == len(deleted)
+    assert not rep["totals"]["prune"]["refused"]
+    assert rep["totals"]["verify"]["same"] == len(content), "final verifies every file, not just changes"
+    assert rep["totals"]["final_check"]["same"] == len(content)
+    assert rep["totals"]["final_check"]["missing_on_src"] == 0
+    assert rep["totals"]["files"]["failed"] == 0
+    assert rep["checksum_verified"] is True
+    deleted_log = (outdir / "t" / "final" / "prune" / "deleted.txt").read_text()
+    for rel in deleted:
+        assert rel in deleted_log
+    rules = jobs_per_rule(rep)
+    assert rules["prune"] == 1 and rules["final_check"] == 1 and rules["list_dest"] == 1
+    assert_no_secret(outdir, REPO / ".snakemake" / "log")
+
+
+@pytest.mark.timeout(300)
+def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
+    src = tmp_path / "src"
+    content = make_tree(src, files=60)
+    dest = tmp_path / "nfs" / "share"
+    outdir = tmp_path / "results"
+    fpart = "partition={tool: fpart, mode: max-files, max_files: 25}"
+
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), fpart)
+    assert local_snapshot(dest) == md5s(content)
+    assert os.readlink(dest / "docs" / "link-to-top") == "../top.txt"
+    rep = report(outdir, "baseline")
+    assert rep["totals"]["files"]["copied"] == len(content) + 1  # and the symlink
+    assert len(rep["partitions"]) == 3  # 65 entries, at most 25 per part
+    assert all(p["files"] <= 25 for p in rep["partitions"])
+    assert rep["plan"]["partitioning"]["tool"] == "fpart"
+
+    _added, _changed, deleted = modify_tree(src, content)
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), fpart)
+    assert local_snapshot(dest) == md5s(content)
+    assert os.readlink(dest / "docs" / "link-to-top") == "../top.txt"
+    rep = report(outdir, "final")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["prune"]["deleted"] == len(deleted)
+    assert rep["totals"]["final_check"]["differ"] == 0
+    assert rep["totals"]["final_check"]["missing_on_src"] == 0
+    assert rep["totals"]["final_check"]["missing_on_dst"] == 0
+
+
+@pytest.mark.timeout(240)
+def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
+    src = tmp_path / "src"
+    content = make_tree(src, files=40, big=0)
+    dest = tmp_path / "dst"
+    outdir = tmp_path / "results"
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"))
+    rep = report(outdir, "incremental")
+    assert rep["plan"]["unchanged"] == len(content) + 1  # the symlink too
+    assert rep["totals"]["files"]["planned"] == 0
+    assert rep["partitions"] == []
+    assert "transfer" not in jobs_per_rule(rep)
+    # A second incremental pass gets its own run directory.
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=2")
+    assert report(outdir, "incremental-pass2")["totals"]["files"]["planned"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin):
+    src = tmp_path / "src"
+    content = make_tree(src, files=30, big=0)
+    # The only file under blocked/ lands in exactly one partition.
+    content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
+    write_file(src, "blocked/only.txt", content["blocked/only.txt"])
+    dest = tmp_path / "dst"
+    outdir = tmp_path / "results"
+    cfg = base_config(ferry_bin, outdir, src, dest, "baseline") + ["partition={mode: max-files, max_files: 8}"]
+
+    # A plain file where the destination needs the directory blocked/ makes that one copy fail.
+    dest.mkdir()
+    (dest / "blocked").write_bytes(b"in the way")
+    proc = pipeline(*cfg, expect=None)
+    assert proc.returncode != 0
+    run = outdir / "t" / "baseline"
+    partial = json.loads((run / "report-incomplete.json").read_text())
+    assert partial["status"] == "incomplete"
+    failed = [p for p in partial["partitions"] if p["status"] == "failed"]
+    ok = [p for p in partial["partitions"] if p["status"] == "ok"]
+    assert len(failed) == 1, partial["partitions"]
+    assert len(ok) == len(partial["partitions"]) - 1 >= 2
+    copy_failures = [f for f in partial["failures"] if f["stage"] == "copy"]
+    assert len(copy_failures) == 1
+    assert copy_failures[0]["partition"] == failed[0]["id"]
+    assert copy_failures[0]["path"] == "blocked/only.txt"
+    # The failed partition's verify never started; the others' did.
+    verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
+    assert verify_status.pop(failed[0]["id"]) == "not run"
+    assert set(verify_status.values()) == {"ok"}
+    assert not (run / "report.json").exists()
+    good_outputs = {p["id"]: (run / "copy" / f"part-{p['id']}.json").stat().st_mtime_ns for p in ok}
+
+    (dest / "blocked").unlink()
+    proc = pipeline(*cfg)
+    assert local_snapshot(dest) == md5s(content)
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete"
+    assert jobs_per_rule(rep)["transfer"] == len(partial["partitions"])  # one benchmark per partition
+    for part, mtime in good_outputs.items():
+        assert (run / "copy" / f"part-{part}.json").stat().st_mtime_ns == mtime, f"partition {part} was redone"
+    assert "rule transfer:" in proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    assert text.count("rule transfer:") == 1, "only the failed partition may be copied again"
+    assert not (run / "report-incomplete.json").exists()
+
+
+@pytest.mark.timeout(240)
+def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
+    src = tmp_path / "src"
+    content = make_tree(src, files=20, big=0)
+    dest = tmp_path / "dst"
+    outdir = tmp_path / "results"
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
+    victims = sorted(content)[:6]
+    for rel in victims:
+        (src / rel).unlink()
+    proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), "delete={max_delete: 2}", expect=None)
+    assert proc.returncode != 0
+    for rel in victims:
+        assert (dest / rel).exists(), "prune deleted past max_delete"
+    partial = json.loads((outdir / "t" / "final" / "report-incomplete.json").read_text())
+    assert any(f["stage"] == "prune" for f in partial["failures"]), partial["failures"]

@@ -1,0 +1,173 @@
+"""The pipeline through `--profile profiles/slurm` on the one-node Slurm of scripts/slurm-up.sh.
+
+Same migration as test_pipeline.py (local tree -> Azurite, checked with the Azure SDK), but every
+non-local job is an sbatch job, and the test confirms Slurm itself saw them: squeue (which keeps
+finished jobs for MinJobAge) and the job-completion log that slurm-up.sh configures.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from test_pipeline import (
+    REPO,
+    assert_no_secret,
+    base_config,
+    blob_snapshot,
+    jobs_per_rule,
+    local_snapshot,
+    make_tree,
+    md5s,
+    modify_tree,
+    pipeline,
+    report,
+)
+
+JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
+SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+def slurm_is_up() -> bool:
+    if not shutil.which("scontrol"):
+        return False
+    proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    return proc.returncode == 0 and "is UP" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The one-node cluster of scripts/slurm-up.sh. Each test sets the accounting mode it needs;
+    afterwards a cluster this fixture started is stopped, one that was running gets its mode back."""
+    started = not slurm_is_up()
+    was_accounting = accounting_on() and not started
+    try:
+        yield
+    finally:
+        if not started:
+            slurm_up(accounting=was_accounting)
+        else:
+            subprocess.run(["bash", str(REPO / "scripts" / "slurm-down.sh")], capture_output=True, timeout=60)
+
+
+def accounting_on() -> bool:
+    return SLURM_CONF.exists() and "accounting_storage/slurmdbd" in SLURM_CONF.read_text()
+
+
+def slurm_up(accounting: bool) -> None:
+    env = {"FERRY_SLURM_ACCOUNTING": "1" if accounting else "0"}
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-up.sh")], capture_output=True, text=True, timeout=180,
+        env={**os.environ, **env},
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+
+
+def completed_jobs() -> dict[int, str]:
+    """{job id: job name} of the jobs Slurm recorded as finished."""
+    if not JOBCOMP_LOG.exists():
+        return {}
+    jobs = {}
+    for line in JOBCOMP_LOG.read_text(errors="replace").splitlines():
+        match = re.search(r"JobId=(\d+) .*?Name=(\S+) JobState=(\S+)", line)
+        if match:
+            jobs[int(match.group(1))] = f"{match.group(2)} {match.group(3)}"
+    return jobs
+
+
+def squeue_comments(job_ids) -> dict[int, str]:
+    """{job id: comment} for jobs slurmctld still holds (the executor puts the rule in the comment)."""
+    proc = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%k|%T", "--jobs", ",".join(map(str, job_ids))],
+        capture_output=True, text=True, check=True,
+    )
+    found = {}
+    for line in proc.stdout.splitlines():
+        job, comment, _state = line.strip().split("|")
+        found[int(job)] = comment
+    return found
+
+
+def assert_rules_ran(comments, rules) -> None:
+    """Every rule appears in some job's comment (rule_<name>... or, for a group, its members)."""
+    for rule in rules:
+        assert any(re.search(rf"(^|_){rule}(_|$)", c) for c in comments), (rule, sorted(comments))
+
+
+@pytest.mark.timeout(420)
+def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
+    # Accounting off: the case where the executor's default (polling with sacct) hangs.
+    slurm_up(accounting=False)
+    src = tmp_path / "src"
+    content = make_tree(src, files=40, big=2)
+    outdir = tmp_path / "results"
+    dest = container.at("viaslurm")
+    parts = "partition={mode: parts, parts: 2}"
+
+    seen_before = set(completed_jobs())
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), parts, profile="profiles/slurm")
+    assert blob_snapshot(container, "viaslurm/") == md5s(content)
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["files"]["copied"] == len(content)
+    assert rep["totals"]["verify"]["same"] == len(content)
+
+    new_jobs = {job: desc for job, desc in completed_jobs().items() if job not in seen_before}
+    # One job lists and plans, then one job per partition (its transfer and verify grouped).
+    assert len(new_jobs) == 3, new_jobs
+    assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
+    comments = squeue_comments(new_jobs)
+    assert set(comments) == set(new_jobs), "squeue no longer knows jobs that just ran"
+    assert_rules_ran(comments.values(), ["list_source", "plan", "transfer", "verify"])
+    assert sum("transfer" in c and "verify" in c for c in comments.values()) == 2, comments
+
+    _added, _changed, deleted = modify_tree(src, content)
+    seen_before = set(completed_jobs())
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), parts, profile="profiles/slurm")
+    assert blob_snapshot(container, "viaslurm/") == md5s(content)
+    rep = report(outdir, "final")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["prune"]["deleted"] == len(deleted)
+    assert rep["totals"]["final_check"]["same"] == len(content)
+    new_jobs = {job: desc for job, desc in completed_jobs().items() if job not in seen_before}
+    assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
+    comments = squeue_comments(new_jobs)
+    assert_rules_ran(
+        comments.values(), ["list_source", "list_dest", "plan", "transfer", "verify", "prune", "final_check"]
+    )
+    rules = jobs_per_rule(rep)
+    # Grouped: listing+plan is one job, prune+final check another; transfers and verifies alone.
+    assert len(new_jobs) == 1 + rules["transfer"] + rules["verify"] + 1, (new_jobs, rules)
+    assert_no_secret(outdir, REPO / ".snakemake" / "slurm_logs")
+
+
+@pytest.mark.timeout(300)
+def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
+    """With slurmdbd running, sacct works: the same profile must still see jobs finish, and the
+    jobs must be in the accounting database."""
+    slurm_up(accounting=True)
+    src = tmp_path / "src"
+    content = make_tree(src, files=20, big=0)
+    dest = tmp_path / "nfs"
+    outdir = tmp_path / "results"
+    seen_before = set(completed_jobs())
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "baseline"), "partition={mode: parts, parts: 2}",
+        profile="profiles/slurm",
+    )
+    assert local_snapshot(dest) == md5s(content)
+    assert report(outdir, "baseline")["status"] == "complete"
+    new_jobs = sorted(job for job in completed_jobs() if job not in seen_before)
+    assert len(new_jobs) == 3, new_jobs
+    proc = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, new_jobs))],
+        capture_output=True, text=True, check=True,
+    )
+    states = dict(line.split("|") for line in proc.stdout.split())
+    assert states == {str(job): "COMPLETED" for job in new_jobs}

@@ -1,0 +1,179 @@
+# Configuration checks, run-directory layout and input functions shared by all rules.
+# Everything here runs when Snakemake parses the workflow, before any job, and must never touch
+# the source or the destination: --dry-run relies on that.
+
+import os
+import shlex
+import sys
+
+import yaml
+
+from snakemake.utils import validate
+
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
+import ferrylib  # noqa: E402
+import ferry_report  # noqa: E402
+
+
+SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
+with open(SCHEMA, encoding="utf-8") as _schema:
+    ferrylib.coerce_cli_strings(config, yaml.safe_load(_schema))
+validate(config, schema=SCHEMA)
+
+
+ferrylib.check_config(config)
+
+PHASE = config["phase"]
+FINAL = PHASE == "final"
+SOURCE = config["source"]
+DEST = config["dest"]
+RUN_NAME = config["run_name"] or ferrylib.run_name_for(SOURCE, DEST)
+RUN = os.path.join(
+    config["outdir"], RUN_NAME, PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}"
+)
+FERRY = (
+    config["ferry_bin"]
+    if os.path.isabs(config["ferry_bin"])
+    else os.path.join(workflow.basedir, config["ferry_bin"])
+)
+
+# What `ferry copy` is told to skip: baseline copies everything by definition; later phases
+# re-check the undecided files with the configured method.
+COPY_COMPARE = "none" if PHASE == "baseline" else config["compare"]
+
+
+def _worker_args():
+    w = config["worker"]
+    args = [
+        "--concurrency", str(w["concurrency"]),
+        "--parallel-files", str(w["parallel_files"]),
+        "--block-size", str(ferrylib.parse_size(w["block_size"])),
+        "--max-retries", str(w["max_retries"]),
+    ]
+    if w["max_bandwidth"]:
+        args += ["--max-bandwidth", w["max_bandwidth"]]
+    if not w["put_md5"]:
+        args.append("--no-put-md5")
+    return args
+
+
+# The credential source is forced through the environment: only `ferry copy` takes --auth, and
+# every command honours FERRY_AUTH.
+AUTH_ENV = f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}" if config["worker"]["auth"] else ""
+
+
+def _filter_args():
+    args = []
+    for glob_ in config["worker"]["include"]:
+        args += ["--include", glob_]
+    for glob_ in config["worker"]["exclude"]:
+        args += ["--exclude", glob_]
+    return args
+
+
+def _join(args):
+    return " ".join(shlex.quote(a) for a in args)
+
+
+COPY_ARGS = _join(["--compare", COPY_COMPARE, *_worker_args()])
+LIST_ARGS = _join(_filter_args())
+VERIFY_ARGS = _join(
+    [
+        *(["--checksum"] if FINAL and config["checksum"] else []),
+        *(["--download"] if FINAL and config["checksum"] and config["verify_download"] else []),
+    ]
+)
+PRUNE_ARGS = _join(
+    [
+        "--max-delete", str(config["delete"]["max_delete"]),
+        *(["--force"] if config["delete"]["force"] else []),
+        *(["--dry-run"] if config["delete"]["dry_run"] else []),
+    ]
+)
+
+
+# The whole-tree check after prune cannot honour include/exclude (ferry verify has no filters) and
+# would only re-find the leftovers a dry-run prune left, so it runs when neither applies.
+FINAL_CHECK = (
+    FINAL
+    and config["final_check"]
+    and not config["delete"]["dry_run"]
+    and not (config["worker"]["include"] or config["worker"]["exclude"])
+)
+
+
+def res(rule_name, key):
+    """A resource request for rule_name from config, falling back to resources.default."""
+    table = config["resources"]
+    return table.get(rule_name, {}).get(key, table["default"].get(key))
+
+
+# Cluster jobs are grouped so that each phase needs as few scheduling round trips as possible
+# (each costs two Snakemake start-ups inside the job plus status polling, 10-20 s): listing and
+# planning run as one job, each partition's transfer and verify as one job, prune and the final
+# check as one job. Groups change nothing when running locally.
+PREPARE_GROUP = "prepare"
+FINISH_GROUP = "finish"
+
+
+def partition_group():
+    """Per-partition transfer and verify share one cluster job, except in the final phase, where
+    every verify waits for all transfers and the group would fuse all partitions into one job."""
+    return None if FINAL else "partition"
+
+
+def _plan_dir():
+    return checkpoints.plan.get().output.plan
+
+
+def _plan():
+    return ferrylib.load_json(os.path.join(_plan_dir(), "plan.json"))
+
+
+def copy_ids():
+    return [p["id"] for p in _plan()["copy_partitions"]]
+
+
+def verify_ids():
+    return [p["id"] for p in _plan()["verify_partitions"]]
+
+
+def verify_manifest(wildcards):
+    sub = "verify" if FINAL else "copy"
+    return os.path.join(_plan_dir(), sub, f"part-{wildcards.part}.tsv")
+
+
+def verify_after(wildcards):
+    # A verify may only look at the destination once the data it checks has been written.
+    if FINAL:
+        return expand(f"{RUN}/copy/part-{{part}}.json", part=copy_ids())
+    return [f"{RUN}/copy/part-{wildcards.part}.json"]
+
+
+def all_copy_json(wildcards):
+    return expand(f"{RUN}/copy/part-{{part}}.json", part=copy_ids())
+
+
+def all_verify_json(wildcards):
+    return expand(f"{RUN}/verify/part-{{part}}.json", part=verify_ids())
+
+
+def report_inputs(wildcards):
+    """Everything the report reads; requesting it is also what pulls the whole phase in."""
+    files = {
+        "plan": os.path.join(_plan_dir(), "plan.json"),
+        "copies": all_copy_json(wildcards),
+        "verifies": all_verify_json(wildcards),
+        "bench": [f"{RUN}/benchmarks/list_source.tsv", f"{RUN}/benchmarks/plan.tsv"]
+        + expand(f"{RUN}/benchmarks/transfer/part-{{part}}.tsv", part=copy_ids())
+        + expand(f"{RUN}/benchmarks/verify/part-{{part}}.tsv", part=verify_ids()),
+    }
+    if PHASE != "baseline":
+        files["bench"].append(f"{RUN}/benchmarks/list_dest.tsv")
+    if FINAL:
+        files["prune"] = f"{RUN}/prune/prune.json"
+        files["bench"].append(f"{RUN}/benchmarks/prune.tsv")
+        if FINAL_CHECK:
+            files["final_check"] = f"{RUN}/verify/final-check.json"
+            files["bench"].append(f"{RUN}/benchmarks/final_check.tsv")
+    return files

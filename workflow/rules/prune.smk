@@ -1,0 +1,35 @@
+# Deleting is the one irreversible step, so it is fenced three ways: it exists only in the final
+# phase, it needs every verify of the phase to have passed (they are its inputs), and ferry prune
+# itself refuses beyond delete.max_delete unless delete.force is set.
+
+
+rule prune:
+    input:
+        verified=all_verify_json,
+    output:
+        json=f"{RUN}/prune/prune.json",
+    log:
+        deleted=f"{RUN}/prune/deleted.txt",
+        stderr=f"{RUN}/logs/prune.log",
+    benchmark:
+        f"{RUN}/benchmarks/prune.tsv"
+    params:
+        env=AUTH_ENV,
+        ferry=FERRY,
+        source=SOURCE,
+        dest=DEST,
+        args=PRUNE_ARGS,
+        failed=f"{RUN}/failed/prune.json",
+    group:
+        FINISH_GROUP
+    threads: res("prune", "threads")
+    resources:
+        mem_mb=res("prune", "mem_mb"),
+        runtime=res("prune", "runtime"),
+    conda:
+        "../envs/ferry.yaml"
+    shell:
+        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        "{params.env} {params.ferry:q} prune {params.source:q} {params.dest:q} {params.args}"
+        " --log {log.deleted:q} --json > {output.json:q} 2> {log.stderr:q}"
+        " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

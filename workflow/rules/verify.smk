@@ -1,0 +1,66 @@
+# Verification per partition. In baseline/incremental each verify checks the files its transfer
+# just wrote; in the final phase the verify partitions cover the whole source and wait for every
+# transfer, and prune waits for every verify.
+
+
+rule verify:
+    input:
+        manifest=verify_manifest,
+        after=verify_after,
+    output:
+        json=f"{RUN}/verify/part-{{part}}.json",
+    log:
+        f"{RUN}/logs/verify/part-{{part}}.log",
+    benchmark:
+        f"{RUN}/benchmarks/verify/part-{{part}}.tsv"
+    params:
+        env=AUTH_ENV,
+        ferry=FERRY,
+        source=SOURCE,
+        dest=DEST,
+        args=VERIFY_ARGS,
+        failed=lambda wc: f"{RUN}/failed/verify-part-{wc.part}.json",
+    group:
+        partition_group()
+    retries: config["job_retries"]
+    threads: res("verify", "threads")
+    resources:
+        mem_mb=res("verify", "mem_mb"),
+        runtime=res("verify", "runtime"),
+    conda:
+        "../envs/ferry.yaml"
+    shell:
+        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        "{params.env} {params.ferry:q} verify {params.source:q} {params.dest:q} --files-from {input.manifest:q}"
+        " {params.args} --json > {output.json:q} 2> {log:q}"
+        " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"
+
+
+rule final_check:
+    input:
+        prune=f"{RUN}/prune/prune.json",
+    output:
+        json=f"{RUN}/verify/final-check.json",
+    log:
+        f"{RUN}/logs/final_check.log",
+    benchmark:
+        f"{RUN}/benchmarks/final_check.tsv"
+    params:
+        env=AUTH_ENV,
+        ferry=FERRY,
+        source=SOURCE,
+        dest=DEST,
+                failed=f"{RUN}/failed/final-check.json",
+    group:
+        FINISH_GROUP
+    threads: res("verify", "threads")
+    resources:
+        mem_mb=res("verify", "mem_mb"),
+        runtime=res("verify", "runtime"),
+    conda:
+        "../envs/ferry.yaml"
+    shell:
+        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        "{params.env} {params.ferry:q} verify {params.source:q} {params.dest:q}"
+        " --json > {output.json:q} 2> {log:q}"
+        " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

@@ -1,0 +1,471 @@
+"""The run report of one phase: report.json (for machines) and report.md (for people).
+
+Built by scanning the run directory rather than from a list of inputs, so the same code serves
+the `report` rule (everything present) and Snakemake's onerror hook (whatever the failed run left:
+then it writes report-incomplete.{json,md} and the real report is made by the successful re-run).
+The partitions the report expects come from plan/plan.json; files of other partitions in the
+directory (left from an older plan) are ignored.
+
+Sources: the worker's `--json` documents (counts, bytes, retries, the worker's own seconds) and
+Snakemake's benchmark files (wall seconds, CPU and memory per job).
+"""
+
+
+import csv
+import datetime as dt
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+
+from ferrylib import load_json, write_json
+
+RULE_ORDER = ["list_source", "list_dest", "plan", "transfer", "verify", "prune", "final_check"]
+VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
+INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
+
+
+def read_benchmark(path: str) -> dict | None:
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        end = os.path.getmtime(path)
+    except (FileNotFoundError, OSError):
+        return None
+    if not rows:
+        return None
+    row = rows[-1]
+
+    def num(key):
+        try:
+            return float(row.get(key, "NA"))
+        except (TypeError, ValueError):
+            return None
+
+    seconds = num("s") or 0.0
+    return {"seconds": seconds, "cpu_seconds": num("cpu_time"), "max_rss_mb": num("max_rss"), "start": end - seconds}
+
+
+def benchmarks(run_dir: str) -> dict[str, dict]:
+    """{'transfer/part-00000': {...}, 'list_source': {...}, ...}"""
+    found = {}
+    root = os.path.join(run_dir, "benchmarks")
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if not name.endswith(".tsv"):
+                continue
+            key = os.path.relpath(os.path.join(dirpath, name), root)[: -len(".tsv")]
+            bench = read_benchmark(os.path.join(dirpath, name))
+            if bench:
+                found[key] = bench
+    return found
+
+
+def nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def last_log_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except FileNotFoundError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def stage_result(run_dir: str, stage: str, part: str) -> tuple[str, dict | None]:
+    """(status, worker JSON) of one partition's transfer ('copy') or verify."""
+    done = load_json(os.path.join(run_dir, stage, f"part-{part}.json"))
+    if done is not None:
+        return "ok", done
+    failed = load_json(os.path.join(run_dir, "failed", f"{stage}-part-{part}.json"))
+    if failed is not None or os.path.exists(os.path.join(run_dir, "failed", f"{stage}-part-{part}.json")):
+        return "failed", failed
+    log_name = "transfer" if stage == "copy" else "verify"
+    # Snakemake creates (empty) log files when it schedules a job, even one that then never
+    # starts because its predecessor failed; only a worker that said something has run.
+    if nonempty(os.path.join(run_dir, "logs", log_name, f"part-{part}.log")):
+        return "failed", None
+    return "not run", None
+
+
+def add_counts(total: dict, doc: dict, keys) -> None:
+    for key in keys:
+        total[key] = total.get(key, 0) + int(doc.get(key, 0) or 0)
+
+
+def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool) -> dict:
+    plan = load_json(os.path.join(run_dir, "plan", "plan.json"))
+    bench = benchmarks(run_dir)
+    failures: list[dict] = []
+    ignored_entries: list[dict] = []
+
+    files = {"copied": 0, "skipped": 0, "ignored": 0, "failed": 0}
+    byts = {"copied": 0, "skipped": 0}
+    retries_total = 0
+    retries_by_status: Counter = Counter()
+    partitions = []
+    for spec in (plan or {}).get("copy_partitions", []):
+        part = spec["id"]
+        status, doc = stage_result(run_dir, "copy", part)
+        row = {"id": part, "files": spec["files"], "bytes": spec["bytes"], "status": status}
+        if doc:
+            add_counts(files, doc.get("files", {}), files.keys())
+            add_counts(byts, doc.get("bytes", {}), byts.keys())
+            retries = doc.get("retries", {}) or {}
+            retries_total += int(retries.get("total", 0) or 0)
+            retries_by_status.update({k: int(v) for k, v in (retries.get("by_status") or {}).items()})
+            row.update(
+                copied=doc.get("files", {}).get("copied"),
+                skipped=doc.get("files", {}).get("skipped"),
+                ignored=doc.get("files", {}).get("ignored"),
+                failed=doc.get("files", {}).get("failed"),
+                bytes_copied=doc.get("bytes", {}).get("copied"),
+                retries=retries.get("total", 0),
+                worker_seconds=doc.get("seconds"),
+            )
+            for failure in doc.get("failures") or []:
+                failures.append({"stage": "copy", "partition": part, **failure})
+            ignored_entries.extend({"partition": part, **item} for item in doc.get("ignored") or [])
+        elif status == "failed":
+            failures.append(
+                {
+                    "stage": "copy",
+                    "partition": part,
+                    "error": last_log_line(os.path.join(run_dir, "logs", "transfer", f"part-{part}.log"))
+                    or "transfer job failed without a report from the worker",
+                }
+            )
+        job = bench.get(f"transfer/part-{part}")
+        row["job_seconds"] = round(job["seconds"], 3) if job else None
+        partitions.append(row)
+
+    verify_totals = {key: 0 for key in VERIFY_KEYS}
+    verify_rows = []
+    for spec in (plan or {}).get("verify_partitions", []):
+        part = spec["id"]
+        status, doc = stage_result(run_dir, "verify", part)
+        row = {"id": part, "files": spec["files"], "bytes": spec["bytes"], "status": status}
+        if doc:
+            add_counts(verify_totals, doc, VERIFY_KEYS)
+            row.update({key: doc.get(key, 0) for key in VERIFY_KEYS}, worker_seconds=doc.get("seconds"))
+            for entry in doc.get("entries") or []:
+                if entry.get("status") not in ("same", "="):
+                    failures.append({"stage": "verify", "partition": part, **entry})
+        elif status == "failed":
+            failures.append(
+                {
+                    "stage": "verify",
+                    "partition": part,
+                    "error": last_log_line(os.path.join(run_dir, "logs", "verify", f"part-{part}.log"))
+                    or "verify job failed without a report from the worker",
+                }
+            )
+        job = bench.get(f"verify/part-{part}")
+        row["job_seconds"] = round(job["seconds"], 3) if job else None
+        verify_rows.append(row)
+
+    prune = None
+    if phase == "final":
+        prune = load_json(os.path.join(run_dir, "prune", "prune.json")) or load_json(
+            os.path.join(run_dir, "failed", "prune.json")
+        )
+        if prune and prune.get("refused"):
+            failures.append({"stage": "prune", "error": f"prune refused: {prune['refused']}"})
+        elif prune is None and nonempty(os.path.join(run_dir, "logs", "prune.log")):
+            failures.append(
+                {"stage": "prune", "error": last_log_line(os.path.join(run_dir, "logs", "prune.log")) or "prune failed"}
+            )
+        for failure in (prune or {}).get("failures") or []:
+            failures.append({"stage": "prune", **failure})
+        if prune and prune.get("log"):
+            # The deletion list lives in the run directory; name it relative to it.
+            prune = {**prune, "log": os.path.relpath(prune["log"], run_dir) if os.path.isabs(prune["log"]) else prune["log"]}
+
+    final_check = None
+    if phase == "final":
+        final_check = load_json(os.path.join(run_dir, "verify", "final-check.json")) or load_json(
+            os.path.join(run_dir, "failed", "final-check.json")
+        )
+        if final_check:
+            final_check = {key: final_check.get(key, 0) for key in VERIFY_KEYS} | {
+                "seconds": final_check.get("seconds")
+            }
+            if any(final_check[key] for key in VERIFY_KEYS if key != "same"):
+                failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
+
+    per_rule: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
+    for key, job in bench.items():
+        rule = key.split("/", 1)[0]
+        stats = per_rule[rule]
+        stats["jobs"] += 1
+        stats["seconds"] += job["seconds"]
+        stats["max_seconds"] = max(stats["max_seconds"], job["seconds"])
+        stats["cpu_seconds"] += job["cpu_seconds"] or 0.0
+        stats["max_rss_mb"] = max(stats["max_rss_mb"], job["max_rss_mb"] or 0.0)
+    ordered = {rule: per_rule[rule] for rule in RULE_ORDER if rule in per_rule}
+    ordered.update({rule: stats for rule, stats in per_rule.items() if rule not in ordered})
+    for stats in ordered.values():
+        for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb"):
+            stats[key] = round(stats[key], 3)
+
+    now = time.time()
+    first_start = min((job["start"] for job in bench.values()), default=None)
+    worker_copy_seconds = sum(p.get("worker_seconds") or 0 for p in partitions)
+    worker_verify_seconds = sum(v.get("worker_seconds") or 0 for v in verify_rows)
+
+    planned = (plan or {}).get("to_copy", {})
+    report = {
+        "status": "complete" if complete and not failures else "incomplete",
+        "run_name": run_name,
+        "phase": phase,
+        "source": source,
+        "dest": dest,
+        "generated_at": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="seconds"),
+        "plan": {
+            key: plan[key]
+            for key in ("compare", "source", "dest", "to_copy", "unchanged", "extra_on_dest", "partitioning", "verify_scope")
+            if plan and key in plan
+        }
+        or None,
+        "totals": {
+            "files": {
+                "source": (plan or {}).get("source", {}).get("files"),
+                "planned": planned.get("files"),
+                **files,
+            },
+            "bytes": {
+                "source": (plan or {}).get("source", {}).get("bytes"),
+                "planned": planned.get("bytes"),
+                **byts,
+            },
+            "retries": {"total": retries_total, "by_status": dict(sorted(retries_by_status.items()))},
+            "partitions": {
+                "copy": len(partitions),
+                "copy_ok": sum(p["status"] == "ok" for p in partitions),
+                "verify": len(verify_rows),
+                "verify_ok": sum(v["status"] == "ok" for v in verify_rows),
+            },
+            "verify": verify_totals,
+            "prune": prune,
+            "final_check": final_check,
+        },
+        "time": {
+            "elapsed_seconds": round(now - first_start, 3) if first_start else None,
+            "first_job_started_at": (
+                dt.datetime.fromtimestamp(first_start, dt.timezone.utc).isoformat(timespec="seconds") if first_start else None
+            ),
+            "job_seconds": round(sum(job["seconds"] for job in bench.values()), 3),
+            "worker_copy_seconds": round(worker_copy_seconds, 3),
+            "worker_verify_seconds": round(worker_verify_seconds, 3),
+            "per_rule": ordered,
+        },
+        "partitions": partitions,
+        "verify_partitions": verify_rows,
+        "failures": failures,
+        "ignored": ignored_entries,
+    }
+    return report
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def markdown(report: dict) -> str:
+    t = report["totals"]
+    lines = [
+        f"# ferry {report['phase']} run `{report['run_name']}`: {report['status']}",
+        "",
+        f"- source: `{report['source']}`",
+        f"- destination: `{report['dest']}`",
+        f"- generated: {report['generated_at']}",
+        "",
+        "## Totals",
+        "",
+        "| | files | bytes |",
+        "|---|---:|---:|",
+        f"| at source | {fmt(t['files']['source'])} | {fmt_bytes(t['bytes']['source'])} |",
+        f"| planned for copy | {fmt(t['files']['planned'])} | {fmt_bytes(t['bytes']['planned'])} |",
+        f"| copied | {t['files']['copied']} | {fmt_bytes(t['bytes']['copied'])} |",
+        f"| skipped by ferry (already there) | {t['files']['skipped']} | {fmt_bytes(t['bytes']['skipped'])} |",
+        f"| ignored by ferry (cannot exist at the destination) | {t['files']['ignored']} | |",
+        f"| failed | {t['files']['failed']} | |",
+        "",
+    ]
+    plan = report.get("plan") or {}
+    if plan.get("to_copy"):
+        lines += [
+            f"Plan: {plan['to_copy'].get('new', 0)} new, {plan['to_copy'].get('changed', 0)} changed, "
+            f"{plan['to_copy'].get('undecided', 0)} left to ferry's `--compare {plan.get('compare')}`, "
+            f"{plan.get('unchanged', 0)} unchanged; {plan.get('extra_on_dest', {}).get('files', 0)} files "
+            "on the destination are not at the source."
+            + (
+                f" {plan['source']['symlinks_not_migrated']} symlinks are not migrated (blob storage has none)."
+                if plan.get("source", {}).get("symlinks_not_migrated")
+                else ""
+            ),
+            "",
+        ]
+    retries = t["retries"]
+    by_status = ", ".join(f"{k}: {v}" for k, v in retries["by_status"].items()) or "none"
+    v = t["verify"]
+    lines += [
+        f"Retries: {retries['total']} ({by_status}).",
+        "",
+        f"Verify ({plan.get('verify_scope', '-')} files): {v['same']} same, {v['differ']} differ, "
+        f"{v['missing_on_dst']} missing on destination, {v['missing_on_src']} missing on source, {v['error']} errors.",
+        "",
+    ]
+    if t["prune"] is not None:
+        p = t["prune"]
+        lines += [
+            f"Prune: {p.get('deleted', 0)} deleted, {p.get('would_delete', 0)} would delete"
+            + (" (dry run)" if p.get("dry_run") else "")
+            + (f", refused: {p['refused']}" if p.get("refused") else "")
+            + (f"; list in `{p['log']}`" if p.get("log") else "")
+            + ".",
+            "",
+        ]
+    if t["final_check"] is not None:
+        fc = t["final_check"]
+        lines += [
+            f"Final check of the whole trees: {fc['same']} same, {fc['differ']} differ, "
+            f"{fc['missing_on_dst']} missing on destination, {fc['missing_on_src']} extra on destination.",
+            "",
+        ]
+    tm = report["time"]
+    lines += [
+        "## Where the time went",
+        "",
+        f"Elapsed since the first job started: {fmt(tm['elapsed_seconds'])} s; job time summed over all jobs: "
+        f"{fmt(tm['job_seconds'])} s (of which ferry reported {fmt(tm['worker_copy_seconds'])} s copying and "
+        f"{fmt(tm['worker_verify_seconds'])} s verifying). The gap between job time and the ferry seconds is "
+        "start-up per job; elapsed beyond job time is scheduling (and, on a cluster, queueing).",
+        "",
+        "| rule | jobs | wall s | longest s | CPU s | max RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for rule, stats in tm["per_rule"].items():
+        lines.append(
+            f"| {rule} | {stats['jobs']} | {fmt(stats['seconds'])} | {fmt(stats['max_seconds'])} | "
+            f"{fmt(stats['cpu_seconds'])} | {fmt(stats['max_rss_mb'])} |"
+        )
+    lines += [
+        "",
+        "### Transfer partitions",
+        "",
+        "| partition | status | files | bytes | copied | skipped | failed | retries | ferry s | job s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in report["partitions"]:
+        lines.append(
+            f"| {p['id']} | {p['status']} | {p['files']} | {fmt_bytes(p['bytes'])} | {fmt(p.get('copied'))} | "
+            f"{fmt(p.get('skipped'))} | {fmt(p.get('failed'))} | {fmt(p.get('retries'))} | "
+            f"{fmt(p.get('worker_seconds'))} | {fmt(p.get('job_seconds'))} |"
+        )
+    if not report["partitions"]:
+        lines.append("| (nothing to copy) | | | | | | | | | |")
+    lines += [
+        "",
+        "### Verify partitions",
+        "",
+        "| partition | status | files | same | differ | missing on dst | errors | ferry s | job s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in report["verify_partitions"]:
+        lines.append(
+            f"| {p['id']} | {p['status']} | {p['files']} | {fmt(p.get('same'))} | {fmt(p.get('differ'))} | "
+            f"{fmt(p.get('missing_on_dst'))} | {fmt(p.get('error'))} | {fmt(p.get('worker_seconds'))} | "
+            f"{fmt(p.get('job_seconds'))} |"
+        )
+    if not report["verify_partitions"]:
+        lines.append("| (nothing to verify) | | | | | | | | |")
+    if report["ignored"]:
+        lines += ["", "## Not migrated", ""]
+        for item in report["ignored"][:50]:
+            lines.append(f"- `{item.get('path')}`: {item.get('reason', '')}")
+        if len(report["ignored"]) > 50:
+            lines.append(f"- ... and {len(report['ignored']) - 50} more in report.json")
+    lines += ["", "## Failures", ""]
+    if report["failures"]:
+        shown = report["failures"][:200]
+        for f in shown:
+            where = f"partition {f['partition']}" if "partition" in f else f["stage"]
+            what = f.get("error") or f.get("reason") or f.get("status", "")
+            path = f" `{f['path']}`" if f.get("path") else ""
+            lines.append(f"- {f['stage']} ({where}){path}: {what}")
+        if len(report["failures"]) > len(shown):
+            lines.append(f"- ... and {len(report['failures']) - len(shown)} more in report.json")
+    else:
+        lines.append("None.")
+    return "\n".join(lines) + "\n"
+
+
+def write(report: dict, json_path: str, md_path: str) -> None:
+    write_json(json_path, report)
+    tmp = f"{md_path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(markdown(report))
+    os.replace(tmp, md_path)
+
+
+def write_incomplete(run_dir: str, run_name: str, phase: str, source: str, dest: str) -> None:
+    """onerror hook: record what the failed run achieved; never raise (the run already failed)."""
+    try:
+        if not os.path.isdir(run_dir):
+            return
+        report = build(run_dir, run_name, phase, source, dest, complete=False)
+        write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE))
+        print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
+        print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
+
+
+def discard_incomplete(run_dir: str) -> None:
+    """onsuccess hook: a partial report from an earlier failed attempt is now misleading."""
+    for name in INCOMPLETE:
+        try:
+            os.remove(os.path.join(run_dir, name))
+        except FileNotFoundError:
+            pass
+
+
+def main(smk) -> None:
+    report = build(
+        smk.params.run_dir,
+        smk.params.run_name,
+        smk.params.phase,
+        smk.params.source,
+        smk.params.dest,
+        complete=True,
+    )
+    report["checksum_verified"] = bool(smk.params.checksum)
+    write(report, smk.output.json, smk.output.md)
+    with open(smk.log[0], "w", encoding="utf-8") as log:
+        print(f"status {report['status']}, {len(report['failures'])} failures", file=log)
+
+
+if __name__ == "__main__":
+    if "snakemake" not in globals():
+        sys.exit("ferry_report.py is run by Snakemake's script directive (rule report)")
+    main(snakemake)  # noqa: F821 - injected by Snakemake

@@ -1,0 +1,212 @@
+"""Helpers shared by the pipeline's scripts and the Snakefile: ferry manifests, sizes, locations.
+
+Manifest paths are kept in their escaped form (docs/worker.md) throughout: the escaping
+is canonical, so equal escaped strings mean equal names, and the escaped form never contains a tab
+or newline, which lets it pass through line-based tools such as fpart unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+MANIFEST_HEADER = "#ferry-manifest v1"
+
+# The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
+# storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
+# the two must agree.
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KI": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MI": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GI": 1024**3,
+    "GIB": 1024**3,
+    "T": 1024**4,
+    "TI": 1024**4,
+    "TIB": 1024**4,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value) -> int:
+    """Bytes from 123, "123", "8MiB", "8M", "1.5GB"."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        return value
+    match = _SIZE_RE.match(str(value))
+    if not match or match.group(2).upper() not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {value!r}")
+    return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+
+
+@dataclass
+class Entry:
+    path: str  # escaped, as in the manifest
+    type: Optional[str]  # f, l, d; None for a bare path
+    size: Optional[int]
+    mtime: Optional[float]
+    md5: Optional[str]
+    line: str  # the original line, written back unchanged into partitions
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "d"
+
+
+def iter_manifest(path: str) -> Iterator[Entry]:
+    with open(path, "r", encoding="utf-8", newline="\n") as handle:
+        for raw in handle:
+            line = raw.rstrip("\n")
+            if not line or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) == 1:
+                yield Entry(fields[0], None, None, None, None, line)
+                continue
+            if len(fields) != 5:
+                raise ValueError(f"{path}: malformed manifest line: {line!r}")
+            name, kind, size, mtime, md5 = fields
+            yield Entry(
+                name,
+                kind,
+                int(size),
+                None if mtime == "-" else float(mtime),
+                None if md5 == "-" else md5,
+                line,
+            )
+
+
+def read_manifest(path: str) -> dict[str, Entry]:
+    return {entry.path: entry for entry in iter_manifest(path)}
+
+
+def write_manifest(path: str, entries: Iterable[Entry], comment: str = "") -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(MANIFEST_HEADER + (f" {comment}" if comment else "") + "\n")
+        for entry in entries:
+            handle.write(entry.line + "\n")
+    os.replace(tmp, path)
+
+
+def is_blob(location: str) -> bool:
+    return location.startswith(("az://", "http://", "https://"))
+
+
+def run_name_for(source: str, dest: str) -> str:
+    """A stable, readable default name: the source's last component plus a hash of both ends."""
+    digest = hashlib.sha1(f"{source}\n{dest}".encode()).hexdigest()[:8]
+    tail = source.rstrip("/").rsplit("/", 1)[-1] or "root"
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", tail).strip("._") or "src"
+    return f"{tail[:40]}-{digest}"
+
+
+def redact(location: str) -> str:
+    """A location fit for logs and reports: no query string, no user:password in the authority."""
+    without_query = location.split("?", 1)[0]
+    return re.sub(r"^([a-z]+://)[^/@]*@", r"\1", without_query)
+
+
+def load_json(path: str) -> Optional[dict]:
+    """A worker JSON document, or None when the file is missing, empty or cut short."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None
+    if not text.strip():
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_json(path: str, doc) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def part_id(filename: str) -> str:
+    """'part-00012.tsv' -> '00012'."""
+    base = os.path.basename(filename)
+    match = re.fullmatch(r"part-([0-9]+)\.tsv", base)
+    if not match:
+        raise ValueError(f"not a partition manifest name: {filename}")
+    return match.group(1)
+
+
+class ConfigError(Exception):
+    """A configuration problem the schema cannot express; the message names the field."""
+
+
+def check_config(cfg: dict) -> None:
+    """Cross-field checks run at parse time, after the schema, before any job."""
+    for field, value in (("partition.max_bytes", cfg["partition"]["max_bytes"]), ("worker.block_size", cfg["worker"]["block_size"])):
+        try:
+            parse_size(value)
+        except ValueError as err:
+            raise ConfigError(f"config field '{field}': {err}") from None
+    if cfg["partition"]["tool"] == "fpart" and is_blob(cfg["source"]):
+        raise ConfigError(
+            "config field 'partition.tool': fpart partitions local sources only; "
+            f"source {redact(cfg['source'])!r} is a blob location (use tool: ferry)"
+        )
+    if cfg["source"].rstrip("/") == cfg["dest"].rstrip("/"):
+        raise ConfigError("config fields 'source' and 'dest' name the same location")
+    outdir = os.path.realpath(cfg["outdir"])
+    for field in ("source", "dest"):
+        location = cfg[field]
+        if is_blob(location):
+            continue
+        root = os.path.realpath(location)
+        if outdir == root or outdir.startswith(root.rstrip("/") + "/"):
+            raise ConfigError(
+                f"config field 'outdir': {cfg['outdir']!r} lies inside {field} {location!r}; "
+                "run records would be migrated (or pruned) with the data"
+            )
+
+
+def coerce_cli_strings(cfg: dict, schema: dict) -> None:
+    """Snakemake parses nested --config values (partition={parts: 8}) with YAML's BaseLoader,
+    which leaves every scalar a string. Turn strings back into the integers and booleans the
+    schema asks for, in place, so nested overrides work; anything else is left for the schema
+    to reject with the field's name."""
+    props = schema.get("properties", {})
+    defs = schema.get("$defs", {})
+    for key, value in list(cfg.items()):
+        spec = props.get(key, {})
+        if "$ref" in spec:
+            spec = defs.get(spec["$ref"].rsplit("/", 1)[-1], {})
+        types = spec.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if isinstance(value, dict) and "object" in types:
+            nested = spec if "properties" in spec else {"properties": {}}
+            if spec.get("additionalProperties") not in (None, False):
+                nested = {"properties": {k: spec["additionalProperties"] for k in value}}
+            coerce_cli_strings(value, {**nested, "$defs": defs})
+        elif isinstance(value, str):
+            text = value.strip()
+            if "integer" in types and re.fullmatch(r"-?[0-9]+", text):
+                cfg[key] = int(text)
+            elif "boolean" in types and text.lower() in ("true", "false"):
+                cfg[key] = text.lower() == "true"
