@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# ferry's default job, end to end on this machine: make a sample tree, copy it into a local
-# Azurite container and back, verify both legs by checksum and compare the trees.
-# Output stays in .ferry-demo/ (sample tree, round-tripped tree, JSON summaries, Azurite log).
+# ferry's default job, end to end on this machine: make a sample tree, migrate it into a local
+# Azurite container with the Snakemake pipeline in its three phases (baseline; incremental after
+# the source changed; final with checksums and the deletion of what the source lost), then
+# download the container again and compare it with the source.
+# Output stays in .ferry-demo/ (sample tree, pipeline reports, downloaded copy, Azurite log).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -9,7 +11,7 @@ ferry=worker/target/release/ferry
 azurite=node_modules/.bin/azurite-blob
 python=.venv/bin/python
 demo=.ferry-demo
-for need in "$ferry" "$azurite" "$python"; do
+for need in "$ferry" "$azurite" "$python" .venv/bin/snakemake; do
   [[ -x $need ]] || { echo "demo: $need is missing: run 'make setup' first" >&2; exit 2; }
 done
 
@@ -83,50 +85,41 @@ export FERRY_AUTH=key FERRY_IMDS_ENDPOINT=http://127.0.0.1:9
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 url=http://127.0.0.1:$port/devstoreaccount1/demo
 
-summary() {  # print one line from a copy/verify --json file
-  "$python" - "$1" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-if d.get("command") == "copy":
-    f, b = d["files"], d["bytes"]
-    print(f"  copied {f['copied']}/{f['total']} files, {b['copied']} bytes, {f['failed']} failed, "
-          f"{d['retries']['total']} retries, {d['seconds']:.2f} s")
-else:
-    print(f"  same {d['same']}, differ {d['differ']}, missing on dst {d['missing_on_dst']}, "
-          f"missing on src {d['missing_on_src']}, errors {d['error']}")
-PY
+snakemake=.venv/bin/snakemake
+results=$demo/results
+
+# One phase of the migration pipeline, as a user runs it (profiles/local), into $results.
+phase() {
+  say "pipeline, phase $1: snakemake --profile profiles/local --config source=$src dest=$url phase=$1 ${*:2}"
+  local log=$demo/snakemake-$1.log
+  if ! "$snakemake" --profile profiles/local \
+      --config source="$src" dest="$url" phase="$1" outdir="$results" run_name=demo "${@:2}" > "$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "demo: the $1 phase failed; Snakemake's log: $log" >&2
+    exit 1
+  fi
+  # The report's totals, as a user would read them.
+  sed -n '/^## Totals/,/^## Where/{/^## /d;p}' "$results/demo/$1/report.md" | sed '/^$/d; s/^/  /'
 }
 
-say "ferry mk $url"
-"$ferry" mk "$url"
+phase baseline
 
-# Run a ferry command that writes --json to $1, then print its summary; stop the demo if it failed.
-ferry_json() {
-  local out=$1; shift
-  local rc=0
-  "$ferry" "$@" --json > "$out" || rc=$?
-  if [[ -s $out ]]; then summary "$out"; fi
-  if ((rc != 0)); then echo "demo: 'ferry $*' exited $rc (output in $out)" >&2; exit "$rc"; fi
-}
+say "the source changes while the migration runs: 3 files added, 2 changed, 2 deleted"
+for i in 1 2 3; do head -c $((i * 1000)) /dev/urandom > "$src/docs/added-$i.dat"; done
+head -c 777 /dev/urandom > "$src/docs/dir00/file00.dat"
+printf 'changed\n' >> "$src/names/with space.txt"
+rm "$src/docs/dir01/file01.dat" "$src/empty-files/empty5"
 
-say "upload: ferry copy $src/ $url"
-ferry_json "$demo/upload.json" copy "$src/" "$url" --recursive --block-size 4MiB
+phase incremental
+phase final checksum=true
 
-say "verify the upload by checksum"
-ferry_json "$demo/verify-upload.json" verify "$src/" "$url" --checksum
-
-say "download: ferry copy $url $demo/roundtrip"
-ferry_json "$demo/download.json" copy "$url" "$demo/roundtrip" --recursive
-
-say "verify the download by checksum"
-ferry_json "$demo/verify-download.json" verify "$url" "$demo/roundtrip" --checksum
-
-say "diff -r $src $demo/roundtrip"
+say "independent check: download the destination and compare it with the source"
+"$ferry" copy "$url" "$demo/roundtrip" --recursive --no-progress
 diff -r "$src" "$demo/roundtrip"
-echo "  identical"
+echo "  identical: $(find "$demo/roundtrip" -type f | wc -l) files"
 
 say "results"
-echo "  sample tree:       $demo/src"
-echo "  round-tripped:     $demo/roundtrip"
-echo "  JSON summaries:    $demo/upload.json $demo/verify-upload.json $demo/download.json $demo/verify-download.json"
-echo "  Azurite log:       $demo/azurite.log (Azurite is stopped and its data removed on exit)"
+echo "  sample tree (the source):  $src"
+echo "  reports, one per phase:    $results/demo/{baseline,incremental,final}/report.md (and report.json)"
+echo "  the destination, downloaded again: $demo/roundtrip"
+echo "  Azurite log:               $demo/azurite.log (Azurite is stopped and its data removed on exit)"
