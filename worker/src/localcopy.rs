@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::storage::local::{apply_meta_path, ensure_parent, meta_of, temp_path};
+use crate::storage::local::{apply_meta_path, ensure_parent, meta_of, mtime_times, temp_path};
 use crate::storage::Meta;
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
@@ -79,10 +79,7 @@ fn copy_rw(mut input: &File, mut out: &File, mut left: u64) -> io::Result<()> {
 
 fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
     let Some(m) = meta.mtime else { return Ok(()) };
-    let times = [
-        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        libc::timespec { tv_sec: m.secs as libc::time_t, tv_nsec: m.nanos as _ },
-    ];
+    let times = mtime_times(m);
     // SAFETY: valid fd and a two-element array as futimens requires.
     if unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) } != 0 {
         return Err(io::Error::last_os_error());

@@ -65,6 +65,14 @@ pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
     Some(Entry { path: rel, kind, size: Some(size), mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }), md5: None })
 }
 
+/// The `times` argument of futimens/utimensat that sets the mtime and leaves the atime.
+pub fn mtime_times(m: Mtime) -> [libc::timespec; 2] {
+    [
+        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        libc::timespec { tv_sec: m.secs as libc::time_t, tv_nsec: m.nanos as _ },
+    ]
+}
+
 /// Sets owner, mode and times on an open file. Ownership needs root; as anyone else it is
 /// kept only where it already matches, as rsync does.
 pub fn apply_meta_fd(f: &File, meta: &Meta) -> std::io::Result<()> {
@@ -88,10 +96,7 @@ pub fn apply_meta_fd(f: &File, meta: &Meta) -> std::io::Result<()> {
         }
     }
     if let Some(m) = meta.mtime {
-        let times = [
-            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-            libc::timespec { tv_sec: m.secs as libc::time_t, tv_nsec: m.nanos as _ },
-        ];
+        let times = mtime_times(m);
         let rc = unsafe { libc::futimens(fd, times.as_ptr()) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
@@ -122,10 +127,7 @@ pub fn apply_meta_path(path: &Path, meta: &Meta, follow: bool) -> std::io::Resul
         }
     }
     if let Some(m) = meta.mtime {
-        let times = [
-            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-            libc::timespec { tv_sec: m.secs as libc::time_t, tv_nsec: m.nanos as _ },
-        ];
+        let times = mtime_times(m);
         let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), flags) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());

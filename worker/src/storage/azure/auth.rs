@@ -210,6 +210,19 @@ fn seconds(v: &Option<serde_json::Value>) -> u64 {
     }
 }
 
+/// Sends a token request and reads the OAuth answer: the token and its lifetime in seconds.
+async fn token_response(what: &str, req: reqwest::RequestBuilder) -> Result<(String, u64)> {
+    let fail = |e: String| StoreError::Auth(format!("{what}: {e}"));
+    let resp = req.send().await.map_err(|e| fail(e.without_url().to_string()))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(fail(format!("the token endpoint answered {status}")));
+    }
+    let body = resp.bytes().await.map_err(|e| fail(e.without_url().to_string()))?;
+    let t: TokenResponse = serde_json::from_slice(&body).map_err(|e| fail(format!("unreadable token response: {e}")))?;
+    Ok((t.access_token, seconds(&t.expires_in)))
+}
+
 impl TokenSource {
     /// A bearer token (refreshed five minutes before expiry), or None for anonymous access.
     pub async fn token(&self) -> Result<Option<String>> {
@@ -255,21 +268,8 @@ impl TokenSource {
                     .map(|(k, v)| format!("{k}={}", percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)))
                     .collect::<Vec<_>>()
                     .join("&");
-                let resp = self
-                    .http
-                    .post(url)
-                    .header("Content-Type", "application/x-www-form-urlencoded")
-                    .body(body)
-                    .send()
-                    .await
-                    .map_err(|e| fail("workload identity", e.without_url().to_string()))?;
-                let status = resp.status();
-                if !status.is_success() {
-                    return Err(fail("workload identity", format!("token endpoint answered {status}")));
-                }
-                let t: TokenResponse = serde_json::from_slice(&resp.bytes().await.map_err(|e| fail("workload identity", e.to_string()))?)
-                    .map_err(|e| fail("workload identity", e.to_string()))?;
-                Ok((t.access_token, seconds(&t.expires_in)))
+                let req = self.http.post(url).header("Content-Type", "application/x-www-form-urlencoded").body(body);
+                token_response("workload identity", req).await
             }
             TokenKind::Managed { endpoint, client_id } => {
                 let mut url = format!(
@@ -280,20 +280,7 @@ impl TokenSource {
                 if let Some(c) = client_id {
                     url.push_str(&format!("&client_id={c}"));
                 }
-                let resp = self
-                    .http
-                    .get(url)
-                    .header("Metadata", "true")
-                    .send()
-                    .await
-                    .map_err(|e| fail("managed identity", e.without_url().to_string()))?;
-                let status = resp.status();
-                if !status.is_success() {
-                    return Err(fail("managed identity", format!("IMDS answered {status}")));
-                }
-                let t: TokenResponse = serde_json::from_slice(&resp.bytes().await.map_err(|e| fail("managed identity", e.to_string()))?)
-                    .map_err(|e| fail("managed identity", e.to_string()))?;
-                Ok((t.access_token, seconds(&t.expires_in)))
+                token_response("managed identity", self.http.get(url).header("Metadata", "true")).await
             }
             TokenKind::Cli => {
                 let out = tokio::process::Command::new("az")
