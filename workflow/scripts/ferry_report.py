@@ -68,6 +68,13 @@ def nonempty(path: str) -> bool:
         return False
 
 
+def failed_job(run_dir, stage, rule, part):
+    """A failure entry for a job that died without the worker's JSON: its log's last line says why."""
+    log = os.path.join(run_dir, "logs", rule, f"part-{part}.log")
+    return {"stage": stage, "partition": part,
+            "error": last_log_line(log) or f"{rule} job failed without a report from the worker"}
+
+
 def last_log_line(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -132,14 +139,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 failures.append({"stage": "copy", "partition": part, **failure})
             ignored_entries.extend({"partition": part, **item} for item in doc.get("ignored") or [])
         elif status == "failed":
-            failures.append(
-                {
-                    "stage": "copy",
-                    "partition": part,
-                    "error": last_log_line(os.path.join(run_dir, "logs", "transfer", f"part-{part}.log"))
-                    or "transfer job failed without a report from the worker",
-                }
-            )
+            failures.append(failed_job(run_dir, "copy", "transfer", part))
         job = bench.get(f"transfer/part-{part}")
         row["job_seconds"] = round(job["seconds"], 3) if job else None
         partitions.append(row)
@@ -157,14 +157,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 if entry.get("status") not in ("same", "="):
                     failures.append({"stage": "verify", "partition": part, **entry})
         elif status == "failed":
-            failures.append(
-                {
-                    "stage": "verify",
-                    "partition": part,
-                    "error": last_log_line(os.path.join(run_dir, "logs", "verify", f"part-{part}.log"))
-                    or "verify job failed without a report from the worker",
-                }
-            )
+            failures.append(failed_job(run_dir, "verify", "verify", part))
         job = bench.get(f"verify/part-{part}")
         row["job_seconds"] = round(job["seconds"], 3) if job else None
         verify_rows.append(row)
