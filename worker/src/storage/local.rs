@@ -287,9 +287,8 @@ impl Store for LocalStore {
         blocking(move || {
             let what = full.display().to_string();
             let f = File::open(&full).map_err(|e| StoreError::io(&what, e))?;
-            let mut buf = vec![0u8; len as usize];
-            read_exact_at(&f, &mut buf, offset, &what)?;
-            Ok(Chunk { data: Bytes::from(buf), meta: None })
+            let data = super::bufpool::filled(len as usize, |buf| read_exact_at(&f, buf, offset, &what))?;
+            Ok(Chunk { data, meta: None })
         })
         .await
     }
@@ -425,11 +424,7 @@ impl Upload for LocalUpload {
         let offset = idx * self.plan.block_size;
         let len = self.plan.block_len(idx) as usize;
         let what = self.final_path.display().to_string();
-        blocking(move || {
-            let mut buf = vec![0u8; len];
-            read_exact_at(&file, &mut buf, offset, &what)?;
-            Ok(Some(Bytes::from(buf)))
-        })
+        blocking(move || Ok(Some(super::bufpool::filled(len, |buf| read_exact_at(&file, buf, offset, &what))?)))
         .await
     }
 

@@ -2,6 +2,7 @@
 //! Paths handed to a store are relative to its root, '/'-separated raw bytes.
 
 pub mod azure;
+pub mod bufpool;
 pub mod local;
 
 use std::sync::Arc;
