@@ -1,0 +1,3 @@
+module ferry/benchmarks/discard
+
+go 1.22
