@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test demo
+.PHONY: setup build test demo bench
 
 setup:
 	scripts/setup.sh
@@ -17,3 +17,8 @@ test: setup
 
 demo: setup
 	scripts/demo.sh
+
+# Benchmark campaigns (minutes; results in benchmarks/results/, explained in docs/benchmarks.md).
+bench: setup
+	.venv/bin/python benchmarks/campaign.py all
+	benchmarks/pipeline.sh
