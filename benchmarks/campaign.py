@@ -8,7 +8,7 @@ say more, and the load average is recorded next to them so a reader can judge th
 
     .venv/bin/python benchmarks/campaign.py local|azurite|discard|partition|all [--runs N] [--quick]
     .venv/bin/python benchmarks/campaign.py report   # redo tables, charts and the docs from results/*.json
-    .venv/bin/python benchmarks/campaign.py clean    # delete the scratch dir (datasets, workspaces)
+    .venv/bin/python benchmarks/campaign.py clean    # delete the campaigns' datasets and workspaces
 
 docs/benchmarks.md says what every scenario measures and how to read the results.
 """
@@ -1556,8 +1556,13 @@ def main(argv: list[str]) -> int:
                  only=a.only, keep=a.keep, update_docs=not a.no_docs and not a.quick and not a.results,
                  ferry_source=Path(a.ferry))
     if a.scenario == "clean":
-        log(f"removing {rel(scratch)}")
-        rmtree(scratch)
+        # Only what the campaigns make: other benchmarks (benchmarks/pipeline.sh) share the dir.
+        for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",
+                     "results-quick", "rclone.conf", "azurite-ctl.sock"):
+            p = scratch / name
+            if p.exists():
+                log(f"removing {rel(p)}")
+                rmtree(p) if p.is_dir() else p.unlink()
         return 0
     if a.scenario == "report":
         for sc in SCENARIOS:

@@ -1,3 +1,3 @@
 module ferry/benchmarks/discard
 
-go 1.22
+go 1.19
