@@ -1,5 +1,7 @@
-"""Token credential flows, each against a loopback stand-in for the identity endpoint and the
-Blob service: the token ferry fetches must be the one it presents, and nothing leaves 127.0.0.1."""
+"""Token credential flows, each against a loopback stand-in for the identity endpoints and the
+Blob service: the token ferry fetches must be the one it presents, and nothing leaves 127.0.0.1.
+IMDS answers over http, as the real one does; the Entra endpoint and the Blob service answer over
+https with a throwaway CA, because the Azure SDK sends tokens over https only."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ import json
 import os
 import stat
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+
+from support.tls import LoopbackTLS
 
 LIST_XML = (
     b'<?xml version="1.0" encoding="utf-8"?><EnumerationResults ContainerName="ctr"><Blobs>'
@@ -21,9 +26,10 @@ LIST_XML = (
 
 
 class StandIn:
-    """IMDS, the Entra token endpoint and a one-blob container, on one loopback port."""
+    """IMDS, the Entra token endpoint and a one-blob container: the same handler on an http and
+    an https loopback port."""
 
-    def __init__(self):
+    def __init__(self, tls: LoopbackTLS):
         self.seen: list[dict] = []
         owner = self
 
@@ -43,9 +49,12 @@ class StandIn:
                 q = parse_qs(url.query)
                 owner.seen.append({"method": "GET", "path": url.path, "query": q, "headers": {k.lower(): v for k, v in self.headers.items()}})
                 if url.path == "/metadata/identity/oauth2/token":
-                    if self.headers.get("Metadata") != "true" or q.get("resource") != ["https://storage.azure.com/"]:
+                    if self.headers.get("Metadata") != "true" or q.get("resource", [""])[0].rstrip("/") != "https://storage.azure.com":
                         return self._reply(400, b'{"error":"bad request"}')
-                    return self._reply(200, json.dumps({"access_token": "tok-imds", "expires_in": "3600"}).encode())
+                    # The fields IMDS sends, numbers as strings as it writes them.
+                    answer = {"access_token": "tok-imds", "expires_in": "3600", "expires_on": str(int(time.time()) + 3600),
+                              "resource": "https://storage.azure.com", "token_type": "Bearer"}
+                    return self._reply(200, json.dumps(answer).encode())
                 if url.path == "/acct/ctr" and q.get("comp") == ["list"]:
                     return self._reply(200, LIST_XML, "application/xml")
                 self._reply(404, b"")
@@ -67,26 +76,38 @@ class StandIn:
                     return self._reply(401, b'{"error":"invalid_client"}')
                 self._reply(404, b"")
 
+        self.ca_file = tls.ca_file
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.tls_server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.tls_server.socket = tls.server_context().wrap_socket(self.tls_server.socket, server_side=True)
+        for srv in (self.server, self.tls_server):
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def tls_url(self) -> str:
+        return f"https://127.0.0.1:{self.tls_server.server_address[1]}"
 
     def blob_auth(self) -> list:
         return [s["headers"].get("authorization") for s in self.seen if s["path"] == "/acct/ctr"]
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        for srv in (self.server, self.tls_server):
+            srv.shutdown()
+            srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory) -> LoopbackTLS:
+    return LoopbackTLS(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture
-def standin():
-    s = StandIn()
+def standin(tls):
+    s = StandIn(tls)
     yield s
     s.close()
 
@@ -96,8 +117,12 @@ def token_env(extra: dict) -> dict:
     return {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None, **extra}
 
 
-def ls(run_ferry, standin, env, check=True):
-    return run_ferry("ls", f"{standin.url}/acct/ctr", "-r", env=env, check=check)
+def ls(run_ferry, standin, env, check=True, tls=True):
+    """`ferry ls` of the stand-in's container, over https (trusting the test CA) unless tls=False."""
+    if tls:
+        env = {**env, "SSL_CERT_FILE": str(standin.ca_file)}
+    base = standin.tls_url if tls else standin.url
+    return run_ferry("ls", f"{base}/acct/ctr", "-r", env=env, check=check)
 
 
 def test_managed_identity_token_is_fetched_and_presented(run_ferry, standin):
@@ -106,14 +131,20 @@ def test_managed_identity_token_is_fetched_and_presented(run_ferry, standin):
     assert standin.blob_auth() == ["Bearer tok-imds"]
 
 
+def test_a_token_is_never_sent_over_plain_http(run_ferry, standin):
+    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url}), check=2, tls=False)
+    assert "https" in out.stderr
+    assert standin.blob_auth() == []
+
+
 def test_workload_identity_exchanges_the_federated_token(run_ferry, standin, tmp_path):
     token_file = tmp_path / "token"
-    token_file.write_text("federated-jwt\n")
+    token_file.write_text("federated-jwt")  # as Kubernetes projects it: no newline
     env = token_env({
         "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
         "AZURE_CLIENT_ID": "client-1",
         "AZURE_TENANT_ID": "tenant-1",
-        "AZURE_AUTHORITY_HOST": standin.url,
+        "AZURE_AUTHORITY_HOST": standin.tls_url,
     })
     out = ls(run_ferry, standin, env)
     assert "hello.txt" in out.stdout
@@ -128,7 +159,8 @@ def test_azure_cli_token(run_ferry, standin, tmp_path):
     az = bindir / "az"
     az.write_text("#!/bin/sh\n"
                   "[ \"$1 $2\" = 'account get-access-token' ] || exit 3\n"
-                  "echo '{\"accessToken\": \"tok-cli\", \"expiresOn\": \"2099-01-01 00:00:00.000000\"}'\n")
+                  "echo '{\"accessToken\": \"tok-cli\", \"expiresOn\": \"2099-01-01 00:00:00.000000\", "
+                  "\"expires_on\": 4070908800, \"tokenType\": \"Bearer\"}'\n")
     az.chmod(az.stat().st_mode | stat.S_IEXEC)
     env = token_env({"FERRY_AUTH": "cli", "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
     ls(run_ferry, standin, env)
@@ -138,7 +170,7 @@ def test_azure_cli_token(run_ferry, standin, tmp_path):
 def test_auto_chain_falls_back_to_anonymous(run_ferry, standin, tmp_path):
     # No credentials at all, IMDS unreachable (closed loopback port), no az on PATH.
     env = token_env({"FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9", "PATH": str(tmp_path)})
-    out = ls(run_ferry, standin, env)
+    out = ls(run_ferry, standin, env, tls=False)
     assert "hello.txt" in out.stdout
     assert standin.blob_auth() == [None]
 
@@ -151,7 +183,7 @@ def test_forced_managed_identity_fails_clearly_when_unreachable(run_ferry, stand
 
 def test_sas_from_environment_is_sent_but_never_shown(run_ferry, standin):
     env = token_env({"AZURE_STORAGE_SAS_TOKEN": "?sv=2024-01-01&sig=TOPSECRETSIG"})
-    out = ls(run_ferry, standin, env)
+    out = ls(run_ferry, standin, env, tls=False)
     assert "hello.txt" in out.stdout
     listed = [s for s in standin.seen if s["path"] == "/acct/ctr"]
     assert listed and listed[0]["query"].get("sig") == ["TOPSECRETSIG"]

@@ -2,19 +2,25 @@
 //! identity → managed identity → Azure CLI → anonymous. The first source whose inputs are
 //! present wins; `--auth` forces one. Secrets are held here and never formatted anywhere.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
+use azure_core::credentials::TokenCredential;
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::{AsyncRawResponse, ClientOptions, Context, HttpClient, Request, Transport, Url};
+use azure_identity::{
+    AzureCliCredential, ClientAssertionCredentialOptions, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
+    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
+};
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::sync::Mutex;
 
 use crate::error::{Result, StoreError};
 
-const STORAGE_RESOURCE: &str = "https://storage.azure.com/";
-const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
+pub const STORAGE_SCOPE: &str = "https://storage.azure.com/.default";
+const IMDS_HOST: &str = "169.254.169.254";
 const DEFAULT_IMDS: &str = "http://169.254.169.254";
-const DEFAULT_AUTHORITY: &str = "https://login.microsoftonline.com/";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AuthMode {
@@ -45,24 +51,22 @@ impl AuthMode {
 
 pub enum Credential {
     Anonymous,
-    /// Query string appended to every request.
+    /// Query string added to every URL.
     Sas(String),
     SharedKey { account: String, key: Vec<u8> },
-    Token(TokenSource),
+    /// Entra ID tokens through azure_identity, from the first source in the chain that answers.
+    Token(TokenChain),
 }
 
-/// Bearer tokens from one or more sources tried in order; in auto mode the chain ends in
-/// anonymous access, so a public container still works on a machine with no identity.
-pub struct TokenSource {
+/// Token sources tried in order on first use; in auto mode the chain ends in anonymous access,
+/// so a public container still works on a machine with no identity.
+pub struct TokenChain {
     kinds: Vec<TokenKind>,
     anonymous_last: bool,
-    /// The token and its expiry; None inside means "anonymous was chosen".
-    cached: Mutex<Option<(Option<String>, Instant)>>,
-    http: reqwest::Client,
 }
 
 enum TokenKind {
-    Workload { authority: String, tenant: String, client_id: String, token_file: String },
+    Workload,
     Managed { endpoint: String, client_id: Option<String> },
     Cli,
 }
@@ -145,17 +149,7 @@ pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str)
 }
 
 pub fn build(choice: &Choice, forced: AuthMode, account: &str, url_sas: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<Credential> {
-    let http = || {
-        reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(20))
-            .build()
-            .map_err(|e| StoreError::Auth(format!("HTTP client: {e}")))
-    };
-    let chain = |kinds: Vec<TokenKind>, anonymous_last: bool| -> Result<Credential> {
-        Ok(Credential::Token(TokenSource { kinds, anonymous_last, cached: Mutex::new(None), http: http()? }))
-    };
-    let token = |kind| chain(vec![kind], false);
+    let chain = |kinds, anonymous_last| Ok(Credential::Token(TokenChain { kinds, anonymous_last }));
     match choice.mode {
         AuthMode::SasUrl => Ok(Credential::Sas(url_sas.unwrap_or_default().to_string())),
         AuthMode::Key => {
@@ -166,12 +160,7 @@ pub fn build(choice: &Choice, forced: AuthMode, account: &str, url_sas: Option<&
             Ok(Credential::SharedKey { account: account.to_string(), key })
         }
         AuthMode::Sas => Ok(Credential::Sas(env("AZURE_STORAGE_SAS_TOKEN").unwrap_or_default().trim_start_matches('?').to_string())),
-        AuthMode::Workload => token(TokenKind::Workload {
-            authority: present(env, "AZURE_AUTHORITY_HOST").unwrap_or_else(|| DEFAULT_AUTHORITY.into()),
-            tenant: env("AZURE_TENANT_ID").unwrap_or_default(),
-            client_id: env("AZURE_CLIENT_ID").unwrap_or_default(),
-            token_file: env("AZURE_FEDERATED_TOKEN_FILE").unwrap_or_default(),
-        }),
+        AuthMode::Workload => chain(vec![TokenKind::Workload], false),
         AuthMode::Managed => {
             let managed = TokenKind::Managed {
                 endpoint: present(env, "FERRY_IMDS_ENDPOINT").unwrap_or_else(|| DEFAULT_IMDS.into()),
@@ -180,136 +169,166 @@ pub fn build(choice: &Choice, forced: AuthMode, account: &str, url_sas: Option<&
             if forced == AuthMode::Auto {
                 chain(vec![managed, TokenKind::Cli], true)
             } else {
-                token(managed)
+                chain(vec![managed], false)
             }
         }
-        AuthMode::Cli => token(TokenKind::Cli),
+        AuthMode::Cli => chain(vec![TokenKind::Cli], false),
         AuthMode::Anonymous => Ok(Credential::Anonymous),
         AuthMode::Auto => unreachable!(),
     }
 }
 
-#[derive(serde::Deserialize)]
-struct TokenResponse {
-    access_token: String,
-    #[serde(default)]
-    expires_in: Option<serde_json::Value>,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CliToken {
-    access_token: String,
-}
-
-fn seconds(v: &Option<serde_json::Value>) -> u64 {
-    match v {
-        Some(serde_json::Value::Number(n)) => n.as_u64().unwrap_or(300),
-        Some(serde_json::Value::String(s)) => s.parse().unwrap_or(300),
-        _ => 300,
-    }
-}
-
-/// Sends a token request and reads the OAuth answer: the token and its lifetime in seconds.
-async fn token_response(what: &str, req: reqwest::RequestBuilder) -> Result<(String, u64)> {
-    let fail = |e: String| StoreError::Auth(format!("{what}: {e}"));
-    let resp = req.send().await.map_err(|e| fail(e.without_url().to_string()))?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(fail(format!("the token endpoint answered {status}")));
-    }
-    let body = resp.bytes().await.map_err(|e| fail(e.without_url().to_string()))?;
-    let t: TokenResponse = serde_json::from_slice(&body).map_err(|e| fail(format!("unreadable token response: {e}")))?;
-    Ok((t.access_token, seconds(&t.expires_in)))
-}
-
-impl TokenSource {
-    /// A bearer token (refreshed five minutes before expiry), or None for anonymous access.
-    pub async fn token(&self) -> Result<Option<String>> {
-        let mut cached = self.cached.lock().await;
-        if let Some((tok, until)) = cached.as_ref() {
-            if Instant::now() + Duration::from_secs(300) < *until {
-                return Ok(tok.clone());
-            }
+/// The full chain of an azure_core error on one line: its top-level messages are generic.
+pub fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let next = s.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
         }
+        src = s.source();
+    }
+    scrub_sas(&text)
+}
+
+/// SDK errors carry the request URL, SAS signature included: it must never reach a message.
+pub fn scrub_sas(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("sig=") {
+        out.push_str(&rest[..i + 4]);
+        out.push_str("REDACTED");
+        rest = &rest[i + 4..];
+        let end = rest.find(|c: char| c == '&' || c == ')' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+impl TokenChain {
+    /// The first source that yields a token, or None when the chain ends in anonymous access.
+    /// Decided once per store: probing IMDS on every request would cost seconds each.
+    pub async fn resolve(&self, http: &Arc<dyn HttpClient>) -> Result<Option<Arc<dyn TokenCredential>>> {
         let mut errors = Vec::new();
         for kind in &self.kinds {
-            match self.fetch(kind).await {
-                Ok((tok, ttl)) => {
-                    *cached = Some((Some(tok.clone()), Instant::now() + Duration::from_secs(ttl)));
-                    return Ok(Some(tok));
-                }
-                Err(e) => errors.push(e.to_string()),
+            match kind.credential(http).await {
+                Ok(cred) => match cred.get_token(&[STORAGE_SCOPE], None).await {
+                    Ok(_) => return Ok(Some(cred)),
+                    Err(e) => errors.push(format!("{}: {}", kind.name(), error_text(&e))),
+                },
+                Err(e) => errors.push(e),
             }
         }
         if self.anonymous_last {
-            // Decided once: probing IMDS on every request would cost seconds each.
-            *cached = Some((None, Instant::now() + Duration::from_secs(365 * 86400)));
             return Ok(None);
         }
         Err(StoreError::Auth(errors.join("; ")))
     }
+}
 
-    async fn fetch(&self, kind: &TokenKind) -> Result<(String, u64)> {
-        let fail = |what: &str, e: String| StoreError::Auth(format!("{what}: {e}"));
-        match kind {
-            TokenKind::Workload { authority, tenant, client_id, token_file } => {
-                let assertion = std::fs::read_to_string(token_file).map_err(|e| fail("workload identity token file", e.to_string()))?;
-                let url = format!("{}/{}/oauth2/v2.0/token", authority.trim_end_matches('/'), tenant);
-                let form = [
-                    ("grant_type", "client_credentials"),
-                    ("client_id", client_id.as_str()),
-                    ("scope", STORAGE_SCOPE),
-                    ("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"),
-                    ("client_assertion", assertion.trim()),
-                ];
-                let body = form
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)))
-                    .collect::<Vec<_>>()
-                    .join("&");
-                let req = self.http.post(url).header("Content-Type", "application/x-www-form-urlencoded").body(body);
-                token_response("workload identity", req).await
+impl TokenKind {
+    fn name(&self) -> &'static str {
+        match self {
+            TokenKind::Workload => "workload identity",
+            TokenKind::Managed { .. } => "managed identity",
+            TokenKind::Cli => "Azure CLI",
+        }
+    }
+
+    async fn credential(&self, http: &Arc<dyn HttpClient>) -> std::result::Result<Arc<dyn TokenCredential>, String> {
+        let fail = |e: azure_core::Error| format!("{}: {}", self.name(), error_text(&e));
+        let client_options = || ClientOptions { transport: Some(Transport::new(http.clone())), ..Default::default() };
+        match self {
+            TokenKind::Workload => {
+                // Tenant, client and token file come from the AZURE_* variables `choose` checked;
+                // AZURE_AUTHORITY_HOST, if set, is read by azure_identity itself.
+                let options = WorkloadIdentityCredentialOptions {
+                    credential_options: ClientAssertionCredentialOptions { client_options: client_options(), ..Default::default() },
+                    ..Default::default()
+                };
+                Ok(WorkloadIdentityCredential::new(Some(options)).map_err(fail)?)
             }
             TokenKind::Managed { endpoint, client_id } => {
-                let mut url = format!(
-                    "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={}",
-                    endpoint.trim_end_matches('/'),
-                    percent_encoding::utf8_percent_encode(STORAGE_RESOURCE, percent_encoding::NON_ALPHANUMERIC)
-                );
-                if let Some(c) = client_id {
-                    url.push_str(&format!("&client_id={c}"));
+                // azure_identity retries an unreachable IMDS for over a minute; off Azure it
+                // never answers, so a one-second connect decides first.
+                let url = Url::parse(endpoint).map_err(|e| format!("managed identity: bad endpoint {endpoint}: {e}"))?;
+                let addr = format!("{}:{}", url.host_str().unwrap_or_default(), url.port_or_known_default().unwrap_or(80));
+                match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&addr)).await {
+                    Ok(Ok(_)) => {}
+                    _ => return Err(format!("managed identity: the endpoint {endpoint} does not answer (not an Azure machine?)")),
                 }
-                token_response("managed identity", self.http.get(url).header("Metadata", "true")).await
+                let redirect = ImdsRedirect { to: url, inner: http.clone() };
+                let options = ManagedIdentityCredentialOptions {
+                    user_assigned_id: client_id.clone().map(UserAssignedId::ClientId),
+                    client_options: ClientOptions { transport: Some(Transport::new(Arc::new(redirect))), ..Default::default() },
+                    ..Default::default()
+                };
+                Ok(ManagedIdentityCredential::new(Some(options)).map_err(fail)?)
             }
-            TokenKind::Cli => {
-                let out = tokio::process::Command::new("az")
-                    .args(["account", "get-access-token", "--resource", STORAGE_RESOURCE, "--output", "json"])
-                    .output()
-                    .await
-                    .map_err(|e| fail("Azure CLI", format!("cannot run az: {e}")))?;
-                if !out.status.success() {
-                    return Err(fail("Azure CLI", format!("az exited with {} (run az login)", out.status)));
-                }
-                let t: CliToken = serde_json::from_slice(&out.stdout).map_err(|e| fail("Azure CLI", e.to_string()))?;
-                // az reports an absolute expiry in local time; refreshing every 30 minutes is
-                // simpler than parsing it and well inside a token's lifetime.
-                Ok((t.access_token, 1800 + 300))
-            }
+            TokenKind::Cli => Ok(AzureCliCredential::new(None).map_err(fail)?),
         }
     }
 }
 
-/// Signs a request for the SharedKey scheme (Blob service, version 2015-02-21 and later).
-pub fn shared_key_signature(account: &str, key: &[u8], req: &reqwest::Request) -> String {
-    let h = req.headers();
-    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("");
+/// Sends azure_identity's IMDS requests (always to 169.254.169.254) to FERRY_IMDS_ENDPOINT
+/// instead, so tests and unusual networks can stand in for it.
+#[derive(Debug)]
+struct ImdsRedirect {
+    to: Url,
+    inner: Arc<dyn HttpClient>,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for ImdsRedirect {
+    async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
+        let mut req = request.clone();
+        if req.url().host_str() == Some(IMDS_HOST) {
+            let url = req.url_mut();
+            let _ = url.set_scheme(self.to.scheme());
+            let _ = url.set_host(self.to.host_str());
+            let _ = url.set_port(self.to.port());
+        }
+        self.inner.execute_request(&req).await
+    }
+}
+
+/// Signs every try with SharedKey (azure_storage_blob ships Entra ID auth only). It runs last
+/// among the per-try policies, so the signature covers every header actually sent, and per try
+/// so a retry gets a fresh x-ms-date.
+#[derive(Debug)]
+pub struct SharedKeyPolicy {
+    pub account: String,
+    pub key: Vec<u8>,
+}
+
+#[async_trait::async_trait]
+impl Policy for SharedKeyPolicy {
+    async fn send(&self, ctx: &Context, req: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
+        req.insert_header("x-ms-date", httpdate::fmt_http_date(std::time::SystemTime::now()));
+        let len = req.body().len().unwrap_or(0);
+        if len > 0 {
+            // reqwest would add it after signing; the signature must cover it.
+            req.insert_header("content-length", len.to_string());
+        }
+        let sig = shared_key_signature(&self.account, &self.key, req);
+        req.insert_header("authorization", sig);
+        next[0].send(ctx, req, &next[1..]).await
+    }
+}
+
+/// The SharedKey string-to-sign (Blob service, version 2015-02-21 and later), HMAC-SHA256'd.
+pub fn shared_key_signature(account: &str, key: &[u8], req: &Request) -> String {
+    let h: Vec<(String, &str)> = req.headers().iter().map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.as_str())).collect();
+    let get = |name: &str| h.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or("");
     let content_length = match get("content-length") {
         "0" => "",
         other => other,
     };
     let mut s = String::with_capacity(256);
-    s.push_str(req.method().as_str());
+    s.push_str(&req.method().as_ref().to_ascii_uppercase());
     s.push('\n');
     for v in [
         get("content-encoding"),
@@ -317,7 +336,7 @@ pub fn shared_key_signature(account: &str, key: &[u8], req: &reqwest::Request) -
         content_length,
         get("content-md5"),
         get("content-type"),
-        "", // Date: we send x-ms-date instead.
+        "", // Date: x-ms-date is sent instead.
         get("if-modified-since"),
         get("if-match"),
         get("if-none-match"),
@@ -327,14 +346,10 @@ pub fn shared_key_signature(account: &str, key: &[u8], req: &reqwest::Request) -
         s.push_str(v);
         s.push('\n');
     }
-    let mut ms: Vec<(String, &str)> = h
-        .iter()
-        .filter(|(k, _)| k.as_str().starts_with("x-ms-"))
-        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.to_str().unwrap_or("")))
-        .collect();
+    let mut ms: Vec<&(String, &str)> = h.iter().filter(|(k, _)| k.starts_with("x-ms-")).collect();
     ms.sort();
     for (k, v) in ms {
-        s.push_str(&k);
+        s.push_str(k);
         s.push(':');
         s.push_str(v.trim());
         s.push('\n');
@@ -405,15 +420,22 @@ mod tests {
         // Same request, same key: same signature; a changed query parameter changes it.
         let key = b"0123456789abcdef";
         let mk = |q: &str| {
-            let mut r = reqwest::Request::new(reqwest::Method::PUT, format!("http://127.0.0.1:1/acct/ctr/a%20b?comp=block&blockid={q}").parse().unwrap());
-            r.headers_mut().insert("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT".parse().unwrap());
-            r.headers_mut().insert("x-ms-version", "2023-11-03".parse().unwrap());
-            r.headers_mut().insert("content-length", "5".parse().unwrap());
+            let url = Url::parse(&format!("http://127.0.0.1:1/acct/ctr/a%20b?comp=block&blockid={q}")).unwrap();
+            let mut r = Request::new(url, azure_core::http::Method::Put);
+            r.insert_header("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT");
+            r.insert_header("x-ms-version", "2023-11-03");
+            r.insert_header("content-length", "5");
             r
         };
         let a = shared_key_signature("acct", key, &mk("AAAA"));
         assert_eq!(a, shared_key_signature("acct", key, &mk("AAAA")));
         assert_ne!(a, shared_key_signature("acct", key, &mk("AAAB")));
         assert!(a.starts_with("SharedKey acct:"));
+    }
+
+    #[test]
+    fn sas_signatures_are_scrubbed_from_messages() {
+        let t = scrub_sas("error sending request for url (http://127.0.0.1:9/a/c?sv=2024&sig=AbC%2Bd&sp=r): refused; sig=XYZ");
+        assert_eq!(t, "error sending request for url (http://127.0.0.1:9/a/c?sv=2024&sig=REDACTED&sp=r): refused; sig=REDACTED");
     }
 }

@@ -1,19 +1,34 @@
-//! Azure Blob Storage over its REST API: block uploads with deterministic block IDs (so a
-//! killed upload resumes from Get Block List), ranged downloads, paged listings.
+//! Azure Blob Storage through the official SDK (azure_storage_blob), driven by ferry's engine:
+//! block uploads with deterministic block IDs (so a killed upload resumes from Get Block List),
+//! ranged downloads resumed mid-body, paged listings. ferry's retry module, not the SDK's, retries
+//! every call, so `--max-retries`, the time budget and the counts by status in `--json` hold.
 
 pub mod auth;
 pub mod xml;
 
+use std::collections::HashMap;
+use std::num::NonZero;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine as _;
+use azure_core::error::ErrorKind;
+use azure_core::http::headers::{HeaderName, Headers};
+use azure_core::http::policies::{Policy, PolicyResult};
+use azure_core::http::response::AsyncResponseBody;
+use azure_core::http::{ClientMethodOptions, ClientOptions, Context, HttpClient, Request, RetryOptions, StatusCode, Transport, Url};
+use azure_storage_blob::models::{
+    BlobClientDeleteOptions, BlobClientDownloadOptions, BlobContainerClientListBlobsOptions, BlockBlobClientCommitBlockListOptions,
+    BlockBlobClientStageBlockOptions, BlockBlobClientUploadOptions, BlockListType, BlockLookupList, DeleteSnapshotsOptionType, HttpRange,
+    ListBlobsIncludeItem,
+};
+use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
+use azure_storage_blob::{BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions, BlockBlobClient};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use reqwest::{Method, StatusCode};
-use tokio::sync::mpsc;
+use futures::StreamExt;
+use tokio::sync::{mpsc, OnceCell};
 
 use super::{fnv1a, Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
 use crate::error::{Result, StoreError};
@@ -21,13 +36,10 @@ use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
 use crate::stats::Stats;
-use auth::Credential;
-
-const API_VERSION: &str = "2023-11-03";
+use auth::{Credential, SharedKeyPolicy};
 
 /// Blob names keep their '/' separators; everything else outside the unreserved set is escaped.
 const PATH_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
-const QUERY_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 pub struct AzureStore {
     inner: Arc<Inner>,
@@ -37,34 +49,94 @@ struct Inner {
     loc: BlobLocation,
     /// Root prefix of this store: "" or ending in '/'.
     root: String,
-    http: reqwest::Client,
     cred: Credential,
+    http: Arc<dyn HttpClient>,
+    /// Built on first use: in auto mode the token chain has to be resolved first.
+    clients: OnceCell<Clients>,
     retry: RetryPolicy,
     stats: Arc<Stats>,
     block_md5: bool,
 }
 
+struct Clients {
+    /// Pipeline settings shared by every blob's client, so one token cache serves them all.
+    options: BlobClientOptions,
+    /// The container's URL, with the SAS query if there is one.
+    base: Url,
+    container: BlobContainerClient,
+    /// The same container listed one level at a time (`delimiter=/`), which the SDK's
+    /// `list_blobs` has no option for; it keeps any query the URL already has.
+    by_level: BlobContainerClient,
+}
+
+/// A whole-request Content-MD5 for Put Blob, which the SDK's upload does not take: carried in
+/// the call's context and set by `PutMd5` before signing.
+#[derive(Clone, Copy, Debug)]
+struct ContentMd5([u8; 16]);
+
+#[derive(Debug)]
+struct PutMd5;
+
+#[async_trait]
+impl Policy for PutMd5 {
+    async fn send(&self, ctx: &Context, req: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
+        if let Some(ContentMd5(md5)) = ctx.value::<ContentMd5>() {
+            req.insert_header("content-md5", b64(md5));
+        }
+        next[0].send(ctx, req, &next[1..]).await
+    }
+}
+
 fn b64(data: &[u8]) -> String {
+    use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
-fn map_reqwest(e: reqwest::Error) -> StoreError {
-    // without_url: a SAS token in the URL must never reach a message.
-    let e = e.without_url();
-    let mut text = e.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
+/// One HTTP client for every request of a run, tuned for bulk transfer.
+fn http_client(opts: &OpenOptions) -> Result<Arc<dyn HttpClient>> {
+    // ring is the provider rustls already builds; installing it twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder()
+        .http1_only()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(opts.concurrency.max(1))
+        .connect_timeout(Duration::from_secs(10))
+        .read_timeout(opts.io_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| StoreError::Invalid(format!("HTTP client: {e}")))?;
+    Ok(Arc::new(http))
+}
+
+fn map_err(e: azure_core::Error) -> StoreError {
+    let text = auth::error_text(&e);
+    match e.kind() {
+        ErrorKind::HttpResponse { status, error_code, raw_response } => {
+            let (body_code, body_msg) = raw_response.as_ref().map(|r| xml::parse_error(r.body())).unwrap_or_default();
+            let retry_after = raw_response
+                .as_ref()
+                .and_then(|r| r.headers().get_optional_str(&HeaderName::from_static("retry-after")))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let code = error_code.clone().or(body_code);
+            if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
+                return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
+            }
+            let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
+            if *status == StatusCode::Forbidden {
+                message.push_str(" (check the credentials: `ferry env` shows which source is in use)");
+            }
+            StoreError::Http { status: u16::from(*status), code, message, retry_after }
+        }
+        ErrorKind::Connection | ErrorKind::Io => StoreError::Transport(text),
+        ErrorKind::Credential => StoreError::Auth(text),
+        _ => StoreError::Invalid(text),
     }
-    if e.is_timeout() {
-        StoreError::Transport(format!("timed out: {text}"))
-    } else if e.is_body() || e.is_decode() {
-        StoreError::Transport(format!("truncated body: {text}"))
-    } else {
-        StoreError::Transport(text)
-    }
+}
+
+/// A body that broke off mid-way: labelled so the retry counts it as truncated.
+fn body_err(e: azure_core::Error) -> StoreError {
+    StoreError::Transport(format!("truncated body: {}", auth::error_text(&e)))
 }
 
 fn blob_name_checked(name: &str) -> Result<()> {
@@ -79,17 +151,19 @@ impl AzureStore {
         let env = opts.env.clone();
         let choice = auth::choose(opts.auth, loc.sas.is_some(), &loc.account, &*env)?;
         let cred = auth::build(&choice, opts.auth, &loc.account, loc.sas.as_deref(), &*env)?;
-        let http = reqwest::Client::builder()
-            .http1_only()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(opts.concurrency.max(1))
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(opts.io_timeout)
-            .build()
-            .map_err(|e| StoreError::Invalid(format!("HTTP client: {e}")))?;
         let p = loc.prefix.trim_end_matches('/');
         let root = if p.is_empty() { String::new() } else { format!("{p}/") };
-        Ok(AzureStore { inner: Arc::new(Inner { loc, root, http, cred, retry: opts.retry.clone(), stats: opts.stats.clone(), block_md5: opts.block_md5 }) })
+        let inner = Inner {
+            loc,
+            root,
+            cred,
+            http: http_client(opts)?,
+            clients: OnceCell::new(),
+            retry: opts.retry.clone(),
+            stats: opts.stats.clone(),
+            block_md5: opts.block_md5,
+        };
+        Ok(AzureStore { inner: Arc::new(inner) })
     }
 
     /// Whether `prefix` itself names a blob (a single-file location).
@@ -116,90 +190,69 @@ impl Inner {
         Ok(name)
     }
 
-    fn container_url(&self) -> String {
-        format!("{}/{}", self.loc.endpoint, utf8_percent_encode(&self.loc.container, PATH_SET))
+    async fn clients(&self) -> Result<&Clients> {
+        self.clients.get_or_try_init(|| self.connect()).await
     }
 
-    fn blob_url(&self, name: &str) -> String {
-        format!("{}/{}", self.container_url(), utf8_percent_encode(name, PATH_SET))
-    }
-
-    async fn send(&self, method: Method, mut url: String, headers: &[(&str, String)], body: Option<Bytes>) -> Result<reqwest::Response> {
-        if let Credential::Sas(q) = &self.cred {
-            if !q.is_empty() {
-                url.push(if url.contains('?') { '&' } else { '?' });
-                url.push_str(q);
-            }
-        }
-        let len = body.as_ref().map(|b| b.len()).unwrap_or(0);
-        let mut rb = self
-            .http
-            .request(method.clone(), &url)
-            .header("x-ms-version", API_VERSION)
-            .header("x-ms-date", httpdate::fmt_http_date(std::time::SystemTime::now()));
-        for (k, v) in headers {
-            rb = rb.header(*k, v.as_str());
-        }
-        if method == Method::PUT || method == Method::POST {
-            // Explicit, so that the signature covers exactly what is sent.
-            rb = rb.header("content-length", len.to_string());
-        }
-        if let Some(b) = body {
-            rb = rb.body(b);
-        }
-        let mut req = rb.build().map_err(map_reqwest)?;
+    async fn connect(&self) -> Result<Clients> {
+        let mut url = Url::parse(&self.loc.endpoint).map_err(|e| StoreError::Invalid(format!("bad endpoint {}: {e}", self.loc.endpoint)))?;
+        url.path_segments_mut()
+            .map_err(|_| StoreError::Invalid(format!("bad endpoint {}", self.loc.endpoint)))?
+            .pop_if_empty()
+            .push(&self.loc.container);
+        let mut per_try: Vec<Arc<dyn Policy>> = vec![Arc::new(PutMd5)];
         match &self.cred {
-            Credential::SharedKey { account, key } => {
-                let sig = auth::shared_key_signature(account, key, &req);
-                req.headers_mut().insert("authorization", sig.parse().map_err(|_| StoreError::Auth("bad signature header".into()))?);
-            }
-            Credential::Token(t) => {
-                if let Some(tok) = t.token().await? {
-                    req.headers_mut().insert(
-                        "authorization",
-                        format!("Bearer {tok}").parse().map_err(|_| StoreError::Auth("token has characters not allowed in a header".into()))?,
-                    );
+            Credential::Anonymous => {}
+            Credential::Sas(q) => url.set_query((!q.is_empty()).then_some(q.as_str())),
+            Credential::SharedKey { account, key } => per_try.push(Arc::new(SharedKeyPolicy { account: account.clone(), key: key.clone() })),
+            Credential::Token(chain) => {
+                if let Some(token) = chain.resolve(&self.http).await? {
+                    // The SDK's own check, kept: a token must not travel in clear text.
+                    if url.scheme() != "https" {
+                        return Err(StoreError::Auth(format!(
+                            "an Entra ID token is sent over https only, and {} is not https (use a key or a SAS for an emulator)",
+                            self.loc.display()
+                        )));
+                    }
+                    per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(token, [auth::STORAGE_SCOPE])));
                 }
             }
-            Credential::Sas(_) | Credential::Anonymous => {}
         }
-        let resp = self.http.execute(req).await.map_err(map_reqwest)?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        Err(self.error_of(resp).await)
+        let client_options = ClientOptions {
+            transport: Some(Transport::new(self.http.clone())),
+            retry: RetryOptions::none(),
+            per_try_policies: per_try,
+            ..Default::default()
+        };
+        let options = BlobClientOptions { client_options: client_options.clone(), ..Default::default() };
+        let container_options = BlobContainerClientOptions { client_options, ..Default::default() };
+        let mut level_url = url.clone();
+        level_url.query_pairs_mut().append_pair("delimiter", "/");
+        let client = |u: Url| BlobContainerClient::new(u, None, Some(container_options.clone())).map_err(map_err);
+        Ok(Clients { options, container: client(url.clone())?, by_level: client(level_url)?, base: url })
     }
 
-    async fn error_of(&self, resp: reqwest::Response) -> StoreError {
-        let status = resp.status();
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let header_code = resp.headers().get("x-ms-error-code").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let body = resp.bytes().await.unwrap_or_default();
-        let (code, msg) = xml::parse_error(&body);
-        let code = header_code.or(code);
-        if status == StatusCode::NOT_FOUND && code.as_deref() != Some("ContainerNotFound") {
-            return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
-        }
-        let mut message = msg.unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_string());
-        if status == StatusCode::FORBIDDEN {
-            message.push_str(" (check the credentials: `ferry env` shows which source is in use)");
-        }
-        StoreError::Http { status: status.as_u16(), code, message, retry_after }
+    /// A client for one blob. Its URL is built here, not by the SDK's `blob_client`, which
+    /// parses the name as URL text and so silently drops tabs and newlines from it.
+    async fn blob(&self, name: &str) -> Result<BlobClient> {
+        let c = self.clients().await?;
+        let mut url = c.base.clone();
+        url.set_path(&format!("{}/{}", c.base.path(), utf8_percent_encode(name, PATH_SET)));
+        BlobClient::new(url, None, Some(c.options.clone())).map_err(map_err)
     }
 
-    /// Sends with retries; `make` builds the (headers, body) of each attempt.
-    async fn call(&self, method: Method, url: &str, headers: &[(&str, String)], body: Option<Bytes>) -> Result<reqwest::Response> {
-        retry(&self.retry, &self.stats, || self.send(method.clone(), url.to_string(), headers, body.clone())).await
-    }
-
-    async fn open_range(&self, url: &str, offset: u64, len: u64) -> Result<reqwest::Response> {
-        let range = [("x-ms-range", format!("bytes={}-{}", offset, offset + len - 1))];
-        self.call(Method::GET, url, &range, None).await
+    /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
+    async fn open_range(&self, name: &str, offset: u64, len: u64) -> Result<(Headers, AsyncResponseBody)> {
+        let blob = self.blob(name).await?;
+        let opts = BlobClientDownloadOptions {
+            range: (len > 0).then(|| HttpRange::new(offset, len)),
+            // ferry schedules ranges itself; one request per range keeps memory to its buffers.
+            parallel: NonZero::new(1),
+            partition_size: NonZero::new(if len > 0 { len as usize } else { usize::MAX }),
+            ..Default::default()
+        };
+        let r = blob.download(Some(opts)).await.map_err(map_err)?;
+        Ok((r.headers, r.body))
     }
 
     fn entry_of(&self, b: xml::BlobItem) -> Option<Entry> {
@@ -212,30 +265,35 @@ impl Inner {
         }
         Some(Entry { path: rel.into_bytes(), kind: Kind::File, size: Some(b.size), mtime: b.meta_mtime.or(b.last_modified), md5: b.md5 })
     }
-
-    fn meta_headers(meta: &Meta) -> Vec<(&'static str, String)> {
-        let mut h = Vec::new();
-        if let Some(m) = meta.mtime {
-            h.push(("x-ms-meta-mtime", xml::format_rfc3339(m)));
-        }
-        if let Some(mode) = meta.mode {
-            // Regular-file type bits included, as rclone writes it.
-            h.push(("x-ms-meta-mode", format!("{:o}", 0o100000 | (mode & 0o7777))));
-        }
-        h
-    }
 }
 
-fn meta_from_headers(h: &reqwest::header::HeaderMap, ranged: bool) -> Meta {
-    let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok());
-    let md5_header = if ranged { "x-ms-blob-content-md5" } else { "content-md5" };
+fn metadata_of(meta: &Meta) -> HashMap<String, String> {
+    let mut m = HashMap::new();
+    if let Some(t) = meta.mtime {
+        m.insert("mtime".to_string(), xml::format_rfc3339(t));
+    }
+    if let Some(mode) = meta.mode {
+        // Regular-file type bits included, as rclone writes it.
+        m.insert("mode".to_string(), format!("{:o}", 0o100000 | (mode & 0o7777)));
+    }
+    m
+}
+
+fn meta_from_headers(h: &Headers, ranged: bool) -> Meta {
+    let get = |k: &'static str| h.get_optional_str(&HeaderName::from_static(k));
+    // A ranged GET's Content-MD5 would be the range's; the blob's is in x-ms-blob-content-md5.
+    let md5 = if ranged { None } else { get("content-md5") };
     Meta {
         mtime: get("x-ms-meta-mtime").and_then(xml::parse_rfc3339).or_else(|| get("last-modified").and_then(xml::parse_http_date)),
         mode: get("x-ms-meta-mode").and_then(|m| u32::from_str_radix(m, 8).ok()).map(|m| m & 0o7777),
         uid: None,
         gid: None,
-        md5: get(md5_header).or_else(|| get("x-ms-blob-content-md5")).and_then(xml::decode_md5),
+        md5: md5.or_else(|| get("x-ms-blob-content-md5")).and_then(xml::decode_md5),
     }
+}
+
+fn content_length(h: &Headers) -> u64 {
+    h.get_optional_str(&HeaderName::from_static("content-length")).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 #[async_trait]
@@ -246,25 +304,27 @@ impl Store for AzureStore {
 
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
         let s = &self.inner;
+        let clients = s.clients().await?;
+        let client = if recursive { &clients.container } else { &clients.by_level };
         let mut marker: Option<String> = None;
         loop {
-            let mut url = format!(
-                "{}?restype=container&comp=list&include=metadata&maxresults=5000&prefix={}",
-                s.container_url(),
-                utf8_percent_encode(&s.root, QUERY_SET)
-            );
-            if !recursive {
-                url.push_str("&delimiter=%2F");
-            }
-            if let Some(m) = &marker {
-                url.push_str("&marker=");
-                url.push_str(&utf8_percent_encode(m, QUERY_SET).to_string());
-            }
+            // One page per call, so a failed page is retried from its own marker.
             let body = retry(&s.retry, &s.stats, || async {
-                let r = s.send(Method::GET, url.clone(), &[], None).await?;
-                r.bytes().await.map_err(map_reqwest)
+                let opts = BlobContainerClientListBlobsOptions {
+                    include: Some(vec![ListBlobsIncludeItem::Metadata]),
+                    marker: marker.clone(),
+                    maxresults: Some(5000),
+                    prefix: (!s.root.is_empty()).then(|| s.root.clone()),
+                    ..Default::default()
+                };
+                let mut pages = client.list_blobs(Some(opts)).map_err(map_err)?.into_pages();
+                match pages.next().await {
+                    Some(page) => Ok(Bytes::from(page.map_err(map_err)?.into_body())),
+                    None => Ok(Bytes::new()),
+                }
             })
             .await?;
+            // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
             let page = xml::parse_list(&body)?;
             for b in page.blobs {
                 if let Some(e) = s.entry_of(b) {
@@ -293,12 +353,11 @@ impl Store for AzureStore {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        match s.call(Method::HEAD, &s.blob_url(&name), &[], None).await {
+        let blob = s.blob(&s.name(path)?).await?;
+        match retry(&s.retry, &s.stats, || async { blob.get_properties(None).await.map_err(map_err) }).await {
             Ok(r) => {
-                let size = r.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
                 let meta = meta_from_headers(r.headers(), false);
-                let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(size), mtime: meta.mtime, md5: meta.md5 };
+                let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(r.headers())), mtime: meta.mtime, md5: meta.md5 };
                 Ok(Some((e, meta)))
             }
             Err(e) if e.is_not_found() => Ok(None),
@@ -309,16 +368,14 @@ impl Store for AzureStore {
     async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk> {
         let s = &self.inner;
         let name = s.name(path)?;
-        let url = s.blob_url(&name);
-        let ranged = len > 0;
-        let headers = if ranged { vec![("x-ms-range", format!("bytes={}-{}", offset, offset + len - 1))] } else { vec![] };
         // The body read is inside the retry: a connection cut mid-body is retried like a 503.
         retry(&s.retry, &s.stats, || async {
-            let mut r = s.send(Method::GET, url.clone(), &headers, None).await?;
-            let meta = meta_from_headers(r.headers(), ranged);
+            let (headers, mut body) = s.open_range(&name, offset, len).await?;
+            let meta = meta_from_headers(&headers, len > 0);
             // Chunks go straight into one buffer of the promised size: no second copy.
             let mut data = bytes::BytesMut::with_capacity(len as usize);
-            while let Some(c) = r.chunk().await.map_err(map_reqwest)? {
+            while let Some(c) = body.next().await {
+                let c = c.map_err(body_err)?;
                 if data.len() + c.len() > len as usize {
                     return Err(StoreError::Integrity(format!("long read of {name}: more than the {len} bytes asked for")));
                 }
@@ -338,49 +395,65 @@ impl Store for AzureStore {
             return Ok((chunk.meta, Box::pin(futures::stream::empty())));
         }
         let inner = self.inner.clone();
-        let url = inner.blob_url(&inner.name(path)?);
-        let first = inner.open_range(&url, offset, len).await?;
-        let meta = meta_from_headers(first.headers(), true);
-        let state = RangeStream { inner, url, next: offset, end: offset + len, resp: Some(first), retries: 0, started: std::time::Instant::now() };
+        let name = inner.name(path)?;
+        let (headers, body) = retry(&inner.retry, &inner.stats, || inner.open_range(&name, offset, len)).await?;
+        let meta = meta_from_headers(&headers, true);
+        let state = RangeStream { inner, name, next: offset, end: offset + len, body: Some(body), retries: 0, started: std::time::Instant::now() };
         Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
     }
 
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        let mut headers = Inner::meta_headers(meta);
-        headers.push(("x-ms-blob-type", "BlockBlob".into()));
-        if let Some(md5) = &meta.md5 {
-            // Content-MD5 on Put Blob is checked by the service and stored as the blob's MD5.
-            headers.push(("content-md5", b64(md5)));
-        }
-        s.call(Method::PUT, &s.blob_url(&name), &headers, Some(data)).await?;
+        let blob = s.blob(&s.name(path)?).await?.block_blob_client();
+        let len = data.len();
+        retry(&s.retry, &s.stats, || async {
+            let mut context = Context::new();
+            if let Some(md5) = meta.md5 {
+                // Checked by the service on arrival and kept as the blob's MD5.
+                context.insert(ContentMd5(md5));
+            }
+            let opts = BlockBlobClientUploadOptions {
+                metadata: Some(metadata_of(meta)),
+                // One Put Blob: ferry only puts whole objects that fit in one block.
+                parallel: NonZero::new(1),
+                partition_size: NonZero::new(len.max(1) as u64),
+                method_options: ClientMethodOptions { context },
+                ..Default::default()
+            };
+            blob.upload(data.clone().into(), Some(opts)).await.map_err(map_err)
+        })
+        .await?;
         Ok(())
     }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        let url = s.blob_url(&name);
+        let blob = s.blob(&s.name(path)?).await?.block_blob_client();
         let tag = format!("{:016x}", fnv1a(format!("{}/{}/{}", plan.fingerprint, plan.size, plan.block_size).as_bytes()));
-        let ids: Vec<String> = (0..plan.blocks()).map(|i| b64(format!("ferry-{tag}-{i:08}").as_bytes())).collect();
+        // The SDK base64-encodes these on the wire, as the REST API requires.
+        let ids: Vec<Vec<u8>> = (0..plan.blocks()).map(|i| format!("ferry-{tag}-{i:08}").into_bytes()).collect();
         let listed = retry(&s.retry, &s.stats, || async {
-            match s.send(Method::GET, format!("{url}?comp=blocklist&blocklisttype=uncommitted"), &[], None).await {
-                Ok(r) => xml::parse_block_list(&r.bytes().await.map_err(map_reqwest)?),
+            match blob.get_block_list(BlockListType::Uncommitted, None).await.map_err(map_err) {
+                Ok(r) => Ok(r.into_model().map_err(map_err)?.uncommitted_blocks.unwrap_or_default()),
                 Err(e) if e.is_not_found() => Ok(Vec::new()),
                 Err(e) => Err(e),
             }
         })
         .await?;
-        let staged_ids: std::collections::HashMap<String, u64> = listed.into_iter().collect();
-        let staged = ids.iter().enumerate().map(|(i, id)| staged_ids.get(id) == Some(&plan.block_len(i as u64))).collect();
-        Ok(Box::new(AzureUpload { inner: self.inner.clone(), url, ids, staged }))
+        let staged_ids: HashMap<Vec<u8>, i64> = listed.into_iter().filter_map(|b| Some((b.name?, b.size?))).collect();
+        let staged = ids.iter().enumerate().map(|(i, id)| staged_ids.get(id) == Some(&(plan.block_len(i as u64) as i64))).collect();
+        Ok(Box::new(AzureUpload { inner: self.inner.clone(), blob, ids, staged }))
     }
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        match s.call(Method::DELETE, &s.blob_url(&name), &[("x-ms-delete-snapshots", "include".into())], None).await {
+        let blob = s.blob(&s.name(path)?).await?;
+        let deleted = retry(&s.retry, &s.stats, || async {
+            let opts = BlobClientDeleteOptions { delete_snapshots: Some(DeleteSnapshotsOptionType::Include), ..Default::default() };
+            blob.delete(Some(opts)).await.map_err(map_err)
+        })
+        .await;
+        match deleted {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
@@ -389,7 +462,8 @@ impl Store for AzureStore {
 
     async fn create_root(&self) -> Result<bool> {
         let s = &self.inner;
-        match s.call(Method::PUT, &format!("{}?restype=container", s.container_url()), &[], None).await {
+        let container = &s.clients().await?.container;
+        match retry(&s.retry, &s.stats, || async { container.create(None).await.map_err(map_err) }).await {
             Ok(_) => Ok(true),
             Err(StoreError::Http { status: 409, .. }) => Ok(false),
             Err(e) => Err(e),
@@ -398,13 +472,14 @@ impl Store for AzureStore {
 }
 
 /// The body of one ranged GET. A body cut short is re-requested from the first byte not yet
-/// received, within the retry policy, so a large range never restarts from zero.
+/// received, within the retry policy, so a large range never restarts from zero. (The SDK's
+/// retries cover getting a response, not reading its body.)
 struct RangeStream {
     inner: Arc<Inner>,
-    url: String,
+    name: String,
     next: u64,
     end: u64,
-    resp: Option<reqwest::Response>,
+    body: Option<AsyncResponseBody>,
     retries: u32,
     started: std::time::Instant,
 }
@@ -415,32 +490,43 @@ impl RangeStream {
             if self.next >= self.end {
                 return None;
             }
-            if self.resp.is_none() {
-                match self.inner.open_range(&self.url, self.next, self.end - self.next).await {
-                    Ok(r) => self.resp = Some(r),
-                    Err(e) => return Some(self.fail(e)),
+            if self.body.is_none() {
+                match self.inner.open_range(&self.name, self.next, self.end - self.next).await {
+                    Ok((_, b)) => self.body = Some(b),
+                    Err(e) => match self.backoff(e).await {
+                        Ok(()) => continue,
+                        Err(e) => return Some(self.fail(e)),
+                    },
                 }
             }
-            let resp = self.resp.as_mut().expect("opened above");
-            let err = match resp.chunk().await {
-                Ok(Some(c)) if c.len() as u64 <= self.end - self.next => {
+            let body = self.body.as_mut().expect("opened above");
+            let err = match body.next().await {
+                Some(Ok(c)) if c.len() as u64 <= self.end - self.next => {
                     self.next += c.len() as u64;
                     return Some((Ok(c), self));
                 }
-                Ok(Some(_)) => return Some(self.fail(StoreError::Integrity("long read: more bytes than the range asked for".into()))),
-                Ok(None) => StoreError::Transport(format!("truncated body: {} bytes short", self.end - self.next)),
-                Err(e) => map_reqwest(e),
+                Some(Ok(_)) => return Some(self.fail(StoreError::Integrity("long read: more bytes than the range asked for".into()))),
+                None => StoreError::Transport(format!("truncated body: {} bytes short", self.end - self.next)),
+                Some(Err(e)) => body_err(e),
             };
-            self.resp = None;
-            let policy = &self.inner.retry;
-            match err.retry_label() {
-                Some(label) if self.retries < policy.max_retries && self.started.elapsed() < policy.budget => {
-                    self.inner.stats.retried(&label);
-                    tokio::time::sleep(policy.backoff(self.retries, None)).await;
-                    self.retries += 1;
-                }
-                _ => return Some(self.fail(err)),
+            self.body = None;
+            if let Err(e) = self.backoff(err).await {
+                return Some(self.fail(e));
             }
+        }
+    }
+
+    /// Waits before the next attempt, or gives the error back when it is not worth one.
+    async fn backoff(&mut self, err: StoreError) -> Result<()> {
+        let policy = &self.inner.retry;
+        match err.retry_label() {
+            Some(label) if self.retries < policy.max_retries && self.started.elapsed() < policy.budget => {
+                self.inner.stats.retried(&label);
+                tokio::time::sleep(policy.backoff(self.retries, err.retry_after())).await;
+                self.retries += 1;
+                Ok(())
+            }
+            _ => Err(err),
         }
     }
 
@@ -453,8 +539,8 @@ impl RangeStream {
 
 struct AzureUpload {
     inner: Arc<Inner>,
-    url: String,
-    ids: Vec<String>,
+    blob: BlockBlobClient,
+    ids: Vec<Vec<u8>>,
     staged: Vec<bool>,
 }
 
@@ -465,15 +551,16 @@ impl Upload for AzureUpload {
     }
 
     async fn put_block(&self, idx: u64, data: Bytes) -> Result<()> {
-        let url = format!("{}?comp=block&blockid={}", self.url, utf8_percent_encode(&self.ids[idx as usize], QUERY_SET));
-        let mut headers = vec![("content-type", "application/octet-stream".to_string())];
-        if self.inner.block_md5 {
-            // The service checks each block as it lands. (Azurite also takes a much faster path
-            // with it: without one it computes a CRC64 in JavaScript to echo back.)
-            let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(&data).into();
-            headers.push(("content-md5", b64(&md5)));
-        }
-        self.inner.call(Method::PUT, &url, &headers, Some(data)).await?;
+        let s = &self.inner;
+        // The service checks each block as it lands. (Azurite also takes a much faster path with
+        // it: without one it computes a CRC64 in JavaScript to echo back.)
+        let md5 = s.block_md5.then(|| <md5::Md5 as md5::Digest>::digest(&data).to_vec());
+        let id = &self.ids[idx as usize];
+        retry(&s.retry, &s.stats, || async {
+            let opts = BlockBlobClientStageBlockOptions { transactional_content_md5: md5.clone(), ..Default::default() };
+            self.blob.stage_block(id, data.len() as u64, data.clone().into(), Some(opts)).await.map_err(map_err)
+        })
+        .await?;
         Ok(())
     }
 
@@ -483,19 +570,17 @@ impl Upload for AzureUpload {
     }
 
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
-        let mut body = String::with_capacity(64 + self.ids.len() * 48);
-        body.push_str("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
-        for id in &self.ids {
-            body.push_str("<Latest>");
-            body.push_str(id);
-            body.push_str("</Latest>");
-        }
-        body.push_str("</BlockList>");
-        let mut headers = Inner::meta_headers(meta);
-        if let Some(md5) = &meta.md5 {
-            headers.push(("x-ms-blob-content-md5", b64(md5)));
-        }
-        self.inner.call(Method::PUT, &format!("{}?comp=blocklist", self.url), &headers, Some(Bytes::from(body))).await?;
+        let s = &self.inner;
+        retry(&s.retry, &s.stats, || async {
+            let list = BlockLookupList { latest: Some(self.ids.clone()), ..Default::default() };
+            let opts = BlockBlobClientCommitBlockListOptions {
+                blob_content_md5: meta.md5.map(|m| m.to_vec()),
+                metadata: Some(metadata_of(meta)),
+                ..Default::default()
+            };
+            self.blob.commit_block_list(list.try_into().map_err(map_err)?, Some(opts)).await.map_err(map_err)
+        })
+        .await?;
         Ok(())
     }
 

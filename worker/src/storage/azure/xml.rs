@@ -1,4 +1,5 @@
-//! The few XML documents of the Blob REST API that ferry reads.
+//! The XML ferry reads itself: listing pages (the SDK's model has no BlobPrefix entries) and
+//! error bodies; also the date formats of blob metadata.
 
 use base64::Engine as _;
 use quick_xml::events::Event;
@@ -156,34 +157,6 @@ pub fn parse_list(xml: &[u8]) -> Result<ListPage> {
     Ok(page)
 }
 
-/// Uncommitted blocks of Get Block List: (base64 id, size).
-pub fn parse_block_list(xml: &[u8]) -> Result<Vec<(String, u64)>> {
-    let mut r = Reader::from_reader(xml);
-    let mut out = Vec::new();
-    let mut stack: Vec<String> = Vec::new();
-    let (mut name, mut size) = (String::new(), 0u64);
-    let mut buf = Vec::new();
-    loop {
-        match r.read_event_into(&mut buf).map_err(bad)? {
-            Event::Start(e) => stack.push(String::from_utf8_lossy(e.local_name().as_ref()).into_owned()),
-            Event::End(_) => {
-                if stack.pop().as_deref() == Some("Block") && stack.last().map(String::as_str) == Some("UncommittedBlocks") {
-                    out.push((std::mem::take(&mut name), size));
-                }
-            }
-            Event::Text(t) => match stack.last().map(String::as_str) {
-                Some("Name") => name = t.unescape().map_err(bad)?.into_owned(),
-                Some("Size") => size = t.unescape().map_err(bad)?.trim().parse().map_err(bad)?,
-                _ => {}
-            },
-            Event::Eof => break,
-            _ => {}
-        }
-        buf.clear();
-    }
-    Ok(out)
-}
-
 /// Error code and message of a failed request, where the body has them.
 pub fn parse_error(xml: &[u8]) -> (Option<String>, Option<String>) {
     let mut r = Reader::from_reader(xml);
@@ -244,13 +217,6 @@ mod tests {
         }
         assert_eq!(parse_rfc3339("2023-11-14T23:13:20+01:00"), Some(Mtime { secs: 1700000000, nanos: 0 }));
         assert_eq!(parse_rfc3339("nonsense"), None);
-    }
-
-    #[test]
-    fn uncommitted_blocks_only() {
-        let xml = b"<BlockList><CommittedBlocks><Block><Name>QQ==</Name><Size>1</Size></Block></CommittedBlocks>\
-<UncommittedBlocks><Block><Name>Qg==</Name><Size>4194304</Size></Block><Block><Name>Qw==</Name><Size>7</Size></Block></UncommittedBlocks></BlockList>";
-        assert_eq!(parse_block_list(xml).unwrap(), vec![("Qg==".to_string(), 4194304), ("Qw==".to_string(), 7)]);
     }
 
     #[test]
