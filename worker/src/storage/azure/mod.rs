@@ -190,6 +190,19 @@ impl Inner {
         Ok(name)
     }
 
+    /// One SDK call under ferry's retry policy, its error mapped to a `StoreError`.
+    async fn call<T, F, Fut>(&self, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = azure_core::Result<T>>,
+    {
+        retry(&self.retry, &self.stats, || {
+            let attempt = op();
+            async move { attempt.await.map_err(map_err) }
+        })
+        .await
+    }
+
     async fn clients(&self) -> Result<&Clients> {
         self.clients.get_or_try_init(|| self.connect()).await
     }
@@ -354,7 +367,7 @@ impl Store for AzureStore {
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
         let s = &self.inner;
         let blob = s.blob(&s.name(path)?).await?;
-        match retry(&s.retry, &s.stats, || async { blob.get_properties(None).await.map_err(map_err) }).await {
+        match s.call(|| blob.get_properties(None)).await {
             Ok(r) => {
                 let meta = meta_from_headers(r.headers(), false);
                 let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(r.headers())), mtime: meta.mtime, md5: meta.md5 };
@@ -406,7 +419,7 @@ impl Store for AzureStore {
         let s = &self.inner;
         let blob = s.blob(&s.name(path)?).await?.block_blob_client();
         let len = data.len();
-        retry(&s.retry, &s.stats, || async {
+        s.call(|| async {
             let mut context = Context::new();
             if let Some(md5) = meta.md5 {
                 // Checked by the service on arrival and kept as the blob's MD5.
@@ -420,7 +433,7 @@ impl Store for AzureStore {
                 method_options: ClientMethodOptions { context },
                 ..Default::default()
             };
-            blob.upload(data.clone().into(), Some(opts)).await.map_err(map_err)
+            blob.upload(data.clone().into(), Some(opts)).await
         })
         .await?;
         Ok(())
@@ -448,11 +461,9 @@ impl Store for AzureStore {
     async fn delete(&self, path: &[u8]) -> Result<()> {
         let s = &self.inner;
         let blob = s.blob(&s.name(path)?).await?;
-        let deleted = retry(&s.retry, &s.stats, || async {
-            let opts = BlobClientDeleteOptions { delete_snapshots: Some(DeleteSnapshotsOptionType::Include), ..Default::default() };
-            blob.delete(Some(opts)).await.map_err(map_err)
-        })
-        .await;
+        let deleted = s
+            .call(|| blob.delete(Some(BlobClientDeleteOptions { delete_snapshots: Some(DeleteSnapshotsOptionType::Include), ..Default::default() })))
+            .await;
         match deleted {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
@@ -463,7 +474,7 @@ impl Store for AzureStore {
     async fn create_root(&self) -> Result<bool> {
         let s = &self.inner;
         let container = &s.clients().await?.container;
-        match retry(&s.retry, &s.stats, || async { container.create(None).await.map_err(map_err) }).await {
+        match s.call(|| container.create(None)).await {
             Ok(_) => Ok(true),
             Err(StoreError::Http { status: 409, .. }) => Ok(false),
             Err(e) => Err(e),
@@ -556,9 +567,9 @@ impl Upload for AzureUpload {
         // it: without one it computes a CRC64 in JavaScript to echo back.)
         let md5 = s.block_md5.then(|| <md5::Md5 as md5::Digest>::digest(&data).to_vec());
         let id = &self.ids[idx as usize];
-        retry(&s.retry, &s.stats, || async {
+        s.call(|| {
             let opts = BlockBlobClientStageBlockOptions { transactional_content_md5: md5.clone(), ..Default::default() };
-            self.blob.stage_block(id, data.len() as u64, data.clone().into(), Some(opts)).await.map_err(map_err)
+            self.blob.stage_block(id, data.len() as u64, data.clone().into(), Some(opts))
         })
         .await?;
         Ok(())
@@ -571,14 +582,14 @@ impl Upload for AzureUpload {
 
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        retry(&s.retry, &s.stats, || async {
+        s.call(|| async {
             let list = BlockLookupList { latest: Some(self.ids.clone()), ..Default::default() };
             let opts = BlockBlobClientCommitBlockListOptions {
                 blob_content_md5: meta.md5.map(|m| m.to_vec()),
                 metadata: Some(metadata_of(meta)),
                 ..Default::default()
             };
-            self.blob.commit_block_list(list.try_into().map_err(map_err)?, Some(opts)).await.map_err(map_err)
+            self.blob.commit_block_list(list.try_into()?, Some(opts)).await
         })
         .await?;
         Ok(())
