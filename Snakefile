@@ -11,6 +11,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Partition ids are the zero-padded numbers of `ferry plan`'s part files.
+wildcard_constraints:
+    part=r"\d+",
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/list.smk"
 include: "workflow/rules/plan.smk"

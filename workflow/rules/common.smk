@@ -108,12 +108,32 @@ def res(rule_name, key):
     return table.get(rule_name, {}).get(key, table["default"].get(key))
 
 
+def requests(rule_name, runtime=True):
+    """The resources directive of a rule: its configured memory and time, both multiplied by the
+    attempt, so a job Slurm killed for TIMEOUT or OUT_OF_MEMORY is retried (job_retries) with
+    room to finish instead of failing the same way again; plus the Slurm partition and account
+    when the config names them. runtime=False is for a step that runs inside another step's
+    cluster job (see GROUPS below): Snakemake adds up the runtimes of a group's steps, so the
+    follow-on step asks for none and the job's time limit is exactly the configured one."""
+    mem_mb = res(rule_name, "mem_mb")
+    minutes = res(rule_name, "runtime") if runtime else 0
+    out = {
+        "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
+        "runtime": lambda wildcards, attempt: minutes * attempt,
+    }
+    for key in ("slurm_partition", "slurm_account"):
+        if res(rule_name, key):
+            out[key] = res(rule_name, key)
+    return out
+
+
 # Cluster jobs are grouped so that each phase needs as few scheduling round trips as possible
 # (each costs two Snakemake start-ups inside the job plus status polling, 10-20 s): listing and
-# planning run as one job, each partition's transfer and verify as one job, prune and the final
-# check as one job. Groups change nothing when running locally.
+# planning run as one job, each partition's transfer and verify as one job. The step that follows
+# inside a group (plan after the listings, verify after its transfer) is short next to the step it
+# follows and asks for no runtime of its own (requests(..., runtime=False)), so the job's time
+# limit is the configured runtime of list or transfer, not a sum. Groups change nothing locally.
 PREPARE_GROUP = "prepare"
-FINISH_GROUP = "finish"
 
 
 def partition_group():

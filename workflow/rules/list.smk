@@ -16,10 +16,10 @@ rule list_source:
         args=LIST_ARGS,
     group:
         PREPARE_GROUP
+    retries: config["job_retries"]
     threads: res("list", "threads")
     resources:
-        mem_mb=res("list", "mem_mb"),
-        runtime=res("list", "runtime"),
+        **requests("list"),
     conda:
         "../envs/ferry.yaml"
     shell:
@@ -41,10 +41,10 @@ rule list_dest:
         args=LIST_ARGS,
     group:
         PREPARE_GROUP
+    retries: config["job_retries"]
     threads: res("list", "threads")
     resources:
-        mem_mb=res("list", "mem_mb"),
-        runtime=res("list", "runtime"),
+        **requests("list"),
     conda:
         "../envs/ferry.yaml"
     shell:
@@ -65,10 +65,10 @@ rule make_dest:
         location=DEST,
     group:
         PREPARE_GROUP
+    retries: config["job_retries"]
     threads: res("list", "threads")
     resources:
-        mem_mb=res("default", "mem_mb"),
-        runtime=res("default", "runtime"),
+        **requests("default"),
     conda:
         "../envs/ferry.yaml"
     shell:

@@ -27,8 +27,7 @@ checkpoint plan:
         PREPARE_GROUP
     threads: res("plan", "threads")
     resources:
-        mem_mb=res("plan", "mem_mb"),
-        runtime=res("plan", "runtime"),
+        **requests("plan", runtime=False),
     conda:
         "../envs/ferry.yaml"
     script:

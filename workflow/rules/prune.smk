@@ -20,12 +20,10 @@ rule prune:
         dest=DEST,
         args=PRUNE_ARGS,
         failed=f"{RUN}/failed/prune.json",
-    group:
-        FINISH_GROUP
+    retries: config["job_retries"]
     threads: res("prune", "threads")
     resources:
-        mem_mb=res("prune", "mem_mb"),
-        runtime=res("prune", "runtime"),
+        **requests("prune"),
     conda:
         "../envs/ferry.yaml"
     shell:

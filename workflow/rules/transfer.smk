@@ -24,8 +24,7 @@ rule transfer:
     retries: config["job_retries"]
     threads: res("transfer", "threads")
     resources:
-        mem_mb=res("transfer", "mem_mb"),
-        runtime=res("transfer", "runtime"),
+        **requests("transfer"),
     conda:
         "../envs/ferry.yaml"
     shell:

@@ -25,8 +25,7 @@ rule verify:
     retries: config["job_retries"]
     threads: res("verify", "threads")
     resources:
-        mem_mb=res("verify", "mem_mb"),
-        runtime=res("verify", "runtime"),
+        **requests("verify", runtime=FINAL),
     conda:
         "../envs/ferry.yaml"
     shell:
@@ -51,12 +50,10 @@ rule final_check:
         source=SOURCE,
         dest=DEST,
                 failed=f"{RUN}/failed/final-check.json",
-    group:
-        FINISH_GROUP
+    retries: config["job_retries"]
     threads: res("verify", "threads")
     resources:
-        mem_mb=res("verify", "mem_mb"),
-        runtime=res("verify", "runtime"),
+        **requests("verify"),
     conda:
         "../envs/ferry.yaml"
     shell:
