@@ -32,10 +32,10 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         f"{RUN}/report.json",
         f"{RUN}/report.md",
-    default_target: True
 
 
 onsuccess:
@@ -43,4 +43,6 @@ onsuccess:
 
 
 onerror:
-    ferry_report.write_incomplete(RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST))
+    ferry_report.write_incomplete(
+        RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST)
+    )

@@ -14,7 +14,6 @@ sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
 import ferry_report  # noqa: E402
 
-
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 with open(SCHEMA, encoding="utf-8") as _schema:
     ferrylib.coerce_cli_strings(config, yaml.safe_load(_schema))
@@ -29,7 +28,9 @@ SOURCE = config["source"]
 DEST = config["dest"]
 RUN_NAME = config["run_name"] or ferrylib.run_name_for(SOURCE, DEST)
 RUN = os.path.join(
-    config["outdir"], RUN_NAME, PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}"
+    config["outdir"],
+    RUN_NAME,
+    PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}",
 )
 FERRY = (
     config["ferry_bin"]
@@ -45,10 +46,14 @@ COPY_COMPARE = "none" if PHASE == "baseline" else config["compare"]
 def _worker_args():
     w = config["worker"]
     args = [
-        "--concurrency", str(w["concurrency"]),
-        "--parallel-files", str(w["parallel_files"]),
-        "--block-size", str(ferrylib.parse_size(w["block_size"])),
-        "--max-retries", str(w["max_retries"]),
+        "--concurrency",
+        str(w["concurrency"]),
+        "--parallel-files",
+        str(w["parallel_files"]),
+        "--block-size",
+        str(ferrylib.parse_size(w["block_size"])),
+        "--max-retries",
+        str(w["max_retries"]),
     ]
     if w["max_bandwidth"]:
         args += ["--max-bandwidth", w["max_bandwidth"]]
@@ -59,7 +64,11 @@ def _worker_args():
 
 # The credential source is forced through the environment: only `ferry copy` takes --auth, and
 # every command honours FERRY_AUTH.
-AUTH_ENV = f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}" if config["worker"]["auth"] else ""
+AUTH_ENV = (
+    f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}"
+    if config["worker"]["auth"]
+    else ""
+)
 
 
 def _filter_args():
@@ -80,12 +89,17 @@ LIST_ARGS = _join(_filter_args())
 VERIFY_ARGS = _join(
     [
         *(["--checksum"] if FINAL and config["checksum"] else []),
-        *(["--download"] if FINAL and config["checksum"] and config["verify_download"] else []),
+        *(
+            ["--download"]
+            if FINAL and config["checksum"] and config["verify_download"]
+            else []
+        ),
     ]
 )
 PRUNE_ARGS = _join(
     [
-        "--max-delete", str(config["delete"]["max_delete"]),
+        "--max-delete",
+        str(config["delete"]["max_delete"]),
         *(["--force"] if config["delete"]["force"] else []),
         *(["--dry-run"] if config["delete"]["dry_run"] else []),
     ]
@@ -114,7 +128,8 @@ def requests(rule_name, runtime=True):
     room to finish instead of failing the same way again; plus the Slurm partition and account
     when the config names them. runtime=False is for a step that runs inside another step's
     cluster job (see GROUPS below): Snakemake adds up the runtimes of a group's steps, so the
-    follow-on step asks for none and the job's time limit is exactly the configured one."""
+    follow-on step asks for none and the job's time limit is exactly the configured one.
+    """
     mem_mb = res(rule_name, "mem_mb")
     minutes = res(rule_name, "runtime") if runtime else 0
     out = {
@@ -138,7 +153,8 @@ PREPARE_GROUP = "prepare"
 
 def partition_group():
     """Per-partition transfer and verify share one cluster job, except in the final phase, where
-    every verify waits for all transfers and the group would fuse all partitions into one job."""
+    every verify waits for all transfers and the group would fuse all partitions into one job.
+    """
     return None if FINAL else "partition"
 
 
