@@ -249,7 +249,11 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         Some(d) => Some(sort_listing(d, scratch, "dest", opts.sort_memory)?),
         None => None,
     };
-    eprintln!("ferry plan: listings sorted in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "ferry plan: listings sorted in {:.1} s ({} sorted runs)",
+        started.elapsed().as_secs_f64(),
+        source_runs.count() + dest_runs.as_ref().map_or(0, Runs::count)
+    );
 
     // Two LPT sorts may fill at once (copy and verify): each gets half.
     let split_memory = opts.sort_memory / 2;

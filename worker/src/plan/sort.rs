@@ -89,6 +89,10 @@ pub struct Runs {
 }
 
 impl Runs {
+    pub fn count(&self) -> usize {
+        self.paths.len()
+    }
+
     /// All entries in order, read from the runs in one k-way merge.
     pub fn merge(&self) -> io::Result<Merge> {
         let mut readers = Vec::with_capacity(self.paths.len());
