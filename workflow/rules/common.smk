@@ -96,6 +96,32 @@ VERIFY_ARGS = _join(
         ),
     ]
 )
+
+
+def _partition_args():
+    p = config["partition"]
+    args = ["--partitioner", p["tool"]]
+    if p["mode"] == "parts":
+        return args + ["--parts", str(p["parts"])]
+    if p["mode"] == "auto":
+        return args + ["--auto"]
+    if p["mode"] in ("max-files", "max-files-bytes"):
+        args += ["--max-files", str(p["max_files"])]
+    if p["mode"] in ("max-bytes", "max-files-bytes"):
+        args += ["--max-bytes", str(ferrylib.parse_size(p["max_bytes"]))]
+    return args
+
+
+# Blob storage has no symlinks (ferry copy ignores them and verify skips them), so planning them
+# would make every later pass see them as new.
+PLAN_ARGS = _join(
+    [
+        "--phase", PHASE,
+        "--compare", config["compare"],
+        *(["--skip-symlinks"] if ferrylib.is_blob(DEST) else []),
+        *_partition_args(),
+    ]
+)
 PRUNE_ARGS = _join(
     [
         "--max-delete",
