@@ -19,16 +19,18 @@ checkpoint plan:
         f"{RUN}/logs/plan.log",
     benchmark:
         f"{RUN}/benchmarks/plan.tsv"
-    params:
-        ferry=FERRY,
-        dest_listing=lambda wc, input: shlex.quote(input.dest) if PHASE != "baseline" else "",
-        args=PLAN_ARGS,
     group:
         PREPARE_GROUP
+    conda:
+        "../envs/ferry.yaml"
     threads: res("plan", "threads")
     resources:
         **requests("plan", runtime=False),
-    conda:
-        "../envs/ferry.yaml"
+    params:
+        ferry=FERRY,
+        dest_listing=lambda wc, input: (
+            shlex.quote(input.dest) if PHASE != "baseline" else ""
+        ),
+        args=PLAN_ARGS,
     shell:
         "{params.ferry:q} plan {input.source:q} {params.dest_listing} --out {output.plan:q} {params.args} 2> {log:q}"
