@@ -54,6 +54,55 @@ def parse_size(value) -> int:
     return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 
+# Rates as the worker reads them (worker/src/units.rs): bits per second are decimal, byte units
+# follow parse_size, the "/s" is optional and a bare number is bytes per second.
+_RATE_UNITS = {
+    "": 1, "B": 1,
+    "bps": 1 / 8, "Kbps": 1e3 / 8, "kbps": 1e3 / 8, "Mbps": 1e6 / 8, "Gbps": 1e9 / 8, "Tbps": 1e12 / 8,
+    "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+}
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
+
+
+def parse_rate(value) -> int:
+    """Bytes per second from "500Mbps", "100MB/s", "64MiB/s", "1000"."""
+    match = _RATE_RE.match(str(value))
+    if not match or match.group(2) not in _RATE_UNITS:
+        raise ValueError(f"not a rate: {value!r} (e.g. 500Mbps, 100MB/s, 64MiB/s)")
+    rate = int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    if rate < 1:
+        raise ValueError(f"rate {value!r} is below one byte per second")
+    return rate
+
+
+_UNESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
+
+
+def unescape_path(text: str) -> bytes:
+    """The file name (bytes) behind a manifest path in its escaped form (docs/manifest.md)."""
+    if "\\" not in text:
+        return text.encode("utf-8")
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\":
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1:i + 2]
+        if nxt in _UNESCAPES:
+            out += _UNESCAPES[nxt]
+            i += 2
+        elif nxt == "x" and re.fullmatch(r"[0-9a-f]{2}", text[i + 2:i + 4]):
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            raise ValueError(f"bad escape in manifest path {text!r}")
+    return bytes(out)
+
+
 @dataclass
 class Entry:
     path: str  # escaped, as in the manifest
