@@ -56,6 +56,8 @@ def parse_args(argv):
     p.add_argument("--verify", action="store_true", help="hash every copy and check it against the source's MD5")
     p.add_argument("--compare", choices=["size-mtime", "md5"], default="size-mtime",
                    help="when a rank's file counts as already held (default size-mtime, the worker's rule)")
+    p.add_argument("--file-weight", default="256KiB",
+                   help="per-file cost added to each size when splitting the download (default 256KiB)")
     p.add_argument("--download-ranks", type=int, metavar="K", help="only ranks 0..K-1 read from SRC (default: all)")
     p.add_argument("--max-bandwidth", metavar="RATE", help="cap on reading SRC, split across the downloading ranks")
     p.add_argument("--max-broadcast-bandwidth", metavar="RATE", help="cap on the broadcast (shared fabric)")
@@ -67,6 +69,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     try:
         args.chunk_size = ferrylib.parse_size(args.chunk_size)
+        args.file_weight = ferrylib.parse_size(args.file_weight)
         for name in ("max_bandwidth", "max_broadcast_bandwidth"):
             if getattr(args, name):
                 setattr(args, name, ferrylib.parse_rate(getattr(args, name)))
@@ -285,23 +288,25 @@ def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str)
     owner = np.full(len(missing), -1, dtype=np.int32)
     if missing and job.rank == 0:
         # The worker's LPT partitioner splits the download by bytes, as in the migration pipeline.
+        # Each file weighs its bytes plus a per-request cost, so that one rank does not get
+        # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")
         with open(manifest, "w", encoding="utf-8", newline="\n") as f:
             f.write(ferrylib.MANIFEST_HEADER + "\tpath\ttype\tsize\tmtime\tmd5\n")
             for i in missing:
-                f.write(listing.lines[i] + "\n")
+                path, kind, size, rest = listing.lines[i].split("\t", 3)
+                f.write(f"{path}\t{kind}\t{int(size) + job.args.file_weight}\t{rest}\n")
         parts = os.path.join(workdir, "parts")
         run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders)],
                         "partitioning the download", relay_stderr=False)
         if run.returncode != 0:
             raise RuntimeError(f"ferry partition failed: {run.stderr[-2000:]}")
-        position = {listing.lines[i]: k for k, i in enumerate(missing)}
+        position = {listing.lines[i].split("\t", 1)[0]: k for k, i in enumerate(missing)}
         for part in range(downloaders):
             with open(os.path.join(parts, f"part-{part:05d}.tsv"), encoding="utf-8", newline="\n") as f:
                 for line in f:
-                    line = line.rstrip("\n")
-                    if line and not line.startswith("#"):
-                        owner[position[line]] = part
+                    if line.strip() and not line.startswith("#"):
+                        owner[position[line.split("\t", 1)[0]]] = part
         if (owner < 0).any():
             raise RuntimeError("ferry partition left files out of every part")
     if missing:

@@ -188,7 +188,7 @@ def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer:
     prepared = deque()  # (chunk, buffer, read future or None): buffer assigned, not yet posted
     inflight = deque()  # (chunk, buffer, request): posted, in this rank's posting order
     writing = deque()  # (future, buffer)
-    sent = 0
+    sent = posted = 0
     started = time.monotonic()
     pending = iter(chunks)
     exhausted = False
@@ -209,11 +209,13 @@ def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer:
                     if fut is not None:
                         fut.result()
                         if max_rate:
-                            # Pace the root; the receivers follow it.
-                            ahead = started + (sent + chunk.nbytes) / max_rate - time.monotonic()
+                            # Roots pace the whole stream (every rank counts the same bytes);
+                            # the receivers follow.
+                            ahead = started + (posted + chunk.nbytes) / max_rate - time.monotonic()
                             if ahead > 0:
                                 time.sleep(ahead)
                         sent += chunk.nbytes
+                    posted += chunk.nbytes
                     req = comm.Ibcast([buf[:chunk.nbytes], MPI.BYTE], root=chunk.root)
                     inflight.append((chunk, buf, req))
                 if inflight:
