@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO_ROOT, ContainerURL, describe, ferry_env
 from support.proxy import FaultProxy
 from support.trees import File, Link, files_only, make_tree, many_files_spec, odd_names_spec, snapshot
+from test_pipeline import pipeline
 from test_pipeline_slurm import slurm_is_up, slurm_up
 
 REPLICATE = REPO_ROOT / "workflow" / "scripts" / "replicate.py"
@@ -277,3 +278,19 @@ def test_refusals_are_clear(tmp_path):
     assert "failed in stage 'setup'" in proc.stderr and "share DEST" in proc.stderr, proc.stderr
     proc, _ = replicate("mpirun", 2, src, f"{tmp_path}/n/{{rank}}", tmp_path, "--chunk-size", "2GiB", check=2)
     assert proc.stderr.count("--chunk-size must be between") == 1, proc.stderr
+
+
+def test_snakemake_replicate_target(tmp_path, ferry_bin):
+    src = tmp_path / "src"
+    want = {p: hashlib.md5(c).hexdigest() for p, c in make_tree(src, many_files_spec(30)).items()}
+    dest = tmp_path / "nodes"
+    outdir = tmp_path / "results"
+    settings = (f"replicate={{source: {src}, dest: '{dest}/{{rank}}', ranks: 2, "
+                f"launcher: 'mpirun --oversubscribe', verify: true}}")
+    pipeline(settings, f"outdir={outdir}", f"ferry_bin={ferry_bin}", extra_args=("replicate",), env=MPI_ENV)
+    assert_replicas(dest, 2, want)
+    (rep,) = outdir.glob("replicate/*/report.json")
+    assert json.loads(rep.read_text())["verify"]["mismatch_count"] == 0
+    # The migration is not configured: its target says what to run instead.
+    proc = pipeline(settings, f"outdir={outdir}", expect=1)
+    assert "snakemake replicate" in proc.stdout + proc.stderr

@@ -209,7 +209,10 @@ class ConfigError(Exception):
 
 
 def check_config(cfg: dict) -> None:
-    """Cross-field checks run at parse time, after the schema, before any job."""
+    """Cross-field checks of the migration run at parse time, after the schema, before any job."""
+    if not (cfg["source"] and cfg["dest"]):
+        raise ConfigError("config fields 'source' and 'dest' are required for a migration "
+                          "(for `snakemake replicate`, set replicate.source and replicate.dest instead)")
     for field, value in (("partition.max_bytes", cfg["partition"]["max_bytes"]), ("worker.block_size", cfg["worker"]["block_size"])):
         try:
             parse_size(value)
