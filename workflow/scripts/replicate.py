@@ -124,6 +124,16 @@ def bcast_bytes(comm, data: bytes | None, root: int = 0) -> bytes:
     return buf.tobytes()
 
 
+def idle_barrier(comm) -> None:
+    """Wait for every rank without spinning: a rank that finished its download early must leave
+    the CPU to the workers still downloading (a blocking MPI wait polls, even with yield)."""
+    req = comm.Ibarrier()
+    pause = 0.001
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def find_ferry(explicit: str | None) -> str:
     for candidate in (explicit, os.environ.get("FERRY_BIN"),
                       os.path.join(HERE, "..", "..", "worker", "target", "release", "ferry")):
@@ -469,6 +479,7 @@ def replicate(job: Job) -> int:
         else:
             job.enter("download")
             rank_stats["download"] = download(job, listing, roots, held, dest, workdir, ferry)
+            idle_barrier(job.comm)
             job.enter("broadcast")
             bstats = run_broadcast(job, listing, roots, held, dest_b)
             rank_stats["broadcast"] = {k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")}
