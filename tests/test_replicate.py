@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO_ROOT, ContainerURL, describe, ferry_env
 from support.proxy import FaultProxy
-from support.trees import File, Link, files_only, make_tree, many_files_spec, odd_names_spec, snapshot
+from support.trees import Dir, File, Link, files_only, make_tree, many_files_spec, odd_names_spec, snapshot
 from test_pipeline import pipeline
 from test_pipeline_slurm import slurm_is_up, slurm_up
 
@@ -252,6 +252,7 @@ def test_local_source_with_odd_names_and_download_ranks(tmp_path):
     spec = {**odd_names_spec(local_only=True), **many_files_spec(50)}
     spec["big.bin"] = File(size=3 * CHUNK + 7, mode=0o640, mtime_ns=1_600_000_000_123_456_789)
     spec["link"] = Link("big.bin")
+    spec["empty dir/inner"] = Dir()
     want = {p: hashlib.md5(c).hexdigest() for p, c in make_tree(src, spec).items()}
     dest = tmp_path / "nodes"
 
@@ -266,6 +267,7 @@ def test_local_source_with_odd_names_and_download_ranks(tmp_path):
                                                                      for p in want), 0, 0]
     assert rep["ignored"] == [{"path": "link", "reason": "symlink (replicate copies files and directories)"}]
     for d in rank_dirs(dest, 3):
+        assert (d / "empty dir" / "inner").is_dir()
         st = (d / "big.bin").stat()
         assert (st.st_mode & 0o7777, st.st_mtime_ns) == (0o640, 1_600_000_000_123_456_789)
 

@@ -283,17 +283,13 @@ def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str)
     already has it. Files some rank holds come from the least-loaded holder, never the source."""
     roots = np.full(len(listing), -1, dtype=np.int32)
     load = np.zeros(job.size, dtype=np.int64)
-    missing = []
-    for i in range(len(listing)):
+    count = held.sum(axis=0)
+    for i in np.flatnonzero((count > 0) & (count < job.size)):
         holders = np.flatnonzero(held[:, i])
-        if len(holders) == job.size:
-            continue
-        if len(holders):
-            r = holders[np.argmin(load[holders])]
-            roots[i] = r
-            load[r] += listing.sizes[i]
-        else:
-            missing.append(i)
+        r = holders[np.argmin(load[holders])]
+        roots[i] = r
+        load[r] += listing.sizes[i]
+    missing = np.flatnonzero(count == 0).tolist()
     downloaders = min(job.args.download_ranks or job.size, job.size)
     owner = np.full(len(missing), -1, dtype=np.int32)
     if missing and job.rank == 0:
@@ -459,7 +455,7 @@ def replicate(job: Job) -> int:
         job.enter("plan")
         held = holdings(job, listing, dest_b)
         roots = plan(job, listing, held, workdir, ferry)
-        to_download = np.array([roots[i] >= 0 and not held[:, i].any() for i in range(len(listing))], dtype=bool)
+        to_download = (roots >= 0) & ~held.any(axis=0)
         summary = {
             "files": len(listing), "bytes": int(listing.sizes.sum()),
             "held_by_all": int((roots < 0).sum()), "download_files": int(to_download.sum()),
@@ -482,6 +478,8 @@ def replicate(job: Job) -> int:
             idle_barrier(job.comm)
             job.enter("broadcast")
             bstats = run_broadcast(job, listing, roots, held, dest_b)
+            for d in listing.dirs:  # empty ones included; their own mode and mtime are not copied
+                os.makedirs(os.path.join(dest_b, d), exist_ok=True)
             rank_stats["broadcast"] = {k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")}
             if args.verify:
                 job.enter("verify")
