@@ -156,6 +156,8 @@ def main(argv) -> int:
                     else:
                         r = run_independent(s, n, url, dests, env, work, shard=kind == "shard-alone")
                     host.stop()
+                    # What serving the run cost the source: the part of the bill replication cuts.
+                    r["azurite_cpu"] = host.server_cpu.get(slot, [None])[-1]
                     r.update({"dataset": ds.name, "desc": ds.desc, "bytes": ds.bytes, "files": ds.files,
                               "ranks": n, "kind": kind, "load1": load})
                     cases.append(r)
@@ -214,13 +216,13 @@ def main(argv) -> int:
 def render(doc: dict) -> str:
     lines = [f"Measured {doc['date']} by `{doc['command']}` ({doc['seconds']:.0f} s, {doc['cpus']} CPUs, "
              f"ferry {doc['ferry']['version']}). One run per row; load average (1 min) per row.", ""]
-    lines += ["| dataset | N | how | wall s | Blob bytes read | × dataset | CPU s | peak RSS per rank MiB | load |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| dataset | N | how | wall s | Blob bytes read | × dataset | CPU s | Azurite CPU s | peak RSS per rank MiB | load |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["cases"]:
         rss = (f"{r['rank_rss_mib']:.0f} (rank) + {r['worker_rss_mib']:.0f} (worker)" if r["kind"] == "replicate"
                else f"{r['worker_rss_mib']:.0f} (worker)")
         lines.append(f"| {r['desc']} | {r['ranks']} | {r['kind']} | {r['wall']:.1f} | {c.human_bytes(r['read'])} | "
-                     f"{r['read'] / r['bytes']:.2f} | {r['cpu']:.1f} | {rss} | {r['load1']} |")
+                     f"{r['read'] / r['bytes']:.2f} | {r['cpu']:.1f} | {r['azurite_cpu']} | {rss} | {r['load1']} |")
     lines += ["", "Replicate ÷ peer, wall time (below 1: replicate takes less):", "",
               "| dataset | N | ÷ independent | ÷ shard-alone | broadcast share of replicate's wall |", "|---|---|---|---|---|"]
     by = {(r["dataset"], r["ranks"], r["kind"]): r for r in doc["cases"]}

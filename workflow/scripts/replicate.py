@@ -396,7 +396,7 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
                 writer.write_empty(i)
         stats = broadcast(job.comm, chunk_schedule(order, listing.sizes, roots, args.chunk_size),
                           args.chunk_size, args.depth, Reader(paths), writer, progress,
-                          args.max_broadcast_bandwidth or 0)
+                          args.max_broadcast_bandwidth or 0, polite=job.oversubscribed)
     except BaseException:
         writer.discard()
         raise
@@ -440,6 +440,8 @@ def replicate(job: Job) -> int:
     ferry = find_ferry(args.ferry)
     # Two ranks writing one directory would rename each other's temp files away.
     identities = comm.allgather((job.host, os.path.realpath(dest)))
+    # Each rank runs two busy threads (MPI and I/O): more than that per core and waits must sleep.
+    job.oversubscribed = 2 * sum(1 for h, _ in identities if h == job.host) > (os.cpu_count() or 1)
     for other, ident in enumerate(identities):
         if ident == identities[job.rank] and other != job.rank:
             raise RuntimeError(f"ranks {min(other, job.rank)} and {max(other, job.rank)} on {job.host} share DEST "

@@ -180,8 +180,22 @@ class Progress:
         self.last = time.monotonic()
 
 
+def wait(req, polite: bool) -> None:
+    """Complete a request. Polite: poll with short sleeps instead of spinning inside MPI, for ranks
+    that share their cores (oversubscribed), where a spinning main thread starves its own I/O
+    thread and the other ranks. A rank with cores to itself waits inside MPI, which keeps a
+    network transfer moving at full speed."""
+    if not polite:
+        req.Wait()
+        return
+    pause = 0.0001
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(pause * 2, 0.001)
+
+
 def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer: Writer,
-              progress: Progress, max_rate: int = 0) -> dict:
+              progress: Progress, max_rate: int = 0, polite: bool = False) -> dict:
     """Run the chunk sequence through `depth` buffers. Returns this rank's byte counts."""
     me = comm.Get_rank()
     free = [np.empty(chunk_size, dtype=np.uint8) for _ in range(depth)]
@@ -221,7 +235,7 @@ def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer:
                 if inflight:
                     # Waiting inside MPI keeps every posted transfer moving while the I/O thread works.
                     chunk, buf, req = inflight.popleft()
-                    req.Wait()
+                    wait(req, polite)
                     progress.tick(chunk.nbytes)
                     if chunk.root != me and any(writer.wanted[s[0]] for s in chunk.segments):
                         writing.append((io.submit(writer.write, buf, chunk), buf))
