@@ -47,6 +47,14 @@ done
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# The daemons must not inherit our descriptors: one may be the lock of a caller running
+# `flock /tmp/ferry-slurm.lock ...`, which munged would then hold for as long as it runs,
+# locking everyone else out. (255 is the descriptor bash reads this script from.)
+for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+
 # --- munge -----------------------------------------------------------------------------------
 mkdir -p /run/munge /var/lib/munge /var/log/munge /etc/munge
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge
