@@ -9,8 +9,8 @@ kept, so the spread is visible.
 
     .venv/bin/python benchmarks/opcount.py [--files 2000] [--repeat 2] [--only GLOB]
 
-Results: benchmarks/results/opcount.{json,md}, and the block between the opcount markers in
-docs/nfs.md. Needs root (FUSE mounts) and `make setup` (latencyfs, fpart, cpio, rsync).
+Results: benchmarks/results/opcount.{json,md} (opcount-<D>ms with --delay D), and the block
+between the matching markers in docs/nfs.md. Needs root (FUSE mounts) and `make setup` (latencyfs, fpart, cpio, rsync).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ CACHE_SECONDS = 30
 DOCS = REPO / "docs" / "nfs.md"
 # The kinds shown as columns; the rest are summed into "other".
 COLUMNS = ("lookup", "getattr", "setattr", "create", "mkdir", "rename", "unlink", "open", "read", "write",
-           "flush", "release", "opendir", "readdir", "readdirplus")
+           "flush", "release", "opendir", "readdir", "readdirplus", "releasedir")
 
 
 @dataclass
@@ -74,7 +75,7 @@ def cases(n_jobs: int) -> list[Case]:
     ]
 
 
-def run_case(case: Case, src: Path, base: Path, ferry: str) -> dict:
+def run_case(case: Case, src: Path, base: Path, ferry: str, delay_ms: float) -> dict:
     backing, mnt, work = base / "backing", base / "mnt", base / "work"
     for p in (backing, work):
         shutil.rmtree(p, ignore_errors=True)
@@ -84,7 +85,8 @@ def run_case(case: Case, src: Path, base: Path, ferry: str) -> dict:
     elif case.name.startswith("fpsync"):
         (backing / "dst").mkdir()  # fpsync syncs into an existing directory
     stats_file = work / "final.json"
-    fs = LatencyFS(backing, mnt, attr_timeout=CACHE_SECONDS, entry_timeout=CACHE_SECONDS, stats_file=stats_file)
+    fs = LatencyFS(backing, mnt, delay_ms=delay_ms, attr_timeout=CACHE_SECONDS, entry_timeout=CACHE_SECONDS,
+                   stats_file=stats_file)
     cmd = case.command.format(ferry=ferry, src=rel(src), dst=rel(mnt / "dst"), work=rel(work))
     with fs:
         fs.reset()
@@ -126,31 +128,39 @@ def count(x: float) -> str:
     return f"{x:,.0f}" if x == int(x) else f"{x:,.1f}"
 
 
+def delay_text(ms: float) -> str:
+    return f"{ms:g} ms per request" if ms else "zero delay"
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     lines = [
         f"Counted {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}; ferry {res['ferry']['version']} "
-        f"(sha256 {res['ferry']['sha256']}…). Dataset: {res['dataset']}. Fresh latencyfs mount per run, zero delay, "
+        f"(sha256 {res['ferry']['sha256']}…). Dataset: {res['dataset']}. Fresh latencyfs mount per run, "
+        f"{delay_text(res['delay_ms'])}, "
         f"attribute and entry cache {CACHE_SECONDS} s, no negative cache, writeback cache on; "
-        f"{res['repeat']} runs per case. Reproduce: `{res['command']}`.",
+        f"{res['repeat']} run(s) per case; in flight = average while any request was, and the most. "
+        f"Reproduce: `{res['command']}`.",
         "",
-        "| case | requests (each run) | per file | spread | " + " | ".join(COLUMNS) + " | other | in flight avg / max |",
-        "|---|---:|---:|---:|" + "---:|" * (len(COLUMNS) + 2),
+        "| case | requests (each run) | per file | spread | " + " | ".join(COLUMNS)
+        + " | other | in flight avg / max | wall s |",
+        "|---|---:|---:|---:|" + "---:|" * (len(COLUMNS) + 3),
     ]
     for c in res["cases"]:
         ops = c["ops_median"]
         other = sum(v for k, v in ops.items() if k not in COLUMNS and k != "forget")
         cells = [c["name"], " / ".join(f"{t:,}" for t in c["total"]), f"{c['per_file']:.2f}", f"{c['spread_pct']:.1f}%"]
         cells += [count(ops[k]) for k in COLUMNS]
-        cells += [count(other), f"{c['inflight_avg_busy']:.1f} / {c['inflight_max']}"]
+        cells += [count(other), f"{c['inflight_avg_busy']:.1f} / {c['inflight_max']}",
+                  f"{statistics.median(r['wall_s'] for r in c['runs']):.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Commands (from the repo root; `dst` is on the mount):", ""]
     lines += [f"- {c['name']}: `{c['command']}`" + (f" — {c['note']}" if c["note"] else "") for c in res["cases"]]
     return "\n".join(lines) + "\n"
 
 
-def update_docs(block: str) -> None:
-    begin, end = "<!-- results:opcount:begin -->", "<!-- results:opcount:end -->"
+def update_docs(name: str, block: str) -> None:
+    begin, end = f"<!-- results:{name}:begin -->", f"<!-- results:{name}:end -->"
     if not DOCS.exists():
         return
     text = DOCS.read_text()
@@ -165,11 +175,19 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/opcount.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=2000, help="files in the tree (50 a directory; default %(default)s)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per case (default %(default)s)")
+    ap.add_argument("--delay", type=float, default=0, help="ms per request (default 0: counts; 1: in-flight depth)")
     ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="only cases whose name matches")
     ap.add_argument("--scratch", default="benchmarks/.data", help="datasets and mounts (default %(default)s)")
     ap.add_argument("--ferry", default="worker/target/release/ferry")
     ap.add_argument("--results", default="benchmarks/results")
+    ap.add_argument("--no-docs", action="store_true", help="don't rewrite the matching block of docs/nfs.md")
+    ap.add_argument("--report", action="store_true", help="only redo the tables and docs from the results' JSON")
     a = ap.parse_args(argv)
+    results = Path(a.results)
+    if a.report:
+        for f in sorted(results.glob("opcount*.json")):
+            write(results, f.stem, json.loads(f.read_text()), not a.no_docs)
+        return 0
     if os.geteuid() != 0:
         sys.exit("opcount: FUSE mounts need root here")
     build()
@@ -191,7 +209,7 @@ def main(argv: list[str]) -> int:
             continue
         runs = []
         for i in range(a.repeat):
-            r = run_case(case, src, base, rel(ferry))
+            r = run_case(case, src, base, rel(ferry), a.delay)
             log(f"{case.name} run {i + 1}: {r['total']:,} requests ({r['total'] / a.files:.2f} a file), "
                 f"in flight avg {r['inflight_avg_busy']:.1f} max {r['inflight_max']}, {r['wall_s']:.2f} s")
             runs.append(r)
@@ -199,17 +217,22 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(base, ignore_errors=True)
     res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": campaign.machine(),
            "ferry": {"version": version, "sha256": sha}, "dataset": ds.desc, "files": a.files, "repeat": a.repeat,
-           "cache_seconds": CACHE_SECONDS, "command": "sudo .venv/bin/python benchmarks/opcount.py " + " ".join(argv),
+           "cache_seconds": CACHE_SECONDS, "delay_ms": a.delay, "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/opcount.py", *argv]),
            "cases": out}
-    results = Path(a.results)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "opcount.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
-    block = render(res)
-    (results / "opcount.md").write_text("# Requests per command on an NFS-like mount (latencyfs, zero delay)\n\n" + block)
-    if not a.only:
-        update_docs(block)
-    log(f"results in {rel(results)}/opcount.md")
+    name = f"opcount-{a.delay:g}ms" if a.delay else "opcount"
+    (results / f"{name}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    write(results, name, res, not a.no_docs)
+    log(f"results in {rel(results)}/{name}.md")
     return 0
+
+
+def write(results: Path, name: str, res: dict, docs: bool) -> None:
+    block = render(res)
+    (results / f"{name}.md").write_text(
+        f"# Requests per command on an NFS-like mount (latencyfs, {delay_text(res['delay_ms'])})\n\n" + block)
+    if docs:
+        update_docs(name, block)
 
 
 if __name__ == "__main__":
