@@ -197,6 +197,7 @@ def test_copies_through_it_are_byte_identical(mount, tmp_path, run_ferry):
         d.mkdir(parents=True, exist_ok=True)
         (d / f"file {i} ü.bin").write_bytes(rng.randbytes(size))
     os.symlink("dir0/file 0 ü.bin", original / "link")
+    os.link(original / "dir2" / "file 2 ü.bin", original / "hard link")  # cp -a links it again
     os.utime(original / "dir1" / "deep" / "file 1 ü.bin", ns=(1_500_000_000_123_456_789,) * 2)
     want = file_digests(original)
 
@@ -206,7 +207,9 @@ def test_copies_through_it_are_byte_identical(mount, tmp_path, run_ferry):
     for name in ("by-cp", "by-ferry"):
         assert file_digests(fs.mountpoint / name) == want, name  # read back through the mount
         assert file_digests(fs.source / name) == want, name      # and what landed underneath
-    assert fs.stats()["ops"]["write"] > 0
+    assert os.stat(fs.source / "by-cp" / "hard link").st_nlink == 2
+    ops = fs.stats()["ops"]
+    assert ops["write"] > 0 and ops["link"] == 1
 
 
 def test_stats_file_written_at_unmount(tmp_path, tree):

@@ -460,8 +460,14 @@ static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const
 
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	reply_new_entry(req, newparent, newname,
-			linkat(fd_of(ino), "", fd_of(newparent), newname, AT_EMPTY_PATH));
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for anyone. */
+	int res = linkat(fd_of(ino), "", fd_of(newparent), newname, AT_EMPTY_PATH);
+	if (res < 0 && (errno == ENOENT || errno == EPERM)) {
+		char path[64];
+		proc_path(path, fd_of(ino));
+		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
+	}
+	reply_new_entry(req, newparent, newname, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -917,7 +923,7 @@ static void *control_loop(void *arg)
 			out = strdup("{\"error\":\"unknown command; use stats, reset or snapshot\"}\n");
 		if (out) {
 			for (size_t off = 0, len = strlen(out); off < len;) {
-				ssize_t w = write(c, out + off, len - off);
+				ssize_t w = send(c, out + off, len - off, MSG_NOSIGNAL);
 				if (w <= 0)
 					break;
 				off += (size_t)w;
