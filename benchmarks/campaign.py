@@ -1846,14 +1846,17 @@ def main(argv: list[str]) -> int:
     failed = False
     for sc in todo:
         # The command that redoes the whole scenario; a partial run (--only) is recorded apart.
+        # A build outside the repo is named by its role, not by where it sits on this machine.
+        shown = ["--mpifileutils=DIR" if x.startswith("--mpifileutils=") else x for x in argv[1:]]
+        shown = ["DIR" if i and shown[i - 1] == "--mpifileutils" else x for i, x in enumerate(shown)]
         opts, skip = [], False
-        for arg in argv[1:]:
+        for arg in shown:
             if skip or arg.startswith("--only"):
                 skip = arg == "--only"
                 continue
             opts.append(arg)
         cmd = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *opts])
-        partial = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *argv[1:]]) if a.only else None
+        partial = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *shown]) if a.only else None
         res = run_scenario(s, sc, cmd, partial)
         failed |= any(not (g.get("verification") or {}).get("ok", True) for g in res["groups"])
         if s.update_docs:
