@@ -1,5 +1,6 @@
 """Helpers shared by the pipeline's scripts and the Snakefile: sizes, locations, JSON documents,
-configuration checks. Manifests are read and written by the worker alone (`ferry plan`)."""
+configuration checks, and the manifest's escaping for the replication. Planning (comparing and
+partitioning manifests) is the worker's alone (`ferry plan`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ _SIZE_UNITS = {
     "GB": 1000**3,
     "TB": 1000**4,
 }
+# The first line of every manifest (docs/manifest.md).
+MANIFEST_HEADER = "#ferry-manifest v1"
+
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -94,56 +98,6 @@ def unescape_path(text: str) -> bytes:
         else:
             raise ValueError(f"bad escape in manifest path {text!r}")
     return bytes(out)
-
-
-@dataclass
-class Entry:
-    path: str  # escaped, as in the manifest
-    type: Optional[str]  # f, l, d; None for a bare path
-    size: Optional[int]
-    mtime: Optional[float]
-    md5: Optional[str]
-    line: str  # the original line, written back unchanged into partitions
-
-    @property
-    def is_dir(self) -> bool:
-        return self.type == "d"
-
-
-def iter_manifest(path: str) -> Iterator[Entry]:
-    with open(path, "r", encoding="utf-8", newline="\n") as handle:
-        for raw in handle:
-            line = raw.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) == 1:
-                yield Entry(fields[0], None, None, None, None, line)
-                continue
-            if len(fields) != 5:
-                raise ValueError(f"{path}: malformed manifest line: {line!r}")
-            name, kind, size, mtime, md5 = fields
-            yield Entry(
-                name,
-                kind,
-                int(size),
-                None if mtime == "-" else float(mtime),
-                None if md5 == "-" else md5,
-                line,
-            )
-
-
-def read_manifest(path: str) -> dict[str, Entry]:
-    return {entry.path: entry for entry in iter_manifest(path)}
-
-
-def write_manifest(path: str, entries: Iterable[Entry], comment: str = "") -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(MANIFEST_HEADER + (f" {comment}" if comment else "") + "\n")
-        for entry in entries:
-            handle.write(entry.line + "\n")
-    os.replace(tmp, path)
 
 
 def is_blob(location: str) -> bool:
