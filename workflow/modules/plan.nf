@@ -17,6 +17,7 @@ process PLAN {
     path 'plan/plan.json', emit: plan
     path 'plan/copy/part-*.tsv', emit: copy, optional: true
     path 'plan/verify/part-*.tsv', emit: verify, optional: true
+    path 'plan/**', emit: files               // with summaries and delete.tsv, for the run directory
     path 'rec', emit: rec
 
     script:

@@ -7,7 +7,6 @@ and hand the worker the same arguments.
 
     ferry_config.py resolve [PARAMS_JSON|-] [--basedir DIR]   # resolved config + derived values, as JSON
     ferry_config.py nextflow-schema                            # nextflow_schema.json, made from the YAML schema
-    ferry_config.py run-dir PARAMS_JSON                        # where the run's records go
 """
 
 from __future__ import annotations
@@ -303,16 +302,11 @@ def main(argv=None) -> int:
     res.add_argument("params", nargs="?", default="-", help="JSON of the parameters to apply over the defaults (- for stdin)")
     res.add_argument("--basedir", default=REPO, help="what a relative ferry_bin is relative to")
     sub.add_parser("nextflow-schema", help="print nextflow_schema.json")
-    rd = sub.add_parser("run-dir", help="print the run directory of the given (complete) parameters")
-    rd.add_argument("params", help="JSON of outdir, run_name, phase, pass, source and dest")
     args = parser.parse_args(argv)
 
     if args.command == "nextflow-schema":
         json.dump(nextflow_schema(load_yaml(SCHEMA), load_yaml(DEFAULTS)), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
-        return 0
-    if args.command == "run-dir":
-        print(run_dir(json.loads(args.params)))
         return 0
     text = sys.stdin.read() if args.params == "-" else open(args.params, encoding="utf-8").read()
     try:

@@ -198,8 +198,8 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         for failure in (prune or {}).get("failures") or []:
             failures.append({"stage": "prune", **failure})
         if prune and prune.get("log"):
-            # The deletion list lives in the run directory; name it relative to it.
-            prune = {**prune, "log": os.path.relpath(prune["log"], run_dir) if os.path.isabs(prune["log"]) else prune["log"]}
+            # The deletion list lives in the run directory, wherever the engine ran prune from.
+            prune = {**prune, "log": os.path.join("prune", os.path.basename(prune["log"]))}
 
     final_check = None
     if phase == "final":
