@@ -37,8 +37,8 @@ AUTH_ENV = ferry_config.auth_env(config)
 COPY_ARGS = shlex.join(ferry_config.copy_args(config))
 LIST_ARGS = shlex.join(ferry_config.list_args(config))
 VERIFY_ARGS = shlex.join(ferry_config.verify_args(config))
-PRUNE_ARGS = shlex.join(ferry_config.prune_args(config))
 PLAN_ARGS = shlex.join(ferry_config.plan_args(config))
+PRUNE_ARGS = shlex.join(ferry_config.prune_args(config))
 FINAL_CHECK = ferry_config.final_check(config)
 
 

@@ -1,4 +1,6 @@
 # The checkpoint: only after it has run does Snakemake know how many transfer/verify jobs exist.
+# `ferry plan` (docs/plan.md) compares the listings in bounded memory and writes the partitions,
+# delete.tsv and plan.json, replacing the plan directory only once it is complete.
 
 
 checkpoint plan:
@@ -19,10 +21,8 @@ checkpoint plan:
         f"{RUN}/benchmarks/plan.tsv"
     params:
         ferry=FERRY,
-        phase=PHASE,
-        dest_is_blob=ferrylib.is_blob(DEST),
-        compare=config["compare"],
-        partition=config["partition"],
+        dest_listing=lambda wc, input: shlex.quote(input.dest) if PHASE != "baseline" else "",
+        args=PLAN_ARGS,
     group:
         PREPARE_GROUP
     threads: res("plan", "threads")
@@ -31,5 +31,5 @@ checkpoint plan:
         runtime=res("plan", "runtime"),
     conda:
         "../envs/ferry.yaml"
-    script:
-        "../scripts/plan.py"
+    shell:
+        "{params.ferry:q} plan {input.source:q} {params.dest_listing} --out {output.plan:q} {params.args} 2> {log:q}"

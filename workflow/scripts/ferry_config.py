@@ -156,25 +156,30 @@ def prune_args(cfg: dict) -> list[str]:
     ]
 
 
-PARTITION_FLAGS = {
-    "parts": lambda p: ["--parts", str(p["parts"])],
-    "max-files": lambda p: ["--max-files", str(p["max_files"])],
-    "max-bytes": lambda p: ["--max-bytes", str(parse_size(p["max_bytes"]))],
-    "max-files-bytes": lambda p: ["--max-files", str(p["max_files"]), "--max-bytes", str(parse_size(p["max_bytes"]))],
-    "auto": lambda p: ["--auto"],
-}
+def partition_args(cfg: dict) -> list[str]:
+    p = cfg["partition"]
+    args = ["--partitioner", p["tool"]]
+    if p["mode"] == "parts":
+        return args + ["--parts", str(p["parts"])]
+    if p["mode"] == "auto":
+        return args + ["--auto"]
+    if p["mode"] in ("max-files", "max-files-bytes"):
+        args += ["--max-files", str(p["max_files"])]
+    if p["mode"] in ("max-bytes", "max-files-bytes"):
+        args += ["--max-bytes", str(parse_size(p["max_bytes"]))]
+    return args
 
 
 def plan_args(cfg: dict) -> list[str]:
-    """`ferry plan` arguments after the listings and --out (docs/worker.md)."""
-    part = cfg["partition"]
-    args = ["--phase", cfg["phase"]]
-    if cfg["phase"] != "baseline":
-        args += ["--compare", cfg["compare"]]
-    # Blob storage has no symlinks: planning them would make every later pass see them as new.
-    if is_blob(cfg["dest"]):
-        args.append("--skip-symlinks")
-    return args + PARTITION_FLAGS[part["mode"]](part) + ["--partitioner", part["tool"]]
+    """`ferry plan` arguments after the listings and --out (docs/plan.md). Blob storage has no
+    symlinks (ferry copy ignores them and verify skips them), so planning them would make every
+    later pass see them as new."""
+    return [
+        "--phase", cfg["phase"],
+        "--compare", cfg["compare"],
+        *(["--skip-symlinks"] if is_blob(cfg["dest"]) else []),
+        *partition_args(cfg),
+    ]
 
 
 def replicate_args(cfg: dict) -> list[str]:

@@ -1,9 +1,5 @@
-"""Helpers shared by the pipeline's scripts and the Snakefile: ferry manifests, sizes, locations.
-
-Manifest paths are kept in their escaped form (docs/worker.md) throughout: the escaping
-is canonical, so equal escaped strings mean equal names, and the escaped form never contains a tab
-or newline, which lets it pass through line-based tools such as fpart unchanged.
-"""
+"""Helpers shared by the pipeline's scripts and the Snakefile: sizes, locations, JSON documents,
+configuration checks. Manifests are read and written by the worker alone (`ferry plan`)."""
 
 from __future__ import annotations
 
@@ -11,10 +7,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
-
-MANIFEST_HEADER = "#ferry-manifest v1"
+from typing import Optional
 
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
@@ -52,56 +45,6 @@ def parse_size(value) -> int:
     if not match or match.group(2).upper() not in _SIZE_UNITS:
         raise ValueError(f"not a size: {value!r}")
     return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
-
-
-@dataclass
-class Entry:
-    path: str  # escaped, as in the manifest
-    type: Optional[str]  # f, l, d; None for a bare path
-    size: Optional[int]
-    mtime: Optional[float]
-    md5: Optional[str]
-    line: str  # the original line, written back unchanged into partitions
-
-    @property
-    def is_dir(self) -> bool:
-        return self.type == "d"
-
-
-def iter_manifest(path: str) -> Iterator[Entry]:
-    with open(path, "r", encoding="utf-8", newline="\n") as handle:
-        for raw in handle:
-            line = raw.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) == 1:
-                yield Entry(fields[0], None, None, None, None, line)
-                continue
-            if len(fields) != 5:
-                raise ValueError(f"{path}: malformed manifest line: {line!r}")
-            name, kind, size, mtime, md5 = fields
-            yield Entry(
-                name,
-                kind,
-                int(size),
-                None if mtime == "-" else float(mtime),
-                None if md5 == "-" else md5,
-                line,
-            )
-
-
-def read_manifest(path: str) -> dict[str, Entry]:
-    return {entry.path: entry for entry in iter_manifest(path)}
-
-
-def write_manifest(path: str, entries: Iterable[Entry], comment: str = "") -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(MANIFEST_HEADER + (f" {comment}" if comment else "") + "\n")
-        for entry in entries:
-            handle.write(entry.line + "\n")
-    os.replace(tmp, path)
 
 
 def is_blob(location: str) -> bool:
@@ -144,15 +87,6 @@ def write_json(path: str, doc) -> None:
         json.dump(doc, handle, indent=2, sort_keys=False)
         handle.write("\n")
     os.replace(tmp, path)
-
-
-def part_id(filename: str) -> str:
-    """'part-00012.tsv' -> '00012'."""
-    base = os.path.basename(filename)
-    match = re.fullmatch(r"part-([0-9]+)\.tsv", base)
-    if not match:
-        raise ValueError(f"not a partition manifest name: {filename}")
-    return match.group(1)
 
 
 class ConfigError(Exception):
