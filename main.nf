@@ -12,13 +12,17 @@ include { REPLICATE as MPI_REPLICATE } from './workflow/modules/replicate.nf'
 def resolved = FerryConfig.resolve(params, projectDir)
 
 workflow {
+    if (resolved.derived.replicate_only)
+        error "ferry: no migration configured (config fields 'source' and 'dest' are empty); for the replication, run -entry REPLICATE"
     MIGRATE(resolved.config, resolved.derived)
     MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved.derived.run_dir) }
 }
 
-// One dataset onto every MPI rank: nextflow run main.nf -entry REPLICATE --source SRC --dest 'DIR/{rank}'
+// One dataset onto every MPI rank (docs/replicate.md), separate from the migration phases:
+//   nextflow run main.nf -entry REPLICATE --replicate.source SRC --replicate.dest 'DIR/{rank}'
 workflow REPLICATE {
-    def run = resolved.derived
-    MPI_REPLICATE(run.subMap(['run_dir', 'ferry', 'auth_env', 'replicate_args_sh', 'mpirun_sh'])
-              + [source: resolved.config.source, dest: resolved.config.dest])
+    def cfg = resolved.config
+    MPI_REPLICATE([run_dir: resolved.derived.replicate_run_dir, ferry: resolved.derived.ferry,
+                   auth_env: resolved.derived.auth_env, launcher: cfg.replicate.launcher, ranks: cfg.replicate.ranks,
+                   source: cfg.replicate.source, dest: cfg.replicate.dest, args_sh: resolved.derived.replicate_args_sh])
 }

@@ -252,3 +252,25 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin):
     rep = report(outdir, "baseline")
     assert rep["status"] == "complete" and rep["failures"] == []
     assert not (run / "report-incomplete.json").exists() and not (run / "failed").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# MPI replication: one task, the whole MPI job
+
+
+def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
+    src, nodes, outdir = tmp_path / "src", tmp_path / "nodes", tmp_path / "results"
+    content = make_tree(src, files=30, big=1)
+    params = {
+        "outdir": str(outdir),
+        "ferry_bin": str(ferry_bin),
+        "replicate": {"source": str(src), "dest": f"{nodes}/{{rank}}", "ranks": 2,
+                      "launcher": "mpirun --oversubscribe", "verify": True, "chunk_size": "256KiB"},
+    }
+    mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
+    nextflow(tmp_path / "launch", "-entry", "REPLICATE", params=params, env=mpi_env)
+    for rank in (0, 1):
+        assert local_snapshot(nodes / str(rank)) == md5s(content), f"rank {rank} lacks the dataset"
+    (rep,) = outdir.glob("replicate/*/report.json")
+    assert json.loads(rep.read_text())["verify"]["mismatch_count"] == 0
+    assert (rep.parent / "replicate.log").is_file() and (rep.parent / "pipeline_info" / "trace.txt").is_file()

@@ -22,7 +22,10 @@ with open(SCHEMA, encoding="utf-8") as _schema:
 validate(config, schema=SCHEMA)
 
 
-ferrylib.check_config(config)
+# `snakemake replicate` alone needs no migration source and destination.
+REPLICATE_ONLY = ferry_config.replicate_only(config)
+if not REPLICATE_ONLY:
+    ferrylib.check_config(config)
 
 PHASE = config["phase"]
 FINAL = PHASE == "final"

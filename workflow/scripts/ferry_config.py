@@ -76,7 +76,8 @@ def validate(cfg: dict, schema: dict | None = None) -> None:
             extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
             where = where + extra[:1]
         raise ConfigError(f"config field '{_field(where)}': {err.message}")
-    check_config(cfg)
+    if not replicate_only(cfg):
+        check_config(cfg)
 
 
 def resolve(params: dict, schema: dict | None = None) -> dict:
@@ -182,22 +183,30 @@ def plan_args(cfg: dict) -> list[str]:
     ]
 
 
+def replicate_only(cfg: dict) -> bool:
+    """Only the MPI replication is configured (`snakemake replicate`, Nextflow -entry REPLICATE):
+    it needs no migration source and destination."""
+    return not (cfg["source"] or cfg["dest"]) and bool(cfg["replicate"]["source"])
+
+
+def replicate_run_dir(cfg: dict) -> str:
+    r = cfg["replicate"]
+    return os.path.join(cfg["outdir"], "replicate", run_name_for(r["source"], r["dest"]))
+
+
 def replicate_args(cfg: dict) -> list[str]:
-    """workflow/scripts/replicate.py options (docs/replicate.md)."""
-    r = cfg.get("replicate") or {}
-    args = ["--chunk-size", str(r.get("chunk_size", "64MiB")), "--depth", str(r.get("depth", 4))]
-    if r.get("verify"):
-        args.append("--verify")
-    if r.get("download_ranks"):
+    """workflow/scripts/replicate.py options after SRC DEST --ferry (docs/replicate.md)."""
+    r = cfg["replicate"]
+    args = ["--chunk-size", str(parse_size(r["chunk_size"])), "--depth", str(r["depth"])]
+    if r["download_ranks"]:
         args += ["--download-ranks", str(r["download_ranks"])]
-    if r.get("max_bandwidth"):
+    if r["max_bandwidth"]:
         args += ["--max-bandwidth", r["max_bandwidth"]]
+    if r["manifest"]:
+        args += ["--manifest", os.path.abspath(r["manifest"])]
+    if r["verify"]:
+        args.append("--verify")
     return args
-
-
-def mpirun(cfg: dict) -> list[str]:
-    r = cfg.get("replicate") or {}
-    return ["mpirun", "-n", str(r.get("ranks", 2)), *r.get("mpirun_args", [])]
 
 
 def final_check(cfg: dict) -> bool:
@@ -221,9 +230,13 @@ def derived(cfg: dict, basedir: str = REPO) -> dict:
     """Everything a step needs besides its inputs. Argument lists come pre-quoted for a shell
     (`*_sh`), so names with spaces, quotes, tabs or newlines reach ferry intact."""
     join = shlex.join
+    only = replicate_only(cfg)
     return {
         "run_name": run_name(cfg),
         "run_dir": run_dir(cfg),
+        "replicate_only": only,
+        # Where the engine's own records (Nextflow's trace, timeline, report) go.
+        "records_dir": replicate_run_dir(cfg) if only else run_dir(cfg),
         "ferry": ferry_bin(cfg, basedir),
         "source_redacted": redact(cfg["source"]),
         "dest_redacted": redact(cfg["dest"]),
@@ -236,8 +249,8 @@ def derived(cfg: dict, basedir: str = REPO) -> dict:
         "verify_args_sh": join(verify_args(cfg)),
         "prune_args_sh": join(prune_args(cfg)),
         "plan_args_sh": join(plan_args(cfg)),
+        "replicate_run_dir": replicate_run_dir(cfg),
         "replicate_args_sh": join(replicate_args(cfg)),
-        "mpirun_sh": join(mpirun(cfg)),
     }
 
 
@@ -251,7 +264,7 @@ NF_GROUPS = [
     ("worker", "The ferry worker", ["ferry_bin", "worker"]),
     ("safety", "Deleting in the final phase", ["delete"]),
     ("resources", "Retries and what each step asks the executor for", ["job_retries", "resources"]),
-    ("replicate", "MPI replication (-entry REPLICATE)", ["replicate"]),
+    ("replicate", "MPI replication (-entry REPLICATE, docs/replicate.md)", ["replicate"]),
 ]
 
 

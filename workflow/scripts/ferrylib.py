@@ -9,6 +9,8 @@ import os
 import re
 from typing import Optional
 
+MANIFEST_HEADER = "#ferry-manifest v1"
+
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
 # the two must agree.
@@ -45,6 +47,55 @@ def parse_size(value) -> int:
     if not match or match.group(2).upper() not in _SIZE_UNITS:
         raise ValueError(f"not a size: {value!r}")
     return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
+
+
+# Rates as the worker reads them (worker/src/units.rs): bits per second are decimal, byte units
+# follow parse_size, the "/s" is optional and a bare number is bytes per second.
+_RATE_UNITS = {
+    "": 1, "B": 1,
+    "bps": 1 / 8, "Kbps": 1e3 / 8, "kbps": 1e3 / 8, "Mbps": 1e6 / 8, "Gbps": 1e9 / 8, "Tbps": 1e12 / 8,
+    "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+}
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
+
+
+def parse_rate(value) -> int:
+    """Bytes per second from "500Mbps", "100MB/s", "64MiB/s", "1000"."""
+    match = _RATE_RE.match(str(value))
+    if not match or match.group(2) not in _RATE_UNITS:
+        raise ValueError(f"not a rate: {value!r} (e.g. 500Mbps, 100MB/s, 64MiB/s)")
+    rate = int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    if rate < 1:
+        raise ValueError(f"rate {value!r} is below one byte per second")
+    return rate
+
+
+_UNESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
+
+
+def unescape_path(text: str) -> bytes:
+    """The file name (bytes) behind a manifest path in its escaped form (docs/manifest.md)."""
+    if "\\" not in text:
+        return text.encode("utf-8")
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\":
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1:i + 2]
+        if nxt in _UNESCAPES:
+            out += _UNESCAPES[nxt]
+            i += 2
+        elif nxt == "x" and re.fullmatch(r"[0-9a-f]{2}", text[i + 2:i + 4]):
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            raise ValueError(f"bad escape in manifest path {text!r}")
+    return bytes(out)
 
 
 def is_blob(location: str) -> bool:
@@ -94,7 +145,10 @@ class ConfigError(Exception):
 
 
 def check_config(cfg: dict) -> None:
-    """Cross-field checks run at parse time, after the schema, before any job."""
+    """Cross-field checks of the migration run at parse time, after the schema, before any job."""
+    if not (cfg["source"] and cfg["dest"]):
+        raise ConfigError("config fields 'source' and 'dest' are required for a migration "
+                          "(for `snakemake replicate`, set replicate.source and replicate.dest instead)")
     for field, value in (("partition.max_bytes", cfg["partition"]["max_bytes"]), ("worker.block_size", cfg["worker"]["block_size"])):
         try:
             parse_size(value)
