@@ -299,7 +299,7 @@ def nextflow_schema(schema: dict, defaults: dict) -> dict:
             "title": title,
             "type": "object",
             "properties": group_props,
-            "required": [k for k in keys if k in schema.get("required", []) and defaults.get(k) in ("", None)],
+            "required": [k for k in keys if k in schema.get("required", [])],
         }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
