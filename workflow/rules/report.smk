@@ -14,7 +14,7 @@ rule report:
     params:
         python=sys.executable,
         script=os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py"),
-        run_dir=RUN,
+        run_dir=lambda wc, output: os.path.dirname(output.json),
         run_name=RUN_NAME,
         phase=PHASE,
         source=ferrylib.redact(SOURCE),
