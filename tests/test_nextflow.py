@@ -149,9 +149,13 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
 @pytest.fixture(scope="module")
 def local_runs(tmp_path_factory, ferry_bin):
     root = tmp_path_factory.mktemp("nf-local")
-    src, dest, outdir, launch = root / "src", root / "nfs" / "share", root / "results", root / "launch"
+    # The source's own name has a space and quotes: it reaches ferry as a string, never staged.
+    src, dest, outdir, launch = root / "src 'a' \"b\"", root / "nfs" / "share", root / "results", root / "launch"
     content = make_tree(src, files=40, big=0)
-    parts = {"partition": {"mode": "max-files", "max_files": 15}}
+    for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
+        content[rel] = rel.encode()
+        write_file(src, rel, content[rel])
+    parts = {"partition": {"mode": "max-files", "max_files": 16}}
     runs = {"content": content, "src": src, "dest": dest, "outdir": outdir}
     runs["baseline"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts))
     runs["dest_after_baseline"] = local_snapshot(dest)
@@ -171,7 +175,7 @@ def test_local_baseline_copies_everything(local_runs):
     assert rep["status"] == "complete"
     assert rep["totals"]["files"]["copied"] == len(content) + 1  # and the symlink
     assert rep["totals"]["verify"]["same"] == len(content) + 1
-    assert len(rep["partitions"]) == 3 and all(p["files"] <= 15 for p in rep["partitions"])
+    assert len(rep["partitions"]) == 3 and all(p["files"] <= 16 for p in rep["partitions"])
     rows = trace(outdir, "baseline")
     assert statuses(rows, "TRANSFER") == ["COMPLETED"] * 3
     assert statuses(rows, "VERIFY") == ["COMPLETED"] * 3
