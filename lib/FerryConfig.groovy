@@ -14,7 +14,7 @@ class FerryConfig {
     /** {config: the resolved config, derived: run directory, ferry path, argument strings}. */
     static Map resolve(Map params, Path projectDir) {
         def script = projectDir.resolve('workflow/scripts/ferry_config.py').toString()
-        def cmd = ['python3', script, 'resolve', '-', '--basedir', projectDir.toString()]
+        def cmd = ['python3', script, 'resolve', '-', '--basedir', projectDir.toString(), '--absolute']
         def proc
         try {
             proc = cmd.execute()

@@ -91,6 +91,16 @@ def resolve(params: dict, schema: dict | None = None) -> dict:
     return cfg
 
 
+def absolute_locations(cfg: dict) -> None:
+    """Local source and destination paths made absolute, in place: Nextflow runs each task in its
+    own work directory, where a path relative to the launch directory means nothing. (Snakemake
+    runs jobs from the directory it was started in, so it keeps them as given.)"""
+    for table, keys in ((cfg, ("source", "dest")), (cfg["replicate"], ("source", "dest"))):
+        for key in keys:
+            if table[key] and not is_blob(table[key]):
+                table[key] = os.path.abspath(table[key])
+
+
 # --- what each step runs -----------------------------------------------------------------------
 
 
@@ -319,6 +329,8 @@ def main(argv=None) -> int:
     res = sub.add_parser("resolve", help="check a config and print it resolved, with the derived values (JSON)")
     res.add_argument("params", nargs="?", default="-", help="JSON of the parameters to apply over the defaults (- for stdin)")
     res.add_argument("--basedir", default=REPO, help="what a relative ferry_bin is relative to")
+    res.add_argument("--absolute", action="store_true",
+                     help="make local source/dest paths absolute (tasks that run elsewhere than here)")
     sub.add_parser("nextflow-schema", help="print nextflow_schema.json")
     args = parser.parse_args(argv)
 
@@ -329,6 +341,8 @@ def main(argv=None) -> int:
     text = sys.stdin.read() if args.params == "-" else open(args.params, encoding="utf-8").read()
     try:
         cfg = resolve(json.loads(text or "{}"))
+        if args.absolute:
+            absolute_locations(cfg)
     except ConfigError as err:
         print(f"ferry: invalid configuration: {err}", file=sys.stderr)
         return 2
