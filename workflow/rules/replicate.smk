@@ -7,23 +7,8 @@
 # resource as an MPI job and leaves the launch to the rule's command.
 
 REPLICATE = config["replicate"]
-REPLICATE_RUN = os.path.join(
-    config["outdir"], "replicate", ferrylib.run_name_for(REPLICATE["source"], REPLICATE["dest"])
-)
-
-
-def _replicate_args():
-    r = REPLICATE
-    args = ["--chunk-size", str(ferrylib.parse_size(r["chunk_size"])), "--depth", str(r["depth"])]
-    if r["download_ranks"]:
-        args += ["--download-ranks", str(r["download_ranks"])]
-    if r["max_bandwidth"]:
-        args += ["--max-bandwidth", r["max_bandwidth"]]
-    if r["manifest"]:
-        args += ["--manifest", os.path.abspath(r["manifest"])]
-    if r["verify"]:
-        args.append("--verify")
-    return _join(args)
+REPLICATE_RUN = ferry_config.replicate_run_dir(config)
+REPLICATE_ARGS = shlex.join(ferry_config.replicate_args(config))
 
 
 # Slurm rejects a node count below one: only ask for nodes when one is configured.
@@ -45,7 +30,7 @@ rule replicate:
         source=lambda wc: REPLICATE["source"],
         # A function: "{rank}" is for replicate.py, not a Snakemake wildcard.
         dest=lambda wc: REPLICATE["dest"],
-        args=_replicate_args(),
+        args=REPLICATE_ARGS,
     resources:
         mpi=REPLICATE["launcher"],
         tasks=REPLICATE["ranks"],
