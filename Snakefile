@@ -37,8 +37,10 @@ localrules:
 
 def migration_report(wildcards):
     if REPLICATE_ONLY:
-        raise WorkflowError("no migration configured (config fields 'source' and 'dest' are empty); "
-                            "for the replication, ask for its target: `snakemake replicate`")
+        raise WorkflowError(
+            "no migration configured (config fields 'source' and 'dest' are empty); "
+            "for the replication, ask for its target: `snakemake replicate`"
+        )
     return [f"{RUN}/report.json", f"{RUN}/report.md"]
 
 

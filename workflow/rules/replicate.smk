@@ -22,6 +22,12 @@ rule replicate:
         f"{REPLICATE_RUN}/replicate.log",
     benchmark:
         f"{REPLICATE_RUN}/benchmark.tsv"
+    resources:
+        **_REPLICATE_NODES,
+        mpi=REPLICATE["launcher"],
+        tasks=REPLICATE["ranks"],
+        mem_mb=REPLICATE["mem_mb"],
+        runtime=REPLICATE["runtime"],
     params:
         env=AUTH_ENV,
         python=sys.executable,
@@ -31,12 +37,6 @@ rule replicate:
         # A function: "{rank}" is for replicate.py, not a Snakemake wildcard.
         dest=lambda wc: REPLICATE["dest"],
         args=REPLICATE_ARGS,
-    resources:
-        mpi=REPLICATE["launcher"],
-        tasks=REPLICATE["ranks"],
-        mem_mb=REPLICATE["mem_mb"],
-        runtime=REPLICATE["runtime"],
-        **_REPLICATE_NODES,
     shell:
         "{params.env} {resources.mpi} -n {resources.tasks} {params.python:q} -m mpi4py {params.script:q}"
         " {params.source:q} {params.dest:q} --ferry {params.ferry:q} {params.args}"

@@ -11,6 +11,11 @@ rule report:
         md=f"{RUN}/report.md",
     log:
         f"{RUN}/logs/report.log",
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("report", "threads")
+    resources:
+        **requests("report"),
     params:
         python=sys.executable,
         script=os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py"),
@@ -20,13 +25,9 @@ rule report:
         source=ferrylib.redact(SOURCE),
         dest=ferrylib.redact(DEST),
         flags=" ".join(
-            (["--checksum"] if FINAL and config["checksum"] else []) + (["--final-check"] if FINAL_CHECK else [])
+            (["--checksum"] if FINAL and config["checksum"] else [])
+            + (["--final-check"] if FINAL_CHECK else [])
         ),
-    threads: res("report", "threads")
-    resources:
-        **requests("report"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
         "{params.python:q} {params.script:q} build {params.run_dir:q} --run-name {params.run_name:q}"
         " --phase {params.phase:q} --source {params.source:q} --dest {params.dest:q} {params.flags}"
