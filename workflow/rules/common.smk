@@ -141,3 +141,12 @@ def report_inputs(wildcards):
             files["final_check"] = f"{RUN}/verify/final-check.json"
             files["bench"].append(f"{RUN}/benchmarks/final_check.tsv")
     return files
+
+
+def migration_report(wildcards):
+    if REPLICATE_ONLY:
+        raise WorkflowError(
+            "no migration configured (config fields 'source' and 'dest' are empty); "
+            "for the replication, ask for its target: `snakemake replicate`"
+        )
+    return [f"{RUN}/report.json", f"{RUN}/report.md"]

@@ -11,6 +11,16 @@ REPLICATE_RUN = ferry_config.replicate_run_dir(config)
 REPLICATE_ARGS = shlex.join(ferry_config.replicate_args(config))
 
 
+# Under --software-deployment-method conda the rule's environment brings Python, mpi4py and Open
+# MPI; otherwise the interpreter running Snakemake (the project's venv, which has mpi4py) runs it.
+REPLICATE_PYTHON = (
+    "python"
+    if "conda"
+    in {str(m).lower() for m in workflow.deployment_settings.deployment_method}
+    else sys.executable
+)
+
+
 # Slurm rejects a node count below one: only ask for nodes when one is configured.
 _REPLICATE_NODES = {"nodes": REPLICATE["nodes"]} if REPLICATE["nodes"] else {}
 
@@ -22,6 +32,8 @@ rule replicate:
         f"{REPLICATE_RUN}/replicate.log",
     benchmark:
         f"{REPLICATE_RUN}/benchmark.tsv"
+    conda:
+        "../envs/replicate.yaml"
     resources:
         **_REPLICATE_NODES,
         mpi=REPLICATE["launcher"],
@@ -30,7 +42,7 @@ rule replicate:
         runtime=REPLICATE["runtime"],
     params:
         env=AUTH_ENV,
-        python=sys.executable,
+        python=REPLICATE_PYTHON,
         script=os.path.join(workflow.basedir, "workflow", "scripts", "replicate.py"),
         ferry=FERRY,
         source=lambda wc: REPLICATE["source"],
