@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test demo bench
+.PHONY: setup build test demo bench nextflow-schema
 
 setup:
 	scripts/setup.sh
@@ -22,3 +22,8 @@ demo: setup
 bench: setup
 	.venv/bin/python benchmarks/campaign.py all
 	benchmarks/pipeline.sh
+	.venv/bin/python benchmarks/replicate.py
+
+# nextflow_schema.json is generated from workflow/schemas/config.schema.yaml (a test checks it).
+nextflow-schema:
+	.venv/bin/python workflow/scripts/ferry_config.py nextflow-schema > nextflow_schema.json

@@ -12,8 +12,8 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
+import ferry_config  # noqa: E402
 import ferry_report  # noqa: E402
-
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 with open(SCHEMA, encoding="utf-8") as _schema:
@@ -21,85 +21,27 @@ with open(SCHEMA, encoding="utf-8") as _schema:
 validate(config, schema=SCHEMA)
 
 
-ferrylib.check_config(config)
+# `snakemake replicate` alone needs no migration source and destination.
+REPLICATE_ONLY = ferry_config.replicate_only(config)
+if not REPLICATE_ONLY:
+    ferrylib.check_config(config)
 
 PHASE = config["phase"]
 FINAL = PHASE == "final"
 SOURCE = config["source"]
 DEST = config["dest"]
-RUN_NAME = config["run_name"] or ferrylib.run_name_for(SOURCE, DEST)
-RUN = os.path.join(
-    config["outdir"], RUN_NAME, PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}"
-)
-FERRY = (
-    config["ferry_bin"]
-    if os.path.isabs(config["ferry_bin"])
-    else os.path.join(workflow.basedir, config["ferry_bin"])
-)
-
-# What `ferry copy` is told to skip: baseline copies everything by definition; later phases
-# re-check the undecided files with the configured method.
-COPY_COMPARE = "none" if PHASE == "baseline" else config["compare"]
-
-
-def _worker_args():
-    w = config["worker"]
-    args = [
-        "--concurrency", str(w["concurrency"]),
-        "--parallel-files", str(w["parallel_files"]),
-        "--block-size", str(ferrylib.parse_size(w["block_size"])),
-        "--max-retries", str(w["max_retries"]),
-    ]
-    if w["max_bandwidth"]:
-        args += ["--max-bandwidth", w["max_bandwidth"]]
-    if not w["put_md5"]:
-        args.append("--no-put-md5")
-    return args
-
-
-# The credential source is forced through the environment: only `ferry copy` takes --auth, and
-# every command honours FERRY_AUTH.
-AUTH_ENV = f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}" if config["worker"]["auth"] else ""
-
-
-def _filter_args():
-    args = []
-    for glob_ in config["worker"]["include"]:
-        args += ["--include", glob_]
-    for glob_ in config["worker"]["exclude"]:
-        args += ["--exclude", glob_]
-    return args
-
-
-def _join(args):
-    return " ".join(shlex.quote(a) for a in args)
-
-
-COPY_ARGS = _join(["--compare", COPY_COMPARE, *_worker_args()])
-LIST_ARGS = _join(_filter_args())
-VERIFY_ARGS = _join(
-    [
-        *(["--checksum"] if FINAL and config["checksum"] else []),
-        *(["--download"] if FINAL and config["checksum"] and config["verify_download"] else []),
-    ]
-)
-PRUNE_ARGS = _join(
-    [
-        "--max-delete", str(config["delete"]["max_delete"]),
-        *(["--force"] if config["delete"]["force"] else []),
-        *(["--dry-run"] if config["delete"]["dry_run"] else []),
-    ]
-)
-
-
-# The whole-tree check after prune cannot honour include/exclude (ferry verify has no filters) and
-# would only re-find the leftovers a dry-run prune left, so it runs when neither applies.
-FINAL_CHECK = (
-    FINAL
-    and config["final_check"]
-    and not config["delete"]["dry_run"]
-    and not (config["worker"]["include"] or config["worker"]["exclude"])
-)
+# Run directory, worker arguments and the final-check switch come from ferry_config, which the
+# Nextflow pipeline runs too: both engines hand ferry the same arguments.
+RUN_NAME = ferry_config.run_name(config)
+RUN = ferry_config.run_dir(config)
+FERRY = ferry_config.ferry_bin(config, workflow.basedir)
+AUTH_ENV = ferry_config.auth_env(config)
+COPY_ARGS = shlex.join(ferry_config.copy_args(config))
+LIST_ARGS = shlex.join(ferry_config.list_args(config))
+VERIFY_ARGS = shlex.join(ferry_config.verify_args(config))
+PLAN_ARGS = shlex.join(ferry_config.plan_args(config))
+PRUNE_ARGS = shlex.join(ferry_config.prune_args(config))
+FINAL_CHECK = ferry_config.final_check(config)
 
 
 def res(rule_name, key):
@@ -108,17 +50,39 @@ def res(rule_name, key):
     return table.get(rule_name, {}).get(key, table["default"].get(key))
 
 
+def requests(rule_name, runtime=True):
+    """The resources directive of a rule: its configured memory and time, both multiplied by the
+    attempt, so a job Slurm killed for TIMEOUT or OUT_OF_MEMORY is retried (job_retries) with
+    room to finish instead of failing the same way again; plus the Slurm partition and account
+    when the config names them. runtime=False is for a step that runs inside another step's
+    cluster job (see GROUPS below): Snakemake adds up the runtimes of a group's steps, so the
+    follow-on step asks for none and the job's time limit is exactly the configured one.
+    """
+    mem_mb = res(rule_name, "mem_mb")
+    minutes = res(rule_name, "runtime") if runtime else 0
+    out = {
+        "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
+        "runtime": lambda wildcards, attempt: minutes * attempt,
+    }
+    for key in ("slurm_partition", "slurm_account"):
+        if res(rule_name, key):
+            out[key] = res(rule_name, key)
+    return out
+
+
 # Cluster jobs are grouped so that each phase needs as few scheduling round trips as possible
 # (each costs two Snakemake start-ups inside the job plus status polling, 10-20 s): listing and
-# planning run as one job, each partition's transfer and verify as one job, prune and the final
-# check as one job. Groups change nothing when running locally.
+# planning run as one job, each partition's transfer and verify as one job. The step that follows
+# inside a group (plan after the listings, verify after its transfer) is short next to the step it
+# follows and asks for no runtime of its own (requests(..., runtime=False)), so the job's time
+# limit is the configured runtime of list or transfer, not a sum. Groups change nothing locally.
 PREPARE_GROUP = "prepare"
-FINISH_GROUP = "finish"
 
 
 def partition_group():
     """Per-partition transfer and verify share one cluster job, except in the final phase, where
-    every verify waits for all transfers and the group would fuse all partitions into one job."""
+    every verify waits for all transfers and the group would fuse all partitions into one job.
+    """
     return None if FINAL else "partition"
 
 
@@ -177,3 +141,12 @@ def report_inputs(wildcards):
             files["final_check"] = f"{RUN}/verify/final-check.json"
             files["bench"].append(f"{RUN}/benchmarks/final_check.tsv")
     return files
+
+
+def migration_report(wildcards):
+    if REPLICATE_ONLY:
+        raise WorkflowError(
+            "no migration configured (config fields 'source' and 'dest' are empty); "
+            "for the replication, ask for its target: `snakemake replicate`"
+        )
+    return [f"{RUN}/report.json", f"{RUN}/report.md"]
