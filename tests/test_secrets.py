@@ -25,6 +25,7 @@ from support.azurite import ACCOUNT, KEY
 from support.trees import File, make_tree
 from test_auth import StandIn, tls, token_env  # noqa: F401  (tls is a fixture StandIn needs)
 from test_pipeline import REPO, base_config
+from test_pipeline_slurm import slurm, slurm_up  # noqa: F401  (slurm is a fixture)
 
 MiB = 1 << 20
 TOKEN = "tok-imds"  # what the stand-in's IMDS hands out
@@ -119,6 +120,17 @@ def test_no_secret_in_any_worker_output(tmp_path, run_ferry, container, proxy, s
     got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas, "bearer token": f"Bearer {TOKEN}"})
 
 
+def run_pipeline(got: Collected, profile: str, ferry_bin, outdir, src, dest, sas, phase, *config):
+    """Snakemake with the SAS used for real and the account key planted beside it."""
+    env = ferry_env({"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": sas, "AZURE_STORAGE_KEY": KEY})
+    cmd = [sys.executable, "-m", "snakemake", "--profile", profile, "--config",
+           *base_config(ferry_bin, outdir, src, dest, phase), *config]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=400, stdin=subprocess.DEVNULL)
+    got.add("snakemake stdout", proc.stdout)
+    got.add("snakemake stderr", proc.stderr)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+
+
 @pytest.mark.timeout(300)
 def test_no_secret_in_the_pipelines_results_and_logs(tmp_path, ferry_bin, container, sas):
     got = Collected()
@@ -127,17 +139,30 @@ def test_no_secret_in_the_pipelines_results_and_logs(tmp_path, ferry_bin, contai
     logs = REPO / ".snakemake" / "log"
     before = set(logs.glob("*.log")) if logs.exists() else set()
     started = time.time()
-    # SAS used for real; the account key planted beside it.
-    env = ferry_env({"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": sas, "AZURE_STORAGE_KEY": KEY})
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--config",
-           *base_config(ferry_bin, outdir, src, container.at("share"), "final"), "checksum=true"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=280, stdin=subprocess.DEVNULL)
-    got.add("snakemake stdout", proc.stdout)
-    got.add("snakemake stderr", proc.stderr)
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    run_pipeline(got, "profiles/local", ferry_bin, outdir, src, container.at("share"), sas, "final", "checksum=true")
     assert sorted(container.blobs("share/")) == [f"share/f{i}.txt" for i in range(6)]
     got.tree(outdir)
     for log in set(logs.glob("*.log")) - before:
         if log.stat().st_mtime >= started - 1:
             got.add(str(log), log.read_bytes())
+    got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas})
+
+
+@pytest.mark.timeout(420)
+def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sas):  # noqa: F811
+    """The same through `--profile profiles/slurm`: every sbatch job's output file is searched."""
+    slurm_up(accounting=False)
+    got = Collected()
+    src, outdir = tmp_path / "src", tmp_path / "results"
+    make_tree(src, {f"f{i}.txt": b"data %d" % i for i in range(6)})
+    slurm_logs = REPO / ".snakemake" / "slurm_logs"
+    started = time.time()
+    run_pipeline(got, "profiles/slurm", ferry_bin, outdir, src, container.at("viaslurm"), sas, "baseline",
+                 "partition={mode: parts, parts: 2}")
+    assert len(container.blobs("viaslurm/")) == 6
+    job_outputs = [p for p in slurm_logs.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1]
+    assert job_outputs, "no Slurm job output files were written"
+    for p in job_outputs:
+        got.add(str(p), p.read_bytes())
+    got.tree(outdir)
     got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas})

@@ -48,7 +48,7 @@ pub struct Common {
     /// Do not send a Content-MD5 with each uploaded block (the whole-blob MD5 is separate: --no-put-md5)
     #[arg(long = "no-block-md5", action = clap::ArgAction::SetFalse, global = true)]
     pub block_md5: bool,
-    /// Give up on a request that sends or receives nothing for this many seconds
+    /// Give up on a response that delivers nothing for this many seconds
     #[arg(long, env = "FERRY_IO_TIMEOUT", default_value_t = 60, global = true)]
     pub io_timeout: u64,
     /// Do not fsync local files before their rename (nor the filesystem at the end): faster on

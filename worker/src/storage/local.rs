@@ -327,22 +327,19 @@ pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Resu
                         q = cv.wait(q).unwrap();
                     }
                 };
-                let res = work(&rel);
+                // A directory that cannot be read (permission denied, say) is reported and the
+                // walk goes on: the listing is then incomplete, which callers see as an error
+                // (prune refuses; copy copies the rest and exits 1). Sent outside the lock.
+                let (sub, gone) = match work(&rel) {
+                    Ok(sub) => (sub, false),
+                    Err(e) => (Vec::new(), tx.blocking_send(Err(e)).is_err()),
+                };
                 let mut q = state.lock().unwrap();
                 q.busy -= 1;
-                match res {
-                    Ok(sub) => q.dirs.extend(sub),
-                    // A directory that cannot be read (permission denied, say) is reported and
-                    // the walk goes on: the listing is then incomplete, which callers see as an
-                    // error (prune refuses; copy copies the rest and exits 1).
-                    Err(e) => {
-                        drop(q);
-                        if tx.blocking_send(Err(e)).is_err() {
-                            state.lock().unwrap().failed = true;
-                        }
-                        q = state.lock().unwrap();
-                    }
-                }
+                q.dirs.extend(sub);
+                // Nobody listens any more: stop.
+                q.failed |= gone;
+                drop(q);
                 cv.notify_all();
             });
         }
