@@ -5,10 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use serde_json::json;
 
 use crate::manifest::{self, Entry, Kind, Writer};
-use crate::partition::{imbalance_pct, lpt_assign, Filler};
+use crate::partition::{imbalance_pct, lpt_assign, part_name, summary, Filler, PartTotals as Part};
 
 #[derive(Args, Debug)]
 pub struct PartitionArgs {
@@ -29,16 +28,6 @@ pub struct PartitionArgs {
     /// Print the summary on stdout too
     #[arg(long)]
     pub json: bool,
-}
-
-struct Part {
-    file: String,
-    files: u64,
-    bytes: u64,
-}
-
-fn part_name(i: usize) -> String {
-    format!("part-{i:05}.tsv")
 }
 
 fn open_part(dir: &Path, i: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
@@ -129,7 +118,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         if !all.is_empty() {
             let owner = lpt_assign(&all, n);
             let mut writers = (0..n).map(|i| open_part(&args.out, i)).collect::<anyhow::Result<Vec<_>>>()?;
-            parts = (0..n).map(|i| Part { file: part_name(i), files: 0, bytes: 0 }).collect();
+            parts = vec![Part::default(); n];
             for (e, o) in all.iter().zip(owner) {
                 writers[o].write(e)?;
                 parts[o].files += 1;
@@ -159,7 +148,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
                     w.finish()?;
                 }
                 current = Some(open_part(&args.out, parts.len())?);
-                parts.push(Part { file: part_name(parts.len()), files: 0, bytes: 0 });
+                parts.push(Part::default());
             }
             current.as_mut().unwrap().write(&e)?;
             let p = parts.last_mut().unwrap();
@@ -175,16 +164,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     }
 
     let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-    let summary = json!({
-        "mode": mode,
-        "parts": parts.len(),
-        "files": parts.iter().map(|p| p.files).sum::<u64>(),
-        "bytes": loads.iter().sum::<u64>(),
-        "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
-        "dirs": dir_count,
-        "dirs_file": if dir_count > 0 { Some("dirs.tsv") } else { None },
-        "partitions": parts.iter().enumerate().map(|(i, p)| json!({"index": i, "file": p.file, "files": p.files, "bytes": p.bytes})).collect::<Vec<_>>(),
-    });
+    let summary = summary(mode, &parts, dir_count);
     let text = serde_json::to_string_pretty(&summary)?;
     std::fs::write(args.out.join("summary.json"), format!("{text}\n"))?;
     if args.json {
