@@ -325,6 +325,21 @@ mod tests {
     }
 
     #[test]
+    fn path_keys_agree_with_path_order() {
+        // Short paths, zero bytes and shared prefixes: wherever two keys differ they must order
+        // as the paths do.
+        let names: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"a\0\0b", b"ab", b"abcdefgh", b"abcdefgh\0", b"abcdefghi", b"abcdefgg\xff", b"\xff", b"b"];
+        for x in &names {
+            for y in &names {
+                let (kx, ky) = (Order::Path.key(&entry(x, 0)), Order::Path.key(&entry(y, 0)));
+                if kx != ky {
+                    assert_eq!(kx.cmp(&ky), x.cmp(y), "{x:?} vs {y:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn size_order_is_lpt_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Sorter::new(Order::SizeDesc, 100, dir.path().to_path_buf(), "s");
