@@ -7,7 +7,12 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::manifest::{self, Entry, Kind, Writer};
-use crate::partition::{imbalance_pct, lpt_assign, part_name, summary, Filler, PartTotals as Part};
+use crate::partition::{imbalance_pct, part_name, summary, Filler, PartTotals as Part};
+use crate::plan::sort::{Order, Sorter};
+use crate::plan::split::{distribute, lpt};
+
+/// Memory for sorting entries by size (`--parts`) before runs are spilled to disk.
+const SORT_MEMORY: usize = 64 << 20;
 
 #[derive(Args, Debug)]
 pub struct PartitionArgs {
@@ -57,6 +62,10 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
     for old in std::fs::read_dir(out)? {
         let old = old?.file_name();
         let name = old.to_string_lossy();
+        if name.starts_with(".partition-sort-") {
+            std::fs::remove_dir_all(out.join(&old))?;
+            continue;
+        }
         if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
             std::fs::remove_file(out.join(&old))?;
         }
@@ -105,29 +114,27 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     let mode;
     if let Some(n) = args.parts {
         mode = "parts";
-        let mut all = Vec::new();
+        // LPT wants the entries largest first: an external sort keeps memory bounded.
+        let scratch = args.out.join(format!(".partition-sort-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        let mut sorter = Sorter::new(Order::SizeDesc, SORT_MEMORY, scratch.clone(), "parts");
+        let mut files = 0u64;
         for e in entries(&args.manifest)? {
             let e = e.map_err(anyhow::Error::msg)?;
             if e.kind == Kind::Dir {
                 note_dir(&e, &args.out)?;
             } else {
                 sized(&e)?;
-                all.push(e);
+                sorter.push(&e)?;
+                files += 1;
             }
         }
-        if !all.is_empty() {
-            let owner = lpt_assign(&all, n);
-            let mut writers = (0..n).map(|i| open_part(&args.out, i)).collect::<anyhow::Result<Vec<_>>>()?;
-            parts = vec![Part::default(); n];
-            for (e, o) in all.iter().zip(owner) {
-                writers[o].write(e)?;
-                parts[o].files += 1;
-                parts[o].bytes += e.size();
-            }
-            for w in writers {
-                w.finish()?;
-            }
+        let runs = sorter.finish()?;
+        if files > 0 {
+            parts = distribute(&args.out, n, || lpt(&runs, n))?;
         }
+        drop(runs);
+        std::fs::remove_dir_all(&scratch)?;
     } else {
         mode = match (args.max_files, args.max_bytes) {
             (Some(_), Some(_)) => "max-files+max-bytes",

@@ -176,7 +176,7 @@ impl Splitter {
 
 /// Entries in LPT order with their part: largest first to the least-loaded part, as
 /// `ferry partition --parts` assigns them.
-fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
+pub fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n).map(|i| Reverse((0, i))).collect();
     Ok(runs.merge()?.map(move |e| {
         e.map(|e| {
@@ -189,7 +189,7 @@ fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<
 
 /// Writes `bins` part files from a stream of (entry, part), at most MAX_OPEN parts at a time:
 /// with more parts the stream is made again for each group.
-fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
+pub fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
 where
     I: Iterator<Item = io::Result<(Entry, usize)>>,
     F: FnMut() -> anyhow::Result<I>,
