@@ -6,7 +6,8 @@ For each size it writes a source and a destination listing (1% of the files chan
 new, 0.1% only on the destination, a directory entry per 1,000 files; the source in a scattered
 walk order, as `ferry ls` gives it) into the scratch directory (default $TMPDIR; 10 M entries are
 about 1 GB per listing), then plans an incremental pass with the pipeline's default partitioning
-(max-files 50,000 + max-bytes 64 GiB) both ways, each under GNU time: wall time and peak RSS.
+(max-files 50,000 + max-bytes 64 GiB) both ways under GNU time: wall time, CPU time and peak RSS
+(ferry's rows three times, the median reported; the old step, which needs gigabytes, once).
 ferry alone is also run with `--parts 16` (LPT) and in the final phase (copy and verify parts),
 the modes that hold the most.
 
@@ -153,7 +154,7 @@ def ferry_args(partition: dict) -> list[str]:
     return ["--max-files", str(partition["max_files"]), "--max-bytes", str(partition["max_bytes"])]
 
 
-def bench(entries: int, scratch: Path, ferry: Path, with_old: bool) -> dict:
+def bench(entries: int, scratch: Path, ferry: Path, with_old: bool, repeat: int) -> dict:
     source, dest = generate(scratch, entries)
     work = Path(tempfile.mkdtemp(prefix="plan-bench-", dir=scratch))
     rows = []
@@ -164,9 +165,11 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool) -> dict:
             out = work / f"ferry-{phase}-{partition['mode']}"
             cmd = [str(ferry), "plan", str(source), str(dest), "--out", str(out), "--phase", phase, *ferry_args(partition)]
             log(f"{entries:,}: {' '.join(cmd[1:2] + cmd[4:])}")
+            runs = sorted((timed(cmd, work) for _ in range(repeat)), key=lambda r: r["seconds"])
             rows.append({"tool": "ferry plan", "phase": phase, "partition": partition["mode"], "entries": entries,
                          "command": "ferry plan SOURCE DEST --out DIR --phase " + phase + " " + " ".join(ferry_args(partition)),
-                         **timed(cmd, work)})
+                         **runs[len(runs) // 2], "runs": len(runs),
+                         "seconds_range": [runs[0]["seconds"], runs[-1]["seconds"]]})
         if with_old:
             lib = old_step(work)
             out = work / "old-incremental"
@@ -175,7 +178,7 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool) -> dict:
             log(f"{entries:,}: the old Python step (plan.py at {OLD_COMMIT[:8]})")
             row = {"tool": "plan.py (old step)", "phase": "incremental", "partition": DEFAULT_PARTITION["mode"],
                    "entries": entries, "command": f"python3 plan.py (git show {OLD_COMMIT[:8]}) via a stand-in snakemake object",
-                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work)}
+                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work), "runs": 1}
             row["agreement"] = agree(work / "ferry-incremental-max-files-bytes", out)
             rows.append(row)
     finally:
@@ -185,22 +188,26 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool) -> dict:
 
 def render(res: dict) -> str:
     lines = [
-        "| entries | step | phase | partitioning | wall s | CPU s | peak RSS MiB |",
-        "|---:|---|---|---|---:|---:|---:|",
+        "| entries | step | phase | partitioning | wall s | CPU s | peak RSS MiB | runs |",
+        "|---:|---|---|---|---:|---:|---:|---:|",
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
-            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f} | "
-                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
-    lines += ["", "| entries | ferry plan ÷ old step, time | ferry plan ÷ old step, peak RSS |", "|---:|---:|---:|"]
+            spread = f" ({r['seconds_range'][0]:.1f}–{r['seconds_range'][1]:.1f})" if r["runs"] > 1 else ""
+            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f}{spread} | "
+                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
+    lines += ["", "| entries | ferry plan ÷ old step: wall time | CPU time | peak RSS |", "|---:|---:|---:|---:|"]
     for size in res["sizes"]:
         rows = {(r["tool"], r["phase"], r["partition"]): r for r in size["rows"]}
         new, old = rows.get(("ferry plan", "incremental", "max-files-bytes")), rows.get(("plan.py (old step)", "incremental", "max-files-bytes"))
         if new and old:
-            lines.append(f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |")
+            lines.append(f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | "
+                         f"{new['cpu_seconds'] / old['cpu_seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |")
     m = res["machine"]
-    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}; one run each "
-              f"(the machine is shared, so treat small differences with care). Reproduce: `{res['command']}`."]
+    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}, load average "
+              f"{res['load'][0]:.1f} at the start and {res['load'][1]:.1f} at the end (a shared machine: wall times "
+              "stretch with the load, CPU times much less). ferry rows: the median of the runs by wall time (range "
+              f"in brackets); the old step runs once. Reproduce: `{res['command']}`."]
     return "\n".join(lines)
 
 
@@ -220,15 +227,18 @@ def main(argv: list[str]) -> int:
                     help="where listings and plans go (not the repository: 10 M entries are ~2 GB)")
     ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
     ap.add_argument("--no-old", action="store_true", help="only ferry plan")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each ferry row (the median is reported)")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md")
     a = ap.parse_args(argv)
     a.scratch.mkdir(parents=True, exist_ok=True)
-    sizes = [bench(int(n), a.scratch, a.ferry, not a.no_old) for n in a.entries.split(",")]
+    load_start = os.getloadavg()[0]
+    sizes = [bench(int(n), a.scratch, a.ferry, not a.no_old, a.repeat) for n in a.entries.split(",")]
     res = {
         "date": time.strftime("%Y-%m-%d"),
         "command": "nice .venv/bin/python benchmarks/plan.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else ""),
         "machine": {"cpus": os.cpu_count(), "system": platform.platform(terse=True),
                     "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)},
+        "load": [load_start, os.getloadavg()[0]],
         "sizes": sizes,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,35 @@ impl Filler {
     }
 }
 
+/// What one part holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartTotals {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+pub fn part_name(i: usize) -> String {
+    format!("part-{i:05}.tsv")
+}
+
+/// The `summary.json` of a set of parts, as `ferry partition` writes it (and `ferry plan` for
+/// each of its sets).
+pub fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> serde_json::Value {
+    let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+    serde_json::json!({
+        "mode": mode,
+        "parts": parts.len(),
+        "files": parts.iter().map(|p| p.files).sum::<u64>(),
+        "bytes": loads.iter().sum::<u64>(),
+        "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
+        "dirs": dirs,
+        "dirs_file": if dirs > 0 { Some("dirs.tsv") } else { None },
+        "partitions": parts.iter().enumerate()
+            .map(|(i, p)| serde_json::json!({"index": i, "file": part_name(i), "files": p.files, "bytes": p.bytes}))
+            .collect::<Vec<_>>(),
+    })
+}
+
 /// (max/mean − 1) × 100 over the parts' byte totals: 0 is perfect balance.
 pub fn imbalance_pct(loads: &[u64]) -> f64 {
     if loads.is_empty() {

@@ -5,10 +5,14 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use serde_json::json;
 
 use crate::manifest::{self, Entry, Kind, Writer};
-use crate::partition::{imbalance_pct, lpt_assign, Filler};
+use crate::partition::{imbalance_pct, part_name, summary, Filler, PartTotals as Part};
+use crate::plan::sort::{Order, Sorter};
+use crate::plan::split::{distribute, lpt};
+
+/// Memory for sorting entries by size (`--parts`) before runs are spilled to disk.
+const SORT_MEMORY: usize = 64 << 20;
 
 #[derive(Args, Debug)]
 pub struct PartitionArgs {
@@ -29,16 +33,6 @@ pub struct PartitionArgs {
     /// Print the summary on stdout too
     #[arg(long)]
     pub json: bool,
-}
-
-struct Part {
-    file: String,
-    files: u64,
-    bytes: u64,
-}
-
-fn part_name(i: usize) -> String {
-    format!("part-{i:05}.tsv")
 }
 
 fn open_part(dir: &Path, i: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
@@ -68,6 +62,10 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
     for old in std::fs::read_dir(out)? {
         let old = old?.file_name();
         let name = old.to_string_lossy();
+        if name.starts_with(".partition-sort-") {
+            std::fs::remove_dir_all(out.join(&old))?;
+            continue;
+        }
         if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
             std::fs::remove_file(out.join(&old))?;
         }
@@ -116,29 +114,27 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     let mode;
     if let Some(n) = args.parts {
         mode = "parts";
-        let mut all = Vec::new();
+        // LPT wants the entries largest first: an external sort keeps memory bounded.
+        let scratch = args.out.join(format!(".partition-sort-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        let mut sorter = Sorter::new(Order::SizeDesc, SORT_MEMORY, scratch.clone(), "parts");
+        let mut files = 0u64;
         for e in entries(&args.manifest)? {
             let e = e.map_err(anyhow::Error::msg)?;
             if e.kind == Kind::Dir {
                 note_dir(&e, &args.out)?;
             } else {
                 sized(&e)?;
-                all.push(e);
+                sorter.push(&e)?;
+                files += 1;
             }
         }
-        if !all.is_empty() {
-            let owner = lpt_assign(&all, n);
-            let mut writers = (0..n).map(|i| open_part(&args.out, i)).collect::<anyhow::Result<Vec<_>>>()?;
-            parts = (0..n).map(|i| Part { file: part_name(i), files: 0, bytes: 0 }).collect();
-            for (e, o) in all.iter().zip(owner) {
-                writers[o].write(e)?;
-                parts[o].files += 1;
-                parts[o].bytes += e.size();
-            }
-            for w in writers {
-                w.finish()?;
-            }
+        let runs = sorter.finish()?;
+        if files > 0 {
+            parts = distribute(&args.out, n, || lpt(&runs, n))?;
         }
+        drop(runs);
+        std::fs::remove_dir_all(&scratch)?;
     } else {
         mode = match (args.max_files, args.max_bytes) {
             (Some(_), Some(_)) => "max-files+max-bytes",
@@ -159,7 +155,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
                     w.finish()?;
                 }
                 current = Some(open_part(&args.out, parts.len())?);
-                parts.push(Part { file: part_name(parts.len()), files: 0, bytes: 0 });
+                parts.push(Part::default());
             }
             current.as_mut().unwrap().write(&e)?;
             let p = parts.last_mut().unwrap();
@@ -175,16 +171,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     }
 
     let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-    let summary = json!({
-        "mode": mode,
-        "parts": parts.len(),
-        "files": parts.iter().map(|p| p.files).sum::<u64>(),
-        "bytes": loads.iter().sum::<u64>(),
-        "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
-        "dirs": dir_count,
-        "dirs_file": if dir_count > 0 { Some("dirs.tsv") } else { None },
-        "partitions": parts.iter().enumerate().map(|(i, p)| json!({"index": i, "file": p.file, "files": p.files, "bytes": p.bytes})).collect::<Vec<_>>(),
-    });
+    let summary = summary(mode, &parts, dir_count);
     let text = serde_json::to_string_pretty(&summary)?;
     std::fs::write(args.out.join("summary.json"), format!("{text}\n"))?;
     if args.json {

@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use crate::manifest::{self, Entry, Kind, Mtime};
-use sort::{by_path, Runs, Sorter};
+use sort::{Order, Runs, Sorter};
 use split::{Method, Part, Splitter, Tool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -233,11 +233,12 @@ fn rows(parts: Vec<Part>) -> Vec<PartRow> {
 /// Sorts one listing by path into runs under `scratch`.
 fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
     let reader = manifest::Reader::open(path).with_context(|| format!("cannot read listing {}", path.display()))?;
-    let mut sorter = Sorter::new(by_path, budget, scratch.to_path_buf(), stem);
+    let mut sorter = Sorter::new(Order::Path, budget, scratch.to_path_buf(), stem);
+    let spill_failed = || format!("cannot spill a sorted run of {} into {}", path.display(), scratch.display());
     for e in reader {
-        sorter.push(e.map_err(anyhow::Error::msg)?)?;
+        sorter.push(&e.map_err(anyhow::Error::msg)?).with_context(spill_failed)?;
     }
-    Ok(sorter.finish()?)
+    sorter.finish().with_context(spill_failed)
 }
 
 /// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and

@@ -9,69 +9,86 @@ use std::path::PathBuf;
 
 use crate::manifest::{Entry, Kind, Mtime};
 
-/// How two entries order; a plain function so that runs and merges need no generics.
-pub type Order = fn(&Entry, &Entry) -> Ordering;
-
-pub fn by_path(a: &Entry, b: &Entry) -> Ordering {
-    a.path.cmp(&b.path)
+/// The orders entries are sorted in.
+#[derive(Clone, Copy, Debug)]
+pub enum Order {
+    /// By path bytes: how listings are joined.
+    Path,
+    /// Largest first, then by path: the order in which LPT places entries (`ferry partition --parts`).
+    SizeDesc,
 }
 
-/// Largest first, then by path: the order in which LPT places entries (`ferry partition --parts`).
-pub fn by_size_desc(a: &Entry, b: &Entry) -> Ordering {
-    b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path))
-}
+impl Order {
+    pub fn entries(self, a: &Entry, b: &Entry) -> Ordering {
+        match self {
+            Order::Path => a.path.cmp(&b.path),
+            Order::SizeDesc => b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)),
+        }
+    }
 
-/// What an entry costs in memory while a run is built: the struct, its path's heap block and
-/// the allocator's bookkeeping for it.
-fn footprint(e: &Entry) -> usize {
-    std::mem::size_of::<Entry>() + e.path.capacity() + 16
+    /// A number that orders as the entries do wherever two numbers differ: most comparisons of
+    /// a sort end on it, without touching the records.
+    fn key(self, e: &Entry) -> u64 {
+        match self {
+            Order::Path => {
+                // The first eight bytes, zero-padded: zero sorts first, as a shorter path does.
+                let mut k = [0u8; 8];
+                let n = e.path.len().min(8);
+                k[..n].copy_from_slice(&e.path[..n]);
+                u64::from_be_bytes(k)
+            }
+            Order::SizeDesc => u64::MAX - e.size(),
+        }
+    }
+
 }
 
 const READ_BUFFER: usize = 128 * 1024;
 
-/// Collects entries, spilling each full run, sorted, into `dir/<stem>-<n>.run`.
+/// Collects entries, spilling each full run, sorted, into `dir/<stem>-<n>.run`. A run is held
+/// encoded, back to back in one buffer, and sorted as (key, offset) pairs: no allocation per
+/// entry, and a sort that mostly compares integers in one array.
 pub struct Sorter {
     order: Order,
     budget: usize,
     dir: PathBuf,
     stem: String,
-    run: Vec<Entry>,
-    used: usize,
+    arena: Vec<u8>,
+    items: Vec<(u64, usize)>,
     runs: Vec<PathBuf>,
-    encoded: Vec<u8>,
 }
 
 impl Sorter {
-    /// `budget`: bytes of entries held before a run is spilled (at least one entry per run).
+    /// `budget`: bytes held before a run is spilled (at least one entry per run).
     pub fn new(order: Order, budget: usize, dir: PathBuf, stem: &str) -> Sorter {
-        Sorter { order, budget, dir, stem: stem.to_string(), run: Vec::new(), used: 0, runs: Vec::new(), encoded: Vec::new() }
+        Sorter { order, budget, dir, stem: stem.to_string(), arena: Vec::new(), items: Vec::new(), runs: Vec::new() }
     }
 
-    pub fn push(&mut self, e: Entry) -> io::Result<()> {
-        self.used += footprint(&e);
-        self.run.push(e);
-        if self.used >= self.budget {
+    pub fn push(&mut self, e: &Entry) -> io::Result<()> {
+        self.items.push((self.order.key(e), self.arena.len()));
+        encode(e, &mut self.arena);
+        if self.arena.len() + self.items.len() * std::mem::size_of::<(u64, usize)>() >= self.budget {
             self.spill()?;
         }
         Ok(())
     }
 
     fn spill(&mut self) -> io::Result<()> {
-        if self.run.is_empty() {
+        if self.items.is_empty() {
             return Ok(());
         }
-        let order = self.order;
-        self.run.sort_unstable_by(order);
+        let arena = &self.arena;
+        // Equal keys leave it to the paths, in either order (SizeDesc's key is the size).
+        self.items.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| record_path(record_at(arena, a.1)).cmp(record_path(record_at(arena, b.1)))));
         let path = self.dir.join(format!("{}-{}.run", self.stem, self.runs.len()));
         let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
-        for e in self.run.drain(..) {
-            self.encoded.clear();
-            encode(&e, &mut self.encoded);
-            out.write_all(&self.encoded)?;
+        for &(_, at) in &self.items {
+            out.write_all(record_at(arena, at))?;
         }
         out.flush()?;
         self.runs.push(path);
-        self.used = 0;
+        self.items.clear();
+        self.arena.clear();
         Ok(())
     }
 
@@ -137,7 +154,7 @@ impl Ord for Head {
     /// Reversed, so that the max-heap yields the smallest entry; equal entries come out in run
     /// order, which keeps the merge deterministic.
     fn cmp(&self, other: &Self) -> Ordering {
-        (self.order)(&other.entry, &self.entry).then_with(|| other.run.cmp(&self.run))
+        self.order.entries(&other.entry, &self.entry).then_with(|| other.run.cmp(&self.run))
     }
 }
 
@@ -167,6 +184,16 @@ impl Iterator for Merge {
 const HAS_SIZE: u8 = 1;
 const HAS_MTIME: u8 = 2;
 const HAS_MD5: u8 = 4;
+const FIXED: usize = 2 + 8 + 8 + 4 + 16;
+
+fn record_at(arena: &[u8], at: usize) -> &[u8] {
+    let len = u32::from_le_bytes(arena[at..at + 4].try_into().expect("4 bytes")) as usize;
+    &arena[at..at + 4 + len + FIXED]
+}
+
+fn record_path(record: &[u8]) -> &[u8] {
+    &record[4..record.len() - FIXED]
+}
 
 fn encode(e: &Entry, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
@@ -190,7 +217,7 @@ fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
     }
     let mut path = vec![0u8; u32::from_le_bytes(len) as usize];
     r.read_exact(&mut path)?;
-    let mut fixed = [0u8; 2 + 8 + 8 + 4 + 16];
+    let mut fixed = [0u8; FIXED];
     r.read_exact(&mut fixed)?;
     let kind = match fixed[0] {
         b'f' => Kind::File,
@@ -277,12 +304,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         // A budget of one byte spills every entry as its own run.
         for budget in [1, 300, 1 << 20] {
-            let mut s = Sorter::new(by_path, budget, dir.path().to_path_buf(), "t");
+            let mut s = Sorter::new(Order::Path, budget, dir.path().to_path_buf(), "t");
             let mut want = Vec::new();
             for i in 0..200u64 {
                 let name = format!("d{}/f{}", (i * 7919) % 13, (i * 104729) % 200).into_bytes();
                 want.push(name.clone());
-                s.push(entry(&name, i)).unwrap();
+                s.push(&entry(&name, i)).unwrap();
             }
             want.sort();
             let runs = s.finish().unwrap();
@@ -298,11 +325,26 @@ mod tests {
     }
 
     #[test]
+    fn path_keys_agree_with_path_order() {
+        // Short paths, zero bytes and shared prefixes: wherever two keys differ they must order
+        // as the paths do.
+        let names: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"a\0\0b", b"ab", b"abcdefgh", b"abcdefgh\0", b"abcdefghi", b"abcdefgg\xff", b"\xff", b"b"];
+        for x in &names {
+            for y in &names {
+                let (kx, ky) = (Order::Path.key(&entry(x, 0)), Order::Path.key(&entry(y, 0)));
+                if kx != ky {
+                    assert_eq!(kx.cmp(&ky), x.cmp(y), "{x:?} vs {y:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn size_order_is_lpt_order() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Sorter::new(by_size_desc, 100, dir.path().to_path_buf(), "s");
+        let mut s = Sorter::new(Order::SizeDesc, 100, dir.path().to_path_buf(), "s");
         for (p, z) in [(&b"b"[..], 5), (b"a", 5), (b"c", 9), (b"d", 0)] {
-            s.push(entry(p, z)).unwrap();
+            s.push(&entry(p, z)).unwrap();
         }
         let got: Vec<Vec<u8>> = s.finish().unwrap().merge().unwrap().map(|e| e.unwrap().path).collect();
         assert_eq!(got, [b"c".to_vec(), b"a".to_vec(), b"b".to_vec(), b"d".to_vec()]);

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
-use serde_json::json;
 
-use super::sort::{by_size_desc, Runs, Sorter, Spill};
+use super::sort::{Order, Runs, Sorter, Spill};
 use crate::manifest::{Entry, Writer};
-use crate::partition::{imbalance_pct, Filler};
+use crate::partition::{part_name, summary, Filler};
+pub use crate::partition::PartTotals as Part;
 
 /// How a set of entries is cut, as asked on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,17 +32,6 @@ pub enum Method {
 pub enum Tool {
     Ferry,
     Fpart,
-}
-
-/// One part as plan.json lists it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Part {
-    pub files: u64,
-    pub bytes: u64,
-}
-
-pub fn part_name(i: usize) -> String {
-    format!("part-{i:05}.tsv")
 }
 
 /// Parts open at once while distributing: enough for any usual plan, few enough for the
@@ -104,7 +93,7 @@ impl Splitter {
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
         let state = match (tool, method) {
             (Tool::Fpart, _) => State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?),
-            (Tool::Ferry, Method::Parts(_)) => State::Lpt(Sorter::new(by_size_desc, sort_budget, scratch.clone(), name)),
+            (Tool::Ferry, Method::Parts(_)) => State::Lpt(Sorter::new(Order::SizeDesc, sort_budget, scratch.clone(), name)),
             (Tool::Ferry, Method::Caps { max_files, max_bytes }) => {
                 State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), current: None, parts: Vec::new() }
             }
@@ -131,7 +120,7 @@ impl Splitter {
                 p.files += 1;
                 p.bytes += e.size();
             }
-            State::Lpt(sorter) => sorter.push(e.clone())?,
+            State::Lpt(sorter) => sorter.push(e)?,
             State::Fpart(spill) => spill.push(e)?,
         }
         Ok(())
@@ -176,19 +165,7 @@ impl Splitter {
                 (_, Method::Caps { .. }) => "max-files",
             }
         };
-        let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-        let summary = json!({
-            "mode": mode,
-            "parts": parts.len(),
-            "files": parts.iter().map(|p| p.files).sum::<u64>(),
-            "bytes": loads.iter().sum::<u64>(),
-            "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
-            "dirs": 0,
-            "dirs_file": null,
-            "partitions": parts.iter().enumerate()
-                .map(|(i, p)| json!({"index": i, "file": part_name(i), "files": p.files, "bytes": p.bytes}))
-                .collect::<Vec<_>>(),
-        });
+        let summary = summary(mode, &parts, 0);
         std::fs::write(self.out.join("summary.json"), format!("{}\n", serde_json::to_string_pretty(&summary)?))?;
         if parts.iter().map(|p| p.files).sum::<u64>() != self.files {
             bail!("{}: parts hold {} entries, expected {}", self.out.display(), parts.iter().map(|p| p.files).sum::<u64>(), self.files);
@@ -199,7 +176,7 @@ impl Splitter {
 
 /// Entries in LPT order with their part: largest first to the least-loaded part, as
 /// `ferry partition --parts` assigns them.
-fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
+pub fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n).map(|i| Reverse((0, i))).collect();
     Ok(runs.merge()?.map(move |e| {
         e.map(|e| {
@@ -212,7 +189,7 @@ fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<
 
 /// Writes `bins` part files from a stream of (entry, part), at most MAX_OPEN parts at a time:
 /// with more parts the stream is made again for each group.
-fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
+pub fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
 where
     I: Iterator<Item = io::Result<(Entry, usize)>>,
     F: FnMut() -> anyhow::Result<I>,
