@@ -176,6 +176,7 @@ class Listing:
     def __init__(self, text: str):
         self.lines, self.paths, sizes, mtimes, self.md5 = [], [], [], [], []
         self.dirs, self.ignored = [], []
+        seen = set()
         for number, line in enumerate(text.split("\n"), 1):
             if not line or line.startswith("#"):
                 continue
@@ -194,7 +195,10 @@ class Listing:
                 self.ignored.append({"path": path, "reason": "symlink (replicate copies files and directories)"})
             elif size == "-":
                 raise ValueError(f"manifest line {number}: {path!r} has no size")
+            elif raw in seen:
+                raise ValueError(f"manifest line {number}: {path!r} is listed twice")
             else:
+                seen.add(raw)
                 self.lines.append(line)
                 self.paths.append(raw)
                 sizes.append(int(size))
