@@ -247,7 +247,7 @@ def test_verify_names_the_rank_and_file_of_a_corrupt_copy(dataset, tmp_path):
     assert rep["verify"]["mismatches"][0]["against"] == "the source's Content-MD5"
 
 
-def test_local_source_with_odd_names_and_download_ranks(tmp_path):
+def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry_bin):
     src = tmp_path / "src"
     spec = {**odd_names_spec(local_only=True), **many_files_spec(50)}
     spec["big.bin"] = File(size=3 * CHUNK + 7, mode=0o640, mtime_ns=1_600_000_000_123_456_789)
@@ -266,6 +266,16 @@ def test_local_source_with_odd_names_and_download_ranks(tmp_path):
     assert [r["download"]["bytes"] for r in rep["per_rank"]] == [sum(os.path.getsize(src / os.fsdecode(p))
                                                                      for p in want), 0, 0]
     assert rep["ignored"] == [{"path": "link", "reason": "symlink (replicate copies files and directories)"}]
+    # --manifest: the given listing, not the source's, is what gets replicated.
+    manifest = tmp_path / "subset.tsv"
+    listing = subprocess.run([str(ferry_bin), "ls", "-r", str(src)],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    manifest.write_text("\n".join(line for line in listing if line.startswith(("#", "many/d000/", "big.bin"))) + "\n")
+    _, sub = replicate("mpirun", 2, src, f"{tmp_path}/subset/{{rank}}", tmp_path, "--manifest", str(manifest))
+    subset = {p: m for p, m in want.items() if p.startswith(b"many/d000/") or p == b"big.bin"}
+    assert sub["plan"]["files"] == len(subset)
+    assert_replicas(tmp_path / "subset", 2, subset)
+
     for d in rank_dirs(dest, 3):
         assert (d / "empty dir" / "inner").is_dir()
         st = (d / "big.bin").stat()
