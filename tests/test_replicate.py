@@ -261,7 +261,8 @@ def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry
     assert rep["dry_run"] and rep["plan"]["download_files"] == len(want)
 
     _, rep = replicate("mpirun", 3, src, f"{dest}/{{rank}}", tmp_path, "--download-ranks", "1",
-                       "--chunk-size", str(CHUNK), "--verify")
+                       "--max-bandwidth", "4GiB/s", "--chunk-size", str(CHUNK), "--verify")
+    assert rep["max_bandwidth_per_download_rank"] == 4 << 30
     assert_replicas(dest, 3, want)
     assert [r["download"]["bytes"] for r in rep["per_rank"]] == [sum(os.path.getsize(src / os.fsdecode(p))
                                                                      for p in want), 0, 0]
