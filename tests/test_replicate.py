@@ -76,7 +76,8 @@ def dataset(azurite, tmp_path_factory, ferry_bin):
     subprocess.run([str(ferry_bin), "copy", "-r", str(src), container.at("data"), "--no-progress"],
                    env=ferry_env(), check=True, capture_output=True, timeout=60)
     want = {p: hashlib.md5(c).hexdigest() for p, c in contents.items()}
-    return want, sum(len(c) for c in contents.values()), container
+    mtimes = {p: e.mtime_ns for p, e in snapshot(src).items() if e.type == "f"}
+    return want, sum(len(c) for c in contents.values()), container, mtimes
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +97,9 @@ def rank_dirs(root: Path, ranks: int) -> list:
     return [root / str(r) for r in range(ranks)]
 
 
-def assert_replicas(root: Path, ranks: int, want: dict) -> None:
-    """Every rank holds exactly the dataset, byte for byte, with the same mode and mtime, and no
-    temp file is left."""
+def assert_replicas(root: Path, ranks: int, want: dict, mtimes: dict | None = None) -> None:
+    """Every rank holds exactly the dataset, byte for byte, with the same mode and mtime (the
+    source's, when given), and no temp file is left."""
     first = None
     for d in rank_dirs(root, ranks):
         snap = snapshot(d)
@@ -109,6 +110,8 @@ def assert_replicas(root: Path, ranks: int, want: dict) -> None:
         meta = {p: (e.mode, e.mtime_ns) for p, e in snap.items() if e.type == "f"}
         if first is None:
             first = meta
+            if mtimes is not None:
+                assert {p: m for p, (_, m) in meta.items()} == mtimes, f"{d}: mtimes differ from the source's"
         else:
             assert meta == first, f"{d}: mode/mtime differ from rank 0's"
 
@@ -121,12 +124,12 @@ def needs_launcher(kind, request):
 @pytest.mark.parametrize("kind,ranks", [("mpirun", 2), ("mpirun", 4), ("srun", 2)])
 def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
-    want, total, container = dataset
+    want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
     with FaultProxy(azurite.port) as proxy:
         src = container.via(proxy.port, "data")
         _, rep = replicate(kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), "--depth", "3")
-        assert_replicas(dest, ranks, want)
+        assert_replicas(dest, ranks, want, mtimes)
         # Blob was read exactly once in all, each rank reading only its share.
         assert proxy.bytes_served() == total
         assert rep["bytes"]["read_from_source"] == total
@@ -184,7 +187,7 @@ def find_rank_pid(marker: str, rank: int, deadline: float) -> int:
 @pytest.mark.parametrize("kind", ["mpirun", "srun"])
 def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
-    want, total, container = dataset
+    want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
     marker = uuid.uuid4().hex
     with FaultProxy(azurite.port) as proxy:
@@ -229,7 +232,7 @@ def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, datas
 
 
 def test_verify_names_the_rank_and_file_of_a_corrupt_copy(dataset, tmp_path):
-    want, _, container = dataset
+    want, _, container, _ = dataset
     dest = tmp_path / "nodes"
     src = container.at("data")
     replicate("mpirun", 2, src, f"{dest}/{{rank}}", tmp_path, "--verify")
