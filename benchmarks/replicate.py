@@ -215,7 +215,7 @@ def main(argv) -> int:
 
 def render(doc: dict) -> str:
     lines = [f"Measured {doc['date']} by `{doc['command']}` ({doc['seconds']:.0f} s, {doc['cpus']} CPUs, "
-             f"ferry {doc['ferry']['version']}). One run per row; load average (1 min) per row.", ""]
+             f"{doc['ferry']['version']}). One run per row; load average (1 min) per row.", ""]
     lines += ["| dataset | N | how | wall s | Blob bytes read | × dataset | CPU s | Azurite CPU s | peak RSS per rank MiB | load |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["cases"]:

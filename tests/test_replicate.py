@@ -76,7 +76,8 @@ def dataset(azurite, tmp_path_factory, ferry_bin):
     subprocess.run([str(ferry_bin), "copy", "-r", str(src), container.at("data"), "--no-progress"],
                    env=ferry_env(), check=True, capture_output=True, timeout=60)
     want = {p: hashlib.md5(c).hexdigest() for p, c in contents.items()}
-    return want, sum(len(c) for c in contents.values()), container
+    mtimes = {p: e.mtime_ns for p, e in snapshot(src).items() if e.type == "f"}
+    return want, sum(len(c) for c in contents.values()), container, mtimes
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +97,9 @@ def rank_dirs(root: Path, ranks: int) -> list:
     return [root / str(r) for r in range(ranks)]
 
 
-def assert_replicas(root: Path, ranks: int, want: dict) -> None:
-    """Every rank holds exactly the dataset, byte for byte, with the same mode and mtime, and no
-    temp file is left."""
+def assert_replicas(root: Path, ranks: int, want: dict, mtimes: dict | None = None) -> None:
+    """Every rank holds exactly the dataset, byte for byte, with the same mode and mtime (the
+    source's, when given), and no temp file is left."""
     first = None
     for d in rank_dirs(root, ranks):
         snap = snapshot(d)
@@ -109,6 +110,8 @@ def assert_replicas(root: Path, ranks: int, want: dict) -> None:
         meta = {p: (e.mode, e.mtime_ns) for p, e in snap.items() if e.type == "f"}
         if first is None:
             first = meta
+            if mtimes is not None:
+                assert {p: m for p, (_, m) in meta.items()} == mtimes, f"{d}: mtimes differ from the source's"
         else:
             assert meta == first, f"{d}: mode/mtime differ from rank 0's"
 
@@ -121,12 +124,12 @@ def needs_launcher(kind, request):
 @pytest.mark.parametrize("kind,ranks", [("mpirun", 2), ("mpirun", 4), ("srun", 2)])
 def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
-    want, total, container = dataset
+    want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
     with FaultProxy(azurite.port) as proxy:
         src = container.via(proxy.port, "data")
         _, rep = replicate(kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), "--depth", "3")
-        assert_replicas(dest, ranks, want)
+        assert_replicas(dest, ranks, want, mtimes)
         # Blob was read exactly once in all, each rank reading only its share.
         assert proxy.bytes_served() == total
         assert rep["bytes"]["read_from_source"] == total
@@ -184,7 +187,7 @@ def find_rank_pid(marker: str, rank: int, deadline: float) -> int:
 @pytest.mark.parametrize("kind", ["mpirun", "srun"])
 def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
-    want, total, container = dataset
+    want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
     marker = uuid.uuid4().hex
     with FaultProxy(azurite.port) as proxy:
@@ -229,7 +232,7 @@ def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, datas
 
 
 def test_verify_names_the_rank_and_file_of_a_corrupt_copy(dataset, tmp_path):
-    want, _, container = dataset
+    want, _, container, _ = dataset
     dest = tmp_path / "nodes"
     src = container.at("data")
     replicate("mpirun", 2, src, f"{dest}/{{rank}}", tmp_path, "--verify")
@@ -247,7 +250,7 @@ def test_verify_names_the_rank_and_file_of_a_corrupt_copy(dataset, tmp_path):
     assert rep["verify"]["mismatches"][0]["against"] == "the source's Content-MD5"
 
 
-def test_local_source_with_odd_names_and_download_ranks(tmp_path):
+def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry_bin):
     src = tmp_path / "src"
     spec = {**odd_names_spec(local_only=True), **many_files_spec(50)}
     spec["big.bin"] = File(size=3 * CHUNK + 7, mode=0o640, mtime_ns=1_600_000_000_123_456_789)
@@ -261,11 +264,22 @@ def test_local_source_with_odd_names_and_download_ranks(tmp_path):
     assert rep["dry_run"] and rep["plan"]["download_files"] == len(want)
 
     _, rep = replicate("mpirun", 3, src, f"{dest}/{{rank}}", tmp_path, "--download-ranks", "1",
-                       "--chunk-size", str(CHUNK), "--verify")
+                       "--max-bandwidth", "4GiB/s", "--chunk-size", str(CHUNK), "--verify")
+    assert rep["max_bandwidth_per_download_rank"] == 4 << 30
     assert_replicas(dest, 3, want)
     assert [r["download"]["bytes"] for r in rep["per_rank"]] == [sum(os.path.getsize(src / os.fsdecode(p))
                                                                      for p in want), 0, 0]
     assert rep["ignored"] == [{"path": "link", "reason": "symlink (replicate copies files and directories)"}]
+    # --manifest: the given listing, not the source's, is what gets replicated.
+    manifest = tmp_path / "subset.tsv"
+    listing = subprocess.run([str(ferry_bin), "ls", "-r", str(src)],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    manifest.write_text("\n".join(line for line in listing if line.startswith(("#", "many/d000/", "big.bin"))) + "\n")
+    _, sub = replicate("mpirun", 2, src, f"{tmp_path}/subset/{{rank}}", tmp_path, "--manifest", str(manifest))
+    subset = {p: m for p, m in want.items() if p.startswith(b"many/d000/") or p == b"big.bin"}
+    assert sub["plan"]["files"] == len(subset)
+    assert_replicas(tmp_path / "subset", 2, subset)
+
     for d in rank_dirs(dest, 3):
         assert (d / "empty dir" / "inner").is_dir()
         st = (d / "big.bin").stat()

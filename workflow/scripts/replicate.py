@@ -176,6 +176,7 @@ class Listing:
     def __init__(self, text: str):
         self.lines, self.paths, sizes, mtimes, self.md5 = [], [], [], [], []
         self.dirs, self.ignored = [], []
+        seen = set()
         for number, line in enumerate(text.split("\n"), 1):
             if not line or line.startswith("#"):
                 continue
@@ -194,7 +195,10 @@ class Listing:
                 self.ignored.append({"path": path, "reason": "symlink (replicate copies files and directories)"})
             elif size == "-":
                 raise ValueError(f"manifest line {number}: {path!r} has no size")
+            elif raw in seen:
+                raise ValueError(f"manifest line {number}: {path!r} is listed twice")
             else:
+                seen.add(raw)
                 self.lines.append(line)
                 self.paths.append(raw)
                 sizes.append(int(size))
@@ -333,8 +337,7 @@ def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, de
             f.write(listing.lines[i] + "\n")
     cmd = [ferry, "copy", job.args.src, dest, "--files-from", part, "--compare", "none", "--json", "--progress"]
     if job.args.max_bandwidth:
-        downloaders = min(job.args.download_ranks or job.size, job.size)
-        cmd += ["--max-bandwidth", str(max(1, job.args.max_bandwidth // downloaders))]
+        cmd += ["--max-bandwidth", str(per_rank_bandwidth(job))]
     res = run_ferry(job, cmd, "ferry copy")
     try:
         summary = json.loads(res.stdout)
@@ -345,6 +348,11 @@ def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, de
         raise RuntimeError(f"ferry copy failed for {summary['files']['failed']} file(s): {failures}")
     return {"files": summary["files"]["copied"], "bytes": summary["bytes"]["copied"],
             "seconds": summary.get("seconds"), "retries": summary["retries"]["total"]}
+
+
+def per_rank_bandwidth(job: Job) -> int:
+    """The source-read cap of one downloading rank: the total split evenly."""
+    return max(1, job.args.max_bandwidth // min(job.args.download_ranks or job.size, job.size))
 
 
 def root_metadata(job: Job, listing: Listing, roots: np.ndarray, dest: bytes):
@@ -505,6 +513,7 @@ def replicate(job: Job) -> int:
                 "command": "replicate", "source": ferrylib.redact(args.src), "dest": args.dest,
                 "ranks": job.size, "download_ranks": min(args.download_ranks or job.size, job.size),
                 "chunk_size": args.chunk_size, "depth": args.depth, "dry_run": args.dry_run,
+                "max_bandwidth_per_download_rank": per_rank_bandwidth(job) if args.max_bandwidth else None,
                 "plan": summary,
                 "bytes": {"read_from_source": read, "broadcast": bstats["stream_bytes"],
                           "written_by_receivers": sum(r.get("broadcast", {}).get("written_bytes", 0) for r in ranks)},
