@@ -524,8 +524,8 @@ def ratios(rows: list[dict], best_peer_only: bool = False) -> list[dict]:
 
 class ControlledHost:
     """Something hyperfine's --prepare resets between runs (`campaign.py _ctl SOCK reset SLOT`):
-    a Unix socket in the campaign process takes one request a connection, under one lock, and
-    `handle` (of the subclass) acts on it; `stop` ends whatever the host runs."""
+    a Unix socket in the campaign process takes one request a connection, under one lock. The
+    subclass says what `reset` puts back for a slot and what `stop` ends."""
 
     def __init__(self, sock_path: Path):
         self.sock_path = sock_path

@@ -164,12 +164,11 @@ def test_per_kind_delay_and_jitter(mount):
     fs.reset()
     for i in range(4):
         os.stat(fs.mountpoint / f"f{i:02d}")
-    st = fs.snapshot()
-    assert st["ops"]["lookup"] == 4
-    assert st["request_s"] >= 4 * 0.050
-    # statfs has no delay of its own, only the jitter (at most 20 ms).
     os.statvfs(fs.mountpoint)
-    assert fs.snapshot()["request_s"] < 4 * 0.050
+    st = fs.snapshot()
+    assert st["ops"]["lookup"] == 4 and st["ops"]["statfs"] == 1
+    # Lower bounds only: the lookups slept at least their own delay.
+    assert st["request_s"] >= 4 * 0.050
 
 
 def file_digests(root: Path) -> dict:

@@ -140,6 +140,11 @@ struct span {
 	uint64_t start;
 };
 
+/* The request this thread is serving. It ends when its reply is written (see writev below),
+ * not when the handler returns: a thread preempted between the two would otherwise still count
+ * as in flight while its client, answered, sends the next request. */
+static __thread struct span *open_span;
+
 static void span_begin(struct span *sp, enum op op)
 {
 	atomic_fetch_add_explicit(&op_count[op], 1, memory_order_relaxed);
@@ -150,6 +155,7 @@ static void span_begin(struct span *sp, enum op op)
 	if (flight.inflight > flight.peak)
 		flight.peak = flight.inflight;
 	pthread_mutex_unlock(&flight.lock);
+	open_span = sp;
 
 	double d = cfg.delay_ns[op];
 	if (cfg.jitter_ns > 0)
@@ -162,8 +168,12 @@ static void span_begin(struct span *sp, enum op op)
 	}
 }
 
-static void span_end(const struct span *sp)
+static void span_end(void)
 {
+	const struct span *sp = open_span;
+	if (!sp)
+		return;
+	open_span = NULL;
 	uint64_t end = now_ns();
 	pthread_mutex_lock(&flight.lock);
 	/* A request that began before the last reset counts only from the reset on. */
@@ -757,11 +767,13 @@ static void h_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
  * when asked to (libfuse pull request #861); Debian 12 ships 3.14. So this program defines
  * writev(), which libfuse's calls resolve to ahead of libc's, and sets the flag in the one INIT
  * reply, the first write after init() returns. On a libfuse that sends it, this changes nothing.
+ * The same hook ends the request's span as its reply goes out.
  */
 static _Atomic bool init_reply_pending;
 
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
+	span_end(); /* libfuse writes every reply with writev, from the thread that served it */
 	if (atomic_load_explicit(&init_reply_pending, memory_order_relaxed) &&
 	    atomic_exchange(&init_reply_pending, false) && iovcnt == 2 &&
 	    iov[0].iov_len == sizeof(struct fuse_out_header) &&
@@ -804,7 +816,7 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 		struct span sp;                                                                 \
 		span_begin(&sp, OP_##kind);                                                     \
 		h_##handler args;                                                               \
-		span_end(&sp);                                                                  \
+		span_end(); /* if no reply was written */                                       \
 	}
 
 COUNTED(LOOKUP, lookup, (fuse_req_t r, fuse_ino_t p, const char *n), (r, p, n))
