@@ -17,10 +17,12 @@ import os
 import random
 import zlib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PARTIAL_PREFIX = ".ferry-"  # ferry's temp and journal names (docs/worker.md); never a final name
+SDK_THREADS = 8
 
 
 @dataclass
@@ -72,9 +74,10 @@ class Ledger:
         Returns the problems found (each also counted as divergent)."""
         problems = []
         present = container.blobs(prefix or None)
-        for name, props in present.items():
+        with ThreadPoolExecutor(SDK_THREADS) as pool:
+            datas = pool.map(lambda name: container.client.download_blob(name).readall(), present)
+        for (name, props), data in zip(present.items(), datas):
             rel = name[len(prefix):]
-            data = container.client.download_blob(name).readall()
             self.files_checked += 1
             self.bytes_checked += len(data)
             if rel not in expected:
@@ -218,6 +221,10 @@ def upload_with_sdk(container, files: dict[str, bytes], prefix: str = "") -> Non
     """Put ``files`` as blobs with their Content-MD5, through the Python SDK (not ferry)."""
     from azure.storage.blob import ContentSettings
 
-    for rel, data in files.items():
+    def put(item):
+        rel, data = item
         container.client.upload_blob(prefix + rel, data, overwrite=True,
                                      content_settings=ContentSettings(content_md5=bytearray(hashlib.md5(data).digest())))
+
+    with ThreadPoolExecutor(SDK_THREADS) as pool:
+        list(pool.map(put, files.items()))
