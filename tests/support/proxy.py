@@ -308,6 +308,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if rechunk:
             self.wfile.write(b"0\r\n\r\n")
+        if not has_body:
+            # Finishes the (empty) response, else http.client refuses the next request on the
+            # pooled upstream connection (seen after a HEAD).
+            resp.read()
         if resp.will_close:
             self._drop_upstream()
 

@@ -47,8 +47,12 @@ pub struct Common {
     #[arg(long = "no-block-md5", action = clap::ArgAction::SetFalse, global = true)]
     pub block_md5: bool,
     /// Give up on a request that sends or receives nothing for this many seconds
-    #[arg(long, env = "FERRY_IO_TIMEOUT", default_value_t = 60, global = true, hide = true)]
+    #[arg(long, env = "FERRY_IO_TIMEOUT", default_value_t = 60, global = true)]
     pub io_timeout: u64,
+    /// Do not fsync local files before their rename (nor the filesystem at the end): faster on
+    /// many small files, but a power loss may then lose or empty the last files written
+    #[arg(long = "no-fsync", action = clap::ArgAction::SetFalse, global = true)]
+    pub fsync: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]

@@ -3,12 +3,10 @@
 //! Per file, blocks are read in order so one MD5 covers the whole object, and sent out of order.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 use tokio::sync::Semaphore;
 
@@ -66,20 +64,6 @@ enum Outcome {
     Ignored(&'static str),
 }
 
-pub fn md5_file(path: &std::path::Path) -> std::io::Result<[u8; 16]> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            return Ok(h.finalize().into());
-        }
-        h.update(&buf[..n]);
-    }
-}
-
 impl Engine {
     pub fn new(src: Arc<dyn Store>, dst: Arc<dyn Store>, opts: EngineOptions, stats: Arc<Stats>, dst_index: Option<HashMap<Vec<u8>, Entry>>) -> Self {
         Engine {
@@ -97,25 +81,37 @@ impl Engine {
         self.src.local_root().is_some() && self.dst.local_root().is_some()
     }
 
-    /// Runs every job; per-file failures are recorded in the stats, never abort the others.
+    /// Runs every job; per-file failures are recorded in the stats, never abort the others. A
+    /// panic in one file's work fails that file (it is a bug, but one file's bug must not lose
+    /// the outcomes of the others, nor end with exit 0).
     pub async fn run(self: &Arc<Self>, jobs: Vec<Job>) {
         let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
         if self.both_local() {
             let me = self.clone();
             let rt = tokio::runtime::Handle::current();
-            let _ = tokio::task::spawn_blocking(move || me.run_local(&files, &rt)).await;
+            if let Err(e) = tokio::task::spawn_blocking(move || me.run_local(&files, &rt)).await {
+                self.stats.failed(self.dst.describe(), format!("internal error: the copy threads failed: {e}"));
+            }
             self.finish_dirs(dirs).await;
-            return;
+        } else {
+            futures::stream::iter(files)
+                .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
+                    let me = self.clone();
+                    async move {
+                        let outcome = std::panic::AssertUnwindSafe(me.one(&job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                        me.record(&job, outcome);
+                    }
+                })
+                .await;
         }
-        futures::stream::iter(files)
-            .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
-                let me = self.clone();
-                async move {
-                    let outcome = me.one(&job).await;
-                    me.record(&job, outcome);
-                }
-            })
-            .await;
+        if let Some(local) = self.dst.as_local() {
+            let local = local.clone();
+            match tokio::task::spawn_blocking(move || local.sync()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.stats.failed(self.dst.describe(), format!("cannot flush the destination to disk: {e}")),
+                Err(e) => self.stats.failed(self.dst.describe(), format!("internal error: {e}")),
+            }
+        }
     }
 
     fn record(&self, job: &Job, outcome: Result<Outcome>) {
@@ -140,7 +136,7 @@ impl Engine {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(job) = files.get(i) else { break };
-                    let outcome = self.one_local(job, &id, rt);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.one_local(job, &id, rt))).unwrap_or_else(|p| Err(panicked(p)));
                     self.record(job, outcome);
                 });
             }
@@ -148,33 +144,31 @@ impl Engine {
     }
 
     fn one_local(&self, job: &Job, id: &localcopy::Identity, rt: &tokio::runtime::Handle) -> Result<Outcome> {
-        let (Some(sroot), Some(droot)) = (self.src.local_root(), self.dst.local_root()) else { unreachable!("both local") };
-        crate::storage::check_relative(&job.dst_path)?;
-        let src = sroot.join(OsStr::from_bytes(&job.src.path));
-        let dst = droot.join(OsStr::from_bytes(&job.dst_path));
-        let io = |e| StoreError::io(src.display().to_string(), e);
+        let (Some(src), Some(dst)) = (self.src.as_local(), self.dst.as_local()) else { unreachable!("both local") };
+        #[cfg(test)]
+        if job.src.path == b"panic-here" {
+            panic!("a test asked for a panic");
+        }
+        let src_err = |e| StoreError::io(src.full_path(&job.src.path).display().to_string(), e);
+        let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
         if self.opts.compare != Compare::None {
-            match std::fs::symlink_metadata(&dst) {
-                Ok(md) => {
-                    if let Some(d) = crate::storage::local::entry_of(job.dst_path.clone(), &md) {
-                        let differs = match differs_by_metadata(self.opts.compare, &job.src, &d) {
-                            Some(x) => x,
-                            None => md5_file(&src).map_err(io)? != md5_file(&dst).map_err(io)?,
-                        };
-                        if !differs {
-                            return Ok(Outcome::Skipped);
-                        }
+            if let Some(md) = dst.lstat(&job.dst_path).map_err(dst_err)? {
+                if let Some(d) = crate::storage::local::entry_of(job.dst_path.clone(), &md) {
+                    let differs = match differs_by_metadata(self.opts.compare, &job.src, &d) {
+                        Some(x) => x,
+                        None => src.md5(&job.src.path).map_err(src_err)? != dst.md5(&job.dst_path).map_err(dst_err)?,
+                    };
+                    if !differs {
+                        return Ok(Outcome::Skipped);
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StoreError::io(dst.display().to_string(), e)),
             }
         }
         let n = match job.src.kind {
-            Kind::Symlink => localcopy::copy_symlink(&src, &dst).map(|_| 0),
-            _ => localcopy::copy_file(&src, &dst, id),
+            Kind::Symlink => localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map(|_| 0),
+            _ => localcopy::copy_file(src, dst, &job.src.path, &job.dst_path, id),
         }
-        .map_err(io)?;
+        .map_err(src_err)?;
         if let Some(t) = &self.throttle {
             rt.block_on(t.take(n));
         }
@@ -183,22 +177,26 @@ impl Engine {
     }
 
     async fn finish_dirs(&self, mut dirs: Vec<Job>) {
-        let (Some(sroot), Some(droot)) = (self.src.local_root(), self.dst.local_root()) else { return };
+        let (Some(src), Some(dst)) = (self.src.as_local(), self.dst.as_local()) else { return };
         // Deepest first, so setting a parent's mtime comes after its children are done.
         dirs.sort_by(|a, b| b.dst_path.len().cmp(&a.dst_path.len()));
-        let (sroot, droot) = (sroot.to_path_buf(), droot.to_path_buf());
+        let (src, dst) = (src.clone(), dst.clone());
         let stats = self.stats.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let done = tokio::task::spawn_blocking(move || {
             for d in dirs {
-                let src = sroot.join(OsStr::from_bytes(&d.src.path));
-                let dst = droot.join(OsStr::from_bytes(&d.dst_path));
-                let r = std::fs::symlink_metadata(&src).and_then(|md| localcopy::finish_dir(&dst, &crate::storage::local::meta_of(&md)));
+                let r = src
+                    .lstat(&d.src.path)
+                    .and_then(|md| md.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+                    .and_then(|md| localcopy::finish_dir(&dst, &d.dst_path, &crate::storage::local::meta_of(&md)));
                 if let Err(e) = r {
                     stats.failed(d.src.display_path(), format!("directory: {e}"));
                 }
             }
         })
         .await;
+        if let Err(e) = done {
+            self.stats.failed(self.dst.describe(), format!("internal error while setting directory metadata: {e}"));
+        }
     }
 
     async fn one(&self, job: &Job) -> Result<Outcome> {
@@ -213,10 +211,9 @@ impl Engine {
     }
 
     async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
-        let Some(root) = store.local_root() else { return Ok(None) };
-        let full = root.join(OsStr::from_bytes(path));
-        let what = full.display().to_string();
-        tokio::task::spawn_blocking(move || md5_file(&full).map(Some).map_err(|e| StoreError::io(what, e)))
+        let Some(local) = store.as_local() else { return Ok(None) };
+        let (local, rel) = (local.clone(), path.to_vec());
+        tokio::task::spawn_blocking(move || local.md5(&rel).map(Some).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
             .await
             .map_err(|e| StoreError::Invalid(e.to_string()))?
     }
@@ -245,26 +242,45 @@ impl Engine {
         Ok(!matches!((sm, dm), (Some(a), Some(b)) if a == b))
     }
 
-    /// The generic path: blocks read from the source, written to the destination.
+    /// The generic path: blocks read from the source, written to the destination. Every read
+    /// of a multi-block object names the version seen at its start, so bytes of two versions
+    /// are never combined: a local source that changes while read, or a blob rewritten while
+    /// downloaded, fails the file instead.
     async fn transfer(&self, job: &Job) -> Result<()> {
         let path = &job.src.path;
+        let local_src = self.src.local_root().is_some();
+        let bs = self.opts.block_size;
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
-        let (size, mut meta) = match self.src.local_root() {
-            Some(_) => match self.src.head(path).await? {
-                Some((e, m)) if e.kind == Kind::File => (e.size(), Meta { uid: None, gid: None, ..m }),
+        let (version, size, mut meta) = if local_src {
+            let (version, now) = self.src.version(path).await?.ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
+            match self.src.head(path).await? {
+                Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, Meta { uid: None, gid: None, ..m }),
+                Some((e, _)) if e.kind == Kind::File => return Err(StoreError::Integrity("the source changed while being copied; not committed".into())),
                 Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
                 None => return Err(StoreError::NotFound("vanished from the source".into())),
-            },
-            None => (job.src.size(), Meta { mtime: job.src.mtime, md5: job.src.md5, ..Meta::default() }),
+            }
+        } else {
+            let size = job.src.size();
+            // One GET is one version; only a download in several ranges needs the ETag.
+            let ranges = if self.dst.local_root().is_some() { size.div_ceil(bs.max(DOWNLOAD_RANGE)) } else { size.div_ceil(bs) };
+            let version = match ranges > 1 {
+                true => match self.src.version(path).await? {
+                    Some((v, now)) if now == size => Some(v),
+                    Some(_) => return Err(StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())),
+                    None => return Err(StoreError::NotFound("vanished from the source".into())),
+                },
+                false => None,
+            };
+            (version, size, Meta { mtime: job.src.mtime, md5: job.src.md5, ..Meta::default() })
         };
-        let expected_md5 = job.src.md5.filter(|_| self.src.local_root().is_none());
+        let version = version.as_deref();
+        let expected_md5 = job.src.md5.filter(|_| !local_src);
         let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
-        let bs = self.opts.block_size;
 
         if size <= bs {
             let permit = self.inflight.acquire().await.expect("semaphore open");
-            let chunk = self.src.read(path, 0, size).await?;
+            let chunk = self.src.read(path, 0, size, version).await?;
             if let Some(t) = &self.throttle {
                 t.take(size).await;
             }
@@ -272,7 +288,7 @@ impl Engine {
                 merge(&mut meta, m);
             }
             let digest: Option<[u8; 16]> = need_hash.then(|| Md5::digest(&chunk.data).into());
-            check_md5(expected_md5.or(meta.md5.filter(|_| self.src.local_root().is_none())), digest)?;
+            check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
             meta.md5 = digest.filter(|_| self.opts.put_md5);
             self.dst.put(&job.dst_path, chunk.data, &meta).await?;
             drop(permit);
@@ -281,14 +297,21 @@ impl Engine {
             return Ok(());
         }
 
-        let fingerprint = format!("{}:{}:{}", size, job.src.mtime.map(|m| m.to_string()).unwrap_or_default(), job.src.md5.map(|m| crate::manifest::md5_hex(&m)).unwrap_or_default());
+        // A download's journal of finished ranges is reused only for this very version.
+        let fingerprint = format!(
+            "{}:{}:{}:{}",
+            size,
+            job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
+            job.src.md5.map(|m| crate::manifest::md5_hex(&m)).unwrap_or_default(),
+            version.unwrap_or_default().replace(' ', "_")
+        );
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
         // requests, and memory stays at one write buffer per request whatever the range.
         let streamed = self.dst.local_root().is_some();
         let plan = UploadPlan { size, block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs }, fingerprint };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
         if up.piecewise() {
-            return self.download(job, up, plan, meta, expected_md5, need_hash).await;
+            return self.download(job, up, plan, meta, expected_md5, need_hash, version).await;
         }
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
@@ -299,40 +322,30 @@ impl Engine {
                 .map(|i| async move {
                     let permit = self.inflight.clone().acquire_owned().await.expect("semaphore open");
                     let len = plan.block_len(i);
-                    if up_ref.staged(i) {
-                        Stats::add(&self.stats.blocks_reused, 1);
-                        Stats::add(&self.stats.bytes_skipped, len);
-                        if !need_hash {
-                            return Ok((i, None, false, permit, None));
-                        }
-                        let data = match up_ref.read_back(i).await? {
-                            Some(d) => d,
-                            None => self.src.read(path, i * bs, len).await?.data,
-                        };
-                        return Ok((i, Some(data), false, permit, None));
-                    }
-                    let chunk = self.src.read(path, i * bs, len).await?;
+                    // Every block is read, even one an earlier attempt staged: only its bytes
+                    // can tell whether the staged copy is still the source's.
+                    let chunk = self.src.read(path, i * bs, len, version).await?;
                     if let Some(t) = &self.throttle {
                         t.take(len).await;
                     }
-                    Ok::<_, StoreError>((i, Some(chunk.data), true, permit, chunk.meta))
+                    Ok::<_, StoreError>((i, chunk.data, permit, chunk.meta))
                 })
                 .buffered(self.opts.concurrency.max(1))
-                .map_ok(|(i, data, send, permit, m): (u64, Option<Bytes>, bool, _, Option<Meta>)| {
-                    if let Some(d) = &data {
-                        if need_hash {
-                            hasher.update(d);
-                        }
+                .map_ok(|(i, data, permit, m): (u64, Bytes, _, Option<Meta>)| {
+                    if need_hash {
+                        hasher.update(&data);
                     }
                     if first_meta.is_none() {
                         first_meta = m;
                     }
                     async move {
-                        if let (true, Some(d)) = (send, data) {
-                            let n = d.len() as u64;
-                            up_ref.put_block(i, d).await?;
+                        let n = data.len() as u64;
+                        if up_ref.put_block(i, data).await? {
                             Stats::add(&self.stats.blocks_sent, 1);
                             Stats::add(&self.stats.bytes_copied, n);
+                        } else {
+                            Stats::add(&self.stats.blocks_reused, 1);
+                            Stats::add(&self.stats.bytes_skipped, n);
                         }
                         drop(permit);
                         Ok(())
@@ -350,7 +363,7 @@ impl Engine {
             merge(&mut meta, m);
         }
         let digest: Option<[u8; 16]> = need_hash.then(|| hasher.finalize().into());
-        if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| self.src.local_root().is_none())), digest) {
+        if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest) {
             up.abort(true).await;
             return Err(e);
         }
@@ -363,7 +376,8 @@ impl Engine {
     /// Ranges stream into the destination in `WRITE_BUFFER` pieces. A follower hashes blocks
     /// back from the destination as the contiguous finished prefix grows, so the MD5 check
     /// overlaps the transfer instead of re-reading the file at the end.
-    async fn download(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    async fn download(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
         let path = &job.src.path;
         let up_ref = &*up;
         let plan = &plan;
@@ -381,7 +395,7 @@ impl Engine {
                             let _ = tx.send(i);
                             return Ok(None);
                         }
-                        let (m, mut body) = self.src.read_stream(path, i * plan.block_size, len).await?;
+                        let (m, mut body) = self.src.read_stream(path, i * plan.block_size, len, version).await?;
                         let mut buf = bytes::BytesMut::with_capacity(WRITE_BUFFER.min(len as usize));
                         let mut written = 0u64;
                         while let Some(c) = body.next().await {
@@ -478,6 +492,11 @@ pub fn differs_by_metadata(compare: Compare, s: &Entry, d: &Entry) -> Option<boo
     }
 }
 
+fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
+    let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+    StoreError::Invalid(format!("internal error (a bug in ferry; please report it): {what}"))
+}
+
 /// Fills in what the listing did not know from what the read returned.
 fn merge(meta: &mut Meta, from_read: Meta) {
     meta.mtime = meta.mtime.or(from_read.mtime);
@@ -493,5 +512,32 @@ fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
             crate::manifest::md5_hex(&g)
         ))),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::local::LocalStore;
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_panic_in_one_local_copy_fails_that_file_and_keeps_the_others() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+        std::fs::create_dir(&src).unwrap();
+        for n in ["ok.txt", "panic-here"] {
+            std::fs::write(src.join(n), n).unwrap();
+        }
+        let stats = Arc::new(Stats::default());
+        let opts = EngineOptions { compare: Compare::None, concurrency: 2, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None };
+        let engine = Arc::new(Engine::new(Arc::new(LocalStore::new(src, true)), Arc::new(LocalStore::new(dst.clone(), true)), opts, stats.clone(), None));
+        let jobs = ["ok.txt", "panic-here"].map(|n| Job { src: Entry::file(n, n.len() as u64), dst_path: n.as_bytes().to_vec() });
+        engine.run(jobs.to_vec()).await;
+        assert_eq!((Stats::get(&stats.files_copied), Stats::get(&stats.files_failed)), (1, 1));
+        let failures = stats.failures();
+        assert_eq!(failures[0].0, "panic-here");
+        assert!(failures[0].1.contains("internal error"), "{failures:?}");
+        assert_eq!(std::fs::read(dst.join("ok.txt")).unwrap(), b"ok.txt");
+        assert!(!dst.join("panic-here").exists());
     }
 }

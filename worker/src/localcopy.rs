@@ -2,13 +2,13 @@
 //! symlinks kept as `rsync -lptgoD --numeric-ids` keeps them. Each file costs about nine
 //! system calls; this path decides small-file speed, so it avoids every one it can.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
 
-use crate::storage::local::{apply_meta_path, ensure_parent, meta_of, mtime_times, temp_path};
+use crate::storage::beneath::{self, fd};
+use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
 use crate::storage::Meta;
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
@@ -26,18 +26,6 @@ impl Identity {
             libc::umask(m);
             Identity { euid: libc::geteuid(), egid: libc::getegid(), umask: m as u32 }
         }
-    }
-}
-
-fn open_temp(tmp: &Path, mode: u32) -> io::Result<File> {
-    let open = || OpenOptions::new().write(true).create(true).truncate(true).mode(mode).custom_flags(libc::O_NOFOLLOW).open(tmp);
-    match open() {
-        // The parent is created only when missing: one failed open is cheaper than a mkdir per file.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            ensure_parent(tmp)?;
-            open()
-        }
-        r => r,
     }
 }
 
@@ -88,19 +76,23 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 }
 
 /// Copies one regular file through a temp name. Returns the bytes copied.
-pub fn copy_file(src: &Path, dst: &Path, id: &Identity) -> io::Result<u64> {
-    let input = File::open(src)?;
+pub fn copy_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity) -> io::Result<u64> {
+    let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
         return Err(io::Error::other("no longer a regular file"));
     }
+    let before = stamp(&md);
     let meta = meta_of(&md);
     let mode = md.mode() & 0o7777;
-    let tmp = temp_path(dst, "partial");
+    let (dir, name) = dst.parent(dst_rel, true)?;
+    let tmp = temp_name(name, "partial");
     // Created with its final permission bits where the umask allows, saving a chmod.
-    let out = open_temp(&tmp, mode & 0o777)?;
+    let out = create_temp(&dir, &tmp, mode & 0o777)?;
     let result = (|| {
         copy_range(&input, &out, md.len())?;
+        // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
+        unchanged(&before, &input.metadata()?)?;
         let chown = md.uid() != id.euid || md.gid() != id.egid;
         if chown {
             // SAFETY: valid fd.
@@ -119,38 +111,38 @@ pub fn copy_file(src: &Path, dst: &Path, id: &Identity) -> io::Result<u64> {
             }
         }
         set_times(&out, &meta)?;
-        drop(out);
-        fs::rename(&tmp, dst)
+        dst.commit_temp(&dir, &tmp, name, &out)
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     }
     result.map(|_| md.len())
 }
 
-pub fn copy_symlink(src: &Path, dst: &Path) -> io::Result<()> {
-    let md = fs::symlink_metadata(src)?;
-    let target = fs::read_link(src)?;
-    let tmp = temp_path(dst, "partial");
-    let _ = fs::remove_file(&tmp);
-    if let Err(e) = std::os::unix::fs::symlink(&target, &tmp) {
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
-        ensure_parent(&tmp)?;
-        std::os::unix::fs::symlink(&target, &tmp)?;
-    }
+pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8]) -> io::Result<()> {
+    let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    let target = src.readlink(src_rel)?;
+    let (dir, name) = dst.parent(dst_rel, true)?;
+    let tmp = temp_name(name, "partial");
+    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    beneath::symlink_at(&target, fd(&dir), &tmp)?;
     let meta = Meta { mode: None, ..meta_of(&md) };
-    let result = apply_meta_path(&tmp, &meta, false).and_then(|_| fs::rename(&tmp, dst));
+    let result = apply_link_meta(&dir, &tmp, &meta).and_then(|_| beneath::rename_at(fd(&dir), &tmp, name));
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     }
     result
 }
 
 /// Directories get their metadata after their contents are written, which would otherwise
-/// bump their mtimes again.
-pub fn finish_dir(dst: &Path, meta: &Meta) -> io::Result<()> {
-    fs::create_dir_all(dst)?;
-    apply_meta_path(dst, meta, true)
+/// bump their mtimes again. The metadata goes on the directory opened without following a
+/// symlink: one standing in its place is refused, its target left alone.
+pub fn finish_dir(dst: &LocalStore, rel: &[u8], meta: &Meta) -> io::Result<()> {
+    let (parent, name) = dst.parent(rel, true)?;
+    beneath::mkdir_at(fd(&parent), name)?;
+    let dir = beneath::open_at(fd(&parent), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP | libc::ENOTDIR) => io::Error::other("a symlink or a file stands where the directory should be (not followed)"),
+        _ => e,
+    })?;
+    apply_meta_fd(&File::from(dir), meta)
 }

@@ -53,10 +53,22 @@ fn is_ip_or_localhost(host: &str) -> bool {
     bare == "localhost" || bare.parse::<std::net::IpAddr>().is_ok()
 }
 
+/// The argument as messages may show it: a query string (a SAS) is replaced, never printed.
+fn shown(arg: &str) -> String {
+    match arg.split_once('?') {
+        Some((before, _)) => format!("{before}?<query hidden>"),
+        None => arg.to_string(),
+    }
+}
+
 /// Reads a location argument. `env` gives `AZURE_STORAGE_ACCOUNT` and
-/// `AZURE_STORAGE_BLOB_ENDPOINT` for `az://` locations.
+/// `AZURE_STORAGE_BLOB_ENDPOINT` for `az://` locations. Error messages never hold the SAS.
 pub fn parse(arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location, String> {
-    if let Some(rest) = arg.strip_prefix("az://") {
+    parse_inner(arg, &shown(arg), env)
+}
+
+fn parse_inner(raw: &str, arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location, String> {
+    if let Some(rest) = raw.strip_prefix("az://") {
         let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let (prefix, sas) = split_query(prefix);
         let (container, sas2) = split_query(container);
@@ -78,7 +90,7 @@ pub fn parse(arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location
         };
         return blob(endpoint, account, container, prefix, sas.or(sas2), arg);
     }
-    if let Some((scheme, rest)) = arg.split_once("://") {
+    if let Some((scheme, rest)) = raw.split_once("://") {
         if scheme != "http" && scheme != "https" {
             return Err(format!("{arg}: unsupported scheme {scheme:?} (use a local path, https://, http:// or az://)"));
         }
@@ -104,10 +116,10 @@ pub fn parse(arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location
         let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
         return blob(format!("{scheme}://{host}"), account, container, prefix, sas, arg);
     }
-    if arg.is_empty() {
+    if raw.is_empty() {
         return Err("empty location".into());
     }
-    Ok(Location::Local(PathBuf::from(arg)))
+    Ok(Location::Local(PathBuf::from(raw)))
 }
 
 fn account_from_endpoint(ep: &str) -> Option<String> {
@@ -129,7 +141,7 @@ fn split_query(s: &str) -> (&str, Option<String>) {
 }
 
 fn blob(endpoint: String, account: String, container: &str, prefix: &str, sas: Option<String>, arg: &str) -> Result<Location, String> {
-    let container = percent_decode(container)?;
+    let container = percent_decode(container).map_err(|e| format!("{arg}: {e}"))?;
     if container.is_empty() {
         return Err(format!("{arg}: missing container name"));
     }
@@ -143,7 +155,7 @@ fn blob(endpoint: String, account: String, container: &str, prefix: &str, sas: O
             "{arg}: invalid container name {container:?} (3-63 lowercase letters, digits and single hyphens)"
         ));
     }
-    Ok(Location::Blob(BlobLocation { endpoint, account, container, prefix: percent_decode(prefix)?, sas }))
+    Ok(Location::Blob(BlobLocation { endpoint, account, container, prefix: percent_decode(prefix).map_err(|e| format!("{arg}: {e}"))?, sas }))
 }
 
 #[cfg(test)]
@@ -179,6 +191,21 @@ mod tests {
         let l = b("https://acct.blob.core.windows.net/ctr?sv=1&sig=x");
         assert_eq!(l.container, "ctr");
         assert_eq!(l.sas.as_deref(), Some("sv=1&sig=x"));
+    }
+
+    #[test]
+    fn errors_never_print_the_sas() {
+        for arg in [
+            "https://acct.blob.core.windows.net/Bad_Name?sv=1&sig=SECRET",
+            "https://acct.blob.core.windows.net/?sv=1&sig=SECRET",
+            "http://127.0.0.1:1/?sv=1&sig=SECRET",
+            "az://Bad_Name/x?sv=1&sig=SECRET",
+            "ftp://x/y?sig=SECRET",
+            "https://acct.blob.core.windows.net/ctr/%ff?sig=SECRET",
+        ] {
+            let err = parse(arg, &noenv).unwrap_err();
+            assert!(!err.contains("SECRET") && err.contains("query hidden"), "{err}");
+        }
     }
 
     #[test]

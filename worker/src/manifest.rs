@@ -2,7 +2,7 @@
 //! `verify` and `prune` read it. Format is specified in docs/manifest.md.
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 
 pub const HEADER: &str = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5";
 
@@ -166,7 +166,7 @@ pub fn unescape_path(s: &str) -> Result<Vec<u8>, String> {
             Some(b'n') => out.push(b'\n'),
             Some(b'r') => out.push(b'\r'),
             Some(b'x') => {
-                let hex = s.get(i + 2..i + 4).ok_or_else(|| format!("truncated \\x escape in {s:?}"))?;
+                let hex = s.get(i + 2..i + 4).filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit())).ok_or_else(|| format!("bad or truncated \\x escape in {s:?}"))?;
                 out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad \\x escape in {s:?}"))?);
                 i += 4;
                 continue;
@@ -187,7 +187,8 @@ pub fn md5_hex(md5: &[u8; 16]) -> String {
 }
 
 pub fn parse_md5_hex(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 {
+    // Byte slicing below needs ASCII: a multibyte character would split mid-character.
+    if s.len() != 32 || !s.is_ascii() {
         return None;
     }
     let mut out = [0u8; 16];
@@ -248,11 +249,21 @@ pub fn parse_bytes(line: &[u8]) -> Result<Option<Entry>, String> {
         return Ok(Some(Entry { path: bare.to_vec(), kind: Kind::File, size: None, mtime: None, md5: None }));
     }
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (ferry manifests escape such bytes as \\xHH)".to_string())?;
+    if text.ends_with('\r') {
+        return Err("line ends in CR LF (a Windows line ending); manifests end lines with LF only".into());
+    }
     parse_line(text)
 }
 
 pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let line = line.strip_suffix('\n').unwrap_or(line);
+    if let Some(header) = line.strip_prefix("#ferry-manifest ") {
+        let version = header.split('\t').next().unwrap_or_default();
+        if version != "v1" {
+            return Err(format!("unsupported manifest version {version:?} (this ferry reads v1)"));
+        }
+        return Ok(None);
+    }
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
@@ -295,9 +306,18 @@ impl Reader<io::BufReader<std::fs::File>> {
     }
 }
 
+/// Longest line accepted. Paths are at most 4 KiB on Linux and 1,024 characters as blob names;
+/// escaped, that stays far below this. A longer line is an error, never an allocation without end.
+pub const MAX_LINE: usize = 64 * 1024;
+
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: String) -> Self {
         Reader { inner, line: Vec::new(), lineno: 0, name }
+    }
+
+    /// The number of the line the last entry came from.
+    pub fn lineno(&self) -> u64 {
+        self.lineno
     }
 }
 
@@ -306,12 +326,15 @@ impl<R: BufRead> Iterator for Reader<R> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             self.line.clear();
-            match self.inner.read_until(b'\n', &mut self.line) {
+            match (&mut self.inner).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut self.line) {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(e) => return Some(Err(format!("{}: {e}", self.name))),
             }
             self.lineno += 1;
+            if self.line.len() > MAX_LINE {
+                return Some(Err(format!("{}:{}: line longer than {} KiB", self.name, self.lineno, MAX_LINE / 1024)));
+            }
             match parse_bytes(&self.line) {
                 Ok(None) => continue,
                 Ok(Some(e)) => return Some(Ok(e)),
@@ -403,5 +426,22 @@ mod tests {
         assert!(parse_line("a\tf\tnotanumber\t-\t-").is_err());
         assert!(parse_line("a\tx\t1\t-\t-").is_err());
         assert!(parse_line("a\\q\tf\t1\t-\t-").is_err());
+    }
+
+    #[test]
+    fn hostile_lines_are_errors_not_panics() {
+        // 32 bytes, but 3-byte characters: slicing by bytes would split one.
+        let md5 = format!("{}ab", "€".repeat(10));
+        assert!(parse_line(&format!("a\tf\t1\t-\t{md5}")).unwrap_err().contains("bad md5"));
+        assert!(parse_bytes(b"a\tf\t1\t-\t-\r\n").unwrap_err().contains("CR LF"));
+        assert!(parse_line("#ferry-manifest v2\tpath").unwrap_err().contains("v2"));
+        assert!(parse_line("\\x4").is_err());
+        assert!(parse_line("\\xzz\tf\t1\t-\t-").is_err());
+        assert!(parse_line("\\x+1\tf\t1\t-\t-").is_err());
+        let mut long = vec![b'a'; MAX_LINE + 10];
+        long.push(b'\n');
+        long.extend_from_slice(b"b\tf\t1\t-\t-\n");
+        let mut r = Reader::new(io::Cursor::new(long), "m".into());
+        assert!(r.next().unwrap().unwrap_err().starts_with("m:1: line longer"));
     }
 }

@@ -9,7 +9,6 @@ pub mod prune;
 pub mod rm;
 pub mod verify;
 
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,6 +45,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         concurrency,
         block_md5: common.block_md5,
         io_timeout: Duration::from_secs(common.io_timeout.max(1)),
+        fsync: common.fsync,
         env: env(),
     }
 }
@@ -113,10 +113,27 @@ pub fn object_destination(dst: &Location, name: &[u8]) -> (Location, Vec<u8>) {
     }
 }
 
-/// Reads a manifest completely, failing on the first bad line.
+/// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
+/// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
-    let reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
-    reader.collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)
+    let mut reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let mut entries = Vec::new();
+    let mut seen: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
+    while let Some(entry) = reader.next() {
+        let entry = entry.map_err(anyhow::Error::msg)?;
+        let line = reader.lineno();
+        let at = || format!("{}:{line}: {}", path.display(), entry.display_path());
+        // `.` and `..` can name no blob and must never climb out of a local root. (Empty
+        // components and a leading '/' are legal in blob names; local roots refuse them per file.)
+        if entry.path.is_empty() || entry.path.split(|&b| b == b'/').any(|c| c == b"." || c == b"..") {
+            bail!("{}: unsafe path: empty, or with a '.' or '..' component", at());
+        }
+        if let Some(first) = seen.insert(entry.path.clone(), line) {
+            bail!("{}: listed twice (first on line {first})", at());
+        }
+        entries.push(entry);
+    }
+    Ok(entries)
 }
 
 pub fn build_filter(f: &Filters) -> anyhow::Result<Filter> {
@@ -151,10 +168,6 @@ pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], con
         }
     }
     Ok(())
-}
-
-pub fn path_of(root: &Path, rel: &[u8]) -> PathBuf {
-    root.join(OsStr::from_bytes(rel))
 }
 
 pub fn print_json(v: &serde_json::Value) {

@@ -142,9 +142,12 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
             }
         }
         for d in &dirs {
-            // A directory still holding something (a file whose deletion failed) stays.
-            if dst.delete(&d.path).await.is_ok() {
-                log.write(d)?;
+            // A directory still holding something (a file whose deletion failed, or one that
+            // appeared since the listing) stays, and is reported: the destination is not what
+            // the source says it should be.
+            match dst.delete(&d.path).await {
+                Ok(()) => log.write(d)?,
+                Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
             }
         }
     }
@@ -167,6 +170,9 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
         }
     } else {
         eprintln!("deleted {deleted} of {dest_files} destination files, failed {failed}; list in {}", log_path.display());
+        for (p, e) in stats.failures() {
+            eprintln!("failed: {p}: {e}");
+        }
     }
     Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -20,7 +20,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
         Root::Object { parent, entry } => (open(&parent, &opts)?, vec![entry]),
         Root::Tree(loc) => {
             if !args.recursive {
-                anyhow::bail!("{} is a directory or prefix: pass --recursive to delete what is under it", args.location);
+                anyhow::bail!("{loc} is a directory or prefix: pass --recursive to delete what is under it");
             }
             let store = open(&loc, &opts)?;
             let entries = storage::list_all(&store, true).await?;

@@ -1,23 +1,32 @@
 //! Local filesystem (and NFS mounts): parallel walks, pread/pwrite blocks, temp-name + rename.
+//! Every entry is reached through `beneath`, never through a symlink below the root.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::beneath::{self, fd};
 use super::{check_relative, fnv1a, Chunk, Meta, Store, Upload, UploadPlan};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind, Mtime};
 
+/// Cheap to clone: blocking work takes its own handle to another thread.
+#[derive(Clone)]
 pub struct LocalStore {
     root: PathBuf,
+    /// Opened on first use: a destination root may not exist until the first write makes it.
+    root_fd: Arc<OnceLock<OwnedFd>>,
+    /// fsync each file before its rename, and the filesystem once at the end (`--no-fsync`).
+    fsync: bool,
 }
 
 /// Temp and journal files carry this prefix; listings skip them so a half-written file is
@@ -29,14 +38,125 @@ pub fn is_partial_name(name: &[u8]) -> bool {
 }
 
 impl LocalStore {
-    pub fn new(root: PathBuf) -> Self {
-        LocalStore { root }
+    pub fn new(root: PathBuf, fsync: bool) -> Self {
+        LocalStore { root, root_fd: Arc::new(OnceLock::new()), fsync }
     }
 
-    pub fn full_path(&self, rel: &[u8]) -> Result<PathBuf> {
-        check_relative(rel)?;
-        Ok(self.root.join(OsStr::from_bytes(rel)))
+    /// For messages.
+    pub fn full_path(&self, rel: &[u8]) -> PathBuf {
+        self.root.join(OsStr::from_bytes(rel))
     }
+
+    fn io_err(&self, rel: &[u8]) -> impl Fn(std::io::Error) -> StoreError + '_ {
+        let what = self.full_path(rel).display().to_string();
+        move |e| StoreError::io(what.clone(), e)
+    }
+
+    fn root_fd(&self, create: bool) -> std::io::Result<BorrowedFd<'_>> {
+        if self.root_fd.get().is_none() {
+            if create {
+                fs::create_dir_all(&self.root)?;
+            }
+            // Two threads may both open it; one descriptor is kept, the other closed.
+            let _ = self.root_fd.set(beneath::open_root(&self.root)?);
+        }
+        Ok(self.root_fd.get().expect("set above").as_fd())
+    }
+
+    /// The directory holding `rel` (made when `create`), opened without following a symlink
+    /// below the root, and `rel`'s final name.
+    pub fn parent<'a>(&self, rel: &'a [u8], create: bool) -> std::io::Result<(OwnedFd, &'a [u8])> {
+        check_relative(rel).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let (dir, name) = beneath::split(rel);
+        Ok((beneath::open_dir(self.root_fd(create)?, dir, create)?, name))
+    }
+
+    /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
+    pub fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>> {
+        let r = self.parent(rel, false).and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
+        match r {
+            Ok(md) => Ok(Some(md)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens a regular file for reading; a symlink in its place is refused, not followed.
+    pub fn open_file(&self, rel: &[u8]) -> std::io::Result<File> {
+        let (dir, name) = self.parent(rel, false)?;
+        match beneath::open_at(fd(&dir), name, libc::O_RDONLY, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(std::io::Error::other("is a symlink now, not a file (not followed)")),
+            r => Ok(File::from(r?)),
+        }
+    }
+
+    pub fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]> {
+        md5_reader(self.open_file(rel)?)
+    }
+
+    pub fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel, false)?;
+        beneath::readlink_at(fd(&dir), name)
+    }
+
+    /// Puts a finished temp file in place: its bytes on disk first (unless `--no-fsync`), so a
+    /// crash never leaves a file under its final name with less than its content.
+    pub fn commit_temp(&self, dir: &OwnedFd, tmp: &[u8], name: &[u8], file: &File) -> std::io::Result<()> {
+        if self.fsync {
+            file.sync_all()?;
+        }
+        beneath::rename_at(fd(dir), tmp, name)
+    }
+
+    /// Makes every rename of this run durable: one `syncfs` rather than an fsync per directory.
+    pub fn sync(&self) -> std::io::Result<()> {
+        match (self.fsync, self.root_fd.get()) {
+            (true, Some(root)) => beneath::sync_fs(root.as_fd()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Creates the temp file standing in for a final name: `O_EXCL | O_NOFOLLOW`, so it is a new
+/// regular file of ours, never an existing file or a symlink planted under the temp name. A
+/// leftover of a killed run is removed first.
+pub fn create_temp(dir: &OwnedFd, tmp: &[u8], mode: u32) -> std::io::Result<File> {
+    // Read and write: a download's hasher reads blocks back from it.
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    match beneath::open_at(fd(dir), tmp, flags, mode) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            beneath::unlink_at(fd(dir), tmp, false)?;
+            beneath::open_at(fd(dir), tmp, flags, mode).map(File::from)
+        }
+        r => r.map(File::from),
+    }
+}
+
+pub fn md5_reader(mut f: File) -> std::io::Result<[u8; 16]> {
+    use md5::{Digest, Md5};
+    let mut h = Md5::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.finalize().into());
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+/// What identifies the bytes of a local file at a moment: if any part moves, they may have.
+/// ctime catches an in-place rewrite that put the old size and mtime back.
+pub fn stamp(md: &fs::Metadata) -> String {
+    format!("{}:{}:{}:{}.{}:{}.{}", md.dev(), md.ino(), md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
+}
+
+/// Fails when a file changed between two looks at it.
+pub fn unchanged(before: &str, now: &fs::Metadata) -> std::io::Result<()> {
+    if stamp(now) != before {
+        return Err(std::io::Error::other("the source changed while being copied (size, mtime or ctime moved); not committed"));
+    }
+    Ok(())
 }
 
 pub fn meta_of(md: &fs::Metadata) -> Meta {
@@ -105,49 +225,33 @@ pub fn apply_meta_fd(f: &File, meta: &Meta) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Owner and times of a path without following a final symlink (for symlinks and dirs).
-pub fn apply_meta_path(path: &Path, meta: &Meta, follow: bool) -> std::io::Result<()> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+/// Owner and times of a symlink (never its target), by name in its directory.
+pub fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(name)?;
+    let d = dir.as_raw_fd();
     if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
-        let rc = unsafe { libc::fchownat(libc::AT_FDCWD, c.as_ptr(), uid, gid, flags) };
-        if rc != 0 {
+        // SAFETY: valid descriptor and C string.
+        if unsafe { libc::fchownat(d, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EPERM) {
                 return Err(e);
             }
         }
     }
-    if follow {
-        if let Some(mode) = meta.mode {
-            let rc = unsafe { libc::chmod(c.as_ptr(), mode as libc::mode_t) };
-            if rc != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-    }
     if let Some(m) = meta.mtime {
         let times = mtime_times(m);
-        let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), flags) };
-        if rc != 0 {
+        // SAFETY: valid descriptor, C string and a two-element array.
+        if unsafe { libc::utimensat(d, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
 }
 
-/// Name of the temp file that stands in for `final_path` until it is complete.
-pub fn temp_path(final_path: &Path, suffix: &str) -> PathBuf {
-    let name = final_path.file_name().map(|n| n.as_bytes()).unwrap_or(b"");
-    let tmp = format!(".ferry-{:016x}.{suffix}", fnv1a(name));
-    final_path.with_file_name(tmp)
-}
-
-pub fn ensure_parent(path: &Path) -> std::io::Result<()> {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => fs::create_dir_all(p),
-        _ => Ok(()),
-    }
+/// Name of the temp file that stands in for the final name `name` until it is complete.
+pub fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
+    format!(".ferry-{:016x}.{suffix}", fnv1a(name)).into_bytes()
 }
 
 /// Parallel directory walk. Threads share a stack of directories; results stream to `tx`.
@@ -243,21 +347,26 @@ fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -
     async move { tokio::task::spawn_blocking(f).await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))? }
 }
 
-fn read_exact_at(f: &File, buf: &mut [u8], offset: u64, what: &str) -> Result<()> {
+fn read_exact_at(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => {
-                return Err(StoreError::Integrity(format!(
-                    "{what}: file is shorter than listed (changed while copying?)"
-                )))
-            }
+            Ok(0) => return Err(std::io::Error::other("the source is shorter than listed (changed while being copied?)")),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(StoreError::io(what, e)),
+            Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// A change seen while reading is an integrity failure: retrying cannot help, and the partial
+/// state built from the old bytes must go.
+fn changed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::Other => StoreError::Integrity(format!("{path}: {source}")),
+        e => e,
+    }
 }
 
 #[async_trait]
@@ -272,63 +381,75 @@ impl Store for LocalStore {
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
-        let full = self.full_path(path)?;
-        let rel = path.to_vec();
-        blocking(move || match fs::symlink_metadata(&full) {
-            Ok(md) => Ok(entry_of(rel, &md).map(|e| (e, meta_of(&md)))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(StoreError::io(full.display().to_string(), e)),
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
+            Ok(md.and_then(|md| entry_of(rel.clone(), &md).map(|e| (e, meta_of(&md)))))
         })
         .await
     }
 
-    async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk> {
-        let full = self.full_path(path)?;
+    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || Ok(me.lstat(&rel).map_err(me.io_err(&rel))?.map(|md| (stamp(&md), md.len())))).await
+    }
+
+    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
+        let (me, rel, version) = (self.clone(), path.to_vec(), version.map(str::to_string));
         blocking(move || {
-            let what = full.display().to_string();
-            let f = File::open(&full).map_err(|e| StoreError::io(&what, e))?;
-            let data = super::bufpool::filled(len as usize, |buf| read_exact_at(&f, buf, offset, &what))?;
+            let io = me.io_err(&rel);
+            let f = me.open_file(&rel).map_err(&io)?;
+            let check = |f: &File| match &version {
+                Some(v) => f.metadata().and_then(|md| unchanged(v, &md)),
+                None => Ok(()),
+            };
+            check(&f).map_err(&io).map_err(changed)?;
+            let data = super::bufpool::filled(len as usize, |buf| read_exact_at(&f, buf, offset).map_err(&io))?;
+            // After the read too: a write during it would otherwise go unseen.
+            check(&f).map_err(&io).map_err(changed)?;
             Ok(Chunk { data, meta: None })
         })
         .await
     }
 
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        let full = self.full_path(path)?;
-        let meta = meta.clone();
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         blocking(move || {
-            let what = full.display().to_string();
-            let tmp = temp_path(&full, "partial");
-            let io = |e| StoreError::io(&what, e);
-            ensure_parent(&full).map_err(io)?;
-            let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io)?;
-            let res = f.write_all(&data).and_then(|_| apply_meta_fd(&f, &meta)).and_then(|_| fs::rename(&tmp, &full));
+            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
+            let tmp = temp_name(name, "partial");
+            let res = create_temp(&dir, &tmp, 0o600).and_then(|mut f| {
+                f.write_all(&data)?;
+                apply_meta_fd(&f, &meta)?;
+                me.commit_temp(&dir, &tmp, name, &f)
+            });
             if res.is_err() {
-                let _ = fs::remove_file(&tmp);
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
             }
-            res.map_err(io)
+            res.map_err(me.io_err(&rel))
         })
         .await
     }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
-        let full = self.full_path(path)?;
-        let plan = plan.clone();
-        let up = blocking(move || LocalUpload::open(full, plan)).await?;
+        let (me, rel, plan) = (self.clone(), path.to_vec(), plan.clone());
+        let up = blocking(move || LocalUpload::open(me, rel, plan)).await?;
         Ok(Box::new(up))
     }
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
-        let full = self.full_path(path)?;
+        let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
-            let md = match fs::symlink_metadata(&full) {
-                Ok(md) => md,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(StoreError::io(full.display().to_string(), e)),
-            };
-            // remove_file on a symlink removes the link, never its target.
-            let r = if md.is_dir() { fs::remove_dir(&full) } else { fs::remove_file(&full) };
-            r.map_err(|e| StoreError::io(full.display().to_string(), e))
+            let r = me.parent(&rel, false).and_then(|(dir, name)| {
+                // unlink removes a symlink itself, never its target; a directory says EISDIR.
+                match beneath::unlink_at(fd(&dir), name, false) {
+                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) => beneath::unlink_at(fd(&dir), name, true),
+                    r => r,
+                }
+            });
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                r => r.map_err(me.io_err(&rel)),
+            }
         })
         .await
     }
@@ -346,48 +467,63 @@ impl Store for LocalStore {
     fn local_root(&self) -> Option<&Path> {
         Some(&self.root)
     }
+
+    fn as_local(&self) -> Option<&LocalStore> {
+        Some(self)
+    }
 }
 
 /// A download in progress: blocks land in a temp file; a journal records which are complete,
 /// so a killed run resumes instead of starting over.
 struct LocalUpload {
-    final_path: PathBuf,
-    tmp: PathBuf,
-    journal_path: PathBuf,
-    file: std::sync::Arc<File>,
+    store: LocalStore,
+    rel: Vec<u8>,
+    dir: OwnedFd,
+    tmp: Vec<u8>,
+    journal_name: Vec<u8>,
+    file: Arc<File>,
     journal: Mutex<File>,
     staged: Vec<bool>,
     plan: UploadPlan,
 }
 
 impl LocalUpload {
-    fn open(final_path: PathBuf, plan: UploadPlan) -> Result<Self> {
-        let what = final_path.display().to_string();
-        let io = |e| StoreError::io(&what, e);
-        ensure_parent(&final_path).map_err(io)?;
-        let tmp = temp_path(&final_path, "partial");
-        let journal_path = temp_path(&final_path, "journal");
+    fn open(store: LocalStore, rel: Vec<u8>, plan: UploadPlan) -> Result<Self> {
+        let what = store.full_path(&rel).display().to_string();
+        let io = |e| StoreError::io(what.clone(), e);
+        let (dir, name) = store.parent(&rel, true).map_err(&io)?;
+        let tmp = temp_name(name, "partial");
+        let journal_name = temp_name(name, "journal");
         let header = format!("{} {} {}\n", plan.fingerprint, plan.size, plan.block_size);
         let nblocks = plan.blocks() as usize;
         let mut staged = vec![false; nblocks];
-        let previous = fs::read_to_string(&journal_path).ok();
-        let resumable = previous.as_deref().is_some_and(|j| j.starts_with(&header)) && tmp.exists();
-        if resumable {
-            for line in previous.as_deref().unwrap_or_default()[header.len()..].lines() {
-                if let Ok(i) = line.trim().parse::<usize>() {
-                    if i < nblocks {
+        let mut previous = String::new();
+        let had_journal = beneath::open_at(fd(&dir), &journal_name, libc::O_RDONLY, 0)
+            .and_then(|j| File::from(j).read_to_string(&mut previous))
+            .is_ok();
+        // The partial file of an earlier run, only if it is still a regular file of ours.
+        let old = beneath::open_at(fd(&dir), &tmp, libc::O_RDWR, 0).map(File::from).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
+        let (file, journal) = match old {
+            Some(f) if had_journal && previous.starts_with(&header) => {
+                for line in previous[header.len()..].lines() {
+                    if let Some(i) = line.trim().parse::<usize>().ok().filter(|&i| i < nblocks) {
                         staged[i] = true;
                     }
                 }
+                (f, File::from(beneath::open_at(fd(&dir), &journal_name, libc::O_WRONLY | libc::O_APPEND, 0).map_err(&io)?))
             }
-        } else {
-            let _ = fs::remove_file(&tmp);
-            fs::write(&journal_path, &header).map_err(io)?;
-        }
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&tmp).map_err(io)?;
-        file.set_len(plan.size).map_err(io)?;
-        let journal = OpenOptions::new().append(true).open(&journal_path).map_err(io)?;
-        Ok(LocalUpload { final_path, tmp, journal_path, file: std::sync::Arc::new(file), journal: Mutex::new(journal), staged, plan })
+            _ => {
+                let mut j = create_temp(&dir, &journal_name, 0o600).map_err(&io)?;
+                j.write_all(header.as_bytes()).map_err(&io)?;
+                (create_temp(&dir, &tmp, 0o600).map_err(&io)?, j)
+            }
+        };
+        file.set_len(plan.size).map_err(&io)?;
+        Ok(LocalUpload { store, rel, dir, tmp, journal_name, file: Arc::new(file), journal: Mutex::new(journal), staged, plan })
+    }
+
+    fn io_err(&self) -> impl Fn(std::io::Error) -> StoreError + '_ {
+        self.store.io_err(&self.rel)
     }
 }
 
@@ -397,9 +533,10 @@ impl Upload for LocalUpload {
         self.staged.get(idx as usize).copied().unwrap_or(false)
     }
 
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<()> {
+    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool> {
         self.write_at(idx, 0, data).await?;
-        self.finish_block(idx).await
+        self.finish_block(idx).await?;
+        Ok(true)
     }
 
     fn piecewise(&self) -> bool {
@@ -409,33 +546,33 @@ impl Upload for LocalUpload {
     async fn write_at(&self, idx: u64, offset_in_block: u64, data: Bytes) -> Result<()> {
         let file = self.file.clone();
         let offset = idx * self.plan.block_size + offset_in_block;
-        let what = self.final_path.display().to_string();
+        let what = self.store.full_path(&self.rel).display().to_string();
         blocking(move || file.write_all_at(&data, offset).map_err(|e| StoreError::io(what, e))).await
     }
 
     async fn finish_block(&self, idx: u64) -> Result<()> {
         // Journal after the data: a kill in between costs one block, never a hole.
         let mut j = self.journal.lock().unwrap();
-        writeln!(j, "{idx}").map_err(|e| StoreError::io(self.journal_path.display().to_string(), e))
+        writeln!(j, "{idx}").map_err(self.io_err())
     }
 
     async fn read_back(&self, idx: u64) -> Result<Option<Bytes>> {
         let file = self.file.clone();
         let offset = idx * self.plan.block_size;
         let len = self.plan.block_len(idx) as usize;
-        let what = self.final_path.display().to_string();
-        blocking(move || Ok(Some(super::bufpool::filled(len, |buf| read_exact_at(&file, buf, offset, &what))?)))
-        .await
+        let what = self.store.full_path(&self.rel).display().to_string();
+        blocking(move || Ok(Some(super::bufpool::filled(len, |buf| read_exact_at(&file, buf, offset).map_err(|e| StoreError::io(&what, e)))?)))
+            .await
     }
 
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
         let meta = meta.clone();
         blocking(move || {
-            let what = self.final_path.display().to_string();
-            let io = |e| StoreError::io(&what, e);
-            apply_meta_fd(&self.file, &meta).map_err(io)?;
-            fs::rename(&self.tmp, &self.final_path).map_err(io)?;
-            let _ = fs::remove_file(&self.journal_path);
+            let io = self.io_err();
+            let (_, name) = beneath::split(&self.rel);
+            apply_meta_fd(&self.file, &meta).map_err(&io)?;
+            self.store.commit_temp(&self.dir, &self.tmp, name, &self.file).map_err(&io)?;
+            let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
             Ok(())
         })
         .await
@@ -443,8 +580,8 @@ impl Upload for LocalUpload {
 
     async fn abort(self: Box<Self>, discard: bool) {
         if discard {
-            let _ = fs::remove_file(&self.tmp);
-            let _ = fs::remove_file(&self.journal_path);
+            let _ = beneath::unlink_at(fd(&self.dir), &self.tmp, false);
+            let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
         }
     }
 }
@@ -455,20 +592,22 @@ mod tests {
 
     #[test]
     fn partial_names_are_recognised() {
-        let t = temp_path(Path::new("/x/some file"), "partial");
-        assert!(is_partial_name(t.file_name().unwrap().as_bytes()));
+        let t = temp_name(b"some file", "partial");
+        assert!(is_partial_name(&t));
         assert!(!is_partial_name(b".ferry-notes.txt"));
         // Bounded length whatever the name.
         let long = "n".repeat(250);
-        assert!(temp_path(Path::new(&long), "journal").as_os_str().len() < 40);
+        assert!(temp_name(long.as_bytes(), "journal").len() < 40);
     }
 
     #[test]
     fn unsafe_relative_paths_are_refused() {
-        let s = LocalStore::new(PathBuf::from("/tmp/root"));
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b..c")).unwrap();
+        let s = LocalStore::new(t.path().to_path_buf(), false);
         for bad in [&b"../etc/passwd"[..], b"a/../../b", b"/abs", b"a//b", b"./a", b""] {
-            assert!(s.full_path(bad).is_err(), "{bad:?}");
+            assert!(s.parent(bad, false).is_err(), "{bad:?}");
         }
-        assert!(s.full_path(b"a/b..c/.d").is_ok());
+        assert!(s.parent(b"a/b..c/.d", false).is_ok());
     }
 }

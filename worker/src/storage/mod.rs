@@ -2,6 +2,7 @@
 //! Paths handed to a store are relative to its root, '/'-separated raw bytes.
 
 pub mod azure;
+pub mod beneath;
 pub mod bufpool;
 pub mod local;
 
@@ -35,8 +36,9 @@ pub struct Chunk {
     pub meta: Option<Meta>,
 }
 
-/// How a multi-block upload is laid out. `fingerprint` names the source version: blocks
-/// staged for another version must never be reused.
+/// How a multi-block upload is laid out. `fingerprint` names the source version: a local
+/// download's journal of finished ranges is reused only for the same version. (Blob uploads
+/// need no fingerprint: their block IDs are derived from each block's own bytes.)
 #[derive(Clone, Debug)]
 pub struct UploadPlan {
     pub size: u64,
@@ -57,9 +59,12 @@ impl UploadPlan {
 /// `commit` succeeds.
 #[async_trait]
 pub trait Upload: Send + Sync {
-    /// True if this block survived from an earlier, interrupted attempt.
+    /// True if this block is known, before reading the source, to have survived from an earlier
+    /// attempt at the same version (a local download's journal).
     fn staged(&self, idx: u64) -> bool;
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<()>;
+    /// Writes one block. Ok(false): a block with these very bytes was already staged by an
+    /// earlier attempt, so nothing was sent.
+    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool>;
     /// Whether a block can be written in pieces (`write_at`, then `finish_block`): true for
     /// local files, where a download then needs no block-sized buffer.
     fn piecewise(&self) -> bool {
@@ -89,12 +94,20 @@ pub trait Store: Send + Sync {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
-    async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk>;
+    /// A token that changes whenever the object's bytes may have (an ETag; a local file's
+    /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
+    async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
+        Ok(None)
+    }
+
+    /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the
+    /// object: a changed object is an `Integrity` error, never a mix of old and new bytes.
+    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk>;
 
     /// Like `read`, but the bytes arrive as they come, so a large range never sits in memory
     /// whole. Stores that can resume a broken body do so inside the stream.
-    async fn read_stream(&self, path: &[u8], offset: u64, len: u64) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
-        let chunk = self.read(path, offset, len).await?;
+    async fn read_stream(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+        let chunk = self.read(path, offset, len, version).await?;
         Ok((chunk.meta, Box::pin(futures::stream::once(async move { Ok(chunk.data) }))))
     }
 
@@ -112,6 +125,10 @@ pub trait Store: Send + Sync {
     fn local_root(&self) -> Option<&std::path::Path> {
         None
     }
+
+    fn as_local(&self) -> Option<&local::LocalStore> {
+        None
+    }
 }
 
 /// Everything a store needs besides its location.
@@ -124,12 +141,14 @@ pub struct OpenOptions {
     /// Send a Content-MD5 with every block, for the service to check on arrival.
     pub block_md5: bool,
     pub io_timeout: std::time::Duration,
+    /// Local destinations: fsync files before their rename and the filesystem at the end.
+    pub fsync: bool,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 
 pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
     match loc {
-        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone()))),
+        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone(), opts.fsync))),
         Location::Blob(b) => Ok(Arc::new(azure::AzureStore::new(b.clone(), opts)?)),
     }
 }

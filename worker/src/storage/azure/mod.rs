@@ -1,5 +1,6 @@
 //! Azure Blob Storage through the official SDK (azure_storage_blob), driven by ferry's engine:
-//! block uploads with deterministic block IDs (so a killed upload resumes from Get Block List),
+//! block uploads with block IDs derived from each block's bytes (so a killed upload resumes from
+//! Get Block List, and only with blocks that still hold the source's bytes),
 //! ranged downloads resumed mid-body, paged listings. ferry's retry module, not the SDK's, retries
 //! every call, so `--max-retries`, the time budget and the counts by status in `--json` hold.
 
@@ -8,7 +9,7 @@ pub mod xml;
 
 use std::collections::HashMap;
 use std::num::NonZero;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,7 +17,7 @@ use azure_core::error::ErrorKind;
 use azure_core::http::headers::{HeaderName, Headers};
 use azure_core::http::policies::{Policy, PolicyResult};
 use azure_core::http::response::AsyncResponseBody;
-use azure_core::http::{ClientMethodOptions, ClientOptions, Context, HttpClient, Request, RetryOptions, StatusCode, Transport, Url};
+use azure_core::http::{ClientMethodOptions, ClientOptions, Context, Etag, HttpClient, Request, RetryOptions, StatusCode, Transport, Url};
 use azure_storage_blob::models::{
     BlobClientDeleteOptions, BlobClientDownloadOptions, BlobContainerClientListBlobsOptions, BlockBlobClientCommitBlockListOptions,
     BlockBlobClientStageBlockOptions, BlockBlobClientUploadOptions, BlockListType, BlockLookupList, DeleteSnapshotsOptionType, HttpRange,
@@ -30,7 +31,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{mpsc, OnceCell};
 
-use super::{fnv1a, Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
+use super::{Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
 use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
@@ -121,6 +122,10 @@ fn map_err(e: azure_core::Error) -> StoreError {
             let code = error_code.clone().or(body_code);
             if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
                 return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
+            }
+            if *status == StatusCode::PreconditionFailed {
+                // Only reads send If-Match: the blob was rewritten since this copy began.
+                return StoreError::Integrity("the blob changed while being copied (its ETag no longer matches); not committed".into());
             }
             let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
             if *status == StatusCode::Forbidden {
@@ -255,9 +260,11 @@ impl Inner {
     }
 
     /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
-    async fn open_range(&self, name: &str, offset: u64, len: u64) -> Result<(Headers, AsyncResponseBody)> {
+    /// With `version` (an ETag) the service refuses (412) to serve bytes of any other version.
+    async fn open_range(&self, name: &str, offset: u64, len: u64, version: Option<&str>) -> Result<(Headers, AsyncResponseBody)> {
         let blob = self.blob(name).await?;
         let opts = BlobClientDownloadOptions {
+            if_match: version.map(Etag::from),
             range: (len > 0).then(|| HttpRange::new(offset, len)),
             // ferry schedules ranges itself; one request per range keeps memory to its buffers.
             parallel: NonZero::new(1),
@@ -378,12 +385,25 @@ impl Store for AzureStore {
         }
     }
 
-    async fn read(&self, path: &[u8], offset: u64, len: u64) -> Result<Chunk> {
+    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+        let s = &self.inner;
+        let blob = s.blob(&s.name(path)?).await?;
+        match s.call(|| blob.get_properties(None)).await {
+            Ok(r) => {
+                let etag = r.headers().get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string();
+                Ok(Some((etag, content_length(r.headers()))))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
         let s = &self.inner;
         let name = s.name(path)?;
         // The body read is inside the retry: a connection cut mid-body is retried like a 503.
         retry(&s.retry, &s.stats, || async {
-            let (headers, mut body) = s.open_range(&name, offset, len).await?;
+            let (headers, mut body) = s.open_range(&name, offset, len, version).await?;
             let meta = meta_from_headers(&headers, len > 0);
             // Chunks go straight into one buffer of the promised size: no second copy.
             let mut data = bytes::BytesMut::with_capacity(len as usize);
@@ -402,16 +422,19 @@ impl Store for AzureStore {
         .await
     }
 
-    async fn read_stream(&self, path: &[u8], offset: u64, len: u64) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+    async fn read_stream(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
         if len == 0 {
-            let chunk = self.read(path, offset, len).await?;
+            let chunk = self.read(path, offset, len, version).await?;
             return Ok((chunk.meta, Box::pin(futures::stream::empty())));
         }
         let inner = self.inner.clone();
         let name = inner.name(path)?;
-        let (headers, body) = retry(&inner.retry, &inner.stats, || inner.open_range(&name, offset, len)).await?;
+        let (headers, body) = retry(&inner.retry, &inner.stats, || inner.open_range(&name, offset, len, version)).await?;
         let meta = meta_from_headers(&headers, true);
-        let state = RangeStream { inner, name, next: offset, end: offset + len, body: Some(body), retries: 0, started: std::time::Instant::now() };
+        // A body cut short resumes with If-Match on the ETag of the first response, so the rest
+        // cannot come from a newer version of the blob.
+        let etag = version.map(str::to_string).or_else(|| headers.get_optional_str(&HeaderName::from_static("etag")).map(str::to_string));
+        let state = RangeStream { inner, name, etag, next: offset, end: offset + len, body: Some(body), retries: 0, started: std::time::Instant::now() };
         Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
     }
 
@@ -442,9 +465,6 @@ impl Store for AzureStore {
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
         let s = &self.inner;
         let blob = s.blob(&s.name(path)?).await?.block_blob_client();
-        let tag = format!("{:016x}", fnv1a(format!("{}/{}/{}", plan.fingerprint, plan.size, plan.block_size).as_bytes()));
-        // The SDK base64-encodes these on the wire, as the REST API requires.
-        let ids: Vec<Vec<u8>> = (0..plan.blocks()).map(|i| format!("ferry-{tag}-{i:08}").into_bytes()).collect();
         let listed = retry(&s.retry, &s.stats, || async {
             match blob.get_block_list(BlockListType::Uncommitted, None).await.map_err(map_err) {
                 Ok(r) => Ok(r.into_model().map_err(map_err)?.uncommitted_blocks.unwrap_or_default()),
@@ -453,9 +473,9 @@ impl Store for AzureStore {
             }
         })
         .await?;
-        let staged_ids: HashMap<Vec<u8>, i64> = listed.into_iter().filter_map(|b| Some((b.name?, b.size?))).collect();
-        let staged = ids.iter().enumerate().map(|(i, id)| staged_ids.get(id) == Some(&(plan.block_len(i as u64) as i64))).collect();
-        Ok(Box::new(AzureUpload { inner: self.inner.clone(), blob, ids, staged }))
+        let staged = listed.into_iter().filter_map(|b| Some((b.name?, b.size?))).collect();
+        let ids = Mutex::new(vec![None; plan.blocks() as usize]);
+        Ok(Box::new(AzureUpload { inner: self.inner.clone(), blob, staged, ids }))
     }
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
@@ -488,6 +508,7 @@ impl Store for AzureStore {
 struct RangeStream {
     inner: Arc<Inner>,
     name: String,
+    etag: Option<String>,
     next: u64,
     end: u64,
     body: Option<AsyncResponseBody>,
@@ -502,7 +523,7 @@ impl RangeStream {
                 return None;
             }
             if self.body.is_none() {
-                match self.inner.open_range(&self.name, self.next, self.end - self.next).await {
+                match self.inner.open_range(&self.name, self.next, self.end - self.next, self.etag.as_deref()).await {
                     Ok((_, b)) => self.body = Some(b),
                     Err(e) => match self.backoff(e).await {
                         Ok(()) => continue,
@@ -551,28 +572,44 @@ impl RangeStream {
 struct AzureUpload {
     inner: Arc<Inner>,
     blob: BlockBlobClient,
-    ids: Vec<Vec<u8>>,
-    staged: Vec<bool>,
+    /// Uncommitted blocks left by earlier attempts: ID → size.
+    staged: HashMap<Vec<u8>, i64>,
+    /// Each block's ID, known once its bytes have been read.
+    ids: Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+/// A block's ID is derived from its index and its own bytes (MD5), so a staged block is reused
+/// only if it holds exactly the bytes the source has now: a source edited in place between two
+/// attempts, even to the same size and mtime, can never get old blocks committed. Every ID of
+/// a blob has the same length, as the service requires.
+fn block_id(idx: u64, md5: &[u8; 16]) -> Vec<u8> {
+    format!("ferry2-{idx:08}-{}", crate::manifest::md5_hex(md5)).into_bytes()
 }
 
 #[async_trait]
 impl Upload for AzureUpload {
-    fn staged(&self, idx: u64) -> bool {
-        self.staged[idx as usize]
+    fn staged(&self, _idx: u64) -> bool {
+        // Not known before the block's bytes are: see `block_id`.
+        false
     }
 
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<()> {
+    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool> {
         let s = &self.inner;
+        let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(&data).into();
+        let id = block_id(idx, &md5);
+        self.ids.lock().unwrap()[idx as usize] = Some(id.clone());
+        if self.staged.get(&id) == Some(&(data.len() as i64)) {
+            return Ok(false);
+        }
         // The service checks each block as it lands. (Azurite also takes a much faster path with
         // it: without one it computes a CRC64 in JavaScript to echo back.)
-        let md5 = s.block_md5.then(|| <md5::Md5 as md5::Digest>::digest(&data).to_vec());
-        let id = &self.ids[idx as usize];
+        let md5 = s.block_md5.then(|| md5.to_vec());
         s.call(|| {
             let opts = BlockBlobClientStageBlockOptions { transactional_content_md5: md5.clone(), ..Default::default() };
-            self.blob.stage_block(id, data.len() as u64, data.clone().into(), Some(opts))
+            self.blob.stage_block(&id, data.len() as u64, data.clone().into(), Some(opts))
         })
         .await?;
-        Ok(())
+        Ok(true)
     }
 
     async fn read_back(&self, _idx: u64) -> Result<Option<Bytes>> {
@@ -582,8 +619,14 @@ impl Upload for AzureUpload {
 
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
         let s = &self.inner;
+        let ids = std::mem::take(&mut *self.ids.lock().unwrap());
+        let ids: Vec<Vec<u8>> = ids
+            .into_iter()
+            .enumerate()
+            .map(|(i, id)| id.ok_or_else(|| StoreError::Invalid(format!("block {i} was never written"))))
+            .collect::<Result<_>>()?;
         s.call(|| async {
-            let list = BlockLookupList { latest: Some(self.ids.clone()), ..Default::default() };
+            let list = BlockLookupList { latest: Some(ids.clone()), ..Default::default() };
             let opts = BlockBlobClientCommitBlockListOptions {
                 blob_content_md5: meta.md5.map(|m| m.to_vec()),
                 metadata: Some(metadata_of(meta)),

@@ -53,6 +53,10 @@ pub fn parse_rfc3339(s: &str) -> Option<Mtime> {
     let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
     let mut t = hms.split(':');
     let (h, mi, se): (i64, i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    // Metadata is whatever a writer put there: slice by bytes only once it is known to be digits.
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let frac = &frac[..frac.len().min(9)];
     let mut nanos: u32 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
     for _ in frac.len()..9 {
@@ -217,6 +221,8 @@ mod tests {
         }
         assert_eq!(parse_rfc3339("2023-11-14T23:13:20+01:00"), Some(Mtime { secs: 1700000000, nanos: 0 }));
         assert_eq!(parse_rfc3339("nonsense"), None);
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20.12345678éé"), None);
+        assert_eq!(parse_rfc3339("2023-11-14T22:13:20.1+é:00"), None);
     }
 
     #[test]
