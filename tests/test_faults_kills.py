@@ -33,8 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Kills per kind of run: CI totals 100; --deep five times as many, on bigger trees.
 KILLS = {"upload": 36, "download": 36, "local": 12, "prune": 12, "pipeline": 4}
 DEEP_FACTOR = 5
-# Transfers are capped so that a run lasts about a second and a kill lands mid-transfer.
+# Transfers are capped so that a run lasts about a second (CI) and a kill lands mid-transfer.
 BANDWIDTH = "2MiB/s"
+BANDWIDTH_BYTES = 2 << 20
 
 
 def quota(faults, what: str) -> int:
@@ -43,8 +44,14 @@ def quota(faults, what: str) -> int:
 
 def tree(faults, rng) -> dict[str, bytes]:
     if faults.deep:
-        return random_files(rng, small=30, big=3, big_size=2 * 1024 * KiB)
+        return random_files(rng, small=30, big=3, big_size=1536 * KiB)
     return random_files(rng, small=8, big=2, big_size=512 * KiB)
+
+
+def window(files: dict[str, bytes]) -> float:
+    """Kills fall uniformly within this many seconds: a little more than a whole capped run, so
+    some land early, some late, and now and then a run gets to finish."""
+    return 1.2 * sum(map(len, files.values())) / BANDWIDTH_BYTES + 0.1
 
 
 def kill_at_random(proc: subprocess.Popen, rng, longest: float) -> bool:
@@ -58,7 +65,7 @@ def kill_at_random(proc: subprocess.Popen, rng, longest: float) -> bool:
         return True
 
 
-def run_until_done(faults, what: str, start, after_kill, longest: float = 0.7, max_runs: int = 40) -> tuple[int, int]:
+def run_until_done(faults, what: str, start, after_kill, longest: float, max_runs: int = 40) -> tuple[int, int]:
     """Start, kill at random, check, start again, until a run ends by itself; returns its exit
     status and the number of kills. Every kill and run goes into the ledger."""
     rng = faults.test_rng
@@ -102,7 +109,7 @@ def test_upload_killed_at_random_converges(tmp_path, azurite, container, run_fer
                 proxy.wait_idle(30)
                 assert not faults.check_blobs(container, files, complete=False, prefix=prefix)
 
-            rc, kills = run_until_done(faults, "upload", start, after_kill)
+            rc, kills = run_until_done(faults, "upload", start, after_kill, window(files))
             killed += kills
             assert rc == 0, stderr_of(tmp_path)
             assert not faults.check_blobs(container, files, complete=True, prefix=prefix)
@@ -130,7 +137,7 @@ def test_download_killed_at_random_converges(tmp_path, container, run_ferry, fau
         def after_kill():
             assert not faults.check_local(dst, files, complete=False)
 
-        rc, kills = run_until_done(faults, "download", start, after_kill)
+        rc, kills = run_until_done(faults, "download", start, after_kill, window(files))
         killed += kills
         assert rc == 0, stderr_of(tmp_path)
         assert not faults.check_local(dst, files, complete=True)
@@ -154,7 +161,7 @@ def test_local_copy_killed_at_random_converges(tmp_path, run_ferry, faults):
         def after_kill():
             assert not faults.check_local(dst, files, complete=False)
 
-        rc, kills = run_until_done(faults, "local", start, after_kill)
+        rc, kills = run_until_done(faults, "local", start, after_kill, window(files))
         killed += kills
         assert rc == 0, stderr_of(tmp_path)
         assert not faults.check_local(dst, files, complete=True)

@@ -38,10 +38,10 @@ def pytest_generate_tests(metafunc):
 
 
 def payload(faults, rng):
-    """CI: a dozen small files and two files of six 256 KiB blocks; deep: files of tens of MiB,
-    so downloads span several 16 MiB ranges."""
+    """CI: a dozen small files and two files of six 256 KiB blocks; deep: more small files and
+    two of 17 MiB, so uploads take 17 blocks and downloads two 16 MiB ranges."""
     if faults.deep:
-        return random_files(rng, small=40, big=3, big_size=34 * MiB), "1MiB"
+        return random_files(rng, small=30, big=2, big_size=17 * MiB), "1MiB"
     return random_files(rng, small=12, big=2, big_size=1536 * KiB), "256KiB"
 
 
