@@ -1,9 +1,22 @@
 """Bad input gets a clear error naming where it is, and nothing is acted upon: manifests, flags,
-locations. Each case runs the real binary; none needs Azurite."""
+names, unreadable sources. Each case runs the real binary."""
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
+
+from conftest import ferry_env
+from support.trees import make_tree, snapshot
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
 
 GOOD = b"#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\na.txt\tf\t2\t-\t-\n"
 
@@ -68,3 +81,70 @@ def test_a_manifest_entry_that_vanished_is_reported_and_the_rest_copied(tmp_path
     assert out.json["files"]["copied"] == 1 and out.json["files"]["failed"] == 1
     assert [f["path"] for f in out.json["failures"]] == ["gone.txt"]
     assert (dst / "a.txt").read_bytes() == b"hi" and not (dst / "gone.txt").exists()
+
+
+def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(tmp_path, run_ferry):
+    """Root reads everything whatever the modes, so ferry runs as `nobody` here: the denial is
+    the kernel's, not a simulation."""
+    base = Path(tempfile.mkdtemp(prefix="ferry-perm-"))
+    try:
+        base.chmod(0o755)
+        src, dst = base / "src", base / "dst"
+        make_tree(src, {"ok.txt": b"ok", "open/x.txt": b"x", "secret.txt": b"s", "locked/inner.txt": b"i"})
+        (src / "secret.txt").chmod(0o000)
+        (src / "locked").chmod(0o000)
+        dst.mkdir()
+        os.chown(dst, NOBODY, NOBODY)
+        cmd = ["runuser", "-u", "nobody", "--", *run_ferry.command(["copy", "-r", src, dst, "--json"])]
+        out = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stderr
+        summary = json.loads(out.stdout)
+        errors = " | ".join(f"{f['path']}: {f['error']}" for f in summary["failures"])
+        assert "secret.txt" in errors and "locked" in errors and errors.count("Permission denied") == 2, errors
+        assert (dst / "ok.txt").read_bytes() == b"ok" and (dst / "open/x.txt").read_bytes() == b"x"
+        assert not (dst / "secret.txt").exists() and not (dst / "locked/inner.txt").exists()
+        # A listing that met a denied directory is incomplete: prune refuses to act on it.
+        make_tree(dst, {"stale.txt": b"old"})
+        os.chown(dst / "stale.txt", NOBODY, NOBODY)
+        cmd = ["runuser", "-u", "nobody", "--", *run_ferry.command(["prune", src, dst, "--force", "--log", base / "p.tsv"])]
+        pruned = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
+        assert pruned.returncode == 1 and "refused" in pruned.stderr, pruned.stderr
+        assert (dst / "stale.txt").exists()
+    finally:
+        (base / "src" / "locked").chmod(0o755)
+        shutil.rmtree(base)
+
+
+NAMES = {
+    "caf\u00e9-nfc.txt": b"nfc",  # the same word in NFC and NFD: two names, two files
+    "cafe\u0301-nfc.txt": b"nfd",
+    "Case.txt": b"1", "case.txt": b"2", "CASE.TXT": b"3",  # distinct here, one on a case-folding FS
+    "/".join(["d" * 200] * 4) + "/" + "f" * 150 + ".txt": b"about 1,000 bytes of path",
+    " lead space/ -dash/#hash/%25/?q=1&x#frag.txt": b"url-ish",
+    "tab\tand\nnewline.txt": b"ws",
+}
+
+
+def test_odd_names_round_trip_through_blob_storage(tmp_path, container, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, NAMES)
+    run_ferry("copy", "-r", src, container)
+    assert sorted(container.blobs()) == sorted(NAMES)
+    run_ferry("copy", "-r", container, dst)
+    got = {p.decode(): (dst / p.decode()).read_bytes() for p, e in snapshot(dst).items() if e.type == "f"}
+    assert got == NAMES
+    run_ferry("verify", src, container, "--checksum")
+
+
+def test_blob_names_that_cannot_be_local_names_fail_clearly_and_the_rest_arrive(tmp_path, container, run_ferry):
+    for name, data in {"conflict": b"a file", "conflict/child.txt": b"a file under it",
+                       "x" * 300 + ".txt": b"component over 255 bytes", "fine.txt": b"fine"}.items():
+        container.client.upload_blob(name, data)
+    dst = tmp_path / "dst"
+    out = run_ferry("copy", "-r", container, dst, "--json", check=1)
+    failed = {f["path"]: f["error"] for f in out.json["failures"]}
+    assert len(failed) == 2 and "x" * 300 + ".txt" in failed, failed
+    assert "name too long" in failed["x" * 300 + ".txt"].lower()
+    assert len({"conflict", "conflict/child.txt"} & set(failed)) == 1, failed
+    assert (dst / "fine.txt").read_bytes() == b"fine"
+    assert "panicked" not in out.stderr

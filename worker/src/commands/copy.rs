@@ -36,7 +36,22 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
-            let entries = entries_of(&src, args.files_from.as_deref(), args.recursive).await?;
+            let entries = match args.files_from.as_deref() {
+                Some(m) => entries_of(&src, Some(m), args.recursive).await?,
+                None => {
+                    // What could be listed is copied; what could not (an unreadable directory,
+                    // say) is reported as failed, so the run ends with exit 1, not 0.
+                    let (entries, errors) = storage::list_partial(&src, args.recursive).await;
+                    if entries.is_empty() && !errors.is_empty() {
+                        let e = anyhow::Error::from(errors.into_iter().next().expect("not empty"));
+                        return Err(e.context(format!("listing {} failed", src.describe())));
+                    }
+                    for e in errors {
+                        stats.failed(src.describe(), format!("listing: {e}"));
+                    }
+                    entries
+                }
+            };
             (src, open(&dst_loc, &opts)?, entries, None)
         }
     };
@@ -81,6 +96,13 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         if let Some(b) = bar {
             b.finish();
         }
+    }
+    // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
+    // must not end in exit 0.
+    let g = Stats::get;
+    let accounted = g(&stats.files_copied) + g(&stats.files_skipped) + g(&stats.files_failed) + g(&stats.files_ignored);
+    if accounted < g(&stats.files_total) {
+        stats.failed(dst.describe(), format!("internal error: {} files have no outcome", g(&stats.files_total) - accounted));
     }
     report(&args, &src, &dst, &stats, started.elapsed().as_secs_f64());
     Ok(if Stats::get(&stats.files_failed) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })

@@ -288,7 +288,13 @@ pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Resu
                 Ok(md) => md,
                 // Vanished between readdir and stat: a live source; it simply isn't there now.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(StoreError::io(de.path().display().to_string(), e)),
+                // One entry that cannot be read is reported; its siblings are still listed.
+                Err(e) => {
+                    if tx.blocking_send(Err(StoreError::io(de.path().display().to_string(), e))).is_err() {
+                        return Ok(Vec::new());
+                    }
+                    continue;
+                }
             };
             if let Some(entry) = entry_of(child.clone(), &md) {
                 if entry.kind == Kind::Dir && recursive {
@@ -326,9 +332,15 @@ pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Resu
                 q.busy -= 1;
                 match res {
                     Ok(sub) => q.dirs.extend(sub),
+                    // A directory that cannot be read (permission denied, say) is reported and
+                    // the walk goes on: the listing is then incomplete, which callers see as an
+                    // error (prune refuses; copy copies the rest and exits 1).
                     Err(e) => {
-                        q.failed = true;
-                        let _ = tx.blocking_send(Err(e));
+                        drop(q);
+                        if tx.blocking_send(Err(e)).is_err() {
+                            state.lock().unwrap().failed = true;
+                        }
+                        q = state.lock().unwrap();
                     }
                 }
                 cv.notify_all();

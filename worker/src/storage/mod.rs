@@ -155,32 +155,33 @@ pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
 
 /// Collects a whole listing, failing if any part of it failed.
 pub async fn list_all(store: &Arc<dyn Store>, recursive: bool) -> Result<Vec<Entry>> {
+    let (entries, mut errors) = list_partial(store, recursive).await;
+    match errors.is_empty() {
+        true => Ok(entries),
+        false => Err(errors.swap_remove(0)),
+    }
+}
+
+/// Collects what a listing yields and, apart, every error it met: a copy can move what was
+/// listed and report the rest (a prune must not: it uses `list_all`).
+pub async fn list_partial(store: &Arc<dyn Store>, recursive: bool) -> (Vec<Entry>, Vec<StoreError>) {
     let (tx, mut rx) = mpsc::channel(1024);
     let s = store.clone();
     let task = tokio::spawn(async move { s.list(recursive, tx).await });
     let mut out = Vec::new();
-    let mut first_err = None;
+    let mut errors = Vec::new();
     while let Some(item) = rx.recv().await {
         match item {
             Ok(e) => out.push(e),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
+            Err(e) => errors.push(e),
         }
     }
     match task.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            first_err.get_or_insert(e);
-        }
-        Err(e) => {
-            first_err.get_or_insert(StoreError::Invalid(format!("listing task failed: {e}")));
-        }
+        Ok(Err(e)) => errors.push(e),
+        Err(e) => errors.push(StoreError::Invalid(format!("listing task failed: {e}"))),
     }
-    match first_err {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
+    (out, errors)
 }
 
 /// Rejects relative paths that could escape a root: empty, `.` or `..` components, or a
