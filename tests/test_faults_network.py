@@ -164,3 +164,34 @@ def test_tcp_faults_end_byte_identical(kind, direction, rate, tmp_path, azurite,
     else:
         assert not faults.check_local(dst, files, complete=True)
         run_ferry("verify", "--checksum", container, dst)
+
+
+@pytest.mark.parametrize("direction", ["upload", "download"])
+def test_a_stalled_exchange_is_cut_by_the_io_timeout_and_retried_once(direction, tmp_path, azurite, container,
+                                                                     run_ferry, faults):
+    """A peer that stops reading a request body (upload) or stops sending a response body midway
+    (download), and never closes: only ferry's own timer gets it out. Exactly one timeout retry."""
+    rng = faults.test_rng
+    files = {"big.bin": rng.randbytes(4 * MiB + 17), "small.txt": b"small\n"}
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with FaultProxy(azurite.port) as proxy:
+        if direction == "upload":
+            write_files(src, files)
+            # Held before its body is read: 1 MiB does not fit the socket buffers, so the write stalls.
+            proxy.add("stall", method="PUT", query={"comp": "block"}, count=1, stall_timeout=60, after_stall="drop")
+            run = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json",
+                            env={"FERRY_IO_TIMEOUT": "2"})
+        else:
+            upload_with_sdk(container, files)
+            proxy.add("stall_body", method="GET", path="big.bin", body_bytes=rng.randrange(1, 4 * MiB),
+                      stall_timeout=60)
+            run = run_ferry("copy", container.via(proxy.port), dst, "--recursive", "--block-size", "1MiB", "--json",
+                            env={"FERRY_IO_TIMEOUT": "2"})
+        proxy.release()
+        faults.ran()
+        faults.fault("stall", 1)
+    assert run.json["retries"] == {"total": 1, "by_status": {"timeout": 1}}, run.json["retries"]
+    if direction == "upload":
+        assert not faults.check_blobs(container, files, complete=True)
+    else:
+        assert not faults.check_local(dst, files, complete=True)
