@@ -120,54 +120,45 @@ def test_upload_killed_at_random_converges(tmp_path, azurite, container, run_fer
             assert seq < 60, "kills are not landing: runs finish before the random moment"
 
 
-def test_download_killed_at_random_converges(tmp_path, container, run_ferry, faults):
-    rng = faults.test_rng
+def converge_to_local(what: str, source_of, tmp_path, run_ferry, faults):
+    """Kill sequences into fresh local destinations until the quota of kills is reached;
+    ``source_of(seq, files)`` puts a tree somewhere and returns its location."""
     seq = killed = 0
-    while killed < quota(faults, "download"):
+    while killed < quota(faults, what):
         seq += 1
-        files = tree(faults, rng)
-        prefix = f"seq{seq}/"
-        upload_with_sdk(container, files, prefix)
+        files = tree(faults, faults.test_rng)
+        source = source_of(seq, files)
         dst = tmp_path / f"dst{seq}"
 
         def start():
-            return run_ferry.spawn("copy", container.at(prefix), dst, "--recursive", "--max-bandwidth", BANDWIDTH,
-                                   log_dir=tmp_path)
+            return run_ferry.spawn("copy", source, dst, "--recursive", "--max-bandwidth", BANDWIDTH, log_dir=tmp_path)
 
         def after_kill():
             assert not faults.check_local(dst, files, complete=False)
 
-        rc, kills = run_until_done(faults, "download", start, after_kill, window(files))
+        rc, kills = run_until_done(faults, what, start, after_kill, window(files))
         killed += kills
         assert rc == 0, stderr_of(tmp_path)
         assert not faults.check_local(dst, files, complete=True)
         assert leftovers(dst) == [], "temp files left behind after the run that completed"
-        run_ferry("verify", "--checksum", container.at(prefix), dst)
+        run_ferry("verify", "--checksum", source, dst)
         assert seq < 60, "kills are not landing: runs finish before the random moment"
+
+
+def test_download_killed_at_random_converges(tmp_path, container, run_ferry, faults):
+    def source_of(seq, files):
+        upload_with_sdk(container, files, f"seq{seq}/")
+        return container.at(f"seq{seq}/")
+
+    converge_to_local("download", source_of, tmp_path, run_ferry, faults)
 
 
 def test_local_copy_killed_at_random_converges(tmp_path, run_ferry, faults):
-    rng = faults.test_rng
-    seq = killed = 0
-    while killed < quota(faults, "local"):
-        seq += 1
-        files = tree(faults, rng)
-        src, dst = tmp_path / f"src{seq}", tmp_path / f"dst{seq}"
-        write_files(src, files)
+    def source_of(seq, files):
+        write_files(tmp_path / f"src{seq}", files)
+        return tmp_path / f"src{seq}"
 
-        def start():
-            return run_ferry.spawn("copy", src, dst, "--recursive", "--max-bandwidth", BANDWIDTH, log_dir=tmp_path)
-
-        def after_kill():
-            assert not faults.check_local(dst, files, complete=False)
-
-        rc, kills = run_until_done(faults, "local", start, after_kill, window(files))
-        killed += kills
-        assert rc == 0, stderr_of(tmp_path)
-        assert not faults.check_local(dst, files, complete=True)
-        assert leftovers(dst) == [], "temp files left behind after the run that completed"
-        run_ferry("verify", "--checksum", src, dst)
-        assert seq < 60, "kills are not landing: runs finish before the random moment"
+    converge_to_local("local", source_of, tmp_path, run_ferry, faults)
 
 
 def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azurite, container, toxiproxy,

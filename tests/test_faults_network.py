@@ -96,12 +96,9 @@ def test_http_status_faults_are_retried_and_counted_exactly(direction, rate, tmp
     staged = Counter((r.path, r.block_id) for r in puts if r.status == 201)
     assert not [k for k, n in staged.items() if n > 1], "a block was staged twice"
 
-    if direction == "upload":
-        assert not faults.check_blobs(container, files, complete=True)
-    else:
-        assert not faults.check_local(dst, files, complete=True)
-    run_ferry("verify", "--checksum", *(
-        (src, container) if direction == "upload" else (container, dst)))
+    source, dest = (src, container) if direction == "upload" else (container, dst)
+    assert not faults.check(dest, files, complete=True)
+    run_ferry("verify", "--checksum", source, dest)
 
 
 
@@ -158,12 +155,9 @@ def test_tcp_faults_end_byte_identical(kind, direction, rate, tmp_path, azurite,
     # A 201 lost on the way back is re-sent: only a retry can explain a block staged twice.
     twice = sum(n - 1 for n in staged.values())
     assert twice <= retries, f"{twice} blocks staged again with only {retries} retries"
-    if direction == "upload":
-        assert not faults.check_blobs(container, files, complete=True)
-        run_ferry("verify", "--checksum", src, container)
-    else:
-        assert not faults.check_local(dst, files, complete=True)
-        run_ferry("verify", "--checksum", container, dst)
+    source, dest = (src, container) if direction == "upload" else (container, dst)
+    assert not faults.check(dest, files, complete=True)
+    run_ferry("verify", "--checksum", source, dest)
 
 
 @pytest.mark.parametrize("direction", ["upload", "download"])
@@ -191,7 +185,4 @@ def test_a_stalled_exchange_is_cut_by_the_io_timeout_and_retried_once(direction,
         faults.ran()
         faults.fault("stall", 1)
     assert run.json["retries"] == {"total": 1, "by_status": {"timeout": 1}}, run.json["retries"]
-    if direction == "upload":
-        assert not faults.check_blobs(container, files, complete=True)
-    else:
-        assert not faults.check_local(dst, files, complete=True)
+    assert not faults.check(container if direction == "upload" else dst, files, complete=True)

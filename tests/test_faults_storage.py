@@ -83,19 +83,12 @@ def test_azurite_killed_mid_run_then_rerun_completes(direction, restart_while, t
         az.restart()
         proc.wait(120)
     faults.ran()
-    check = _Container(container)
-    if direction == "upload":
-        assert not faults.check_blobs(check, files, complete=False)
-    else:
-        assert not faults.check_local(dst, files, complete=False)
+    source, dest = (src, _Container(container)) if direction == "upload" else (url, dst)
+    assert not faults.check(dest, files, complete=False)
     run_ferry(*args, "--max-retries", "5")
     faults.ran()
-    if direction == "upload":
-        assert not faults.check_blobs(check, files, complete=True)
-        run_ferry("verify", "--checksum", src, url)
-    else:
-        assert not faults.check_local(dst, files, complete=True)
-        run_ferry("verify", "--checksum", url, dst)
+    assert not faults.check(dest, files, complete=True)
+    run_ferry("verify", "--checksum", source, url if direction == "upload" else dst)
 
 
 class _Container:

@@ -70,10 +70,7 @@ class Azurite:
         )
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no Azurite log)"
+        return log_tail(self.log_path, n)
 
     def kill(self) -> None:
         """SIGKILL the emulator, as a crash would; its --location stays for a restart."""
@@ -99,15 +96,27 @@ class Azurite:
         raise RuntimeError(f"Azurite did not answer after a restart:\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         if self._owns_location:
             shutil.rmtree(self.location, ignore_errors=True)
+
+
+def log_tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def _die_with_parent() -> None:

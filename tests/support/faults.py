@@ -122,6 +122,12 @@ class Ledger:
             self._divergence(where or str(root), p)
         return problems
 
+    def check(self, dest, expected: dict[str, bytes], complete: bool) -> list[str]:
+        """``check_local`` for a Path, ``check_blobs`` for a container."""
+        if isinstance(dest, Path):
+            return self.check_local(dest, expected, complete)
+        return self.check_blobs(dest, expected, complete)
+
     def figures(self) -> dict:
         return {
             "mode": "deep" if self.deep else "ci",

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support.azurite import _die_with_parent, free_port
+from support.azurite import _die_with_parent, free_port, log_tail, stop_process
 
 TOXICS = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer", "limit_data")
 
@@ -56,20 +56,8 @@ class Toxiproxy:
         port = int(got["listen"].rsplit(":", 1)[1])
         return TcpProxy(self, name, port)
 
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no toxiproxy log)"
-
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 @dataclass
@@ -133,6 +121,6 @@ def start_toxiproxy(repo_root: Path, log_dir: Path, start_timeout: float = 15.0,
                 return server
             except (OSError, ToxiproxyError):
                 time.sleep(0.05)
-        last = server.log_tail()
+        last = log_tail(log_path, 30)
         server.stop()
     raise RuntimeError(f"toxiproxy-server did not start after {attempts} attempts; last log:\n{last}")
