@@ -27,3 +27,4 @@ demo: setup
 bench: setup
 	.venv/bin/python benchmarks/campaign.py all
 	benchmarks/pipeline.sh
+	.venv/bin/python benchmarks/replicate.py

@@ -2,6 +2,9 @@
 # verify per partition -> (final) prune -> report.  See docs/pipeline.md.
 #
 #   snakemake --profile profiles/local --config source=SRC dest=DST phase=baseline|incremental|final
+#
+# The MPI replication is a separate target (docs/replicate.md):
+#   snakemake replicate --profile profiles/local --config 'replicate={source: SRC, dest: DIR}'
 
 from snakemake.utils import min_version
 
@@ -11,6 +14,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Partition ids are the zero-padded numbers of `ferry plan`'s part files.
+wildcard_constraints:
+    part=r"\d+",
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/list.smk"
 include: "workflow/rules/plan.smk"
@@ -18,6 +26,7 @@ include: "workflow/rules/transfer.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/prune.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/replicate.smk"
 
 
 # The report reads a few JSON files: not worth a cluster job's start-up.
@@ -26,11 +35,17 @@ localrules:
     report,
 
 
+def migration_report(wildcards):
+    if REPLICATE_ONLY:
+        raise WorkflowError("no migration configured (config fields 'source' and 'dest' are empty); "
+                            "for the replication, ask for its target: `snakemake replicate`")
+    return [f"{RUN}/report.json", f"{RUN}/report.md"]
+
+
 rule all:
-    input:
-        f"{RUN}/report.json",
-        f"{RUN}/report.md",
     default_target: True
+    input:
+        migration_report,
 
 
 onsuccess:
@@ -38,4 +53,6 @@ onsuccess:
 
 
 onerror:
-    ferry_report.write_incomplete(RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST))
+    ferry_report.write_incomplete(
+        RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST)
+    )

@@ -39,11 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support.latencyfs import LatencyFS, build as build_latencyfs  # noqa: E402  (tests/support)
+
 REPO = Path(__file__).resolve().parent.parent
 os.chdir(REPO)  # every path written into commands and results is relative to the repo root
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-SCENARIOS = ("local", "azurite", "discard", "partition")
+SCENARIOS = ("local", "azurite", "discard", "partition", "nfs")
 AZ_ACCOUNT = "devstoreaccount1"
 # Azurite's published development key, the same in every Azurite install; not a secret.
 AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -162,6 +165,7 @@ class Settings:
     update_docs: bool
     ferry_source: Path
     ferry_sha256: str = ""
+    mpifileutils: Path | None = None  # a build of mpifileutils (dcp, dsync) made elsewhere, or None
 
     @property
     def data(self) -> Path:
@@ -340,7 +344,8 @@ class Row:
     cmd: str
     role: str                 # "ferry" (the subject) or "peer"
     prepare: str = ":"
-    slot: str | None = None   # Azurite workspace this row runs against, if any
+    slot: str | None = None   # Azurite workspace (or latencyfs destination) this row runs against
+    depth: int | None = None  # requests the row keeps in flight at most, for its latency limit
 
 
 @dataclass
@@ -360,6 +365,9 @@ class Group:
     setup: Callable[[], None] | None = None
     teardown: Callable[[], None] | None = None
     server_cpu: Callable[[str], list] | None = None  # slot → CPU seconds of the server, per run
+    run_stats: Callable[[str], list] | None = None   # slot → the filesystem's counters, per run
+    delay_ms: float | None = None                    # latency added to every filesystem request
+    best_peer_only: bool = False                     # ratios against the fastest peer only
     throughput_unit: str = "MiB/s"
 
 
@@ -425,6 +433,12 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
         for row in g.rows:
             for rec, cpu in zip(runs[row.name], g.server_cpu(row.slot) if row.slot else []):
                 rec["server_cpu"] = cpu
+    if g.run_stats:
+        for row in g.rows:
+            for rec, st in zip(runs[row.name], g.run_stats(row.slot) if row.slot else []):
+                rec["requests"] = st["total"]
+                rec["inflight_avg"] = round(st["inflight_avg_busy"], 2)
+                rec["inflight_max"] = st["inflight_max"]
     verification = {}
     if g.verify:
         log(f"  verifying {g.id} outside the timed runs")
@@ -440,8 +454,8 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)} if loads else None,
         "seconds": round(time.monotonic() - started, 1), "notes": g.notes, "ferry_sha256": s.ferry_sha256,
-        "throughput_unit": g.throughput_unit,
-        "rows": rows, "ratios": ratios(rows), "verification": verification,
+        "throughput_unit": g.throughput_unit, "delay_ms": g.delay_ms,
+        "rows": rows, "ratios": ratios(rows, g.best_peer_only), "verification": verification,
     }
 
 
@@ -468,6 +482,15 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
     server = [r["server_cpu"] for r in ok if r.get("server_cpu") is not None]
     if server:
         out["server_cpu_median"] = statistics.median(server)
+    requests = [r["requests"] for r in ok if r.get("requests") is not None]
+    if requests:
+        out["requests_median"] = statistics.median(requests)
+        out["inflight_avg_median"] = statistics.median(r["inflight_avg"] for r in ok if "inflight_avg" in r)
+        if g.delay_ms and row.depth:
+            # The floor for a tool that keeps `depth` requests in flight all the time.
+            out["depth"] = row.depth
+            out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / row.depth
+            out["wall_over_limit"] = wall / out["latency_limit_s"] if out["latency_limit_s"] else None
     met = []
     for metric, op, limit, text in g.targets.get(row.name, []):
         value = out.get(metric)
@@ -478,14 +501,15 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
     return out
 
 
-def ratios(rows: list[dict]) -> list[dict]:
+def ratios(rows: list[dict], best_peer_only: bool = False) -> list[dict]:
     out = []
+    peers = [b for b in rows if b["role"] == "peer" and "wall_median" in b]
+    if best_peer_only and peers:
+        peers = [min(peers, key=lambda b: b["wall_median"])]
     for a in rows:
         if a["role"] != "ferry" or "wall_median" not in a:
             continue
-        for b in rows:
-            if b["role"] != "peer" or "wall_median" not in b:
-                continue
+        for b in peers:
             r = {"ferry": a["name"], "peer": b["name"], "wall": a["wall_median"] / b["wall_median"]}
             r["cpu"] = a["cpu_median"] / b["cpu_median"] if b["cpu_median"] > 0 else None
             ra, rb = a.get("rss_mib_median"), b.get("rss_mib_median")
@@ -498,7 +522,66 @@ def ratios(rows: list[dict]) -> list[dict]:
 # Azurite: restarted fresh from a seeded workspace before every measured run
 # ----------------------------------------------------------------------------------------------
 
-class AzuriteHost:
+class ControlledHost:
+    """Something hyperfine's --prepare resets between runs (`campaign.py _ctl SOCK reset SLOT`):
+    a Unix socket in the campaign process takes one request a connection, under one lock, and
+    `handle` (of the subclass) acts on it; `stop` ends whatever the host runs."""
+
+    def __init__(self, sock_path: Path):
+        self.sock_path = sock_path
+        self._server: socket.socket | None = None
+        self.lock = threading.Lock()
+
+    def handle(self, words: list[str]) -> None:
+        if words[:1] == ["reset"] and len(words) == 2:
+            self.reset(words[1])
+        elif words == ["stop"]:
+            self.stop()
+        else:
+            raise ValueError(f"unknown request {words}")
+
+    def reset(self, slot: str) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def prepare_cmd(self, slot: str) -> str:
+        return f"{q(Path(sys.executable))} benchmarks/campaign.py _ctl {q(self.sock_path)} reset {slot}"
+
+    def serve(self) -> None:
+        self.sock_path.unlink(missing_ok=True)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(rel(self.sock_path))
+        srv.listen(4)
+        self._server = srv
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with conn:
+                words = conn.makefile("r").readline().split()
+                try:
+                    with self.lock:
+                        self.handle(words)
+                    conn.sendall(b"ok\n")
+                except Exception as e:
+                    conn.sendall(f"error {type(e).__name__}: {e}\n".encode())
+
+    def close(self) -> None:
+        if self._server:
+            self._server.close()
+            self._server = None
+        self.sock_path.unlink(missing_ok=True)
+        with self.lock:
+            self.stop()
+
+
+class AzuriteHost(ControlledHost):
     """Runs Azurite as a child of this process and restarts it on request from hyperfine's
     --prepare (through a Unix socket), so that every measured run meets a fresh emulator with
     exactly the seeded contents and no process outlives the campaign.
@@ -510,6 +593,7 @@ class AzuriteHost:
     """
 
     def __init__(self, s: Settings):
+        super().__init__(s.scratch / "azurite-ctl.sock")
         self.s = s
         self.root = s.scratch / ("azurite-quick" if s.quick else "azurite")
         self.root.mkdir(parents=True, exist_ok=True)
@@ -519,9 +603,6 @@ class AzuriteHost:
         self.cpu_at_ready = 0.0
         self.slots: dict[str, dict] = {}
         self.server_cpu: dict[str, list] = {}
-        self.sock_path = s.scratch / "azurite-ctl.sock"
-        self._server: socket.socket | None = None
-        self.lock = threading.Lock()
 
     @property
     def endpoint(self) -> str:
@@ -626,9 +707,6 @@ class AzuriteHost:
     def drop_slot(self, name: str) -> None:
         rmtree(self.slots[name]["run"])
 
-    def prepare_cmd(self, slot: str) -> str:
-        return f"{q(Path(sys.executable))} benchmarks/campaign.py _ctl {q(self.sock_path)} reset {slot}"
-
     # -- seeds ----------------------------------------------------------------------------------
     def seed_empty(self) -> Path:
         seed = self.root / "seed-empty"
@@ -686,43 +764,6 @@ class AzuriteHost:
             "RCLONE_CONFIG_AZ_ENDPOINT": self.endpoint,
         })
         return env
-
-    # -- control socket -------------------------------------------------------------------------
-    def serve(self) -> None:
-        self.sock_path.unlink(missing_ok=True)
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(rel(self.sock_path))
-        srv.listen(4)
-        self._server = srv
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            with conn:
-                words = conn.makefile("r").readline().split()
-                try:
-                    with self.lock:
-                        if words[:1] == ["reset"] and len(words) == 2:
-                            self.reset(words[1])
-                        elif words == ["stop"]:
-                            self.stop()
-                        else:
-                            raise ValueError(f"unknown request {words}")
-                    conn.sendall(b"ok\n")
-                except Exception as e:
-                    conn.sendall(f"error {type(e).__name__}: {e}\n".encode())
-
-    def close(self) -> None:
-        if self._server:
-            self._server.close()
-            self._server = None
-        self.sock_path.unlink(missing_ok=True)
-        with self.lock:
-            self.stop()
 
 
 def ctl_client(sock: str, words: list[str]) -> int:
@@ -1233,6 +1274,210 @@ def scenario_partition(s: Settings) -> list[Group]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Scenario: an NFS-class destination (every request a round trip), emulated by tools/latencyfs
+# ----------------------------------------------------------------------------------------------
+
+NFS_DELAYS_MS = (1, 5)
+
+
+class LatencyHost(ControlledHost):
+    """A latencyfs mount over one backing directory, remounted before every measured run (a new
+    client: nothing cached from the run before) once the run's destination has been put back
+    underneath, uncounted, in its starting state: empty, or a copy of a seed tree. The
+    filesystem's counters of each run are kept per slot."""
+
+    def __init__(self, s: Settings):
+        super().__init__(s.scratch / "latencyfs-ctl.sock")
+        self.s = s
+        self.backing = s.work / "nfs" / "backing"
+        self.mnt = s.work / "nfs" / "mnt"
+        self.delay_ms = 0.0
+        self.fs: LatencyFS | None = None
+        self.current: str | None = None
+        self.seeds: dict[str, Path | None] = {}
+        self.counts: dict[str, list] = {}
+
+    def add_slot(self, name: str, seed: Path | None) -> str:
+        self.seeds[name] = seed
+        self.counts.pop(name, None)
+        return name
+
+    def dest(self, slot: str) -> Path:
+        return self.mnt / slot
+
+    def reset(self, slot: str) -> None:
+        self.stop()
+        d = self.backing / slot
+        set_aside(d, trash_dir(self.s))
+        seed = self.seeds[slot]
+        if seed is None:
+            d.mkdir(parents=True)
+        else:
+            subprocess.run(["cp", "-a", rel(seed), rel(d)], check=True)
+        self.fs = LatencyFS(self.backing, self.mnt, delay_ms=self.delay_ms).mount()
+        self.current = slot
+
+    def stop(self) -> None:
+        if self.fs is None:
+            return
+        if self.current is not None:
+            time.sleep(0.1)  # releases trail the last close() by a moment
+            self.counts.setdefault(self.current, []).append(self.fs.stats())
+        self.fs.unmount()
+        self.fs = None
+        self.current = None
+
+    def drop(self, slots: list[str]) -> None:
+        for slot in slots:
+            set_aside(self.backing / slot, trash_dir(self.s))
+
+
+def stale_seed(src: Path, seed: Path, every: int) -> None:
+    """A copy of src where every `every`-th file (in sorted order) has an mtime a day older, so a
+    size+mtime re-run finds 1/every of the files changed."""
+    subprocess.run(["cp", "-a", rel(src), rel(seed)], check=True)
+    files = sorted(p for p in seed.rglob("*") if p.is_file())
+    for p in files[::every]:
+        st = p.stat()
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns - 86_400 * 10**9))
+
+
+def stage_mpifileutils(s: Settings) -> Path | None:
+    """dcp and dsync copied next to the ferry snapshot with the libraries they load from outside
+    the system's directories, so the commands in the results name no path of this machine."""
+    if s.mpifileutils is None:
+        return None
+    out = s.bin / "mpifileutils"
+    rmtree(out)
+    out.mkdir(parents=True)
+    for tool in ("dcp", "dsync"):
+        found = [p for p in s.mpifileutils.rglob(tool) if p.is_file() and os.access(p, os.X_OK)]
+        if not found:
+            sys.exit(f"campaign: no {tool} under {s.mpifileutils}")
+        shutil.copy2(found[0], out / tool)
+        for line in subprocess.run(["ldd", str(found[0])], capture_output=True, text=True).stdout.splitlines():
+            parts = line.split("=>")
+            lib = parts[1].split("(")[0].strip() if len(parts) == 2 else ""
+            if lib.startswith("/") and not lib.startswith(("/lib", "/usr")):
+                shutil.copy2(lib, out / Path(parts[0].strip()).name)
+    return out
+
+
+def mpirun(mfu: Path, n: int, tool_args: str) -> str:
+    root = " --allow-run-as-root" if os.geteuid() == 0 else ""
+    return (f"env LD_LIBRARY_PATH={q(mfu)} mpirun{root} --oversubscribe -n {n} {q(mfu)}/{tool_args}")
+
+
+def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
+    build_latencyfs()
+    base = s.data / "nfs"
+    n = s.size(2_000, 300)
+    flat = files_dataset("nfs-flat", f"{n:,} files of 0–32 KiB in one directory", n,
+                         lambda r: r.randint(0, 32 * KiB), per_dir=n, seed=51)
+    tree = files_dataset("nfs-tree", f"{n:,} files of 0–32 KiB in {n // 50} directories", n,
+                         lambda r: r.randint(0, 32 * KiB), per_dir=50, seed=52)
+    nlarge = s.size(50, 10)
+    large = files_dataset("nfs-10MiB", f"{nlarge} files of 10 MiB in one directory", nlarge,
+                          lambda r: 10 * MiB, per_dir=nlarge, seed=53)
+    ferry_depth = 2 * min(max(os.cpu_count() or 8, 8), 96)  # --parallel-files' default
+    mfu = stage_mpifileutils(s)
+    seeds = s.work / "nfs" / "seeds"
+    env = bench_env()
+    groups = []
+    for key, ds in (("flat", flat), ("tree", tree), ("10MiB", large)):
+        phases = [p for p in ("baseline", "unchanged", "changed-1pct")
+                  if any(s.selected(f"{p}-{key}-{d}ms") for d in NFS_DELAYS_MS)]
+        if not phases:
+            continue
+        src = ds.materialize(base)
+        seed_of = {"baseline": None}
+        if "unchanged" in phases:
+            seed_of["unchanged"] = seeds / f"{ds.name}-same"
+        if "changed-1pct" in phases:
+            seed_of["changed-1pct"] = seeds / f"{ds.name}-1pct"
+        for phase in phases:
+            seed = seed_of[phase]
+            stamp = seeds / f"{ds.name}-{phase}.stamp"
+            if seed is not None and not (stamp.exists() and stamp.read_text() == ds.stamp_text()):
+                rmtree(seed)
+                seed.parent.mkdir(parents=True, exist_ok=True)
+                if phase == "unchanged":
+                    subprocess.run(["cp", "-a", rel(src), rel(seed)], check=True)
+                else:
+                    stale_seed(src, seed, 100)
+                stamp.write_text(ds.stamp_text())
+            for delay in NFS_DELAYS_MS:
+                gid = f"{phase}-{key}-{delay}ms"
+                if s.selected(gid):
+                    groups.append(nfs_group(s, host, gid, phase, ds, src, seed, delay, ferry_depth, mfu, env))
+    return groups
+
+
+def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset, src: Path, seed: Path | None,
+              delay: int, ferry_depth: int, mfu: Path | None, env: dict) -> Group:
+    def fpsync(n: int, tool: str) -> str:
+        per_job = max(1, -(-ds.files // n))  # at least n jobs, whatever the tree's size
+        mode = "-m cpio " if tool == "cpio" else ""
+        return (f'fpsync -n {n} -f {per_job} -t "$PWD/{rel(host.backing.parent)}/fpsync-{gid}" {mode}'
+                f'"$PWD/{rel(src)}/" "$PWD/{{dst}}/"')
+
+    specs = [
+        ("ferry", f"{s.ferry} copy -r {q(src)}/ {{dst}}", "ferry", ferry_depth),
+        ("ferry --parallel-files 64", f"{s.ferry} copy -r --parallel-files 64 {q(src)}/ {{dst}}", "ferry", 64),
+    ]
+    if phase == "baseline":
+        specs += [(f"fpsync -n {n} cpio", fpsync(n, "cpio"), "peer", n) for n in (16, 64)]
+    specs += [(f"fpsync -n {n} rsync", fpsync(n, "rsync"), "peer", n) for n in (16, 64)]
+    specs.append(("rsync -a", f"rsync -a {q(src)}/ {{dst}}/", "peer", 1))
+    if phase == "baseline":
+        specs.append(("cp -a", f"cp -a {q(src)}/. {{dst}}/", "peer", 1))
+    if mfu is not None:
+        # dcp copies SRC to TARGET, or into it when it exists: the empty destination goes first.
+        specs.append(("dcp -n 16", f"rmdir {{dst}} && {mpirun(mfu, 16, f'dcp -q -p {q(src)} {{dst}}')}", "peer", 16)
+                     if phase == "baseline" else
+                     ("dsync -n 16", mpirun(mfu, 16, f"dsync -q {q(src)} {{dst}}"), "peer", 16))
+    rows = []
+    for name, cmd, role, depth in specs:
+        slot = host.add_slot(f"{gid}-{slug(name)}", seed)
+        rows.append(Row(name, cmd.format(dst=rel(host.dest(slot))), role, host.prepare_cmd(slot), slot, depth))
+
+    def setup():
+        host.delay_ms = delay
+
+    def verify():
+        res = {}
+        for row in rows:
+            d = host.backing / row.slot
+            same = diff_trees(src, d)
+            # Re-runs must leave every mtime equal to the source's (fpsync's cpio keeps seconds only).
+            stale = 0
+            if phase != "baseline" or "cpio" not in row.name:
+                for p in src.rglob("*"):
+                    if p.is_file() and p.stat().st_mtime_ns // 10**9 != (d / p.relative_to(src)).stat().st_mtime_ns // 10**9:
+                        stale += 1
+            res[row.name] = {"ok": same["ok"] and stale == 0, "diff": same["diff"], "mtime_differs": stale}
+        if not s.keep:
+            host.drop([r.slot for r in rows])
+        return {"ok": all(r["ok"] for r in res.values()),
+                "compared": "the last run's destination (underneath the mount) with the source: diff -rq, mtimes", **res}
+
+    what = {"baseline": "baseline copy", "unchanged": "unchanged re-run",
+            "changed-1pct": "re-run with 1% of the files changed"}[phase]
+    notes = [f"Destination on latencyfs, {delay} ms per request, remounted before every run "
+             f"(nothing cached from the run before); "
+             + ("empty before every run." if seed is None else
+                "restored underneath before every run from a copy of the source"
+                + (" in which every 100th file has an mtime a day older." if phase == "changed-1pct" else "."))
+             + " Latency limit = requests × delay ÷ depth: the wall time a tool keeping `depth` requests "
+               "in flight all the time would need (depth: ferry's --parallel-files, fpsync's -n, 1 for "
+               "rsync and cp); requests counted by latencyfs in each run (medians)."]
+    return Group(gid, f"{what} to an NFS-like mount ({delay} ms a request), {ds.desc}", ds.desc,
+                 ds.bytes if phase == "baseline" else 0, ds.files, rows, env, notes=notes, warm=[src],
+                 verify=verify, setup=setup, teardown=host.stop, run_stats=lambda slot: host.counts.get(slot, []),
+                 delay_ms=delay, best_peer_only=True)
+
+
+# ----------------------------------------------------------------------------------------------
 # Machine description and results
 # ----------------------------------------------------------------------------------------------
 
@@ -1280,6 +1525,10 @@ def versions(scenario: str) -> dict:
     if scenario == "discard":
         v["go"] = first_line(["go", "version"])
         v["curl"] = " ".join(first_line(["curl", "--version"]).split()[:2])
+    if scenario == "nfs":
+        v |= {"fpart": first_line(["fpart", "-V"]), "rsync": first_line(["rsync", "--version"]),
+              "cp": first_line(["cp", "--version"]), "cpio": first_line(["cpio", "--version"]),
+              "libfuse": "libfuse " + first_line(["pkg-config", "--modversion", "fuse3"])}
     if scenario == "partition":
         v["fpart"] = first_line(["fpart", "-V"])
         v["find"] = first_line(["find", "--version"])
@@ -1349,6 +1598,9 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         head += ["peak RSS MiB"]
         if has_server:
             head += ["Azurite CPU s"]
+        has_requests = any("requests_median" in r for r in g["rows"])
+        if has_requests:
+            head += ["requests", "in flight (avg)", "depth", "latency limit s", "wall ÷ limit"]
         head += ["ok runs"]
         lines += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
         for r in g["rows"]:
@@ -1364,6 +1616,10 @@ def render_markdown(res: dict, heading: int = 1) -> str:
             cells += [fmt(r.get("rss_mib_median"), 1)]
             if has_server:
                 cells += [fmt(r.get("server_cpu_median"))]
+            if has_requests:
+                cells += [f"{r['requests_median']:,.0f}" if "requests_median" in r else "–",
+                          fmt(r.get("inflight_avg_median"), 1), str(r.get("depth", "–")),
+                          fmt(r.get("latency_limit_s")), fmt(r.get("wall_over_limit"), 1)]
             cells += [f"{r['ok_runs']}/{len(r['runs'])}"]
             lines.append("| " + " | ".join(cells) + " |")
         targets = [(r["name"], t) for r in g["rows"] for t in r.get("targets", [])]
@@ -1493,6 +1749,10 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
             groups = scenario_discard(s, server)
         elif scenario == "partition":
             groups = scenario_partition(s)
+        elif scenario == "nfs":
+            host = LatencyHost(s)
+            host.serve()
+            groups = scenario_nfs(s, host)
         else:
             raise ValueError(scenario)
         for g in groups:
@@ -1548,18 +1808,23 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scratch", default="benchmarks/.data", help="datasets and workspaces (default: %(default)s)")
     ap.add_argument("--results", help="where results go (default benchmarks/results; <scratch>/results-quick with --quick)")
     ap.add_argument("--ferry", default="worker/target/release/ferry", help="worker binary to snapshot and time")
+    ap.add_argument("--mpifileutils", metavar="DIR",
+                    help="nfs: also time dcp and dsync from this build directory (never part of the repo)")
     ap.add_argument("--keep", action="store_true", help="keep destinations and Azurite workspaces after verifying")
     ap.add_argument("--no-docs", action="store_true", help="don't refresh the results blocks in docs/benchmarks.md")
+    ap.add_argument("--docs", action="store_true",
+                    help="refresh them even with --quick or --results (a small-scale campaign on purpose)")
     a = ap.parse_args(argv)
     scratch = Path(a.scratch)
     results = Path(a.results) if a.results else (scratch / "results-quick" if a.quick else Path("benchmarks/results"))
     s = Settings(scratch=scratch, results=results, runs=a.runs or (1 if a.quick else 3), quick=a.quick,
-                 only=a.only, keep=a.keep, update_docs=not a.no_docs and not a.quick and not a.results,
-                 ferry_source=Path(a.ferry))
+                 only=a.only, keep=a.keep,
+                 update_docs=not a.no_docs and (a.docs or (not a.quick and not a.results)),
+                 ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None)
     if a.scenario == "clean":
         # Only what the campaigns make: other benchmarks (benchmarks/pipeline.sh) share the dir.
         for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",
-                     "results-quick", "rclone.conf", "azurite-ctl.sock"):
+                     "results-quick", "rclone.conf", "azurite-ctl.sock", "latencyfs-ctl.sock"):
             p = scratch / name
             if p.exists():
                 log(f"removing {rel(p)}")
@@ -1581,14 +1846,17 @@ def main(argv: list[str]) -> int:
     failed = False
     for sc in todo:
         # The command that redoes the whole scenario; a partial run (--only) is recorded apart.
+        # A build outside the repo is named by its role, not by where it sits on this machine.
+        shown = ["--mpifileutils=DIR" if x.startswith("--mpifileutils=") else x for x in argv[1:]]
+        shown = ["DIR" if i and shown[i - 1] == "--mpifileutils" else x for i, x in enumerate(shown)]
         opts, skip = [], False
-        for arg in argv[1:]:
+        for arg in shown:
             if skip or arg.startswith("--only"):
                 skip = arg == "--only"
                 continue
             opts.append(arg)
         cmd = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *opts])
-        partial = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *argv[1:]]) if a.only else None
+        partial = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *shown]) if a.only else None
         res = run_scenario(s, sc, cmd, partial)
         failed |= any(not (g.get("verification") or {}).get("ok", True) for g in res["groups"])
         if s.update_docs:

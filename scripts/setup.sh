@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what ferry needs to build, test and demo, skipping whatever is already in place:
 # Debian packages (scripts/apt-packages.txt), the Python venv (.venv, requirements.txt),
-# Azurite (npm ci from package-lock.json), toxiproxy (Go) for the fault suite and the release
-# build of the worker.
+# Azurite (npm ci from package-lock.json), toxiproxy (Go) for the fault suite, the release build
+# of the worker and tools/latencyfs.
 # Safe to re-run; a run with nothing to do makes no network requests apart from cargo's no-op.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -93,4 +93,8 @@ fi
 command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (rustup) first"
 say "building the worker (cargo build --release)"
 cargo build --release --quiet --manifest-path worker/Cargo.toml
+
+# --- latencyfs (the NFS-like test and benchmark filesystem) --------------------------------
+say "building tools/latencyfs"
+make -s -C tools/latencyfs
 say "done"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the one-node cluster started by slurm-up.sh: exactly the daemons named in its pid files.
-# Job state and logs stay on disk so a later slurm-up.sh (or a post-mortem) can use them.
+# Job state and logs stay on disk so a later slurm-up.sh (or a post-mortem) can use them; the
+# slurm.conf this cluster was started with does not (see the end).
 set -euo pipefail
 
 [ "$(id -u)" -eq 0 ] || { echo "slurm-down: must run as root" >&2; exit 1; }
@@ -33,4 +34,16 @@ if [ -e /run/slurm/ferry-started-mariadb ]; then
     rm -f /run/slurm/ferry-started-mariadb
 fi
 stop munged /run/munge/munged.pid
+
+# With a slurm.conf naming a controller that is not running, every Slurm client call waits out
+# its message timeout, and snakemake-executor-plugin-slurm makes one (`scontrol show config`) at
+# import — on every Snakemake start, local profile included: ~9 s each. Without a slurm.conf the
+# clients fail at once. slurm-up.sh writes the file anew, so only one it wrote is removed.
+marker="# managed by ferry scripts/slurm-up.sh"
+conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
+for file in "$conf" "$(dirname "$conf")/slurmdbd.conf"; do
+    if [ -f "$file" ] && grep -qF "$marker" "$file"; then
+        rm -f "$file"
+    fi
+done
 echo "slurm-down: stopped"

@@ -47,6 +47,14 @@ done
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# The daemons must not inherit our descriptors: one may be the lock of a caller running
+# `flock /tmp/ferry-slurm.lock ...`, which munged would then hold for as long as it runs,
+# locking everyone else out. (255 is the descriptor bash reads this script from.)
+for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+
 # --- munge -----------------------------------------------------------------------------------
 mkdir -p /run/munge /var/lib/munge /var/log/munge /etc/munge
 chown munge:munge /run/munge /var/lib/munge /var/log/munge /etc/munge
@@ -160,10 +168,17 @@ fi
 rm -f "$new_conf"
 
 # --- daemons ---------------------------------------------------------------------------------
-if [ "$conf_changed" = 1 ]; then
+# MPI jobs start with `srun --mpi=pmix` (Debian's Open MPI has no PMI2). slurmd loads the PMIx
+# library when it starts, so a PMIx installed or upgraded since then needs a slurmd restart.
+pmix_stamp="$run_dir/ferry-pmix.version"
+pmix_now=$(dpkg-query -W -f='${Version}' libpmix2 2>/dev/null || echo none)
+restart=""
+[ "$conf_changed" = 1 ] && restart="slurmd slurmctld"
+[ "$(cat "$pmix_stamp" 2>/dev/null)" != "$pmix_now" ] && restart="${restart:-slurmd}"
+if [ -n "$restart" ]; then
     # Some settings (accounting storage among them) only take effect at start, not on
     # `scontrol reconfigure`: restart whatever runs with the old file.
-    for daemon in slurmd slurmctld; do
+    for daemon in $restart; do
         if alive "$run_dir/$daemon.pid"; then
             pid=$(cat "$run_dir/$daemon.pid")
             kill -TERM "$pid"
@@ -191,6 +206,7 @@ fi
 # -i: start even if saved state from an earlier run does not match the new config.
 alive "$run_dir/slurmctld.pid" || slurmctld -i
 alive "$run_dir/slurmd.pid" || slurmd -N localhost
+echo "$pmix_now" > "$pmix_stamp"
 
 for _ in $(seq 100); do
     scontrol ping 2>/dev/null | grep -q 'is UP' && break

@@ -166,6 +166,15 @@ def assert_no_secret(*roots: Path) -> None:
 # static checks: no worker call, nothing touched
 
 
+def test_rules_are_snakefmt_clean():
+    """The Snakemake workflow catalog's formatting convention, checked like --lint."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_lint_is_clean(tmp_path):
     proc = pipeline(f"source={tmp_path / 'src'}", f"dest={tmp_path / 'dst'}", extra_args=("--lint",))
     assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr

@@ -53,6 +53,9 @@ def slurm():
             slurm_up(accounting=was_accounting)
         else:
             subprocess.run(["bash", str(REPO / "scripts" / "slurm-down.sh")], capture_output=True, timeout=60)
+            # A slurm.conf left behind with no controller makes every later Snakemake start wait
+            # ~9 s on the Slurm plugin's import-time probe (docs/pipeline.md, "Start-up cost").
+            assert not SLURM_CONF.exists(), "slurm-down.sh left its slurm.conf behind"
 
 
 def accounting_on() -> bool:
@@ -67,6 +70,16 @@ def slurm_up(accounting: bool) -> None:
     )
     if proc.returncode != 0:
         pytest.fail(f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+
+
+def jobcomp_records() -> list[dict[str, str]]:
+    """Every job Slurm recorded as finished, as {field: value} (JobId, Name, JobState, TimeLimit,
+    Tres, ...), oldest first."""
+    if not JOBCOMP_LOG.exists():
+        return []
+    return [
+        dict(re.findall(r"(\w+)=(\S*)", line)) for line in JOBCOMP_LOG.read_text(errors="replace").splitlines()
+    ]
 
 
 def completed_jobs() -> dict[int, str]:
@@ -142,8 +155,8 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
         comments.values(), ["list_source", "list_dest", "plan", "transfer", "verify", "prune", "final_check"]
     )
     rules = jobs_per_rule(rep)
-    # Grouped: listing+plan is one job, prune+final check another; transfers and verifies alone.
-    assert len(new_jobs) == 1 + rules["transfer"] + rules["verify"] + 1, (new_jobs, rules)
+    # Grouped: listing+plan is one job; transfers, verifies, prune and the final check alone.
+    assert len(new_jobs) == 1 + rules["transfer"] + rules["verify"] + 2, (new_jobs, rules)
     assert_no_secret(outdir, REPO / ".snakemake" / "slurm_logs")
 
 
@@ -171,3 +184,48 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     )
     states = dict(line.split("|") for line in proc.stdout.split())
     assert states == {str(job): "COMPLETED" for job in new_jobs}
+
+
+@pytest.mark.timeout(420)
+def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_path, ferry_bin):
+    """The time and memory each job asks Slurm for are the configured ones, not the sum over a
+    group's steps; a transfer job Slurm kills at its time limit is retried with twice the time and
+    memory, and the retry finishes the partition (the files the first attempt completed are not
+    copied again)."""
+    slurm_up(accounting=False)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(16):
+        (src / f"f{i:02d}.bin").write_bytes(os.urandom(256 * 1024))
+    dest = tmp_path / "nfs"
+    dest.mkdir()
+    outdir = tmp_path / "results"
+    seen_before = {r["JobId"] for r in jobcomp_records()}
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "incremental"),
+        # 4 MiB at 32 KiB/s, one file at a time: about two minutes, past the 1-minute limit.
+        "worker={max_bandwidth: 32KiB/s, parallel_files: 1, concurrency: 1}",
+        "partition={mode: parts, parts: 1}",
+        "job_retries=1",
+        "resources={list: {runtime: 3, mem_mb: 600}, plan: {runtime: 5, mem_mb: 500}, "
+        "transfer: {runtime: 1, mem_mb: 700}, verify: {runtime: 9, mem_mb: 800}}",
+        profile="profiles/slurm",
+        timeout=400,
+    )
+    assert local_snapshot(dest) == local_snapshot(src)
+    rep = report(outdir, "incremental")
+    assert rep["status"] == "complete"
+    # The retry's copy skipped what the killed attempt had finished.
+    files = rep["totals"]["files"]
+    assert files["skipped"] > 0 and files["copied"] + files["skipped"] == 16, files
+
+    jobs = [r for r in jobcomp_records() if r["JobId"] not in seen_before]
+    limits = [(r["JobState"], r["TimeLimit"], re.search(r"mem=(\d+)M", r["Tres"]).group(1)) for r in jobs]
+    # Listing + plan: list's runtime alone (plan runs after it in the same job and adds no time);
+    # the two listings run side by side, so twice list's memory (plan's is below that). Then the partition job (transfer + verify): transfer's runtime alone, the
+    # larger memory of the two; killed at 1 minute, retried with 2 minutes and twice the memory.
+    assert limits == [
+        ("COMPLETED", "3", "1200"),
+        ("TIMEOUT", "1", "800"),
+        ("COMPLETED", "2", "1600"),
+    ], jobs

@@ -115,6 +115,7 @@ class Request:
     action: str | None = None
     status: int | None = None
     done: bool = False
+    body_sent: int = 0  # response body bytes relayed to the client
     # Set when the exchange broke off (the client or upstream went away mid-way): what broke.
     error: str | None = None
     # A truncate or stall_body rule really cut the body short (it was longer than body_bytes).
@@ -220,7 +221,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         resp = self._forward(body, chunked)
         record.status = resp.status
-        self._relay(record, resp, rule)
+        self._relay(resp, rule, record)
 
     def _reply_fault(self, record: Request, rule: Rule):
         code = _ERROR_CODES.get(rule.status, "InjectedFault")
@@ -267,7 +268,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                     raise
         raise AssertionError("unreachable")
 
-    def _relay(self, record: Request, resp: http.client.HTTPResponse, rule: Rule | None):
+    def _relay(self, resp: http.client.HTTPResponse, rule: Rule | None, record: Request):
         self.send_response_only(resp.status, resp.reason)
         has_body = self.command != "HEAD" and resp.status not in (204, 304) and resp.status >= 200
         rechunk = has_body and resp.chunked
@@ -297,6 +298,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 break
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if rechunk else piece)
             sent += len(piece)
+            record.body_sent = sent
         if cut_at is not None:
             record.cut = has_body and (length is None or sent < int(length))
             self.wfile.flush()
@@ -397,6 +399,11 @@ class FaultProxy:
                 continue
             out.append(r)
         return out
+
+    def bytes_served(self, method: str = "GET", comp: str | None | object = ABSENT) -> int:
+        """Response body bytes of the selected successful requests; by default blob reads (GET
+        without a comp parameter), i.e. the data clients downloaded (error bodies not counted)."""
+        return sum(r.body_sent for r in self.requests(method=method, comp=comp) if 200 <= (r.status or 0) < 300)
 
     def clear_log(self):
         with self._cond:

@@ -29,6 +29,8 @@ pub enum Command {
     Env(EnvArgs),
     /// Split a manifest into parts, fpart-style
     Partition(crate::commands::partition::PartitionArgs),
+    /// Compare the listings and write what a pipeline phase copies, verifies and would delete
+    Plan(crate::commands::plan::PlanArgs),
     /// Compare source and destination (presence, size, optionally MD5)
     Verify(crate::commands::verify::VerifyArgs),
     /// Delete from the destination what the source no longer has (the final pass)

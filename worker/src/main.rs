@@ -9,6 +9,7 @@ mod localcopy;
 mod location;
 mod manifest;
 mod partition;
+mod plan;
 mod progress;
 mod retry;
 mod stats;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
             Mk(a) => commands::mk::run(a).await,
             Env(a) => commands::env::run(a).await,
             Partition(a) => commands::partition::run(a),
+            Plan(a) => commands::plan::run(a),
             Verify(a) => commands::verify::run(a).await,
             Prune(a) => commands::prune::run(a).await,
         }

@@ -258,7 +258,7 @@ pub fn parse_bytes(line: &[u8]) -> Result<Option<Entry>, String> {
 pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let line = line.strip_suffix('\n').unwrap_or(line);
     if let Some(header) = line.strip_prefix("#ferry-manifest ") {
-        let version = header.split('\t').next().unwrap_or_default();
+        let version = header.split(['\t', ' ']).next().unwrap_or_default();
         if version != "v1" {
             return Err(format!("unsupported manifest version {version:?} (this ferry reads v1)"));
         }

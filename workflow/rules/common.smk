@@ -14,14 +14,16 @@ sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
 import ferry_report  # noqa: E402
 
-
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
 with open(SCHEMA, encoding="utf-8") as _schema:
     ferrylib.coerce_cli_strings(config, yaml.safe_load(_schema))
 validate(config, schema=SCHEMA)
 
 
-ferrylib.check_config(config)
+# `snakemake replicate` alone needs no migration source and destination.
+REPLICATE_ONLY = not (config["source"] or config["dest"]) and bool(config["replicate"]["source"])
+if not REPLICATE_ONLY:
+    ferrylib.check_config(config)
 
 PHASE = config["phase"]
 FINAL = PHASE == "final"
@@ -29,7 +31,9 @@ SOURCE = config["source"]
 DEST = config["dest"]
 RUN_NAME = config["run_name"] or ferrylib.run_name_for(SOURCE, DEST)
 RUN = os.path.join(
-    config["outdir"], RUN_NAME, PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}"
+    config["outdir"],
+    RUN_NAME,
+    PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}",
 )
 FERRY = (
     config["ferry_bin"]
@@ -45,10 +49,14 @@ COPY_COMPARE = "none" if PHASE == "baseline" else config["compare"]
 def _worker_args():
     w = config["worker"]
     args = [
-        "--concurrency", str(w["concurrency"]),
-        "--parallel-files", str(w["parallel_files"]),
-        "--block-size", str(ferrylib.parse_size(w["block_size"])),
-        "--max-retries", str(w["max_retries"]),
+        "--concurrency",
+        str(w["concurrency"]),
+        "--parallel-files",
+        str(w["parallel_files"]),
+        "--block-size",
+        str(ferrylib.parse_size(w["block_size"])),
+        "--max-retries",
+        str(w["max_retries"]),
     ]
     if w["max_bandwidth"]:
         args += ["--max-bandwidth", w["max_bandwidth"]]
@@ -59,7 +67,11 @@ def _worker_args():
 
 # The credential source is forced through the environment: only `ferry copy` takes --auth, and
 # every command honours FERRY_AUTH.
-AUTH_ENV = f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}" if config["worker"]["auth"] else ""
+AUTH_ENV = (
+    f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}"
+    if config["worker"]["auth"]
+    else ""
+)
 
 
 def _filter_args():
@@ -80,12 +92,43 @@ LIST_ARGS = _join(_filter_args())
 VERIFY_ARGS = _join(
     [
         *(["--checksum"] if FINAL and config["checksum"] else []),
-        *(["--download"] if FINAL and config["checksum"] and config["verify_download"] else []),
+        *(
+            ["--download"]
+            if FINAL and config["checksum"] and config["verify_download"]
+            else []
+        ),
+    ]
+)
+
+
+def _partition_args():
+    p = config["partition"]
+    args = ["--partitioner", p["tool"]]
+    if p["mode"] == "parts":
+        return args + ["--parts", str(p["parts"])]
+    if p["mode"] == "auto":
+        return args + ["--auto"]
+    if p["mode"] in ("max-files", "max-files-bytes"):
+        args += ["--max-files", str(p["max_files"])]
+    if p["mode"] in ("max-bytes", "max-files-bytes"):
+        args += ["--max-bytes", str(ferrylib.parse_size(p["max_bytes"]))]
+    return args
+
+
+# Blob storage has no symlinks (ferry copy ignores them and verify skips them), so planning them
+# would make every later pass see them as new.
+PLAN_ARGS = _join(
+    [
+        "--phase", PHASE,
+        "--compare", config["compare"],
+        *(["--skip-symlinks"] if ferrylib.is_blob(DEST) else []),
+        *_partition_args(),
     ]
 )
 PRUNE_ARGS = _join(
     [
-        "--max-delete", str(config["delete"]["max_delete"]),
+        "--max-delete",
+        str(config["delete"]["max_delete"]),
         *(["--force"] if config["delete"]["force"] else []),
         *(["--dry-run"] if config["delete"]["dry_run"] else []),
     ]
@@ -108,17 +151,39 @@ def res(rule_name, key):
     return table.get(rule_name, {}).get(key, table["default"].get(key))
 
 
+def requests(rule_name, runtime=True):
+    """The resources directive of a rule: its configured memory and time, both multiplied by the
+    attempt, so a job Slurm killed for TIMEOUT or OUT_OF_MEMORY is retried (job_retries) with
+    room to finish instead of failing the same way again; plus the Slurm partition and account
+    when the config names them. runtime=False is for a step that runs inside another step's
+    cluster job (see GROUPS below): Snakemake adds up the runtimes of a group's steps, so the
+    follow-on step asks for none and the job's time limit is exactly the configured one.
+    """
+    mem_mb = res(rule_name, "mem_mb")
+    minutes = res(rule_name, "runtime") if runtime else 0
+    out = {
+        "mem_mb": lambda wildcards, attempt: mem_mb * attempt,
+        "runtime": lambda wildcards, attempt: minutes * attempt,
+    }
+    for key in ("slurm_partition", "slurm_account"):
+        if res(rule_name, key):
+            out[key] = res(rule_name, key)
+    return out
+
+
 # Cluster jobs are grouped so that each phase needs as few scheduling round trips as possible
 # (each costs two Snakemake start-ups inside the job plus status polling, 10-20 s): listing and
-# planning run as one job, each partition's transfer and verify as one job, prune and the final
-# check as one job. Groups change nothing when running locally.
+# planning run as one job, each partition's transfer and verify as one job. The step that follows
+# inside a group (plan after the listings, verify after its transfer) is short next to the step it
+# follows and asks for no runtime of its own (requests(..., runtime=False)), so the job's time
+# limit is the configured runtime of list or transfer, not a sum. Groups change nothing locally.
 PREPARE_GROUP = "prepare"
-FINISH_GROUP = "finish"
 
 
 def partition_group():
     """Per-partition transfer and verify share one cluster job, except in the final phase, where
-    every verify waits for all transfers and the group would fuse all partitions into one job."""
+    every verify waits for all transfers and the group would fuse all partitions into one job.
+    """
     return None if FINAL else "partition"
 
 

@@ -9,19 +9,19 @@ rule list_source:
         f"{RUN}/logs/list_source.log",
     benchmark:
         f"{RUN}/benchmarks/list_source.tsv"
+    retries: config["job_retries"]
+    group:
+        PREPARE_GROUP
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("list", "threads")
+    resources:
+        **requests("list"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
         location=SOURCE,
         args=LIST_ARGS,
-    group:
-        PREPARE_GROUP
-    threads: res("list", "threads")
-    resources:
-        mem_mb=res("list", "mem_mb"),
-        runtime=res("list", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
         "{params.env} {params.ferry:q} ls {params.location:q} --recursive --format tsv {params.args}"
         " > {output:q}.tmp 2> {log:q} && mv {output:q}.tmp {output:q}"
@@ -34,19 +34,19 @@ rule list_dest:
         f"{RUN}/logs/list_dest.log",
     benchmark:
         f"{RUN}/benchmarks/list_dest.tsv"
+    retries: config["job_retries"]
+    group:
+        PREPARE_GROUP
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("list", "threads")
+    resources:
+        **requests("list"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
         location=DEST,
         args=LIST_ARGS,
-    group:
-        PREPARE_GROUP
-    threads: res("list", "threads")
-    resources:
-        mem_mb=res("list", "mem_mb"),
-        runtime=res("list", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
         "{params.env} {params.ferry:q} ls {params.location:q} --recursive --format tsv {params.args}"
         " > {output:q}.tmp 2> {log:q} && mv {output:q}.tmp {output:q}"
@@ -59,18 +59,18 @@ rule make_dest:
         f"{RUN}/listing/dest-ready.txt",
     log:
         f"{RUN}/logs/make_dest.log",
+    retries: config["job_retries"]
+    group:
+        PREPARE_GROUP
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("list", "threads")
+    resources:
+        **requests("default"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
         location=DEST,
-    group:
-        PREPARE_GROUP
-    threads: res("list", "threads")
-    resources:
-        mem_mb=res("default", "mem_mb"),
-        runtime=res("default", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
         "{params.env} {params.ferry:q} mk {params.location:q} > {output:q}.tmp 2> {log:q}"
         " && mv {output:q}.tmp {output:q}"

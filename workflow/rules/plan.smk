@@ -1,4 +1,6 @@
 # The checkpoint: only after it has run does Snakemake know how many transfer/verify jobs exist.
+# `ferry plan` (docs/plan.md) compares the listings in bounded memory and writes the partitions,
+# delete.tsv and plan.json, replacing the plan directory only once it is complete.
 
 
 checkpoint plan:
@@ -17,19 +19,18 @@ checkpoint plan:
         f"{RUN}/logs/plan.log",
     benchmark:
         f"{RUN}/benchmarks/plan.tsv"
-    params:
-        ferry=FERRY,
-        phase=PHASE,
-        dest_is_blob=ferrylib.is_blob(DEST),
-        compare=config["compare"],
-        partition=config["partition"],
     group:
         PREPARE_GROUP
-    threads: res("plan", "threads")
-    resources:
-        mem_mb=res("plan", "mem_mb"),
-        runtime=res("plan", "runtime"),
     conda:
         "../envs/ferry.yaml"
-    script:
-        "../scripts/plan.py"
+    threads: res("plan", "threads")
+    resources:
+        **requests("plan", runtime=False),
+    params:
+        ferry=FERRY,
+        dest_listing=lambda wc, input: (
+            shlex.quote(input.dest) if PHASE != "baseline" else ""
+        ),
+        args=PLAN_ARGS,
+    shell:
+        "{params.ferry:q} plan {input.source:q} {params.dest_listing} --out {output.plan:q} {params.args} 2> {log:q}"

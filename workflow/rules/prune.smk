@@ -13,6 +13,12 @@ rule prune:
         stderr=f"{RUN}/logs/prune.log",
     benchmark:
         f"{RUN}/benchmarks/prune.tsv"
+    retries: config["job_retries"]
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("prune", "threads")
+    resources:
+        **requests("prune"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
@@ -20,16 +26,8 @@ rule prune:
         dest=DEST,
         args=PRUNE_ARGS,
         failed=f"{RUN}/failed/prune.json",
-    group:
-        FINISH_GROUP
-    threads: res("prune", "threads")
-    resources:
-        mem_mb=res("prune", "mem_mb"),
-        runtime=res("prune", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
-        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} prune {params.source:q} {params.dest:q} {params.args}"
         " --log {log.deleted:q} --json > {output.json:q} 2> {log.stderr:q}"
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

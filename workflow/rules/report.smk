@@ -19,8 +19,7 @@ rule report:
         checksum=FINAL and config["checksum"],
     threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb"),
-        runtime=res("report", "runtime"),
+        **requests("report"),
     conda:
         "../envs/ferry.yaml"
     script:

@@ -12,6 +12,14 @@ rule transfer:
         f"{RUN}/logs/transfer/part-{{part}}.log",
     benchmark:
         f"{RUN}/benchmarks/transfer/part-{{part}}.tsv"
+    retries: config["job_retries"]
+    group:
+        partition_group()
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("transfer", "threads")
+    resources:
+        **requests("transfer"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
@@ -19,17 +27,8 @@ rule transfer:
         dest=DEST,
         args=COPY_ARGS,
         failed=lambda wc: f"{RUN}/failed/copy-part-{wc.part}.json",
-    group:
-        partition_group()
-    retries: config["job_retries"]
-    threads: res("transfer", "threads")
-    resources:
-        mem_mb=res("transfer", "mem_mb"),
-        runtime=res("transfer", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
-        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} copy {params.source:q} {params.dest:q} --files-from {input.manifest:q}"
         " {params.args} --no-progress --json > {output.json:q} 2> {log:q}"
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

@@ -13,6 +13,14 @@ rule verify:
         f"{RUN}/logs/verify/part-{{part}}.log",
     benchmark:
         f"{RUN}/benchmarks/verify/part-{{part}}.tsv"
+    retries: config["job_retries"]
+    group:
+        partition_group()
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("verify", "threads")
+    resources:
+        **requests("verify", runtime=FINAL),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
@@ -20,17 +28,8 @@ rule verify:
         dest=DEST,
         args=VERIFY_ARGS,
         failed=lambda wc: f"{RUN}/failed/verify-part-{wc.part}.json",
-    group:
-        partition_group()
-    retries: config["job_retries"]
-    threads: res("verify", "threads")
-    resources:
-        mem_mb=res("verify", "mem_mb"),
-        runtime=res("verify", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
     shell:
-        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} verify {params.source:q} {params.dest:q} --files-from {input.manifest:q}"
         " {params.args} --json > {output.json:q} 2> {log:q}"
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"
@@ -45,22 +44,20 @@ rule final_check:
         f"{RUN}/logs/final_check.log",
     benchmark:
         f"{RUN}/benchmarks/final_check.tsv"
+    retries: config["job_retries"]
+    conda:
+        "../envs/ferry.yaml"
+    threads: res("verify", "threads")
+    resources:
+        **requests("verify"),
     params:
         env=AUTH_ENV,
         ferry=FERRY,
         source=SOURCE,
         dest=DEST,
-                failed=f"{RUN}/failed/final-check.json",
-    group:
-        FINISH_GROUP
-    threads: res("verify", "threads")
-    resources:
-        mem_mb=res("verify", "mem_mb"),
-        runtime=res("verify", "runtime"),
-    conda:
-        "../envs/ferry.yaml"
+        failed=f"{RUN}/failed/final-check.json",
     shell:
-        "mkdir -p \"$(dirname {params.failed:q})\"; rm -f {params.failed:q}; "
+        'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} verify {params.source:q} {params.dest:q}"
         " --json > {output.json:q} 2> {log:q}"
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

@@ -1,9 +1,6 @@
-"""Helpers shared by the pipeline's scripts and the Snakefile: ferry manifests, sizes, locations.
-
-Manifest paths are kept in their escaped form (docs/worker.md) throughout: the escaping
-is canonical, so equal escaped strings mean equal names, and the escaped form never contains a tab
-or newline, which lets it pass through line-based tools such as fpart unchanged.
-"""
+"""Helpers shared by the pipeline's scripts and the Snakefile: sizes, locations, JSON documents,
+configuration checks, and the manifest's escaping for the replication. Planning (comparing and
+partitioning manifests) is the worker's alone (`ferry plan`)."""
 
 from __future__ import annotations
 
@@ -11,10 +8,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
-
-MANIFEST_HEADER = "#ferry-manifest v1"
+from typing import Optional
 
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
@@ -39,6 +33,9 @@ _SIZE_UNITS = {
     "GB": 1000**3,
     "TB": 1000**4,
 }
+# The first line of every manifest (docs/manifest.md).
+MANIFEST_HEADER = "#ferry-manifest v1"
+
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -54,54 +51,53 @@ def parse_size(value) -> int:
     return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
 
 
-@dataclass
-class Entry:
-    path: str  # escaped, as in the manifest
-    type: Optional[str]  # f, l, d; None for a bare path
-    size: Optional[int]
-    mtime: Optional[float]
-    md5: Optional[str]
-    line: str  # the original line, written back unchanged into partitions
-
-    @property
-    def is_dir(self) -> bool:
-        return self.type == "d"
+# Rates as the worker reads them (worker/src/units.rs): bits per second are decimal, byte units
+# follow parse_size, the "/s" is optional and a bare number is bytes per second.
+_RATE_UNITS = {
+    "": 1, "B": 1,
+    "bps": 1 / 8, "Kbps": 1e3 / 8, "kbps": 1e3 / 8, "Mbps": 1e6 / 8, "Gbps": 1e9 / 8, "Tbps": 1e12 / 8,
+    "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+}
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
 
 
-def iter_manifest(path: str) -> Iterator[Entry]:
-    with open(path, "r", encoding="utf-8", newline="\n") as handle:
-        for raw in handle:
-            line = raw.rstrip("\n")
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) == 1:
-                yield Entry(fields[0], None, None, None, None, line)
-                continue
-            if len(fields) != 5:
-                raise ValueError(f"{path}: malformed manifest line: {line!r}")
-            name, kind, size, mtime, md5 = fields
-            yield Entry(
-                name,
-                kind,
-                int(size),
-                None if mtime == "-" else float(mtime),
-                None if md5 == "-" else md5,
-                line,
-            )
+def parse_rate(value) -> int:
+    """Bytes per second from "500Mbps", "100MB/s", "64MiB/s", "1000"."""
+    match = _RATE_RE.match(str(value))
+    if not match or match.group(2) not in _RATE_UNITS:
+        raise ValueError(f"not a rate: {value!r} (e.g. 500Mbps, 100MB/s, 64MiB/s)")
+    rate = int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    if rate < 1:
+        raise ValueError(f"rate {value!r} is below one byte per second")
+    return rate
 
 
-def read_manifest(path: str) -> dict[str, Entry]:
-    return {entry.path: entry for entry in iter_manifest(path)}
+_UNESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
 
 
-def write_manifest(path: str, entries: Iterable[Entry], comment: str = "") -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-        handle.write(MANIFEST_HEADER + (f" {comment}" if comment else "") + "\n")
-        for entry in entries:
-            handle.write(entry.line + "\n")
-    os.replace(tmp, path)
+def unescape_path(text: str) -> bytes:
+    """The file name (bytes) behind a manifest path in its escaped form (docs/manifest.md)."""
+    if "\\" not in text:
+        return text.encode("utf-8")
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\":
+            out += ch.encode("utf-8")
+            i += 1
+            continue
+        nxt = text[i + 1:i + 2]
+        if nxt in _UNESCAPES:
+            out += _UNESCAPES[nxt]
+            i += 2
+        elif nxt == "x" and re.fullmatch(r"[0-9a-f]{2}", text[i + 2:i + 4]):
+            out.append(int(text[i + 2:i + 4], 16))
+            i += 4
+        else:
+            raise ValueError(f"bad escape in manifest path {text!r}")
+    return bytes(out)
 
 
 def is_blob(location: str) -> bool:
@@ -146,21 +142,15 @@ def write_json(path: str, doc) -> None:
     os.replace(tmp, path)
 
 
-def part_id(filename: str) -> str:
-    """'part-00012.tsv' -> '00012'."""
-    base = os.path.basename(filename)
-    match = re.fullmatch(r"part-([0-9]+)\.tsv", base)
-    if not match:
-        raise ValueError(f"not a partition manifest name: {filename}")
-    return match.group(1)
-
-
 class ConfigError(Exception):
     """A configuration problem the schema cannot express; the message names the field."""
 
 
 def check_config(cfg: dict) -> None:
-    """Cross-field checks run at parse time, after the schema, before any job."""
+    """Cross-field checks of the migration run at parse time, after the schema, before any job."""
+    if not (cfg["source"] and cfg["dest"]):
+        raise ConfigError("config fields 'source' and 'dest' are required for a migration "
+                          "(for `snakemake replicate`, set replicate.source and replicate.dest instead)")
     for field, value in (("partition.max_bytes", cfg["partition"]["max_bytes"]), ("worker.block_size", cfg["worker"]["block_size"])):
         try:
             parse_size(value)

@@ -5,6 +5,7 @@ pub mod env;
 pub mod ls;
 pub mod mk;
 pub mod partition;
+pub mod plan;
 pub mod prune;
 pub mod rm;
 pub mod verify;

@@ -1,0 +1,245 @@
+"""The plan step at scale: `ferry plan` against the Python step it replaced, on synthetic listings.
+
+    nice .venv/bin/python benchmarks/plan.py [--entries 1000000,10000000] [--scratch DIR]
+
+For each size it writes a source and a destination listing (1% of the files changed in size, 0.1%
+new, 0.1% only on the destination, a directory entry per 1,000 files; the source in a scattered
+walk order, as `ferry ls` gives it) into the scratch directory (default $TMPDIR; 10 M entries are
+about 1 GB per listing), then plans an incremental pass with the pipeline's default partitioning
+(max-files 50,000 + max-bytes 64 GiB) both ways, each under GNU time: wall time and peak RSS.
+ferry alone is also run with `--parts 16` (LPT) and in the final phase (copy and verify parts),
+the modes that hold the most.
+
+The old step is workflow/scripts/plan.py as it was before `ferry plan` (commit OLD_COMMIT), taken
+from git history at run time and driven through its main() with a small stand-in for Snakemake's
+`snakemake` object; it calls `ferry partition` as it always did. Both plans are checked to agree:
+the same counts in plan.json and the same set of files to copy.
+
+Results: benchmarks/results/plan.json and plan.md, and the table in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DOC = REPO / "docs" / "benchmarks.md"
+# The last commit with workflow/scripts/plan.py, the Python plan step.
+OLD_COMMIT = "af39b4bfc9fa18010f6130e88aba1e6dedaaf54d"
+GENERATOR_VERSION = 1
+PER_DIR = 1000
+MARK_BEGIN, MARK_END = "<!-- plan-benchmark:begin -->", "<!-- plan-benchmark:end -->"
+DEFAULT_PARTITION = {"tool": "ferry", "mode": "max-files-bytes", "parts": 16, "max_files": 50000, "max_bytes": "64GiB"}
+
+
+def log(msg: str) -> None:
+    print(f"[plan-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def scattered(n: int, salt: int) -> list[int] | range:
+    """A fixed permutation of range(n) without a shuffle of n items: i*step mod n, step coprime."""
+    step = next(k for k in range(n // 2 + salt, n + salt + 2) if _gcd(k, n) == 1) if n > 1 else 1
+    return [(i * step) % n for i in range(n)]
+
+
+def _gcd(a: int, b: int) -> int:
+    while b:
+        a, b = b, a % b
+    return a
+
+
+def generate(scratch: Path, entries: int) -> tuple[Path, Path]:
+    root = scratch / f"listings-{entries}"
+    source, dest, stamp = root / "source.tsv", root / "dest.tsv", root / "stamp"
+    if stamp.exists() and stamp.read_text() == f"{GENERATOR_VERSION}\n" and source.exists() and dest.exists():
+        return source, dest
+    root.mkdir(parents=True, exist_ok=True)
+    log(f"generating {entries:,}-entry listings in {root}")
+    dirs = max(1, entries // PER_DIR)
+    header = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\n"
+    in_dir = scattered(PER_DIR, 7)
+    with open(source, "w") as fs, open(dest, "w") as fd:
+        fs.write(header)
+        fd.write(header)
+        # The source in a scattered walk order; the destination in another.
+        for out, order, side in ((fs, scattered(dirs, 1), "src"), (fd, scattered(dirs, 3), "dst")):
+            for d in order:
+                dpath = f"p{d % 37:02d}/d{d:06d}"
+                chunk = [f"{dpath}\td\t0\t1700000000.000000000\t-\n"]
+                for j in in_dir:
+                    i = d * PER_DIR + j
+                    if (side == "src" and i % 1000 == 2) or (side == "dst" and i % 1000 == 1):
+                        continue  # 0.1% new at the source, 0.1% only on the destination
+                    size = (i * 2654435761) % 3_000_000
+                    if side == "dst" and i % 100 == 0:
+                        size += 1  # 1% changed
+                    chunk.append(f"{dpath}/f{i:09d}.dat\tf\t{size}\t{1_700_000_000 + i % 86400}.{(i * 7) % 10**9:09d}\t-\n")
+                out.write("".join(chunk))
+    stamp.write_text(f"{GENERATOR_VERSION}\n")
+    return source, dest
+
+
+DRIVER = """
+import json, sys, types
+args = json.loads(sys.argv[1])
+sys.path.insert(0, args["lib"])
+import plan
+ns = types.SimpleNamespace
+plan.main(ns(
+    params=ns(phase=args["phase"], compare="size-mtime", dest_is_blob=False, partition=args["partition"], ferry=args["ferry"]),
+    input=ns(source=args["source"], dest=args["dest"]),
+    output=ns(plan=args["out"]),
+    log=[args["log"]],
+))
+"""
+
+
+def old_step(work: Path) -> Path:
+    """plan.py and ferrylib.py as they were, with a driver standing in for Snakemake."""
+    lib = work / "old-plan"
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in ("plan.py", "ferrylib.py"):
+        text = subprocess.run(["git", "-C", str(REPO), "show", f"{OLD_COMMIT}:workflow/scripts/{name}"],
+                              check=True, capture_output=True, text=True).stdout
+        (lib / name).write_text(text)
+    (lib / "driver.py").write_text(DRIVER)
+    return lib
+
+
+def timed(cmd: list[str], work: Path) -> dict:
+    """Runs cmd under GNU time: wall seconds, CPU seconds, peak RSS (the largest process)."""
+    stats = work / "time.txt"
+    started = time.monotonic()
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", str(stats), *cmd],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    wall, user, system, rss_kib = stats.read_text().split()[-4:]
+    return {"seconds": float(wall), "cpu_seconds": round(float(user) + float(system), 2),
+            "peak_rss_mib": round(int(rss_kib) / 1024, 1), "measured_for": round(time.monotonic() - started, 1)}
+
+
+def copied_set(plan_dir: Path) -> set[str]:
+    found = set()
+    for part in sorted((plan_dir / "copy").glob("part-*.tsv")):
+        with open(part) as f:
+            found.update(line.split("\t", 1)[0] for line in f if line.strip() and not line.startswith("#"))
+    return found
+
+
+def agree(new: Path, old: Path) -> dict:
+    a, b = json.loads((new / "plan.json").read_text()), json.loads((old / "plan.json").read_text())
+    keys = ("phase", "compare", "source", "dest", "to_copy", "unchanged", "extra_on_dest", "verify_scope")
+    differ = [k for k in keys if a[k] != b[k]]
+    same_files = copied_set(new) == copied_set(old)
+    if differ or not same_files:
+        raise RuntimeError(f"ferry plan and the old step disagree: keys {differ}, same files to copy: {same_files}")
+    return {"plan_json_counts_equal": True, "files_to_copy_equal": True, "to_copy": a["to_copy"]}
+
+
+def ferry_args(partition: dict) -> list[str]:
+    if partition["mode"] == "parts":
+        return ["--parts", str(partition["parts"])]
+    return ["--max-files", str(partition["max_files"]), "--max-bytes", str(partition["max_bytes"])]
+
+
+def bench(entries: int, scratch: Path, ferry: Path, with_old: bool) -> dict:
+    source, dest = generate(scratch, entries)
+    work = Path(tempfile.mkdtemp(prefix="plan-bench-", dir=scratch))
+    rows = []
+    try:
+        part16 = {**DEFAULT_PARTITION, "mode": "parts"}
+        cases = [("incremental", DEFAULT_PARTITION), ("incremental", part16), ("final", DEFAULT_PARTITION)]
+        for phase, partition in cases:
+            out = work / f"ferry-{phase}-{partition['mode']}"
+            cmd = [str(ferry), "plan", str(source), str(dest), "--out", str(out), "--phase", phase, *ferry_args(partition)]
+            log(f"{entries:,}: {' '.join(cmd[1:2] + cmd[4:])}")
+            rows.append({"tool": "ferry plan", "phase": phase, "partition": partition["mode"], "entries": entries,
+                         "command": "ferry plan SOURCE DEST --out DIR --phase " + phase + " " + " ".join(ferry_args(partition)),
+                         **timed(cmd, work)})
+        if with_old:
+            lib = old_step(work)
+            out = work / "old-incremental"
+            args = {"lib": str(lib), "phase": "incremental", "partition": DEFAULT_PARTITION, "ferry": str(ferry),
+                    "source": str(source), "dest": str(dest), "out": str(out), "log": str(work / "old.log")}
+            log(f"{entries:,}: the old Python step (plan.py at {OLD_COMMIT[:8]})")
+            row = {"tool": "plan.py (old step)", "phase": "incremental", "partition": DEFAULT_PARTITION["mode"],
+                   "entries": entries, "command": f"python3 plan.py (git show {OLD_COMMIT[:8]}) via a stand-in snakemake object",
+                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work)}
+            row["agreement"] = agree(work / "ferry-incremental-max-files-bytes", out)
+            rows.append(row)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"entries": entries, "listing_bytes": source.stat().st_size + dest.stat().st_size, "rows": rows}
+
+
+def render(res: dict) -> str:
+    lines = [
+        "| entries | step | phase | partitioning | wall s | CPU s | peak RSS MiB |",
+        "|---:|---|---|---|---:|---:|---:|",
+    ]
+    for size in res["sizes"]:
+        for r in size["rows"]:
+            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f} | "
+                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} |")
+    lines += ["", "| entries | ferry plan ÷ old step, time | ferry plan ÷ old step, peak RSS |", "|---:|---:|---:|"]
+    for size in res["sizes"]:
+        rows = {(r["tool"], r["phase"], r["partition"]): r for r in size["rows"]}
+        new, old = rows.get(("ferry plan", "incremental", "max-files-bytes")), rows.get(("plan.py (old step)", "incremental", "max-files-bytes"))
+        if new and old:
+            lines.append(f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |")
+    m = res["machine"]
+    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}; one run each "
+              f"(the machine is shared, so treat small differences with care). Reproduce: `{res['command']}`."]
+    return "\n".join(lines)
+
+
+def update_doc(table: str) -> None:
+    text = DOC.read_text()
+    if MARK_BEGIN not in text:
+        raise RuntimeError(f"{DOC} has no {MARK_BEGIN} marker")
+    head, rest = text.split(MARK_BEGIN, 1)
+    _, tail = rest.split(MARK_END, 1)
+    DOC.write_text(f"{head}{MARK_BEGIN}\n{table}\n{MARK_END}{tail}")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entries", default="1000000,10000000", help="comma-separated listing sizes")
+    ap.add_argument("--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-plan-bench",
+                    help="where listings and plans go (not the repository: 10 M entries are ~2 GB)")
+    ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
+    ap.add_argument("--no-old", action="store_true", help="only ferry plan")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md")
+    a = ap.parse_args(argv)
+    a.scratch.mkdir(parents=True, exist_ok=True)
+    sizes = [bench(int(n), a.scratch, a.ferry, not a.no_old) for n in a.entries.split(",")]
+    res = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "nice .venv/bin/python benchmarks/plan.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else ""),
+        "machine": {"cpus": os.cpu_count(), "system": platform.platform(terse=True),
+                    "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)},
+        "sizes": sizes,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "plan.json").write_text(json.dumps(res, indent=2) + "\n")
+    table = render(res)
+    (RESULTS / "plan.md").write_text(table + "\n")
+    if not a.no_docs:
+        update_doc(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

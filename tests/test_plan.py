@@ -1,0 +1,242 @@
+"""`ferry plan` against hand-made listings: every verdict, deletes, names with escapes, spilling."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+HEADER = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5"
+T0 = "1700000000.250000000"
+T1 = "1700000100.250000000"
+MD5_A, MD5_B = "a" * 32, "b" * 32
+
+# (escaped path, type, size, mtime, md5) on each side; None: absent on that side.
+CASES = {
+    "new.txt": (("f", 10, T0, "-"), None),
+    "same.txt": (("f", 5, T0, MD5_A), ("f", 5, T0, MD5_A)),
+    "grew.txt": (("f", 6, T0, MD5_A), ("f", 5, T0, MD5_A)),
+    "touched.txt": (("f", 5, T0, MD5_A), ("f", 5, T1, MD5_A)),
+    "edited.txt": (("f", 5, T0, MD5_A), ("f", 5, T0, MD5_B)),
+    "no-md5.txt": (("f", 5, T0, "-"), ("f", 5, T0, MD5_A)),
+    # Half a microsecond apart: noise of a store that keeps fewer digits, not a change.
+    "jitter.txt": (("f", 5, T0, MD5_A), ("f", 5, "1700000000.250000500", MD5_A)),
+    "no-mtime.txt": (("f", 5, T0, MD5_A), ("f", 5, "-", MD5_A)),
+    "was-a-dir": (("f", 3, T0, "-"), ("d", 0, T0, "-")),
+    "tab\\there": (("f", 1, T0, MD5_A), ("f", 1, T0, MD5_A)),
+    "new\\nline\\\\back": (("f", 2, T0, "-"), None),
+    "bad-\\xff-byte": (("f", 4, T0, MD5_A), ("f", 4, T0, MD5_A)),
+    "\\x23hash-first": (("f", 1, T0, "-"), None),
+    "dir": (("d", 0, T0, "-"), ("d", 0, T1, "-")),
+    "dir/inner": (("f", 7, T0, MD5_A), ("f", 7, T0, MD5_A)),
+    "link": (("l", 4, T0, "-"), ("l", 4, T0, "-")),
+    "gone.txt": (None, ("f", 9, T0, "-")),
+    "gone\\tdir": (None, ("d", 0, T0, "-")),
+    "gone\\tdir/x": (None, ("f", 1, T0, "-")),
+    "gone-link": (None, ("l", 3, T0, "-")),
+}
+
+# What each compare mode makes of the files on both sides (anything absent is new).
+VERDICTS = {
+    "size": {"grew.txt": "changed"},
+    "size-mtime": {"grew.txt": "changed", "touched.txt": "undecided", "no-mtime.txt": "undecided"},
+    # The symlink has no MD5 on either side.
+    "md5": {"grew.txt": "changed", "edited.txt": "changed", "no-md5.txt": "undecided", "link": "undecided"},
+}
+NEW = ["new.txt", "was-a-dir", "new\\nline\\\\back", "\\x23hash-first"]
+SOURCE_FILES = [p for p, (s, _) in CASES.items() if s and s[0] != "d"]
+EXTRA = ["gone.txt", "gone\\tdir/x", "gone-link"]
+
+
+def write_listing(path, side: int, shuffle_seed: int) -> None:
+    lines = [f"{p}\t{e[0]}\t{e[1]}\t{e[2]}\t{e[3]}" for p, sides in CASES.items() if (e := sides[side])]
+    random.Random(shuffle_seed).shuffle(lines)  # ferry ls does not sort
+    path.write_text("\n".join([HEADER, *lines]) + "\n", encoding="utf-8")
+
+
+@pytest.fixture
+def listings(tmp_path):
+    src, dst = tmp_path / "source.tsv", tmp_path / "dest.tsv"
+    write_listing(src, 0, 1)
+    write_listing(dst, 1, 2)
+    return src, dst
+
+
+def paths_in(manifest) -> list[str]:
+    lines = manifest.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("#ferry-manifest v1")
+    return [line.split("\t")[0] for line in lines[1:] if line]
+
+
+def parts_of(plan_dir, sub: str) -> list[list[str]]:
+    return [paths_in(p) for p in sorted((plan_dir / sub).glob("part-*.tsv"))]
+
+
+@pytest.mark.parametrize("compare", ["size", "size-mtime", "md5"])
+def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare):
+    out = tmp_path / "plan"
+    r = run_ferry("plan", *listings, "--out", out, "--phase", "incremental", "--compare", compare,
+                  "--max-files", "3", "--json")
+    plan = json.loads((out / "plan.json").read_text())
+    assert r.json == plan
+
+    verdicts = VERDICTS[compare]
+    to_copy = sorted(NEW + list(verdicts))
+    copied = parts_of(out, "copy")
+    assert sorted(p for part in copied for p in part) == to_copy
+    assert all(len(part) <= 3 for part in copied)
+    size = {p: CASES[p][0][1] for p in SOURCE_FILES}
+    assert plan == {
+        "phase": "incremental",
+        "compare": compare,
+        "source": {"files": len(SOURCE_FILES), "bytes": sum(size.values()), "dirs": 1, "symlinks": 1,
+                   "symlinks_not_migrated": 0},
+        "dest": {"files": 14, "bytes": 7 * 5 + 1 + 4 + 7 + 4 + 9 + 1 + 3},
+        "to_copy": {"files": len(to_copy), "bytes": sum(size[p] for p in to_copy), "new": len(NEW),
+                    "changed": sum(v == "changed" for v in verdicts.values()),
+                    "undecided": sum(v == "undecided" for v in verdicts.values())},
+        "unchanged": len(SOURCE_FILES) - len(to_copy),
+        "extra_on_dest": {"files": 3, "bytes": 13},
+        "partitioning": {"tool": "ferry", "mode": "max-files", "parts": None, "max_files": 3, "max_bytes": None},
+        "copy_partitions": [{"id": f"{i:05d}", "files": len(part), "bytes": sum(size[p] for p in part)}
+                            for i, part in enumerate(copied)],
+        "verify_partitions": plan["copy_partitions"],
+        "verify_scope": "copied",
+    }
+    # What the final pass would delete: files and links only on the destination, never directories.
+    assert sorted(paths_in(out / "delete.tsv")) == sorted(EXTRA)
+    assert not (out / "verify").exists(), "outside the final phase verify partitions are the copy partitions"
+    summary = json.loads((out / "copy" / "summary.json").read_text())
+    assert [p["file"] for p in summary["partitions"]] == [f"part-{i:05d}.tsv" for i in range(len(copied))]
+    # Lines are copied whole: mtime and MD5 reach ferry copy --compare unchanged.
+    first = (out / "copy" / "part-00000.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
+    assert first[1:] == [str(v) for v in CASES[first[0]][0]]
+
+
+def test_final_verifies_the_whole_source(tmp_path, run_ferry, listings):
+    out = tmp_path / "plan"
+    run_ferry("plan", *listings, "--out", out, "--phase", "final", "--compare", "size", "--parts", "2")
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["verify_scope"] == "all"
+    assert sorted(p for part in parts_of(out, "verify") for p in part) == sorted(SOURCE_FILES)
+    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(NEW + ["grew.txt"])
+    assert [p["files"] for p in plan["verify_partitions"]] == [len(p) for p in parts_of(out, "verify")]
+    assert len(plan["verify_partitions"]) == 2 and len(plan["copy_partitions"]) == 2
+
+
+def test_baseline_copies_everything_and_skips_symlinks_for_blob(tmp_path, run_ferry, listings):
+    out = tmp_path / "plan"
+    run_ferry("plan", listings[0], "--out", out, "--phase", "baseline", "--skip-symlinks", "--auto")
+    plan = json.loads((out / "plan.json").read_text())
+    files = [p for p in SOURCE_FILES if p != "link"]
+    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(files)
+    assert plan["compare"] == "none" and plan["dest"] is None and plan["unchanged"] == 0
+    assert plan["to_copy"]["new"] == len(files) and plan["to_copy"]["files"] == len(files)
+    assert plan["source"]["symlinks"] == 1 and plan["source"]["symlinks_not_migrated"] == 1
+    assert plan["extra_on_dest"] == {"files": 0, "bytes": 0}
+    assert plan["partitioning"]["mode"] == "auto" and len(plan["copy_partitions"]) == 1
+    assert paths_in(out / "delete.tsv") == []
+
+
+def test_nothing_to_copy_gives_no_partitions(tmp_path, run_ferry, listings):
+    out = tmp_path / "plan"
+    run_ferry("plan", listings[0], listings[0], "--out", out, "--phase", "incremental", "--parts", "4")
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["copy_partitions"] == [] and plan["to_copy"]["files"] == 0
+    assert plan["unchanged"] == len(SOURCE_FILES)
+    assert json.loads((out / "copy" / "summary.json").read_text())["mode"] == "empty"
+    assert list((out / "copy").glob("part-*")) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--phase", "baseline", "DEST"), "takes no destination listing"),
+    (("--phase", "incremental"), "give DEST_LISTING"),
+    (("--phase", "final"), "give DEST_LISTING"),
+    (("--phase", "incremental", "DEST", "--parts", "2", "--max-files", "3"), "cannot be used with"),
+    (("--phase", "incremental", "DEST", "--auto", "--max-bytes", "1G"), "cannot be used with"),
+    (("--phase", "incremental", "DEST", "--max-files", "0"), "at least 1"),
+])
+def test_bad_arguments_are_refused(tmp_path, run_ferry, listings, args, message):
+    out = tmp_path / "plan"
+    args = [str(listings[1]) if a == "DEST" else a for a in args]
+    r = run_ferry("plan", listings[0], *args, "--out", out, check=2)
+    assert message in r.stderr
+    assert not out.exists()
+
+
+def test_duplicate_path_fails_and_keeps_the_previous_plan(tmp_path, run_ferry, listings):
+    out = tmp_path / "plan"
+    run_ferry("plan", *listings, "--out", out, "--phase", "incremental")
+    before = (out / "plan.json").read_bytes()
+    broken = tmp_path / "dup.tsv"
+    broken.write_text(listings[1].read_text() + "same.txt\tf\t1\t-\t-\n")
+    r = run_ferry("plan", listings[0], broken, "--out", out, "--phase", "incremental", check=2)
+    assert "destination listing names \"same.txt\" more than once" in r.stderr
+    assert (out / "plan.json").read_bytes() == before, "a failed plan must not touch the last good one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest.tsv", "dup.tsv", "plan", "source.tsv"], "no staging left"
+
+
+def test_malformed_line_is_named(tmp_path, run_ferry, listings):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(listings[0].read_text() + "x\tf\tnot-a-size\t-\t-\n")
+    r = run_ferry("plan", bad, "--out", tmp_path / "plan", "--phase", "baseline", check=2)
+    assert "bad.tsv:" in r.stderr and "bad size" in r.stderr
+    assert not (tmp_path / "plan").exists()
+
+
+def test_an_existing_plan_is_replaced_whole(tmp_path, run_ferry, listings):
+    out = tmp_path / "plan"
+    (out / "copy").mkdir(parents=True)
+    (out / "copy" / "part-00099.tsv").write_text("stale")
+    run_ferry("plan", *listings, "--out", out, "--phase", "incremental", "--max-files", "100")
+    assert sorted(p.name for p in (out / "copy").iterdir()) == ["part-00000.tsv", "summary.json"]
+
+
+def big_listings(tmp_path, n: int):
+    """n files at the source in random order; the destination has most of them, some changed."""
+    rng = random.Random(5)
+    odd = "-tab\\there"  # an escaped tab, as ferry ls writes it
+    names = [f"d{rng.randrange(40):02d}/f{i:05d}{odd if i % 97 == 0 else ''}" for i in range(n)]
+    src = [f"{p}\tf\t{rng.randrange(10**6)}\t{T0}\t-" for p in names]
+    dst = [line if i % 10 else line.replace("\tf\t", "\tf\t1", 1) for i, line in enumerate(src) if i % 50]
+    dst += [f"only-dest/{i}\tf\t1\t{T0}\t-" for i in range(30)]
+    rng.shuffle(src)
+    rng.shuffle(dst)
+    paths = tmp_path / "src.tsv", tmp_path / "dst.tsv"
+    for path, lines in zip(paths, (src, dst)):
+        path.write_text("\n".join([HEADER, *lines]) + "\n")
+    return paths
+
+
+@pytest.mark.parametrize("split", [("--parts", "5"), ("--max-bytes", "20MiB"), ("--partitioner", "fpart", "--parts", "3")])
+def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
+    """A sort memory of a few KiB forces dozens of runs per listing (and per LPT sort); the plan
+    must be byte for byte the one made in memory."""
+    src, dst = big_listings(tmp_path, 4000)
+    outputs = []
+    for memory in ("64MiB", "8KiB"):
+        out = tmp_path / f"plan-{memory}"
+        r = run_ferry("plan", src, dst, "--out", out, "--phase", "final", *split, env={"FERRY_PLAN_SORT_MEMORY": memory})
+        runs = int(re.search(r"\((\d+) sorted runs\)", r.stderr).group(1))
+        assert runs == 2 if memory == "64MiB" else runs > 20, r.stderr
+        outputs.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+    assert outputs[0] == outputs[1]
+    plan = json.loads(outputs[0]["plan.json"])
+    assert plan["source"]["files"] == 4000 and plan["to_copy"]["new"] == 80
+    assert plan["to_copy"]["changed"] == 4000 // 10 - 4000 // 50 and plan["extra_on_dest"]["files"] == 30
+    copy = [p for name, data in outputs[0].items() if name.startswith("copy/part-")
+            for p in data.decode().splitlines()[1:]]
+    assert len(copy) == len(set(copy)) == plan["to_copy"]["files"]
+
+
+def test_parts_are_balanced_like_ferry_partition(tmp_path, run_ferry):
+    """--parts cuts the files to copy as `ferry partition --parts` cuts the same manifest."""
+    src, dst = big_listings(tmp_path, 2000)
+    out = tmp_path / "plan"
+    run_ferry("plan", src, "--out", out, "--phase", "baseline", "--parts", "4")
+    run_ferry("partition", src, "--out", tmp_path / "partition", "--parts", "4")
+    ours = [sorted(p) for p in parts_of(out, "copy")]
+    theirs = [sorted(paths_in(p)) for p in sorted((tmp_path / "partition").glob("part-*.tsv"))]
+    assert ours == theirs

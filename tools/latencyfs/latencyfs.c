@@ -1,0 +1,1195 @@
+/*
+ * latencyfs: a passthrough FUSE filesystem that makes every request a "round trip".
+ *
+ * It mirrors a local directory at a mount point, sleeps a configurable delay (plus jitter) in
+ * each request before doing the real work, and counts what it was asked: requests by kind, the
+ * most and the average in flight. Copy tools run against it behave as on an NFS share whose
+ * server is that many milliseconds away, and the counts say how many round trips a tool needs
+ * per file, independently of timing noise.
+ *
+ * Built on libfuse3's low-level API with its multi-threaded loop: requests run in parallel
+ * (one thread per request in flight, up to --threads), lookups in one directory too (libfuse3
+ * negotiates parallel directory operations). The kernel writeback cache is on by default,
+ * because NFS clients cache writes too; without it every small write() would be a round trip.
+ *
+ *   latencyfs [options] SOURCE MOUNTPOINT
+ *   latencyfs ctl SOCKET stats|reset|snapshot
+ *
+ * Usage and the meaning of every counter: README.md next to this file.
+ */
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 12)
+#define _GNU_SOURCE
+
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Request kinds                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+#define OP_KINDS(X)                                                                            \
+	X(LOOKUP, "lookup") X(GETATTR, "getattr") X(SETATTR, "setattr") X(READLINK, "readlink")    \
+	X(MKNOD, "mknod") X(MKDIR, "mkdir") X(UNLINK, "unlink") X(RMDIR, "rmdir")                  \
+	X(SYMLINK, "symlink") X(RENAME, "rename") X(LINK, "link") X(OPEN, "open") X(READ, "read")  \
+	X(WRITE, "write") X(FLUSH, "flush") X(RELEASE, "release") X(FSYNC, "fsync")                \
+	X(OPENDIR, "opendir") X(READDIR, "readdir") X(READDIRPLUS, "readdirplus")                  \
+	X(RELEASEDIR, "releasedir") X(FSYNCDIR, "fsyncdir") X(STATFS, "statfs")                    \
+	X(CREATE, "create") X(FALLOCATE, "fallocate") X(LSEEK, "lseek") X(FORGET, "forget")
+
+enum op {
+#define X(id, name) OP_##id,
+	OP_KINDS(X)
+#undef X
+	OP_COUNT
+};
+
+static const char *const op_names[OP_COUNT] = {
+#define X(id, name) name,
+	OP_KINDS(X)
+#undef X
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Settings                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static struct {
+	const char *source;
+	const char *mountpoint;
+	const char *control;    /* Unix socket answering stats/reset, or NULL */
+	const char *stats_file; /* JSON written at unmount, or NULL */
+	double delay_ns[OP_COUNT];
+	double jitter_ns;
+	double attr_timeout, entry_timeout, negative_timeout;
+	bool writeback;
+	bool readdirplus;
+	int max_threads;
+	unsigned max_background;
+} cfg = {
+	.attr_timeout = 1.0,
+	.entry_timeout = 1.0,
+	.negative_timeout = 0.0,
+	.writeback = true,
+	.readdirplus = true,
+	.max_threads = 256,
+	.max_background = 64,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Counters                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static _Atomic uint64_t op_count[OP_COUNT];
+
+/* In-flight bookkeeping changes together (count, peak, busy time), so it sits under one lock;
+ * an uncontended mutex costs far less than the request round trip through the kernel. */
+static struct {
+	pthread_mutex_t lock;
+	uint64_t inflight, peak;
+	uint64_t window_start_ns; /* last reset */
+	uint64_t busy_since_ns;   /* when inflight last went 0 -> 1 */
+	uint64_t busy_ns;         /* time with at least one request in flight, closed intervals */
+	uint64_t request_ns;      /* sum of all request durations: the integral of inflight dt */
+	uint64_t requests;        /* requests finished since the last reset */
+} flight = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Per-thread generator for the jitter: no shared state, no lock. */
+static double uniform01(void)
+{
+	static __thread uint64_t s;
+	if (s == 0)
+		s = now_ns() ^ ((uint64_t)pthread_self() * 0x9E3779B97F4A7C15u) ^ 1;
+	s ^= s << 13;
+	s ^= s >> 7;
+	s ^= s << 17;
+	return (double)(s >> 11) / (double)(1ull << 53);
+}
+
+struct span {
+	uint64_t start;
+};
+
+static void span_begin(struct span *sp, enum op op)
+{
+	atomic_fetch_add_explicit(&op_count[op], 1, memory_order_relaxed);
+	sp->start = now_ns();
+	pthread_mutex_lock(&flight.lock);
+	if (flight.inflight++ == 0)
+		flight.busy_since_ns = sp->start;
+	if (flight.inflight > flight.peak)
+		flight.peak = flight.inflight;
+	pthread_mutex_unlock(&flight.lock);
+
+	double d = cfg.delay_ns[op];
+	if (cfg.jitter_ns > 0)
+		d += cfg.jitter_ns * uniform01();
+	if (d >= 1.0) {
+		uint64_t until = sp->start + (uint64_t)d;
+		struct timespec ts = {.tv_sec = until / 1000000000u, .tv_nsec = until % 1000000000u};
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+	}
+}
+
+static void span_end(const struct span *sp)
+{
+	uint64_t end = now_ns();
+	pthread_mutex_lock(&flight.lock);
+	/* A request that began before the last reset counts only from the reset on. */
+	uint64_t start = sp->start > flight.window_start_ns ? sp->start : flight.window_start_ns;
+	flight.request_ns += end - start;
+	flight.requests++;
+	if (--flight.inflight == 0) {
+		uint64_t since = flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
+									      : flight.window_start_ns;
+		flight.busy_ns += end - since;
+	}
+	pthread_mutex_unlock(&flight.lock);
+}
+
+/* One JSON object with every counter; optionally resets them in the same critical section, so
+ * that a snapshot-and-reset loses no request between the two. */
+static char *stats_json(bool reset)
+{
+	uint64_t counts[OP_COUNT];
+	uint64_t now, window, busy, req_ns, inflight, peak, requests;
+
+	pthread_mutex_lock(&flight.lock);
+	now = now_ns();
+	for (int i = 0; i < OP_COUNT; i++)
+		counts[i] = reset ? atomic_exchange(&op_count[i], 0) : atomic_load(&op_count[i]);
+	window = now - flight.window_start_ns;
+	busy = flight.busy_ns;
+	if (flight.inflight > 0)
+		busy += now - (flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
+									     : flight.window_start_ns);
+	req_ns = flight.request_ns;
+	inflight = flight.inflight;
+	peak = flight.peak;
+	requests = flight.requests;
+	if (reset) {
+		flight.window_start_ns = now;
+		flight.busy_ns = 0;
+		flight.request_ns = 0;
+		flight.requests = 0;
+		flight.peak = flight.inflight;
+		flight.busy_since_ns = now;
+	}
+	pthread_mutex_unlock(&flight.lock);
+
+	uint64_t total = 0;
+	for (int i = 0; i < OP_COUNT; i++)
+		if (i != OP_FORGET)
+			total += counts[i];
+
+	size_t cap = 4096;
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	int n = snprintf(out, cap, "{\"ops\":{");
+	for (int i = 0; i < OP_COUNT; i++)
+		n += snprintf(out + n, cap - n, "%s\"%s\":%" PRIu64, i ? "," : "", op_names[i], counts[i]);
+	n += snprintf(out + n, cap - n,
+		      "},\"total\":%" PRIu64 ",\"finished\":%" PRIu64 ",\"inflight_now\":%" PRIu64
+		      ",\"inflight_max\":%" PRIu64 ",\"inflight_avg\":%.4f,\"inflight_avg_busy\":%.4f"
+		      ",\"window_s\":%.6f,\"busy_s\":%.6f,\"request_s\":%.6f}\n",
+		      total, requests, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
+		      busy ? (double)req_ns / (double)busy : 0.0, window / 1e9, busy / 1e9, req_ns / 1e9);
+	return out;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Inodes: one O_PATH descriptor per inode the kernel knows, keyed by (dev, ino)               */
+/* ------------------------------------------------------------------------------------------ */
+
+struct node {
+	struct node *next; /* hash chain */
+	ino_t ino;
+	dev_t dev;
+	int fd;
+	bool is_symlink;
+	uint64_t nlookup;
+};
+
+#define BUCKETS (1u << 20)
+static struct node **table;
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct node root;
+
+static size_t bucket_of(ino_t ino, dev_t dev)
+{
+	uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15u ^ (uint64_t)dev;
+	return (size_t)(h >> 44) & (BUCKETS - 1);
+}
+
+static struct node *node_of(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? &root : (struct node *)(uintptr_t)ino;
+}
+
+static int fd_of(fuse_ino_t ino)
+{
+	return node_of(ino)->fd;
+}
+
+static void proc_path(char out[64], int fd)
+{
+	snprintf(out, 64, "/proc/self/fd/%d", fd);
+}
+
+/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`. */
+static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->attr_timeout = cfg.attr_timeout;
+	e->entry_timeout = cfg.entry_timeout;
+
+	int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
+	if (fd < 0)
+		return errno;
+	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+		int err = errno;
+		close(fd);
+		return err;
+	}
+
+	pthread_mutex_lock(&table_lock);
+	struct node *n;
+	if (e->attr.st_ino == root.ino && e->attr.st_dev == root.dev) {
+		n = &root; /* ".." of a top-level directory, or a bind of the root into itself */
+		n->nlookup++;
+		close(fd);
+	} else {
+		size_t b = bucket_of(e->attr.st_ino, e->attr.st_dev);
+		for (n = table[b]; n; n = n->next)
+			if (n->ino == e->attr.st_ino && n->dev == e->attr.st_dev)
+				break;
+		if (n) {
+			n->nlookup++;
+			close(fd);
+		} else {
+			n = calloc(1, sizeof(*n));
+			if (!n) {
+				pthread_mutex_unlock(&table_lock);
+				close(fd);
+				return ENOMEM;
+			}
+			n->ino = e->attr.st_ino;
+			n->dev = e->attr.st_dev;
+			n->fd = fd;
+			n->is_symlink = S_ISLNK(e->attr.st_mode);
+			n->nlookup = 1;
+			n->next = table[b];
+			table[b] = n;
+		}
+	}
+	pthread_mutex_unlock(&table_lock);
+	e->ino = n == &root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
+	return 0;
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup)
+{
+	struct node *n = node_of(ino);
+	pthread_mutex_lock(&table_lock);
+	if (n == &root || nlookup < n->nlookup) {
+		n->nlookup -= nlookup < n->nlookup ? nlookup : n->nlookup;
+		pthread_mutex_unlock(&table_lock);
+		return;
+	}
+	struct node **pp = &table[bucket_of(n->ino, n->dev)];
+	while (*pp && *pp != n)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = n->next;
+	pthread_mutex_unlock(&table_lock);
+	close(n->fd);
+	free(n);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handlers. Each replies exactly once; the wrappers below time and count them.               */
+/* ------------------------------------------------------------------------------------------ */
+
+static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	int err = do_lookup(parent, name, &e);
+	if (err == ENOENT && cfg.negative_timeout > 0) {
+		/* ino 0: the kernel caches "no such entry" for entry_timeout. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = cfg.negative_timeout;
+		fuse_reply_entry(req, &e);
+	} else if (err) {
+		fuse_reply_err(req, err);
+	} else {
+		fuse_reply_entry(req, &e);
+	}
+}
+
+static void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int res)
+{
+	struct fuse_entry_param e;
+	int err = res < 0 ? errno : do_lookup(parent, name, &e);
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_entry(req, &e);
+}
+
+static void h_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void h_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		forget_one(forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void h_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int res = fi ? fstat((int)fi->fh, &st)
+		     : fstatat(fd_of(ino), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	if (res < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_attr(req, &st, cfg.attr_timeout);
+}
+
+static void h_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
+		      struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	char path[64];
+	proc_path(path, n->fd);
+	int res = 0;
+
+	if (valid & FUSE_SET_ATTR_MODE)
+		res = fi ? fchmod((int)fi->fh, attr->st_mode) : chmod(path, attr->st_mode);
+	if (res == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
+		uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+		gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+		res = fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	}
+	if (res == 0 && (valid & FUSE_SET_ATTR_SIZE))
+		res = fi ? ftruncate((int)fi->fh, attr->st_size) : truncate(path, attr->st_size);
+	if (res == 0 && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+		struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
+		if (valid & FUSE_SET_ATTR_ATIME_NOW)
+			tv[0].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_ATIME)
+			tv[0] = attr->st_atim;
+		if (valid & FUSE_SET_ATTR_MTIME_NOW)
+			tv[1].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_MTIME)
+			tv[1] = attr->st_mtim;
+		res = fi ? futimens((int)fi->fh, tv)
+			 : utimensat(n->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	}
+	if (res < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	h_getattr(req, ino, fi);
+}
+
+static void h_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	ssize_t res = readlinkat(fd_of(ino), "", buf, sizeof(buf));
+	if (res < 0)
+		fuse_reply_err(req, errno);
+	else if (res == sizeof(buf))
+		fuse_reply_err(req, ENAMETOOLONG);
+	else {
+		buf[res] = 0;
+		fuse_reply_readlink(req, buf);
+	}
+}
+
+static void h_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	reply_new_entry(req, parent, name, mknodat(fd_of(parent), name, mode, rdev));
+}
+
+static void h_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	reply_new_entry(req, parent, name, mkdirat(fd_of(parent), name, mode));
+}
+
+static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	reply_new_entry(req, parent, name, symlinkat(link, fd_of(parent), name));
+}
+
+static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for anyone. */
+	int res = linkat(fd_of(ino), "", fd_of(newparent), newname, AT_EMPTY_PATH);
+	if (res < 0 && (errno == ENOENT || errno == EPERM)) {
+		char path[64];
+		proc_path(path, fd_of(ino));
+		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
+	}
+	reply_new_entry(req, newparent, newname, res);
+}
+
+static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(fd_of(parent), name, 0) < 0 ? errno : 0);
+}
+
+static void h_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(fd_of(parent), name, AT_REMOVEDIR) < 0 ? errno : 0);
+}
+
+static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		     const char *newname, unsigned int flags)
+{
+	int res = renameat2(fd_of(parent), name, fd_of(newparent), newname, flags);
+	fuse_reply_err(req, res < 0 ? errno : 0);
+}
+
+/* With the writeback cache the kernel may read pages of a file opened write-only, and it
+ * appends by itself. */
+static int open_flags(int flags)
+{
+	if (cfg.writeback) {
+		if ((flags & O_ACCMODE) == O_WRONLY)
+			flags = (flags & ~O_ACCMODE) | O_RDWR;
+		flags &= ~O_APPEND;
+	}
+	return flags & ~O_NOFOLLOW;
+}
+
+static void h_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	char path[64];
+	proc_path(path, fd_of(ino));
+	int fd = open(path, open_flags(fi->flags));
+	if (fd < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	fi->fh = (uint64_t)fd;
+	/* NFS keeps cached pages across opens unless the attributes show a change (close-to-open
+	 * consistency); auto_inval_data does the same check here. */
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void h_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     struct fuse_file_info *fi)
+{
+	int fd = openat(fd_of(parent), name, open_flags(fi->flags) | O_CREAT, mode);
+	if (fd < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	struct fuse_entry_param e;
+	int err = do_lookup(parent, name, &e);
+	if (err) {
+		close(fd);
+		fuse_reply_err(req, err);
+		return;
+	}
+	fi->fh = (uint64_t)fd;
+	fi->keep_cache = 1;
+	fuse_reply_create(req, &e, fi);
+}
+
+static void h_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = (int)fi->fh;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void h_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	out.buf[0].fd = (int)fi->fh;
+	out.buf[0].pos = off;
+	ssize_t res = fuse_buf_copy(&out, in, 0);
+	if (res < 0)
+		fuse_reply_err(req, (int)-res);
+	else
+		fuse_reply_write(req, (size_t)res);
+}
+
+static void h_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	/* close() of a duplicate reports deferred write errors, as close() of the original would. */
+	int fd = dup((int)fi->fh);
+	int res = fd < 0 ? -1 : close(fd);
+	fuse_reply_err(req, res < 0 ? errno : 0);
+}
+
+static void h_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	close((int)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void h_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	int res = datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh);
+	fuse_reply_err(req, res < 0 ? errno : 0);
+}
+
+static void h_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	int res = fallocate((int)fi->fh, mode, off, len);
+	fuse_reply_err(req, res < 0 ? errno : 0);
+}
+
+static void h_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	(void)ino;
+	off_t res = lseek((int)fi->fh, off, whence);
+	if (res < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_lseek(req, res);
+}
+
+static void h_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs st;
+	if (fstatvfs(fd_of(ino), &st) < 0)
+		fuse_reply_err(req, errno);
+	else
+		fuse_reply_statfs(req, &st);
+}
+
+/* --- directories --- */
+
+struct dir {
+	DIR *dp;
+	off_t offset;          /* position of the next entry readdir() will return */
+	struct dirent *pending; /* read but not yet sent (the last reply was full) */
+};
+
+static struct dir *dir_of(struct fuse_file_info *fi)
+{
+	return (struct dir *)(uintptr_t)fi->fh;
+}
+
+static void h_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct dir *d = calloc(1, sizeof(*d));
+	if (!d) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	int fd = openat(fd_of(ino), ".", O_RDONLY | O_DIRECTORY);
+	if (fd < 0 || !(d->dp = fdopendir(fd))) {
+		int err = errno;
+		if (fd >= 0)
+			close(fd);
+		free(d);
+		fuse_reply_err(req, err);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	/* Directory pages cached until the directory's attributes show it changed, as NFS does. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+static bool is_dot(const char *name)
+{
+	return name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0));
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct dir *d = dir_of(fi);
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (off != d->offset) {
+		seekdir(d->dp, off);
+		d->pending = NULL;
+		d->offset = off;
+	}
+	size_t used = 0;
+	int err = 0;
+	for (;;) {
+		if (!d->pending) {
+			errno = 0;
+			d->pending = readdir(d->dp);
+			if (!d->pending) {
+				err = errno;
+				break;
+			}
+		}
+		struct dirent *de = d->pending;
+		off_t next = de->d_off;
+		size_t len;
+		if (plus) {
+			struct fuse_entry_param e = {0};
+			bool looked_up = false;
+			if (is_dot(de->d_name)) {
+				e.attr.st_ino = de->d_ino;
+				e.attr.st_mode = (mode_t)de->d_type << 12;
+			} else {
+				err = do_lookup(ino, de->d_name, &e);
+				if (err == ENOENT) { /* gone since readdir() saw it */
+					err = 0;
+					d->pending = NULL;
+					d->offset = next;
+					continue;
+				}
+				if (err)
+					break;
+				looked_up = true;
+			}
+			len = fuse_add_direntry_plus(req, buf + used, size - used, de->d_name, &e, next);
+			if (len > size - used) {
+				if (looked_up) /* not sent: the kernel never took this reference */
+					forget_one(e.ino, 1);
+				break;
+			}
+		} else {
+			struct stat st = {.st_ino = de->d_ino, .st_mode = (mode_t)de->d_type << 12};
+			len = fuse_add_direntry(req, buf + used, size - used, de->d_name, &st, next);
+			if (len > size - used)
+				break;
+		}
+		used += len;
+		d->pending = NULL;
+		d->offset = next;
+	}
+	/* An error after some entries: send those, the error comes back on the next call. */
+	if (err && used == 0)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void h_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void h_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			  struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void h_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	struct dir *d = dir_of(fi);
+	closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void h_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	int fd = dirfd(dir_of(fi)->dp);
+	int res = datasync ? fdatasync(fd) : fsync(fd);
+	fuse_reply_err(req, res < 0 ? errno : 0);
+}
+
+/*
+ * Parallel directory operations. Without FUSE_PARALLEL_DIROPS in the INIT reply the kernel
+ * holds a directory's lock across every lookup and readdir request in it, so all lookups in one
+ * directory are served one at a time, whatever the number of threads: a millisecond of delay
+ * would cap a flat directory at 1,000 lookups/s. libfuse before 3.16 never sends the flag, even
+ * when asked to (libfuse pull request #861); Debian 12 ships 3.14. So this program defines
+ * writev(), which libfuse's calls resolve to ahead of libc's, and sets the flag in the one INIT
+ * reply, the first write after init() returns. On a libfuse that sends it, this changes nothing.
+ */
+static _Atomic bool init_reply_pending;
+
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	if (atomic_load_explicit(&init_reply_pending, memory_order_relaxed) &&
+	    atomic_exchange(&init_reply_pending, false) && iovcnt == 2 &&
+	    iov[0].iov_len == sizeof(struct fuse_out_header) &&
+	    ((const struct fuse_out_header *)iov[0].iov_base)->error == 0 &&
+	    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
+		char patched[sizeof(struct fuse_init_out)];
+		size_t len = iov[1].iov_len < sizeof(patched) ? iov[1].iov_len : sizeof(patched);
+		memcpy(patched, iov[1].iov_base, len);
+		((struct fuse_init_out *)patched)->flags |= FUSE_PARALLEL_DIROPS;
+		struct iovec copy[2] = {iov[0], {.iov_base = patched, .iov_len = len}};
+		return syscall(SYS_writev, fd, copy, 2);
+	}
+	return syscall(SYS_writev, fd, iov, iovcnt);
+}
+
+static void h_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	if (cfg.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	if (!cfg.readdirplus)
+		conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+	if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA)
+		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
+	/* NFS moves up to 1 MiB per READ/WRITE (rsize/wsize); let FUSE do the same. */
+	conn->max_write = 1u << 20;
+	conn->max_readahead = 1u << 20;
+	conn->max_background = cfg.max_background;
+	conn->congestion_threshold = cfg.max_background * 3 / 4;
+	atomic_store(&init_reply_pending, true);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Counting wrappers                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+#define COUNTED(kind, handler, params, args)                                                   \
+	static void c_##handler params                                                          \
+	{                                                                                       \
+		struct span sp;                                                                 \
+		span_begin(&sp, OP_##kind);                                                     \
+		h_##handler args;                                                               \
+		span_end(&sp);                                                                  \
+	}
+
+COUNTED(LOOKUP, lookup, (fuse_req_t r, fuse_ino_t p, const char *n), (r, p, n))
+COUNTED(GETATTR, getattr, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(SETATTR, setattr, (fuse_req_t r, fuse_ino_t i, struct stat *a, int v, struct fuse_file_info *f),
+	(r, i, a, v, f))
+COUNTED(READLINK, readlink, (fuse_req_t r, fuse_ino_t i), (r, i))
+COUNTED(MKNOD, mknod, (fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, dev_t d), (r, p, n, m, d))
+COUNTED(MKDIR, mkdir, (fuse_req_t r, fuse_ino_t p, const char *n, mode_t m), (r, p, n, m))
+COUNTED(UNLINK, unlink, (fuse_req_t r, fuse_ino_t p, const char *n), (r, p, n))
+COUNTED(RMDIR, rmdir, (fuse_req_t r, fuse_ino_t p, const char *n), (r, p, n))
+COUNTED(SYMLINK, symlink, (fuse_req_t r, const char *l, fuse_ino_t p, const char *n), (r, l, p, n))
+COUNTED(RENAME, rename,
+	(fuse_req_t r, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn, unsigned int f),
+	(r, p, n, np, nn, f))
+COUNTED(LINK, link, (fuse_req_t r, fuse_ino_t i, fuse_ino_t np, const char *nn), (r, i, np, nn))
+COUNTED(OPEN, open, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(READ, read, (fuse_req_t r, fuse_ino_t i, size_t s, off_t o, struct fuse_file_info *f),
+	(r, i, s, o, f))
+COUNTED(WRITE, write_buf, (fuse_req_t r, fuse_ino_t i, struct fuse_bufvec *b, off_t o, struct fuse_file_info *f),
+	(r, i, b, o, f))
+COUNTED(FLUSH, flush, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(RELEASE, release, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(FSYNC, fsync, (fuse_req_t r, fuse_ino_t i, int d, struct fuse_file_info *f), (r, i, d, f))
+COUNTED(OPENDIR, opendir, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(READDIR, readdir, (fuse_req_t r, fuse_ino_t i, size_t s, off_t o, struct fuse_file_info *f),
+	(r, i, s, o, f))
+COUNTED(READDIRPLUS, readdirplus,
+	(fuse_req_t r, fuse_ino_t i, size_t s, off_t o, struct fuse_file_info *f), (r, i, s, o, f))
+COUNTED(RELEASEDIR, releasedir, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
+COUNTED(FSYNCDIR, fsyncdir, (fuse_req_t r, fuse_ino_t i, int d, struct fuse_file_info *f), (r, i, d, f))
+COUNTED(STATFS, statfs, (fuse_req_t r, fuse_ino_t i), (r, i))
+COUNTED(CREATE, create, (fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, struct fuse_file_info *f),
+	(r, p, n, m, f))
+COUNTED(FALLOCATE, fallocate,
+	(fuse_req_t r, fuse_ino_t i, int m, off_t o, off_t l, struct fuse_file_info *f), (r, i, m, o, l, f))
+COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_file_info *f),
+	(r, i, o, w, f))
+
+/* A forget is a one-way message with no reply: counted, never delayed (NFS has no such call). */
+static void c_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	atomic_fetch_add_explicit(&op_count[OP_FORGET], 1, memory_order_relaxed);
+	h_forget(req, ino, nlookup);
+}
+
+static void c_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	atomic_fetch_add_explicit(&op_count[OP_FORGET], count, memory_order_relaxed);
+	h_forget_multi(req, count, forgets);
+}
+
+/* No xattr handlers: the kernel gets ENOSYS once and stops asking, as on Azure Files NFS
+ * (NFSv4.1, no extended attributes). No tmpfile either: O_TMPFILE fails as on NFS. */
+static const struct fuse_lowlevel_ops ops = {
+	.init = h_init,
+	.lookup = c_lookup,
+	.forget = c_forget,
+	.forget_multi = c_forget_multi,
+	.getattr = c_getattr,
+	.setattr = c_setattr,
+	.readlink = c_readlink,
+	.mknod = c_mknod,
+	.mkdir = c_mkdir,
+	.unlink = c_unlink,
+	.rmdir = c_rmdir,
+	.symlink = c_symlink,
+	.rename = c_rename,
+	.link = c_link,
+	.open = c_open,
+	.read = c_read,
+	.write_buf = c_write_buf,
+	.flush = c_flush,
+	.release = c_release,
+	.fsync = c_fsync,
+	.opendir = c_opendir,
+	.readdir = c_readdir,
+	.readdirplus = c_readdirplus,
+	.releasedir = c_releasedir,
+	.fsyncdir = c_fsyncdir,
+	.statfs = c_statfs,
+	.create = c_create,
+	.fallocate = c_fallocate,
+	.lseek = c_lseek,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Control socket: one line in ("stats", "reset" or "snapshot"), one JSON line out             */
+/* ------------------------------------------------------------------------------------------ */
+
+static int control_fd = -1;
+
+static void *control_loop(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int c = accept(control_fd, NULL, NULL);
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return NULL;
+		}
+		char line[64];
+		ssize_t n = read(c, line, sizeof(line) - 1);
+		line[n > 0 ? n : 0] = 0;
+		line[strcspn(line, "\r\n")] = 0;
+		char *out = NULL;
+		if (strcmp(line, "stats") == 0)
+			out = stats_json(false);
+		else if (strcmp(line, "snapshot") == 0)
+			out = stats_json(true);
+		else if (strcmp(line, "reset") == 0) {
+			free(stats_json(true));
+			out = strdup("{\"reset\":true}\n");
+		} else
+			out = strdup("{\"error\":\"unknown command; use stats, reset or snapshot\"}\n");
+		if (out) {
+			for (size_t off = 0, len = strlen(out); off < len;) {
+				ssize_t w = send(c, out + off, len - off, MSG_NOSIGNAL);
+				if (w <= 0)
+					break;
+				off += (size_t)w;
+			}
+			free(out);
+		}
+		close(c);
+	}
+}
+
+static int start_control(void)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	if (strlen(cfg.control) >= sizeof(addr.sun_path)) {
+		fprintf(stderr, "latencyfs: control socket path too long: %s\n", cfg.control);
+		return -1;
+	}
+	strcpy(addr.sun_path, cfg.control);
+	unlink(cfg.control);
+	control_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (control_fd < 0 || bind(control_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+	    listen(control_fd, 16) < 0) {
+		fprintf(stderr, "latencyfs: control socket %s: %s\n", cfg.control, strerror(errno));
+		return -1;
+	}
+	/* Signals (SIGINT/SIGTERM unmount) must reach the loop's thread, not this one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	pthread_t t;
+	int err = pthread_create(&t, NULL, control_loop, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		fprintf(stderr, "latencyfs: control thread: %s\n", strerror(err));
+		return -1;
+	}
+	pthread_detach(t);
+	return 0;
+}
+
+static int ctl_main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: latencyfs ctl SOCKET stats|reset|snapshot\n");
+		return 2;
+	}
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	if (strlen(argv[2]) >= sizeof(addr.sun_path)) {
+		fprintf(stderr, "latencyfs ctl: socket path too long\n");
+		return 2;
+	}
+	strcpy(addr.sun_path, argv[2]);
+	int c = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (c < 0 || connect(c, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		fprintf(stderr, "latencyfs ctl: %s: %s\n", argv[2], strerror(errno));
+		return 1;
+	}
+	dprintf(c, "%s\n", argv[3]);
+	shutdown(c, SHUT_WR);
+	char buf[4096];
+	ssize_t n;
+	while ((n = read(c, buf, sizeof(buf))) > 0)
+		fwrite(buf, 1, (size_t)n, stdout);
+	close(c);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Command line                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: latencyfs [options] SOURCE MOUNTPOINT\n"
+		"       latencyfs ctl SOCKET stats|reset|snapshot\n"
+		"\n"
+		"Mirror SOURCE at MOUNTPOINT, delaying and counting every request. Runs in the\n"
+		"foreground until unmounted (fusermount3 -u MOUNTPOINT) or sent SIGINT/SIGTERM.\n"
+		"\n"
+		"  --delay MS              delay of every request (default 0)\n"
+		"  --delay-op KIND=MS,...  delay of some kinds only, e.g. lookup=2,getattr=1\n"
+		"  --jitter MS             add a uniform random 0..MS to every delay\n"
+		"  --attr-timeout S        how long the kernel trusts attributes (default 1; actimeo)\n"
+		"  --entry-timeout S       how long the kernel trusts a name lookup (default 1)\n"
+		"  --negative-timeout S    how long it trusts \"no such name\" (default 0: lookupcache=positive)\n"
+		"  --no-writeback-cache    every write() becomes a request\n"
+		"  --no-readdirplus        plain readdir, a lookup per entry\n"
+		"  --threads N             most requests served at once (default 256)\n"
+		"  --max-background N      kernel's limit on async requests, readahead/writeback (default 64)\n"
+		"  --control SOCKET        answer \"stats\", \"reset\", \"snapshot\" (stats, then reset) there\n"
+		"  --stats FILE            write the final counters there as JSON when unmounted\n"
+		"  -o OPT[,OPT...]         extra FUSE mount options\n"
+		"\n"
+		"Request kinds:");
+	for (int i = 0; i < OP_COUNT; i++)
+		fprintf(f, " %s", op_names[i]);
+	fprintf(f, "\n");
+}
+
+static bool parse_ms(const char *s, double *ns)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || v < 0 || v > 600000)
+		return false;
+	*ns = v * 1e6;
+	return true;
+}
+
+static bool parse_seconds(const char *s, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || v < 0)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_delay_ops(char *spec)
+{
+	for (char *save = NULL, *item = strtok_r(spec, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+		if (!eq)
+			return false;
+		*eq = 0;
+		int i = 0;
+		while (i < OP_COUNT && strcmp(op_names[i], item) != 0)
+			i++;
+		if (i == OP_COUNT || i == OP_FORGET || !parse_ms(eq + 1, &cfg.delay_ns[i])) {
+			fprintf(stderr, "latencyfs: bad --delay-op entry %s=%s\n", item, eq + 1);
+			return false;
+		}
+	}
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "ctl") == 0)
+		return ctl_main(argc, argv);
+
+	enum { O_DELAY = 256, O_DELAY_OP, O_JITTER, O_ATTR, O_ENTRY, O_NEG, O_NOWB, O_NORDP,
+	       O_THREADS, O_MAXBG, O_CONTROL, O_STATS };
+	static const struct option longopts[] = {
+		{"delay", required_argument, NULL, O_DELAY},
+		{"delay-op", required_argument, NULL, O_DELAY_OP},
+		{"jitter", required_argument, NULL, O_JITTER},
+		{"attr-timeout", required_argument, NULL, O_ATTR},
+		{"entry-timeout", required_argument, NULL, O_ENTRY},
+		{"negative-timeout", required_argument, NULL, O_NEG},
+		{"no-writeback-cache", no_argument, NULL, O_NOWB},
+		{"no-readdirplus", no_argument, NULL, O_NORDP},
+		{"threads", required_argument, NULL, O_THREADS},
+		{"max-background", required_argument, NULL, O_MAXBG},
+		{"control", required_argument, NULL, O_CONTROL},
+		{"stats", required_argument, NULL, O_STATS},
+		{"help", no_argument, NULL, 'h'},
+		{0},
+	};
+	char extra_opts[1024] = "";
+	double global = 0;
+	char *delay_ops = NULL;
+	int c;
+	while ((c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+		bool ok = true;
+		switch (c) {
+		case O_DELAY: ok = parse_ms(optarg, &global); break;
+		case O_DELAY_OP: delay_ops = optarg; break;
+		case O_JITTER: ok = parse_ms(optarg, &cfg.jitter_ns); break;
+		case O_ATTR: ok = parse_seconds(optarg, &cfg.attr_timeout); break;
+		case O_ENTRY: ok = parse_seconds(optarg, &cfg.entry_timeout); break;
+		case O_NEG: ok = parse_seconds(optarg, &cfg.negative_timeout); break;
+		case O_NOWB: cfg.writeback = false; break;
+		case O_NORDP: cfg.readdirplus = false; break;
+		case O_THREADS: cfg.max_threads = atoi(optarg); ok = cfg.max_threads > 0; break;
+		case O_MAXBG: cfg.max_background = (unsigned)atoi(optarg); ok = cfg.max_background > 0; break;
+		case O_CONTROL: cfg.control = optarg; break;
+		case O_STATS: cfg.stats_file = optarg; break;
+		case 'o':
+			ok = strlen(extra_opts) + strlen(optarg) + 2 < sizeof(extra_opts);
+			if (ok) {
+				strcat(extra_opts, ",");
+				strcat(extra_opts, optarg);
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+		if (!ok) {
+			fprintf(stderr, "latencyfs: bad value for --%s: %s\n",
+				c == 'o' ? "o" : longopts[c - O_DELAY].name, optarg);
+			return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		usage(stderr);
+		return 2;
+	}
+	for (int i = 0; i < OP_COUNT; i++)
+		cfg.delay_ns[i] = i == OP_FORGET ? 0 : global;
+	if (delay_ops && !parse_delay_ops(delay_ops))
+		return 2;
+	cfg.source = argv[optind];
+	cfg.mountpoint = argv[optind + 1];
+
+	/* The kernel already applied the caller's umask to every mode it sends. */
+	umask(0);
+	root.fd = open(cfg.source, O_PATH | O_DIRECTORY);
+	struct stat st;
+	if (root.fd < 0 || fstat(root.fd, &st) < 0) {
+		fprintf(stderr, "latencyfs: %s: %s\n", cfg.source, strerror(errno));
+		return 1;
+	}
+	root.ino = st.st_ino;
+	root.dev = st.st_dev;
+	root.nlookup = 2;
+	table = calloc(BUCKETS, sizeof(*table));
+	if (!table) {
+		fprintf(stderr, "latencyfs: out of memory\n");
+		return 1;
+	}
+	flight.window_start_ns = flight.busy_since_ns = now_ns();
+
+	/* No default_permissions: with it the kernel checks permissions itself and asks for a
+	 * directory's attributes again (a GETATTR) after every change to it, a request per created
+	 * file that NFS clients do not make (they take the directory's new attributes from the
+	 * reply). Without it, and without allow_other, only the user who mounted can enter, and
+	 * the real permission checks happen underneath, as on an NFS server. */
+	char mount_opts[1400];
+	snprintf(mount_opts, sizeof(mount_opts), "fsname=latencyfs,subtype=latencyfs%s", extra_opts);
+	char *fuse_argv[] = {argv[0], "-o", mount_opts, NULL};
+	struct fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
+	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), NULL);
+	if (!se)
+		return 1;
+	int ret = 1;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_session;
+	if (cfg.control && start_control() != 0)
+		goto out_signals;
+	if (fuse_session_mount(se, cfg.mountpoint) != 0)
+		goto out_signals;
+
+	struct fuse_loop_config *loop = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(loop, (unsigned)cfg.max_threads);
+	/* Keep idle threads: a burst after a pause should not pay thread creation per request. */
+	fuse_loop_cfg_set_idle_threads(loop, (unsigned)cfg.max_threads);
+	fuse_loop_cfg_set_clone_fd(loop, 0);
+	ret = fuse_session_loop_mt(se, loop);
+	fuse_loop_cfg_destroy(loop);
+	fuse_session_unmount(se);
+
+	if (cfg.stats_file) {
+		char *json = stats_json(false);
+		FILE *f = json ? fopen(cfg.stats_file, "w") : NULL;
+		if (!f || fputs(json, f) < 0 || fclose(f) != 0)
+			fprintf(stderr, "latencyfs: writing %s: %s\n", cfg.stats_file, strerror(errno));
+		free(json);
+	}
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+	if (cfg.control)
+		unlink(cfg.control);
+	return ret ? 1 : 0;
+}

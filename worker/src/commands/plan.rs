@@ -1,0 +1,166 @@
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::plan::split::{Method, Tool};
+use crate::plan::{self, Compare, Options, Partitioning, Phase};
+
+/// `--auto`: each cap is what one transfer job gets through in about ten minutes, so that a
+/// job start-up of tens of seconds costs a few percent at most (docs/plan.md, "Partition sizing").
+pub const AUTO_MAX_FILES: u64 = 250_000;
+pub const AUTO_MAX_BYTES: u64 = 128 << 30;
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// `ferry ls -r` manifest of the source
+    pub source_listing: PathBuf,
+    /// `ferry ls -r` manifest of the destination (incremental and final phases only)
+    pub dest_listing: Option<PathBuf>,
+    /// Directory to write the plan into (replaced as a whole when complete)
+    #[arg(long)]
+    pub out: PathBuf,
+    /// baseline copies everything; incremental copies what differs; final also verifies all
+    #[arg(long, value_enum)]
+    pub phase: Phase,
+    /// How the listings tell that a file changed
+    #[arg(long, value_enum, default_value = "size-mtime")]
+    pub compare: Compare,
+    /// Leave symlinks out of the plan (a blob destination holds none)
+    #[arg(long)]
+    pub skip_symlinks: bool,
+    /// Exactly N parts balanced by size (LPT), fewer if there are fewer files
+    #[arg(long, short = 'n', conflicts_with_all = ["max_files", "max_bytes", "auto"])]
+    pub parts: Option<usize>,
+    /// At most F files per part
+    #[arg(long, short = 'f', conflicts_with = "auto")]
+    pub max_files: Option<u64>,
+    /// Parts of about S bytes: a part closes once it reaches S
+    #[arg(long, short = 's', value_parser = crate::units::parse_size, conflicts_with = "auto")]
+    pub max_bytes: Option<u64>,
+    /// Parts sized so that each job's start-up is amortised (the default)
+    #[arg(long)]
+    pub auto: bool,
+    /// Who cuts the parts: ferry, or Debian's fpart (arbitrary-values mode)
+    #[arg(long, value_enum, default_value = "ferry")]
+    pub partitioner: Tool,
+    /// Print plan.json on stdout too
+    #[arg(long)]
+    pub json: bool,
+    /// Memory for sorting before runs are spilled to disk
+    #[arg(long, env = "FERRY_PLAN_SORT_MEMORY", default_value = "64MiB", value_parser = crate::units::parse_size, hide = true)]
+    pub sort_memory: u64,
+}
+
+fn options(args: &PlanArgs) -> anyhow::Result<Options> {
+    match (args.phase, &args.dest_listing) {
+        (Phase::Baseline, Some(d)) => {
+            bail!("--phase baseline copies everything and takes no destination listing (got {})", d.display())
+        }
+        (Phase::Incremental | Phase::Final, None) => {
+            bail!("--phase {} compares with the destination: give DEST_LISTING", args.phase.name())
+        }
+        _ => {}
+    }
+    if args.parts == Some(0) || args.max_files == Some(0) || args.max_bytes == Some(0) {
+        bail!("--parts, --max-files and --max-bytes must be at least 1");
+    }
+    let (method, mode) = match (args.parts, args.max_files, args.max_bytes) {
+        (Some(n), _, _) => (Method::Parts(n), "parts"),
+        (None, None, None) => (Method::Auto { max_files: AUTO_MAX_FILES, max_bytes: AUTO_MAX_BYTES }, "auto"),
+        (None, f, s) => (
+            Method::Caps { max_files: f, max_bytes: s },
+            match (f, s) {
+                (Some(_), Some(_)) => "max-files-bytes",
+                (Some(_), None) => "max-files",
+                _ => "max-bytes",
+            },
+        ),
+    };
+    let (max_files, max_bytes) = match method {
+        Method::Auto { max_files, max_bytes } => (Some(max_files), Some(max_bytes)),
+        _ => (args.max_files, args.max_bytes),
+    };
+    Ok(Options {
+        source: args.source_listing.clone(),
+        dest: args.dest_listing.clone(),
+        phase: args.phase,
+        compare: args.compare,
+        skip_symlinks: args.skip_symlinks,
+        tool: args.partitioner,
+        method,
+        partitioning: Partitioning {
+            tool: match args.partitioner {
+                Tool::Ferry => "ferry",
+                Tool::Fpart => "fpart",
+            },
+            mode,
+            parts: args.parts,
+            max_files,
+            max_bytes,
+        },
+        sort_memory: args.sort_memory.max(1) as usize,
+    })
+}
+
+/// The staging directory beside `out`, its name's prefix, and `out`'s parent.
+fn staging_of(out: &Path) -> anyhow::Result<(PathBuf, String, PathBuf)> {
+    let name = out.file_name().with_context(|| format!("--out {}: not a directory name", out.display()))?;
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let prefix = format!(".{}.partial-", name.to_string_lossy());
+    Ok((parent.join(format!("{prefix}{}", std::process::id())), prefix, parent))
+}
+
+pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let opts = options(&args)?;
+    let (staging, prefix, parent) = staging_of(&args.out)?;
+    std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    // Leftovers of an interrupted plan into the same directory.
+    for old in std::fs::read_dir(&parent)? {
+        let old = old?;
+        if old.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_dir_all(old.path()).with_context(|| format!("cannot remove {}", old.path().display()))?;
+        }
+    }
+    let result = write_plan(&opts, &staging, &args.out);
+    if result.is_err() {
+        // A half-written plan must never be mistaken for one.
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    let text = result?;
+    if args.json {
+        print!("{text}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_plan(opts: &Options, staging: &Path, out: &Path) -> anyhow::Result<String> {
+    let scratch = staging.join(".scratch");
+    std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
+    let doc = plan::plan(opts, staging, &scratch)?;
+    std::fs::remove_dir_all(&scratch)?;
+    let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
+    std::fs::write(staging.join("plan.json"), &text)?;
+    replace_dir(staging, out)?;
+    Ok(text)
+}
+
+/// Puts `staging` in place of `out`: one rename when `out` does not exist, else the old plan is
+/// moved aside first and removed after.
+fn replace_dir(staging: &Path, out: &Path) -> anyhow::Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        let mut aside = staging.as_os_str().to_owned();
+        aside.push(".old");
+        let aside = PathBuf::from(aside);
+        std::fs::rename(out, &aside).with_context(|| format!("cannot move the old {} aside", out.display()))?;
+        std::fs::rename(staging, out).with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
+        std::fs::remove_dir_all(&aside).with_context(|| format!("cannot remove the old plan {}", aside.display()))?;
+    } else {
+        std::fs::rename(staging, out).with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,435 @@
+//! The planner: compares a source and a destination listing and decides what a phase copies,
+//! what it verifies and what the final pass would delete, cut into partitions for the jobs.
+//! Streaming throughout (docs/plan.md): each listing is sorted by path externally, the two
+//! sorted streams are merge-joined, and the partitioners hold at most one sort run.
+
+pub mod sort;
+pub mod split;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use crate::manifest::{self, Entry, Kind, Mtime};
+use sort::{by_path, Runs, Sorter};
+use split::{Method, Part, Splitter, Tool};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Phase {
+    Baseline,
+    Incremental,
+    Final,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Baseline => "baseline",
+            Phase::Incremental => "incremental",
+            Phase::Final => "final",
+        }
+    }
+}
+
+/// How two listings tell that a file changed (`ferry copy --compare` without `none`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compare {
+    Size,
+    SizeMtime,
+    Md5,
+}
+
+impl Compare {
+    pub fn name(self) -> &'static str {
+        match self {
+            Compare::Size => "size",
+            Compare::SizeMtime => "size-mtime",
+            Compare::Md5 => "md5",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    New,
+    Changed,
+    /// The listings cannot tell; `ferry copy --compare` decides.
+    Undecided,
+    Same,
+}
+
+/// Below this the difference is noise from printing or storing fewer digits, not a change.
+const MTIME_TOLERANCE_NS: i128 = 1_000;
+
+fn nanos(m: Mtime) -> i128 {
+    m.secs as i128 * 1_000_000_000 + m.nanos as i128
+}
+
+pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare) -> Verdict {
+    let Some(dst) = dst.filter(|d| d.kind != Kind::Dir) else {
+        return Verdict::New;
+    };
+    let (Some(s), Some(d)) = (src.size, dst.size) else {
+        return Verdict::Undecided;
+    };
+    if s != d {
+        return Verdict::Changed;
+    }
+    match compare {
+        Compare::Size => Verdict::Same,
+        Compare::SizeMtime => match (src.mtime, dst.mtime) {
+            // Only equality is trusted: a destination that records upload time instead of the
+            // source's mtime makes everything undecided, never wrongly skipped.
+            (Some(a), Some(b)) if (nanos(a) - nanos(b)).abs() <= MTIME_TOLERANCE_NS => Verdict::Same,
+            _ => Verdict::Undecided,
+        },
+        Compare::Md5 => match (src.md5, dst.md5) {
+            (Some(a), Some(b)) if a == b => Verdict::Same,
+            (Some(_), Some(_)) => Verdict::Changed,
+            _ => Verdict::Undecided,
+        },
+    }
+}
+
+/// One path of the merge-join: on one side or both.
+pub enum Pair {
+    Source(Entry),
+    Dest(Entry),
+    Both(Entry, Entry),
+}
+
+/// One sorted side of the join, one entry ahead. It refuses a path seen twice: a listing that
+/// names one path twice is broken, and which of the two to believe cannot be decided here.
+struct Side<I> {
+    inner: I,
+    head: Option<Entry>,
+    name: &'static str,
+}
+
+impl<I: Iterator<Item = io::Result<Entry>>> Side<I> {
+    fn new(mut inner: I, name: &'static str) -> anyhow::Result<Self> {
+        let head = inner.next().transpose()?;
+        Ok(Side { inner, head, name })
+    }
+    fn take(&mut self) -> anyhow::Result<Entry> {
+        let e = self.head.take().expect("taken only when present");
+        self.head = self.inner.next().transpose()?;
+        if self.head.as_ref().is_some_and(|n| n.path == e.path) {
+            bail!("the {} listing names {:?} more than once", self.name, e.display_path());
+        }
+        Ok(e)
+    }
+}
+
+/// Walks two path-sorted streams together.
+pub fn join(
+    src: impl Iterator<Item = io::Result<Entry>>,
+    dst: impl Iterator<Item = io::Result<Entry>>,
+    mut visit: impl FnMut(Pair) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    use std::cmp::Ordering::*;
+    let mut src = Side::new(src, "source")?;
+    let mut dst = Side::new(dst, "destination")?;
+    loop {
+        let order = match (&src.head, &dst.head) {
+            (None, None) => return Ok(()),
+            (Some(_), None) => Less,
+            (None, Some(_)) => Greater,
+            (Some(s), Some(d)) => s.path.cmp(&d.path),
+        };
+        visit(match order {
+            Less => Pair::Source(src.take()?),
+            Greater => Pair::Dest(dst.take()?),
+            Equal => Pair::Both(src.take()?, dst.take()?),
+        })?;
+    }
+}
+
+/// What the plan is asked for.
+pub struct Options {
+    pub source: PathBuf,
+    pub dest: Option<PathBuf>,
+    pub phase: Phase,
+    pub compare: Compare,
+    pub skip_symlinks: bool,
+    pub tool: Tool,
+    pub method: Method,
+    pub partitioning: Partitioning,
+    /// Bytes of entries held in memory by one sort before it spills a run.
+    pub sort_memory: usize,
+}
+
+// plan.json, field for field as the pipelines' report reads it.
+
+#[derive(Serialize, Default, Clone, Copy)]
+pub struct Totals {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+impl Totals {
+    fn add(&mut self, e: &Entry) {
+        self.files += 1;
+        self.bytes += e.size();
+    }
+}
+
+#[derive(Serialize, Default)]
+pub struct SourceCounts {
+    pub files: u64,
+    pub bytes: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub symlinks_not_migrated: u64,
+}
+
+#[derive(Serialize, Default)]
+pub struct ToCopy {
+    pub files: u64,
+    pub bytes: u64,
+    pub new: u64,
+    pub changed: u64,
+    pub undecided: u64,
+}
+
+/// What was asked, in the shape of the pipelines' `partition` config.
+#[derive(Serialize, Clone)]
+pub struct Partitioning {
+    pub tool: &'static str,
+    pub mode: &'static str,
+    pub parts: Option<usize>,
+    pub max_files: Option<u64>,
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub struct PartRow {
+    pub id: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct PlanDoc {
+    pub phase: &'static str,
+    pub compare: &'static str,
+    pub source: SourceCounts,
+    pub dest: Option<Totals>,
+    pub to_copy: ToCopy,
+    pub unchanged: u64,
+    pub extra_on_dest: Totals,
+    pub partitioning: Partitioning,
+    pub copy_partitions: Vec<PartRow>,
+    pub verify_partitions: Vec<PartRow>,
+    pub verify_scope: &'static str,
+}
+
+fn rows(parts: Vec<Part>) -> Vec<PartRow> {
+    parts.into_iter().enumerate().map(|(i, p)| PartRow { id: format!("{i:05}"), files: p.files, bytes: p.bytes }).collect()
+}
+
+/// Sorts one listing by path into runs under `scratch`.
+fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
+    let reader = manifest::Reader::open(path).with_context(|| format!("cannot read listing {}", path.display()))?;
+    let mut sorter = Sorter::new(by_path, budget, scratch.to_path_buf(), stem);
+    for e in reader {
+        sorter.push(e.map_err(anyhow::Error::msg)?)?;
+    }
+    Ok(sorter.finish()?)
+}
+
+/// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and
+/// returns plan.json's document (the caller writes it last).
+pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDoc> {
+    let started = std::time::Instant::now();
+    let source_runs = sort_listing(&opts.source, scratch, "source", opts.sort_memory)?;
+    let dest_runs = match &opts.dest {
+        Some(d) => Some(sort_listing(d, scratch, "dest", opts.sort_memory)?),
+        None => None,
+    };
+    eprintln!(
+        "ferry plan: listings sorted in {:.1} s ({} sorted runs)",
+        started.elapsed().as_secs_f64(),
+        source_runs.count() + dest_runs.as_ref().map_or(0, Runs::count)
+    );
+
+    // Two LPT sorts may fill at once (copy and verify): each gets half.
+    let split_memory = opts.sort_memory / 2;
+    let mut copy = Splitter::new(out.join("copy"), scratch.to_path_buf(), "copy", opts.tool, opts.method, split_memory)?;
+    let mut verify = match opts.phase {
+        Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method, split_memory)?),
+        _ => None,
+    };
+    let delete_path = out.join("delete.tsv");
+    let mut delete = manifest::Writer::new(io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&delete_path)?))?;
+
+    let mut source = SourceCounts::default();
+    let mut source_files = Totals::default();
+    let mut dest = Totals::default();
+    let mut to_copy = ToCopy::default();
+    let mut unchanged = 0u64;
+    let mut extra = Totals::default();
+    let mut visit = |pair: Pair| -> anyhow::Result<()> {
+        let (src, dst) = match pair {
+            Pair::Source(s) => (s, None),
+            Pair::Both(s, d) => (s, Some(d)),
+            Pair::Dest(d) => {
+                // Directories are implied by the files under them; prune handles them itself.
+                if d.kind != Kind::Dir {
+                    dest.add(&d);
+                    extra.add(&d);
+                    delete.write(&d)?;
+                }
+                return Ok(());
+            }
+        };
+        if let Some(d) = dst.as_ref().filter(|d| d.kind != Kind::Dir) {
+            dest.add(d);
+        }
+        match src.kind {
+            // ferry copy creates the directories its files need.
+            Kind::Dir => {
+                source.dirs += 1;
+                return Ok(());
+            }
+            Kind::Symlink => {
+                source.symlinks += 1;
+                // Blob storage holds no symlinks: planned, they would look new on every pass.
+                if opts.skip_symlinks {
+                    source.symlinks_not_migrated += 1;
+                    return Ok(());
+                }
+            }
+            Kind::File => {}
+        }
+        source_files.add(&src);
+        let verdict = classify(&src, dst.as_ref(), opts.compare);
+        match verdict {
+            Verdict::Same => unchanged += 1,
+            Verdict::New => to_copy.new += 1,
+            Verdict::Changed => to_copy.changed += 1,
+            Verdict::Undecided => to_copy.undecided += 1,
+        }
+        if verdict != Verdict::Same {
+            to_copy.files += 1;
+            to_copy.bytes += src.size();
+        }
+        if let Some(v) = verify.as_mut() {
+            v.push(&src)?;
+        }
+        if verdict != Verdict::Same {
+            copy.push(&src)?;
+        }
+        Ok(())
+    };
+    let source_entries = source_runs.merge()?;
+    match &dest_runs {
+        Some(d) => join(source_entries, d.merge()?, &mut visit)?,
+        None => join(source_entries, std::iter::empty(), &mut visit)?,
+    }
+    drop(source_runs);
+    drop(dest_runs);
+    delete.finish()?.into_inner().map_err(|e| e.into_error())?;
+
+    let copy_parts = rows(copy.finish()?);
+    let verify_parts = match verify {
+        Some(v) => rows(v.finish()?),
+        None => copy_parts.iter().map(|p| PartRow { id: p.id.clone(), ..*p }).collect(),
+    };
+    source.files = source_files.files;
+    source.bytes = source_files.bytes;
+    let baseline = opts.phase == Phase::Baseline;
+    eprintln!(
+        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided), {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
+        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, unchanged, extra.files, copy_parts.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(PlanDoc {
+        phase: opts.phase.name(),
+        compare: if baseline { "none" } else { opts.compare.name() },
+        source,
+        dest: (!baseline).then_some(dest),
+        to_copy,
+        unchanged,
+        extra_on_dest: extra,
+        partitioning: opts.partitioning.clone(),
+        copy_partitions: copy_parts,
+        verify_partitions: verify_parts,
+        verify_scope: if opts.phase == Phase::Final { "all" } else { "copied" },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(path: &str, size: Option<u64>, mtime: Option<&str>, md5: Option<u8>) -> Entry {
+        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]) }
+    }
+
+    #[test]
+    fn classify_follows_the_rules() {
+        use Verdict::*;
+        let src = f("a", Some(5), Some("100.000000000"), Some(1));
+        let dir = Entry { kind: Kind::Dir, ..f("a", Some(0), None, None) };
+        assert_eq!(classify(&src, None, Compare::Size), New);
+        assert_eq!(classify(&src, Some(&dir), Compare::Size), New, "a directory in the way is no copy");
+        assert_eq!(classify(&src, Some(&f("a", None, None, None)), Compare::Size), Undecided);
+        assert_eq!(classify(&f("a", None, None, None), Some(&src), Compare::Size), Undecided);
+        for c in [Compare::Size, Compare::SizeMtime, Compare::Md5] {
+            assert_eq!(classify(&src, Some(&f("a", Some(6), Some("100"), Some(1))), c), Changed);
+        }
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("7"), Some(2))), Compare::Size), Same);
+        // size-mtime: equal within a microsecond, else undecided (never changed, never same).
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001"), None)), Compare::SizeMtime), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("99.999999"), None)), Compare::SizeMtime), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001001"), None)), Compare::SizeMtime), Undecided);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("200"), None)), Compare::SizeMtime), Undecided);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::SizeMtime), Undecided);
+        // md5: both known decide; one missing is undecided.
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5), Changed);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5), Undecided);
+    }
+
+    fn stream(paths: &[&str]) -> impl Iterator<Item = io::Result<Entry>> {
+        paths.iter().map(|p| Ok(f(p, Some(1), None, None))).collect::<Vec<_>>().into_iter()
+    }
+
+    fn describe(src: &[&str], dst: &[&str]) -> anyhow::Result<Vec<String>> {
+        let mut seen = Vec::new();
+        join(stream(src), stream(dst), |p| {
+            seen.push(match p {
+                Pair::Source(s) => format!("<{}", s.display_path()),
+                Pair::Dest(d) => format!(">{}", d.display_path()),
+                Pair::Both(s, _) => format!("={}", s.display_path()),
+            });
+            Ok(())
+        })?;
+        Ok(seen)
+    }
+
+    #[test]
+    fn join_pairs_by_path() {
+        assert_eq!(describe(&["a", "b", "d"], &["b", "c", "d", "e"]).unwrap(), ["<a", "=b", ">c", "=d", ">e"]);
+        assert_eq!(describe(&[], &["x"]).unwrap(), [">x"]);
+        assert_eq!(describe(&["x"], &[]).unwrap(), ["<x"]);
+    }
+
+    #[test]
+    fn join_refuses_duplicates() {
+        let err = describe(&["a", "b", "b"], &[]).unwrap_err().to_string();
+        assert!(err.contains("source") && err.contains("\"b\""), "{err}");
+        let err = describe(&["a"], &["a", "a"]).unwrap_err().to_string();
+        assert!(err.contains("destination"), "{err}");
+    }
+
+    #[test]
+    fn join_passes_read_errors_on() {
+        let broken = vec![Ok(f("a", Some(1), None, None)), Err(io::Error::other("disk gone"))].into_iter();
+        let err = join(broken, stream(&["b"]), |_| Ok(())).unwrap_err().to_string();
+        assert!(err.contains("disk gone"), "{err}");
+    }
+}

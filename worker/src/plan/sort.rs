@@ -1,0 +1,321 @@
+//! External sort of manifest entries: sorted runs of bounded size spilled to files, then a
+//! k-way merge. Listings of tens of millions of entries pass through in the memory of one run.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::PathBuf;
+
+use crate::manifest::{Entry, Kind, Mtime};
+
+/// How two entries order; a plain function so that runs and merges need no generics.
+pub type Order = fn(&Entry, &Entry) -> Ordering;
+
+pub fn by_path(a: &Entry, b: &Entry) -> Ordering {
+    a.path.cmp(&b.path)
+}
+
+/// Largest first, then by path: the order in which LPT places entries (`ferry partition --parts`).
+pub fn by_size_desc(a: &Entry, b: &Entry) -> Ordering {
+    b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path))
+}
+
+/// What an entry costs in memory while a run is built: the struct, its path's heap block and
+/// the allocator's bookkeeping for it.
+fn footprint(e: &Entry) -> usize {
+    std::mem::size_of::<Entry>() + e.path.capacity() + 16
+}
+
+const READ_BUFFER: usize = 128 * 1024;
+
+/// Collects entries, spilling each full run, sorted, into `dir/<stem>-<n>.run`.
+pub struct Sorter {
+    order: Order,
+    budget: usize,
+    dir: PathBuf,
+    stem: String,
+    run: Vec<Entry>,
+    used: usize,
+    runs: Vec<PathBuf>,
+    encoded: Vec<u8>,
+}
+
+impl Sorter {
+    /// `budget`: bytes of entries held before a run is spilled (at least one entry per run).
+    pub fn new(order: Order, budget: usize, dir: PathBuf, stem: &str) -> Sorter {
+        Sorter { order, budget, dir, stem: stem.to_string(), run: Vec::new(), used: 0, runs: Vec::new(), encoded: Vec::new() }
+    }
+
+    pub fn push(&mut self, e: Entry) -> io::Result<()> {
+        self.used += footprint(&e);
+        self.run.push(e);
+        if self.used >= self.budget {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    fn spill(&mut self) -> io::Result<()> {
+        if self.run.is_empty() {
+            return Ok(());
+        }
+        let order = self.order;
+        self.run.sort_unstable_by(order);
+        let path = self.dir.join(format!("{}-{}.run", self.stem, self.runs.len()));
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+        for e in self.run.drain(..) {
+            self.encoded.clear();
+            encode(&e, &mut self.encoded);
+            out.write_all(&self.encoded)?;
+        }
+        out.flush()?;
+        self.runs.push(path);
+        self.used = 0;
+        Ok(())
+    }
+
+    /// Spills what is left and hands over the runs, to be merged as often as needed.
+    pub fn finish(mut self) -> io::Result<Runs> {
+        self.spill()?;
+        Ok(Runs { order: self.order, paths: std::mem::take(&mut self.runs) })
+    }
+}
+
+/// Sorted run files; removed when dropped.
+pub struct Runs {
+    order: Order,
+    paths: Vec<PathBuf>,
+}
+
+impl Runs {
+    pub fn count(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// All entries in order, read from the runs in one k-way merge.
+    pub fn merge(&self) -> io::Result<Merge> {
+        let mut readers = Vec::with_capacity(self.paths.len());
+        let mut heap = BinaryHeap::with_capacity(self.paths.len());
+        for (i, p) in self.paths.iter().enumerate() {
+            let mut r = BufReader::with_capacity(READ_BUFFER, File::open(p)?);
+            if let Some(e) = decode(&mut r)? {
+                heap.push(Head { entry: e, run: i, order: self.order });
+            }
+            readers.push(r);
+        }
+        Ok(Merge { readers, heap })
+    }
+}
+
+impl Drop for Runs {
+    fn drop(&mut self) {
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+struct Head {
+    entry: Entry,
+    run: usize,
+    order: Order,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    /// Reversed, so that the max-heap yields the smallest entry; equal entries come out in run
+    /// order, which keeps the merge deterministic.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.order)(&other.entry, &self.entry).then_with(|| other.run.cmp(&self.run))
+    }
+}
+
+pub struct Merge {
+    readers: Vec<BufReader<File>>,
+    heap: BinaryHeap<Head>,
+}
+
+impl Iterator for Merge {
+    type Item = io::Result<Entry>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut top = self.heap.peek_mut()?;
+        let next = match decode(&mut self.readers[top.run]) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        let entry = match next {
+            Some(n) => std::mem::replace(&mut top.entry, n),
+            None => std::collections::binary_heap::PeekMut::pop(top).entry,
+        };
+        Some(Ok(entry))
+    }
+}
+
+// The run format: little-endian, fixed fields after a length-prefixed path. Private to one
+// process and one plan, so it has no header or version.
+const HAS_SIZE: u8 = 1;
+const HAS_MTIME: u8 = 2;
+const HAS_MD5: u8 = 4;
+
+fn encode(e: &Entry, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
+    out.extend_from_slice(&e.path);
+    out.push(e.kind.code() as u8);
+    let flags = (e.size.is_some() as u8 * HAS_SIZE) | (e.mtime.is_some() as u8 * HAS_MTIME) | (e.md5.is_some() as u8 * HAS_MD5);
+    out.push(flags);
+    out.extend_from_slice(&e.size.unwrap_or(0).to_le_bytes());
+    let m = e.mtime.unwrap_or(Mtime { secs: 0, nanos: 0 });
+    out.extend_from_slice(&m.secs.to_le_bytes());
+    out.extend_from_slice(&m.nanos.to_le_bytes());
+    out.extend_from_slice(&e.md5.unwrap_or([0; 16]));
+}
+
+fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut path = vec![0u8; u32::from_le_bytes(len) as usize];
+    r.read_exact(&mut path)?;
+    let mut fixed = [0u8; 2 + 8 + 8 + 4 + 16];
+    r.read_exact(&mut fixed)?;
+    let kind = match fixed[0] {
+        b'f' => Kind::File,
+        b'l' => Kind::Symlink,
+        b'd' => Kind::Dir,
+        k => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("sort run: bad kind byte {k}"))),
+    };
+    let flags = fixed[1];
+    let le8 = |at: usize| <[u8; 8]>::try_from(&fixed[at..at + 8]).expect("8 bytes");
+    let size = u64::from_le_bytes(le8(2));
+    let secs = i64::from_le_bytes(le8(10));
+    let nanos = u32::from_le_bytes(fixed[18..22].try_into().expect("4 bytes"));
+    let md5: [u8; 16] = fixed[22..38].try_into().expect("16 bytes");
+    Ok(Some(Entry {
+        path,
+        kind,
+        size: (flags & HAS_SIZE != 0).then_some(size),
+        mtime: (flags & HAS_MTIME != 0).then_some(Mtime { secs, nanos }),
+        md5: (flags & HAS_MD5 != 0).then_some(md5),
+    }))
+}
+
+/// Appends entries to a spill file in arrival order and reads them back in that order.
+pub struct Spill {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    encoded: Vec<u8>,
+}
+
+impl Spill {
+    pub fn create(path: PathBuf) -> io::Result<Spill> {
+        let out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+        Ok(Spill { path, out: Some(out), encoded: Vec::new() })
+    }
+    pub fn push(&mut self, e: &Entry) -> io::Result<()> {
+        self.encoded.clear();
+        encode(e, &mut self.encoded);
+        self.out.as_mut().expect("push before read").write_all(&self.encoded)
+    }
+    /// Ends writing (on the first call) and reads everything back from the start.
+    pub fn read(&mut self) -> io::Result<impl Iterator<Item = io::Result<Entry>>> {
+        if let Some(out) = self.out.take() {
+            out.into_inner().map_err(|e| e.into_error())?;
+        }
+        let mut r = BufReader::with_capacity(READ_BUFFER, File::open(&self.path)?);
+        Ok(std::iter::from_fn(move || decode(&mut r).transpose()))
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &[u8], size: u64) -> Entry {
+        Entry { path: path.to_vec(), kind: Kind::File, size: Some(size), mtime: Mtime::parse("-3.25"), md5: None }
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let all = [
+            Entry { path: b"tab\there\n\xff".to_vec(), kind: Kind::Symlink, size: None, mtime: None, md5: Some([7; 16]) },
+            Entry { path: Vec::new(), kind: Kind::Dir, size: Some(u64::MAX), mtime: Mtime::parse("1700000000.000000001"), md5: None },
+            entry(b"a", 0),
+        ];
+        let mut buf = Vec::new();
+        for e in &all {
+            encode(e, &mut buf);
+        }
+        let mut r = &buf[..];
+        for e in &all {
+            assert_eq!(&decode(&mut r).unwrap().unwrap(), e);
+        }
+        assert!(decode(&mut r).unwrap().is_none());
+    }
+
+    #[test]
+    fn many_runs_merge_into_one_order() {
+        let dir = tempfile::tempdir().unwrap();
+        // A budget of one byte spills every entry as its own run.
+        for budget in [1, 300, 1 << 20] {
+            let mut s = Sorter::new(by_path, budget, dir.path().to_path_buf(), "t");
+            let mut want = Vec::new();
+            for i in 0..200u64 {
+                let name = format!("d{}/f{}", (i * 7919) % 13, (i * 104729) % 200).into_bytes();
+                want.push(name.clone());
+                s.push(entry(&name, i)).unwrap();
+            }
+            want.sort();
+            let runs = s.finish().unwrap();
+            for _ in 0..2 {
+                let got: Vec<Vec<u8>> = runs.merge().unwrap().map(|e| e.unwrap().path).collect();
+                assert_eq!(got, want, "budget {budget}");
+            }
+            let files = std::fs::read_dir(dir.path()).unwrap().count();
+            assert!(budget > 1000 || files > 1, "budget {budget} wrote {files} runs");
+            drop(runs);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "runs removed");
+        }
+    }
+
+    #[test]
+    fn size_order_is_lpt_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Sorter::new(by_size_desc, 100, dir.path().to_path_buf(), "s");
+        for (p, z) in [(&b"b"[..], 5), (b"a", 5), (b"c", 9), (b"d", 0)] {
+            s.push(entry(p, z)).unwrap();
+        }
+        let got: Vec<Vec<u8>> = s.finish().unwrap().merge().unwrap().map(|e| e.unwrap().path).collect();
+        assert_eq!(got, [b"c".to_vec(), b"a".to_vec(), b"b".to_vec(), b"d".to_vec()]);
+    }
+
+    #[test]
+    fn spill_reads_back_in_arrival_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spill::create(dir.path().join("x")).unwrap();
+        for p in [&b"z"[..], b"a", b"m"] {
+            s.push(&entry(p, 1)).unwrap();
+        }
+        let got: Vec<Vec<u8>> = s.read().unwrap().map(|e| e.unwrap().path).collect();
+        assert_eq!(got, [b"z".to_vec(), b"a".to_vec(), b"m".to_vec()]);
+    }
+}

@@ -1,0 +1,383 @@
+//! Cutting one stream of entries into part files, in bounded memory: by caps as the entries
+//! arrive, by LPT over an external sort by size, or by Debian's fpart fed from a spill file.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context};
+use serde_json::json;
+
+use super::sort::{by_size_desc, Runs, Sorter, Spill};
+use crate::manifest::{Entry, Writer};
+use crate::partition::{imbalance_pct, Filler};
+
+/// How a set of entries is cut, as asked on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// N parts balanced by size (LPT); fewer when there are fewer entries.
+    Parts(usize),
+    /// A part closes once it holds `max_files` entries or `max_bytes` bytes.
+    Caps { max_files: Option<u64>, max_bytes: Option<u64> },
+    /// A part closes once files/max_files + bytes/max_bytes reaches 1: each cap is what one job
+    /// gets through in the target time, so a mixed part costs about that time too.
+    Auto { max_files: u64, max_bytes: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tool {
+    Ferry,
+    Fpart,
+}
+
+/// One part as plan.json lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Part {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+pub fn part_name(i: usize) -> String {
+    format!("part-{i:05}.tsv")
+}
+
+/// Parts open at once while distributing: enough for any usual plan, few enough for the
+/// descriptor limit and for 64 KiB of buffer each.
+const MAX_OPEN: usize = 256;
+
+fn create_part(dir: &Path, i: usize, buffer: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
+    let p = dir.join(part_name(i));
+    let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+    Ok(Writer::new(BufWriter::with_capacity(buffer, f))?)
+}
+
+pub struct Splitter {
+    out: PathBuf,
+    scratch: PathBuf,
+    name: &'static str,
+    tool: Tool,
+    method: Method,
+    state: State,
+    files: u64,
+}
+
+enum State {
+    Fill { rule: FillRule, current: Option<Writer<BufWriter<File>>>, parts: Vec<Part> },
+    Lpt(Sorter),
+    Fpart(Spill),
+}
+
+enum FillRule {
+    Caps(Filler),
+    Auto { max_files: u64, max_bytes: u64, files: u64, bytes: u64 },
+}
+
+impl FillRule {
+    /// Adds an entry; true if it opens a new part.
+    fn add(&mut self, size: u64) -> bool {
+        match self {
+            FillRule::Caps(f) => f.add(size),
+            FillRule::Auto { max_files, max_bytes, files, bytes } => {
+                let opens = *files == 0;
+                *files += 1;
+                *bytes += size;
+                // files/F + bytes/B >= 1, in integers.
+                let (f, b) = (*max_files as u128, *max_bytes as u128);
+                if *files as u128 * b + *bytes as u128 * f >= f * b {
+                    *files = 0;
+                    *bytes = 0;
+                }
+                opens
+            }
+        }
+    }
+}
+
+impl Splitter {
+    /// Parts go to `out` (created here); `scratch` holds sort runs and spill files; `name`
+    /// tells this splitter's scratch files from another's.
+    pub fn new(out: PathBuf, scratch: PathBuf, name: &'static str, tool: Tool, method: Method, sort_budget: usize) -> anyhow::Result<Splitter> {
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+        let state = match (tool, method) {
+            (Tool::Fpart, _) => State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?),
+            (Tool::Ferry, Method::Parts(_)) => State::Lpt(Sorter::new(by_size_desc, sort_budget, scratch.clone(), name)),
+            (Tool::Ferry, Method::Caps { max_files, max_bytes }) => {
+                State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), current: None, parts: Vec::new() }
+            }
+            (Tool::Ferry, Method::Auto { max_files, max_bytes }) => {
+                State::Fill { rule: FillRule::Auto { max_files, max_bytes, files: 0, bytes: 0 }, current: None, parts: Vec::new() }
+            }
+        };
+        Ok(Splitter { out, scratch, name, tool, method, state, files: 0 })
+    }
+
+    pub fn push(&mut self, e: &Entry) -> anyhow::Result<()> {
+        self.files += 1;
+        match &mut self.state {
+            State::Fill { rule, current, parts } => {
+                if rule.add(e.size()) {
+                    if let Some(w) = current.take() {
+                        w.finish()?;
+                    }
+                    *current = Some(create_part(&self.out, parts.len(), 1 << 20)?);
+                    parts.push(Part::default());
+                }
+                current.as_mut().expect("a part is open").write(e)?;
+                let p = parts.last_mut().expect("a part is open");
+                p.files += 1;
+                p.bytes += e.size();
+            }
+            State::Lpt(sorter) => sorter.push(e.clone())?,
+            State::Fpart(spill) => spill.push(e)?,
+        }
+        Ok(())
+    }
+
+    /// Closes the last part, writes `summary.json` (as `ferry partition` does) and returns the
+    /// parts in order.
+    pub fn finish(self) -> anyhow::Result<Vec<Part>> {
+        let parts = match self.state {
+            State::Fill { current, parts, .. } => {
+                if let Some(w) = current {
+                    w.finish()?;
+                }
+                parts
+            }
+            State::Lpt(sorter) => {
+                let runs = sorter.finish()?;
+                let n = match self.method {
+                    Method::Parts(n) => n.min(self.files as usize),
+                    _ => unreachable!("LPT is only for --parts"),
+                };
+                distribute(&self.out, n, || lpt(&runs, n))?
+            }
+            State::Fpart(mut spill) => {
+                let owner = run_fpart(&mut spill, &self.scratch, self.name, self.method, self.files)?;
+                let bins = owner.iter().map(|&b| b as usize + 1).max().unwrap_or(0);
+                distribute(&self.out, bins, || {
+                    let mut owner = owner.iter();
+                    Ok(spill.read()?.map(move |e| e.map(|e| (e, *owner.next().expect("one owner per entry") as usize))))
+                })?
+            }
+        };
+        let mode = if parts.is_empty() {
+            "empty"
+        } else {
+            match (self.tool, self.method) {
+                (Tool::Fpart, _) => "fpart",
+                (_, Method::Parts(_)) => "parts",
+                (_, Method::Auto { .. }) => "auto",
+                (_, Method::Caps { max_files: Some(_), max_bytes: Some(_) }) => "max-files+max-bytes",
+                (_, Method::Caps { max_bytes: Some(_), .. }) => "max-bytes",
+                (_, Method::Caps { .. }) => "max-files",
+            }
+        };
+        let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+        let summary = json!({
+            "mode": mode,
+            "parts": parts.len(),
+            "files": parts.iter().map(|p| p.files).sum::<u64>(),
+            "bytes": loads.iter().sum::<u64>(),
+            "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
+            "dirs": 0,
+            "dirs_file": null,
+            "partitions": parts.iter().enumerate()
+                .map(|(i, p)| json!({"index": i, "file": part_name(i), "files": p.files, "bytes": p.bytes}))
+                .collect::<Vec<_>>(),
+        });
+        std::fs::write(self.out.join("summary.json"), format!("{}\n", serde_json::to_string_pretty(&summary)?))?;
+        if parts.iter().map(|p| p.files).sum::<u64>() != self.files {
+            bail!("{}: parts hold {} entries, expected {}", self.out.display(), parts.iter().map(|p| p.files).sum::<u64>(), self.files);
+        }
+        Ok(parts)
+    }
+}
+
+/// Entries in LPT order with their part: largest first to the least-loaded part, as
+/// `ferry partition --parts` assigns them.
+fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n).map(|i| Reverse((0, i))).collect();
+    Ok(runs.merge()?.map(move |e| {
+        e.map(|e| {
+            let Reverse((load, bin)) = heap.pop().expect("at least one part");
+            heap.push(Reverse((load + e.size().max(1), bin)));
+            (e, bin)
+        })
+    }))
+}
+
+/// Writes `bins` part files from a stream of (entry, part), at most MAX_OPEN parts at a time:
+/// with more parts the stream is made again for each group.
+fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
+where
+    I: Iterator<Item = io::Result<(Entry, usize)>>,
+    F: FnMut() -> anyhow::Result<I>,
+{
+    let mut parts = vec![Part::default(); bins];
+    for first in (0..bins).step_by(MAX_OPEN) {
+        let group = first..(first + MAX_OPEN).min(bins);
+        let mut writers = group.clone().map(|i| create_part(out, i, 64 * 1024)).collect::<anyhow::Result<Vec<_>>>()?;
+        for item in stream()? {
+            let (e, bin) = item?;
+            if group.contains(&bin) {
+                writers[bin - first].write(&e)?;
+                parts[bin].files += 1;
+                parts[bin].bytes += e.size();
+            }
+        }
+        for w in writers {
+            w.finish()?;
+        }
+    }
+    Ok(parts)
+}
+
+/// Runs fpart in arbitrary-values mode on the spilled entries and returns each entry's part.
+/// fpart is fed `size index` lines, not names: it trims leading blanks from names, and the
+/// index maps its answer back exactly without holding the entries.
+fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, files: u64) -> anyhow::Result<Vec<u32>> {
+    if files == 0 {
+        return Ok(Vec::new());
+    }
+    if files > u32::MAX as u64 {
+        bail!("fpart: {files} entries is more than this planner indexes");
+    }
+    let dir = scratch.join(format!("{name}.fpart"));
+    std::fs::create_dir_all(&dir)?;
+    let mut cmd = Command::new("fpart");
+    cmd.arg("-a").arg("-i").arg("-").arg("-o").arg(dir.join("fp"));
+    match method {
+        Method::Parts(n) => {
+            cmd.arg("-n").arg(n.min(files as usize).to_string());
+        }
+        Method::Caps { max_files, max_bytes } => {
+            if let Some(f) = max_files {
+                cmd.arg("-f").arg(f.to_string());
+            }
+            if let Some(s) = max_bytes {
+                cmd.arg("-s").arg(s.to_string());
+            }
+        }
+        // fpart closes a part on either cap; it has no mixed rule.
+        Method::Auto { max_files, max_bytes } => {
+            cmd.arg("-f").arg(max_files.to_string()).arg("-s").arg(max_bytes.to_string());
+        }
+    }
+    eprintln!("+ {cmd:?}");
+    // fpart's chatter goes to our stderr: stdout may carry --json.
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(stderr))
+        .spawn()
+        .context("cannot run fpart (Debian package fpart)")?;
+    {
+        let mut feed = BufWriter::with_capacity(1 << 20, child.stdin.take().expect("piped stdin"));
+        for (i, e) in spill.read()?.enumerate() {
+            writeln!(feed, "{} {i}", e?.size())?;
+        }
+        feed.flush()?;
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("fpart failed ({status})");
+    }
+    let mut outputs: Vec<(u64, PathBuf)> = Vec::new();
+    for f in std::fs::read_dir(&dir)? {
+        let path = f?.path();
+        let n = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("fp.")).and_then(|n| n.parse().ok());
+        match n {
+            Some(n) => outputs.push((n, path)),
+            None => bail!("fpart wrote an unexpected file {}", path.display()),
+        }
+    }
+    outputs.sort();
+    let mut owner = vec![u32::MAX; files as usize];
+    for (bin, (_, path)) in outputs.iter().enumerate() {
+        for line in BufReader::new(File::open(path)?).lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let i: usize = line.trim().parse().with_context(|| format!("fpart output {}: {line:?}", path.display()))?;
+            match owner.get_mut(i) {
+                Some(o) if *o == u32::MAX => *o = bin as u32,
+                _ => bail!("fpart placed entry {i} twice or out of range"),
+            }
+        }
+    }
+    let placed = owner.iter().filter(|&&o| o != u32::MAX).count();
+    if placed as u64 != files {
+        bail!("fpart packed {placed} of {files} entries");
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_rule_weighs_files_and_bytes_together() {
+        let mut r = FillRule::Auto { max_files: 4, max_bytes: 100, files: 0, bytes: 0 };
+        // 2 files of 25 bytes: 2/4 + 50/100 = 1 closes the part.
+        assert_eq!([r.add(25), r.add(25)], [true, false]);
+        // Four empty files fill a part by count alone.
+        assert_eq!([r.add(0), r.add(0), r.add(0), r.add(0), r.add(0)], [true, false, false, false, true]);
+        // One big file has a part to itself.
+        let mut r = FillRule::Auto { max_files: 4, max_bytes: 100, files: 0, bytes: 0 };
+        assert_eq!([r.add(500), r.add(1)], [true, true]);
+    }
+
+    fn entries(sizes: &[u64]) -> Vec<Entry> {
+        sizes.iter().enumerate().map(|(i, &s)| Entry::file(format!("f{i:03}"), s)).collect()
+    }
+
+    fn read_parts(out: &Path, parts: &[Part]) -> Vec<Vec<Vec<u8>>> {
+        (0..parts.len())
+            .map(|i| crate::manifest::Reader::open(&out.join(part_name(i))).unwrap().map(|e| e.unwrap().path).collect())
+            .collect()
+    }
+
+    #[test]
+    fn lpt_parts_match_ferry_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes: Vec<u64> = (0..700).map(|i| (i * 7919 % 1000) as u64 * 1000).collect();
+        let all = entries(&sizes);
+        // More parts than one distribution pass opens: the stream is merged again per group.
+        for n in [3, MAX_OPEN + 5] {
+            let out = dir.path().join(format!("out{n}"));
+            // A tiny sort budget: many runs.
+            let mut s = Splitter::new(out.clone(), dir.path().to_path_buf(), "t", Tool::Ferry, Method::Parts(n), 2000).unwrap();
+            for e in &all {
+                s.push(e).unwrap();
+            }
+            let parts = s.finish().unwrap();
+            assert_eq!(parts.len(), n);
+            let owner = crate::partition::lpt_assign(&all, n);
+            let got = read_parts(&out, &parts);
+            for (e, o) in all.iter().zip(owner) {
+                assert!(got[o].contains(&e.path), "{:?} not in part {o}", e.display_path());
+            }
+        }
+    }
+
+    #[test]
+    fn fewer_entries_than_parts_and_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Splitter::new(dir.path().join("a"), dir.path().to_path_buf(), "a", Tool::Ferry, Method::Parts(8), 1 << 20).unwrap();
+        for e in entries(&[5, 6]) {
+            s.push(&e).unwrap();
+        }
+        assert_eq!(s.finish().unwrap().len(), 2);
+        let s = Splitter::new(dir.path().join("b"), dir.path().to_path_buf(), "b", Tool::Ferry, Method::Parts(8), 1 << 20).unwrap();
+        assert!(s.finish().unwrap().is_empty());
+        let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("b/summary.json")).unwrap()).unwrap();
+        assert_eq!(summary["mode"], "empty");
+    }
+}
