@@ -31,7 +31,7 @@ KiB = 1024
 REPO = Path(__file__).resolve().parent.parent
 
 # Kills per kind of run: CI totals 100; --deep five times as many, on bigger trees.
-KILLS = {"upload": 36, "download": 36, "local": 12, "prune": 12, "pipeline": 4}
+KILLS = {"upload": 37, "download": 37, "local": 12, "prune": 11, "pipeline": 3}
 DEEP_FACTOR = 5
 # Transfers are capped so that a run lasts about a second (CI) and a kill lands mid-transfer.
 BANDWIDTH = "2MiB/s"
@@ -65,13 +65,18 @@ def kill_at_random(proc: subprocess.Popen, rng, longest: float) -> bool:
         return True
 
 
-def run_until_done(faults, what: str, start, after_kill, longest: float, max_runs: int = 40) -> tuple[int, int]:
-    """Start, kill at random, check, start again, until a run ends by itself; returns its exit
-    status and the number of kills. Every kill and run goes into the ledger."""
+def run_until_done(faults, what: str, start, after_kill, longest: float, kills_left: int,
+                   max_runs: int = 40) -> tuple[int, int]:
+    """Start, kill at random, check, start again, until a run ends by itself (the run after
+    ``kills_left`` kills is left alone); returns its exit status and the number of kills. Every
+    kill and run goes into the ledger."""
     rng = faults.test_rng
     for kills in range(max_runs):
         proc = start()
         faults.ran()
+        if kills >= kills_left:
+            proc.wait(120)
+            return proc.returncode, kills
         if not kill_at_random(proc, rng, longest):
             return proc.returncode, kills
         faults.kill(what)
@@ -109,7 +114,8 @@ def test_upload_killed_at_random_converges(tmp_path, azurite, container, run_fer
                 proxy.wait_idle(30)
                 assert not faults.check_blobs(container, files, complete=False, prefix=prefix)
 
-            rc, kills = run_until_done(faults, "upload", start, after_kill, window(files))
+            rc, kills = run_until_done(faults, "upload", start, after_kill, window(files),
+                                          quota(faults, "upload") - killed)
             killed += kills
             assert rc == 0, stderr_of(tmp_path)
             assert not faults.check_blobs(container, files, complete=True, prefix=prefix)
@@ -136,7 +142,7 @@ def converge_to_local(what: str, source_of, tmp_path, run_ferry, faults):
         def after_kill():
             assert not faults.check_local(dst, files, complete=False)
 
-        rc, kills = run_until_done(faults, what, start, after_kill, window(files))
+        rc, kills = run_until_done(faults, what, start, after_kill, window(files), quota(faults, what) - killed)
         killed += kills
         assert rc == 0, stderr_of(tmp_path)
         assert not faults.check_local(dst, files, complete=True)
@@ -192,7 +198,7 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
                 assert not lost, f"prune deleted files the source still has: {lost}"
                 assert not faults.check_blobs(container, {**keep, **extra}, complete=False, prefix=prefix)
 
-            rc, kills = run_until_done(faults, "prune", start, after_kill, longest=1.0)
+            rc, kills = run_until_done(faults, "prune", start, after_kill, 1.0, quota(faults, "prune") - killed)
             killed += kills
             assert rc == 0, stderr_of(tmp_path)
             assert not faults.check_blobs(container, keep, complete=True, prefix=prefix)
@@ -236,11 +242,15 @@ def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, fau
                "run_name=t", f"ferry_bin={ferry_bin}", "partition={mode: parts, parts: 2}",
                f"worker={{block_size: 256KiB, concurrency: 4, parallel_files: 4, max_bandwidth: {BANDWIDTH}}}"]
         for _ in range(20):
+            last = killed >= quota(faults, "pipeline")
             log = open(tmp_path / f"snakemake{seq}.log", "ab")
             proc = subprocess.Popen(cmd, cwd=REPO, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
             faults.ran()
+            if last:
+                proc.wait(280)
+                break
             if not kill_pipeline(proc, rng):
                 break
             faults.kill("pipeline")
