@@ -8,6 +8,7 @@ exactly one version of its source — never bytes that match no version — and 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -144,7 +145,6 @@ def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, conta
     faults.fault(f"source {how}")
     proc.wait(60)
     faults.ran()
-    import json
     summary = json.loads((tmp_path / "ferry.stdout").read_text())
     failed = {f["path"] for f in summary["failures"]}
     blobs = container.blobs()
@@ -153,13 +153,9 @@ def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, conta
         assert "big.bin" not in blobs, "a failed file was committed anyway"
     else:
         got = container.client.download_blob("big.bin").readall()
-        faults.files_checked += 1
-        faults.bytes_checked += len(got)
-        if got not in (old, new):
-            faults._divergence("source changed during upload", f"{how}: committed bytes match neither version")
-        assert got != old or old == new, (
-            f"{how}: the file changed mid-copy but the old bytes were committed and reported as copied")
-        assert got == new, f"{how}: committed bytes match neither the old nor the new version"
+        assert faults.check_version(f"upload, source {how} mid-copy", got, (old, new)), (
+            f"{how}: committed bytes match neither the old nor the new version")
+        assert got == new, f"{how}: the file changed mid-copy but the old bytes were committed and reported as copied"
     # The next pass copies the new version.
     files["big.bin"] = new
     run_ferry("copy", src, container, "--recursive", "--block-size", "256KiB")
@@ -198,12 +194,8 @@ def test_blob_rewritten_during_download_is_failed_or_refetched(tmp_path, contain
     faults.ran()
     final = dst / "big.bin"
     if final.exists():
-        got = final.read_bytes()
-        faults.files_checked += 1
-        faults.bytes_checked += len(got)
-        if got not in (old, new):
-            faults._divergence("blob rewritten during download", "local file matches neither version")
-        assert got in (old, new), "the download stitched two versions of the blob together"
+        assert faults.check_version("download, blob rewritten mid-copy", final.read_bytes(), (old, new)), (
+            "the download stitched two versions of the blob together")
     else:
         assert proc.returncode == 1, "no file and no failure reported"
     run_ferry("copy", container, dst, "--recursive", "--compare", "md5")

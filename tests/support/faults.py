@@ -122,6 +122,15 @@ class Ledger:
             self._divergence(where or str(root), p)
         return problems
 
+    def check_version(self, where: str, got: bytes, versions: tuple) -> bool:
+        """Whether ``got`` is exactly one of the source's ``versions``; counted either way."""
+        self.files_checked += 1
+        self.bytes_checked += len(got)
+        if got in versions:
+            return True
+        self._divergence(where, f"{len(got)} bytes md5 {md5(got)} match none of the source's versions")
+        return False
+
     def check(self, dest, expected: dict[str, bytes], complete: bool) -> list[str]:
         """``check_local`` for a Path, ``check_blobs`` for a container."""
         if isinstance(dest, Path):
