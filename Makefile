@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test demo bench faults-deep
+.PHONY: setup build test demo bench nextflow-schema faults-deep
 
 setup:
 	scripts/setup.sh
@@ -28,3 +28,7 @@ bench: setup
 	.venv/bin/python benchmarks/campaign.py all
 	benchmarks/pipeline.sh
 	.venv/bin/python benchmarks/replicate.py
+
+# nextflow_schema.json is generated from workflow/schemas/config.schema.yaml (a test checks it).
+nextflow-schema:
+	.venv/bin/python workflow/scripts/ferry_config.py nextflow-schema > nextflow_schema.json

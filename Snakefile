@@ -35,13 +35,6 @@ localrules:
     report,
 
 
-def migration_report(wildcards):
-    if REPLICATE_ONLY:
-        raise WorkflowError("no migration configured (config fields 'source' and 'dest' are empty); "
-                            "for the replication, ask for its target: `snakemake replicate`")
-    return [f"{RUN}/report.json", f"{RUN}/report.md"]
-
-
 rule all:
     default_target: True
     input:

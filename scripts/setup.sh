@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # Install what ferry needs to build, test and demo, skipping whatever is already in place:
 # Debian packages (scripts/apt-packages.txt), the Python venv (.venv, requirements.txt),
-# Azurite (npm ci from package-lock.json), toxiproxy (Go) for the fault suite, the release build
-# of the worker and tools/latencyfs.
+# Azurite (npm ci from package-lock.json), toxiproxy (Go) for the fault suite, Nextflow (unless one
+# is on PATH), the release build of the worker and tools/latencyfs.
 # Safe to re-run; a run with nothing to do makes no network requests apart from cargo's no-op.
+#
+#   scripts/setup.sh           everything
+#   scripts/setup.sh --worker  only the release build of the worker (what the Dockerfile runs)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+build_worker() {
+  command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (rustup) first"
+  say "building the worker (cargo build --release)"
+  cargo build --release --quiet --manifest-path worker/Cargo.toml
+}
+if [[ ${1:-} == --worker ]]; then
+  build_worker
+  exit 0
+fi
 
 # --- Debian packages ----------------------------------------------------------------------
 wanted=()
@@ -89,10 +102,17 @@ else
   say "toxiproxy-server $toxiproxy_version present"
 fi
 
+# --- Nextflow -------------------------------------------------------------------------------
+# A `nextflow` already on PATH is used as it is; otherwise 24.10.0 from Maven Central, run by
+# scripts/nextflow.
+if command -v nextflow >/dev/null; then
+  say "nextflow on PATH: $(command -v nextflow)"
+else
+  scripts/install-nextflow.sh | sed 's/^/setup: /'
+fi
+
 # --- the worker ---------------------------------------------------------------------------
-command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (rustup) first"
-say "building the worker (cargo build --release)"
-cargo build --release --quiet --manifest-path worker/Cargo.toml
+build_worker
 
 # --- latencyfs (the NFS-like test and benchmark filesystem) --------------------------------
 say "building tools/latencyfs"

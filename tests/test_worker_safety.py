@@ -188,3 +188,20 @@ def test_a_blob_rewritten_during_download_fails_instead_of_mixing_versions(tmp_p
     proxy.clear_rules()
     run_ferry("copy", container.via(proxy.port), dst, "-r")
     assert hashlib.md5((dst / "big.bin").read_bytes()).digest() == hashlib.md5(new).digest()
+
+
+def test_mk_with_a_container_sas_accepts_the_existing_container(run_ferry, container):
+    """A container SAS cannot create containers (403): `mk` of the container it names must still
+    succeed, as the pipeline's baseline phase runs it."""
+    import datetime
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from support.azurite import ACCOUNT, KEY
+    sas = generate_container_sas(ACCOUNT, container.name, account_key=KEY, permission=ContainerSasPermissions(read=True, list=True),
+                                 expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    env = {"AZURE_STORAGE_KEY": None, "FERRY_AUTH": None}
+    run_ferry("mk", f"{container.at('sub')}?{sas}", env=env)
+    other = container.replace(container.name, container.name[:-1] + "z")
+    denied = run_ferry("mk", f"{other}?{sas}", env=env, check=2)
+    assert "403" in denied.stderr

@@ -1,4 +1,4 @@
-//! Exponential backoff with full jitter, honouring Retry-After, bounded in count and time.
+//! Exponential backoff with equal jitter, honouring Retry-After, bounded in count and time.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
+import ferry_config  # noqa: E402
 import ferry_report  # noqa: E402
 
 SCHEMA = os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml")
@@ -21,7 +22,7 @@ validate(config, schema=SCHEMA)
 
 
 # `snakemake replicate` alone needs no migration source and destination.
-REPLICATE_ONLY = not (config["source"] or config["dest"]) and bool(config["replicate"]["source"])
+REPLICATE_ONLY = ferry_config.replicate_only(config)
 if not REPLICATE_ONLY:
     ferrylib.check_config(config)
 
@@ -29,120 +30,18 @@ PHASE = config["phase"]
 FINAL = PHASE == "final"
 SOURCE = config["source"]
 DEST = config["dest"]
-RUN_NAME = config["run_name"] or ferrylib.run_name_for(SOURCE, DEST)
-RUN = os.path.join(
-    config["outdir"],
-    RUN_NAME,
-    PHASE if config["pass"] == 1 else f"{PHASE}-pass{config['pass']}",
-)
-FERRY = (
-    config["ferry_bin"]
-    if os.path.isabs(config["ferry_bin"])
-    else os.path.join(workflow.basedir, config["ferry_bin"])
-)
-
-# What `ferry copy` is told to skip: baseline copies everything by definition; later phases
-# re-check the undecided files with the configured method.
-COPY_COMPARE = "none" if PHASE == "baseline" else config["compare"]
-
-
-def _worker_args():
-    w = config["worker"]
-    args = [
-        "--concurrency",
-        str(w["concurrency"]),
-        "--parallel-files",
-        str(w["parallel_files"]),
-        "--block-size",
-        str(ferrylib.parse_size(w["block_size"])),
-        "--max-retries",
-        str(w["max_retries"]),
-    ]
-    if w["max_bandwidth"]:
-        args += ["--max-bandwidth", w["max_bandwidth"]]
-    if not w["put_md5"]:
-        args.append("--no-put-md5")
-    return args
-
-
-# The credential source is forced through the environment: only `ferry copy` takes --auth, and
-# every command honours FERRY_AUTH.
-AUTH_ENV = (
-    f"FERRY_AUTH={shlex.quote(config['worker']['auth'])}"
-    if config["worker"]["auth"]
-    else ""
-)
-
-
-def _filter_args():
-    args = []
-    for glob_ in config["worker"]["include"]:
-        args += ["--include", glob_]
-    for glob_ in config["worker"]["exclude"]:
-        args += ["--exclude", glob_]
-    return args
-
-
-def _join(args):
-    return " ".join(shlex.quote(a) for a in args)
-
-
-COPY_ARGS = _join(["--compare", COPY_COMPARE, *_worker_args()])
-LIST_ARGS = _join(_filter_args())
-VERIFY_ARGS = _join(
-    [
-        *(["--checksum"] if FINAL and config["checksum"] else []),
-        *(
-            ["--download"]
-            if FINAL and config["checksum"] and config["verify_download"]
-            else []
-        ),
-    ]
-)
-
-
-def _partition_args():
-    p = config["partition"]
-    args = ["--partitioner", p["tool"]]
-    if p["mode"] == "parts":
-        return args + ["--parts", str(p["parts"])]
-    if p["mode"] == "auto":
-        return args + ["--auto"]
-    if p["mode"] in ("max-files", "max-files-bytes"):
-        args += ["--max-files", str(p["max_files"])]
-    if p["mode"] in ("max-bytes", "max-files-bytes"):
-        args += ["--max-bytes", str(ferrylib.parse_size(p["max_bytes"]))]
-    return args
-
-
-# Blob storage has no symlinks (ferry copy ignores them and verify skips them), so planning them
-# would make every later pass see them as new.
-PLAN_ARGS = _join(
-    [
-        "--phase", PHASE,
-        "--compare", config["compare"],
-        *(["--skip-symlinks"] if ferrylib.is_blob(DEST) else []),
-        *_partition_args(),
-    ]
-)
-PRUNE_ARGS = _join(
-    [
-        "--max-delete",
-        str(config["delete"]["max_delete"]),
-        *(["--force"] if config["delete"]["force"] else []),
-        *(["--dry-run"] if config["delete"]["dry_run"] else []),
-    ]
-)
-
-
-# The whole-tree check after prune cannot honour include/exclude (ferry verify has no filters) and
-# would only re-find the leftovers a dry-run prune left, so it runs when neither applies.
-FINAL_CHECK = (
-    FINAL
-    and config["final_check"]
-    and not config["delete"]["dry_run"]
-    and not (config["worker"]["include"] or config["worker"]["exclude"])
-)
+# Run directory, worker arguments and the final-check switch come from ferry_config, which the
+# Nextflow pipeline runs too: both engines hand ferry the same arguments.
+RUN_NAME = ferry_config.run_name(config)
+RUN = ferry_config.run_dir(config)
+FERRY = ferry_config.ferry_bin(config, workflow.basedir)
+AUTH_ENV = ferry_config.auth_env(config)
+COPY_ARGS = shlex.join(ferry_config.copy_args(config))
+LIST_ARGS = shlex.join(ferry_config.list_args(config))
+VERIFY_ARGS = shlex.join(ferry_config.verify_args(config))
+PLAN_ARGS = shlex.join(ferry_config.plan_args(config))
+PRUNE_ARGS = shlex.join(ferry_config.prune_args(config))
+FINAL_CHECK = ferry_config.final_check(config)
 
 
 def res(rule_name, key):
@@ -242,3 +141,12 @@ def report_inputs(wildcards):
             files["final_check"] = f"{RUN}/verify/final-check.json"
             files["bench"].append(f"{RUN}/benchmarks/final_check.tsv")
     return files
+
+
+def migration_report(wildcards):
+    if REPLICATE_ONLY:
+        raise WorkflowError(
+            "no migration configured (config fields 'source' and 'dest' are empty); "
+            "for the replication, ask for its target: `snakemake replicate`"
+        )
+    return [f"{RUN}/report.json", f"{RUN}/report.md"]

@@ -7,23 +7,18 @@
 # resource as an MPI job and leaves the launch to the rule's command.
 
 REPLICATE = config["replicate"]
-REPLICATE_RUN = os.path.join(
-    config["outdir"], "replicate", ferrylib.run_name_for(REPLICATE["source"], REPLICATE["dest"])
+REPLICATE_RUN = ferry_config.replicate_run_dir(config)
+REPLICATE_ARGS = shlex.join(ferry_config.replicate_args(config))
+
+
+# Under --software-deployment-method conda the rule's environment brings Python, mpi4py and Open
+# MPI; otherwise the interpreter running Snakemake (the project's venv, which has mpi4py) runs it.
+REPLICATE_PYTHON = (
+    "python"
+    if "conda"
+    in {str(m).lower() for m in workflow.deployment_settings.deployment_method}
+    else sys.executable
 )
-
-
-def _replicate_args():
-    r = REPLICATE
-    args = ["--chunk-size", str(ferrylib.parse_size(r["chunk_size"])), "--depth", str(r["depth"])]
-    if r["download_ranks"]:
-        args += ["--download-ranks", str(r["download_ranks"])]
-    if r["max_bandwidth"]:
-        args += ["--max-bandwidth", r["max_bandwidth"]]
-    if r["manifest"]:
-        args += ["--manifest", os.path.abspath(r["manifest"])]
-    if r["verify"]:
-        args.append("--verify")
-    return _join(args)
 
 
 # Slurm rejects a node count below one: only ask for nodes when one is configured.
@@ -37,21 +32,23 @@ rule replicate:
         f"{REPLICATE_RUN}/replicate.log",
     benchmark:
         f"{REPLICATE_RUN}/benchmark.tsv"
+    conda:
+        "../envs/replicate.yaml"
+    resources:
+        **_REPLICATE_NODES,
+        mpi=REPLICATE["launcher"],
+        tasks=REPLICATE["ranks"],
+        mem_mb=REPLICATE["mem_mb"],
+        runtime=REPLICATE["runtime"],
     params:
         env=AUTH_ENV,
-        python=sys.executable,
+        python=REPLICATE_PYTHON,
         script=os.path.join(workflow.basedir, "workflow", "scripts", "replicate.py"),
         ferry=FERRY,
         source=lambda wc: REPLICATE["source"],
         # A function: "{rank}" is for replicate.py, not a Snakemake wildcard.
         dest=lambda wc: REPLICATE["dest"],
-        args=_replicate_args(),
-    resources:
-        mpi=REPLICATE["launcher"],
-        tasks=REPLICATE["ranks"],
-        mem_mb=REPLICATE["mem_mb"],
-        runtime=REPLICATE["runtime"],
-        **_REPLICATE_NODES,
+        args=REPLICATE_ARGS,
     shell:
         "{params.env} {resources.mpi} -n {resources.tasks} {params.python:q} -m mpi4py {params.script:q}"
         " {params.source:q} {params.dest:q} --ferry {params.ferry:q} {params.args}"

@@ -1,16 +1,25 @@
 """The run report of one phase: report.json (for machines) and report.md (for people).
 
-Built by scanning the run directory rather than from a list of inputs, so the same code serves
-the `report` rule (everything present) and Snakemake's onerror hook (whatever the failed run left:
-then it writes report-incomplete.{json,md} and the real report is made by the successful re-run).
-The partitions the report expects come from plan/plan.json; files of other partitions in the
-directory (left from an older plan) are ignored.
+One command for both engines (docs/pipeline.md, "The report"):
 
-Sources: the worker's `--json` documents (counts, bytes, retries, the worker's own seconds) and
-Snakemake's benchmark files (wall seconds, CPU and memory per job).
+    ferry_report.py build RUN_DIR --run-name N --phase P --source S --dest D [--checksum] [--final-check]
+                          [--json FILE --md FILE | --by-status]
+    ferry_report.py verified RUN_DIR     # prune's guard: exit 0 only if every planned verify is clean
+
+Built by scanning the run directory rather than from a list of inputs, so the same code serves a
+finished run (everything present) and a failed one (whatever it left: then the report is
+report-incomplete.{json,md}, and the successful re-run writes the real one). The partitions the
+report expects come from plan/plan.json; files of other partitions in the directory (left from an
+older plan) are ignored.
+
+Sources, the same whichever engine ran the steps: the worker's `--json` documents (counts,
+bytes, retries, the worker's own seconds), and one timing file per step under benchmarks/
+(a TSV with at least the columns s, cpu_time and max_rss: Snakemake's benchmark files, or what
+bin/ferry-task writes for Nextflow), whose modification time marks the step's end.
 """
 
 
+import argparse
 import csv
 import datetime as dt
 import os
@@ -84,6 +93,16 @@ def last_log_line(path: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def preparation_failures(run_dir: str) -> list[dict]:
+    """Why there is no plan: the last words of whichever listing or planning step failed."""
+    found = []
+    for step in ("make_dest", "list_source", "list_dest", "plan"):
+        line = last_log_line(os.path.join(run_dir, "logs", f"{step}.log"))
+        if line:
+            found.append({"stage": step, "error": line})
+    return found or [{"stage": "plan", "error": "no plan was made (listing or planning did not finish)"}]
+
+
 def stage_result(run_dir: str, stage: str, part: str) -> tuple[str, dict | None]:
     """(status, worker JSON) of one partition's transfer ('copy') or verify."""
     done = load_json(os.path.join(run_dir, stage, f"part-{part}.json"))
@@ -105,11 +124,14 @@ def add_counts(total: dict, doc: dict, keys) -> None:
         total[key] = total.get(key, 0) + int(doc.get(key, 0) or 0)
 
 
-def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool) -> dict:
+def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
+          final_check_expected: bool = False) -> dict:
     plan = load_json(os.path.join(run_dir, "plan", "plan.json"))
     bench = benchmarks(run_dir)
     failures: list[dict] = []
     ignored_entries: list[dict] = []
+    if plan is None:
+        failures.extend(preparation_failures(run_dir))
 
     files = {"copied": 0, "skipped": 0, "ignored": 0, "failed": 0}
     byts = {"copied": 0, "skipped": 0}
@@ -176,8 +198,8 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         for failure in (prune or {}).get("failures") or []:
             failures.append({"stage": "prune", **failure})
         if prune and prune.get("log"):
-            # The deletion list lives in the run directory; name it relative to it.
-            prune = {**prune, "log": os.path.relpath(prune["log"], run_dir) if os.path.isabs(prune["log"]) else prune["log"]}
+            # The deletion list lives in the run directory, wherever the engine ran prune from.
+            prune = {**prune, "log": os.path.join("prune", os.path.basename(prune["log"]))}
 
     final_check = None
     if phase == "final":
@@ -212,8 +234,17 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
     worker_verify_seconds = sum(v.get("worker_seconds") or 0 for v in verify_rows)
 
     planned = (plan or {}).get("to_copy", {})
+    # Every step the phase needs must have left its result: an engine that carries on past a
+    # failed step (Nextflow) runs the report anyway, and a step that never ran is no success.
+    finished = (
+        plan is not None
+        and all(p["status"] == "ok" for p in partitions)
+        and all(v["status"] == "ok" for v in verify_rows)
+        and (phase != "final" or (prune is not None and not prune.get("refused")))
+        and (not final_check_expected or final_check is not None)
+    )
     report = {
-        "status": "complete" if complete and not failures else "incomplete",
+        "status": "complete" if complete and finished and not failures else "incomplete",
         "run_name": run_name,
         "phase": phase,
         "source": source,
@@ -443,22 +474,54 @@ def discard_incomplete(run_dir: str) -> None:
             pass
 
 
-def main(smk) -> None:
-    report = build(
-        smk.params.run_dir,
-        smk.params.run_name,
-        smk.params.phase,
-        smk.params.source,
-        smk.params.dest,
-        complete=True,
-    )
-    report["checksum_verified"] = bool(smk.params.checksum)
-    write(report, smk.output.json, smk.output.md)
-    with open(smk.log[0], "w", encoding="utf-8") as log:
-        print(f"status {report['status']}, {len(report['failures'])} failures", file=log)
+def verified(run_dir: str) -> list[str]:
+    """Why prune must not run, or [] when every verify partition of the plan passed."""
+    plan = load_json(os.path.join(run_dir, "plan", "plan.json"))
+    if plan is None:
+        return ["no plan: the fan-out never happened"]
+    problems = []
+    for spec in plan.get("verify_partitions", []):
+        doc = load_json(os.path.join(run_dir, "verify", f"part-{spec['id']}.json"))
+        if doc is None:
+            problems.append(f"verify partition {spec['id']} has no result")
+        elif any(doc.get(key) for key in ("differ", "missing_on_dst", "error")):
+            problems.append(f"verify partition {spec['id']} found differences")
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ferry_report.py", description="The run report of one pipeline phase.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the report of RUN_DIR")
+    b.add_argument("run_dir")
+    b.add_argument("--run-name", required=True)
+    b.add_argument("--phase", required=True, choices=["baseline", "incremental", "final"])
+    b.add_argument("--source", required=True, help="as it may be shown (no query string)")
+    b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
+    b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
+    b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
+    b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
+    b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
+    b.add_argument("--by-status", action="store_true",
+                   help="name the files report-incomplete.* when the run is incomplete")
+    v = sub.add_parser("verified", help="exit 0 only if every verify partition of RUN_DIR's plan is clean")
+    v.add_argument("run_dir")
+    args = parser.parse_args(argv)
+
+    if args.command == "verified":
+        problems = verified(args.run_dir)
+        for problem in problems:
+            print(f"ferry: prune refused: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+
+    report = build(args.run_dir, args.run_name, args.phase, args.source, args.dest, complete=True,
+                   final_check_expected=args.final_check)
+    report["checksum_verified"] = args.checksum
+    names = INCOMPLETE if args.by_status and report["status"] != "complete" else ("report.json", "report.md")
+    write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]))
+    print(f"ferry: report {report['status']}, {len(report['failures'])} failures", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    if "snakemake" not in globals():
-        sys.exit("ferry_report.py is run by Snakemake's script directive (rule report)")
-    main(snakemake)  # noqa: F821 - injected by Snakemake
+    sys.exit(main())

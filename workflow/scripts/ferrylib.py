@@ -10,6 +10,8 @@ import os
 import re
 from typing import Optional
 
+MANIFEST_HEADER = "#ferry-manifest v1"
+
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
 # the two must agree.

@@ -497,6 +497,20 @@ impl Store for AzureStore {
         match s.call(|| container.create(None)).await {
             Ok(_) => Ok(true),
             Err(StoreError::Http { status: 409, .. }) => Ok(false),
+            // A container SAS may not create containers, only use its own: if listing it works,
+            // it exists, which is all `mk` promises.
+            Err(e @ StoreError::Http { status: 403, .. }) => {
+                let probe = BlobContainerClientListBlobsOptions { maxresults: Some(1), ..Default::default() };
+                let listed = match container.list_blobs(Some(probe)).map_err(map_err) {
+                    Ok(pager) => matches!(pager.into_pages().next().await, Some(Ok(_))),
+                    Err(_) => false,
+                };
+                if listed {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
             Err(e) => Err(e),
         }
     }

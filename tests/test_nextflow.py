@@ -1,0 +1,280 @@
+"""End-to-end tests of the Nextflow pipeline (main.nf, workflow/modules, profiles/test).
+
+Every run is the real Nextflow 24.10.0 (scripts/nextflow, or `nextflow` on PATH) on the real
+worker; destinations are checked by reading files (here) or with the Azure SDK
+(test_engines.py), never with ferry. Each Nextflow start costs several seconds, so runs are
+shared between assertions through module-scoped fixtures. Helpers here are reused by
+test_engines.py and test_nextflow_slurm.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ferry_env
+from test_pipeline import REPO, local_snapshot, make_tree, md5s, write_file
+
+NEXTFLOW = shutil.which("nextflow") or str(REPO / "scripts" / "nextflow")
+
+
+def nextflow(launch: Path, *args: str, params: dict | None = None, profile: str = "test", expect: int | None = 0,
+             env: dict | None = None, timeout: float = 280) -> subprocess.CompletedProcess:
+    """`nextflow run main.nf` from its own launch directory (which keeps .nextflow/ for -resume),
+    with params written to a -params-file, as users pass a migration's config."""
+    launch.mkdir(parents=True, exist_ok=True)
+    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", profile, "-w", str(launch / "work"), "-ansi-log", "false"]
+    if params is not None:
+        params_file = launch / "params.yaml"
+        params_file.write_text(yaml.safe_dump(params, allow_unicode=True))
+        cmd += ["-params-file", str(params_file)]
+    cmd += list(args)
+    proc = subprocess.run(cmd, cwd=launch, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if expect is not None and proc.returncode != expect:
+        log = launch / ".nextflow.log"
+        pytest.fail(
+            f"nextflow exited {proc.returncode}, expected {expect}\n  {' '.join(cmd)}\n--- stdout ---\n"
+            f"{proc.stdout[-5000:]}\n--- stderr ---\n{proc.stderr[-3000:]}\n--- .nextflow.log ---\n"
+            f"{log.read_text()[-5000:] if log.exists() else '(none)'}",
+            pytrace=False,
+        )
+    return proc
+
+
+def params_for(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t", **extra) -> dict:
+    """The config keys the Snakemake tests set (test_pipeline.base_config), as a params file."""
+    return {
+        "source": str(source),
+        "dest": str(dest),
+        "phase": phase,
+        "outdir": str(outdir),
+        "run_name": run_name,
+        "ferry_bin": str(ferry_bin),
+        "worker": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
+        **extra,
+    }
+
+
+def run_dir(outdir: Path, phase: str, run_name: str = "t") -> Path:
+    return outdir / run_name / phase
+
+
+def report(outdir: Path, phase: str, run_name: str = "t", name: str = "report.json") -> dict:
+    return json.loads((run_dir(outdir, phase, run_name) / name).read_text())
+
+
+def trace(outdir: Path, phase: str, run_name: str = "t") -> list[dict]:
+    path = run_dir(outdir, phase, run_name) / "pipeline_info" / "trace.txt"
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def statuses(rows: list[dict], process: str) -> list[str]:
+    return sorted(r["status"] for r in rows if r["process"].split(":")[-1] == process)
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration: no task runs
+
+
+def test_nextflow_schema_is_generated_from_the_yaml_schema():
+    proc = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "python"), str(REPO / "workflow" / "scripts" / "ferry_config.py"), "nextflow-schema"],
+        capture_output=True, text=True, check=True,
+    )
+    committed = (REPO / "nextflow_schema.json").read_text()
+    assert proc.stdout == committed, "nextflow_schema.json is stale: regenerate it with `make nextflow-schema`"
+    schema = json.loads(committed)
+    yaml_schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    grouped = {k for group in schema["$defs"].values() for k in group["properties"]}
+    assert grouped == set(yaml_schema["properties"])
+    modes = schema["$defs"]["planning"]["properties"]["partition"]["properties"]["mode"]["enum"]
+    assert modes == yaml_schema["properties"]["partition"]["properties"]["mode"]["enum"]
+
+
+def test_bad_config_stops_nextflow_before_any_task(tmp_path, ferry_bin):
+    """One run: an unknown phase named by field; nothing is listed, no work or run directory made."""
+    outdir = tmp_path / "results"
+    params = params_for(ferry_bin, outdir, tmp_path / "src", tmp_path / "dst", "sideways")
+    proc = nextflow(tmp_path / "launch", params=params, expect=None)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "config field 'phase'" in text and "sideways" in text, text[-3000:]
+    assert not outdir.exists() and not (tmp_path / "dst").exists()
+    work = tmp_path / "launch" / "work"
+    assert not work.exists() or not any(work.iterdir()), "a task ran despite the bad config"
+
+
+def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
+    """`nextflow config -profile azurebatch` shows where tasks would go; `-stub-run` with a local
+    override walks the final phase's whole DAG (every process has a stub:) without Azure."""
+    proc = subprocess.run([NEXTFLOW, "config", str(REPO), "-profile", "azurebatch"], cwd=tmp_path, env=ferry_env(),
+                          capture_output=True, text=True, timeout=120, check=True)
+    text = proc.stdout
+    assert "executor = 'azurebatch'" in text
+    assert "container = 'ferryregistry.azurecr.io/ferry:0.1.0'" in text
+    assert "queue = 'ferry-pool'" in text
+    assert "workDir = 'az://ferry-work/work'" in text
+    assert "FERRY_AUTH = 'managed'" in text
+    assert "sku = 'batch.node.ubuntu 24.04'" in text
+
+    local = tmp_path / "local.config"
+    local.write_text("process.executor = 'local'\nprocess.container = null\n"
+                     f"workDir = '{tmp_path / 'work'}'\n")
+    outdir = tmp_path / "results"
+    proc = subprocess.run(
+        [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "azurebatch", "-c", str(local), "-stub-run",
+         "-ansi-log", "false", "--source", "/data/share", "--dest", "az://archive/share", "--phase", "final",
+         "--outdir", str(outdir), "--run_name", "stub"],
+        cwd=tmp_path, env=ferry_env(), capture_output=True, text=True, timeout=200,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    ran = {r["process"].split(":")[-1] for r in trace(outdir, "final", "stub")}
+    assert ran == {"LIST", "PLAN", "TRANSFER", "VERIFY", "PRUNE", "FINAL_CHECK", "REPORT"}, ran
+    assert statuses(trace(outdir, "final", "stub"), "TRANSFER") == ["COMPLETED", "COMPLETED"]
+
+
+# ---------------------------------------------------------------------------------------------
+# local -> local: baseline, an unchanged incremental, then a final pass with an emptied source
+
+
+@pytest.fixture(scope="module")
+def local_runs(tmp_path_factory, ferry_bin):
+    root = tmp_path_factory.mktemp("nf-local")
+    # The source's own name has a space and quotes: it reaches ferry as a string, never staged.
+    src, dest, outdir, launch = root / "src 'a' \"b\"", root / "nfs" / "share", root / "results", root / "launch"
+    content = make_tree(src, files=40, big=0)
+    for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
+        content[rel] = rel.encode()
+        write_file(src, rel, content[rel])
+    parts = {"partition": {"mode": "max-files", "max_files": 16}}
+    runs = {"content": content, "src": src, "dest": dest, "outdir": outdir}
+    runs["baseline"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts))
+    runs["dest_after_baseline"] = local_snapshot(dest)
+    runs["incremental"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "incremental", **parts))
+    # Everything at the source is gone (an unmounted share looks like this): prune must refuse.
+    shutil.rmtree(src)
+    src.mkdir()
+    runs["final"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), expect=None)
+    return runs
+
+
+def test_local_baseline_copies_everything(local_runs):
+    content, outdir = local_runs["content"], local_runs["outdir"]
+    assert local_runs["dest_after_baseline"] == md5s(content)
+    assert os.readlink(local_runs["dest"] / "docs" / "link-to-top") == "../top.txt"
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["files"]["copied"] == len(content) + 1  # and the symlink
+    assert rep["totals"]["verify"]["same"] == len(content) + 1
+    assert len(rep["partitions"]) == 3 and all(p["files"] <= 16 for p in rep["partitions"])
+    rows = trace(outdir, "baseline")
+    assert statuses(rows, "TRANSFER") == ["COMPLETED"] * 3
+    assert statuses(rows, "VERIFY") == ["COMPLETED"] * 3
+    run = run_dir(outdir, "baseline")
+    for kept in ("listing/source.tsv", "plan/plan.json", "plan/copy/part-00000.tsv", "copy/part-00000.json",
+                 "verify/part-00002.json", "logs/transfer/part-00001.log", "benchmarks/plan.tsv", "report.md",
+                 "pipeline_info/timeline.html", "pipeline_info/report.html"):
+        assert (run / kept).is_file(), f"{kept} missing from the run directory"
+    assert {r: s["jobs"] for r, s in rep["time"]["per_rule"].items()} == {
+        "list_source": 1, "plan": 1, "transfer": 3, "verify": 3}
+
+
+def test_unchanged_incremental_plans_nothing(local_runs):
+    rep = report(local_runs["outdir"], "incremental")
+    assert rep["status"] == "complete"
+    assert rep["plan"]["unchanged"] == len(local_runs["content"]) + 1
+    assert rep["totals"]["files"]["planned"] == 0 and rep["partitions"] == []
+    rows = trace(local_runs["outdir"], "incremental")
+    assert statuses(rows, "TRANSFER") == [] and statuses(rows, "VERIFY") == []
+    assert statuses(rows, "REPORT") == ["COMPLETED"]
+
+
+def test_prune_refused_on_an_empty_source(local_runs):
+    proc = local_runs["final"]
+    assert proc.returncode != 0, "a final pass that could not prune must fail"
+    assert "report-incomplete.md" in proc.stdout + proc.stderr
+    assert local_snapshot(local_runs["dest"]) == md5s(local_runs["content"]), "prune deleted from the destination"
+    run = run_dir(local_runs["outdir"], "final")
+    partial = json.loads((run / "report-incomplete.json").read_text())
+    assert partial["status"] == "incomplete"
+    prune_failures = [f for f in partial["failures"] if f["stage"] == "prune"]
+    assert prune_failures and "empty" in prune_failures[0]["error"].lower(), partial["failures"]
+    assert not (run / "report.json").exists()
+    rows = trace(local_runs["outdir"], "final")
+    assert statuses(rows, "PRUNE") == ["FAILED"] and statuses(rows, "FINAL_CHECK") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# a failed partition, redone alone by -resume
+
+
+@pytest.mark.timeout(300)
+def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin):
+    src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
+    content = make_tree(src, files=30, big=0)
+    # The only file under blocked/ lands in exactly one partition.
+    content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
+    write_file(src, "blocked/only.txt", content["blocked/only.txt"])
+    params = params_for(ferry_bin, outdir, src, dest, "baseline", partition={"mode": "max-files", "max_files": 8})
+
+    # A plain file where the destination needs the directory blocked/ makes that one copy fail.
+    dest.mkdir()
+    (dest / "blocked").write_bytes(b"in the way")
+    proc = nextflow(launch, params=params, expect=None)
+    assert proc.returncode != 0
+    run = run_dir(outdir, "baseline")
+    partial = json.loads((run / "report-incomplete.json").read_text())
+    failed = [p for p in partial["partitions"] if p["status"] == "failed"]
+    assert len(failed) == 1, partial["partitions"]
+    ok = [p for p in partial["partitions"] if p["status"] == "ok"]
+    assert len(ok) == len(partial["partitions"]) - 1 >= 2
+    copy_failures = [f for f in partial["failures"] if f["stage"] == "copy"]
+    assert [(f["partition"], f["path"]) for f in copy_failures] == [(failed[0]["id"], "blocked/only.txt")]
+    verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
+    assert verify_status.pop(failed[0]["id"]) == "not run"
+    assert set(verify_status.values()) == {"ok"}
+    assert statuses(trace(outdir, "baseline"), "TRANSFER") == ["COMPLETED"] * len(ok) + ["FAILED"]
+    assert not (run / "report.json").exists()
+
+    (dest / "blocked").unlink()
+    nextflow(launch, "-resume", params=params)
+    assert local_snapshot(dest) == md5s(content)
+    rows = trace(outdir, "baseline")
+    assert statuses(rows, "TRANSFER") == ["CACHED"] * len(ok) + ["COMPLETED"], "only the failed partition may run again"
+    redone = [r for r in rows if r["process"].endswith("TRANSFER") and r["status"] == "COMPLETED"]
+    assert redone[0]["tag"] == f"part-{failed[0]['id']}"
+    assert statuses(rows, "LIST") == ["CACHED"] and statuses(rows, "PLAN") == ["CACHED"]
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete" and rep["failures"] == []
+    assert not (run / "report-incomplete.json").exists() and not (run / "failed").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# MPI replication: one task, the whole MPI job
+
+
+def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
+    src, nodes, outdir = tmp_path / "src", tmp_path / "nodes", tmp_path / "results"
+    content = make_tree(src, files=30, big=1)
+    params = {
+        "outdir": str(outdir),
+        "ferry_bin": str(ferry_bin),
+        "replicate": {"source": str(src), "dest": f"{nodes}/{{rank}}", "ranks": 2,
+                      "launcher": "mpirun --oversubscribe", "verify": True, "chunk_size": "256KiB"},
+    }
+    mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
+    nextflow(tmp_path / "launch", "-entry", "REPLICATE", params=params, env=mpi_env)
+    for rank in (0, 1):
+        assert local_snapshot(nodes / str(rank)) == md5s(content), f"rank {rank} lacks the dataset"
+    (rep,) = outdir.glob("replicate/*/report.json")
+    assert json.loads(rep.read_text())["verify"]["mismatch_count"] == 0
+    assert (rep.parent / "replicate.log").is_file() and (rep.parent / "pipeline_info" / "trace.txt").is_file()

@@ -1,0 +1,59 @@
+"""The Nextflow pipeline through `-profile slurm` on the one-node Slurm of scripts/slurm-up.sh.
+
+The migration of test_nextflow.py (local tree -> Azurite, checked with the Azure SDK), with every
+task an sbatch job; the test confirms Slurm itself ran them: the job-completion log that
+slurm-up.sh configures names every job, and Nextflow's trace carries the same Slurm job ids.
+Run it under `flock /tmp/ferry-slurm.lock` where several people share the cluster.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_nextflow import nextflow, params_for, report, trace
+from test_pipeline import blob_snapshot, make_tree, md5s, modify_tree
+from test_pipeline_slurm import completed_jobs, slurm, slurm_up  # noqa: F401 - slurm is a fixture
+
+
+def new_jobs(before: set[int]) -> dict[int, str]:
+    return {job: desc for job, desc in completed_jobs().items() if job not in before}
+
+
+@pytest.mark.timeout(600)
+def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container):  # noqa: F811
+    slurm_up(accounting=False)
+    src = tmp_path / "src"
+    content = make_tree(src, files=30, big=1)
+    outdir = tmp_path / "results"
+    dest = container.at("viaslurm")
+    launch = tmp_path / "launch"
+    parts = {"partition": {"mode": "parts", "parts": 2}}
+
+    seen = set(completed_jobs())
+    nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts), profile="slurm")
+    assert blob_snapshot(container, "viaslurm/") == md5s(content)
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete" and rep["totals"]["verify"]["same"] == len(content)
+    jobs = new_jobs(seen)
+    rows = trace(outdir, "baseline")
+    # Every task was a Slurm job: the trace's native ids are the jobs Slurm recorded as completed.
+    assert {int(r["native_id"]) for r in rows} == set(jobs), (rows, jobs)
+    assert all(desc.endswith("COMPLETED") for desc in jobs.values()), jobs
+    names = " ".join(jobs.values())
+    for step in ("LIST", "MAKE_DEST", "PLAN", "TRANSFER", "VERIFY", "REPORT"):
+        assert f"MIGRATE_{step}" in names, (step, names)
+    assert len(jobs) == 1 + 1 + 1 + 2 + 2 + 1
+
+    _added, _changed, deleted = modify_tree(src, content)
+    seen = set(completed_jobs())
+    nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), profile="slurm")
+    assert blob_snapshot(container, "viaslurm/") == md5s(content)
+    rep = report(outdir, "final")
+    assert rep["status"] == "complete"
+    assert rep["totals"]["prune"]["deleted"] == len(deleted)
+    assert rep["totals"]["final_check"]["same"] == len(content)
+    jobs = new_jobs(seen)
+    assert {int(r["native_id"]) for r in trace(outdir, "final")} == set(jobs)
+    names = " ".join(jobs.values())
+    for step in ("PRUNE", "FINAL_CHECK"):
+        assert f"MIGRATE_{step}" in names, (step, names)
