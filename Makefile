@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test demo bench nextflow-schema
+.PHONY: setup build test demo bench nextflow-schema faults-deep
 
 setup:
 	scripts/setup.sh
@@ -14,6 +14,11 @@ build:
 test: setup
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
 	$(PYTEST) -q tests
+
+# The fault suite's slow mode (docs/reliability.md): more seeds, higher rates, 500 kills (≈ 25 min).
+# FERRY_FAULT_SEED=<seed> replays a run; FERRY_FAULTS_REPORT=<file> writes its figures as JSON.
+faults-deep: setup
+	$(PYTEST) -q --deep --timeout 3600 tests/test_faults_network.py tests/test_faults_kills.py tests/test_faults_storage.py
 
 demo: setup
 	scripts/demo.sh

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what ferry needs to build, test and demo, skipping whatever is already in place:
 # Debian packages (scripts/apt-packages.txt), the Python venv (.venv, requirements.txt),
-# Azurite (npm ci from package-lock.json), Nextflow (unless one is on PATH), the release build of
-# the worker and tools/latencyfs.
+# Azurite (npm ci from package-lock.json), toxiproxy (Go) for the fault suite, Nextflow (unless one
+# is on PATH), the release build of the worker and tools/latencyfs.
 # Safe to re-run; a run with nothing to do makes no network requests apart from cargo's no-op.
 #
 #   scripts/setup.sh           everything
@@ -80,6 +80,26 @@ if [[ ! -x node_modules/.bin/azurite-blob || ! -f $npm_stamp ]] || ! cmp -s pack
   cp package-lock.json "$npm_stamp"
 else
   say "Azurite up to date"
+fi
+
+# --- toxiproxy (Go), the TCP fault injector of the fault suite -----------------------------
+# Built from the Go module proxy into .tools/bin (gitignored); the module's cmd/server package
+# is the toxiproxy-server program.
+toxiproxy_version=v2.12.0
+toxiproxy=.tools/bin/toxiproxy-server
+if [[ ! -x $toxiproxy || "$(cat .tools/toxiproxy.version 2>/dev/null)" != "$toxiproxy_version" ]]; then
+  command -v go >/dev/null || die "go not found: install Go 1.23 or later (the fault suite builds toxiproxy with it)"
+  say "building toxiproxy-server $toxiproxy_version (go install)"
+  mkdir -p .tools/bin
+  build_dir=$(mktemp -d)
+  # GOTOOLCHAIN=local: use the Go that is here rather than fetch another toolchain.
+  GOBIN="$build_dir" GOTOOLCHAIN=local GOFLAGS=-buildvcs=false \
+    go install "github.com/Shopify/toxiproxy/v2/cmd/server@$toxiproxy_version"
+  mv "$build_dir/server" "$toxiproxy"
+  rmdir "$build_dir"
+  echo "$toxiproxy_version" > .tools/toxiproxy.version
+else
+  say "toxiproxy-server $toxiproxy_version present"
 fi
 
 # --- Nextflow -------------------------------------------------------------------------------

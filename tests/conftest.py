@@ -11,8 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from support import faults as _faults
 from support.azurite import ACCOUNT, KEY, Azurite, start_azurite
 from support.proxy import FaultProxy
+from support.toxiproxy import Toxiproxy, start_toxiproxy
+
+# The fault suite's options (--deep), seed and closing summary line (tests/support/faults.py).
+pytest_addoption = _faults.pytest_addoption
+pytest_report_header = _faults.pytest_report_header
+pytest_terminal_summary = _faults.pytest_terminal_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TEST_TIMEOUT = 120  # seconds; pytest-timeout ends any single test that goes past it
@@ -24,6 +31,7 @@ _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PR
 
 
 def pytest_configure(config):
+    _faults.pytest_configure(config)
     for var in _PROXY_VARS:
         os.environ.pop(var, None)
     # Loopback must never be sent through a proxy, by ferry (reqwest) or the Python SDK (requests).
@@ -176,3 +184,22 @@ def proxy(azurite) -> FaultProxy:
     with FaultProxy(azurite.port) as p:
         yield p
 
+
+
+@pytest.fixture
+def faults(request) -> _faults.Ledger:
+    """The session's fault ledger (seed, --deep, counts for the closing summary); ``faults.rng``
+    gives this test a generator derived from the seed and its name."""
+    ledger = _faults.ledger()
+    ledger.tests += 1
+    ledger.test_rng = ledger.rng(request.node.nodeid)
+    return ledger
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(tmp_path_factory) -> Toxiproxy:
+    server = start_toxiproxy(REPO_ROOT, tmp_path_factory.mktemp("toxiproxy"))
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -45,6 +45,7 @@ class Azurite:
     location: Path
     process: subprocess.Popen
     log_path: Path
+    binary: Path | None = None
     account: str = ACCOUNT
     key: str = KEY
     _owns_location: bool = field(default=True, repr=False)
@@ -69,21 +70,53 @@ class Azurite:
         )
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no Azurite log)"
+        return log_tail(self.log_path, n)
+
+    def kill(self) -> None:
+        """SIGKILL the emulator, as a crash would; its --location stays for a restart."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def restart(self, graceful: bool = False, start_timeout: float = 30.0) -> None:
+        """Start the emulator again on the same port and --location. ``graceful``: stop it with
+        SIGTERM first, which saves its metadata (a SIGKILL loses what it had not saved yet)."""
+        if graceful and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(30)
+        self.kill()
+        self.process = _launch(self.binary, self.port, self.location, self.log_path)
+        deadline = time.monotonic() + start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Azurite did not restart:\n{self.log_tail()}")
+            if http_answers(self.port):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"Azurite did not answer after a restart:\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         if self._owns_location:
             shutil.rmtree(self.location, ignore_errors=True)
+
+
+def log_tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it is still there after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def _die_with_parent() -> None:
@@ -100,23 +133,10 @@ def azurite_binary(repo_root: Path) -> Path:
     return repo_root / "node_modules" / ".bin" / "azurite-blob"
 
 
-def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3) -> Azurite:
-    """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace.
-
-    Disk mode with a temp dir (not --inMemoryPersistence) because in-memory Azurite keeps
-    overwritten data around and balloons; --skipApiVersionCheck because current SDKs send API
-    versions newer than Azurite knows; --disableTelemetry so the emulator never calls out.
-    """
-    binary = azurite_binary(repo_root)
-    if not binary.exists():
-        raise RuntimeError(f"{binary} is missing: run `make setup` (npm ci) first")
-    last_error = ""
-    for _ in range(attempts):
-        port = free_port()
-        location = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
-        log_path = location / "azurite.log"
-        log = open(log_path, "wb")
-        proc = subprocess.Popen(
+def _launch(binary: Path, port: int, location: Path, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(
             [
                 str(binary),
                 "--blobHost", "127.0.0.1",
@@ -135,8 +155,27 @@ def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 
             # A custom account list in the caller's environment would drop devstoreaccount1.
             env={k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"},
         )
+    finally:
         log.close()
-        az = Azurite(port=port, location=location, process=proc, log_path=log_path)
+
+
+def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3) -> Azurite:
+    """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace.
+
+    Disk mode with a temp dir (not --inMemoryPersistence) because in-memory Azurite keeps
+    overwritten data around and balloons; --skipApiVersionCheck because current SDKs send API
+    versions newer than Azurite knows; --disableTelemetry so the emulator never calls out.
+    """
+    binary = azurite_binary(repo_root)
+    if not binary.exists():
+        raise RuntimeError(f"{binary} is missing: run `make setup` (npm ci) first")
+    last_error = ""
+    for _ in range(attempts):
+        port = free_port()
+        location = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
+        log_path = location / "azurite.log"
+        proc = _launch(binary, port, location, log_path)
+        az = Azurite(port=port, location=location, process=proc, log_path=log_path, binary=binary)
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

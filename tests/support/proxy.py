@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import random
 import re
 import socket
 import threading
@@ -50,7 +51,8 @@ class Rule:
                      timed out, then close the connection.
     A request matches when ``method`` equals, ``path`` (a regex searched in the percent-decoded
     path) matches and every ``query`` item holds (value equal; ``None``: present; ``ABSENT``:
-    missing). The first ``skip`` matches pass untouched; the next ``count`` get the action.
+    missing). The first ``skip`` matches pass untouched; the next ``count`` get the action, each
+    with ``probability`` (drawn from a generator seeded with ``seed``, so a run repeats).
     """
 
     action: str
@@ -64,9 +66,12 @@ class Rule:
     body_bytes: int = 0
     stall_timeout: float = 30.0
     after_stall: str = "forward"
+    probability: float = 1.0
+    seed: int = 0
     matched: int = 0
     fired: int = 0
     _released: threading.Event = field(default_factory=threading.Event, repr=False)
+    _rng: random.Random = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.action not in ("status", "truncate", "stall", "stall_body"):
@@ -75,6 +80,15 @@ class Rule:
             raise ValueError(f"unknown after_stall {self.after_stall!r}")
         if not 0 < self.count <= 10_000 or not 0 < self.stall_timeout <= 600:
             raise ValueError("a rule needs a bounded count and stall timeout")
+        if not 0 < self.probability <= 1:
+            raise ValueError("probability is in (0, 1]")
+        self._rng = random.Random(self.seed)
+
+    def fires(self) -> bool:
+        """Called for a match past ``skip``: whether this one gets the action."""
+        if self.fired >= self.count:
+            return False
+        return self.probability >= 1 or self._rng.random() < self.probability
 
     def matches(self, method: str, path: str, query: dict) -> bool:
         if self.method is not None and method != self.method:
@@ -102,6 +116,10 @@ class Request:
     status: int | None = None
     done: bool = False
     body_sent: int = 0  # response body bytes relayed to the client
+    # Set when the exchange broke off (the client or upstream went away mid-way): what broke.
+    error: str | None = None
+    # A truncate or stall_body rule really cut the body short (it was longer than body_bytes).
+    cut: bool = False
 
     @property
     def comp(self) -> str | None:
@@ -157,6 +175,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             parts = []
             while True:
                 size_line = self.rfile.readline(65537)
+                if not size_line:
+                    raise ConnectionError("chunked request body cut short")
                 size = int(size_line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
                     # Trailers end at the first blank line.
@@ -166,7 +186,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 parts.append(self.rfile.read(size))
                 self.rfile.readline(65537)
         length = int(self.headers.get("Content-Length") or 0)
-        return (self.rfile.read(length) if length else b""), False
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:
+            # Forwarding a short body under the full Content-Length would leave upstream waiting.
+            raise ConnectionError(f"request body cut short: {len(body)} of {length} bytes")
+        return body, False
 
     def _handle(self):
         proxy = self.proxy
@@ -176,8 +200,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                     list(self.headers.items()))
         try:
             self._serve(record, rule)
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
             # The client or upstream went away mid-exchange; the next request gets a fresh link.
+            record.error = f"{type(e).__name__}: {e}"
             self._drop_upstream()
             self.close_connection = True
         finally:
@@ -275,6 +300,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             sent += len(piece)
             record.body_sent = sent
         if cut_at is not None:
+            record.cut = has_body and (length is None or sent < int(length))
             self.wfile.flush()
             if rule.action == "stall_body":
                 self.proxy._stall(rule)
@@ -414,7 +440,7 @@ class FaultProxy:
                 if not rule.matches(method, path, query):
                     continue
                 rule.matched += 1
-                if chosen is None and rule.matched > rule.skip and rule.fired < rule.count:
+                if chosen is None and rule.matched > rule.skip and rule.fires():
                     rule.fired += 1
                     chosen = rule
             record.action = chosen.action if chosen else None
