@@ -38,7 +38,7 @@ hyperfine --runs "$runs" --style basic --export-json "$data/baseline.json" \
 # A destination in sync, then: nothing changed.
 rm -rf "$dst" "$out" && $ferry copy -r "$src" "$dst" > /dev/null 2>&1
 hyperfine --runs "$runs" --style basic --export-json "$data/incremental.json" \
-  -n "ferry verify" "$ferry verify $src $dst" \
+  --prepare true -n "ferry verify" "$ferry verify $src $dst" \
   --prepare "rm -rf $out/snakemake/bench/incremental" -n "snakemake incremental" "$(snakemake_run incremental)" \
   --prepare "rm -rf $out/nextflow/bench/incremental $data/nf-work" -n "nextflow incremental" "$(nextflow_run incremental)"
 
