@@ -30,21 +30,26 @@ nextflow=$(command -v nextflow || echo scripts/nextflow)
 snakemake_run() { echo "$snakemake --profile profiles/local --quiet all --config source=$src dest=$dst outdir=$out/snakemake run_name=bench phase=$1"; }
 nextflow_run() { echo "$nextflow -q run main.nf -profile local -w $data/nf-work --source $src --dest $dst --outdir $out/nextflow --run_name bench --phase $1"; }
 
+# Each engine's last report is kept: it says how many tasks ran.
+keep_reports() { mkdir -p "$data/reports"; for e in snakemake nextflow; do cp "$out/$e/bench/$1/report.json" "$data/reports/$e-$1.json"; done; }
+
 hyperfine --runs "$runs" --style basic --export-json "$data/baseline.json" \
-  --prepare "rm -rf $dst $out $data/nf-work" -n "ferry copy" "$ferry copy -r $src $dst" \
-  --prepare "rm -rf $dst $out $data/nf-work" -n "snakemake baseline" "$(snakemake_run baseline)" \
-  --prepare "rm -rf $dst $out $data/nf-work" -n "nextflow baseline" "$(nextflow_run baseline)"
+  --prepare "rm -rf $dst" -n "ferry copy" "$ferry copy -r $src $dst" \
+  --prepare "rm -rf $dst $out/snakemake" -n "snakemake baseline" "$(snakemake_run baseline)" \
+  --prepare "rm -rf $dst $out/nextflow $data/nf-work" -n "nextflow baseline" "$(nextflow_run baseline)"
+keep_reports baseline
 
 # A destination in sync, then: nothing changed.
 rm -rf "$dst" "$out" && $ferry copy -r "$src" "$dst" > /dev/null 2>&1
 hyperfine --runs "$runs" --style basic --export-json "$data/incremental.json" \
-  -n "ferry verify" "$ferry verify $src $dst" \
+  --prepare true -n "ferry verify" "$ferry verify $src $dst" \
   --prepare "rm -rf $out/snakemake/bench/incremental" -n "snakemake incremental" "$(snakemake_run incremental)" \
   --prepare "rm -rf $out/nextflow/bench/incremental $data/nf-work" -n "nextflow incremental" "$(nextflow_run incremental)"
+keep_reports incremental
 
-.venv/bin/python - "$data" benchmarks/results/pipeline.md "$(uptime | sed 's/.*load average: //')" "$out" <<'PY'
+.venv/bin/python - "$data" benchmarks/results/pipeline.md "$(uptime | sed 's/.*load average: //')" <<'PY'
 import datetime, json, statistics, sys
-data, out, load, results = sys.argv[1:]
+data, out, load = sys.argv[1:]
 rows, ratios = [], []
 for name, peer in (("baseline", "ferry copy"), ("incremental", "ferry verify")):
     res = {r["command"]: r for r in json.load(open(f"{data}/{name}.json"))["results"]}
@@ -53,7 +58,7 @@ for name, peer in (("baseline", "ferry copy"), ("incremental", "ferry verify")):
         rows.append(f"| {name} | {k} | {med[k]:.2f} | {min(v['times']):.2f}–{max(v['times']):.2f} | {v['user'] + v['system']:.2f} |")
     for engine in ("snakemake", "nextflow"):
         # Tasks of the last measured run, from its own report (report.json counts jobs per step).
-        report = json.load(open(f"{results}/{engine}/bench/{name}/report.json"))
+        report = json.load(open(f"{data}/reports/{engine}-{name}.json"))
         tasks = sum(s["jobs"] for s in report["time"]["per_rule"].values()) + 1  # and the report itself
         extra = med[f"{engine} {name}"] - med[peer]
         ratios.append(f"| {name} | {engine} | {med[f'{engine} {name}'] / med[peer]:.2f} | {extra:.1f} | {tasks} | {extra / tasks:.2f} |")

@@ -8,6 +8,8 @@ Run it under `flock /tmp/ferry-slurm.lock` where several people share the cluste
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from test_nextflow import nextflow, params_for, report, trace
@@ -23,11 +25,12 @@ def new_jobs(before: set[int]) -> dict[int, str]:
 def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container):  # noqa: F811
     slurm_up(accounting=False)
     src = tmp_path / "src"
-    content = make_tree(src, files=30, big=1)
+    content = make_tree(src, files=30, big=2)  # modify_tree deletes big1
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
     launch = tmp_path / "launch"
-    parts = {"partition": {"mode": "parts", "parts": 2}}
+    # Four deletions in a small tree are more than the default 10%: allow them.
+    parts = {"partition": {"mode": "parts", "parts": 2}, "delete": {"max_delete": "25%"}}
 
     seen = set(completed_jobs())
     nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts), profile="slurm")
@@ -43,6 +46,11 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     for step in ("LIST", "MAKE_DEST", "PLAN", "TRANSFER", "VERIFY", "REPORT"):
         assert f"MIGRATE_{step}" in names, (step, names)
     assert len(jobs) == 1 + 1 + 1 + 2 + 2 + 1
+    # Slurm was asked for the transfer's configured resources (config/config.yaml: resources.transfer).
+    transfer = next(r for r in rows if r["process"].endswith("TRANSFER"))
+    script = (Path(transfer["workdir"]) / ".command.run").read_text()
+    for request in ("#SBATCH -c 2", "#SBATCH -t 12:00:00", "#SBATCH --mem 2000M"):
+        assert request in script, (request, script[:600])
 
     _added, _changed, deleted = modify_tree(src, content)
     seen = set(completed_jobs())
