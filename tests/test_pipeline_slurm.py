@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -178,12 +179,20 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     assert report(outdir, "baseline")["status"] == "complete"
     new_jobs = sorted(job for job in completed_jobs() if job not in seen_before)
     assert len(new_jobs) == 3, new_jobs
-    proc = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, new_jobs))],
-        capture_output=True, text=True, check=True,
-    )
-    states = dict(line.split("|") for line in proc.stdout.split())
-    assert states == {str(job): "COMPLETED" for job in new_jobs}
+    # slurmctld hands finished jobs to slurmdbd from a queue, so the records can trail the jobs'
+    # end by some seconds: ask again for a bounded time.
+    want = {str(job): "COMPLETED" for job in new_jobs}
+    deadline = time.monotonic() + 60
+    while True:
+        proc = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, new_jobs))],
+            capture_output=True, text=True, check=True,
+        )
+        states = dict(line.split("|") for line in proc.stdout.split())
+        if states == want or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert states == want
 
 
 @pytest.mark.timeout(420)
