@@ -166,3 +166,30 @@ def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sa
         got.add(str(p), p.read_bytes())
     got.tree(outdir)
     got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas})
+
+
+@pytest.mark.timeout(300)
+def test_no_secret_in_nextflow_work_trace_and_results(tmp_path, ferry_bin, container, sas):
+    """The same final phase through Nextflow: its task scripts and logs (.command.*), trace,
+    timeline, report and .nextflow.log, and the run directory, hold no secret."""
+    from test_nextflow import nextflow, params_for
+
+    got = Collected()
+    src, outdir, launch = tmp_path / "src", tmp_path / "results", tmp_path / "launch"
+    make_tree(src, {f"f{i}.txt": b"data %d" % i for i in range(6)})
+    proc = nextflow(
+        launch,
+        params=params_for(ferry_bin, outdir, src, container.at("share"), "final", checksum=True),
+        env={"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": sas, "AZURE_STORAGE_KEY": KEY},
+    )
+    got.add("nextflow stdout", proc.stdout)
+    got.add("nextflow stderr", proc.stderr)
+    assert sorted(container.blobs("share/")) == [f"share/f{i}.txt" for i in range(6)]
+    commands = [p for p in launch.rglob(".command.*") if p.is_file()]
+    assert commands, "no task files to search"
+    for p in commands:
+        got.add(str(p), p.read_bytes())
+    got.tree(outdir)
+    for p in launch.glob(".nextflow.log*"):
+        got.add(str(p), p.read_bytes())
+    got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas})
