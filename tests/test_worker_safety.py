@@ -137,6 +137,21 @@ def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, cont
     run_ferry("verify", src, container, "--checksum")
 
 
+def fail_after_change(proc, proxy, hold, tmp_path, stalled_what, change) -> dict:
+    """Wait until the spawned copy stalls at the proxy, change the data under it, let it go on;
+    the copy must exit 1. Returns its --json summary."""
+    try:
+        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, stalled_what)
+        change()
+        proxy.release(hold)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (tmp_path / "ferry.stderr").read_text()
+    return json.loads((tmp_path / "ferry.stdout").read_text())
+
+
 def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(tmp_path, container, proxy, run_ferry):
     src = tmp_path / "src"
     make_tree(src, {"big.bin": File(size=6 * MiB), "small.txt": b"small"})
@@ -144,17 +159,12 @@ def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(tmp
     hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=1, count=1, stall_timeout=60)
     proc = run_ferry.spawn("copy", src, container.via(proxy.port), "-r", "--block-size", "1MiB",
                            "--concurrency", "1", "--json", log_dir=tmp_path)
-    try:
-        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, "the second block to stall")
-        with open(path, "r+b") as f:  # same size, new bytes: only ctime tells
+
+    def rewrite():  # same size, new bytes: only ctime tells
+        with open(path, "r+b") as f:
             f.write(os.urandom(6 * MiB))
-        proxy.release(hold)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, (tmp_path / "ferry.stderr").read_text()
-    summary = json.loads((tmp_path / "ferry.stdout").read_text())
+
+    summary = fail_after_change(proc, proxy, hold, tmp_path, "the second block to stall", rewrite)
     assert [f["path"] for f in summary["failures"]] == ["big.bin"]
     assert "changed while being copied" in summary["failures"][0]["error"]
     assert set(container.blobs()) == {"small.txt"}, "a blob mixing two versions was committed"
@@ -172,16 +182,8 @@ def test_a_blob_rewritten_during_download_fails_instead_of_mixing_versions(tmp_p
                      skip=1, count=1, body_bytes=64 * 1024, stall_timeout=60)
     proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "-r", "--concurrency", "1", "--json",
                            log_dir=tmp_path)
-    try:
-        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, "a range to stall mid-body")
-        container.client.upload_blob("big.bin", new, overwrite=True)
-        proxy.release(hold)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, (tmp_path / "ferry.stderr").read_text()
-    summary = json.loads((tmp_path / "ferry.stdout").read_text())
+    summary = fail_after_change(proc, proxy, hold, tmp_path, "a range to stall mid-body",
+                                lambda: container.client.upload_blob("big.bin", new, overwrite=True))
     assert "changed while being copied" in summary["failures"][0]["error"], summary
     assert not (dst / "big.bin").exists()
     assert not dst.exists() or os.listdir(dst) == [], "partial data left behind"
