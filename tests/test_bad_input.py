@@ -95,7 +95,12 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
         (src / "locked").chmod(0o000)
         dst.mkdir()
         os.chown(dst, NOBODY, NOBODY)
-        cmd = ["runuser", "-u", "nobody", "--", *run_ferry.command(["copy", "-r", src, dst, "--json"])]
+        # nobody may not be able to reach the build tree (a checkout under a 0700 directory): run a
+        # copy of the binary from the world-readable base instead.
+        exe = base / "ferry"
+        shutil.copy2(run_ferry.binary, exe)
+        as_nobody = lambda *args: ["runuser", "-u", "nobody", "--", str(exe), *run_ferry.command(args)[1:]]
+        cmd = as_nobody("copy", "-r", src, dst, "--json")
         out = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
         assert out.returncode == 1, out.stderr
         summary = json.loads(out.stdout)
@@ -106,7 +111,7 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
         # A listing that met a denied directory is incomplete: prune refuses to act on it.
         make_tree(dst, {"stale.txt": b"old"})
         os.chown(dst / "stale.txt", NOBODY, NOBODY)
-        cmd = ["runuser", "-u", "nobody", "--", *run_ferry.command(["prune", src, dst, "--force", "--log", base / "p.tsv"])]
+        cmd = as_nobody("prune", src, dst, "--force", "--log", base / "p.tsv")
         pruned = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
         assert pruned.returncode == 1 and "refused" in pruned.stderr, pruned.stderr
         assert (dst / "stale.txt").exists()
