@@ -39,7 +39,7 @@ def pytest_generate_tests(metafunc):
 
 def payload(faults, rng):
     """CI: a dozen small files and two files of six 256 KiB blocks; deep: more small files and
-    two of 17 MiB, so uploads take 17 blocks and downloads two 16 MiB ranges."""
+    two of 17 MiB, so uploads take 17 blocks and downloads three 8 MiB ranges."""
     if faults.deep:
         return random_files(rng, small=30, big=2, big_size=17 * MiB), "1MiB"
     return random_files(rng, small=12, big=2, big_size=1536 * KiB), "256KiB"

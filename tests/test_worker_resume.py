@@ -125,8 +125,8 @@ def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_pat
 
 
 def test_killed_download_resumes_from_the_ranges_already_written(tmp_path, container, proxy, run_ferry):
-    # Three ranges of at least 16 MiB each (ferry's download range): 16 + 16 + 8 MiB and a bit.
-    data = os.urandom(40 * MiB + 333)
+    # Three ranges of at least 8 MiB each (ferry's download range): 8 + 8 + 4 MiB and a bit.
+    data = os.urandom(20 * MiB + 333)
     container.client.upload_blob("big.bin", data)
     dst = tmp_path / "dst"
     # The first two range GETs pass; the third hangs mid-body until ferry is dead.

@@ -1,14 +1,26 @@
 //! local → local: the kernel's copy path (copy_file_range), ownership, mode, times and
-//! symlinks kept as `rsync -lptgoD --numeric-ids` keeps them. Each file costs about nine
-//! system calls; this path decides small-file speed, so it avoids every one it can.
+//! symlinks kept as `rsync -lptgoD --numeric-ids` keeps them. Each file costs a handful of
+//! system calls, and on NFS each metadata call is a round trip: this path decides small-file
+//! speed, so it avoids every call it can.
+//!
+//! A file is first *staged* — written in full, metadata set — where no reader can take it for
+//! the real thing, then *committed* under its final name:
+//! - an unnamed `O_TMPFILE` linked in place with `linkat` when the final name is known to be
+//!   free (local filesystems: no temp name to create and rename);
+//! - else a temp name (`.ferry-<hash>.partial`), renamed over the final name (NFS, FUSE, and
+//!   any name that already exists).
+//! Staging and committing are apart so that many staged files can share one flush to disk.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 
 use crate::storage::beneath::{self, fd};
 use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
+use crate::manifest::Mtime;
 use crate::storage::Meta;
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
@@ -29,7 +41,35 @@ impl Identity {
     }
 }
 
-fn copy_range(input: &File, out: &File, size: u64) -> io::Result<()> {
+/// What this run has learnt the filesystems refuse, so each refusal costs one call, not one
+/// per file.
+#[derive(Default)]
+pub struct Quirks {
+    /// copy_file_range across filesystems (EXDEV) or where unsupported.
+    no_copy_range: AtomicBool,
+    /// O_TMPFILE (NFS, FUSE and some others have none).
+    no_tmpfile: AtomicBool,
+}
+
+/// A file written in full, with its metadata, not yet under its final name.
+pub struct Staged {
+    dir: Arc<OwnedFd>,
+    name: Vec<u8>,
+    as_: StagedAs,
+    pub bytes: u64,
+}
+
+enum StagedAs {
+    /// Closed, under a temp name in the final directory.
+    Temp(Vec<u8>),
+    /// Open, without a name.
+    Unnamed(File),
+}
+
+fn copy_range(input: &File, out: &File, size: u64, quirks: &Quirks) -> io::Result<()> {
+    if quirks.no_copy_range.load(Relaxed) {
+        return copy_rw(input, out, size);
+    }
     let mut left = size;
     while left > 0 {
         // SAFETY: valid fds; null offsets use and advance the file positions.
@@ -37,8 +77,12 @@ fn copy_range(input: &File, out: &File, size: u64) -> io::Result<()> {
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
-                // Filesystems or kernels without it: plain reads and writes from where we are.
-                Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => copy_rw(input, out, left),
+                // Across filesystems, or a kernel or filesystem without it: plain reads and
+                // writes from where we are, for this file and every later one.
+                Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => {
+                    quirks.no_copy_range.store(true, Relaxed);
+                    copy_rw(input, out, left)
+                }
                 Some(libc::EINTR) => continue,
                 _ => Err(e),
             };
@@ -75,8 +119,25 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
     Ok(())
 }
 
-/// Copies one regular file through a temp name. Returns the bytes copied.
-pub fn copy_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity) -> io::Result<u64> {
+/// An unnamed file in `dir`, or None where the filesystem has no `O_TMPFILE`.
+fn open_unnamed(dir: &OwnedFd, mode: u32, quirks: &Quirks) -> io::Result<Option<File>> {
+    if quirks.no_tmpfile.load(Relaxed) {
+        return Ok(None);
+    }
+    match beneath::open_at(fd(dir), b".", libc::O_TMPFILE | libc::O_RDWR, mode) {
+        Ok(f) => Ok(Some(File::from(f))),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)) => {
+            quirks.no_tmpfile.store(true, Relaxed);
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes one regular file where no reader takes it for complete. `absent`: the listing of
+/// the destination showed the final name free, so the file may be linked into place
+/// unnamed rather than renamed over it.
+pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity, quirks: &Quirks, absent: bool) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -86,11 +147,16 @@ pub fn copy_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[
     let meta = meta_of(&md);
     let mode = md.mode() & 0o7777;
     let (dir, name) = dst.parent(dst_rel, true)?;
-    let tmp = temp_name(name, "partial");
     // Created with its final permission bits where the umask allows, saving a chmod.
-    let out = create_temp(&dir, &tmp, mode & 0o777)?;
-    let result = (|| {
-        copy_range(&input, &out, md.len())?;
+    let (out, as_) = match absent.then(|| open_unnamed(&dir, mode & 0o777, quirks)).transpose()?.flatten() {
+        Some(f) => (f, None),
+        None => {
+            let tmp = temp_name(name, "partial");
+            (create_temp(&dir, &tmp, mode & 0o777)?, Some(tmp))
+        }
+    };
+    let written = (|| {
+        copy_range(&input, &out, md.len(), quirks)?;
         // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
         unchanged(&before, &input.metadata()?)?;
         let chown = md.uid() != id.euid || md.gid() != id.egid;
@@ -110,13 +176,81 @@ pub fn copy_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[
                 return Err(io::Error::last_os_error());
             }
         }
-        set_times(&out, &meta)?;
-        dst.commit_temp(&dir, &tmp, name, &out)
+        set_times(&out, &meta)
     })();
-    if result.is_err() {
-        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    let staged = Staged {
+        dir,
+        name: name.to_vec(),
+        as_: match as_ {
+            Some(tmp) => StagedAs::Temp(tmp),
+            None => StagedAs::Unnamed(out),
+        },
+        bytes: md.len(),
+    };
+    match written {
+        Ok(()) => Ok(staged),
+        Err(e) => {
+            discard(staged);
+            Err(e)
+        }
     }
-    result.map(|_| md.len())
+}
+
+/// Puts a staged file under its final name. Its bytes must be on disk first where that is
+/// wanted (the caller flushes the filesystem once for a batch).
+pub fn commit(staged: Staged) -> io::Result<()> {
+    let Staged { dir, name, as_, .. } = staged;
+    match as_ {
+        StagedAs::Temp(tmp) => {
+            let r = beneath::rename_at(fd(&dir), &tmp, &name);
+            if r.is_err() {
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+            }
+            r
+        }
+        StagedAs::Unnamed(f) => match link_unnamed(&f, &dir, &name) {
+            // Taken meanwhile (the listing is older than this moment): give the file a temp
+            // name, and rename that over the newcomer as any replacement is.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let tmp = temp_name(&name, "partial");
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+                link_unnamed(&f, &dir, &tmp)?;
+                let r = beneath::rename_at(fd(&dir), &tmp, &name);
+                if r.is_err() {
+                    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+                }
+                r
+            }
+            r => r,
+        },
+    }
+}
+
+/// Gives up on a staged file: a temp name is removed; an unnamed file vanishes on close.
+pub fn discard(staged: Staged) {
+    if let StagedAs::Temp(tmp) = &staged.as_ {
+        let _ = beneath::unlink_at(fd(&staged.dir), tmp, false);
+    }
+}
+
+fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> io::Result<()> {
+    let c = std::ffi::CString::new(name)?;
+    // SAFETY: valid descriptors and C strings.
+    let rc = unsafe { libc::linkat(f.as_raw_fd(), c"".as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_EMPTY_PATH) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH on older kernels; /proc names the same file.
+    if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) {
+        return Err(e);
+    }
+    let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    // SAFETY: valid descriptor and C strings.
+    if unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8]) -> io::Result<()> {
@@ -134,15 +268,156 @@ pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel:
     result
 }
 
-/// Directories get their metadata after their contents are written, which would otherwise
-/// bump their mtimes again. The metadata goes on the directory opened without following a
-/// symlink: one standing in its place is refused, its target left alone.
-pub fn finish_dir(dst: &LocalStore, rel: &[u8], meta: &Meta) -> io::Result<()> {
+/// A destination directory's metadata as known without asking: from the listing, or from
+/// having made it this run. `mtime` is None when this run changed its entries (the mtime
+/// moved).
+pub struct DirNow {
+    pub mode: u32,
+    pub owner: (u32, u32),
+    pub mtime: Option<Mtime>,
+}
+
+impl DirNow {
+    /// What `mkdir` gives a directory made by this process.
+    pub fn made(id: &Identity) -> DirNow {
+        DirNow { mode: 0o777 & !id.umask, owner: (id.euid, id.egid), mtime: None }
+    }
+}
+
+/// Gives a directory the source's owner, mode and mtime, after its contents are written
+/// (which would otherwise bump its mtime again), changing only what differs: an unchanged
+/// tree costs no call here. What differs comes from `known` where given, else from a stat.
+/// Nothing is done through a symlink standing where the directory should be: owner and times
+/// are set on the name without following it, and the mode on the directory opened with
+/// `O_NOFOLLOW`.
+pub fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Option<DirNow>) -> io::Result<()> {
     let (parent, name) = dst.parent(rel, true)?;
-    beneath::mkdir_at(fd(&parent), name)?;
-    let dir = beneath::open_at(fd(&parent), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(|e| match e.raw_os_error() {
+    let refused = |e: io::Error| match e.raw_os_error() {
         Some(libc::ELOOP | libc::ENOTDIR) => io::Error::other("a symlink or a file stands where the directory should be (not followed)"),
         _ => e,
-    })?;
-    apply_meta_fd(&File::from(dir), meta)
+    };
+    let todo = match known {
+        Some(now) => to_change(now, want),
+        None => {
+            // Looked at before any mkdir: an exclusive create makes NFS and FUSE clients ask
+            // the server about the name again, even when they know it.
+            let md = match beneath::lstat_at(fd(&parent), name) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    beneath::mkdir_at(fd(&parent), name)?;
+                    beneath::lstat_at(fd(&parent), name)
+                }
+                r => r,
+            }
+            .map_err(refused)?;
+            if !md.is_dir() {
+                return Err(refused(io::Error::from_raw_os_error(libc::ENOTDIR)));
+            }
+            let mtime = Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 });
+            to_change(DirNow { mode: md.mode() & 0o7777, owner: (md.uid(), md.gid()), mtime }, want)
+        }
+    };
+    let Some(todo) = todo else { return Ok(()) };
+    if let Some((uid, gid)) = todo.owner {
+        apply_link_meta(&parent, name, &Meta { uid: Some(uid), gid: Some(gid), ..Meta::default() })?;
+    }
+    if let Some(mode) = todo.mode {
+        let dir = File::from(beneath::open_at(fd(&parent), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(refused)?);
+        apply_meta_fd(&dir, &Meta { mode: Some(mode), ..Meta::default() })?;
+    }
+    if todo.mtime.is_some() {
+        apply_link_meta(&parent, name, &Meta { mtime: todo.mtime, ..Meta::default() })?;
+    }
+    Ok(())
+}
+
+/// The destination root: its metadata from the source root, as `cp -a` and `rsync -a src/`
+/// give it.
+pub fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
+    let root = File::from(dst.dir(b"", true)?.try_clone()?);
+    let md = root.metadata()?;
+    let now = DirNow { mode: md.mode() & 0o7777, owner: (md.uid(), md.gid()), mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }) };
+    match to_change(now, want) {
+        Some(todo) => apply_meta_fd(&root, &Meta { uid: todo.owner.map(|o| o.0), gid: todo.owner.map(|o| o.1), mode: todo.mode, mtime: todo.mtime, md5: None }),
+        None => Ok(()),
+    }
+}
+
+/// The part of `want` a directory in state `now` does not already have.
+struct Change {
+    owner: Option<(u32, u32)>,
+    mode: Option<u32>,
+    mtime: Option<Mtime>,
+}
+
+fn to_change(now: DirNow, want: &Meta) -> Option<Change> {
+    let owner = match (want.uid, want.gid) {
+        (Some(u), Some(g)) if (u, g) != now.owner => Some((u, g)),
+        _ => None,
+    };
+    // chown clears set-id bits: the mode goes on again after it.
+    let mode = want.mode.filter(|&m| m != now.mode || owner.is_some());
+    let mtime = want.mtime.filter(|&m| now.mtime != Some(m));
+    (owner.is_some() || mode.is_some() || mtime.is_some()).then_some(Change { owner, mode, mtime })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> (tempfile::TempDir, LocalStore, LocalStore) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("src/d")).unwrap();
+        std::fs::write(t.path().join("src/d/f"), b"hello").unwrap();
+        let src = LocalStore::new(t.path().join("src"), false);
+        let dst = LocalStore::new(t.path().join("dst"), false);
+        (t, src, dst)
+    }
+
+    #[test]
+    fn a_staged_file_is_invisible_until_committed() {
+        let (t, src, dst) = tree();
+        let quirks = Quirks::default();
+        for (absent, name) in [(true, "f1"), (false, "f2")] {
+            let to = format!("d/{name}");
+            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), &Identity::current(), &quirks, absent).unwrap();
+            assert!(!t.path().join("dst").join(&to).exists());
+            commit(staged).unwrap();
+            assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
+        }
+        let mut names: Vec<_> = std::fs::read_dir(t.path().join("dst/d")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["f1", "f2"], "no temp name left behind");
+    }
+
+    #[test]
+    fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
+        let (t, src, dst) = tree();
+        let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), true).unwrap();
+        std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
+        commit(staged).unwrap();
+        assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn a_discarded_file_leaves_nothing() {
+        let (t, src, dst) = tree();
+        for absent in [true, false] {
+            let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), absent).unwrap();
+            discard(staged);
+            assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn finishing_a_directory_changes_only_what_differs() {
+        let (t, src, dst) = tree();
+        let md = std::fs::metadata(t.path().join("src/d")).unwrap();
+        let meta = meta_of(&md);
+        finish_dir(&dst, b"d", &meta, None).unwrap();
+        let got = std::fs::metadata(t.path().join("dst/d")).unwrap();
+        assert_eq!((got.mtime(), got.mtime_nsec(), got.mode()), (md.mtime(), md.mtime_nsec(), md.mode()));
+        let now = DirNow { mode: got.mode() & 0o7777, owner: (got.uid(), got.gid()), mtime: Some(Mtime { secs: got.mtime(), nanos: got.mtime_nsec() as u32 }) };
+        assert!(to_change(now, &meta).is_none());
+        let _ = src;
+    }
 }

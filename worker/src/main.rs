@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod depth;
 mod engine;
 mod error;
 mod filter;

@@ -6,8 +6,9 @@ use std::io::{self, BufRead, Read, Write};
 
 pub const HEADER: &str = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Kind {
+    #[default]
     File,
     Symlink,
     Dir,
@@ -91,7 +92,7 @@ impl std::fmt::Display for Mtime {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Entry {
     /// Relative, '/'-separated, raw bytes (local names need not be UTF-8).
     pub path: Vec<u8>,
@@ -100,12 +101,17 @@ pub struct Entry {
     pub size: Option<u64>,
     pub mtime: Option<Mtime>,
     pub md5: Option<[u8; 16]>,
+    /// Permission bits and owner, where a local listing saw them (not in the manifest: a
+    /// copy compares by size, mtime and MD5; these spare a stat per directory when its
+    /// metadata is finished).
+    pub mode: Option<u32>,
+    pub owner: Option<(u32, u32)>,
 }
 
 impl Entry {
     #[cfg(test)]
     pub fn file(path: impl Into<Vec<u8>>, size: u64) -> Entry {
-        Entry { path: path.into(), kind: Kind::File, size: Some(size), mtime: None, md5: None }
+        Entry { path: path.into(), kind: Kind::File, size: Some(size), mtime: None, md5: None, ..Default::default() }
     }
     pub fn size(&self) -> u64 {
         self.size.unwrap_or(0)
@@ -246,7 +252,7 @@ pub fn parse_bytes(line: &[u8]) -> Result<Option<Entry>, String> {
         if bare.is_empty() {
             return Ok(None);
         }
-        return Ok(Some(Entry { path: bare.to_vec(), kind: Kind::File, size: None, mtime: None, md5: None }));
+        return Ok(Some(Entry { path: bare.to_vec(), kind: Kind::File, size: None, mtime: None, md5: None, ..Default::default() }));
     }
     let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (ferry manifests escape such bytes as \\xHH)".to_string())?;
     if text.ends_with('\r') {
@@ -272,7 +278,7 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let path = unescape_path(raw_path)?;
     let Some(kind) = fields.next() else {
         // A bare path without the `./` (fpart run on a relative directory name).
-        return Ok(Some(Entry { path, kind: Kind::File, size: None, mtime: None, md5: None }));
+        return Ok(Some(Entry { path, kind: Kind::File, size: None, mtime: None, md5: None, ..Default::default() }));
     };
     let kind = Kind::parse(kind).ok_or_else(|| format!("bad type {kind:?}"))?;
     let size = fields.next().ok_or("missing size")?;
@@ -288,7 +294,7 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     if fields.next().is_some() {
         return Err("too many fields".into());
     }
-    Ok(Some(Entry { path, kind, size, mtime, md5 }))
+    Ok(Some(Entry { path, kind, size, mtime, md5, ..Default::default() }))
 }
 
 /// Streams entries from a manifest file without holding it in memory.
@@ -387,7 +393,7 @@ mod tests {
             b"cr\r",
         ];
         for n in names {
-            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]) };
+            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]), ..Default::default() };
             let mut line = String::new();
             format_tsv(&e, &mut line);
             assert_eq!(line.matches('\n').count(), 1, "{line:?}");

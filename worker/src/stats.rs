@@ -17,6 +17,9 @@ pub struct Stats {
     pub blocks_sent: AtomicU64,
     pub blocks_reused: AtomicU64,
     pub retries_total: AtomicU64,
+    /// Retries the far side asked for by being slow or saying so (429, 503, timeouts): the
+    /// adaptive depth backs off on these.
+    pub throttled: AtomicU64,
     retries: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<Vec<(String, String)>>,
     ignored: Mutex<Vec<(String, String)>>,
@@ -36,6 +39,9 @@ impl Stats {
 
     pub fn retried(&self, label: &str) {
         self.retries_total.fetch_add(1, Relaxed);
+        if matches!(label, "429" | "503" | "timeout") {
+            self.throttled.fetch_add(1, Relaxed);
+        }
         *self.retries.lock().unwrap().entry(label.to_string()).or_default() += 1;
     }
 

@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +7,10 @@ use serde_json::json;
 
 use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_location, resolve, Root};
 use crate::cli::CopyArgs;
-use crate::engine::{Compare, Engine, EngineOptions, Job};
+use crate::depth::Depth;
+use crate::engine::{Compare, Engine, EngineOptions, Index, Job};
+use crate::location::Location;
+use crate::manifest::escape_path;
 use crate::filter;
 use crate::manifest::{Entry, Kind};
 use crate::progress::{self, Progress};
@@ -19,19 +21,26 @@ use crate::units::human_bytes;
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
-    let concurrency = args.transfer.concurrency.unwrap_or_else(default_concurrency).max(1);
-    let parallel_files = args.transfer.parallel_files.unwrap_or(concurrency * 2).max(1);
-    let opts = open_options(&args.common, concurrency, stats.clone());
     let src_loc = parse_location(&args.source)?;
     let dst_loc = parse_location(&args.dest)?;
+    let both_local = matches!((&src_loc, &dst_loc), (Location::Local(_), Location::Local(_)));
+    let depth = Arc::new(depth_for(&args.transfer, &src_loc, &dst_loc).watching(stats.clone()));
+    let parallel_files = match (args.transfer.parallel_files, args.transfer.concurrency) {
+        (Some(n), _) => n,
+        (None, Some(c)) => 2 * c,
+        // Tiny files are one request each: enough files in progress to fill any depth.
+        (None, None) => depth.ceiling(),
+    }
+    .max(1);
+    let opts = open_options(&args.common, depth.ceiling(), stats.clone());
     let filter = super::build_filter(&args.filters)?;
 
-    let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts).await? {
-        Root::Object { parent, entry } => {
+    let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts, true).await? {
+        Root::Object { parent, entry, name } => {
             if args.files_from.is_some() {
                 anyhow::bail!("--files-from needs a directory or prefix as SOURCE, not a single file");
             }
-            let (dst_parent, dst_name) = object_destination(&dst_loc, &entry.path);
+            let (dst_parent, dst_name) = object_destination(&dst_loc, &name);
             (open(&parent, &opts)?, open(&dst_parent, &opts)?, vec![entry], Some(dst_name))
         }
         Root::Tree(loc) => {
@@ -55,9 +64,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             (src, open(&dst_loc, &opts)?, entries, None)
         }
     };
-    let both_local = src.local_root().is_some() && dst.local_root().is_some();
     entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local));
-    complete_entries(&src, &mut entries, concurrency).await?;
+    complete_entries(&src, &mut entries, depth.ceiling()).await?;
     if let Some(s) = args.shard {
         entries = filter::shard(entries, s);
     }
@@ -66,25 +74,31 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     Stats::add(&stats.files_total, entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64);
     Stats::add(&stats.bytes_total, entries.iter().map(Entry::size).sum());
 
-    // One object is checked with a HEAD; a tree against one listing of the destination.
-    let dst_index = if args.compare != Compare::None && dst.local_root().is_none() && rename.is_none() {
-        Some(index_of(&dst).await?)
-    } else {
-        None
-    };
     let jobs: Vec<Job> = entries.into_iter().map(|e| Job { dst_path: rename.clone().unwrap_or_else(|| e.path.clone()), src: e }).collect();
+    let dst_index = match rename {
+        // One object is checked on its own (a HEAD, a stat).
+        Some(_) => None,
+        None => destination_index(&dst, &jobs, &args, depth.ceiling()).await?,
+    };
+    let whole_tree = args.files_from.is_none() && args.shard.is_none() && rename.is_none();
     let engine = Arc::new(Engine::new(
         src.clone(),
         dst.clone(),
         EngineOptions {
             compare: args.compare,
-            concurrency,
             parallel_files,
             block_size: args.transfer.block_size,
             put_md5: args.put_md5,
             max_bandwidth: args.transfer.max_bandwidth,
+            memory: match args.transfer.concurrency {
+                // A fixed depth keeps what it always promised: a block per request in flight.
+                Some(c) => c as u64 * args.transfer.block_size,
+                None => ADAPTIVE_MEMORY,
+            },
+            finish_root: both_local && whole_tree,
         },
         stats.clone(),
+        depth.clone(),
         dst_index,
     ));
 
@@ -104,13 +118,78 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     if accounted < g(&stats.files_total) {
         stats.failed(dst.describe(), format!("internal error: {} files have no outcome", g(&stats.files_total) - accounted));
     }
-    report(&args, &src, &dst, &stats, started.elapsed().as_secs_f64());
+    report(&args, &src, &dst, &stats, &depth.report(), started.elapsed().as_secs_f64());
     Ok(if Stats::get(&stats.files_failed) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Bytes of blocks and ranges in memory at once when the depth adapts: sixteen 4 MiB blocks,
+/// or eight download ranges, which keeps the worker near 100 MiB whatever depth it settles on.
+const ADAPTIVE_MEMORY: u64 = 64 << 20;
+
+/// How much a copy keeps in flight (docs/worker.md, "Depth"). Between filesystems the depth
+/// is files at once: `--parallel-files` (or twice `--concurrency`) fixes it; else it adapts,
+/// starting at 16 on local disks and at 64 where either side is a network filesystem, whose
+/// round trips want many more in flight. With Blob storage on either side it is requests in
+/// flight: `--concurrency` fixes it; else it adapts from the CPU-derived default.
+fn depth_for(t: &crate::cli::TransferArgs, src: &Location, dst: &Location) -> Depth {
+    match (src, dst) {
+        (Location::Local(s), Location::Local(d)) => match (t.parallel_files, t.concurrency) {
+            (Some(n), _) => Depth::fixed(n),
+            (None, Some(c)) => Depth::fixed(2 * c),
+            (None, None) if is_remote(s) || is_remote(d) => Depth::adaptive(64, 4, 256),
+            (None, None) => Depth::adaptive(16, 2, 64),
+        },
+        _ => match t.concurrency {
+            Some(c) => Depth::fixed(c),
+            None => Depth::adaptive(default_concurrency(), 2, 256),
+        },
+    }
+}
+
+fn is_remote(p: &std::path::Path) -> bool {
+    storage::local::LocalStore::new(p.to_path_buf(), false).is_remote()
+}
+
+/// What the destination already has, from listings rather than a look per file: the whole
+/// destination for a whole tree (nothing, if its root does not exist yet), or for a part of
+/// one (`--files-from`, `--shard`) just the directories that part writes into. None when
+/// nothing is compared and the destination is Blob storage (it is never asked).
+async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, parallel: usize) -> anyhow::Result<Option<Index>> {
+    let local = dst.as_local();
+    if args.compare == Compare::None && local.is_none() {
+        return Ok(None);
+    }
+    if let Some(l) = local {
+        if !l.full_path(b"").exists() {
+            return Ok(Some(Index::new()));
+        }
+        // Nothing is compared: a listing would only tell which names are free.
+        if args.compare == Compare::None {
+            return Ok(None);
+        }
+    }
+    if args.files_from.is_some() || args.shard.is_some() {
+        let paths: Vec<&[u8]> = jobs.iter().filter(|j| j.src.kind != Kind::Dir).map(|j| &j.dst_path[..]).collect();
+        let (index, failed) = storage::index_paths(dst, &paths, parallel).await;
+        for (dir, e) in failed {
+            // Not fatal: what could not be compared is copied.
+            eprintln!("warning: cannot list {}/{}: {e}; its files are copied without comparing", dst.describe(), escape_path(&dir));
+        }
+        return Ok(Some(index));
+    }
+    if local.is_some() {
+        let (listed, errors) = storage::list_partial(dst, true).await;
+        for e in errors {
+            eprintln!("warning: listing the destination: {e}; what it did not show is copied without comparing");
+        }
+        return Ok(Some(listed.into_iter().map(|e| (e.path.clone(), e)).collect()));
+    }
+    index_of(dst).await.map(Some)
 }
 
 /// The destination's listing by path. A missing container is an error here, before any
 /// transfer starts, rather than one failure per file.
-async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<HashMap<Vec<u8>, Entry>> {
+async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<Index> {
     match storage::list_all(dst, true).await {
         Ok(listed) => Ok(listed.into_iter().map(|e| (e.path.clone(), e)).collect()),
         Err(e) if e.to_string().contains("ContainerNotFound") => {
@@ -151,7 +230,15 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
     }
 }
 
-fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, seconds: f64) {
+/// "in flight: 16 (fixed)" or "in flight: adaptive 8 -> 24 (peak 32)".
+fn depth_brief(d: &crate::depth::Report) -> String {
+    match d.mode {
+        crate::depth::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
+        crate::depth::Mode::Adaptive => format!("in flight: adaptive {} -> {} (peak {})", d.initial, d.last, d.peak),
+    }
+}
+
+fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, depth: &crate::depth::Report, seconds: f64) {
     let g = Stats::get;
     if args.json {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
@@ -166,6 +253,7 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
             "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
             "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
+            "concurrency": depth,
             "failures": failures,
             "ignored": ignored,
             "seconds": (seconds * 1000.0).round() / 1000.0,
@@ -174,7 +262,7 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };
     eprintln!(
-        "{verb} {} files ({}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}",
+        "{verb} {} files ({}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}; {}",
         g(&stats.files_copied),
         human_bytes(g(&stats.bytes_copied)),
         g(&stats.files_skipped),
@@ -182,7 +270,8 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
         g(&stats.files_failed),
         g(&stats.files_ignored),
         seconds,
-        if g(&stats.retries_total) > 0 { format!(", retries {}", stats.retry_brief()) } else { String::new() }
+        if g(&stats.retries_total) > 0 { format!(", retries {}", stats.retry_brief()) } else { String::new() },
+        depth_brief(depth)
     );
     for (p, e) in stats.failures() {
         eprintln!("failed: {p}: {e}");

@@ -29,8 +29,8 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Tsv {
         writeln!(out, "{}", manifest::HEADER)?;
     }
-    match resolve(&loc, &opts).await? {
-        Root::Object { entry, .. } => emit(&entry, &mut out)?,
+    match resolve(&loc, &opts, true).await? {
+        Root::Object { entry, name, .. } => emit(&Entry { path: name, ..entry }, &mut out)?,
         Root::Tree(loc) => {
             let store = open(&loc, &opts)?;
             let (tx, mut rx) = mpsc::channel(4096);

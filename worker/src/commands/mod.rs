@@ -55,10 +55,11 @@ pub fn open(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Arc<dyn Store>
     storage::open(loc, opts).with_context(|| format!("cannot open {loc}"))
 }
 
-/// A location is either a tree (directory / prefix) or one object.
+/// A location is either a tree (directory / prefix) or one object. `name` is what the object
+/// is called at the destination: its own name, or the name of the symlink that led to it.
 pub enum Root {
     Tree(Location),
-    Object { parent: Location, entry: Entry },
+    Object { parent: Location, entry: Entry, name: Vec<u8> },
 }
 
 fn parent_and_name(loc: &Location) -> (Location, Vec<u8>) {
@@ -78,23 +79,32 @@ fn parent_and_name(loc: &Location) -> (Location, Vec<u8>) {
     }
 }
 
-pub async fn resolve(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Root> {
+/// Whether `loc` is a tree or one object. With `follow`, a local symlink named on the command
+/// line is followed, as `cp -H`, `rsync src/` and fpsync do: the user named what it points to
+/// (symlinks below it never are). `rm` does not follow: it removes the link.
+pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow::Result<Root> {
     match loc {
         Location::Local(p) => {
-            let md = std::fs::symlink_metadata(p).with_context(|| format!("{}", p.display()))?;
+            let stat = if follow { std::fs::metadata } else { std::fs::symlink_metadata };
+            let md = stat(p).with_context(|| format!("{}", p.display()))?;
             if md.is_dir() {
                 return Ok(Root::Tree(loc.clone()));
             }
             let (parent, name) = parent_and_name(loc);
-            let entry = storage::local::entry_of(name, &md).with_context(|| format!("{}: not a regular file, symlink or directory", p.display()))?;
-            Ok(Root::Object { parent, entry })
+            let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+            let (parent, target_name) = match follow && is_link {
+                true => parent_and_name(&Location::Local(std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?)),
+                false => (parent, name.clone()),
+            };
+            let entry = storage::local::entry_of(target_name, &md).with_context(|| format!("{}: not a regular file, symlink or directory", p.display()))?;
+            Ok(Root::Object { parent, entry, name })
         }
         Location::Blob(b) => match AzureStore::blob_exists_at_prefix(b, opts).await? {
             Some(_) => {
                 let (parent, name) = parent_and_name(loc);
                 let store = open(&parent, opts)?;
                 let (entry, _) = store.head(&name).await?.context("blob vanished while resolving it")?;
-                Ok(Root::Object { parent, entry })
+                Ok(Root::Object { parent, entry, name })
             }
             None => Ok(Root::Tree(loc.clone())),
         },

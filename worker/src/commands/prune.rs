@@ -31,7 +31,8 @@ pub struct PruneArgs {
     /// Delete even past --max-delete, or when the source is empty
     #[arg(long)]
     pub force: bool,
-    /// Where to write the list of deletions, in manifest format (default: ferry-prune-<time>.tsv)
+    /// Where to write the list of deletions, in manifest format (default:
+    /// $XDG_STATE_HOME/ferry/prune-<time>.tsv, i.e. ~/.local/state/ferry/ unless set)
     #[arg(long)]
     pub log: Option<PathBuf>,
     #[arg(long)]
@@ -71,13 +72,31 @@ impl Limit {
     }
 }
 
+/// Where a prune keeps its record of deletions when not told: the user's state directory, never
+/// the current one (which may be a job's scratch space, or the tree being pruned).
+fn default_log() -> anyhow::Result<PathBuf> {
+    let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).context("neither --log, XDG_STATE_HOME nor HOME is set: say where the deletion log goes with --log")?;
+            PathBuf::from(home).join(".local/state")
+        }
+    };
+    let dir = state.join("ferry");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {} for the deletion log (or pass --log)", dir.display()))?;
+    Ok(dir.join(format!("prune-{}.tsv", unix_now())))
+}
+
 pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let concurrency = default_concurrency();
     let stats = Arc::new(Stats::default());
     let opts = open_options(&args.common, concurrency, stats.clone());
     let src = open(&parse_location(&args.source)?, &opts)?;
     let dst = open(&parse_location(&args.dest)?, &opts)?;
-    let log_path = args.log.clone().unwrap_or_else(|| PathBuf::from(format!("ferry-prune-{}.tsv", unix_now())));
+    let log_path = match args.log.clone() {
+        Some(p) => p,
+        None => default_log()?,
+    };
 
     let refuse = |why: String| -> anyhow::Result<ExitCode> {
         if args.json {

@@ -16,8 +16,8 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let opts = open_options(&args.common, concurrency, stats.clone());
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
-    let (store, mut entries): (Arc<dyn Store>, Vec<Entry>) = match resolve(&loc, &opts).await? {
-        Root::Object { parent, entry } => (open(&parent, &opts)?, vec![entry]),
+    let (store, mut entries): (Arc<dyn Store>, Vec<Entry>) = match resolve(&loc, &opts, false).await? {
+        Root::Object { parent, entry, .. } => (open(&parent, &opts)?, vec![entry]),
         Root::Tree(loc) => {
             if !args.recursive {
                 anyhow::bail!("{loc} is a directory or prefix: pass --recursive to delete what is under it");

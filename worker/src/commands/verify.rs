@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 use serde_json::json;
 
-use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_location, resolve, Root};
+use super::{default_concurrency, entries_of, object_destination, open, open_options, parse_location, read_manifest, resolve, Root};
 use crate::cli::Common;
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
@@ -141,30 +141,61 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let opts = open_options(&args.common, concurrency, Arc::new(Stats::default()));
     let src_loc = parse_location(&args.source)?;
     let dst_loc = parse_location(&args.dest)?;
-    let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts).await? {
-        Root::Object { parent, entry } => {
-            let (dp, name) = object_destination(&dst_loc, &entry.path);
+    let mut rows: Vec<(Status, String, String)> = Vec::new();
+    let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
+        Root::Object { parent, entry, name } => {
+            let (dp, name) = object_destination(&dst_loc, &name);
             (open(&parent, &opts)?, open(&dp, &opts)?, vec![entry], Some(name))
         }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
-            let mut entries = entries_of(&src, args.files_from.as_deref(), true).await?;
-            complete_entries(&src, &mut entries, concurrency).await?;
+            let entries = match args.files_from.as_deref() {
+                // A partition: both sides are looked at fresh (the manifest may predate the
+                // copy), in the directories it names only.
+                Some(m) => {
+                    let listed = read_manifest(m)?;
+                    let paths: Vec<&[u8]> = listed.iter().filter(|e| e.kind != Kind::Dir).map(|e| &e.path[..]).collect();
+                    let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;
+                    rows.extend(unlisted(&paths, &failed, "source"));
+                    // A path gone from the source is left out: it shows as missing on the
+                    // destination only if the destination still lacks it.
+                    paths.iter().filter_map(|p| found.remove(*p)).collect()
+                }
+                None => entries_of(&src, None, true).await?,
+            };
             (src, open(&dst_loc, &opts)?, entries, None)
         }
     };
-    // With a manifest, the source side is re-read now: the manifest may predate the copy.
-    let src_entries = if args.files_from.is_some() && src.local_root().is_some() {
-        fresh(&src, src_entries, concurrency).await?
-    } else {
-        src_entries
+    let dst_index: HashMap<Vec<u8>, Entry> = match (&rename, &args.files_from) {
+        (Some(name), _) => dst.head(name).await?.map(|(e, _)| (src_entries[0].path.clone(), e)).into_iter().collect(),
+        (None, Some(_)) => {
+            let paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
+            let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
+            rows.extend(unlisted(&paths, &failed, "destination"));
+            found
+        }
+        (None, None) => storage::list_all(&dst, true).await?.into_iter().map(|e| (e.path.clone(), e)).collect(),
     };
-    let mut dst_index: HashMap<Vec<u8>, Entry> = match &rename {
-        Some(name) => dst.head(name).await?.map(|(e, _)| (src_entries[0].path.clone(), e)).into_iter().collect(),
-        None => storage::list_all(&dst, true).await?.into_iter().map(|e| (e.path.clone(), e)).collect(),
-    };
+    // Paths already judged (their directory could not be listed) are not judged again.
+    let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.1.clone()).collect();
+    let src_entries = src_entries.into_iter().filter(|e| judged.is_empty() || !judged.contains(&e.display_path())).collect();
+    finish(&args, &src, &dst, src_entries, dst_index, rows, rename, started).await
+}
+
+/// Rows for the paths in directories whose listing failed: not known, so neither same nor
+/// missing.
+fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Vec<(Status, String, String)> {
+    if failed.is_empty() {
+        return Vec::new();
+    }
+    let why: HashMap<&[u8], String> = failed.iter().map(|(d, e)| (&d[..], format!("cannot list the {side}: {e}"))).collect();
+    paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| (Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn finish(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>, mut rows: Vec<(Status, String, String)>, rename: Option<Vec<u8>>, started: Instant) -> anyhow::Result<ExitCode> {
+    let concurrency = default_concurrency();
     let mut pairs = Vec::new();
-    let mut rows: Vec<(Status, String, String)> = Vec::new();
     // Blob storage has no directories or symlinks; copy ignores them, so verify does too.
     let blob_side = src.local_root().is_none() || dst.local_root().is_none();
     for s in src_entries.into_iter().filter(|e| e.kind != Kind::Dir && !(blob_side && e.kind == Kind::Symlink)) {
@@ -181,7 +212,6 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let compared: Vec<(Status, String, String)> = futures::stream::iter(pairs)
         .map(|(s, d)| {
             let (src, dst) = (src.clone(), dst.clone());
-            let args = &args;
             async move {
                 let (st, why) = compare(&src, &dst, &s, &d, args).await;
                 (st, s.display_path(), why)
@@ -228,18 +258,4 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
-}
-
-/// Current state of manifest paths in a local tree (a vanished file is simply left out, and
-/// then shows as missing on the destination only if the destination still lacks it).
-async fn fresh(store: &Arc<dyn Store>, entries: Vec<Entry>, concurrency: usize) -> anyhow::Result<Vec<Entry>> {
-    let out: Vec<anyhow::Result<Option<Entry>>> = futures::stream::iter(entries)
-        .map(|e| {
-            let store = store.clone();
-            async move { Ok(store.head(&e.path).await?.map(|(e, _)| e)) }
-        })
-        .buffered(concurrency * 4)
-        .collect()
-        .await;
-    out.into_iter().filter_map(|r| r.transpose()).collect()
 }

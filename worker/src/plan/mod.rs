@@ -367,7 +367,7 @@ mod tests {
     use super::*;
 
     fn f(path: &str, size: Option<u64>, mtime: Option<&str>, md5: Option<u8>) -> Entry {
-        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]) }
+        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]), ..Default::default() }
     }
 
     #[test]

@@ -237,6 +237,7 @@ fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
         size: (flags & HAS_SIZE != 0).then_some(size),
         mtime: (flags & HAS_MTIME != 0).then_some(Mtime { secs, nanos }),
         md5: (flags & HAS_MD5 != 0).then_some(md5),
+        ..Default::default()
     }))
 }
 
@@ -278,14 +279,14 @@ mod tests {
     use super::*;
 
     fn entry(path: &[u8], size: u64) -> Entry {
-        Entry { path: path.to_vec(), kind: Kind::File, size: Some(size), mtime: Mtime::parse("-3.25"), md5: None }
+        Entry { path: path.to_vec(), kind: Kind::File, size: Some(size), mtime: Mtime::parse("-3.25"), md5: None, ..Default::default() }
     }
 
     #[test]
     fn records_round_trip() {
         let all = [
-            Entry { path: b"tab\there\n\xff".to_vec(), kind: Kind::Symlink, size: None, mtime: None, md5: Some([7; 16]) },
-            Entry { path: Vec::new(), kind: Kind::Dir, size: Some(u64::MAX), mtime: Mtime::parse("1700000000.000000001"), md5: None },
+            Entry { path: b"tab\there\n\xff".to_vec(), kind: Kind::Symlink, size: None, mtime: None, md5: Some([7; 16]), ..Default::default() },
+            Entry { path: Vec::new(), kind: Kind::Dir, size: Some(u64::MAX), mtime: Mtime::parse("1700000000.000000001"), md5: None, ..Default::default() },
             entry(b"a", 0),
         ];
         let mut buf = Vec::new();

@@ -74,11 +74,14 @@ fn explain(e: io::Error, rel: &[u8]) -> io::Error {
 
 /// The directory `rel` (a checked relative path, '/'-separated, no `.`/`..`/empty components)
 /// below `root`, never through a symlink. With `create`, missing directories are made.
+///
+/// The handle is `O_PATH`: good for every `*at` call below it, and free of the directory open
+/// that a network filesystem answers with a round trip.
 pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedFd> {
     if rel.is_empty() {
         return root.try_clone_to_owned();
     }
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    let flags = libc::O_PATH | libc::O_DIRECTORY;
     match openat2_beneath(root.as_raw_fd(), rel, flags) {
         Ok(fd) => return Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) || (create && e.kind() == io::ErrorKind::NotFound) => {}

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -24,10 +24,26 @@ use crate::manifest::{Entry, Kind, Mtime};
 pub struct LocalStore {
     root: PathBuf,
     /// Opened on first use: a destination root may not exist until the first write makes it.
-    root_fd: Arc<OnceLock<OwnedFd>>,
+    root_fd: Arc<OnceLock<Arc<OwnedFd>>>,
+    dirs: Arc<DirCache>,
     /// fsync each file before its rename, and the filesystem once at the end (`--no-fsync`).
     fsync: bool,
 }
+
+/// Directories below the root, each opened once and shared by every thread. They are opened
+/// `O_PATH`: the kernel resolves the name but never opens the directory itself, which on FUSE
+/// and NFS would cost a round trip (OPENDIR, RELEASEDIR) for every file in it. A handle keeps
+/// the directory it was opened on, so a directory swapped for a symlink meanwhile is never
+/// followed either.
+#[derive(Default)]
+struct DirCache {
+    fds: Mutex<std::collections::HashMap<Vec<u8>, Arc<OwnedFd>>>,
+    opening_root: Mutex<()>,
+}
+
+/// Directory handles kept open at most; the cache starts over when full (each handle is one
+/// descriptor, and a tree may hold millions of directories).
+const DIR_CACHE_MAX: usize = 4096;
 
 /// Temp and journal files carry this prefix; listings skip them so a half-written file is
 /// never seen, under its own name or any other.
@@ -39,7 +55,11 @@ pub fn is_partial_name(name: &[u8]) -> bool {
 
 impl LocalStore {
     pub fn new(root: PathBuf, fsync: bool) -> Self {
-        LocalStore { root, root_fd: Arc::new(OnceLock::new()), fsync }
+        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync }
+    }
+
+    pub fn fsync(&self) -> bool {
+        self.fsync
     }
 
     /// For messages.
@@ -52,23 +72,53 @@ impl LocalStore {
         move |e| StoreError::io(what.clone(), e)
     }
 
-    fn root_fd(&self, create: bool) -> std::io::Result<BorrowedFd<'_>> {
+    fn root_fd(&self, create: bool) -> std::io::Result<&Arc<OwnedFd>> {
+        if let Some(fd) = self.root_fd.get() {
+            return Ok(fd);
+        }
+        // Opened once, whoever comes first: each open is a round trip on NFS.
+        let _first = self.dirs.opening_root.lock().unwrap();
         if self.root_fd.get().is_none() {
             if create {
                 fs::create_dir_all(&self.root)?;
             }
-            // Two threads may both open it; one descriptor is kept, the other closed.
-            let _ = self.root_fd.set(beneath::open_root(&self.root)?);
+            let _ = self.root_fd.set(Arc::new(beneath::open_root(&self.root)?));
         }
-        Ok(self.root_fd.get().expect("set above").as_fd())
+        Ok(self.root_fd.get().expect("set above"))
+    }
+
+    /// The directory `rel` (made, with its parents, when `create`), never through a symlink
+    /// below the root.
+    pub fn dir(&self, rel: &[u8], create: bool) -> std::io::Result<Arc<OwnedFd>> {
+        let root = self.root_fd(create)?;
+        if rel.is_empty() {
+            return Ok(root.clone());
+        }
+        if let Some(d) = self.dirs.fds.lock().unwrap().get(rel) {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(beneath::open_dir(fd(root), rel, create)?);
+        let mut fds = self.dirs.fds.lock().unwrap();
+        if fds.len() >= DIR_CACHE_MAX {
+            fds.clear();
+        }
+        fds.insert(rel.to_vec(), d.clone());
+        Ok(d)
+    }
+
+    /// Drops a directory's handle, once it is deleted: a new directory of that name is a
+    /// different one.
+    pub fn forget_dir(&self, rel: &[u8]) {
+        let mut fds = self.dirs.fds.lock().unwrap();
+        fds.retain(|k, _| !(k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/')));
     }
 
     /// The directory holding `rel` (made when `create`), opened without following a symlink
     /// below the root, and `rel`'s final name.
-    pub fn parent<'a>(&self, rel: &'a [u8], create: bool) -> std::io::Result<(OwnedFd, &'a [u8])> {
+    pub fn parent<'a>(&self, rel: &'a [u8], create: bool) -> std::io::Result<(Arc<OwnedFd>, &'a [u8])> {
         check_relative(rel).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (dir, name) = beneath::split(rel);
-        Ok((beneath::open_dir(self.root_fd(create)?, dir, create)?, name))
+        Ok((self.dir(dir, create)?, name))
     }
 
     /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
@@ -94,6 +144,68 @@ impl LocalStore {
         md5_reader(self.open_file(rel)?)
     }
 
+    /// A whole small file with one open: its bytes and metadata, the same before and after the
+    /// read (else it changed while read). None when it is now larger than `limit`.
+    pub fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
+        let io = self.io_err(rel);
+        let f = self.open_file(rel).map_err(&io)?;
+        let md = f.metadata().map_err(&io)?;
+        if !md.is_file() {
+            return Err(StoreError::Invalid("no longer a regular file".into()));
+        }
+        if md.len() > limit {
+            return Ok(None);
+        }
+        let before = stamp(&md);
+        let data = super::bufpool::filled(md.len() as usize, |buf| read_exact_at(&f, buf, 0).map_err(&io)).map_err(changed)?;
+        f.metadata().and_then(|now| unchanged(&before, &now)).map_err(&io).map_err(changed)?;
+        Ok(Some((data, meta_of(&md))))
+    }
+
+    /// The entries of one directory (not below it); None when it does not exist. On NFS and
+    /// FUSE the attributes come with the directory pages, so this costs a request per page,
+    /// not per entry.
+    pub fn list_dir(&self, rel: &[u8]) -> std::io::Result<Option<Vec<Entry>>> {
+        let dir = self.full_path(rel);
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for de in rd {
+            let de = de?;
+            let name = de.file_name();
+            if is_partial_name(name.as_bytes()) {
+                continue;
+            }
+            let md = match de.metadata() {
+                Ok(md) => md,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let path = if rel.is_empty() { name.as_bytes().to_vec() } else { [rel, b"/", name.as_bytes()].concat() };
+            out.extend(entry_of(path, &md));
+        }
+        Ok(Some(out))
+    }
+
+    /// Whether the root sits on a filesystem where each metadata call is a network round trip
+    /// (NFS, SMB, Lustre, FUSE, ...): such a tree needs many more calls in flight to hide the
+    /// latency. A root that does not exist yet is judged by its nearest existing parent.
+    pub fn is_remote(&self) -> bool {
+        let mut p: &Path = &self.root;
+        loop {
+            if let Some(kind) = fs_magic(p) {
+                return REMOTE_MAGIC.contains(&kind);
+            }
+            match p.parent() {
+                Some(up) if !up.as_os_str().is_empty() => p = up,
+                _ => return false,
+            }
+        }
+    }
+
     pub fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>> {
         let (dir, name) = self.parent(rel, false)?;
         beneath::readlink_at(fd(&dir), name)
@@ -111,10 +223,22 @@ impl LocalStore {
     /// Makes every rename of this run durable: one `syncfs` rather than an fsync per directory.
     pub fn sync(&self) -> std::io::Result<()> {
         match (self.fsync, self.root_fd.get()) {
-            (true, Some(root)) => beneath::sync_fs(root.as_fd()),
+            (true, Some(root)) => beneath::sync_fs(fd(root)),
             _ => Ok(()),
         }
     }
+}
+
+/// `statfs` magic numbers of filesystems reached over a network (linux/magic.h and the
+/// filesystems' own headers): NFS, SMB/CIFS (three generations), FUSE (blobfuse, sshfs, the
+/// project's latencyfs), Lustre, GPFS, CephFS, AFS, 9p, BeeGFS.
+const REMOTE_MAGIC: [i64; 11] = [0x6969, 0x517B, 0xFF534D42, 0xFE534D42, 0x65735546, 0x0BD00BD0, 0x47504653, 0x00C36400, 0x5346414F, 0x01021997, 0x19830326];
+
+fn fs_magic(p: &Path) -> Option<i64> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs is plain data; a valid C string and a pointer to it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_type as i64)
 }
 
 /// Creates the temp file standing in for a final name: `O_EXCL | O_NOFOLLOW`, so it is a new
@@ -182,7 +306,15 @@ pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
         return None;
     };
     let size = if kind == Kind::Dir { 0 } else { md.len() };
-    Some(Entry { path: rel, kind, size: Some(size), mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }), md5: None })
+    Some(Entry {
+        path: rel,
+        kind,
+        size: Some(size),
+        mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }),
+        md5: None,
+        mode: Some(md.mode() & 0o7777),
+        owner: Some((md.uid(), md.gid())),
+    })
 }
 
 /// The `times` argument of futimens/utimensat that sets the mtime and leaves the atime.
@@ -256,7 +388,8 @@ pub fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
 
 /// Parallel directory walk. Threads share a stack of directories; results stream to `tx`.
 pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
-    let md = fs::symlink_metadata(root).map_err(|e| StoreError::io(root.display().to_string(), e))?;
+    // The root itself is followed if it is a symlink: it is what the user named (`cp -H`).
+    let md = fs::metadata(root).map_err(|e| StoreError::io(root.display().to_string(), e))?;
     if !md.is_dir() {
         return Err(StoreError::Invalid(format!("{} is not a directory", root.display())));
     }
@@ -369,6 +502,42 @@ fn read_exact_at(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Writes `pieces` one after another at `offset`, in as few `pwritev` calls as the kernel
+/// allows: the pieces go to disk from where they arrived, without being gathered first.
+fn write_all_vectored_at(f: &File, pieces: &[Bytes], mut offset: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut rest: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).filter(|p| !p.is_empty()).collect();
+    let mut first = 0;
+    while first < rest.len() {
+        let iov: Vec<libc::iovec> = rest[first..].iter().take(1024).map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+        // SAFETY: valid fd; the iovecs point into slices that outlive the call.
+        let n = unsafe { libc::pwritev(f.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset as libc::off_t) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+        }
+        offset += n as u64;
+        let mut n = n as usize;
+        while n > 0 {
+            let p = rest[first];
+            if n >= p.len() {
+                n -= p.len();
+                first += 1;
+            } else {
+                rest[first] = &p[n..];
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
 /// state built from the old bytes must go.
 fn changed(e: StoreError) -> StoreError {
@@ -387,6 +556,11 @@ impl Store for LocalStore {
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
         let root = self.root.clone();
         blocking(move || walk(&root, recursive, walk_threads(), &tx)).await
+    }
+
+    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
+        let (me, rel) = (self.clone(), dir.to_vec());
+        blocking(move || me.list_dir(&rel).map_err(me.io_err(&rel))).await
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
@@ -451,7 +625,10 @@ impl Store for LocalStore {
             let r = me.parent(&rel, false).and_then(|(dir, name)| {
                 // unlink removes a symlink itself, never its target; a directory says EISDIR.
                 match beneath::unlink_at(fd(&dir), name, false) {
-                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) => beneath::unlink_at(fd(&dir), name, true),
+                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                        me.forget_dir(&rel);
+                        beneath::unlink_at(fd(&dir), name, true)
+                    }
                     r => r,
                 }
             });
@@ -487,7 +664,7 @@ impl Store for LocalStore {
 struct LocalUpload {
     store: LocalStore,
     rel: Vec<u8>,
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     tmp: Vec<u8>,
     journal_name: Vec<u8>,
     file: Arc<File>,
@@ -543,7 +720,7 @@ impl Upload for LocalUpload {
     }
 
     async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool> {
-        self.write_at(idx, 0, data).await?;
+        self.write_at(idx, 0, vec![data]).await?;
         self.finish_block(idx).await?;
         Ok(true)
     }
@@ -552,11 +729,11 @@ impl Upload for LocalUpload {
         true
     }
 
-    async fn write_at(&self, idx: u64, offset_in_block: u64, data: Bytes) -> Result<()> {
+    async fn write_at(&self, idx: u64, offset_in_block: u64, data: Vec<Bytes>) -> Result<()> {
         let file = self.file.clone();
         let offset = idx * self.plan.block_size + offset_in_block;
         let what = self.store.full_path(&self.rel).display().to_string();
-        blocking(move || file.write_all_at(&data, offset).map_err(|e| StoreError::io(what, e))).await
+        blocking(move || write_all_vectored_at(&file, &data, offset).map_err(|e| StoreError::io(what, e))).await
     }
 
     async fn finish_block(&self, idx: u64) -> Result<()> {

@@ -6,6 +6,7 @@ pub mod beneath;
 pub mod bufpool;
 pub mod local;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -70,7 +71,8 @@ pub trait Upload: Send + Sync {
     fn piecewise(&self) -> bool {
         false
     }
-    async fn write_at(&self, _idx: u64, _offset_in_block: u64, _data: Bytes) -> Result<()> {
+    /// Writes `data`, pieces in order, at `offset_in_block` of block `idx`.
+    async fn write_at(&self, _idx: u64, _offset_in_block: u64, _data: Vec<Bytes>) -> Result<()> {
         Err(StoreError::Invalid("this store takes whole blocks only".into()))
     }
     async fn finish_block(&self, _idx: u64) -> Result<()> {
@@ -91,6 +93,10 @@ pub trait Store: Send + Sync {
     /// Streams every entry under the root. An `Err` sent (or returned) means the listing is
     /// incomplete, and callers must not treat absent entries as deleted.
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()>;
+
+    /// The entries directly in directory (or prefix) `dir`, `""` for the root; None when it
+    /// does not exist. Paths are relative to the root, like a listing's.
+    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>>;
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
@@ -182,6 +188,52 @@ pub async fn list_partial(store: &Arc<dyn Store>, recursive: bool) -> (Vec<Entry
         Err(e) => errors.push(StoreError::Invalid(format!("listing task failed: {e}"))),
     }
     (out, errors)
+}
+
+/// What `store` holds at each of `paths`, learnt by listing each directory they are in once:
+/// for a partition of a tree, about its share of one listing, never the whole tree nor a
+/// request per path. A directory with only a few of the paths is asked about those paths
+/// instead, which costs less than listing it. Paths absent from the result are not there.
+/// Directories whose listing failed come back apart, with the error.
+pub async fn index_paths(store: &Arc<dyn Store>, paths: &[&[u8]], parallel: usize) -> (HashMap<Vec<u8>, Entry>, Vec<(Vec<u8>, StoreError)>) {
+    use futures::StreamExt;
+    // Below this many wanted paths in a directory, one look each is cheaper than a listing
+    // (an open, at least one page and a close on NFS).
+    const LOOKS: usize = 4;
+    let mut by_dir: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+    for p in paths {
+        by_dir.entry(beneath::split(p).0).or_default().push(p);
+    }
+    let results: Vec<(Vec<u8>, Result<Vec<Entry>>)> = futures::stream::iter(by_dir)
+        .map(|(dir, wanted)| async move {
+            let found = if wanted.len() < LOOKS {
+                let mut out = Vec::new();
+                for p in &wanted {
+                    match store.head(p).await {
+                        Ok(Some((e, _))) => out.push(e),
+                        Ok(None) => {}
+                        Err(e) => return (dir.to_vec(), Err(e)),
+                    }
+                }
+                Ok(out)
+            } else {
+                let wanted: std::collections::HashSet<&[u8]> = wanted.into_iter().collect();
+                store.list_dir(dir).await.map(|l| l.unwrap_or_default().into_iter().filter(|e| wanted.contains(&e.path[..])).collect())
+            };
+            (dir.to_vec(), found)
+        })
+        .buffer_unordered(parallel.max(1))
+        .collect()
+        .await;
+    let mut index = HashMap::new();
+    let mut failed = Vec::new();
+    for (dir, r) in results {
+        match r {
+            Ok(entries) => index.extend(entries.into_iter().map(|e| (e.path.clone(), e))),
+            Err(e) => failed.push((dir, e)),
+        }
+    }
+    (index, failed)
 }
 
 /// Rejects relative paths that could escape a root: empty, `.` or `..` components, or a

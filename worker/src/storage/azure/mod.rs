@@ -275,6 +275,58 @@ impl Inner {
         Ok((r.headers, r.body))
     }
 
+    /// Streams the entries under `root` + `sub` (`sub` empty or ending in '/'): all of them,
+    /// or one level with `recursive` false. Paths stay relative to the root.
+    async fn list_under(&self, sub: &str, recursive: bool, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+        let s = self;
+        let prefix = format!("{}{sub}", s.root);
+        let clients = s.clients().await?;
+        let client = if recursive { &clients.container } else { &clients.by_level };
+        let mut marker: Option<String> = None;
+        loop {
+            // One page per call, so a failed page is retried from its own marker.
+            let body = retry(&s.retry, &s.stats, || async {
+                let opts = BlobContainerClientListBlobsOptions {
+                    include: Some(vec![ListBlobsIncludeItem::Metadata]),
+                    marker: marker.clone(),
+                    maxresults: Some(5000),
+                    prefix: (!prefix.is_empty()).then(|| prefix.clone()),
+                    ..Default::default()
+                };
+                let mut pages = client.list_blobs(Some(opts)).map_err(map_err)?.into_pages();
+                match pages.next().await {
+                    Some(page) => Ok(Bytes::from(page.map_err(map_err)?.into_body())),
+                    None => Ok(Bytes::new()),
+                }
+            })
+            .await?;
+            // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
+            let page = xml::parse_list(&body)?;
+            for b in page.blobs {
+                if let Some(e) = s.entry_of(b) {
+                    if tx.send(Ok(e)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+            for p in page.prefixes {
+                if let Some(rel) = p.strip_prefix(&s.root) {
+                    let rel = rel.trim_end_matches('/');
+                    if !rel.is_empty() {
+                        let e = Entry { path: rel.as_bytes().to_vec(), kind: Kind::Dir, size: Some(0), mtime: None, md5: None, ..Default::default() };
+                        if tx.send(Ok(e)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+            match page.next_marker {
+                Some(m) => marker = Some(m),
+                None => return Ok(()),
+            }
+        }
+    }
+
     fn entry_of(&self, b: xml::BlobItem) -> Option<Entry> {
         if b.is_folder {
             return None;
@@ -283,7 +335,7 @@ impl Inner {
         if rel.is_empty() {
             return None;
         }
-        Some(Entry { path: rel.into_bytes(), kind: Kind::File, size: Some(b.size), mtime: b.meta_mtime.or(b.last_modified), md5: b.md5 })
+        Some(Entry { path: rel.into_bytes(), kind: Kind::File, size: Some(b.size), mtime: b.meta_mtime.or(b.last_modified), md5: b.md5, ..Default::default() })
     }
 }
 
@@ -323,52 +375,28 @@ impl Store for AzureStore {
     }
 
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
-        let s = &self.inner;
-        let clients = s.clients().await?;
-        let client = if recursive { &clients.container } else { &clients.by_level };
-        let mut marker: Option<String> = None;
-        loop {
-            // One page per call, so a failed page is retried from its own marker.
-            let body = retry(&s.retry, &s.stats, || async {
-                let opts = BlobContainerClientListBlobsOptions {
-                    include: Some(vec![ListBlobsIncludeItem::Metadata]),
-                    marker: marker.clone(),
-                    maxresults: Some(5000),
-                    prefix: (!s.root.is_empty()).then(|| s.root.clone()),
-                    ..Default::default()
-                };
-                let mut pages = client.list_blobs(Some(opts)).map_err(map_err)?.into_pages();
-                match pages.next().await {
-                    Some(page) => Ok(Bytes::from(page.map_err(map_err)?.into_body())),
-                    None => Ok(Bytes::new()),
-                }
-            })
-            .await?;
-            // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
-            let page = xml::parse_list(&body)?;
-            for b in page.blobs {
-                if let Some(e) = s.entry_of(b) {
-                    if tx.send(Ok(e)).await.is_err() {
-                        return Ok(());
-                    }
-                }
+        self.inner.list_under("", recursive, &tx).await
+    }
+
+    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
+        let dir = std::str::from_utf8(dir).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
+        let sub = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let (tx, mut rx) = mpsc::channel(1024);
+        let lister = async move {
+            let r = self.inner.list_under(&sub, false, &tx).await;
+            drop(tx);
+            r
+        };
+        let collect = async move {
+            let mut out = Vec::new();
+            while let Some(e) = rx.recv().await {
+                out.extend(e.ok());
             }
-            for p in page.prefixes {
-                if let Some(rel) = p.strip_prefix(&s.root) {
-                    let rel = rel.trim_end_matches('/');
-                    if !rel.is_empty() {
-                        let e = Entry { path: rel.as_bytes().to_vec(), kind: Kind::Dir, size: Some(0), mtime: None, md5: None };
-                        if tx.send(Ok(e)).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                }
-            }
-            match page.next_marker {
-                Some(m) => marker = Some(m),
-                None => return Ok(()),
-            }
-        }
+            out
+        };
+        // A prefix is never absent: an empty one simply lists nothing.
+        let (listed, out) = tokio::join!(lister, collect);
+        listed.map(|_| Some(out))
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
@@ -377,7 +405,7 @@ impl Store for AzureStore {
         match s.call(|| blob.get_properties(None)).await {
             Ok(r) => {
                 let meta = meta_from_headers(r.headers(), false);
-                let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(r.headers())), mtime: meta.mtime, md5: meta.md5 };
+                let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(r.headers())), mtime: meta.mtime, md5: meta.md5, ..Default::default() };
                 Ok(Some((e, meta)))
             }
             Err(e) if e.is_not_found() => Ok(None),

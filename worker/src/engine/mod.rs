@@ -1,6 +1,14 @@
-//! The copy engine. Files run in parallel (`parallel_files`); blocks of all files share one
-//! in-flight budget (`concurrency`), which also bounds memory to about concurrency × block size.
-//! Per file, blocks are read in order so one MD5 covers the whole object, and sent out of order.
+//! The copy engine. Files run in parallel; what they keep in flight — requests to Blob
+//! storage, or files being copied between filesystems — is bounded by one `Depth` (adaptive
+//! unless fixed), and the bytes they hold in memory by one budget. Per file, blocks are read in
+//! order so one MD5 covers the whole object, and sent out of order.
+//!
+//! - local → local: `local.rs` (plain threads, the kernel's copy path, batched commits);
+//! - Blob → local: `download.rs` (ranges streamed to disk, hashed as they arrive);
+//! - anything → Blob: here (`transfer`).
+
+mod download;
+mod local;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,10 +16,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::depth::Depth;
 use crate::error::{Result, StoreError};
-use crate::localcopy;
+use crate::localcopy::Quirks;
 use crate::manifest::{Entry, Kind};
 use crate::stats::Stats;
 use crate::storage::{Meta, Store, UploadPlan};
@@ -33,11 +42,16 @@ pub enum Compare {
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
     pub compare: Compare,
-    pub concurrency: usize,
+    /// Files in progress at once (blob transfers; local copies take theirs from the depth).
     pub parallel_files: usize,
     pub block_size: u64,
     pub put_md5: bool,
     pub max_bandwidth: Option<u64>,
+    /// Bytes of blocks and ranges held in memory at once, all files together.
+    pub memory: u64,
+    /// Local → local copy of a whole tree: the destination root gets the source root's owner,
+    /// mode and mtime at the end.
+    pub finish_root: bool,
 }
 
 /// One file to consider: where it is in the source, and where it goes.
@@ -47,15 +61,21 @@ pub struct Job {
     pub dst_path: Vec<u8>,
 }
 
+/// What a listing of the destination says is there, by path. A path that is not in it is not
+/// at the destination: it is copied without asking the destination again.
+pub type Index = HashMap<Vec<u8>, Entry>;
+
 pub struct Engine {
     pub src: Arc<dyn Store>,
     pub dst: Arc<dyn Store>,
     pub opts: EngineOptions,
     pub stats: Arc<Stats>,
-    inflight: Arc<Semaphore>,
+    pub depth: Arc<Depth>,
+    /// `opts.memory` in KiB permits.
+    memory: Arc<Semaphore>,
     throttle: Option<Throttle>,
-    /// The destination's listing, when it is a blob store (a HEAD per file would cost more).
-    dst_index: Option<HashMap<Vec<u8>, Entry>>,
+    dst_index: Option<Index>,
+    quirks: Quirks,
 }
 
 enum Outcome {
@@ -65,15 +85,20 @@ enum Outcome {
 }
 
 impl Engine {
-    pub fn new(src: Arc<dyn Store>, dst: Arc<dyn Store>, opts: EngineOptions, stats: Arc<Stats>, dst_index: Option<HashMap<Vec<u8>, Entry>>) -> Self {
+    pub fn new(src: Arc<dyn Store>, dst: Arc<dyn Store>, opts: EngineOptions, stats: Arc<Stats>, depth: Arc<Depth>, dst_index: Option<Index>) -> Self {
+        // Never less than two blocks: one block must always fit, and one more keeps reading
+        // overlapped with sending.
+        let memory = opts.memory.max(2 * opts.block_size.max(DOWNLOAD_RANGE));
         Engine {
-            inflight: Arc::new(Semaphore::new(opts.concurrency.max(1))),
+            memory: Arc::new(Semaphore::new(memory.div_ceil(1024) as usize)),
+            opts: EngineOptions { memory, ..opts },
             throttle: opts.max_bandwidth.map(Throttle::new),
             src,
             dst,
-            opts,
             stats,
+            depth,
             dst_index,
+            quirks: Quirks::default(),
         }
     }
 
@@ -85,15 +110,10 @@ impl Engine {
     /// panic in one file's work fails that file (it is a bug, but one file's bug must not lose
     /// the outcomes of the others, nor end with exit 0).
     pub async fn run(self: &Arc<Self>, jobs: Vec<Job>) {
-        let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
         if self.both_local() {
-            let me = self.clone();
-            let rt = tokio::runtime::Handle::current();
-            if let Err(e) = tokio::task::spawn_blocking(move || me.run_local(&files, &rt)).await {
-                self.stats.failed(self.dst.describe(), format!("internal error: the copy threads failed: {e}"));
-            }
-            self.finish_dirs(dirs).await;
+            local::run(self, jobs).await;
         } else {
+            let files: Vec<Job> = jobs.into_iter().filter(|j| j.src.kind != Kind::Dir).collect();
             futures::stream::iter(files)
                 .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
                     let me = self.clone();
@@ -126,77 +146,10 @@ impl Engine {
         }
     }
 
-    /// local → local on plain threads pulling from a shared index: per-file work is a handful
-    /// of system calls, and handing each file to an async pool would cost more than that.
-    fn run_local(&self, files: &[Job], rt: &tokio::runtime::Handle) {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let id = localcopy::Identity::current();
-        std::thread::scope(|s| {
-            for _ in 0..self.opts.parallel_files.clamp(1, files.len().max(1)) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(job) = files.get(i) else { break };
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.one_local(job, &id, rt))).unwrap_or_else(|p| Err(panicked(p)));
-                    self.record(job, outcome);
-                });
-            }
-        });
-    }
-
-    fn one_local(&self, job: &Job, id: &localcopy::Identity, rt: &tokio::runtime::Handle) -> Result<Outcome> {
-        let (Some(src), Some(dst)) = (self.src.as_local(), self.dst.as_local()) else { unreachable!("both local") };
-        #[cfg(test)]
-        if job.src.path == b"panic-here" {
-            panic!("a test asked for a panic");
-        }
-        let src_err = |e| StoreError::io(src.full_path(&job.src.path).display().to_string(), e);
-        let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
-        if self.opts.compare != Compare::None {
-            if let Some(md) = dst.lstat(&job.dst_path).map_err(dst_err)? {
-                if let Some(d) = crate::storage::local::entry_of(job.dst_path.clone(), &md) {
-                    let differs = match differs_by_metadata(self.opts.compare, &job.src, &d) {
-                        Some(x) => x,
-                        None => src.md5(&job.src.path).map_err(src_err)? != dst.md5(&job.dst_path).map_err(dst_err)?,
-                    };
-                    if !differs {
-                        return Ok(Outcome::Skipped);
-                    }
-                }
-            }
-        }
-        let n = match job.src.kind {
-            Kind::Symlink => localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map(|_| 0),
-            _ => localcopy::copy_file(src, dst, &job.src.path, &job.dst_path, id),
-        }
-        .map_err(src_err)?;
-        if let Some(t) = &self.throttle {
-            rt.block_on(t.take(n));
-        }
-        Stats::add(&self.stats.bytes_copied, n);
-        Ok(Outcome::Copied)
-    }
-
-    async fn finish_dirs(&self, mut dirs: Vec<Job>) {
-        let (Some(src), Some(dst)) = (self.src.as_local(), self.dst.as_local()) else { return };
-        // Deepest first, so setting a parent's mtime comes after its children are done.
-        dirs.sort_by(|a, b| b.dst_path.len().cmp(&a.dst_path.len()));
-        let (src, dst) = (src.clone(), dst.clone());
-        let stats = self.stats.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            for d in dirs {
-                let r = src
-                    .lstat(&d.src.path)
-                    .and_then(|md| md.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
-                    .and_then(|md| localcopy::finish_dir(&dst, &d.dst_path, &crate::storage::local::meta_of(&md)));
-                if let Err(e) = r {
-                    stats.failed(d.src.display_path(), format!("directory: {e}"));
-                }
-            }
-        })
-        .await;
-        if let Err(e) = done {
-            self.stats.failed(self.dst.describe(), format!("internal error while setting directory metadata: {e}"));
-        }
+    /// Bytes of the memory budget, held until the permit is dropped.
+    async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
+        let kib = bytes.div_ceil(1024).clamp(1, self.opts.memory.div_ceil(1024)) as u32;
+        self.memory.clone().acquire_many_owned(kib).await.expect("the memory budget is never closed")
     }
 
     async fn one(&self, job: &Job) -> Result<Outcome> {
@@ -218,15 +171,20 @@ impl Engine {
             .map_err(|e| StoreError::Invalid(e.to_string()))?
     }
 
+    /// What the destination has at this job's path: from the listing when there is one, else
+    /// by asking (a single object).
+    async fn existing(&self, job: &Job) -> Result<Option<Entry>> {
+        match &self.dst_index {
+            Some(idx) => Ok(idx.get(&job.dst_path).cloned()),
+            None => Ok(self.dst.head(&job.dst_path).await?.map(|(e, _)| e)),
+        }
+    }
+
     pub async fn needs_copy(&self, job: &Job) -> Result<bool> {
         if self.opts.compare == Compare::None {
             return Ok(true);
         }
-        let existing = match &self.dst_index {
-            Some(idx) => idx.get(&job.dst_path).cloned(),
-            None => self.dst.head(&job.dst_path).await?.map(|(e, _)| e),
-        };
-        let Some(d) = existing else { return Ok(true) };
+        let Some(d) = self.existing(job).await? else { return Ok(true) };
         if let Some(decided) = differs_by_metadata(self.opts.compare, &job.src, &d) {
             return Ok(decided);
         }
@@ -242,6 +200,15 @@ impl Engine {
         Ok(!matches!((sm, dm), (Some(a), Some(b)) if a == b))
     }
 
+    /// A local file small enough for one request, read whole with one open: its bytes, its
+    /// metadata, and the same stat before and after the read (else it changed while read).
+    /// None when it has grown past `limit` since it was listed.
+    async fn read_local_small(&self, path: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
+        let local = self.src.as_local().expect("a local source").clone();
+        let rel = path.to_vec();
+        tokio::task::spawn_blocking(move || local.read_small(&rel, limit)).await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
+    }
+
     /// The generic path: blocks read from the source, written to the destination. Every read
     /// of a multi-block object names the version seen at its start, so bytes of two versions
     /// are never combined: a local source that changes while read, or a blob rewritten while
@@ -250,9 +217,19 @@ impl Engine {
         let path = &job.src.path;
         let local_src = self.src.local_root().is_some();
         let bs = self.opts.block_size;
+        if local_src && job.src.size() <= bs {
+            let _mem = self.reserve(job.src.size()).await;
+            let mut permit = self.depth.acquire().await;
+            if let Some((data, meta)) = self.read_local_small(path, bs).await? {
+                let n = data.len() as u64;
+                self.put_small(job, data, Meta { uid: None, gid: None, ..meta }).await?;
+                permit.done(n);
+                return Ok(());
+            }
+        }
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
-        let (version, size, mut meta) = if local_src {
+        let (version, size, meta) = if local_src {
             let (version, now) = self.src.version(path).await?.ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
             match self.src.head(path).await? {
                 Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, Meta { uid: None, gid: None, ..m }),
@@ -275,25 +252,17 @@ impl Engine {
             (version, size, Meta { mtime: job.src.mtime, md5: job.src.md5, ..Meta::default() })
         };
         let version = version.as_deref();
-        let expected_md5 = job.src.md5.filter(|_| !local_src);
-        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
 
         if size <= bs {
-            let permit = self.inflight.acquire().await.expect("semaphore open");
+            let _mem = self.reserve(size).await;
+            let mut permit = self.depth.acquire().await;
             let chunk = self.src.read(path, 0, size, version).await?;
-            if let Some(t) = &self.throttle {
-                t.take(size).await;
-            }
+            let mut meta = meta;
             if let Some(m) = chunk.meta {
                 merge(&mut meta, m);
             }
-            let digest: Option<[u8; 16]> = need_hash.then(|| Md5::digest(&chunk.data).into());
-            check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
-            meta.md5 = digest.filter(|_| self.opts.put_md5);
-            self.dst.put(&job.dst_path, chunk.data, &meta).await?;
-            drop(permit);
-            Stats::add(&self.stats.blocks_sent, 1);
-            Stats::add(&self.stats.bytes_copied, size);
+            self.put_small(job, chunk.data, meta).await?;
+            permit.done(size);
             return Ok(());
         }
 
@@ -306,32 +275,64 @@ impl Engine {
             version.unwrap_or_default().replace(' ', "_")
         );
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
-        // requests, and memory stays at one write buffer per request whatever the range.
+        // requests, and memory stays bounded by the budget whatever the range.
         let streamed = self.dst.local_root().is_some();
         let plan = UploadPlan { size, block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs }, fingerprint };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
+        let expected_md5 = job.src.md5.filter(|_| !local_src);
+        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
         if up.piecewise() {
             return self.download(job, up, plan, meta, expected_md5, need_hash, version).await;
         }
+        self.upload(job, up, plan, meta, expected_md5, need_hash, version).await
+    }
+
+    /// One request's worth: hashed, checked against what the source promised, written whole.
+    async fn put_small(&self, job: &Job, data: Bytes, mut meta: Meta) -> Result<()> {
+        let local_src = self.src.local_root().is_some();
+        let size = data.len() as u64;
+        if let Some(t) = &self.throttle {
+            t.take(size).await;
+        }
+        let expected_md5 = job.src.md5.filter(|_| !local_src);
+        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
+        let digest: Option<[u8; 16]> = need_hash.then(|| Md5::digest(&data).into());
+        check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
+        meta.md5 = digest.filter(|_| self.opts.put_md5);
+        self.dst.put(&job.dst_path, data, &meta).await?;
+        Stats::add(&self.stats.blocks_sent, 1);
+        Stats::add(&self.stats.bytes_copied, size);
+        Ok(())
+    }
+
+    /// Blocks to Blob storage: read in order (one MD5 over the whole object), sent out of
+    /// order, each holding its bytes of the memory budget and a slot of the depth.
+    #[allow(clippy::too_many_arguments)]
+    async fn upload(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
+        let path = &job.src.path;
+        let local_src = self.src.local_root().is_some();
+        let bs = plan.block_size;
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
+        let ahead = self.depth.ceiling().max(1);
         let result: Result<()> = {
             let up_ref = &*up;
             let plan = &plan;
             futures::stream::iter(0..plan.blocks())
                 .map(|i| async move {
-                    let permit = self.inflight.clone().acquire_owned().await.expect("semaphore open");
                     let len = plan.block_len(i);
+                    let mem = self.reserve(len).await;
+                    let permit = self.depth.acquire().await;
                     // Every block is read, even one an earlier attempt staged: only its bytes
                     // can tell whether the staged copy is still the source's.
                     let chunk = self.src.read(path, i * bs, len, version).await?;
                     if let Some(t) = &self.throttle {
                         t.take(len).await;
                     }
-                    Ok::<_, StoreError>((i, chunk.data, permit, chunk.meta))
+                    Ok::<_, StoreError>((i, chunk.data, permit, mem, chunk.meta))
                 })
-                .buffered(self.opts.concurrency.max(1))
-                .map_ok(|(i, data, permit, m): (u64, Bytes, _, Option<Meta>)| {
+                .buffered(ahead)
+                .map_ok(|(i, data, mut permit, mem, m)| {
                     if need_hash {
                         hasher.update(&data);
                     }
@@ -347,11 +348,12 @@ impl Engine {
                             Stats::add(&self.stats.blocks_reused, 1);
                             Stats::add(&self.stats.bytes_skipped, n);
                         }
-                        drop(permit);
+                        permit.done(n);
+                        drop((permit, mem));
                         Ok(())
                     }
                 })
-                .try_buffer_unordered(self.opts.concurrency.max(1))
+                .try_buffer_unordered(ahead)
                 .try_for_each(|_| async { Ok(()) })
                 .await
         };
@@ -372,109 +374,9 @@ impl Engine {
     }
 }
 
-impl Engine {
-    /// Ranges stream into the destination in `WRITE_BUFFER` pieces. A follower hashes blocks
-    /// back from the destination as the contiguous finished prefix grows, so the MD5 check
-    /// overlaps the transfer instead of re-reading the file at the end.
-    #[allow(clippy::too_many_arguments)]
-    async fn download(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
-        let path = &job.src.path;
-        let up_ref = &*up;
-        let plan = &plan;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
-        let fetching = async move {
-            let first_meta = futures::stream::iter(0..plan.blocks())
-                .map(|i| {
-                    let tx = tx.clone();
-                    async move {
-                        let _permit = self.inflight.acquire().await.expect("semaphore open");
-                        let len = plan.block_len(i);
-                        if up_ref.staged(i) {
-                            Stats::add(&self.stats.blocks_reused, 1);
-                            Stats::add(&self.stats.bytes_skipped, len);
-                            let _ = tx.send(i);
-                            return Ok(None);
-                        }
-                        let (m, mut body) = self.src.read_stream(path, i * plan.block_size, len, version).await?;
-                        let mut buf = bytes::BytesMut::with_capacity(WRITE_BUFFER.min(len as usize));
-                        let mut written = 0u64;
-                        while let Some(c) = body.next().await {
-                            let c = c?;
-                            if let Some(t) = &self.throttle {
-                                t.take(c.len() as u64).await;
-                            }
-                            Stats::add(&self.stats.bytes_copied, c.len() as u64);
-                            buf.extend_from_slice(&c);
-                            if buf.len() >= WRITE_BUFFER {
-                                let piece = buf.split().freeze();
-                                let n = piece.len() as u64;
-                                up_ref.write_at(i, written, piece).await?;
-                                written += n;
-                            }
-                        }
-                        if !buf.is_empty() {
-                            let n = buf.len() as u64;
-                            up_ref.write_at(i, written, buf.freeze()).await?;
-                            written += n;
-                        }
-                        if written != len {
-                            return Err(StoreError::Integrity(format!("short read: got {written} of {len} bytes")));
-                        }
-                        up_ref.finish_block(i).await?;
-                        Stats::add(&self.stats.blocks_sent, 1);
-                        let _ = tx.send(i);
-                        Ok::<_, StoreError>(m)
-                    }
-                })
-                .buffer_unordered(self.opts.concurrency.max(1))
-                .try_fold(None, |acc: Option<Meta>, m| async move { Ok(acc.or(m)) })
-                .await;
-            // Every sender is gone once the blocks are done: the follower then sees the end.
-            drop(tx);
-            first_meta
-        };
-        let hashing = async move {
-            let mut h = Md5::new();
-            let mut done = std::collections::BTreeSet::new();
-            let mut next = 0u64;
-            while let Some(i) = rx.recv().await {
-                if !need_hash {
-                    continue;
-                }
-                done.insert(i);
-                while done.remove(&next) {
-                    let data = up_ref.read_back(next).await?.expect("piecewise stores read back");
-                    h.update(&data);
-                    next += 1;
-                }
-            }
-            Ok::<_, StoreError>((need_hash && next == plan.blocks()).then(|| h.finalize().into()))
-        };
-        let (fetched, hashed) = tokio::join!(fetching, hashing);
-        let digest: Option<[u8; 16]> = match (fetched, hashed) {
-            (Ok(m), Ok(d)) => {
-                if let Some(m) = m {
-                    merge(&mut meta, m);
-                }
-                d
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                up.abort(matches!(e, StoreError::Integrity(_))).await;
-                return Err(e);
-            }
-        };
-        if let Err(e) = check_md5(expected_md5.or(meta.md5), digest) {
-            up.abort(true).await;
-            return Err(e);
-        }
-        up.commit(&meta).await
-    }
-}
-
-/// Smallest range a download asks for: on the emulator and on Azure alike, fewer, larger
-/// requests move more bytes per second.
-const DOWNLOAD_RANGE: u64 = 16 << 20;
-const WRITE_BUFFER: usize = 1 << 20;
+/// Smallest range a download asks for: fewer, larger requests move more bytes per second, and
+/// eight of them fit the default memory budget (a range is held until it is hashed).
+pub const DOWNLOAD_RANGE: u64 = 8 << 20;
 
 /// Whether the destination entry differs from the source by what the listings say; None
 /// when only content hashes can tell (`--compare md5` without both MD5s known).
@@ -520,6 +422,10 @@ mod tests {
     use super::*;
     use crate::storage::local::LocalStore;
 
+    pub(super) fn options(compare: Compare) -> EngineOptions {
+        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false }
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn a_panic_in_one_local_copy_fails_that_file_and_keeps_the_others() {
         let t = tempfile::tempdir().unwrap();
@@ -529,8 +435,8 @@ mod tests {
             std::fs::write(src.join(n), n).unwrap();
         }
         let stats = Arc::new(Stats::default());
-        let opts = EngineOptions { compare: Compare::None, concurrency: 2, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None };
-        let engine = Arc::new(Engine::new(Arc::new(LocalStore::new(src, true)), Arc::new(LocalStore::new(dst.clone(), true)), opts, stats.clone(), None));
+        let depth = Arc::new(Depth::fixed(2));
+        let engine = Arc::new(Engine::new(Arc::new(LocalStore::new(src, true)), Arc::new(LocalStore::new(dst.clone(), true)), options(Compare::None), stats.clone(), depth, None));
         let jobs = ["ok.txt", "panic-here"].map(|n| Job { src: Entry::file(n, n.len() as u64), dst_path: n.as_bytes().to_vec() });
         engine.run(jobs.to_vec()).await;
         assert_eq!((Stats::get(&stats.files_copied), Stats::get(&stats.files_failed)), (1, 1));

@@ -1,0 +1,264 @@
+//! local → local (NFS and other mounts included), on plain threads: per-file work is a handful
+//! of system calls, and handing each file to an async pool would cost more than that.
+//!
+//! The order of a run, each step costing as few round trips as a network filesystem allows:
+//! 1. directories first, each depth level in parallel, skipping those the listing shows;
+//! 2. files, as many at once as the depth allows, each compared against the destination's
+//!    listing (no stat of its own), staged where no reader sees it, and committed in batches
+//!    that share one flush of the filesystem;
+//! 3. directory metadata, deepest first, each level in parallel, only where it differs;
+//! 4. the root's metadata, when a whole tree was copied.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use super::{differs_by_metadata, panicked, Compare, Engine, Job, Outcome};
+use crate::error::{Result, StoreError};
+use crate::localcopy::{self, DirNow, Identity, Staged};
+use crate::manifest::Kind;
+use crate::stats::Stats;
+use crate::storage::local::{meta_of, LocalStore};
+use crate::storage::{Meta, Store};
+
+/// Staged files committed together after one flush: enough to spread its cost, few enough
+/// that a batch's open descriptors (unnamed files stay open until linked) stay modest.
+const BATCH_FILES: usize = 32;
+const BATCH_BYTES: u64 = 64 << 20;
+
+enum Step {
+    Done(Outcome),
+    Staged(Staged),
+}
+
+/// What a run changed in the destination's directories, so that finishing them needs no stat.
+#[derive(Default)]
+struct Changed {
+    /// Made by this run.
+    made: Mutex<HashSet<Vec<u8>>>,
+    /// Entries added or replaced in them (their mtime moved).
+    touched: Mutex<HashSet<Vec<u8>>>,
+}
+
+impl Changed {
+    fn touch(&self, path: &[u8]) {
+        let parent = crate::storage::beneath::split(path).0;
+        let mut t = self.touched.lock().unwrap();
+        if !t.contains(parent) {
+            t.insert(parent.to_vec());
+        }
+    }
+}
+
+pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
+    let me = engine.clone();
+    let rt = tokio::runtime::Handle::current();
+    let done = tokio::task::spawn_blocking(move || {
+        let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+        let changed = Changed::default();
+        me.make_dirs(&dirs, &changed);
+        me.copy_files(&files, &rt, &changed);
+        me.finish_dirs(&dirs, &changed);
+        if me.opts.finish_root {
+            me.finish_root();
+        }
+    })
+    .await;
+    if let Err(e) = done {
+        engine.stats.failed(engine.dst.describe(), format!("internal error: the copy threads failed: {e}"));
+    }
+}
+
+/// Runs `f` over `items` on up to `threads` threads.
+fn parallel<T: Sync>(items: &[T], threads: usize, f: impl Fn(&T) + Sync) {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, items.len().max(1)) {
+            s.spawn(|| {
+                while let Some(item) = items.get(next.fetch_add(1, Relaxed)) {
+                    f(item);
+                }
+            });
+        }
+    });
+}
+
+/// Directory jobs grouped by depth, shallowest first.
+fn by_level(dirs: &[Job]) -> Vec<Vec<&Job>> {
+    let mut levels: Vec<Vec<&Job>> = Vec::new();
+    for d in dirs {
+        let level = d.dst_path.iter().filter(|&&b| b == b'/').count();
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
+        }
+        levels[level].push(d);
+    }
+    levels
+}
+
+impl Engine {
+    fn stores(&self) -> (&LocalStore, &LocalStore) {
+        (self.src.as_local().expect("local source"), self.dst.as_local().expect("local destination"))
+    }
+
+    /// Makes the directories the listing does not show, a level at a time, so that no file's
+    /// create ever fails for want of its directory. Failures show up on the files below.
+    fn make_dirs(&self, dirs: &[Job], changed: &Changed) {
+        let (_, dst) = self.stores();
+        let missing: Vec<Job> = dirs.iter().filter(|d| self.dst_dir(&d.dst_path).is_none()).cloned().collect();
+        for level in by_level(&missing) {
+            parallel(&level, self.depth.limit(), |d| {
+                if dst.dir(&d.dst_path, true).is_ok() {
+                    changed.made.lock().unwrap().insert(d.dst_path.clone());
+                    changed.touch(&d.dst_path);
+                }
+            });
+        }
+    }
+
+    /// The listing's entry for a destination directory, if it showed one there.
+    fn dst_dir(&self, path: &[u8]) -> Option<&crate::manifest::Entry> {
+        self.dst_index.as_ref()?.get(path).filter(|e| e.kind == Kind::Dir)
+    }
+
+    fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed) {
+        let next = AtomicUsize::new(0);
+        let id = Identity::current();
+        let (_, dst) = self.stores();
+        // Without fsync nothing is gained by waiting: each file is committed at once.
+        let batch_files = if dst.fsync() { BATCH_FILES } else { 1 };
+        std::thread::scope(|s| {
+            for _ in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
+                s.spawn(|| {
+                    let mut batch: Vec<(Staged, &Job)> = Vec::new();
+                    let mut batch_bytes = 0;
+                    loop {
+                        let mut permit = self.depth.acquire_blocking();
+                        let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
+                        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, &id, rt))).unwrap_or_else(|p| Err(panicked(p)));
+                        match step {
+                            Ok(Step::Staged(st)) => {
+                                permit.done(st.bytes);
+                                batch_bytes += st.bytes;
+                                batch.push((st, job));
+                            }
+                            Ok(Step::Done(outcome)) => {
+                                if matches!(outcome, Outcome::Copied) {
+                                    changed.touch(&job.dst_path);
+                                }
+                                self.record(job, Ok(outcome));
+                            }
+                            Err(e) => self.record(job, Err(e)),
+                        }
+                        drop(permit);
+                        if batch.len() >= batch_files || batch_bytes >= BATCH_BYTES {
+                            self.commit_batch(std::mem::take(&mut batch), changed);
+                            batch_bytes = 0;
+                        }
+                    }
+                    self.commit_batch(batch, changed);
+                });
+            }
+        });
+    }
+
+    fn stage_one(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle) -> Result<Step> {
+        let (src, dst) = self.stores();
+        #[cfg(test)]
+        if job.src.path == b"panic-here" {
+            panic!("a test asked for a panic");
+        }
+        let src_err = |e| StoreError::io(src.full_path(&job.src.path).display().to_string(), e);
+        let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
+        let existing = match (&self.dst_index, self.opts.compare) {
+            (Some(idx), _) => idx.get(&job.dst_path).cloned(),
+            (None, Compare::None) => None,
+            // One object named on the command line: its own stat.
+            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| crate::storage::local::entry_of(job.dst_path.clone(), &md)),
+        };
+        if self.opts.compare != Compare::None {
+            if let Some(d) = &existing {
+                let differs = match differs_by_metadata(self.opts.compare, &job.src, d) {
+                    Some(x) => x,
+                    None => src.md5(&job.src.path).map_err(src_err)? != dst.md5(&job.dst_path).map_err(dst_err)?,
+                };
+                if !differs {
+                    return Ok(Step::Done(Outcome::Skipped));
+                }
+            }
+        }
+        if job.src.kind == Kind::Symlink {
+            localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map_err(src_err)?;
+            return Ok(Step::Done(Outcome::Copied));
+        }
+        // Where no listing was taken the name may exist: only a temp name and a rename can
+        // replace it without a moment where it is gone.
+        let absent = self.dst_index.is_some() && existing.is_none();
+        let staged = localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, absent).map_err(src_err)?;
+        if let Some(t) = &self.throttle {
+            rt.block_on(t.take(staged.bytes));
+        }
+        Stats::add(&self.stats.bytes_copied, staged.bytes);
+        Ok(Step::Staged(staged))
+    }
+
+    /// Puts a batch of staged files under their final names, after one flush of the
+    /// filesystem when the run is durable: the flush writes every file of the batch at once,
+    /// where an fsync each would wait on the disk once per file.
+    fn commit_batch(&self, batch: Vec<(Staged, &Job)>, changed: &Changed) {
+        if batch.is_empty() {
+            return;
+        }
+        let (_, dst) = self.stores();
+        // Committing costs round trips too (a rename each): it takes a slot like a copy.
+        let _slot = self.depth.acquire_blocking();
+        if let Err(e) = dst.sync() {
+            for (st, job) in batch {
+                localcopy::discard(st);
+                self.record(job, Err(StoreError::io(dst.describe(), std::io::Error::new(e.kind(), format!("cannot flush to disk: {e}")))));
+            }
+            return;
+        }
+        for (st, job) in batch {
+            changed.touch(&job.dst_path);
+            let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
+            self.record(job, r);
+        }
+    }
+
+    fn finish_dirs(&self, dirs: &[Job], changed: &Changed) {
+        let (src, dst) = self.stores();
+        let id = Identity::current();
+        let (made, touched) = (changed.made.lock().unwrap(), changed.touched.lock().unwrap());
+        // Deepest first, so setting a parent's mtime comes after its children are done.
+        for level in by_level(dirs).into_iter().rev() {
+            parallel(&level, self.depth.limit(), |d| {
+                let known = if made.contains(&d.dst_path) {
+                    Some(DirNow::made(&id))
+                } else {
+                    self.dst_dir(&d.dst_path).and_then(|e| {
+                        let mtime = if touched.contains(&d.dst_path) { None } else { e.mtime };
+                        Some(DirNow { mode: e.mode?, owner: e.owner?, mtime })
+                    })
+                };
+                // The source side comes from its listing where that saw it all.
+                let want = match (d.src.mode, d.src.owner, d.src.mtime) {
+                    (Some(mode), Some((uid, gid)), Some(mtime)) => Ok(Meta { mode: Some(mode), uid: Some(uid), gid: Some(gid), mtime: Some(mtime), md5: None }),
+                    _ => src.lstat(&d.src.path).and_then(|md| md.map(|md| meta_of(&md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))),
+                };
+                if let Err(e) = want.and_then(|want| localcopy::finish_dir(dst, &d.dst_path, &want, known)) {
+                    self.stats.failed(d.src.display_path(), format!("directory: {e}"));
+                }
+            });
+        }
+    }
+
+    fn finish_root(&self) {
+        let (src, dst) = self.stores();
+        let r = File::open(src.full_path(b"")).and_then(|f| f.metadata()).and_then(|md| localcopy::finish_root(dst, &meta_of(&md)));
+        if let Err(e) = r {
+            self.stats.failed(dst.describe(), format!("directory: {e}"));
+        }
+    }
+}
