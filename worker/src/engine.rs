@@ -38,6 +38,8 @@ pub struct EngineOptions {
     pub block_size: u64,
     pub put_md5: bool,
     pub max_bandwidth: Option<u64>,
+    /// Let the destination copy files itself where it can (`Store::can_copy_from`).
+    pub server_copy: bool,
 }
 
 /// One file to consider: where it is in the source, and where it goes.
@@ -60,6 +62,7 @@ pub struct Engine {
 
 enum Outcome {
     Copied,
+    ServerCopied,
     Skipped,
     Ignored(&'static str),
 }
@@ -117,6 +120,7 @@ impl Engine {
     fn record(&self, job: &Job, outcome: Result<Outcome>) {
         match outcome {
             Ok(Outcome::Copied) => Stats::add(&self.stats.files_copied, 1),
+            Ok(Outcome::ServerCopied) => self.stats.server_copied(job.src.size()),
             Ok(Outcome::Skipped) => {
                 Stats::add(&self.stats.files_skipped, 1);
                 Stats::add(&self.stats.bytes_skipped, job.src.size());
@@ -207,7 +211,16 @@ impl Engine {
         if !self.needs_copy(job).await? {
             return Ok(Outcome::Skipped);
         }
+        if self.server_side(job) {
+            return self.dst.copy_from(&*self.src, &job.src, &job.dst_path).await.map(|_| Outcome::ServerCopied);
+        }
         self.transfer(job).await.map(|_| Outcome::Copied)
+    }
+
+    /// Whether the destination copies this file itself. Only with a Content-MD5 to carry over:
+    /// without one, the streamed copy computes it, and the blob gets one like every upload.
+    pub fn server_side(&self, job: &Job) -> bool {
+        self.opts.server_copy && (job.src.md5.is_some() || !self.opts.put_md5)
     }
 
     async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
@@ -529,7 +542,7 @@ mod tests {
             std::fs::write(src.join(n), n).unwrap();
         }
         let stats = Arc::new(Stats::default());
-        let opts = EngineOptions { compare: Compare::None, concurrency: 2, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None };
+        let opts = EngineOptions { compare: Compare::None, concurrency: 2, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, server_copy: false };
         let engine = Arc::new(Engine::new(Arc::new(LocalStore::new(src, true)), Arc::new(LocalStore::new(dst.clone(), true)), opts, stats.clone(), None));
         let jobs = ["ok.txt", "panic-here"].map(|n| Job { src: Entry::file(n, n.len() as u64), dst_path: n.as_bytes().to_vec() });
         engine.run(jobs.to_vec()).await;

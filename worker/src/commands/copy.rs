@@ -83,6 +83,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             block_size: args.transfer.block_size,
             put_md5: args.put_md5,
             max_bandwidth: args.transfer.max_bandwidth,
+            server_copy: args.server_copy && dst.can_copy_from(&*src),
         },
         stats.clone(),
         dst_index,
@@ -135,8 +136,12 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
     for (j, r) in decisions {
         match r {
             Ok(true) => {
-                Stats::add(&stats.files_copied, 1);
-                Stats::add(&stats.bytes_copied, j.src.size());
+                if engine.server_side(&j) {
+                    stats.server_copied(j.src.size());
+                } else {
+                    Stats::add(&stats.files_copied, 1);
+                    Stats::add(&stats.bytes_copied, j.src.size());
+                }
                 if !json {
                     println!("would copy\t{}\t{}", j.src.display_path(), j.src.size());
                 }
@@ -162,8 +167,9 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
             "dest": dst.describe(),
             "dry_run": args.dry_run,
             "files": {"total": g(&stats.files_total), "copied": g(&stats.files_copied), "skipped": g(&stats.files_skipped),
-                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored)},
-            "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped)},
+                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored), "server_copied": g(&stats.files_server_copied)},
+            "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped),
+                      "server_copied": g(&stats.bytes_server_copied)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
             "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
             "failures": failures,
@@ -173,8 +179,12 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
         return;
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };
+    let server = match g(&stats.files_server_copied) {
+        0 => String::new(),
+        n => format!(", {n} server-side"),
+    };
     eprintln!(
-        "{verb} {} files ({}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}",
+        "{verb} {} files ({}{server}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}",
         g(&stats.files_copied),
         human_bytes(g(&stats.bytes_copied)),
         g(&stats.files_skipped),
