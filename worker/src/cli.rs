@@ -132,6 +132,9 @@ pub struct CopyArgs {
     /// service copy them (Copy Blob)
     #[arg(long = "no-server-copy", action = clap::ArgAction::SetFalse)]
     pub server_copy: bool,
+    /// Abort a server-side copy still pending after this many seconds [default: 3600]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub server_copy_timeout: Option<u64>,
     /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
     #[arg(long)]
     pub shard: Option<Shard>,

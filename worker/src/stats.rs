@@ -40,10 +40,10 @@ impl Stats {
 
     /// One file the service copied itself: copied, and counted apart.
     pub fn server_copied(&self, bytes: u64) {
-        for (files, total) in [(&self.files_copied, &self.bytes_copied), (&self.files_server_copied, &self.bytes_server_copied)] {
-            files.fetch_add(1, Relaxed);
-            total.fetch_add(bytes, Relaxed);
-        }
+        Stats::add(&self.files_copied, 1);
+        Stats::add(&self.bytes_copied, bytes);
+        Stats::add(&self.files_server_copied, 1);
+        Stats::add(&self.bytes_server_copied, bytes);
     }
 
     pub fn retried(&self, label: &str) {

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
@@ -13,7 +13,7 @@ use crate::filter;
 use crate::manifest::{Entry, Kind};
 use crate::progress::{self, Progress};
 use crate::stats::Stats;
-use crate::storage::{self, Store};
+use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
@@ -21,7 +21,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(Stats::default());
     let concurrency = args.transfer.concurrency.unwrap_or_else(default_concurrency).max(1);
     let parallel_files = args.transfer.parallel_files.unwrap_or(concurrency * 2).max(1);
-    let opts = open_options(&args.common, concurrency, stats.clone());
+    let opts = OpenOptions { copy_wait: args.server_copy_timeout.map(Duration::from_secs), ..open_options(&args.common, concurrency, stats.clone()) };
     let src_loc = parse_location(&args.source)?;
     let dst_loc = parse_location(&args.dest)?;
     let filter = super::build_filter(&args.filters)?;

@@ -160,6 +160,8 @@ pub struct OpenOptions {
     pub io_timeout: std::time::Duration,
     /// Local destinations: fsync files before their rename and the filesystem at the end.
     pub fsync: bool,
+    /// How long a server-side copy may stay pending; None: the store's default.
+    pub copy_wait: Option<std::time::Duration>,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

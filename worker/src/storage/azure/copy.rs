@@ -26,6 +26,7 @@ pub fn same_account(a: &BlobLocation, b: &BlobLocation) -> bool {
 
 /// How long a pending copy is waited for. Within one account Azure mostly ends a copy before
 /// answering; a copy between storage clusters may take minutes, but not forever.
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Patience {
     pub first: Duration,
     pub max_delay: Duration,
@@ -33,10 +34,17 @@ pub(super) struct Patience {
     pub max_looks: u32,
 }
 
-pub(super) const PATIENCE: Patience =
-    Patience { first: Duration::from_millis(100), max_delay: Duration::from_secs(5), max_wait: Duration::from_secs(3600), max_looks: 1000 };
+/// The default (`--server-copy-timeout`): looks 0.1 s apart, doubling to 5 s, for an hour.
+pub(super) const PATIENCE: Patience = Patience::up_to(Duration::from_secs(3600));
 
 impl Patience {
+    /// Waits up to `max_wait`, with as many looks as that takes at the longest pause.
+    pub const fn up_to(max_wait: Duration) -> Patience {
+        let max_delay = Duration::from_secs(5);
+        let max_looks = 10 + (max_wait.as_secs() / max_delay.as_secs()) as u32;
+        Patience { first: Duration::from_millis(100), max_delay, max_wait, max_looks }
+    }
+
     /// The pause after the n-th look (0-based): doubling from `first`, at most `max_delay`.
     fn delay(&self, n: u32) -> Duration {
         self.first.saturating_mul(1 << n.min(16)).min(self.max_delay)
@@ -112,27 +120,24 @@ pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path:
         .ok_or_else(|| StoreError::Invalid("Copy Blob answered without an x-ms-copy-id".into()))?
         .to_string();
     let began = Instant::now();
-    let (state, seen) = wait(&PATIENCE, || look(dst, &target, &copy_id)).await?;
-    match state {
-        CopyState::Success => match check(entry.size(), &meta, &seen) {
-            Ok(()) => Ok(()),
-            Err(e) => Err(noted(e, discard(dst, &target, &seen).await)),
-        },
-        CopyState::Ended(how, why) => {
-            let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
-            Err(noted(StoreError::Copy(format!("{how}{why}")), discard(dst, &target, &seen).await))
-        }
-        CopyState::Pending => {
-            // Abort ends the copy with an empty blob and a new ETag: look again before removing it.
-            let _ = dst.call(|| target.abort_copy(&copy_id, None)).await;
-            let note = match look(dst, &target, &copy_id).await {
-                Ok((_, now)) => discard(dst, &target, &now).await,
-                Err(e) => format!("the destination blob could not be removed: {e}"),
-            };
-            let waited = format!("still pending after {} s; aborted", began.elapsed().as_secs());
-            Err(noted(StoreError::Copy(waited), note))
-        }
+    let (mut state, mut seen) = wait(&dst.patience, || look(dst, &target, &copy_id)).await?;
+    let gave_up = state == CopyState::Pending;
+    if gave_up {
+        // Abort leaves an empty blob under a new ETag, so look again; a copy that ended just
+        // before the abort is judged as it ended.
+        let _ = dst.call(|| target.abort_copy(&copy_id, None)).await;
+        (state, seen) = look(dst, &target, &copy_id).await?;
     }
+    let failure = match (state, gave_up) {
+        (CopyState::Success, _) => match check(entry.size(), &meta, &seen) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        },
+        (_, true) | (CopyState::Pending, _) => StoreError::Copy(format!("still pending after {} s; aborted", began.elapsed().as_secs())),
+        (CopyState::Ended(how, why), false) if why.is_empty() => StoreError::Copy(how),
+        (CopyState::Ended(how, why), false) => StoreError::Copy(format!("{how} ({why})")),
+    };
+    Err(noted(failure, discard(dst, &target, &seen).await))
 }
 
 /// Copy Blob reads the source with the credential it is given; say what to do when it cannot.
@@ -244,6 +249,8 @@ mod tests {
         let d: Vec<u64> = (0..8).map(|n| PATIENCE.delay(n).as_millis() as u64).collect();
         assert_eq!(d, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         assert_eq!(PATIENCE.delay(u32::MAX), PATIENCE.max_delay);
+        // As many looks as the wait holds at the longest pause, and a few for the short ones.
+        assert_eq!((PATIENCE.max_looks, Patience::up_to(Duration::from_secs(60)).max_looks), (730, 22));
     }
 
     /// A look that says pending `pending` times, then `last`; counts the looks.

@@ -58,6 +58,8 @@ struct Inner {
     retry: RetryPolicy,
     stats: Arc<Stats>,
     block_md5: bool,
+    /// How long a server-side copy into this store is waited for.
+    patience: copy::Patience,
 }
 
 struct Clients {
@@ -168,6 +170,7 @@ impl AzureStore {
             retry: opts.retry.clone(),
             stats: opts.stats.clone(),
             block_md5: opts.block_md5,
+            patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
         };
         Ok(AzureStore { inner: Arc::new(inner) })
     }
