@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -22,6 +23,7 @@ pytest_report_header = _faults.pytest_report_header
 pytest_terminal_summary = _faults.pytest_terminal_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SECOND_ACCOUNT = "ferrysecond"
 DEFAULT_TEST_TIMEOUT = 120  # seconds; pytest-timeout ends any single test that goes past it
 
 # Inherited settings that could send a test's traffic off the machine or change which
@@ -163,13 +165,35 @@ class ContainerURL(str):
     def at(self, prefix: str) -> str:
         return self.azurite.url(self.name, prefix)
 
+    def signed(self, prefix: str = "", *, write: bool = False, port: int | None = None) -> str:
+        """The container (and optional prefix) with a container SAS in the URL, made from its own
+        Azurite's account key: read and list, and with ``write`` also add, create, write, delete."""
+        import datetime
+
+        from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+        permission = ContainerSasPermissions(read=True, list=True, add=write, create=write, write=write, delete=write)
+        sas = generate_container_sas(self.azurite.account, self.name, account_key=self.azurite.key, permission=permission,
+                                     expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+        return f"{self.azurite.url(self.name, prefix, port=port)}?{sas}"
+
     def blobs(self, prefix: str | None = None) -> dict:
         """{blob name: BlobProperties} (size, content_settings.content_md5, metadata, ...)."""
         return {b.name: b for b in self.client.list_blobs(name_starts_with=prefix, include=["metadata"])}
 
 
-@pytest.fixture
-def container(azurite, request) -> ContainerURL:
+@pytest.fixture(scope="session")
+def azurite2() -> Azurite:
+    """A second emulator standing for a second storage account: another name, another key, so
+    a request signed with the first account's credential fails here."""
+    az = start_azurite(REPO_ROOT, account=SECOND_ACCOUNT, key=base64.b64encode(os.urandom(64)).decode())
+    try:
+        yield az
+    finally:
+        az.stop()
+
+
+def new_container(azurite: Azurite, request) -> ContainerURL:
     # Container names: 3-63 chars of [a-z0-9-], no leading, trailing or doubled dash. The test's
     # name in it helps when reading Azurite's data after a failure.
     stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
@@ -180,8 +204,32 @@ def container(azurite, request) -> ContainerURL:
 
 
 @pytest.fixture
+def container(azurite, request) -> ContainerURL:
+    return new_container(azurite, request)
+
+
+@pytest.fixture
+def other_container(azurite, request) -> ContainerURL:
+    """A second fresh container in the same account as ``container``."""
+    return new_container(azurite, request)
+
+
+@pytest.fixture
+def container2(azurite2, request) -> ContainerURL:
+    """A fresh container in the second account (``azurite2``)."""
+    return new_container(azurite2, request)
+
+
+@pytest.fixture
 def proxy(azurite) -> FaultProxy:
     with FaultProxy(azurite.port) as p:
+        yield p
+
+
+@pytest.fixture
+def proxy2(azurite2) -> FaultProxy:
+    """A fault proxy in front of the second account's emulator."""
+    with FaultProxy(azurite2.port) as p:
         yield p
 
 

@@ -85,7 +85,7 @@ class Azurite:
             self.process.terminate()
             self.process.wait(30)
         self.kill()
-        self.process = _launch(self.binary, self.port, self.location, self.log_path)
+        self.process = _launch(self.binary, self.port, self.location, self.log_path, self.account, self.key)
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -133,7 +133,18 @@ def azurite_binary(repo_root: Path) -> Path:
     return repo_root / "node_modules" / ".bin" / "azurite-blob"
 
 
-def _launch(binary: Path, port: int, location: Path, log_path: Path) -> subprocess.Popen:
+def _accounts_env(account: str, key: str) -> dict:
+    """Azurite's environment: the default account unless another is asked for. A custom account
+    list in the caller's environment is never inherited (it would drop devstoreaccount1)."""
+    env = {k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"}
+    if (account, key) != (ACCOUNT, KEY):
+        # Only this account then exists here: a request signed for any other one fails.
+        env["AZURITE_ACCOUNTS"] = f"{account}:{key}"
+    return env
+
+
+def _launch(binary: Path, port: int, location: Path, log_path: Path, account: str = ACCOUNT,
+            key: str = KEY) -> subprocess.Popen:
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(
@@ -152,15 +163,16 @@ def _launch(binary: Path, port: int, location: Path, log_path: Path) -> subproce
             stderr=subprocess.STDOUT,
             cwd=location,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            # A custom account list in the caller's environment would drop devstoreaccount1.
-            env={k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"},
+            env=_accounts_env(account, key),
         )
     finally:
         log.close()
 
 
-def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3) -> Azurite:
-    """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace.
+def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3, account: str = ACCOUNT,
+                  key: str = KEY) -> Azurite:
+    """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace, serving
+    ``account`` (with ``key``, base64) only; by default the well-known development account.
 
     Disk mode with a temp dir (not --inMemoryPersistence) because in-memory Azurite keeps
     overwritten data around and balloons; --skipApiVersionCheck because current SDKs send API
@@ -174,8 +186,9 @@ def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 
         port = free_port()
         location = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
         log_path = location / "azurite.log"
-        proc = _launch(binary, port, location, log_path)
-        az = Azurite(port=port, location=location, process=proc, log_path=log_path, binary=binary)
+        proc = _launch(binary, port, location, log_path, account, key)
+        az = Azurite(port=port, location=location, process=proc, log_path=log_path, binary=binary,
+                     account=account, key=key)
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

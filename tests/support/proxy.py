@@ -2,8 +2,9 @@
 
 It sits in front of Azurite so a test can see exactly which requests a client sent (method, path,
 query such as ``comp=block&blockid=...``) and make chosen requests fail: answer with a status
-(503 + Retry-After, 500, 429) instead of forwarding, cut a response body short, or hold a request
-until the test releases it (to kill the client while it waits).
+(503 + Retry-After, 500, 429) instead of forwarding, cut a response body short, corrupt one byte
+of it, rewrite response headers, or hold a request until the test releases it (to kill the client
+while it waits).
 
 SharedKey signs the method, the path, the query and most headers, so requests are forwarded with
 path, query, header names, values and order untouched. Only Host (not signed), hop-by-hop headers
@@ -49,6 +50,10 @@ class Rule:
                      ``after_stall``: ``forward`` it or ``drop`` the connection without an answer.
       ``stall_body`` forward, send the head and ``body_bytes`` of the body, hold until released or
                      timed out, then close the connection.
+      ``corrupt``    forward, but flip every bit of the response body's byte at offset ``body_bytes``
+                     (a body that short passes untouched; ``cut`` tells whether it was flipped).
+      ``set_headers`` forward, but send ``headers`` in place of the upstream's headers of those
+                     names (added if upstream had none).
     A request matches when ``method`` equals, ``path`` (a regex searched in the percent-decoded
     path) matches and every ``query`` item holds (value equal; ``None``: present; ``ABSENT``:
     missing). The first ``skip`` matches pass untouched; the next ``count`` get the action, each
@@ -74,7 +79,7 @@ class Rule:
     _rng: random.Random = field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.action not in ("status", "truncate", "stall", "stall_body"):
+        if self.action not in ("status", "truncate", "stall", "stall_body", "corrupt", "set_headers"):
             raise ValueError(f"unknown action {self.action!r}")
         if self.after_stall not in ("forward", "drop"):
             raise ValueError(f"unknown after_stall {self.after_stall!r}")
@@ -118,7 +123,8 @@ class Request:
     body_sent: int = 0  # response body bytes relayed to the client
     # Set when the exchange broke off (the client or upstream went away mid-way): what broke.
     error: str | None = None
-    # A truncate or stall_body rule really cut the body short (it was longer than body_bytes).
+    # A truncate or stall_body rule really cut the body short (it was longer than body_bytes), or
+    # a corrupt rule really flipped a byte.
     cut: bool = False
 
     @property
@@ -274,9 +280,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         rechunk = has_body and resp.chunked
         length = resp.getheader("Content-Length")
         until_close = has_body and not rechunk and length is None
+        replaced = {k.lower(): v for k, v in rule.headers.items()} if rule and rule.action == "set_headers" else {}
         for name, value in resp.getheaders():
-            if name.lower() in _HOP_BY_HOP:
+            if name.lower() in _HOP_BY_HOP or name.lower() in replaced:
                 continue
+            self.send_header(name, value)
+        for name, value in replaced.items():
             self.send_header(name, value)
         if rechunk:
             self.send_header("Transfer-Encoding", "chunked")
@@ -296,6 +305,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             piece = resp.read(want)
             if not piece:
                 break
+            if rule is not None and rule.action == "corrupt" and sent <= rule.body_bytes < sent + len(piece):
+                at = rule.body_bytes - sent
+                piece = piece[:at] + bytes([piece[at] ^ 0xFF]) + piece[at + 1:]
+                record.cut = True
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if rechunk else piece)
             sent += len(piece)
             record.body_sent = sent

@@ -128,6 +128,13 @@ pub struct CopyArgs {
     /// Do not set Content-MD5 on uploaded blobs
     #[arg(long = "no-put-md5", action = clap::ArgAction::SetFalse)]
     pub put_md5: bool,
+    /// Between blobs of one account, stream the bytes through ferry instead of letting the
+    /// service copy them (Copy Blob)
+    #[arg(long = "no-server-copy", action = clap::ArgAction::SetFalse)]
+    pub server_copy: bool,
+    /// Abort a server-side copy still pending after this many seconds [default: 3600]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub server_copy_timeout: Option<u64>,
     /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
     #[arg(long)]
     pub shard: Option<Shard>,

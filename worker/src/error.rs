@@ -31,6 +31,14 @@ pub enum StoreError {
     #[error("integrity: {0}")]
     Integrity(String),
 
+    /// A server-side copy that the service ended without success, or that did not end in time.
+    #[error("server-side copy {0}")]
+    Copy(String),
+
+    /// The store cannot do this (a capability the trait leaves optional).
+    #[error("not supported: {0}")]
+    Unsupported(String),
+
     #[error("{0}")]
     Invalid(String),
 }

@@ -11,9 +11,13 @@ pub struct Stats {
     pub files_skipped: AtomicU64,
     pub files_failed: AtomicU64,
     pub files_ignored: AtomicU64,
+    /// Of `files_copied`, those the service copied itself (Copy Blob); the rest were streamed.
+    pub files_server_copied: AtomicU64,
     pub bytes_total: AtomicU64,
     pub bytes_copied: AtomicU64,
     pub bytes_skipped: AtomicU64,
+    /// Of `bytes_copied`, those of server-side copies.
+    pub bytes_server_copied: AtomicU64,
     pub blocks_sent: AtomicU64,
     pub blocks_reused: AtomicU64,
     pub retries_total: AtomicU64,
@@ -35,6 +39,14 @@ impl Stats {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
+    }
+
+    /// One file the service copied itself: copied, and counted apart.
+    pub fn server_copied(&self, bytes: u64) {
+        Stats::add(&self.files_copied, 1);
+        Stats::add(&self.bytes_copied, bytes);
+        Stats::add(&self.files_server_copied, 1);
+        Stats::add(&self.bytes_server_copied, bytes);
     }
 
     pub fn retried(&self, label: &str) {

@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
@@ -15,7 +15,7 @@ use crate::filter;
 use crate::manifest::{Entry, Kind};
 use crate::progress::{self, Progress};
 use crate::stats::Stats;
-use crate::storage::{self, Store};
+use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
@@ -32,7 +32,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         (None, None) => depth.ceiling(),
     }
     .max(1);
-    let opts = open_options(&args.common, depth.ceiling(), stats.clone());
+    let opts = OpenOptions { copy_wait: args.server_copy_timeout.map(Duration::from_secs), ..open_options(&args.common, depth.ceiling(), stats.clone()) };
     let filter = super::build_filter(&args.filters)?;
 
     let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts, true).await? {
@@ -96,6 +96,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 None => ADAPTIVE_MEMORY,
             },
             finish_root: both_local && whole_tree,
+            server_copy: args.server_copy && dst.can_copy_from(&*src),
         },
         stats.clone(),
         depth.clone(),
@@ -214,8 +215,12 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
     for (j, r) in decisions {
         match r {
             Ok(true) => {
-                Stats::add(&stats.files_copied, 1);
-                Stats::add(&stats.bytes_copied, j.src.size());
+                if engine.server_side(&j) {
+                    stats.server_copied(j.src.size());
+                } else {
+                    Stats::add(&stats.files_copied, 1);
+                    Stats::add(&stats.bytes_copied, j.src.size());
+                }
                 if !json {
                     println!("would copy\t{}\t{}", j.src.display_path(), j.src.size());
                 }
@@ -249,8 +254,9 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
             "dest": dst.describe(),
             "dry_run": args.dry_run,
             "files": {"total": g(&stats.files_total), "copied": g(&stats.files_copied), "skipped": g(&stats.files_skipped),
-                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored)},
-            "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped)},
+                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored), "server_copied": g(&stats.files_server_copied)},
+            "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped),
+                      "server_copied": g(&stats.bytes_server_copied)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
             "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
             "concurrency": depth,
@@ -261,8 +267,12 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
         return;
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };
+    let server = match g(&stats.files_server_copied) {
+        0 => String::new(),
+        n => format!(", {n} server-side"),
+    };
     eprintln!(
-        "{verb} {} files ({}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}; {}",
+        "{verb} {} files ({}{server}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}; {}",
         g(&stats.files_copied),
         human_bytes(g(&stats.bytes_copied)),
         g(&stats.files_skipped),

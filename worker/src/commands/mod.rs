@@ -47,6 +47,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         block_md5: common.block_md5,
         io_timeout: Duration::from_secs(common.io_timeout.max(1)),
         fsync: common.fsync,
+        copy_wait: None,
         env: env(),
     }
 }

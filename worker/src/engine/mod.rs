@@ -52,6 +52,8 @@ pub struct EngineOptions {
     /// Local → local copy of a whole tree: the destination root gets the source root's owner,
     /// mode and mtime at the end.
     pub finish_root: bool,
+    /// Let the destination copy files itself where it can (`Store::can_copy_from`).
+    pub server_copy: bool,
 }
 
 /// One file to consider: where it is in the source, and where it goes.
@@ -80,6 +82,7 @@ pub struct Engine {
 
 enum Outcome {
     Copied,
+    ServerCopied,
     Skipped,
     Ignored(&'static str),
 }
@@ -137,6 +140,7 @@ impl Engine {
     fn record(&self, job: &Job, outcome: Result<Outcome>) {
         match outcome {
             Ok(Outcome::Copied) => Stats::add(&self.stats.files_copied, 1),
+            Ok(Outcome::ServerCopied) => self.stats.server_copied(job.src.size()),
             Ok(Outcome::Skipped) => {
                 Stats::add(&self.stats.files_skipped, 1);
                 Stats::add(&self.stats.bytes_skipped, job.src.size());
@@ -160,7 +164,16 @@ impl Engine {
         if !self.needs_copy(job).await? {
             return Ok(Outcome::Skipped);
         }
+        if self.server_side(job) {
+            return self.dst.copy_from(&*self.src, &job.src, &job.dst_path).await.map(|_| Outcome::ServerCopied);
+        }
         self.transfer(job).await.map(|_| Outcome::Copied)
+    }
+
+    /// Whether the destination copies this file itself. Only with a Content-MD5 to carry over:
+    /// without one, the streamed copy computes it, and the blob gets one like every upload.
+    pub fn server_side(&self, job: &Job) -> bool {
+        self.opts.server_copy && (job.src.md5.is_some() || !self.opts.put_md5)
     }
 
     async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
@@ -423,7 +436,7 @@ mod tests {
     use crate::storage::local::LocalStore;
 
     pub(super) fn options(compare: Compare) -> EngineOptions {
-        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false }
+        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false, server_copy: false }
     }
 
     #[tokio::test(flavor = "multi_thread")]

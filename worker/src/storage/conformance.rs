@@ -54,6 +54,7 @@ impl Azurite {
             block_md5: true,
             io_timeout: Duration::from_secs(30),
             fsync: true,
+            copy_wait: None,
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),

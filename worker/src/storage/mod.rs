@@ -127,12 +127,29 @@ pub trait Store: Send + Sync {
     /// Creates the container (or directory). Ok(false) if it already existed.
     async fn create_root(&self) -> Result<bool>;
 
+    /// Whether `copy_from` can copy objects of `src` here without their bytes passing through
+    /// ferry (Azure: the same account at the same endpoint).
+    fn can_copy_from(&self, _src: &dyn Store) -> bool {
+        false
+    }
+
+    /// Copies `entry` of `src` to `dst_path` here, server-side, where `can_copy_from` allows it.
+    /// The result must hold what streaming would give: the source's bytes and Content-MD5 and
+    /// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
+    async fn copy_from(&self, _src: &dyn Store, _entry: &Entry, _dst_path: &[u8]) -> Result<()> {
+        Err(StoreError::Unsupported(format!("server-side copy into {}", self.describe())))
+    }
+
     /// Set for local stores, so local→local copies can use the kernel's copy path.
     fn local_root(&self) -> Option<&std::path::Path> {
         None
     }
 
     fn as_local(&self) -> Option<&local::LocalStore> {
+        None
+    }
+
+    fn as_azure(&self) -> Option<&azure::AzureStore> {
         None
     }
 }
@@ -149,6 +166,8 @@ pub struct OpenOptions {
     pub io_timeout: std::time::Duration,
     /// Local destinations: fsync files before their rename and the filesystem at the end.
     pub fsync: bool,
+    /// How long a server-side copy may stay pending; None: the store's default.
+    pub copy_wait: Option<std::time::Duration>,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

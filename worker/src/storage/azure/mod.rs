@@ -5,6 +5,7 @@
 //! every call, so `--max-retries`, the time budget and the counts by status in `--json` hold.
 
 pub mod auth;
+mod copy;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -57,6 +58,8 @@ struct Inner {
     retry: RetryPolicy,
     stats: Arc<Stats>,
     block_md5: bool,
+    /// How long a server-side copy into this store is waited for.
+    patience: copy::Patience,
 }
 
 struct Clients {
@@ -167,6 +170,7 @@ impl AzureStore {
             retry: opts.retry.clone(),
             stats: opts.stats.clone(),
             block_md5: opts.block_md5,
+            patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
         };
         Ok(AzureStore { inner: Arc::new(inner) })
     }
@@ -250,13 +254,20 @@ impl Inner {
         Ok(Clients { options, container: client(url.clone())?, by_level: client(level_url)?, base: url })
     }
 
-    /// A client for one blob. Its URL is built here, not by the SDK's `blob_client`, which
-    /// parses the name as URL text and so silently drops tabs and newlines from it.
-    async fn blob(&self, name: &str) -> Result<BlobClient> {
+    /// One blob's URL, with the SAS query when the credential is one. Built here, not by the
+    /// SDK's `blob_client`, which parses the name as URL text and so silently drops tabs and
+    /// newlines from it.
+    async fn blob_url(&self, name: &str) -> Result<Url> {
         let c = self.clients().await?;
         let mut url = c.base.clone();
         url.set_path(&format!("{}/{}", c.base.path(), utf8_percent_encode(name, PATH_SET)));
-        BlobClient::new(url, None, Some(c.options.clone())).map_err(map_err)
+        Ok(url)
+    }
+
+    /// A client for one blob.
+    async fn blob(&self, name: &str) -> Result<BlobClient> {
+        let url = self.blob_url(name).await?;
+        BlobClient::new(url, None, Some(self.clients().await?.options.clone())).map_err(map_err)
     }
 
     /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
@@ -517,6 +528,21 @@ impl Store for AzureStore {
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    fn can_copy_from(&self, src: &dyn Store) -> bool {
+        src.as_azure().is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
+    }
+
+    async fn copy_from(&self, src: &dyn Store, entry: &Entry, dst_path: &[u8]) -> Result<()> {
+        match src.as_azure() {
+            Some(s) if self.can_copy_from(src) => copy::copy_blob(&s.inner, &self.inner, entry, dst_path).await,
+            _ => Err(StoreError::Unsupported(format!("server-side copy from {} into {}", src.describe(), self.describe()))),
+        }
+    }
+
+    fn as_azure(&self) -> Option<&AzureStore> {
+        Some(self)
     }
 
     async fn create_root(&self) -> Result<bool> {
