@@ -86,13 +86,17 @@ class FerryRunner:
         # lands here, never in the repository the tests were started from.
         self.workdir = workdir
 
+    def env(self, extra: dict | None) -> dict:
+        # What ferry keeps for the user (a prune's default log) goes to the tests' own directory.
+        return ferry_env({"XDG_STATE_HOME": str(self.workdir / "state"), **(extra or {})})
+
     def command(self, args) -> list:
         return [str(self.binary), *[a if isinstance(a, bytes) else os.fspath(a) for a in args]]
 
     def __call__(self, *args, env: dict | None = None, check: bool | int = True, timeout: float = 110,
                  cwd=None, input: bytes | None = None) -> subprocess.CompletedProcess:
         cmd = self.command(args)
-        proc = subprocess.run(cmd, env=ferry_env(env), cwd=cwd or self.workdir, input=input, capture_output=True,
+        proc = subprocess.run(cmd, env=self.env(env), cwd=cwd or self.workdir, input=input, capture_output=True,
                               timeout=timeout, stdin=None if input is not None else subprocess.DEVNULL)
         result = subprocess.CompletedProcess(cmd, proc.returncode, _decode(proc.stdout), _decode(proc.stderr))
         result.stdout_bytes = proc.stdout
@@ -114,7 +118,7 @@ class FerryRunner:
         out = open(log_dir / "ferry.stdout", "wb")
         err = open(log_dir / "ferry.stderr", "wb")
         try:
-            return subprocess.Popen(self.command(args), env=ferry_env(env), cwd=self.workdir,
+            return subprocess.Popen(self.command(args), env=self.env(env), cwd=self.workdir,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         finally:
             out.close()

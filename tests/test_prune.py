@@ -347,3 +347,18 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
         assert "refused" in r.stderr and status in r.stderr, r.stderr
         assert sorted(container.blobs()) == everything
     assert not (tmp_path / "never.tsv").exists()
+
+
+def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_current_one(tmp_path, run_ferry):
+    src, dst, _ = build_local(tmp_path, run_ferry)
+    cwd, state = tmp_path / "cwd", tmp_path / "state"
+    cwd.mkdir()
+    j = run_ferry("prune", src, dst, "--json", cwd=cwd, env={"XDG_STATE_HOME": str(state)}).json
+    assert list(cwd.iterdir()) == [], "prune wrote into the current directory"
+    log = Path(j["log"])
+    assert log.parent == state / "ferry" and log.name.startswith("prune-"), j
+    assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
+    # Without XDG_STATE_HOME, the XDG default under HOME.
+    src, dst, _ = build_local(tmp_path / "again", run_ferry)
+    j = run_ferry("prune", src, dst, "--json", cwd=cwd, env={"XDG_STATE_HOME": None, "HOME": str(tmp_path / "home")}).json
+    assert Path(j["log"]).parent == tmp_path / "home" / ".local" / "state" / "ferry"

@@ -157,3 +157,69 @@ def test_shards_partition_the_files(tmp_path, run_ferry):
     assert all(t > 0 for t in totals), f"a shard got nothing: {totals}"
     got = set(files_only(snapshot(dst)))
     assert got == set(contents)
+
+
+def test_a_symlink_named_as_the_source_is_followed(tmp_path, run_ferry):
+    # As `cp -rH`, `rsync src/` and fpsync: the user named the tree the link points to.
+    real = tmp_path / "real"
+    make_tree(real, {"a.txt": File(data=b"a"), "sub/b.txt": File(data=b"b")})
+    (tmp_path / "link").symlink_to(real)
+    for spelling in ("link", "link/"):
+        dst = tmp_path / f"dst-{spelling.strip('/')}{len(spelling)}"
+        run_ferry("copy", "-r", str(tmp_path / spelling), dst)
+        assert not dst.is_symlink() and (dst / "sub" / "b.txt").read_bytes() == b"b"
+        run_ferry("verify", str(tmp_path / spelling), dst)
+    _, listed = parse_manifest(run_ferry("ls", "-r", tmp_path / "link").stdout)
+    assert {e.path for e in listed if e.type == "f"} == {b"a.txt", b"sub/b.txt"}
+
+    # A link to a file copies the file's bytes under the link's own name.
+    (tmp_path / "file-link").symlink_to(real / "a.txt")
+    out = tmp_path / "single"
+    out.mkdir()
+    run_ferry("copy", tmp_path / "file-link", f"{out}/")
+    assert not (out / "file-link").is_symlink() and (out / "file-link").read_bytes() == b"a"
+
+
+def test_rm_of_a_symlink_removes_the_link_and_never_its_target(tmp_path, run_ferry):
+    target = tmp_path / "target.txt"
+    target.write_bytes(b"keep me")
+    (tmp_path / "link").symlink_to(target)
+    run_ferry("rm", tmp_path / "link")
+    assert not os.path.lexists(tmp_path / "link") and target.read_bytes() == b"keep me"
+
+
+@pytest.mark.parametrize("dst_exists", [False, True])
+def test_the_destination_root_gets_the_source_roots_metadata(tmp_path, run_ferry, dst_exists):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"f.txt": File(data=b"f", mtime_ns=BASE_NS)})
+    os.chmod(src, 0o750)
+    os.utime(src, ns=(BASE_NS, BASE_NS + 123_456_789))
+    if dst_exists:
+        dst.mkdir(mode=0o700)
+    run_ferry("copy", "-r", f"{src}/", dst)
+    got = os.stat(dst)
+    assert (oct(got.st_mode & 0o7777), got.st_mtime_ns) == (oct(0o750), BASE_NS + 123_456_789)
+
+
+def test_an_unchanged_rerun_changes_nothing_at_all(tmp_path, run_ferry):
+    # Not a byte, not a mode, not a time: every inode's ctime stays, so no call changed anything.
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {**metadata_tree(), **many_files_spec(200)})
+    run_ferry("copy", "-r", f"{src}/", dst)
+    ctimes = lambda: {p: os.lstat(p).st_ctime_ns for p in [dst, *dst.rglob("*")]}
+    before = ctimes()
+    out = run_ferry("copy", "-r", f"{src}/", dst, "--json").json
+    assert out["files"]["copied"] == 0
+    assert ctimes() == before
+
+
+def test_the_depth_is_reported_adaptive_unless_fixed(tmp_path, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, many_files_spec(50))
+    adaptive = run_ferry("copy", "-r", f"{src}/", tmp_path / "a", "--json").json["concurrency"]
+    assert adaptive["mode"] == "adaptive" and adaptive["min"] <= adaptive["final"] <= adaptive["max"], adaptive
+    assert adaptive["peak"] >= adaptive["initial"] >= 1
+    fixed = run_ferry("copy", "-r", f"{src}/", tmp_path / "f", "--parallel-files", "3", "--json").json["concurrency"]
+    assert (fixed["mode"], fixed["initial"], fixed["final"], fixed["peak"], fixed["trace"]) == ("fixed", 3, 3, 3, [])
+    line = run_ferry("copy", "-r", f"{src}/", tmp_path / "g").stderr
+    assert "in flight: adaptive" in line, line

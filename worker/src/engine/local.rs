@@ -109,7 +109,7 @@ impl Engine {
         let missing: Vec<Job> = dirs.iter().filter(|d| self.dst_dir(&d.dst_path).is_none()).cloned().collect();
         for level in by_level(&missing) {
             parallel(&level, self.depth.limit(), |d| {
-                if dst.dir(&d.dst_path, true).is_ok() {
+                if dst.make_dir(&d.dst_path).is_ok() {
                     changed.made.lock().unwrap().insert(d.dst_path.clone());
                     changed.touch(&d.dst_path);
                 }

@@ -106,6 +106,15 @@ impl LocalStore {
         Ok(d)
     }
 
+    /// Makes directory `rel`, whose parent exists or is made: one exclusive create, where
+    /// `dir(rel, true)` would first look for it (a wasted round trip for a directory the
+    /// listing showed missing). An existing one is fine.
+    pub fn make_dir(&self, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
+        let (parent, name) = self.parent(rel, true)?;
+        beneath::mkdir_at(fd(&parent), name)?;
+        self.dir(rel, false)
+    }
+
     /// Drops a directory's handle, once it is deleted: a new directory of that name is a
     /// different one.
     pub fn forget_dir(&self, rel: &[u8]) {
