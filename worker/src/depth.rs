@@ -13,7 +13,7 @@
 //! - *throttled* (429, 503, timeouts): halve at once, whatever the rate said.
 //!
 //! A trial is a stretch with the limit unchanged that lasts until every slot has turned over
-//! twice (so short round trips give short trials and a fast ramp), within `MIN_TRIAL` and
+//! once (so short round trips give short trials and a fast ramp), within `MIN_TRIAL` and
 //! `MAX_TRIAL`. Trials where the limit was not the constraint (fewer tasks wanting a slot than
 //! there are slots) say nothing about the limit and are discarded. A fixed `--concurrency`
 //! switches the controller off.
@@ -321,7 +321,7 @@ impl Depth {
             c.trial_bytes += bytes;
             c.trial_saturated += saturated as u64;
             let elapsed = now.duration_since(c.trial_start);
-            let turned_over = c.trial_ops >= 2 * limit as u64 && elapsed >= MIN_TRIAL;
+            let turned_over = c.trial_ops >= limit as u64 && elapsed >= MIN_TRIAL;
             let throttled = throttles > c.throttles_seen;
             if turned_over || elapsed >= MAX_TRIAL || throttled {
                 let rate = (c.trial_bytes as f64 + c.trial_ops as f64 * OP_BYTES) / elapsed.as_secs_f64().max(1e-6);

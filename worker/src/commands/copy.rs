@@ -125,7 +125,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
 
 /// Bytes of blocks and ranges in memory at once when the depth adapts: sixteen 4 MiB blocks,
 /// or eight download ranges, which keeps the worker near 100 MiB whatever depth it settles on.
-const ADAPTIVE_MEMORY: u64 = 64 << 20;
+const ADAPTIVE_MEMORY: u64 = 48 << 20;
 
 /// How much a copy keeps in flight (docs/worker.md, "Depth"). Between filesystems the depth
 /// is files at once: `--parallel-files` (or twice `--concurrency`) fixes it; else it adapts,
