@@ -23,9 +23,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    // Block buffers are often freed on another thread than the one that allocated them. With
-    // glibc's sliding mmap threshold they then collect in per-thread arenas (RSS tripled in the
-    // download benchmark); a fixed threshold hands every large buffer back to the OS on free.
+    // A fixed mmap threshold: glibc's sliding one let buffers freed on another thread than the
+    // one that allocated them collect in per-thread arenas (RSS tripled in the download
+    // benchmark). At 8 MiB, the HTTP client's receive buffers (up to ~400 KiB, a new one for
+    // nearly every read) come from the heap instead of fresh mappings whose every page faults;
+    // block buffers are pooled (storage/bufpool.rs), and RSS stays bounded by the memory budget.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: called before any other thread exists.
     unsafe {
