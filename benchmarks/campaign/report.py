@@ -73,6 +73,30 @@ def compact(v):
     return v
 
 
+def classes_recorded(res: dict) -> bool:
+    return any("md5" in r for g in res["groups"] for r in g["rows"])
+
+
+def concurrency_text(r: dict) -> str:
+    """ferry's effective concurrency from its summaries (medians over runs): mode initial→final, peak."""
+    c = r.get("concurrency")
+    if not c:
+        return "–" if "concurrency" not in r else "not reported"
+    return f"{c['mode']} {fmt(c['initial'], 0)}→{fmt(c['final'], 0)}, peak {fmt(c['peak'], 0)}"
+
+
+def row_context(r: dict, g: dict) -> str:
+    """Where a row ran (filesystems, user), how often if less than the others, and why it is set up so."""
+    bits = []
+    if r.get("src_fs") or r.get("dst_fs"):
+        bits.append(f"{r.get('src_fs') or '?'} → {r.get('dst_fs') or '?'}, as {r.get('run_as') or '?'}")
+    if r.get("max_runs") is not None:
+        bits.append(f"{len(r['runs'])} of the group's {g.get('rounds', len(r['runs']))} rounds (a slow serial peer, "
+                    "fewer runs by design)")
+    text = f" ({'; '.join(bits)})" if bits else ""
+    return text + (f". {r['note']}" if r.get("note") else "")
+
+
 def render_markdown(res: dict, heading: int = 1) -> str:
     h = "#" * heading
     m = res["machine"]
@@ -86,6 +110,10 @@ def render_markdown(res: dict, heading: int = 1) -> str:
          f"each group names its own). Latest: " if len({g.get('ferry_sha256') for g in res['groups']}) > 1 else "- ")
         + f"{res['ferry']['version']} (snapshot of the worker binary, sha256 {res['ferry']['sha256']}…, "
         f"worker commit {res['ferry']['worker_commit']}{', with uncommitted changes' if res['ferry'].get('worker_tree_modified') else ''}).",
+        f"- At least {res['runs']} run(s) per row, in whole rotations (as many rounds as a group has rows, each "
+        "row first once); before every run the row's `--prepare` and a sync of the scratch filesystem; "
+        "wall and CPU are medians; CPU = user + system of the measured command (hyperfine); "
+        "peak RSS from GNU time `%M`." if "rounds" in res["groups"][0] else
         f"- {res['runs']} run(s) per row, one fresh `--prepare` before each, row order rotated between rounds; "
         "wall and CPU are medians; CPU = user + system of the measured command (hyperfine); "
         "peak RSS from GNU time `%M`.",
@@ -96,9 +124,13 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         "- Tools: " + "; ".join(" ".join(v.split()) for v in res["versions"].values()) + ".",
         "",
         f"{h}# Ratios: ferry ÷ peer (below 1: ferry takes less)", "",
+        "Each ferry row is paired only with peers of its class: both put or check MD5, or neither; "
+        "both make what they wrote durable (fsync, sync), or neither." if classes_recorded(res) else None,
+        "" if classes_recorded(res) else None,
         "| group | ferry | peer | wall | CPU | peak RSS |",
         "|---|---|---|---:|---:|---:|",
     ]
+    lines = [x for x in lines if x is not None]
     for g in res["groups"]:
         for r in g["ratios"]:
             lines.append(f"| {g['id']} | {r['ferry']} | {r['peer']} | {fmt(r['wall'])} | {fmt(r['cpu'])} | {fmt(r['rss'])} |")
@@ -117,6 +149,12 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         else:
             head += ["CPU s"]
         head += ["peak RSS MiB"]
+        has_class = any("md5" in r for r in g["rows"])
+        if has_class:
+            head += ["MD5", "durable"]
+        has_conc = any("concurrency" in r for r in g["rows"])
+        if has_conc:
+            head += ["concurrency"]
         if has_server:
             head += ["Azurite CPU s"]
         has_requests = any("requests_median" in r for r in g["rows"])
@@ -135,6 +173,10 @@ def render_markdown(res: dict, heading: int = 1) -> str:
             else:
                 cells += [fmt(r["cpu_median"])]
             cells += [fmt(r.get("rss_mib_median"), 1)]
+            if has_class:
+                cells += ["yes" if r.get("md5") else "no", "yes" if r.get("durable") else "no"]
+            if has_conc:
+                cells += [concurrency_text(r)]
             if has_server:
                 cells += [fmt(r.get("server_cpu_median"))]
             if has_requests:
@@ -150,7 +192,7 @@ def render_markdown(res: dict, heading: int = 1) -> str:
                 lines.append(f"- Target for {name}: {t['target']} — {'met' if t['met'] else 'missed'} "
                              f"(measured {fmt(t['value'], 3)}).")
         lines += ["", "Commands (run from the repo root):", ""]
-        lines += [f"- {r['name']}: `{r['command']}`" for r in g["rows"]]
+        lines += [f"- {r['name']}: `{r['command']}`{row_context(r, g)}" for r in g["rows"]]
         v = g.get("verification") or {}
         if v:
             status = "passed" if v.get("ok") else "FAILED"

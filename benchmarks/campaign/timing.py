@@ -26,6 +26,19 @@ class Row:
     prepare: str = ":"
     slot: str | None = None   # Azurite workspace (or latencyfs destination) this row runs against
     depth: int | None = None  # requests the row keeps in flight at most, for its latency limit
+    # What the row does that costs, so that ratios pair like with like (see `same_class`):
+    md5: bool = False         # puts Content-MD5 on what it uploads / checks MD5 of what it reads
+    durable: bool = False     # fsyncs (or syncs) what it wrote before it exits
+    note: str = ""            # why the row is set up as it is; printed under the group's table
+    src: Path | None = None   # local source and destination, for the filesystem types recorded
+    dst: Path | None = None   # per run (None: a blob URL)
+    json: bool = False        # a ferry copy: its --json summary is kept per run (concurrency)
+    max_runs: int | None = None  # fewer runs than the group's (slow serial peers); labelled
+
+    @property
+    def shown(self) -> str:
+        """The command as recorded: with the per-run JSON file ferry's summary goes to."""
+        return f"{self.cmd} --json > run.json" if self.json else self.cmd
 
 
 @dataclass
@@ -67,8 +80,47 @@ def read_rss_kib(path: Path) -> int | None:
         return None
 
 
+def same_class(a: dict, b: dict) -> bool:
+    """Two rows are compared only when they do the same costly things: MD5 and durability."""
+    return a.get("md5", False) == b.get("md5", False) and a.get("durable", False) == b.get("durable", False)
+
+
+def rounds_for(runs: int, rows: int) -> int:
+    """Whole rotations: one rotation is as many rounds as the group has rows, each row going
+    first once, so no row owes its time to its place (cache, writeback) more than another."""
+    return -(-runs // rows) * rows
+
+
+def probe_cmd(row: Row, out: Path) -> str:
+    """Shell for the end of a row's prepare: the filesystem types of its source and destination
+    (the nearest existing ancestor: a destination may not exist yet) and the user it runs as."""
+    parts = []
+    for p in (row.src, row.dst):
+        parts.append("echo blob" if p is None else
+                     f'd={q(p)}; while [ ! -e "$d" ]; do d=$(dirname "$d"); done; findmnt -n -o FSTYPE -T "$d"')
+    return "{ " + "; ".join(parts) + "; id -un; } > " + q(out)
+
+
+def read_probe(path: Path) -> dict:
+    try:
+        src, dst, user = path.read_text().split()[:3]
+        return {"src_fs": src, "dst_fs": dst, "run_as": user}
+    except (OSError, ValueError):
+        return {}
+
+
+def read_concurrency(path: Path) -> dict | None:
+    """ferry's effective concurrency from its --json summary; None when the binary predates it."""
+    try:
+        c = json.loads(path.read_text()).get("concurrency")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {k: c.get(k) for k in ("mode", "initial", "final", "peak")} if isinstance(c, dict) else None
+
+
 def run_group(s: Settings, scenario: str, g: Group) -> dict:
-    log(f"{scenario}/{g.id}: {g.title} — {len(g.rows)} rows × {s.runs} runs")
+    rounds = rounds_for(s.runs, len(g.rows))
+    log(f"{scenario}/{g.id}: {g.title} — {len(g.rows)} rows × {rounds} rounds")
     gdir = s.scratch / "runs" / scenario / g.id
     rmtree(gdir)
     gdir.mkdir(parents=True)
@@ -80,18 +132,22 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     loads = []
     started = time.monotonic()
     try:
-        for rnd in range(s.runs):
-            # Rotating, not just reversing, so that with three rows each one goes first once.
-            k = rnd % len(g.rows)
-            order = g.rows[k:] + g.rows[:k]
+        for rnd in range(rounds):
+            present = [r for r in g.rows if r.max_runs is None or len(runs[r.name]) < r.max_runs]
+            k = rnd % len(present)
+            order = present[k:] + present[:k]
             export = gdir / f"round-{rnd}.json"
             args = ["hyperfine", "--runs", "1", "--style", "none", "--ignore-failure",
                     "--export-json", rel(export)]
-            rss_files = []
+            files = []
             for i, row in enumerate(order):
-                rss = gdir / f"round-{rnd}-{i}.rss"
-                rss_files.append(rss)
-                args += ["--prepare", row.prepare, "--command-name", row.name, wrap(row.cmd, rss)]
+                base = gdir / f"round-{rnd}-{i}"
+                files.append(base)
+                cmd = f"{row.cmd} --json > {q(base.with_suffix('.json'))}" if row.json else row.cmd
+                # After the row's own reset: writeback settled (the scratch filesystem synced), so
+                # no run pays for the dirty pages of the one before; then the probe.
+                prepare = f"{row.prepare} && sync -f {q(s.scratch)} && {probe_cmd(row, base.with_suffix('.probe'))}"
+                args += ["--prepare", prepare, "--command-name", row.name, wrap(cmd, base.with_suffix(".rss"))]
             load = os.getloadavg()[0]
             loads.append(load)
             proc = subprocess.run(args, env=g.env, capture_output=True, text=True)
@@ -99,13 +155,16 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
                 raise RuntimeError(f"hyperfine failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
             results = json.loads(export.read_text())["results"]
             line = []
-            for pos, (row, res, rss) in enumerate(zip(order, results, rss_files)):
+            for pos, (row, res, base) in enumerate(zip(order, results, files)):
                 rec = {"round": rnd, "position": pos, "wall": res["times"][0], "user": res["user"],
                        "system": res["system"], "exit": res["exit_codes"][0],
-                       "rss_kib": read_rss_kib(rss), "load1": round(load, 2)}
+                       "rss_kib": read_rss_kib(base.with_suffix(".rss")), "load1": round(load, 2),
+                       **read_probe(base.with_suffix(".probe"))}
+                if row.json:
+                    rec["concurrency"] = read_concurrency(base.with_suffix(".json"))
                 runs[row.name].append(rec)
                 line.append(f"{row.name} {rec['wall']:.2f}s" + ("" if rec["exit"] == 0 else f" (exit {rec['exit']})"))
-            log(f"  round {rnd + 1}/{s.runs}: " + ", ".join(line))
+            log(f"  round {rnd + 1}/{rounds}: " + ", ".join(line))
     finally:
         if g.teardown:
             g.teardown()
@@ -131,7 +190,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     rows = [summarize_row(r, runs[r.name], g) for r in g.rows]
     return {
         "id": g.id, "title": g.title, "dataset": g.dataset, "bytes": g.bytes, "files": g.files,
-        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "rounds": rounds,
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)} if loads else None,
         "seconds": round(time.monotonic() - started, 1), "notes": g.notes, "ferry_sha256": s.ferry_sha256,
         "throughput_unit": g.throughput_unit, "delay_ms": g.delay_ms,
@@ -139,9 +198,35 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     }
 
 
+def distinct(values) -> str | None:
+    """The values a row's runs recorded, as one string ("ext4" or "ext4, tmpfs")."""
+    seen = sorted({str(v) for v in values if v is not None})
+    return ", ".join(seen) if seen else None
+
+
+def concurrency_summary(ok: list[dict]) -> dict | None:
+    got = [r["concurrency"] for r in ok if r.get("concurrency")]
+    if not got:
+        return None
+    out = {"mode": distinct(c.get("mode") for c in got)}
+    for k in ("initial", "final", "peak"):
+        vals = [c[k] for c in got if isinstance(c.get(k), (int, float))]
+        out[k] = statistics.median(vals) if vals else None
+    return out
+
+
 def summarize_row(row: Row, runs: list, g: Group) -> dict:
     ok = [r for r in runs if r["exit"] == 0]
-    out = {"name": row.name, "role": row.role, "command": row.cmd, "runs": runs, "ok_runs": len(ok)}
+    out = {"name": row.name, "role": row.role, "command": row.shown, "md5": row.md5, "durable": row.durable,
+           "runs": runs, "ok_runs": len(ok), "src_fs": distinct(r.get("src_fs") for r in runs),
+           "dst_fs": distinct(r.get("dst_fs") for r in runs), "run_as": distinct(r.get("run_as") for r in runs)}
+    if row.note:
+        out["note"] = row.note
+    if row.max_runs is not None:
+        out["max_runs"] = row.max_runs
+    if row.json:
+        # None when the binary's summary has no "concurrency" object (older workers).
+        out["concurrency"] = concurrency_summary(ok)
     if not ok:
         return out
     wall = statistics.median(r["wall"] for r in ok)
@@ -182,13 +267,15 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
 
 
 def ratios(rows: list[dict], best_peer_only: bool = False) -> list[dict]:
+    """ferry ÷ peer for every ferry row and every peer row of the same class (or the fastest
+    such peer only); a ferry row with no peer of its class gets no ratio."""
     out = []
-    peers = [b for b in rows if b["role"] == "peer" and "wall_median" in b]
-    if best_peer_only and peers:
-        peers = [min(peers, key=lambda b: b["wall_median"])]
     for a in rows:
         if a["role"] != "ferry" or "wall_median" not in a:
             continue
+        peers = [b for b in rows if b["role"] == "peer" and "wall_median" in b and same_class(a, b)]
+        if best_peer_only and peers:
+            peers = [min(peers, key=lambda b: b["wall_median"])]
         for b in peers:
             r = {"ferry": a["name"], "peer": b["name"], "wall": a["wall_median"] / b["wall_median"]}
             r["cpu"] = a["cpu_median"] / b["cpu_median"] if b["cpu_median"] > 0 else None
