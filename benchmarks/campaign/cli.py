@@ -19,8 +19,23 @@ from .scenarios.discard import scenario_discard
 from .scenarios.local import scenario_local
 from .scenarios.nfs import scenario_nfs
 from .scenarios.partition import scenario_partition
-from .services import AzuriteHost, DiscardServer, LatencyHost, ctl_client
+from .scenarios.pipeline import scenario_pipeline
+from .scenarios.sweep import scenario_sweep
+from .services import AzuriteHost, DelayedAzuriteHost, DiscardServer, LatencyHost, ctl_client
 from .timing import run_group
+
+
+# scenario → (the service its commands talk to, started before and closed after; what makes its groups)
+SCENARIO_BUILDERS = {
+    "local": (None, scenario_local),
+    "azurite": (AzuriteHost, scenario_azurite),
+    "discard": (DiscardServer, scenario_discard),
+    "partition": (None, scenario_partition),
+    "nfs": (LatencyHost, scenario_nfs),
+    "pipeline": (None, scenario_pipeline),
+    "sweep": (DelayedAzuriteHost, scenario_sweep),
+}
+assert tuple(SCENARIO_BUILDERS) == SCENARIOS
 
 
 def run_scenario(s: Settings, scenario: str, command: str, partial: str | None = None) -> dict:
@@ -28,34 +43,18 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
     ferry = snapshot_ferry(s)
     s.ferry_sha256 = ferry["sha256"]
     purge_trash(s)  # left by an interrupted campaign
-    host = server = None
+    service, build = SCENARIO_BUILDERS[scenario]
+    host = service(s) if service else None
     groups_out = []
     loads = [os.getloadavg()[0]]
     try:
-        if scenario == "local":
-            groups = scenario_local(s)
-        elif scenario == "azurite":
-            host = AzuriteHost(s)
+        if host:
             host.serve()
-            groups = scenario_azurite(s, host)
-        elif scenario == "discard":
-            server = DiscardServer(s)
-            groups = scenario_discard(s, server)
-        elif scenario == "partition":
-            groups = scenario_partition(s)
-        elif scenario == "nfs":
-            host = LatencyHost(s)
-            host.serve()
-            groups = scenario_nfs(s, host)
-        else:
-            raise ValueError(scenario)
-        for g in groups:
+        for g in build(s, host):
             groups_out.append(run_group(s, scenario, g))
     finally:
         if host:
             host.close()
-        if server:
-            server.stop()
         purge_trash(s)
     loads.append(os.getloadavg()[0])
     for g in groups_out:
@@ -64,7 +63,7 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
     res = {
         "scenario": scenario, "quick": s.quick, "runs": s.runs, "command": command,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine(), "ferry": ferry, "versions": versions(scenario),
+        "machine": machine(), "ferry": ferry, "versions": versions(scenario, s),
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)},
         "seconds": round(time.monotonic() - started, 1), "groups": groups_out,
     }
@@ -90,6 +89,21 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
     return res
 
 
+OUTSIDE_BUILDS = {"--mpifileutils": "DIR", "--azcp": "PATH"}
+
+
+def hide_outside_builds(args: list[str]) -> list[str]:
+    """Builds outside the repo are named by their role (`--azcp=PATH`), never by where they sit."""
+    out = []
+    for i, x in enumerate(args):
+        opt = x.split("=", 1)[0]
+        if opt in OUTSIDE_BUILDS:
+            out.append(f"{opt}={OUTSIDE_BUILDS[opt]}")
+        elif not (i and args[i - 1] in OUTSIDE_BUILDS):
+            out.append(x)
+    return out
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["_ctl"]:  # hyperfine's --prepare talks to the running campaign through this
         return ctl_client(argv[1], argv[2:])
@@ -102,6 +116,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--scratch", default="benchmarks/.data", help="datasets and workspaces (default: %(default)s)")
     ap.add_argument("--results", help="where results go (default benchmarks/results; <scratch>/results-quick with --quick)")
     ap.add_argument("--ferry", default="worker/target/release/ferry", help="worker binary to snapshot and time")
+    ap.add_argument("--azcp", metavar="PATH",
+                    help="azure: also time azcp, this binary built for the measurement (never part of the repo)")
     ap.add_argument("--mpifileutils", metavar="DIR",
                     help="nfs: also time dcp and dsync from this build directory (never part of the repo)")
     ap.add_argument("--keep", action="store_true", help="keep destinations and Azurite workspaces after verifying")
@@ -114,7 +130,8 @@ def main(argv: list[str]) -> int:
     s = Settings(scratch=scratch, results=results, runs=a.runs or (1 if a.quick else 3), quick=a.quick,
                  only=a.only, keep=a.keep,
                  update_docs=not a.no_docs and (a.docs or (not a.quick and not a.results)),
-                 ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None)
+                 ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None,
+                 azcp=Path(a.azcp) if a.azcp else None)
     if a.scenario == "clean":
         # Only what the campaigns make: other benchmarks (benchmarks/pipeline.sh) share the dir.
         for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",
@@ -141,8 +158,7 @@ def main(argv: list[str]) -> int:
     for sc in todo:
         # The command that redoes the whole scenario; a partial run (--only) is recorded apart.
         # A build outside the repo is named by its role, not by where it sits on this machine.
-        shown = ["--mpifileutils=DIR" if x.startswith("--mpifileutils=") else x for x in argv[1:]]
-        shown = ["DIR" if i and shown[i - 1] == "--mpifileutils" else x for i, x in enumerate(shown)]
+        shown = hide_outside_builds(argv[1:])
         opts, skip = [], False
         for arg in shown:
             if skip or arg.startswith("--only"):

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 os.chdir(REPO)  # every path written into commands and results is relative to the repo root
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-SCENARIOS = ("local", "azurite", "discard", "partition", "nfs")
+SCENARIOS = ("local", "azurite", "discard", "partition", "nfs", "pipeline", "sweep")
 AZ_ACCOUNT = "devstoreaccount1"
 # Azurite's published development key, the same in every Azurite install; not a secret.
 AZ_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -138,6 +138,7 @@ class Settings:
     ferry_source: Path
     ferry_sha256: str = ""
     mpifileutils: Path | None = None  # a build of mpifileutils (dcp, dsync) made elsewhere, or None
+    azcp: Path | None = None          # an azcp binary built elsewhere (docs/benchmarks.md), or None
 
     @property
     def data(self) -> Path:

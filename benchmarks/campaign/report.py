@@ -30,7 +30,7 @@ def machine() -> dict:
             "os": osname, "kernel": platform.release()}
 
 
-def versions(scenario: str) -> dict:
+def versions(scenario: str, s: Settings) -> dict:
     v = {"hyperfine": first_line(["hyperfine", "--version"])}
     if scenario == "local":
         v |= {"cp": first_line(["cp", "--version"]), "rsync": first_line(["rsync", "--version"]),
@@ -38,6 +38,10 @@ def versions(scenario: str) -> dict:
     if scenario in ("azurite", "discard"):
         v["rclone"] = first_line([RCLONE, "version"])
     if scenario == "azurite":
+        from importlib.metadata import version
+        v["azure-storage-blob"] = f"azure-storage-blob {version('azure-storage-blob')} (Python SDK peer)"
+        if (s.bin / "azcp" / "azcp").exists():
+            v["azcp"] = first_line([str(s.bin / "azcp" / "azcp"), "--version"])
         try:
             v["azurite"] = "azurite " + json.loads((REPO / "node_modules/azurite/package.json").read_text())["version"]
         except OSError:

@@ -16,11 +16,17 @@ import urllib.request
 from pathlib import Path
 
 from support.latencyfs import LatencyFS
+from support.toxiproxy import start_toxiproxy
 from .common import (
     AZ_ACCOUNT, AZ_KEY, CONTAINER, REPO, Settings, bench_env, free_port, log, q, rel, rmtree,
     set_aside, trash_dir
 )
 from .datasets import Dataset
+
+
+# azcp takes only https://ACCOUNT.blob.core.windows.net URLs; its measured build sends every request
+# to AZCP_BLOB_ENDPOINT instead (docs/benchmarks.md), set to the loopback Azurite in tools_env.
+AZCP_ACCOUNT_URL = f"https://{AZ_ACCOUNT}.blob.core.windows.net"
 
 
 class ControlledHost:
@@ -109,8 +115,9 @@ class AzuriteHost(ControlledHost):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}"
 
-    def url(self, prefix: str) -> str:
-        return f"{self.endpoint}/{CONTAINER}/{prefix}"
+    def url(self, prefix: str, port: int | None = None) -> str:
+        """A blob URL, straight to Azurite or through another loopback port (a proxy in front)."""
+        return f"http://127.0.0.1:{port or self.port}/{AZ_ACCOUNT}/{CONTAINER}/{prefix}"
 
     # -- process ------------------------------------------------------------------------------
     def _answers(self) -> bool:
@@ -263,6 +270,10 @@ class AzuriteHost(ControlledHost):
             "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT,
             "RCLONE_CONFIG_AZ_KEY": AZ_KEY,
             "RCLONE_CONFIG_AZ_ENDPOINT": self.endpoint,
+            "AZCP_BLOB_ENDPOINT": f"http://127.0.0.1:{self.port}",
+            # Should an azcp without that change be given, its https requests go to a closed
+            # loopback port (the proxy) and fail, rather than anywhere else.
+            "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
         })
         return env
 
@@ -292,6 +303,12 @@ class DiscardServer:
         subprocess.run(["go", "build", "-o", str(out.resolve()), "."], cwd=REPO / "benchmarks" / "discard",
                        env=env, check=True)
         return out
+
+    def serve(self) -> None:
+        """Nothing until the scenario starts it (only if it has groups to run)."""
+
+    def close(self) -> None:
+        self.stop()
 
     def start(self) -> None:
         binary = self.build()
@@ -363,3 +380,27 @@ class LatencyHost(ControlledHost):
     def drop(self, slots: list[str]) -> None:
         for slot in slots:
             set_aside(self.backing / slot, trash_dir(self.s))
+
+
+class DelayedAzuriteHost(AzuriteHost):
+    """Azurite, and toxiproxy in front of it adding a fixed delay to every response: an account
+    `delay_ms` further away. The proxy outlives Azurite's restarts (it connects per connection)."""
+
+    def __init__(self, s: Settings, delay_ms: int = 20):
+        super().__init__(s)
+        self.delay_ms = delay_ms
+        self.toxiproxy = None
+        self.delayed_port: int | None = None
+
+    def serve(self) -> None:
+        super().serve()
+        self.toxiproxy = start_toxiproxy(REPO, self.root)
+        proxy = self.toxiproxy.proxy(self.port, "azurite")
+        proxy.toxic("latency", stream="downstream", latency=self.delay_ms)
+        self.delayed_port = proxy.port
+
+    def close(self) -> None:
+        if self.toxiproxy:
+            self.toxiproxy.stop()
+            self.toxiproxy = None
+        super().close()

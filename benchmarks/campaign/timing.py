@@ -53,7 +53,7 @@ class Group:
     notes: list[str] = field(default_factory=list)
     warm: list[Path] = field(default_factory=list)
     verify: Callable[[], dict] | None = None
-    # row name → [(metric, ">=" or "<", limit, text)], reported as met/missed; never an assertion
+    # row name → [(metric, ">=", "<=" or "<", limit, text)], reported as met/missed (evaluate_targets)
     targets: dict = field(default_factory=dict)
     setup: Callable[[], None] | None = None
     teardown: Callable[[], None] | None = None
@@ -188,6 +188,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
         log(f"  verification: {'ok' if verification.get('ok') else 'FAILED'}"
             + ("" if verification.get("ok") else f" {json.dumps(verification)[:600]}"))
     rows = [summarize_row(r, runs[r.name], g) for r in g.rows]
+    evaluate_targets(rows, g)
     return {
         "id": g.id, "title": g.title, "dataset": g.dataset, "bytes": g.bytes, "files": g.files,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "rounds": rounds,
@@ -256,14 +257,26 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
             out["depth"] = row.depth
             out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / row.depth
             out["wall_over_limit"] = wall / out["latency_limit_s"] if out["latency_limit_s"] else None
-    met = []
-    for metric, op, limit, text in g.targets.get(row.name, []):
-        value = out.get(metric)
-        ok = value is not None and (value >= limit if op == ">=" else value < limit)
-        met.append({"target": text, "metric": metric, "value": value, "met": ok})
-    if met:
-        out["targets"] = met
     return out
+
+
+def evaluate_targets(rows: list[dict], g: Group) -> None:
+    """Targets reported as met or missed, never asserted. A metric is a row's own figure
+    ("wall_median") or its wall time over another row's ("wall/ROW NAME")."""
+    by_name = {r["name"]: r for r in rows}
+    for row in rows:
+        met = []
+        for metric, op, limit, text in g.targets.get(row["name"], []):
+            if metric.startswith("wall/"):
+                other = by_name.get(metric[5:], {})
+                value = (row["wall_median"] / other["wall_median"]
+                         if "wall_median" in row and other.get("wall_median") else None)
+            else:
+                value = row.get(metric)
+            ok = value is not None and (value <= limit if op == "<=" else value >= limit if op == ">=" else value < limit)
+            met.append({"target": text, "metric": metric, "value": value, "met": ok})
+        if met:
+            row["targets"] = met
 
 
 def ratios(rows: list[dict], best_peer_only: bool = False) -> list[dict]:

@@ -6,10 +6,11 @@ import shlex
 import subprocess
 
 from ..common import (
-    AZ_ACCOUNT, AZ_KEY, CONTAINER, GiB, MiB, RCLONE, Settings, bench_env, human_bytes, q, rel
+    AZ_ACCOUNT, AZ_KEY, CONTAINER, GiB, MiB, Settings, bench_env, human_bytes, q, rel
 )
 from ..datasets import one_file_dataset
 from ..services import DiscardServer
+from ..peers import RCLONE_DEFAULT_NOTE, RCLONE_TUNED_NOTE, rclone
 from ..timing import Group, Row
 
 
@@ -30,15 +31,18 @@ def scenario_discard(s: Settings, server: DiscardServer) -> list[Group]:
     (s.scratch / "rclone.conf").touch()
     file = q(src / f"{ds.name}.bin")
     specs = [
-        ("ferry, no MD5", f"{s.ferry} copy {file} {account}/{CONTAINER}/f1/ --no-put-md5 --no-block-md5", "ferry"),
-        ("ferry, blob MD5", f"{s.ferry} copy {file} {account}/{CONTAINER}/f2/ --no-block-md5", "ferry"),
-        ("ferry, blob + block MD5 (default)", f"{s.ferry} copy {file} {account}/{CONTAINER}/f3/", "ferry"),
-        ("rclone", f"{RCLONE} copy {file} az:{CONTAINER}/r/", "peer"),
-        ("curl -T (one PUT)", f"curl -sf -o /dev/null -T {file} {account}/{CONTAINER}/c/{ds.name}.bin", "peer"),
+        ("ferry, no MD5", f"{s.ferry} copy {file} {account}/{CONTAINER}/f1/ --no-put-md5 --no-block-md5", "ferry",
+         False, ""),
+        ("ferry, blob MD5", f"{s.ferry} copy {file} {account}/{CONTAINER}/f2/ --no-block-md5", "ferry", True, ""),
+        ("ferry, blob + block MD5 (default)", f"{s.ferry} copy {file} {account}/{CONTAINER}/f3/", "ferry", True, ""),
+        ("rclone", rclone(file, f"az:{CONTAINER}/r/"), "peer", True, RCLONE_DEFAULT_NOTE),
+        ("rclone (tuned)", rclone(file, f"az:{CONTAINER}/t/", tuned=True), "peer", True, RCLONE_TUNED_NOTE),
+        ("curl -T (one PUT)", f"curl -sf -o /dev/null -T {file} {account}/{CONTAINER}/c/{ds.name}.bin", "peer",
+         False, "The simplest possible client: one PUT of the whole file, no hashing."),
     ]
     # The server remembers committed sizes (rclone reads them back); forget them before each run.
     reset = f"curl -sf -X POST http://127.0.0.1:{server.port}/__reset"
-    rows = [Row(n, c, r, reset) for n, c, r in specs]
+    rows = [Row(n, c, r, reset, md5=md5, note=note, src=src, json=r == "ferry") for n, c, r, md5, note in specs]
 
     def verify():
         res = {}

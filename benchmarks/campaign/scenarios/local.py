@@ -16,7 +16,7 @@ from ..peers import fpsync
 from ..timing import Group, Row
 
 
-def scenario_local(s: Settings) -> list[Group]:
+def scenario_local(s: Settings, _host: None = None) -> list[Group]:
     base = s.data / "local"
     small = files_dataset("small-files", "", s.size(20_000, 4_000), lambda r: r.randint(0, 32 * KiB), seed=11)
     small.desc = f"{small.files:,} files of 0–32 KiB in {small.files // 200} directories"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from support.latencyfs import build as build_latencyfs
@@ -13,36 +11,11 @@ from ..checks import diff_trees
 from ..common import KiB, MiB, Settings, bench_env, q, rel, rmtree, slug
 from ..datasets import Dataset, files_dataset, stale_seed
 from ..services import LatencyHost
+from ..peers import mpirun, stage
 from ..timing import Group, Row
 
 
 NFS_DELAYS_MS = (1, 5)
-
-
-def stage_mpifileutils(s: Settings) -> Path | None:
-    """dcp and dsync copied next to the ferry snapshot with the libraries they load from outside
-    the system's directories, so the commands in the results name no path of this machine."""
-    if s.mpifileutils is None:
-        return None
-    out = s.bin / "mpifileutils"
-    rmtree(out)
-    out.mkdir(parents=True)
-    for tool in ("dcp", "dsync"):
-        found = [p for p in s.mpifileutils.rglob(tool) if p.is_file() and os.access(p, os.X_OK)]
-        if not found:
-            sys.exit(f"campaign: no {tool} under {s.mpifileutils}")
-        shutil.copy2(found[0], out / tool)
-        for line in subprocess.run(["ldd", str(found[0])], capture_output=True, text=True).stdout.splitlines():
-            parts = line.split("=>")
-            lib = parts[1].split("(")[0].strip() if len(parts) == 2 else ""
-            if lib.startswith("/") and not lib.startswith(("/lib", "/usr")):
-                shutil.copy2(lib, out / Path(parts[0].strip()).name)
-    return out
-
-
-def mpirun(mfu: Path, n: int, tool_args: str) -> str:
-    root = " --allow-run-as-root" if os.geteuid() == 0 else ""
-    return (f"env LD_LIBRARY_PATH={q(mfu)} mpirun{root} --oversubscribe -n {n} {q(mfu)}/{tool_args}")
 
 
 def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
@@ -57,7 +30,7 @@ def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
     large = files_dataset("nfs-10MiB", f"{nlarge} files of 10 MiB in one directory", nlarge,
                           lambda r: 10 * MiB, per_dir=nlarge, seed=53)
     ferry_depth = 2 * min(max(os.cpu_count() or 8, 8), 96)  # --parallel-files' default
-    mfu = stage_mpifileutils(s)
+    mfu = stage(s, "mpifileutils", ("dcp", "dsync"), s.mpifileutils)
     seeds = s.work / "nfs" / "seeds"
     env = bench_env()
     groups = []

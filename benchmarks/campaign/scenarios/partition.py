@@ -10,7 +10,7 @@ from ..datasets import make_manifest, make_tree
 from ..timing import Group, Row
 
 
-def scenario_partition(s: Settings) -> list[Group]:
+def scenario_partition(s: Settings, _host: None = None) -> list[Group]:
     big = s.size(1_000_000, 100_000)
     small = big // 10
     out = s.work / "partition"
