@@ -133,7 +133,7 @@ def main(argv: list[str]) -> int:
                  ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None,
                  azcp=Path(a.azcp) if a.azcp else None)
     if a.scenario == "clean":
-        # Only what the campaigns make: other benchmarks (benchmarks/pipeline.sh) share the dir.
+        # Only what the campaigns make: other benchmarks (plan.py, replicate.py) share the dir.
         for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",
                      "results-quick", "rclone.conf", "azurite-ctl.sock", "latencyfs-ctl.sock"):
             p = scratch / name

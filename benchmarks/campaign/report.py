@@ -261,32 +261,127 @@ def render_chart(res: dict, path: Path) -> bool:
     return True
 
 
+def render_sweep_chart(res: dict, path: Path) -> bool:
+    """Throughput against --concurrency, one panel a group; the adaptive run drawn at the final
+    concurrency its summary reported (a dashed line across when the binary reports none)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (make setup installs it); no chart")
+        return False
+    groups = res["groups"]
+    if not groups:
+        return False
+    cols = min(4, len(groups))
+    nrows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.2 * nrows), squeeze=False)
+    for ax, g in zip(axes.flat, groups):
+        fixed = sorted((r["depth"], r["mib_per_s"]) for r in g["rows"] if r.get("depth") and "mib_per_s" in r)
+        if fixed:
+            ax.plot(*zip(*fixed), marker="o", color="#1f77b4", label="fixed --concurrency")
+        for r in g["rows"]:
+            if r["role"] != "ferry" or "mib_per_s" not in r:
+                continue
+            final = (r.get("concurrency") or {}).get("final")
+            if final:
+                ax.plot([final], [r["mib_per_s"]], marker="*", markersize=14, color="#d62728", linestyle="none",
+                        label=f"adaptive (final {final:g})")
+            else:
+                ax.axhline(r["mib_per_s"], color="#d62728", linestyle="--", label="adaptive (final not reported)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("--concurrency", fontsize=8)
+        ax.set_ylabel("MiB/s (median)", fontsize=8)
+        ax.set_title(g["id"], fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    fig.suptitle(f"ferry throughput against --concurrency, {res['date'][:10]}, load "
+                 f"{res['load1']['min']}–{res['load1']['max']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def write_results(s: Settings, res: dict) -> None:
     s.results.mkdir(parents=True, exist_ok=True)
     base = s.results / res["scenario"]
     base.with_suffix(".json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     base.with_suffix(".md").write_text(render_markdown(res))
-    render_chart(res, base.with_suffix(".png"))
+    (render_sweep_chart if res["scenario"] == "sweep" else render_chart)(res, base.with_suffix(".png"))
 
 
 DOCS = REPO / "docs" / "benchmarks.md"
 
 
+def replace_block(text: str, name: str, body: str) -> str:
+    """The text between `<!-- results:NAME:begin -->` and its end marker replaced; unchanged when
+    the page has no such block."""
+    begin, end = f"<!-- results:{name}:begin -->", f"<!-- results:{name}:end -->"
+    if begin not in text or end not in text:
+        return text
+    pre, rest = text.split(begin, 1)
+    _, post = rest.split(end, 1)
+    return f"{pre}{begin}\n{body}{end}{post}"
+
+
+def summary_block(results: dict[str, dict]) -> str:
+    """When and how each scenario's recorded results were measured, and how long it took."""
+    lines = ["| scenario | measured | scale | runs per row (at least) | groups | time in the groups | "
+             "whole campaign | load (1 min) |", "|---|---|---|---:|---:|---:|---:|---|"]
+    for sc in SCENARIOS:
+        res = results.get(sc)
+        if res is None:
+            lines.append(f"| `{sc}` | not recorded yet | | | | | | |")
+            continue
+        group_s = sum(g.get("seconds", 0) for g in res["groups"])
+        lines.append(f"| `{sc}` | {res['date'][:16].replace('T', ' ')} | {'quick' if res['quick'] else 'full'} | "
+                     f"{res['runs']} | {len(res['groups'])} | {fmt(group_s / 60, 1)} min | "
+                     f"{fmt(res['seconds'] / 60, 1)} min | {res['load1']['min']}–{res['load1']['max']} |")
+    return "\n".join(lines) + "\n\nA campaign refreshed in part (`--only`) keeps its other groups from earlier runs: " \
+        "\"time in the groups\" adds up every recorded group, \"whole campaign\" is the last invocation.\n"
+
+
+def findings_block(results: dict[str, dict]) -> str:
+    """Each ferry row against the fastest peer of its class (ratios below 1: ferry takes less)."""
+    lines = ["| scenario | group | ferry row | fastest peer of its class | wall | CPU | ferry |",
+             "|---|---|---|---|---:|---:|---|"]
+    unclassed = []
+    for sc, res in results.items():
+        if not classes_recorded(res):
+            unclassed.append(f"`{sc}`")
+            continue
+        for g in res["groups"]:
+            best: dict[str, dict] = {}
+            for r in g["ratios"]:
+                if r["ferry"] not in best or r["wall"] > best[r["ferry"]]["wall"]:
+                    best[r["ferry"]] = r
+            for r in best.values():
+                verdict = "faster" if r["wall"] < 0.95 else "slower" if r["wall"] > 1.05 else "on par (±5%)"
+                lines.append(f"| `{sc}` | {g['id']} | {r['ferry']} | {r['peer']} | {fmt(r['wall'])} | "
+                             f"{fmt(r['cpu'])} | {verdict} |")
+    if unclassed:
+        lines += ["", f"Not in this table: {', '.join(unclassed)}, recorded before rows declared their class "
+                  "(MD5, durable), so their ratios pair every ferry row with every peer; see their blocks."]
+    return "\n".join(lines) + "\n"
+
+
 def update_docs(results_dir: Path) -> None:
-    """Replace each scenario's block between its markers with the latest results, so the docs
-    never quote a number that no run produced."""
+    """Rewrite the page's generated blocks from the results files — each scenario's tables, the
+    summary of the campaigns and the findings table — so the docs quote no number no run produced."""
     if not DOCS.exists():
         return
     text = DOCS.read_text()
-    for sc in SCENARIOS:
-        f = results_dir / f"{sc}.json"
-        begin, end = f"<!-- results:{sc}:begin -->", f"<!-- results:{sc}:end -->"
-        if not f.exists() or begin not in text or end not in text:
-            continue
-        res = json.loads(f.read_text())
+    results = {sc: json.loads((results_dir / f"{sc}.json").read_text())
+               for sc in SCENARIOS if (results_dir / f"{sc}.json").exists()}
+    for sc, res in results.items():
         body = render_markdown(res, heading=3).split("\n", 2)[2]  # the doc has its own heading
-        chart = f"![{sc} ratios](../{rel(results_dir)}/{sc}.png)\n\n" if (results_dir / f"{sc}.png").exists() else ""
-        pre, rest = text.split(begin, 1)
-        _, post = rest.split(end, 1)
-        text = f"{pre}{begin}\n{chart}{body}{end}{post}"
+        chart = f"![{sc} chart](../{rel(results_dir)}/{sc}.png)\n\n" if (results_dir / f"{sc}.png").exists() else ""
+        text = replace_block(text, sc, chart + body)
+    text = replace_block(text, "summary", summary_block(results))
+    text = replace_block(text, "findings", findings_block(results))
     DOCS.write_text(text)

@@ -147,7 +147,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
                 # After the row's own reset: writeback settled (the scratch filesystem synced), so
                 # no run pays for the dirty pages of the one before; then the probe.
                 prepare = f"{row.prepare} && sync -f {q(s.scratch)} && {probe_cmd(row, base.with_suffix('.probe'))}"
-                args += ["--prepare", prepare, "--command-name", row.name, wrap(cmd, base.with_suffix(".rss"))]
+                args += ["--prepare", prepare, f"--command-name={row.name}", wrap(cmd, base.with_suffix(".rss"))]
             load = os.getloadavg()[0]
             loads.append(load)
             proc = subprocess.run(args, env=g.env, capture_output=True, text=True)
@@ -225,6 +225,8 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
         out["note"] = row.note
     if row.max_runs is not None:
         out["max_runs"] = row.max_runs
+    if row.depth is not None:
+        out["depth"] = row.depth
     if row.json:
         # None when the binary's summary has no "concurrency" object (older workers).
         out["concurrency"] = concurrency_summary(ok)
@@ -254,7 +256,6 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
         out["inflight_avg_median"] = statistics.median(r["inflight_avg"] for r in ok if "inflight_avg" in r)
         if g.delay_ms and row.depth:
             # The floor for a tool that keeps `depth` requests in flight all the time.
-            out["depth"] = row.depth
             out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / row.depth
             out["wall_over_limit"] = wall / out["latency_limit_s"] if out["latency_limit_s"] else None
     return out

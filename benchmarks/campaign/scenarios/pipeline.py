@@ -86,7 +86,7 @@ def scenario_pipeline(s: Settings, _host: None = None) -> list[Group]:
         def setup(src=src, dst=dst):
             log(f"  bringing {rel(dst)} in sync (untimed)")
             subprocess.run([s.ferry, "copy", "-r", rel(src) + "/", rel(dst)], check=True, env=env,
-                           stdout=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def verify(src=src, dst=dst, out=out):
             res = {"tasks": {e: tasks(out, e, "incremental") for e in ("snakemake", "nextflow")},
