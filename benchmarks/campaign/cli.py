@@ -25,6 +25,8 @@ from .services import AzuriteHost, DelayedAzuriteHost, DiscardServer, LatencyHos
 from .timing import run_group
 
 
+TRASH_LIMIT = 500_000  # files a group may have set aside before they are deleted right after it
+
 # scenario → (the service its commands talk to, started before and closed after; what makes its groups)
 SCENARIO_BUILDERS = {
     "local": (None, scenario_local),
@@ -52,6 +54,10 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
             host.serve()
         for g in build(s, host):
             groups_out.append(run_group(s, scenario, g))
+            # A group that set aside many files (a million, say) must not leave them to the end:
+            # they would fill the inodes, and deleting them would slow the next group's runs.
+            if g.files * groups_out[-1]["rounds"] * len(g.rows) >= TRASH_LIMIT:
+                purge_trash(s, settle=True)
     finally:
         if host:
             host.close()

@@ -91,11 +91,16 @@ def set_aside_cmd(p: Path, trash: Path) -> str:
             f"&& mkdir -p {q(p)}")
 
 
-def purge_trash(s: "Settings") -> None:
+def purge_trash(s: "Settings", settle: bool = False) -> None:
+    """Delete what was set aside. With settle, then wait out the minute in which ext4 (without a
+    journal) skips the freed inodes (see set_aside), so the next group's runs don't pay for it."""
     t = trash_dir(s)
     if t.exists():
-        log(f"deleting the outputs set aside during the runs ({rel(t)})")
+        log(f"deleting the outputs set aside during the runs ({rel(t)})" + (", then a minute's wait" if settle else ""))
         rmtree(t)
+        if settle:
+            subprocess.run(["sync", "-f", rel(s.scratch)], check=False)
+            time.sleep(61)
 
 
 def free_port() -> int:

@@ -89,14 +89,11 @@ def concurrency_text(r: dict) -> str:
     return f"{c['mode']} {fmt(c['initial'], 0)}→{fmt(c['final'], 0)}, peak {fmt(c['peak'], 0)}"
 
 
-def row_context(r: dict, g: dict) -> str:
-    """Where a row ran (filesystems, user), how often if less than the others, and why it is set up so."""
+def row_context(r: dict) -> str:
+    """Where a row ran (filesystems, user) and why it is set up so."""
     bits = []
     if r.get("src_fs") or r.get("dst_fs"):
         bits.append(f"{r.get('src_fs') or '?'} → {r.get('dst_fs') or '?'}, as {r.get('run_as') or '?'}")
-    if r.get("max_runs") is not None:
-        bits.append(f"{len(r['runs'])} of the group's {g.get('rounds', len(r['runs']))} rounds (a slow serial peer, "
-                    "fewer runs by design)")
     text = f" ({'; '.join(bits)})" if bits else ""
     return text + (f". {r['note']}" if r.get("note") else "")
 
@@ -196,7 +193,7 @@ def render_markdown(res: dict, heading: int = 1) -> str:
                 lines.append(f"- Target for {name}: {t['target']} — {'met' if t['met'] else 'missed'} "
                              f"(measured {fmt(t['value'], 3)}).")
         lines += ["", "Commands (run from the repo root):", ""]
-        lines += [f"- {r['name']}: `{r['command']}`{row_context(r, g)}" for r in g["rows"]]
+        lines += [f"- {r['name']}: `{r['command']}`{row_context(r)}" for r in g["rows"]]
         v = g.get("verification") or {}
         if v:
             status = "passed" if v.get("ok") else "FAILED"

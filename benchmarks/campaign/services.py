@@ -363,6 +363,7 @@ class LatencyHost(ControlledHost):
         if seed is None:
             d.mkdir(parents=True)
         else:
+            self.backing.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-a", rel(seed), rel(d)], check=True)
         self.fs = LatencyFS(self.backing, self.mnt, delay_ms=self.delay_ms).mount()
         self.current = slot

@@ -33,7 +33,6 @@ class Row:
     src: Path | None = None   # local source and destination, for the filesystem types recorded
     dst: Path | None = None   # per run (None: a blob URL)
     json: bool = False        # a ferry copy: its --json summary is kept per run (concurrency)
-    max_runs: int | None = None  # fewer runs than the group's (slow serial peers); labelled
 
     @property
     def shown(self) -> str:
@@ -61,6 +60,8 @@ class Group:
     run_stats: Callable[[str], list] | None = None   # slot → the filesystem's counters, per run
     delay_ms: float | None = None                    # latency added to every filesystem request
     best_peer_only: bool = False                     # ratios against the fastest peer only
+    rounds: int | None = None   # fewer rounds than whole rotations (nfs at full scale); labelled in notes
+    first: int = 0              # the row that goes first in round 0 (rotates across such groups)
     throughput_unit: str = "MiB/s"
 
 
@@ -93,10 +94,12 @@ def rounds_for(runs: int, rows: int) -> int:
 
 def probe_cmd(row: Row, out: Path) -> str:
     """Shell for the end of a row's prepare: the filesystem types of its source and destination
-    (the nearest existing ancestor: a destination may not exist yet) and the user it runs as."""
+    (the nearest existing ancestor: a destination may not exist yet) and the user it runs as. A
+    side without a path is a blob URL when the other side has one; "-" when neither has."""
     parts = []
+    remote = "echo blob" if row.src or row.dst else "echo -"
     for p in (row.src, row.dst):
-        parts.append("echo blob" if p is None else
+        parts.append(remote if p is None else
                      f'd={q(p)}; while [ ! -e "$d" ]; do d=$(dirname "$d"); done; findmnt -n -o FSTYPE -T "$d"')
     return "{ " + "; ".join(parts) + "; id -un; } > " + q(out)
 
@@ -119,7 +122,7 @@ def read_concurrency(path: Path) -> dict | None:
 
 
 def run_group(s: Settings, scenario: str, g: Group) -> dict:
-    rounds = rounds_for(s.runs, len(g.rows))
+    rounds = g.rounds or rounds_for(s.runs, len(g.rows))
     log(f"{scenario}/{g.id}: {g.title} — {len(g.rows)} rows × {rounds} rounds")
     gdir = s.scratch / "runs" / scenario / g.id
     rmtree(gdir)
@@ -133,9 +136,8 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     started = time.monotonic()
     try:
         for rnd in range(rounds):
-            present = [r for r in g.rows if r.max_runs is None or len(runs[r.name]) < r.max_runs]
-            k = rnd % len(present)
-            order = present[k:] + present[:k]
+            k = (rnd + g.first) % len(g.rows)
+            order = g.rows[k:] + g.rows[:k]
             export = gdir / f"round-{rnd}.json"
             args = ["hyperfine", "--runs", "1", "--style", "none", "--ignore-failure",
                     "--export-json", rel(export)]
@@ -223,8 +225,6 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
            "dst_fs": distinct(r.get("dst_fs") for r in runs), "run_as": distinct(r.get("run_as") for r in runs)}
     if row.note:
         out["note"] = row.note
-    if row.max_runs is not None:
-        out["max_runs"] = row.max_runs
     if row.depth is not None:
         out["depth"] = row.depth
     if row.json:

@@ -30,9 +30,9 @@ def scenario_partition(s: Settings, _host: None = None) -> list[Group]:
             fo, po = out / gid / "ferry", out / gid / "fpart"
             rows = [
                 Row("ferry partition", f"{s.ferry} partition {q(man)} --out {q(fo)} {fflag}", "ferry",
-                    f"rm -rf {q(fo)}"),
+                    f"rm -rf {q(fo)}", src=man, dst=fo),
                 Row(f"fpart -a {pflag}", f"fpart -a {pflag} -i {q(sizes)} -o {q(po)}/part", "peer",
-                    f"rm -rf {q(po)} && mkdir -p {q(po)}"),
+                    f"rm -rf {q(po)} && mkdir -p {q(po)}", src=sizes, dst=po),
             ]
             if mode == "parts":
                 targets = {"ferry partition": [("wall_median", "<", 1.0, "wall < 1 s"),
@@ -65,7 +65,7 @@ def scenario_partition(s: Settings, _host: None = None) -> list[Group]:
             Row("find -printf", f"find {q(tree)} -printf '%P\\t%y\\t%s\\t%T@\\n' > {q(outs['find'])}/list.tsv", "peer"),
         ]
         for row, d in zip(rows, outs.values()):
-            row.prepare = f"rm -rf {q(d)} && mkdir -p {q(d)}"
+            row.prepare, row.src, row.dst = f"rm -rf {q(d)} && mkdir -p {q(d)}", tree, d
 
         def warm_tree():
             subprocess.run(["find", rel(tree), "-printf", ""], check=True)
