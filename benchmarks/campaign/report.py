@@ -112,7 +112,8 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         + f"{res['ferry']['version']} (snapshot of the worker binary, sha256 {res['ferry']['sha256']}…, "
         f"worker commit {res['ferry']['worker_commit']}{', with uncommitted changes' if res['ferry'].get('worker_tree_modified') else ''}).",
         f"- At least {res['runs']} run(s) per row, in whole rotations (as many rounds as a group has rows, each "
-        "row first once); before every run the row's `--prepare` and a sync of the scratch filesystem; "
+        "row first once; a group's notes say when it ran fewer); before every run the row's `--prepare` and "
+        "a sync of the scratch filesystem; "
         "wall and CPU are medians; CPU = user + system of the measured command (hyperfine); "
         "peak RSS from GNU time `%M`." if "rounds" in res["groups"][0] else
         f"- {res['runs']} run(s) per row, one fresh `--prepare` before each, row order rotated between rounds; "
@@ -126,7 +127,9 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         "",
         f"{h}# Ratios: ferry ÷ peer (below 1: ferry takes less)", "",
         "Each ferry row is paired only with peers of its class: both put or check MD5, or neither; "
-        "both make what they wrote durable (fsync, sync), or neither." if classes_recorded(res) else None,
+        "both make what they wrote durable (fsync, sync), or neither"
+        + (" (here: the fastest such peer only)." if any(g.get("best_peer_only") for g in res["groups"]) else ".")
+        if classes_recorded(res) else None,
         "" if classes_recorded(res) else None,
         "| group | ferry | peer | wall | CPU | peak RSS |",
         "|---|---|---|---:|---:|---:|",
@@ -141,7 +144,7 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         has_tp = bool(g["bytes"])
         lines += ["", f"{h}# {g['id']}: {g['title']}", "",
                   f"Dataset: {g['dataset']}. Measured {g['date']}, load {g['load1']['min']}–{g['load1']['max']}, "
-                  f"{g['seconds']} s for the group"
+                  f"{g['seconds']} s for the group" + (f", {g['rounds']} round(s)" if "rounds" in g else "")
                   + (f", ferry sha256 {g['ferry_sha256']}…"
                      if len({x.get("ferry_sha256") for x in res["groups"]}) > 1 else "") + ".", ""]
         head = ["row", "wall s (median)", "min–max"]

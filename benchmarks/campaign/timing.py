@@ -197,7 +197,8 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)} if loads else None,
         "seconds": round(time.monotonic() - started, 1), "notes": g.notes, "ferry_sha256": s.ferry_sha256,
         "throughput_unit": g.throughput_unit, "delay_ms": g.delay_ms,
-        "rows": rows, "ratios": ratios(rows, g.best_peer_only), "verification": verification,
+        "rows": rows, "ratios": ratios(rows, g.best_peer_only), "best_peer_only": g.best_peer_only,
+        "verification": verification,
     }
 
 
