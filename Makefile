@@ -26,7 +26,6 @@ demo: setup
 # Benchmark campaigns (minutes; results in benchmarks/results/, explained in docs/benchmarks.md).
 bench: setup
 	.venv/bin/python benchmarks/campaign.py all
-	benchmarks/pipeline.sh
 	.venv/bin/python benchmarks/replicate.py
 
 # nextflow_schema.json is generated from workflow/schemas/config.schema.yaml (a test checks it).
