@@ -7,7 +7,8 @@
 //! side, none of which ferry knows in advance. So a run starts at a default for its kind of
 //! store and moves from there on what it measures:
 //!
-//! - *ramp*: double the limit while each doubling raises the rate by at least `GAIN`;
+//! - *ramp*: double the limit while doubling raises the rate by at least `GAIN` (one doubling
+//!   that does not is forgiven once: the moment may have been noisy);
 //! - *hold*: stay at the best limit found, probing ±25 % now and then, keeping a smaller limit
 //!   whenever it does as well (fewer in flight is cheaper for everyone);
 //! - *throttled* (429, 503, timeouts): halve at once, whatever the rate said.
@@ -72,7 +73,8 @@ pub struct Report {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Phase {
-    Ramp,
+    /// Doubling; the count is of doublings in a row that gained nothing (one may be noise).
+    Ramp(u8),
     Hold(u32),
     ProbeUp,
     ProbeDown,
@@ -108,13 +110,14 @@ impl Controller {
         match (self.phase, self.best) {
             (_, None) => {
                 self.best = Some((limit, rate));
-                if self.phase == Phase::Ramp && limit < self.max {
+                if matches!(self.phase, Phase::Ramp(_)) && limit < self.max {
                     return (limit * 2).min(self.max);
                 }
                 self.phase = Phase::Hold(HOLD_TRIALS);
                 limit
             }
-            (Phase::Ramp, Some((_, best))) if rate >= best * GAIN => {
+            (Phase::Ramp(_), Some((_, best))) if rate >= best * GAIN => {
+                self.phase = Phase::Ramp(0);
                 self.best = Some((limit, rate));
                 if limit >= self.max {
                     self.phase = Phase::Hold(HOLD_TRIALS);
@@ -122,7 +125,13 @@ impl Controller {
                 }
                 (limit * 2).min(self.max)
             }
-            (Phase::Ramp, Some((at, _))) => {
+            // One doubling that gained nothing may have met a noisy moment: one more is tried
+            // before settling on the best.
+            (Phase::Ramp(0), Some(_)) if limit < self.max => {
+                self.phase = Phase::Ramp(1);
+                (limit * 2).min(self.max)
+            }
+            (Phase::Ramp(_), Some((at, _))) => {
                 self.phase = Phase::Hold(HOLD_TRIALS);
                 at
             }
@@ -217,7 +226,7 @@ impl Depth {
         let ctl = Controller {
             min,
             max,
-            phase: Phase::Ramp,
+            phase: Phase::Ramp(0),
             best: None,
             trial_start: Instant::now(),
             trial_ops: 0,
