@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import campaign  # noqa: E402
-from campaign import log, rel  # noqa: E402
+from campaign.common import log, rel  # noqa: E402
+from campaign.report import machine  # noqa: E402
 from support.latencyfs import LatencyFS, build  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
             log(f"{clients} clients: {rate:,.0f} requests/s, daemon {rows[-1]['daemon_cpu_us_per_request']} µs "
                 f"CPU a request, load {load:.1f}")
     shutil.rmtree(base, ignore_errors=True)
-    m = campaign.machine()
+    m = machine()
     res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": m, "rows": rows,
            "command": "sudo .venv/bin/python benchmarks/latencyfs_rate.py " + " ".join(argv)}
     out = Path(a.results)

@@ -33,8 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import campaign  # noqa: E402  (datasets, paths and machine description shared with the campaigns)
-from campaign import KiB, REPO, files_dataset, log, rel  # noqa: E402
+# Datasets, paths and the machine's description are shared with the campaigns.
+from campaign.common import KiB, REPO, bench_env, log, rel  # noqa: E402
+from campaign.datasets import files_dataset  # noqa: E402
+from campaign.report import machine  # noqa: E402
 from support.latencyfs import LatencyFS, build  # noqa: E402
 
 # Like NFS's acdirmin (30 s): no attribute or name the client learnt expires during a case, so
@@ -59,7 +61,7 @@ def cases(n_jobs: int) -> list[Case]:
     fp = f'fpsync -n 16 -f {n_jobs} -t "$PWD/{{work}}/fpsync"'
 
     return [
-        Case("ferry copy", "{ferry} copy -r {src}/ {dst}", "empty", "baseline: 16 files at once (default)"),
+        Case("ferry copy", "{ferry} copy -r {src}/ {dst}", "empty", "baseline: the adaptive depth, from 64 files at once on a network filesystem"),
         Case("ferry copy, unchanged re-run", "{ferry} copy -r {src}/ {dst}", "copy"),
         Case("ferry verify", "{ferry} verify {src}/ {dst}", "copy", "sizes (and symlink targets) only"),
         Case("ferry verify --checksum", "{ferry} verify --checksum {src}/ {dst}", "copy", "reads every file on both sides"),
@@ -91,7 +93,7 @@ def run_case(case: Case, src: Path, base: Path, ferry: str, delay_ms: float) -> 
     with fs:
         fs.reset()
         started = time.monotonic()
-        proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=campaign.bench_env())
+        proc = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=bench_env())
         wall = time.monotonic() - started
         # Releases trail close() by a moment; take the counters once they stop moving.
         last, deadline = fs.stats()["total"], time.monotonic() + 3
@@ -215,7 +217,7 @@ def main(argv: list[str]) -> int:
             runs.append(r)
         out.append(summarize(case.name, case, runs, a.files))
     shutil.rmtree(base, ignore_errors=True)
-    res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": campaign.machine(),
+    res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
            "ferry": {"version": version, "sha256": sha}, "dataset": ds.desc, "files": a.files, "repeat": a.repeat,
            "cache_seconds": CACHE_SECONDS, "delay_ms": a.delay, "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/opcount.py", *argv]),
            "cases": out}

@@ -29,7 +29,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import campaign as c  # noqa: E402  (reuses its datasets, Azurite workspaces and environment)
+# Reuses the campaigns' datasets, Azurite workspaces and environment.
+from campaign import common as c  # noqa: E402
+from campaign.datasets import Dataset  # noqa: E402
+from campaign.services import AzuriteHost  # noqa: E402
 
 REPLICATE = "workflow/scripts/replicate.py"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
@@ -44,10 +47,10 @@ def datasets(quick: bool) -> list:
     mix = [(f"big/part-{i}.bin", big // 2) for i in range(2)] + \
           [(f"small/d{i // 200:03d}/f{i:05d}.bin", 64 * KiB) for i in range(small // 5)]
     return [
-        c.Dataset("rep-large", f"4 files of {c.human_bytes(big)}", [(f"f{i}.bin", big) for i in range(4)], seed=11),
-        c.Dataset("rep-small", f"{small:,} files of 64 KiB",
+        Dataset("rep-large", f"4 files of {c.human_bytes(big)}", [(f"f{i}.bin", big) for i in range(4)], seed=11),
+        Dataset("rep-small", f"{small:,} files of 64 KiB",
                   [(f"d{i // 200:03d}/f{i:05d}.bin", 64 * KiB) for i in range(small)], seed=12),
-        c.Dataset("rep-mix", f"2 files of {c.human_bytes(big // 2)} + {small // 5:,} files of 64 KiB", mix, seed=13),
+        Dataset("rep-mix", f"2 files of {c.human_bytes(big // 2)} + {small // 5:,} files of 64 KiB", mix, seed=13),
     ]
 
 
@@ -133,7 +136,7 @@ def main(argv) -> int:
     s = c.Settings(scratch=Path(a.scratch), results=Path("benchmarks/results"), runs=1, quick=a.quick, only=[],
                    keep=False, update_docs=False, ferry_source=Path(a.ferry))
     ferry_info = c.snapshot_ferry(s)
-    host = c.AzuriteHost(s)
+    host = AzuriteHost(s)
     work = s.scratch / "replicate-work"
     c.rmtree(work)
     work.mkdir(parents=True)

@@ -5,6 +5,7 @@ once, about what listing the destination costs. Counts, not timings: they repeat
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -139,3 +140,21 @@ def test_a_slow_mount_gets_many_requests_in_flight(tmp_path, ferry_bin):
         depth = json.loads(out.stdout)["concurrency"]
         assert depth["mode"] == "adaptive" and depth["initial"] == 64, depth
         assert fs.stats()["inflight_max"] >= 32
+
+
+def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_left(tmp_path, ferry_bin):
+    # Hundreds of files into one directory of a network filesystem: their temp names are made
+    # in staging directories under the root (only the rename into place holds the crowded
+    # directory's lock), and those go once the copy is done.
+    src = tmp_path / "src" / "flat"
+    src.mkdir(parents=True)
+    for i in range(300):
+        (src / f"f{i:04d}").write_bytes(os.urandom(i * 7 % 4000))
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    with LatencyFS(backing, tmp_path / "mnt", attr_timeout=30, entry_timeout=30) as fs:
+        dst = fs.mountpoint / "dst"
+        subprocess.run([str(ferry_bin), "copy", "-r", f"{src.parent}/", dst], check=True, capture_output=True)
+        got = {p.name: p.read_bytes() for p in (dst / "flat").iterdir()}
+        assert got == {p.name: p.read_bytes() for p in src.iterdir()}
+        assert sorted(os.listdir(backing / "dst")) == ["flat"], "a staging directory was left behind"

@@ -60,10 +60,20 @@ pub struct Staged {
 }
 
 enum StagedAs {
-    /// Closed, under a temp name in the final directory.
-    Temp(Vec<u8>),
+    /// Closed, under a temp name in this directory (the final one, or a staging one).
+    Temp(Arc<OwnedFd>, Vec<u8>),
     /// Open, without a name.
     Unnamed(File),
+}
+
+/// Where a temp name goes when there is no unnamed file: beside the final name, or in a
+/// staging directory of this thread's. The second is for a directory receiving many files on a
+/// network filesystem: a create in a directory holds that directory's lock across its round
+/// trips, so a thousand creates in one directory wait on each other whatever the depth;
+/// created elsewhere, only the rename into place holds it.
+pub enum TempIn<'a> {
+    Final,
+    Staging(&'a Arc<OwnedFd>),
 }
 
 fn copy_range(input: &File, out: &File, size: u64, quirks: &Quirks) -> io::Result<()> {
@@ -137,7 +147,7 @@ fn open_unnamed(dir: &OwnedFd, mode: u32, quirks: &Quirks) -> io::Result<Option<
 /// Writes one regular file where no reader takes it for complete. `absent`: the listing of
 /// the destination showed the final name free, so the file may be linked into place
 /// unnamed rather than renamed over it.
-pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity, quirks: &Quirks, absent: bool) -> io::Result<Staged> {
+pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity, quirks: &Quirks, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -152,7 +162,11 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         Some(f) => (f, None),
         None => {
             let tmp = temp_name(name, "partial");
-            (create_temp(&dir, &tmp, mode & 0o777)?, Some(tmp))
+            let at = match temp_in {
+                TempIn::Final => dir.clone(),
+                TempIn::Staging(d) => d.clone(),
+            };
+            (create_temp(&at, &tmp, mode & 0o777)?, Some((at, tmp)))
         }
     };
     let written = (|| {
@@ -182,7 +196,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         dir,
         name: name.to_vec(),
         as_: match as_ {
-            Some(tmp) => StagedAs::Temp(tmp),
+            Some((at, tmp)) => StagedAs::Temp(at, tmp),
             None => StagedAs::Unnamed(out),
         },
         bytes: md.len(),
@@ -201,10 +215,10 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
 pub fn commit(staged: Staged) -> io::Result<()> {
     let Staged { dir, name, as_, .. } = staged;
     match as_ {
-        StagedAs::Temp(tmp) => {
-            let r = beneath::rename_at(fd(&dir), &tmp, &name);
+        StagedAs::Temp(at, tmp) => {
+            let r = beneath::rename_between(fd(&at), &tmp, fd(&dir), &name);
             if r.is_err() {
-                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+                let _ = beneath::unlink_at(fd(&at), &tmp, false);
             }
             r
         }
@@ -228,8 +242,8 @@ pub fn commit(staged: Staged) -> io::Result<()> {
 
 /// Gives up on a staged file: a temp name is removed; an unnamed file vanishes on close.
 pub fn discard(staged: Staged) {
-    if let StagedAs::Temp(tmp) = &staged.as_ {
-        let _ = beneath::unlink_at(fd(&staged.dir), tmp, false);
+    if let StagedAs::Temp(at, tmp) = &staged.as_ {
+        let _ = beneath::unlink_at(fd(at), tmp, false);
     }
 }
 
@@ -379,7 +393,7 @@ mod tests {
         let quirks = Quirks::default();
         for (absent, name) in [(true, "f1"), (false, "f2")] {
             let to = format!("d/{name}");
-            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), &Identity::current(), &quirks, absent).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), &Identity::current(), &quirks, absent, TempIn::Final).unwrap();
             assert!(!t.path().join("dst").join(&to).exists());
             commit(staged).unwrap();
             assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
@@ -392,7 +406,7 @@ mod tests {
     #[test]
     fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
         let (t, src, dst) = tree();
-        let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), true).unwrap();
+        let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), true, TempIn::Final).unwrap();
         std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
         commit(staged).unwrap();
         assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
@@ -402,7 +416,7 @@ mod tests {
     fn a_discarded_file_leaves_nothing() {
         let (t, src, dst) = tree();
         for absent in [true, false] {
-            let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), absent).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), absent, TempIn::Final).unwrap();
             discard(staged);
             assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
         }

@@ -11,12 +11,13 @@
 
 use std::collections::HashSet;
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::{differs_by_metadata, panicked, Compare, Engine, Job, Outcome};
 use crate::error::{Result, StoreError};
-use crate::localcopy::{self, DirNow, Identity, Staged};
+use crate::localcopy::{self, DirNow, Identity, Staged, TempIn};
 use crate::manifest::Kind;
 use crate::stats::Stats;
 use crate::storage::local::{meta_of, LocalStore};
@@ -26,6 +27,11 @@ use crate::storage::{Meta, Store};
 /// that a batch's open descriptors (unnamed files stay open until linked) stay modest.
 const BATCH_FILES: usize = 32;
 const BATCH_BYTES: u64 = 64 << 20;
+
+/// Files a run writes into one directory of a network filesystem past which their temp names
+/// are made in staging directories (localcopy::TempIn): a rename into place then holds the
+/// directory's lock for two round trips where a create and a rename would hold it for four.
+const CROWDED: usize = 256;
 
 enum Step {
     Done(Outcome),
@@ -97,6 +103,29 @@ fn by_level(dirs: &[Job]) -> Vec<Vec<&Job>> {
     levels
 }
 
+/// Directories this run writes at least `CROWDED` files into, on the root's filesystem (a
+/// rename cannot cross into a filesystem mounted below the root).
+fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job]) -> HashSet<&'a [u8]> {
+    use std::os::unix::fs::MetadataExt;
+    let mut count: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    for f in files {
+        *count.entry(crate::storage::beneath::split(&f.dst_path).0).or_default() += 1;
+    }
+    count.retain(|_, n| *n >= CROWDED);
+    if count.is_empty() {
+        return HashSet::new();
+    }
+    let device = |rel: &[u8]| dst.dir(rel, true).and_then(|d| File::from(d.try_clone()?).metadata()).map(|m| m.dev()).ok();
+    let Some(root) = device(b"") else { return HashSet::new() };
+    count.into_keys().filter(|d| device(d) == Some(root)).collect()
+}
+
+/// This thread's staging directory, made on first use; None (temp names beside the final
+/// ones) if it cannot be made.
+fn staging_for(dst: &LocalStore, k: usize, made: &mut Option<Option<Arc<OwnedFd>>>) -> Option<Arc<OwnedFd>> {
+    made.get_or_insert_with(|| dst.staging_dir(k).ok()).clone()
+}
+
 impl Engine {
     fn stores(&self) -> (&LocalStore, &LocalStore) {
         (self.src.as_local().expect("local source"), self.dst.as_local().expect("local destination"))
@@ -128,15 +157,22 @@ impl Engine {
         let (_, dst) = self.stores();
         // Without fsync nothing is gained by waiting: each file is committed at once.
         let batch_files = if dst.fsync() { BATCH_FILES } else { 1 };
+        let crowded = if dst.is_remote() { crowded_dirs(dst, files) } else { HashSet::new() };
         std::thread::scope(|s| {
-            for _ in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
-                s.spawn(|| {
+            for k in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
+                let (next, id, crowded) = (&next, &id, &crowded);
+                s.spawn(move || {
+                    let mut staging = None;
                     let mut batch: Vec<(Staged, &Job)> = Vec::new();
                     let mut batch_bytes = 0;
                     loop {
                         let mut permit = self.depth.acquire_blocking();
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
-                        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, &id, rt))).unwrap_or_else(|p| Err(panicked(p)));
+                        let temp_in = match crowded.contains(crate::storage::beneath::split(&job.dst_path).0) {
+                            true => staging_for(dst, k, &mut staging),
+                            false => None,
+                        };
+                        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
                         match step {
                             Ok(Step::Staged(st)) => {
                                 permit.done(st.bytes);
@@ -158,12 +194,15 @@ impl Engine {
                         }
                     }
                     self.commit_batch(batch, changed);
+                    if staging.is_some() {
+                        dst.remove_staging_dir(k);
+                    }
                 });
             }
         });
     }
 
-    fn stage_one(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle) -> Result<Step> {
+    fn stage_one(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle, staging: Option<&Arc<OwnedFd>>) -> Result<Step> {
         let (src, dst) = self.stores();
         #[cfg(test)]
         if job.src.path == b"panic-here" {
@@ -195,7 +234,14 @@ impl Engine {
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
-        let staged = localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, absent).map_err(src_err)?;
+        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, absent, temp_in);
+        let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
+            // Another process finished and removed the shared staging directory meanwhile.
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
+            Some(r) => r,
+            None => stage(TempIn::Final),
+        }
+        .map_err(src_err)?;
         if let Some(t) = &self.throttle {
             rt.block_on(t.take(staged.bytes));
         }

@@ -132,9 +132,13 @@ pub fn lstat_at(dir: BorrowedFd, name: &[u8]) -> io::Result<std::fs::Metadata> {
 }
 
 pub fn rename_at(dir: BorrowedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
+    rename_between(dir, from, dir, to)
+}
+
+pub fn rename_between(from_dir: BorrowedFd, from: &[u8], to_dir: BorrowedFd, to: &[u8]) -> io::Result<()> {
     let (a, b) = (cstr(from)?, cstr(to)?);
-    // SAFETY: valid descriptor and C strings.
-    check(unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir.as_raw_fd(), b.as_ptr()) }).map(drop)
+    // SAFETY: valid descriptors and C strings.
+    check(unsafe { libc::renameat(from_dir.as_raw_fd(), a.as_ptr(), to_dir.as_raw_fd(), b.as_ptr()) }).map(drop)
 }
 
 pub fn unlink_at(dir: BorrowedFd, name: &[u8], is_dir: bool) -> io::Result<()> {

@@ -115,6 +115,27 @@ impl LocalStore {
         self.dir(rel, false)
     }
 
+    /// A staging directory for temp files (see `localcopy::TempIn`), one per copying thread:
+    /// under the root, named so that listings skip it. The names are the same in every run and
+    /// every process: a temp name is unique to its final name, so processes copying disjoint
+    /// parts of a tree may share them, and a re-run finds (and replaces) what a killed one
+    /// left there.
+    pub fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>> {
+        let name = staging_name(k);
+        beneath::mkdir_at(fd(self.root_fd(true)?), &name)?;
+        self.dir(&name, false)
+    }
+
+    /// Removes a staging directory once its thread is done (left alone while another process
+    /// still has a file in it).
+    pub fn remove_staging_dir(&self, k: usize) {
+        let name = staging_name(k);
+        self.forget_dir(&name);
+        if let Some(root) = self.root_fd.get() {
+            let _ = beneath::unlink_at(fd(root), &name, true);
+        }
+    }
+
     /// Drops a directory's handle, once it is deleted: a new directory of that name is a
     /// different one.
     pub fn forget_dir(&self, rel: &[u8]) {
@@ -388,6 +409,10 @@ pub fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::io::Resu
         }
     }
     Ok(())
+}
+
+fn staging_name(k: usize) -> Vec<u8> {
+    format!(".ferry-stage-{k}.partial").into_bytes()
 }
 
 /// Name of the temp file that stands in for the final name `name` until it is complete.
