@@ -33,6 +33,14 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
     }
+    // The Azure SDK builds error values in its normal flow (a header a policy looks for and
+    // does not find, on every request), and each captures a stack trace when RUST_BACKTRACE
+    // is set: a stack walk per request. Library backtraces stay off unless asked for by
+    // name; a panic still prints its trace under RUST_BACKTRACE.
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
     let cli = cli::Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
