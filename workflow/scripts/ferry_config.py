@@ -138,11 +138,13 @@ def copy_args(cfg: dict) -> list[str]:
     w = cfg["worker"]
     args = [
         "--compare", copy_compare(cfg),
-        "--concurrency", str(w["concurrency"]),
-        "--parallel-files", str(w["parallel_files"]),
         "--block-size", str(parse_size(w["block_size"])),
         "--max-retries", str(w["max_retries"]),
     ]
+    # Unset, ferry adapts its depth to the store and to what it measures.
+    for key in ("concurrency", "parallel_files"):
+        if w[key] is not None:
+            args += [f"--{key.replace('_', '-')}", str(w[key])]
     if w["max_bandwidth"]:
         args += ["--max-bandwidth", w["max_bandwidth"]]
     if not w["put_md5"]:
