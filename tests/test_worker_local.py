@@ -223,3 +223,16 @@ def test_the_depth_is_reported_adaptive_unless_fixed(tmp_path, run_ferry):
     assert (fixed["mode"], fixed["initial"], fixed["final"], fixed["peak"], fixed["trace"]) == ("fixed", 3, 3, 3, [])
     line = run_ferry("copy", "-r", f"{src}/", tmp_path / "g").stderr
     assert "in flight: adaptive" in line, line
+
+
+@pytest.mark.parametrize("compare", ["none", "size-mtime"])
+def test_an_existing_directory_gets_the_sources_metadata_whatever_the_compare(tmp_path, run_ferry, compare):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"sub/f.txt": File(data=b"f", mtime_ns=BASE_NS)})
+    os.chmod(src / "sub", 0o751)
+    os.utime(src / "sub", ns=(BASE_NS, BASE_NS + 7))
+    (dst / "sub").mkdir(parents=True)
+    os.chmod(dst / "sub", 0o700)
+    run_ferry("copy", "-r", "--compare", compare, f"{src}/", dst)
+    got = os.stat(dst / "sub")
+    assert (oct(got.st_mode & 0o7777), got.st_mtime_ns) == (oct(0o751), BASE_NS + 7)

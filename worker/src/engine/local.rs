@@ -138,7 +138,7 @@ impl Engine {
         let missing: Vec<Job> = dirs.iter().filter(|d| self.dst_dir(&d.dst_path).is_none()).cloned().collect();
         for level in by_level(&missing) {
             parallel(&level, self.depth.limit(), |d| {
-                if dst.make_dir(&d.dst_path).is_ok() {
+                if let Ok(true) = dst.make_dir(&d.dst_path) {
                     changed.made.lock().unwrap().insert(d.dst_path.clone());
                     changed.touch(&d.dst_path);
                 }

@@ -166,13 +166,20 @@ pub fn symlink_at(target: &[u8], dir: BorrowedFd, name: &[u8]) -> io::Result<()>
     check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) }).map(drop)
 }
 
+/// `mkdirat`; an existing entry of that name is fine (whatever it is: later calls that need a
+/// directory find out).
 pub fn mkdir_at(dir: BorrowedFd, name: &[u8]) -> io::Result<()> {
+    match mkdir_new(dir, name) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }
+}
+
+/// `mkdirat`, failing with `AlreadyExists` if the name is taken.
+pub fn mkdir_new(dir: BorrowedFd, name: &[u8]) -> io::Result<()> {
     let c = cstr(name)?;
     // SAFETY: valid descriptor and C string.
-    match check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) }) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        r => r.map(drop),
-    }
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o777) }).map(drop)
 }
 
 /// Flushes the filesystem holding `dir`: every rename and directory entry made before it is

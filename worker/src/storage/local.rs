@@ -108,11 +108,15 @@ impl LocalStore {
 
     /// Makes directory `rel`, whose parent exists or is made: one exclusive create, where
     /// `dir(rel, true)` would first look for it (a wasted round trip for a directory the
-    /// listing showed missing). An existing one is fine.
-    pub fn make_dir(&self, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
+    /// listing showed missing). True if this call made it; an existing one is fine.
+    pub fn make_dir(&self, rel: &[u8]) -> std::io::Result<bool> {
         let (parent, name) = self.parent(rel, true)?;
-        beneath::mkdir_at(fd(&parent), name)?;
-        self.dir(rel, false)
+        let made = match beneath::mkdir_new(fd(&parent), name) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            r => r.map(|_| true)?,
+        };
+        self.dir(rel, false)?;
+        Ok(made)
     }
 
     /// A staging directory for temp files (see `localcopy::TempIn`), one per copying thread:
