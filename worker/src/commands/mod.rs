@@ -125,6 +125,28 @@ pub fn object_destination(dst: &Location, name: &[u8]) -> (Location, Vec<u8>) {
     }
 }
 
+/// `.` and `..` can name no blob and must never climb out of a local root. (Empty components
+/// and a leading '/' are legal in blob names; local roots refuse them per file.)
+fn unsafe_path(path: &[u8]) -> bool {
+    path.is_empty() || path.split(|&b| b == b'/').any(|c| c == b"." || c == b"..")
+}
+
+const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
+
+/// Streams a manifest's entries, each line checked as `read_manifest` checks it, but for paths
+/// listed twice: those are found once the entries are sorted (`sorted::Join`).
+pub fn manifest_entries(path: &Path) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
+    let mut reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let name = path.display().to_string();
+    Ok(std::iter::from_fn(move || {
+        let entry = reader.next()?;
+        Some(entry.and_then(|e| match unsafe_path(&e.path) {
+            true => Err(format!("{name}:{}: {}: {UNSAFE_PATH}", reader.lineno(), e.display_path())),
+            false => Ok(e),
+        }))
+    }))
+}
+
 /// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
 /// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
@@ -135,10 +157,8 @@ pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
         let entry = entry.map_err(anyhow::Error::msg)?;
         let line = reader.lineno();
         let at = || format!("{}:{line}: {}", path.display(), entry.display_path());
-        // `.` and `..` can name no blob and must never climb out of a local root. (Empty
-        // components and a leading '/' are legal in blob names; local roots refuse them per file.)
-        if entry.path.is_empty() || entry.path.split(|&b| b == b'/').any(|c| c == b"." || c == b"..") {
-            bail!("{}: unsafe path: empty, or with a '.' or '..' component", at());
+        if unsafe_path(&entry.path) {
+            bail!("{}: {UNSAFE_PATH}", at());
         }
         if let Some(first) = seen.insert(entry.path.clone(), line) {
             bail!("{}: listed twice (first on line {first})", at());
@@ -184,4 +204,23 @@ pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], con
 
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("JSON values always serialise"));
+}
+
+/// Runs a command until it ends or a SIGINT, SIGTERM or SIGHUP arrives (Ctrl-C, Slurm's time
+/// limit, a closed terminal). On a signal the command's future is dropped before returning, so
+/// what it owns is cleaned up as on any other way out: scratch directories removed, logs
+/// flushed. Exit status 128 + the signal's number, as a shell reports a killed command.
+pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>) -> anyhow::Result<std::process::ExitCode> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (name, number) = tokio::select! {
+        result = command => return result,
+        _ = int.recv() => ("SIGINT", libc::SIGINT),
+        _ = term.recv() => ("SIGTERM", libc::SIGTERM),
+        _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
+    };
+    eprintln!("ferry: stopped by {name}");
+    Ok(std::process::ExitCode::from(128 + number as u8))
 }
