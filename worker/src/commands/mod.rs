@@ -224,3 +224,17 @@ pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Re
     eprintln!("ferry: stopped by {name}");
     Ok(std::process::ExitCode::from(128 + number as u8))
 }
+
+/// Lets a long loop without awaits give the runtime a turn now and then, so that
+/// `interruptible` sees a signal while the loop runs.
+#[derive(Default)]
+pub struct Pacer(u32);
+
+impl Pacer {
+    pub async fn tick(&mut self) {
+        self.0 = self.0.wrapping_add(1);
+        if self.0 % 4096 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}

@@ -8,11 +8,11 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{default_concurrency, manifest_entries, open, open_options, parse_location};
+use super::{default_concurrency, manifest_entries, open, open_options, parse_location, Pacer};
 use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
 use crate::sorted::sort::{Runs, Spill};
-use crate::sorted::{sort_entries, sort_store, Join, JoinError, Pair, Scratch, Side, SortError};
+use crate::sorted::{sort_store, Join, JoinError, PathSort, Pair, Scratch, Side, SortError};
 use crate::stats::Stats;
 use crate::storage::Store;
 
@@ -129,7 +129,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Err(SortError::Listing(e)) => return refuse(format!("the destination listing failed ({e})")),
         Err(e) => return Err(e.into()),
     };
-    let mut plan = match Deletions::plan(&source, &dest, scratch.path()) {
+    let mut plan = match Deletions::plan(&source, &dest, scratch.path()).await {
         Ok(plan) => plan,
         Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => return refuse(format!("the source listing failed ({e})")),
         Err(e) => return Err(e.into()),
@@ -145,7 +145,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
 
     let mut log = Writer::new(BufWriter::new(std::fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?))?;
     let deleted = match args.dry_run {
-        true => plan.list(&mut log, !args.json)?,
+        true => plan.list(&mut log, !args.json).await?,
         false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
     };
     log.finish()?;
@@ -177,7 +177,12 @@ async fn sort_source(args: &PruneArgs, src: &Arc<dyn Store>, scratch: &Path, bud
     match &args.files_from {
         Some(m) => {
             let entries = manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
-            sort_entries(entries, scratch, "source", budget)
+            let (mut sort, mut pacer) = (PathSort::new(scratch, "source", budget), Pacer::default());
+            for e in entries {
+                sort.push(e)?;
+                pacer.tick().await;
+            }
+            sort.finish()
         }
         None => sort_store(src, scratch, "source", budget).await,
     }
@@ -205,11 +210,13 @@ struct Deletions {
 
 impl Deletions {
     /// One merge-join of the two sorted listings.
-    fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
+    async fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
         let mut files = Spill::create(scratch.join("delete-files"))?;
         let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
         let (mut file_count, mut dest_files) = (0, 0);
+        let mut pacer = Pacer::default();
         for pair in Join::new(source.merge()?, dest.merge()?)? {
+            pacer.tick().await;
             let (d, kept) = match pair? {
                 Pair::Source(_) => continue,
                 Pair::Both(_, d) => (d, true),
@@ -233,9 +240,11 @@ impl Deletions {
     }
 
     /// A dry run: the log gets every planned deletion, and stdout too when `print`.
-    fn list(&mut self, log: &mut Writer<BufWriter<std::fs::File>>, print: bool) -> anyhow::Result<u64> {
+    async fn list(&mut self, log: &mut Writer<BufWriter<std::fs::File>>, print: bool) -> anyhow::Result<u64> {
         let mut out = BufWriter::new(io::stdout());
+        let mut pacer = Pacer::default();
         for e in self.files.read()?.chain(self.dirs.read()?) {
+            pacer.tick().await;
             let e = e.map_err(PlanError::Scratch)?;
             log.write(&e)?;
             if print {
@@ -374,9 +383,10 @@ mod tests {
     /// entries per run; returns the files and the directories in the order they would go.
     fn plan(src: &[&str], dst: &[&str]) -> (Vec<String>, Vec<String>, u64) {
         let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch.path(), stem, 150).unwrap();
+        let sort = |paths: &[&str], stem: &str| crate::sorted::sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch.path(), stem, 150).unwrap();
         let (s, d) = (sort(src, "s"), sort(dst, "d"));
-        let mut plan = Deletions::plan(&s, &d, scratch.path()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut plan = rt.block_on(Deletions::plan(&s, &d, scratch.path())).unwrap();
         let read = |spill: &mut Spill| spill.read().unwrap().map(|e| e.unwrap().display_path()).collect::<Vec<_>>();
         let (files, dirs) = (read(&mut plan.files), read(&mut plan.dirs));
         assert_eq!((plan.file_count, plan.dir_count), (files.len() as u64, dirs.len() as u64));

@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
-use super::{default_concurrency, object_destination, open, open_options, parse_location, read_manifest, resolve, Root};
+use super::{default_concurrency, object_destination, open, open_options, parse_location, read_manifest, resolve, Pacer, Root};
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
@@ -273,7 +273,9 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
             }
         })
         .buffered(concurrency * REORDER_WINDOW);
+    let mut pacer = Pacer::default();
     while let Some(row) = rows.next().await {
+        pacer.tick().await;
         if let Some(row) = row? {
             report.add(row)?;
         }

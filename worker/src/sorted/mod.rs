@@ -31,14 +31,35 @@ fn spill_failed(dir: &Path) -> impl Fn(io::Error) -> SortError + '_ {
     move |source| SortError::Spill { dir: dir.to_path_buf(), source }
 }
 
+/// A listing being sorted by path into runs under a scratch directory.
+pub struct PathSort<'a> {
+    sorter: Sorter,
+    scratch: &'a Path,
+}
+
+impl<'a> PathSort<'a> {
+    pub fn new(scratch: &'a Path, stem: &str, budget: usize) -> Self {
+        PathSort { sorter: Sorter::new(Order::Path, budget, scratch.to_path_buf(), stem), scratch }
+    }
+
+    /// An `Err` entry fails the whole as a failed listing.
+    pub fn push(&mut self, entry: Result<Entry, String>) -> Result<(), SortError> {
+        self.sorter.push(&entry.map_err(SortError::Listing)?).map_err(spill_failed(self.scratch))
+    }
+
+    pub fn finish(self) -> Result<Runs, SortError> {
+        self.sorter.finish().map_err(spill_failed(self.scratch))
+    }
+}
+
 /// Sorts entries by path into runs under `scratch`; the first `Err` entry ends it as a failed
 /// listing.
 pub fn sort_entries(entries: impl Iterator<Item = Result<Entry, String>>, scratch: &Path, stem: &str, budget: usize) -> Result<Runs, SortError> {
-    let mut sorter = Sorter::new(Order::Path, budget, scratch.to_path_buf(), stem);
+    let mut sort = PathSort::new(scratch, stem, budget);
     for e in entries {
-        sorter.push(&e.map_err(SortError::Listing)?).map_err(spill_failed(scratch))?;
+        sort.push(e)?;
     }
-    sorter.finish().map_err(spill_failed(scratch))
+    sort.finish()
 }
 
 /// Sorts a fresh listing of `store` by path into runs under `scratch`, as it streams in. Any
@@ -48,11 +69,11 @@ pub async fn sort_store(store: &Arc<dyn Store>, scratch: &Path, stem: &str, budg
     let (tx, mut rx) = mpsc::channel(1024);
     let s = store.clone();
     let task = tokio::spawn(async move { s.list(true, tx).await });
-    let mut sorter = Sorter::new(Order::Path, budget, scratch.to_path_buf(), stem);
+    let mut sort = PathSort::new(scratch, stem, budget);
     let mut failed: Option<StoreError> = None;
     while let Some(item) = rx.recv().await {
         match item {
-            Ok(e) => sorter.push(&e).map_err(spill_failed(scratch))?,
+            Ok(e) => sort.push(Ok(e))?,
             Err(e) => {
                 failed = Some(e);
                 // Dropping the receiver stops the walk: nothing after a failure is used.
@@ -68,7 +89,7 @@ pub async fn sort_store(store: &Arc<dyn Store>, scratch: &Path, stem: &str, budg
     if let Some(e) = failed.or(ended.err()) {
         return Err(SortError::Listing(e.to_string()));
     }
-    sorter.finish().map_err(spill_failed(scratch))
+    sort.finish()
 }
 
 /// Which side of a join an entry came from.
