@@ -114,27 +114,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     };
 
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
-    let budget = args.sorting.budget();
-    // A source we could not read completely must never be mistaken for one that lost files.
-    let source = match sort_source(&args, &src, scratch.path(), budget).await {
-        Ok(runs) => runs,
-        Err(SortError::Listing(e)) => return refuse(format!("the source listing failed ({e})")),
-        Err(e) => return Err(e.into()),
-    };
-    if source.entries() == 0 && !args.force {
-        return refuse(format!("the source {} lists no entries; pass --force if it really is empty", src.describe()));
-    }
-    let dest = match sort_store(&dst, scratch.path(), "dest", budget).await {
-        Ok(runs) => runs,
-        Err(SortError::Listing(e)) => return refuse(format!("the destination listing failed ({e})")),
-        Err(e) => return Err(e.into()),
-    };
-    let mut plan = match Deletions::plan(&source, &dest, scratch.path()).await {
+    let mut plan = match plan(&args, &src, &dst, scratch.path()).await {
         Ok(plan) => plan,
-        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => return refuse(format!("the source listing failed ({e})")),
-        Err(e) => return Err(e.into()),
+        Err(Stop::Refused(why)) => return refuse(why),
+        Err(Stop::Failed(e)) => return Err(e),
     };
-    drop((source, dest));
     let (n, dest_files) = (plan.file_count, plan.dest_files);
     let over_limit = (!args.force && !args.max_delete.allows(n, dest_files)).then(|| {
         format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
@@ -149,6 +133,47 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
     };
     log.finish()?;
+    Ok(report(&args, &plan, deleted, over_limit, &stats, &log_path))
+}
+
+/// What stops a prune before it deletes anything.
+enum Stop {
+    /// Refused for safety (exit 1): the listings cannot be trusted to say what the source lacks.
+    Refused(String),
+    Failed(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Stop {
+    fn from(e: E) -> Stop {
+        Stop::Failed(e.into())
+    }
+}
+
+/// Sorts both sides and plans the deletions; refuses when the source's listing is doubtful
+/// (failed, empty without --force, naming a path twice) or the destination's failed.
+async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scratch: &Path) -> Result<Deletions, Stop> {
+    let budget = args.sorting.budget();
+    // A source we could not read completely must never be mistaken for one that lost files.
+    let source = match sort_source(args, src, scratch, budget).await {
+        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the source listing failed ({e})"))),
+        runs => runs?,
+    };
+    if source.entries() == 0 && !args.force {
+        return Err(Stop::Refused(format!("the source {} lists no entries; pass --force if it really is empty", src.describe())));
+    }
+    let dest = match sort_store(dst, scratch, "dest", budget).await {
+        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the destination listing failed ({e})"))),
+        runs => runs?,
+    };
+    match Deletions::plan(&source, &dest, scratch).await {
+        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => Err(Stop::Refused(format!("the source listing failed ({e})"))),
+        plan => Ok(plan?),
+    }
+}
+
+/// The summary: --json on stdout, or lines on stderr. Exit 1 if anything could not be deleted.
+fn report(args: &PruneArgs, plan: &Deletions, deleted: u64, over_limit: Option<String>, stats: &Stats, log_path: &Path) -> ExitCode {
+    let (n, dest_files) = (plan.file_count, plan.dest_files);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
@@ -168,7 +193,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
             eprintln!("failed: {p}: {e}");
         }
     }
-    Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// The source's entries sorted by path: a fresh listing, or the `--files-from` manifest

@@ -179,7 +179,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     // Paths already judged (their directory could not be listed) are not judged again.
     let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
     let src_entries = src_entries.into_iter().filter(|e| judged.is_empty() || !judged.contains(&e.display_path())).collect();
-    rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index, rename.is_some()).await);
+    rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index).await);
     rows.sort_by(|a, b| a.path.cmp(&b.path));
     let mut report = Report::new(&args, None)?;
     for row in rows {
@@ -208,8 +208,8 @@ fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
 }
 
 /// The rows of a manifest's entries (or of one object) against what was found of them at the
-/// destination. With `one_object`, nothing else at the destination is reported.
-async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>, one_object: bool) -> Vec<Row> {
+/// destination; nothing else at the destination is looked at, so nothing is missing on the source.
+async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
     let blob_side = blob_side(src, dst);
@@ -217,11 +217,6 @@ async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn 
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
             None => rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new())),
-        }
-    }
-    if args.files_from.is_none() && !one_object {
-        for d in dst_index.into_values().filter(|e| e.kind != Kind::Dir) {
-            rows.push(Row::new(Status::MissingOnSrc, d.display_path(), String::new()));
         }
     }
     let done: Vec<Row> = futures::stream::iter(pairs)
