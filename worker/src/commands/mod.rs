@@ -147,6 +147,28 @@ pub fn manifest_entries(path: &Path) -> anyhow::Result<impl Iterator<Item = Resu
     }))
 }
 
+fn listed_twice(manifest: &Path, line: u64, path: &str, first: u64) -> String {
+    format!("{}:{line}: {path}: listed twice (first on line {first})", manifest.display())
+}
+
+/// Says where a manifest names `path` (escaped) twice, as `read_manifest` does: a sorted
+/// stream finds the duplicate but no longer knows its lines, so they are looked for again (a
+/// second read of the manifest, on this error path only).
+pub fn find_listed_twice(manifest: &Path, path: &str) -> Option<String> {
+    let mut reader = manifest::Reader::open(manifest).ok()?;
+    let mut first = None;
+    while let Some(Ok(e)) = reader.next() {
+        if e.display_path() != path {
+            continue;
+        }
+        match first {
+            None => first = Some(reader.lineno()),
+            Some(f) => return Some(listed_twice(manifest, reader.lineno(), path, f)),
+        }
+    }
+    None
+}
+
 /// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
 /// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
@@ -161,7 +183,7 @@ pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
             bail!("{}: {UNSAFE_PATH}", at());
         }
         if let Some(first) = seen.insert(entry.path.clone(), line) {
-            bail!("{}: listed twice (first on line {first})", at());
+            bail!("{}", listed_twice(path, line, &entry.display_path(), first));
         }
         entries.push(entry);
     }

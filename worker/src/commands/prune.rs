@@ -8,7 +8,7 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{default_concurrency, manifest_entries, open, open_options, parse_location, Pacer};
+use super::{default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_location, Pacer};
 use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
 use crate::sorted::sort::{Runs, Spill};
@@ -166,8 +166,16 @@ async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scra
         runs => runs?,
     };
     match Deletions::plan(&source, &dest, scratch).await {
-        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => Err(Stop::Refused(format!("the source listing failed ({e})"))),
+        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => Err(Stop::Refused(format!("the source listing failed ({})", twice(args, e)))),
         plan => Ok(plan?),
+    }
+}
+
+/// A path the source names twice, with its lines when it came from a manifest.
+fn twice(args: &PruneArgs, e: JoinError) -> String {
+    match (&args.files_from, &e) {
+        (Some(m), JoinError::Duplicate { path, .. }) => find_listed_twice(m, path).unwrap_or_else(|| e.to_string()),
+        _ => e.to_string(),
     }
 }
 
