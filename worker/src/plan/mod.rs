@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::manifest::{self, Entry, Kind, Mtime};
 use crate::sorted::sort::Runs;
-use crate::sorted::{join, sort_entries, Pair};
+use crate::sorted::{join, sort_entries, Pair, SortError};
 use split::{Method, Part, Splitter, Tool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -179,7 +179,11 @@ fn rows(parts: Vec<Part>) -> Vec<PartRow> {
 /// Sorts one listing by path into runs under `scratch`.
 fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
     let reader = manifest::Reader::open(path).with_context(|| format!("cannot read listing {}", path.display()))?;
-    sort_entries(reader, scratch, stem, budget).with_context(|| format!("cannot sort listing {}", path.display()))
+    sort_entries(reader, scratch, stem, budget).map_err(|e| match e {
+        // The reader's message names the listing and the line already.
+        SortError::Listing(line) => anyhow::Error::msg(line),
+        spill => spill.into(),
+    })
 }
 
 /// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and

@@ -197,7 +197,7 @@ impl Iterator for Merge {
 }
 
 // The run format: little-endian, fixed fields after a length-prefixed path. Private to one
-// process and one plan, so it has no header or version.
+// process and one sort, so it has no header or version.
 const HAS_SIZE: u8 = 1;
 const HAS_MTIME: u8 = 2;
 const HAS_MD5: u8 = 4;
