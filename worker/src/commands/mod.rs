@@ -229,10 +229,12 @@ pub fn print_json(v: &serde_json::Value) {
 }
 
 /// Runs a command until it ends or a SIGINT, SIGTERM or SIGHUP arrives (Ctrl-C, Slurm's time
-/// limit, a closed terminal). On a signal the command's future is dropped before returning, so
-/// what it owns is cleaned up as on any other way out: scratch directories removed, logs
-/// flushed. Exit status 128 + the signal's number, as a shell reports a killed command.
+/// limit, a closed terminal). On a signal the command's future is dropped first, so what it owns
+/// is cleaned up as on any other way out (scratch directories removed, logs flushed), and the
+/// process exits at once with 128 + the signal's number, as a shell reports a killed command:
+/// work handed to blocking threads (a large file being hashed) is abandoned, not waited for.
 pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
@@ -244,7 +246,8 @@ pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Re
         _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
     };
     eprintln!("ferry: stopped by {name}");
-    Ok(std::process::ExitCode::from(128 + number as u8))
+    let _ = std::io::stdout().flush();
+    std::process::exit(128 + number)
 }
 
 /// Lets a long loop without awaits give the runtime a turn now and then, so that
