@@ -191,7 +191,8 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
             dest = container.via(tcp.port, prefix)
 
             def start():
-                return run_ferry.spawn("prune", src, dest, "--max-delete", "100%",
+                # A SIGKILL leaves prune's scratch directory behind: keep it out of /tmp.
+                return run_ferry.spawn("prune", src, dest, "--max-delete", "100%", "--scratch", tmp_path,
                                        "--log", tmp_path / f"prune{seq}.tsv", log_dir=tmp_path)
 
             def after_kill():

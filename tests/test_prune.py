@@ -7,7 +7,9 @@ directory or listing the container with the SDK, never with ferry.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -362,3 +364,180 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     src, dst, _ = build_local(tmp_path / "again", run_ferry)
     j = run_ferry("prune", src, dst, "--json", cwd=cwd, env={"XDG_STATE_HOME": None, "HOME": str(tmp_path / "home")}).json
     assert Path(j["log"]).parent == tmp_path / "home" / ".local" / "state" / "ferry"
+
+
+# ---------------------------------------------------------------------------------------------
+# bounded memory: both listings sorted on disk (in --scratch) and merge-joined
+
+# Runs of about 1 KiB: every listing here is sorted in many runs, merged back.
+SMALL_RUNS = {"FERRY_SORT_MEMORY": "1KiB"}
+
+
+def assert_empty(scratch: Path, when: str):
+    left = sorted(p.name for p in scratch.iterdir())
+    assert not left, f"scratch files left behind {when}: {left}"
+
+
+def test_scratch_is_removed_after_success_refusal_and_failure(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    manifest = tmp_path / "source.tsv"
+    manifest.write_bytes(run_ferry("ls", src, "--recursive").stdout_bytes)
+    empty = tmp_path / "empty-src"
+    empty.mkdir()
+
+    def prune(*args, check):
+        return run_ferry("prune", *args, "--scratch", scratch, env=SMALL_RUNS, check=check)
+
+    prune(src, dst, "--dry-run", "--files-from", manifest, "--log", tmp_path / "dry.tsv", check=0)
+    assert_empty(scratch, "after a dry run")
+    refusals = {
+        "an empty source": [empty, dst],
+        "a failed listing": [tmp_path / "missing", dst],
+        "a corrupt manifest": [src, dst, "--files-from", tmp_path / "no-such.tsv"],
+        "--max-delete": [src, dst, "--max-delete", "1"],
+    }
+    for when, args in refusals.items():
+        r = prune(*args, "--log", tmp_path / "never.tsv", check=1)
+        assert "refused" in r.stderr, (when, r.stderr)
+        assert_empty(scratch, f"after a refusal on {when}")
+    # A failure after the listings were sorted: the log cannot be written.
+    r = prune(src, dst, "--log", tmp_path / "no-such-dir" / "log.tsv", check=2)
+    assert "no-such-dir" in r.stderr, r.stderr
+    assert_empty(scratch, "after a failure")
+    assert snapshot(dst) == before
+
+    prune(src, dst, "--log", tmp_path / "real.tsv", check=0)
+    assert_empty(scratch, "after a prune")
+    assert set(snapshot(dst)) == set(snapshot(src))
+
+
+def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
+    src, dst, _ = build_local(tmp_path, run_ferry)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    j = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", "--json",
+                  env={**SMALL_RUNS, "TMPDIR": str(tmpdir)}).json
+    assert j["deleted"] == len(EXTRA_FILES), j
+    assert_empty(tmpdir, "in TMPDIR")
+    r = run_ferry("prune", src, dst, "--log", tmp_path / "log2.tsv", "--scratch", tmp_path / "not-there", check=2)
+    assert "scratch" in r.stderr and "not-there" in r.stderr, r.stderr
+
+
+def test_manifest_failing_midway_is_refused(tmp_path, run_ferry):
+    """The bad line comes after many good ones: runs are spilled, then the listing fails."""
+    src, dst, before = build_local(tmp_path, run_ferry)
+    good = run_ferry("ls", src, "--recursive").stdout_bytes
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    last = good.count(b"\n") + 1
+    cases = {
+        "bad-size.tsv": (good + b"late\tf\tnot-a-size\t-\t-\n", "bad-size.tsv:"),
+        "unsafe.tsv": (good + b"keep/../escape\tf\t1\t-\t-\n", "unsafe path"),
+        # Found once sorted, yet named with its lines as when the manifest is read whole.
+        "twice.tsv": (good + b"top.txt\tf\t4\t-\t-\n", f"twice.tsv:{last}: top.txt: listed twice (first on line"),
+    }
+    for name, (text, word) in cases.items():
+        (tmp_path / name).write_bytes(text)
+        for force in ([], ["--force"]):
+            r = run_ferry("prune", src, dst, "--files-from", tmp_path / name, *force, "--scratch", scratch,
+                          "--log", tmp_path / "never.tsv", env=SMALL_RUNS, check=False)
+            _refused(r, word)
+            assert_empty(scratch, f"after {name}")
+    assert snapshot(dst) == before
+    assert not (tmp_path / "never.tsv").exists()
+
+
+def test_local_listing_failing_midway_is_refused_with_small_runs(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    make_tree(src, {f"more/{i:03d}/f": b"m" for i in range(60)})
+    os.chmod(src / "more" / "030", 0)
+    try:
+        r = run_as_root_without_dac_override(run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv",
+                                             "--scratch", tmp_path, "--sort-memory", "1KiB")
+    finally:
+        os.chmod(src / "more" / "030", 0o755)
+    _refused(r, "Permission denied")
+    assert snapshot(dst) == before
+    assert not any(p.name.startswith("ferry-scratch-") for p in tmp_path.iterdir())
+
+
+# Names around the byte '/' (0x2f): '-' and '.' sort before it, '0' and '\\' after, a tab first.
+ORDER_NAMES = [b"a", b"a-b", b"a.b", b"a0", b"a\tb", b"a\\b", b"a\xffb", b"b"]
+
+
+def order_tree(root: Path, extra: bool):
+    """Each name as a directory holding files named the same way, and the names as files beside."""
+    spec = {}
+    for d in ORDER_NAMES:
+        for f in ORDER_NAMES:
+            spec[d + b"/" + f] = b"kept " + d + f
+    for d in ORDER_NAMES[:4]:
+        spec[d + b".file"] = b"file"
+    if extra:
+        # Beside, inside and between the kept names, and whole directories that go.
+        for d in ORDER_NAMES:
+            spec[d + b"/" + b"a.c"] = b"extra"
+            spec[d + b"/" + b"a.b.d/x"] = b"extra"
+            spec[d + b"/" + b"a-/y"] = b"extra"
+            spec[d + b"-gone/" + b"a/b"] = b"extra"
+        spec[b"a.b/a.b.d/deeper/x"] = b"extra"
+    make_tree(root, spec)
+
+
+def test_ordering_edge_cases_across_the_merge_join(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    order_tree(src, extra=False)
+    order_tree(dst, extra=True)
+    s, d = snapshot(src), snapshot(dst)
+    want = sorted(p for p in d if p not in s)
+    for args in ([], ["--files-from", tmp_path / "source.tsv"]):
+        (tmp_path / "source.tsv").write_bytes(run_ferry("ls", src, "--recursive").stdout_bytes)
+        dry = run_ferry("prune", src, dst, *args, "--dry-run", "--max-delete", "100%", "--log", tmp_path / "dry.tsv",
+                        env=SMALL_RUNS)
+        assert sorted(log_paths(tmp_path / "dry.tsv")) == want
+        assert sorted(would_delete_lines(dry.stdout)) == sorted(escape(p) for p in want)
+        # Each directory is listed after everything under it.
+        order = log_paths(tmp_path / "dry.tsv")
+        for i, p in enumerate(order):
+            assert not any(q.startswith(p + b"/") for q in order[i + 1:]), f"{p!r} listed before what is under it"
+    run_ferry("prune", src, dst, "--max-delete", "100%", "--log", tmp_path / "real.tsv", env=SMALL_RUNS)
+    assert sorted(log_paths(tmp_path / "real.tsv")) == want
+    assert {p: (e.type, e.md5) for p, e in snapshot(dst).items()} == {p: (e.type, e.md5) for p, e in s.items()}
+
+
+def wait_for(what, cond, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_ferry, sig):
+    """Slurm's time limit (SIGTERM) or Ctrl-C while the destination is listed: sorted runs of the
+    source are on disk by then, and must go; nothing is deleted."""
+    src = tmp_path / "src"
+    make_tree(src, {f"d{i:02d}/f{j}": b"x" for i in range(20) for j in range(5)})
+    run_ferry("copy", src, container, "--recursive")
+    container.client.upload_blob("extra", b"x")
+    before = sorted(container.blobs())
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    stall = proxy.add("stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop")
+    proc = run_ferry.spawn("prune", src, container.via(proxy.port), "--scratch", scratch, "--log",
+                           tmp_path / "never.tsv", env=SMALL_RUNS, log_dir=tmp_path)
+    try:
+        wait_for("the destination listing to stall", lambda: proxy.stalled == 1)
+        [work] = list(scratch.iterdir())
+        assert len(list(work.glob("source-*.run"))) > 1, "the source was sorted in runs before the listing"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 128 + sig
+    finally:
+        proc.kill()
+        proxy.release(stall)
+    assert_empty(scratch, f"after {sig.name}")
+    assert f"stopped by {sig.name}" in (tmp_path / "ferry.stderr").read_text()
+    assert sorted(container.blobs()) == before
+    assert not (tmp_path / "never.tsv").exists()

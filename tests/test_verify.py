@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -296,3 +298,99 @@ def test_retargeted_symlink_is_a_difference(tmp_path, run_ferry):
     r = run_ferry("verify", src, dst, "--checksum", "--json", check=False)
     assert statuses(r.json) == {"link": "differ"}, r.json
     assert r.returncode == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# whole trees: both listings sorted on disk (in --scratch), merge-joined, rows streamed
+
+SMALL_RUNS = {"FERRY_SORT_MEMORY": "1KiB"}
+# Around the byte '/' (0x2f): '-' and '.' sort before it, '0' and '\\' after, a tab first.
+ORDER_NAMES = [b"a", b"a-b", b"a.b", b"a0", b"a\tb", b"a\\b", b"a\xffb", b"b"]
+
+
+def order_spec() -> dict:
+    spec = {d + b"/" + f: b"same " + d + f for d in ORDER_NAMES for f in ORDER_NAMES}
+    spec.update({d + b".file": b"file" for d in ORDER_NAMES})
+    return spec
+
+
+def escaped(p: bytes) -> str:
+    from support.manifest import escape_path
+    return escape_path(p)
+
+
+def test_ordering_edge_cases_rows_in_byte_order(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, order_spec())
+    make_tree(dst, order_spec())
+    want = {}
+    for d in ORDER_NAMES:
+        (dst / os.fsdecode(d + b"/a.b")).write_bytes(b"another size, longer than any name")   # differ
+        (dst / os.fsdecode(d + b"/a-b")).unlink()                     # missing on dst
+        make_tree(dst, {d + b"/a.c": b"extra", d + b"/a.b.d/x": b"extra"})   # missing on src
+        want.update({d + b"/a.b": "differ", d + b"/a-b": "missing_on_dst", d + b"/a.c": "missing_on_src",
+                     d + b"/a.b.d/x": "missing_on_src"})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    j = run_ferry("verify", src, dst, "--json", "--scratch", scratch, env=SMALL_RUNS, check=1).json
+    assert statuses(j) == {escaped(p): st for p, st in want.items()}
+    same = len(order_spec()) - len(ORDER_NAMES) * 2
+    assert counts(j) == (same, len(ORDER_NAMES), len(ORDER_NAMES), 2 * len(ORDER_NAMES), 0), j
+    # Rows come in the byte order of the paths, the order of the merge-join.
+    assert [e["path"] for e in j["entries"]] == [escaped(p) for p in sorted(want)]
+    text = run_ferry("verify", src, dst, "--scratch", scratch, env=SMALL_RUNS, check=1)
+    assert [(m, p) for m, p, _ in text_rows(text.stdout)] == \
+        [({"differ": "*", "missing_on_dst": "+", "missing_on_src": "-"}[want[p]], escaped(p)) for p in sorted(want)]
+    every = run_ferry("verify", src, dst, "--json", "--all", "--scratch", scratch, env=SMALL_RUNS, check=1).json
+    assert len(every["entries"]) == same + len(want)
+    assert [e["path"] for e in every["entries"]] == [escaped(p) for p in sorted(set(order_spec()) | set(want))]
+    assert not list(scratch.iterdir()), "scratch files left behind"
+
+
+def test_scratch_is_removed_after_success_difference_and_failure(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, base_spec())
+    run_ferry("copy", src, dst, "--recursive")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for args, status in (([], 0), (["--json", "--checksum"], 0)):
+        run_ferry("verify", src, dst, *args, "--scratch", scratch, env=SMALL_RUNS, check=status)
+        assert not list(scratch.iterdir()), args
+    (dst / "a.txt").write_bytes(b"changed size\n")
+    for args in ([], ["--json"], ["--json", "--all"]):
+        run_ferry("verify", src, dst, *args, "--scratch", scratch, env=SMALL_RUNS, check=1)
+        assert not list(scratch.iterdir()), args
+    r = run_ferry("verify", tmp_path / "missing", dst, "--scratch", scratch, check=2)
+    assert "missing" in r.stderr
+    r = run_ferry("verify", src, tmp_path / "dst-missing", "--scratch", scratch, env=SMALL_RUNS, check=2)
+    assert "dst-missing" in r.stderr, r.stderr
+    assert not list(scratch.iterdir())
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    run_ferry("verify", src, dst, env={**SMALL_RUNS, "TMPDIR": str(tmpdir)}, check=1)
+    assert not list(tmpdir.iterdir()), "scratch left in TMPDIR"
+
+
+def test_sigterm_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, {f"d{i:02d}/f{j}": b"x" for i in range(20) for j in range(5)})
+    run_ferry("copy", src, container, "--recursive")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    stall = proxy.add("stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop")
+    proc = run_ferry.spawn("verify", src, container.via(proxy.port), "--json", "--scratch", scratch,
+                           env=SMALL_RUNS, log_dir=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while proxy.stalled < 1:
+            assert time.monotonic() < deadline, "the destination listing never stalled"
+            time.sleep(0.05)
+        [work] = list(scratch.iterdir())
+        assert len(list(work.glob("source-*.run"))) > 1, "the source was sorted in runs before the listing"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proxy.release(stall)
+    assert not list(scratch.iterdir()), "scratch files left behind"
+    assert "stopped by SIGTERM" in (tmp_path / "ferry.stderr").read_text()

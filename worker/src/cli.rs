@@ -57,6 +57,24 @@ pub struct Common {
     pub fsync: bool,
 }
 
+/// Where and in how much memory `prune` and `verify` sort their listings (docs/worker.md).
+#[derive(Args, Debug, Clone)]
+pub struct Sorting {
+    /// Directory for the sorted listings (about their size on disk); a private directory is made
+    /// in it and removed at the end [default: $TMPDIR, else /tmp]
+    #[arg(long, value_name = "DIR", env = "FERRY_SCRATCH")]
+    pub scratch: Option<PathBuf>,
+    /// Memory for sorting a listing before a run is spilled to disk
+    #[arg(long, env = "FERRY_SORT_MEMORY", default_value = "64MiB", value_parser = crate::units::parse_size, hide = true)]
+    pub sort_memory: u64,
+}
+
+impl Sorting {
+    pub fn budget(&self) -> usize {
+        self.sort_memory.max(1) as usize
+    }
+}
+
 #[derive(Args, Debug, Clone, Default)]
 pub struct Filters {
     /// Only paths matching this glob (repeatable; a pattern without '/' matches at any depth)

@@ -13,6 +13,7 @@ mod partition;
 mod plan;
 mod progress;
 mod retry;
+mod sorted;
 mod stats;
 mod storage;
 mod throttle;

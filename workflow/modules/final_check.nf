@@ -1,4 +1,5 @@
-// After prune, one `ferry verify` of the whole trees: it must find nothing missing or extra.
+// After prune, one `ferry verify` of the whole trees: it must find nothing missing or extra. Its
+// sorted listings go into the task's records directory (ferry-task creates rec/verify), not /tmp.
 
 process FINAL_CHECK {
     label 'ferry_verify'
@@ -16,7 +17,7 @@ process FINAL_CHECK {
     ${run.auth_env ? "export ${run.auth_env}" : ''}
     ferry-task --out rec/verify/final-check.json --log rec/logs/final_check.log \\
         --bench rec/benchmarks/final_check.tsv --failed rec/failed/final-check.json -- \\
-        ${Ferry.q(run.ferry)} verify ${Ferry.q(run.source)} ${Ferry.q(run.dest)} --json
+        ${Ferry.q(run.ferry)} verify ${Ferry.q(run.source)} ${Ferry.q(run.dest)} --scratch rec/verify --json
     """
 
     stub:

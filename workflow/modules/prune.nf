@@ -21,11 +21,12 @@ process PRUNE {
     ${run.auth_env ? "export ${run.auth_env}" : ''}
     mkdir -p rec/logs rec/prune
     python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" verified rec 2> rec/logs/prune.log
-    # The deletion list is named relative to the run directory, as in the Snakemake pipeline.
+    # The deletion list is named relative to the run directory, as in the Snakemake pipeline;
+    # the sorted listings go there too, not to a /tmp that may be a tmpfs counted as memory.
     cd rec
     ferry-task --out prune/prune.json --log logs/prune.log --bench benchmarks/prune.tsv --failed failed/prune.json -- \\
         ${Ferry.q(run.ferry)} prune ${Ferry.q(run.source)} ${Ferry.q(run.dest)} ${run.prune_args_sh} \\
-        --log prune/deleted.txt --json
+        --scratch prune --log prune/deleted.txt --json
     """
 
     stub:

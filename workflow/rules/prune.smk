@@ -26,8 +26,10 @@ rule prune:
         dest=DEST,
         args=PRUNE_ARGS,
         failed=f"{RUN}/failed/prune.json",
+    # The sorted listings go into the run directory beside the output, not to a /tmp that may be
+    # a tmpfs counted against the job's memory.
     shell:
         'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} prune {params.source:q} {params.dest:q} {params.args}"
-        " --log {log.deleted:q} --json > {output.json:q} 2> {log.stderr:q}"
+        ' --scratch "$(dirname {output.json:q})" --log {log.deleted:q} --json > {output.json:q} 2> {log.stderr:q}'
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

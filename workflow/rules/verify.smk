@@ -56,8 +56,9 @@ rule final_check:
         source=SOURCE,
         dest=DEST,
         failed=f"{RUN}/failed/final-check.json",
+    # As prune: the sorted listings go into the run directory, beside the output.
     shell:
         'mkdir -p "$(dirname {params.failed:q})"; rm -f {params.failed:q}; '
         "{params.env} {params.ferry:q} verify {params.source:q} {params.dest:q}"
-        " --json > {output.json:q} 2> {log:q}"
+        ' --scratch "$(dirname {output.json:q})" --json > {output.json:q} 2> {log:q}'
         " || {{ rc=$?; cp {output.json:q} {params.failed:q}; exit $rc; }}"

@@ -125,6 +125,50 @@ pub fn object_destination(dst: &Location, name: &[u8]) -> (Location, Vec<u8>) {
     }
 }
 
+/// `.` and `..` can name no blob and must never climb out of a local root. (Empty components
+/// and a leading '/' are legal in blob names; local roots refuse them per file.)
+fn unsafe_path(path: &[u8]) -> bool {
+    path.is_empty() || path.split(|&b| b == b'/').any(|c| c == b"." || c == b"..")
+}
+
+const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
+
+/// Streams a manifest's entries, each line checked as `read_manifest` checks it, but for paths
+/// listed twice: those are found once the entries are sorted (`sorted::Join`).
+pub fn manifest_entries(path: &Path) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
+    let mut reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let name = path.display().to_string();
+    Ok(std::iter::from_fn(move || {
+        let entry = reader.next()?;
+        Some(entry.and_then(|e| match unsafe_path(&e.path) {
+            true => Err(format!("{name}:{}: {}: {UNSAFE_PATH}", reader.lineno(), e.display_path())),
+            false => Ok(e),
+        }))
+    }))
+}
+
+fn listed_twice(manifest: &Path, line: u64, path: &str, first: u64) -> String {
+    format!("{}:{line}: {path}: listed twice (first on line {first})", manifest.display())
+}
+
+/// Says where a manifest names `path` (escaped) twice, as `read_manifest` does: a sorted
+/// stream finds the duplicate but no longer knows its lines, so they are looked for again (a
+/// second read of the manifest, on this error path only).
+pub fn find_listed_twice(manifest: &Path, path: &str) -> Option<String> {
+    let mut reader = manifest::Reader::open(manifest).ok()?;
+    let mut first = None;
+    while let Some(Ok(e)) = reader.next() {
+        if e.display_path() != path {
+            continue;
+        }
+        match first {
+            None => first = Some(reader.lineno()),
+            Some(f) => return Some(listed_twice(manifest, reader.lineno(), path, f)),
+        }
+    }
+    None
+}
+
 /// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
 /// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
@@ -135,13 +179,11 @@ pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
         let entry = entry.map_err(anyhow::Error::msg)?;
         let line = reader.lineno();
         let at = || format!("{}:{line}: {}", path.display(), entry.display_path());
-        // `.` and `..` can name no blob and must never climb out of a local root. (Empty
-        // components and a leading '/' are legal in blob names; local roots refuse them per file.)
-        if entry.path.is_empty() || entry.path.split(|&b| b == b'/').any(|c| c == b"." || c == b"..") {
-            bail!("{}: unsafe path: empty, or with a '.' or '..' component", at());
+        if unsafe_path(&entry.path) {
+            bail!("{}: {UNSAFE_PATH}", at());
         }
         if let Some(first) = seen.insert(entry.path.clone(), line) {
-            bail!("{}: listed twice (first on line {first})", at());
+            bail!("{}", listed_twice(path, line, &entry.display_path(), first));
         }
         entries.push(entry);
     }
@@ -184,4 +226,40 @@ pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], con
 
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("JSON values always serialise"));
+}
+
+/// Runs a command until it ends or a SIGINT, SIGTERM or SIGHUP arrives (Ctrl-C, Slurm's time
+/// limit, a closed terminal). On a signal the command's future is dropped first, so what it owns
+/// is cleaned up as on any other way out (scratch directories removed, logs flushed), and the
+/// process exits at once with 128 + the signal's number, as a shell reports a killed command:
+/// work handed to blocking threads (a large file being hashed) is abandoned, not waited for.
+pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::Write;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (name, number) = tokio::select! {
+        result = command => return result,
+        _ = int.recv() => ("SIGINT", libc::SIGINT),
+        _ = term.recv() => ("SIGTERM", libc::SIGTERM),
+        _ = hup.recv() => ("SIGHUP", libc::SIGHUP),
+    };
+    eprintln!("ferry: stopped by {name}");
+    let _ = std::io::stdout().flush();
+    std::process::exit(128 + number)
+}
+
+/// Lets a long loop without awaits give the runtime a turn now and then, so that
+/// `interruptible` sees a signal while the loop runs.
+#[derive(Default)]
+pub struct Pacer(u32);
+
+impl Pacer {
+    pub async fn tick(&mut self) {
+        self.0 = self.0.wrapping_add(1);
+        if self.0 % 4096 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
 }

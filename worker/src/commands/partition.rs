@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::manifest::{self, Entry, Kind, Writer};
 use crate::partition::{imbalance_pct, part_name, summary, Filler, PartTotals as Part};
-use crate::plan::sort::{Order, Sorter};
+use crate::sorted::sort::{Order, Sorter};
 use crate::plan::split::{distribute, lpt};
 
 /// Memory for sorting entries by size (`--parts`) before runs are spilled to disk.

@@ -1,6 +1,5 @@
-use std::collections::HashSet;
-use std::io::BufWriter;
-use std::path::PathBuf;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -9,11 +8,13 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{default_concurrency, open, open_options, parse_location, read_manifest};
-use crate::cli::Common;
+use super::{default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_location, Pacer};
+use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
+use crate::sorted::sort::{Runs, Spill};
+use crate::sorted::{sort_store, Join, JoinError, PathSort, Pair, Scratch, Side, SortError};
 use crate::stats::Stats;
-use crate::storage;
+use crate::storage::Store;
 
 #[derive(Args, Debug)]
 pub struct PruneArgs {
@@ -37,6 +38,8 @@ pub struct PruneArgs {
     pub log: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sorting: Sorting,
     #[command(flatten)]
     pub common: Common,
 }
@@ -88,6 +91,10 @@ fn default_log() -> anyhow::Result<PathBuf> {
 }
 
 pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
+    super::interruptible(prune(args)).await
+}
+
+async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let concurrency = default_concurrency();
     let stats = Arc::new(Stats::default());
     let opts = open_options(&args.common, concurrency, stats.clone());
@@ -106,26 +113,13 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::from(1))
     };
 
-    // A source we could not read completely must never be mistaken for one that lost files.
-    let source = match &args.files_from {
-        Some(m) => read_manifest(m),
-        None => storage::list_all(&src, true).await.map_err(anyhow::Error::from),
+    let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
+    let mut plan = match plan(&args, &src, &dst, scratch.path()).await {
+        Ok(plan) => plan,
+        Err(Stop::Refused(why)) => return refuse(why),
+        Err(Stop::Failed(e)) => return Err(e),
     };
-    let source = match source {
-        Ok(s) => s,
-        Err(e) => return refuse(format!("the source listing failed ({e:#})")),
-    };
-    if source.is_empty() && !args.force {
-        return refuse(format!("the source {} lists no entries; pass --force if it really is empty", src.describe()));
-    }
-    let keep: HashSet<Vec<u8>> = source.into_iter().map(|e| e.path).collect();
-    let dest = match storage::list_all(&dst, true).await {
-        Ok(d) => d,
-        Err(e) => return refuse(format!("the destination listing failed ({e})")),
-    };
-    let dest_files = dest.iter().filter(|e| e.kind != Kind::Dir).count() as u64;
-    let (files, dirs) = plan(dest, &keep);
-    let n = files.len() as u64;
+    let (n, dest_files) = (plan.file_count, plan.dest_files);
     let over_limit = (!args.force && !args.max_delete.allows(n, dest_files)).then(|| {
         format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
     });
@@ -134,56 +128,70 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
     }
 
     let mut log = Writer::new(BufWriter::new(std::fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?))?;
-    let mut deleted = 0u64;
-    if args.dry_run {
-        for e in files.iter().chain(&dirs) {
-            log.write(e)?;
-        }
-    } else {
-        let mut results = futures::stream::iter(files.clone())
-            .map(|e| {
-                let dst = dst.clone();
-                async move {
-                    let r = dst.delete(&e.path).await;
-                    (e, r)
-                }
-            })
-            .buffer_unordered(concurrency * 2);
-        // The log holds what was deleted, written as it happens: a run cut short still says
-        // what it did.
-        while let Some((e, r)) = results.next().await {
-            match r {
-                Ok(()) => {
-                    deleted += 1;
-                    log.write(&e)?;
-                }
-                Err(err) => stats.failed(e.display_path(), err.to_string()),
-            }
-        }
-        for d in &dirs {
-            // A directory still holding something (a file whose deletion failed, or one that
-            // appeared since the listing) stays, and is reported: the destination is not what
-            // the source says it should be.
-            match dst.delete(&d.path).await {
-                Ok(()) => log.write(d)?,
-                Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
-            }
-        }
-    }
+    let deleted = match args.dry_run {
+        true => plan.list(&mut log, !args.json).await?,
+        false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
+    };
     log.finish()?;
+    Ok(report(&args, &plan, deleted, over_limit, &stats, &log_path))
+}
+
+/// What stops a prune before it deletes anything.
+enum Stop {
+    /// Refused for safety (exit 1): the listings cannot be trusted to say what the source lacks.
+    Refused(String),
+    Failed(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Stop {
+    fn from(e: E) -> Stop {
+        Stop::Failed(e.into())
+    }
+}
+
+/// Sorts both sides and plans the deletions; refuses when the source's listing is doubtful
+/// (failed, empty without --force, naming a path twice) or the destination's failed.
+async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scratch: &Path) -> Result<Deletions, Stop> {
+    let budget = args.sorting.budget();
+    // A source we could not read completely must never be mistaken for one that lost files.
+    let source = match sort_source(args, src, scratch, budget).await {
+        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the source listing failed ({e})"))),
+        runs => runs?,
+    };
+    if source.entries() == 0 && !args.force {
+        return Err(Stop::Refused(format!("the source {} lists no entries; pass --force if it really is empty", src.describe())));
+    }
+    let dest = match sort_store(dst, scratch, "dest", budget).await {
+        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the destination listing failed ({e})"))),
+        runs => runs?,
+    };
+    match Deletions::plan(&source, &dest, scratch).await {
+        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => Err(Stop::Refused(format!("the source listing failed ({})", twice(args, e)))),
+        plan => Ok(plan?),
+    }
+}
+
+/// A path the source names twice, with its lines when it came from a manifest.
+fn twice(args: &PruneArgs, e: JoinError) -> String {
+    match (&args.files_from, &e) {
+        (Some(m), JoinError::Duplicate { path, .. }) => find_listed_twice(m, path).unwrap_or_else(|| e.to_string()),
+        _ => e.to_string(),
+    }
+}
+
+/// The summary: --json on stdout, or lines on stderr. Exit 1 if anything could not be deleted.
+fn report(args: &PruneArgs, plan: &Deletions, deleted: u64, over_limit: Option<String>, stats: &Stats, log_path: &Path) -> ExitCode {
+    let (n, dest_files) = (plan.file_count, plan.dest_files);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
         super::print_json(&json!({
             "command": "prune", "dry_run": args.dry_run, "deleted": deleted, "would_delete": n,
-            "dirs": dirs.len(), "failed": failed, "failures": failures, "refused": null,
+            "dirs": plan.dir_count, "failed": failed, "failures": failures, "refused": null,
             "warning": over_limit, "log": log_path.display().to_string(),
         }));
     } else if args.dry_run {
-        for e in files.iter().chain(&dirs) {
-            println!("would delete\t{}", e.display_path());
-        }
-        eprintln!("would delete {n} of {dest_files} destination files and {} directories; list in {}", dirs.len(), log_path.display());
+        eprintln!("would delete {n} of {dest_files} destination files and {} directories; list in {}", plan.dir_count, log_path.display());
         if let Some(why) = &over_limit {
             eprintln!("note: a real run would be refused: {why}");
         }
@@ -193,31 +201,286 @@ pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
             eprintln!("failed: {p}: {e}");
         }
     }
-    Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
-/// What goes: destination entries the source lacks, and the directories (local destinations
-/// only) that hold nothing the source keeps, deepest first.
-fn plan(dest: Vec<Entry>, keep: &HashSet<Vec<u8>>) -> (Vec<Entry>, Vec<Entry>) {
-    let mut occupied: HashSet<&[u8]> = HashSet::new();
-    for e in dest.iter().filter(|e| keep.contains(&e.path)) {
-        let mut p = &e.path[..];
-        while let Some(slash) = p.iter().rposition(|&b| b == b'/') {
-            p = &p[..slash];
-            if !occupied.insert(p) {
+/// The source's entries sorted by path: a fresh listing, or the `--files-from` manifest
+/// (checked line by line; a path listed twice is found by the join).
+async fn sort_source(args: &PruneArgs, src: &Arc<dyn Store>, scratch: &Path, budget: usize) -> Result<Runs, SortError> {
+    match &args.files_from {
+        Some(m) => {
+            let entries = manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
+            let (mut sort, mut pacer) = (PathSort::new(scratch, "source", budget), Pacer::default());
+            for e in entries {
+                sort.push(e)?;
+                pacer.tick().await;
+            }
+            sort.finish()
+        }
+        None => sort_store(src, scratch, "source", budget).await,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PlanError {
+    #[error(transparent)]
+    Join(#[from] JoinError),
+    #[error("cannot keep the list of deletions in the scratch directory: {0}")]
+    Scratch(#[from] io::Error),
+}
+
+/// What goes, spilled to scratch files in the order it goes: the destination's files and
+/// symlinks that the source lacks, in path order, then the directories they leave empty.
+/// Counted before anything is deleted, so that --max-delete can refuse first.
+struct Deletions {
+    files: Spill,
+    file_count: u64,
+    dirs: Spill,
+    dir_count: u64,
+    /// The destination's files and symlinks, for --max-delete's percentage.
+    dest_files: u64,
+}
+
+impl Deletions {
+    /// One merge-join of the two sorted listings.
+    async fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
+        let mut files = Spill::create(scratch.join("delete-files"))?;
+        let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
+        let (mut file_count, mut dest_files) = (0, 0);
+        let mut pacer = Pacer::default();
+        for pair in Join::new(source.merge()?, dest.merge()?)? {
+            pacer.tick().await;
+            let (d, kept) = match pair? {
+                Pair::Source(_) => continue,
+                Pair::Both(_, d) => (d, true),
+                Pair::Dest(d) => (d, false),
+            };
+            dirs.advance(&d.path)?;
+            if d.kind != Kind::Dir {
+                dest_files += 1;
+            }
+            match (kept, d.kind) {
+                (true, _) => dirs.keep(&d.path),
+                (false, Kind::Dir) => dirs.open(d),
+                (false, _) => {
+                    files.push(&d)?;
+                    file_count += 1;
+                }
+            }
+        }
+        let (dirs, dir_count) = dirs.finish()?;
+        Ok(Deletions { files, file_count, dirs, dir_count, dest_files })
+    }
+
+    /// A dry run: the log gets every planned deletion, and stdout too when `print`.
+    async fn list(&mut self, log: &mut Writer<BufWriter<std::fs::File>>, print: bool) -> anyhow::Result<u64> {
+        let mut out = BufWriter::new(io::stdout());
+        let mut pacer = Pacer::default();
+        for e in self.files.read()?.chain(self.dirs.read()?) {
+            pacer.tick().await;
+            let e = e.map_err(PlanError::Scratch)?;
+            log.write(&e)?;
+            if print {
+                writeln!(out, "would delete\t{}", e.display_path())?;
+            }
+        }
+        out.flush()?;
+        Ok(0)
+    }
+
+    /// Deletes the files, `2 × concurrency` at a time, then the directories one by one in
+    /// their order (each after those inside it). The log holds what was deleted, written as it
+    /// happens: a run cut short still says what it did.
+    async fn delete(&mut self, dst: &Arc<dyn Store>, log: &mut Writer<BufWriter<std::fs::File>>, stats: &Stats, concurrency: usize) -> anyhow::Result<u64> {
+        let mut deleted = 0u64;
+        let mut results = futures::stream::iter(self.files.read()?)
+            .map(|e| {
+                let dst = dst.clone();
+                async move {
+                    let e = e?;
+                    let r = dst.delete(&e.path).await;
+                    Ok::<_, io::Error>((e, r))
+                }
+            })
+            .buffer_unordered(concurrency * 2);
+        while let Some(done) = results.next().await {
+            let (e, r) = done.map_err(PlanError::Scratch)?;
+            match r {
+                Ok(()) => {
+                    deleted += 1;
+                    log.write(&e)?;
+                }
+                Err(err) => stats.failed(e.display_path(), err.to_string()),
+            }
+        }
+        for d in self.dirs.read()? {
+            let d = d.map_err(PlanError::Scratch)?;
+            // A directory still holding something (a file whose deletion failed, or one that
+            // appeared since the listing) stays, and is reported: the destination is not what
+            // the source says it should be.
+            match dst.delete(&d.path).await {
+                Ok(()) => log.write(&d)?,
+                Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// The destination directories that a prune leaves empty: those the source lacks with nothing
+/// under them that the source keeps. Found in the one pass over the sorted destination: in
+/// byte order the entries under a directory `d` ("d/…") come after it as one unbroken range
+/// (siblings such as "d.x" or "d-x" may come between `d` and that range, never inside it), so
+/// `d` is decided as soon as the walk leaves its range. The directories still undecided are
+/// byte prefixes of the current path, so they are at most one per byte of a path, in practice
+/// its depth, whatever the size of the tree. Decided ones go to a spill file, each after those
+/// inside it (an inner range closes first), the order in which they must be removed.
+struct EmptiedDirs {
+    /// Undecided directories, outermost first, and whether something kept lies under each.
+    open: Vec<(Entry, bool)>,
+    out: Spill,
+    count: u64,
+}
+
+impl EmptiedDirs {
+    fn new(out: Spill) -> Self {
+        EmptiedDirs { open: Vec::new(), out, count: 0 }
+    }
+
+    /// Decides every directory whose range ends before `path`; called with every destination
+    /// path, in order.
+    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
+        while let Some((dir, _)) = self.open.last() {
+            if in_range(&dir.path, path) {
                 break;
+            }
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    /// A destination directory the source lacks: it goes unless something kept is under it.
+    fn open(&mut self, dir: Entry) {
+        self.open.push((dir, false));
+    }
+
+    /// A destination entry the source has: the directories it is in stay.
+    fn keep(&mut self, path: &[u8]) {
+        for (dir, occupied) in self.open.iter_mut() {
+            if path.len() > dir.path.len() && path.starts_with(&dir.path) && path[dir.path.len()] == b'/' {
+                *occupied = true;
             }
         }
     }
-    let (mut dirs, files): (Vec<Entry>, Vec<Entry>) = dest
-        .iter()
-        .filter(|e| !keep.contains(&e.path) && !(e.kind == Kind::Dir && occupied.contains(&e.path[..])))
-        .cloned()
-        .partition(|e| e.kind == Kind::Dir);
-    dirs.sort_by(|a, b| b.path.len().cmp(&a.path.len()).then_with(|| a.path.cmp(&b.path)));
-    (files, dirs)
+
+    fn close(&mut self) -> io::Result<()> {
+        let (dir, occupied) = self.open.pop().expect("closed only when open");
+        if !occupied {
+            self.out.push(&dir)?;
+            self.count += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<(Spill, u64)> {
+        while !self.open.is_empty() {
+            self.close()?;
+        }
+        Ok((self.out, self.count))
+    }
+}
+
+/// Whether `path`, which sorts after `dir`, is still within the range of `dir` and what is
+/// under it: `dir` itself followed by a byte up to '/'. Past that no path can be under `dir`.
+fn in_range(dir: &[u8], path: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] <= b'/'
 }
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str) -> Entry {
+        let (path, kind) = match path.strip_suffix('/') {
+            Some(dir) => (dir, Kind::Dir),
+            None => (path, Kind::File),
+        };
+        Entry { path: path.as_bytes().to_vec(), kind, size: Some(1), ..Default::default() }
+    }
+
+    /// Plans a prune of `dst` (directories end in '/') against `src`, through sorts of a few
+    /// entries per run; returns the files and the directories in the order they would go.
+    fn plan(src: &[&str], dst: &[&str]) -> (Vec<String>, Vec<String>, u64) {
+        let scratch = tempfile::tempdir().unwrap();
+        let sort = |paths: &[&str], stem: &str| crate::sorted::sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch.path(), stem, 150).unwrap();
+        let (s, d) = (sort(src, "s"), sort(dst, "d"));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut plan = rt.block_on(Deletions::plan(&s, &d, scratch.path())).unwrap();
+        let read = |spill: &mut Spill| spill.read().unwrap().map(|e| e.unwrap().display_path()).collect::<Vec<_>>();
+        let (files, dirs) = (read(&mut plan.files), read(&mut plan.dirs));
+        assert_eq!((plan.file_count, plan.dir_count), (files.len() as u64, dirs.len() as u64));
+        (files, dirs, plan.dest_files)
+    }
+
+    #[test]
+    fn deletes_what_the_source_lacks_and_the_directories_left_empty() {
+        let (files, dirs, dest_files) = plan(
+            &["keep/", "keep/k", "top"],
+            &["keep/", "keep/k", "keep/extra", "top", "gone/", "gone/a/", "gone/a/b", "gone/c", "empty/"],
+        );
+        assert_eq!(files, ["gone/a/b", "gone/c", "keep/extra"]);
+        assert_eq!(dirs, ["empty", "gone/a", "gone"]);
+        assert_eq!(dest_files, 5);
+    }
+
+    #[test]
+    fn siblings_sorting_between_a_directory_and_its_children() {
+        // "a.b" and "a-b" sort after "a" but before "a/…"; "a/b.c" between "a/b" and "a/b/…".
+        // A kept file under "a/b" must keep "a" and "a/b", and nothing else.
+        let (files, dirs, _) = plan(
+            &["a.b", "a/b/k"],
+            &["a/", "a-b/", "a-b/x", "a.b", "a.b.d/", "a/b/", "a/b.c", "a/b/k", "a/b/z/", "a0/", "a0/y"],
+        );
+        assert_eq!(files, ["a-b/x", "a/b.c", "a0/y"]);
+        assert_eq!(dirs, ["a-b", "a.b.d", "a/b/z", "a0"]);
+    }
+
+    #[test]
+    fn nested_directories_go_innermost_first() {
+        let (files, dirs, _) = plan(&["k"], &["g/", "g.x", "g/h/", "g/h.y", "g/h/i/", "g/h/i/j", "k", "z/"]);
+        assert_eq!(files, ["g.x", "g/h.y", "g/h/i/j"]);
+        assert_eq!(dirs, ["g/h/i", "g/h", "g", "z"]);
+    }
+
+    #[test]
+    fn a_directory_the_source_has_stays_even_empty_and_manifests_without_directories_keep_theirs() {
+        // The source names d/ itself: kept though empty. The source names only files (a
+        // manifest of files): their directories stay because of what is under them.
+        let (files, dirs, _) = plan(&["d/", "m/n/f"], &["d/", "d/x", "m/", "m/n/", "m/n/f", "m/o/"]);
+        assert_eq!(files, ["d/x"]);
+        assert_eq!(dirs, ["m/o"]);
+    }
+
+    #[test]
+    fn escaped_names_join_by_their_bytes() {
+        // "\t" (0x09) sorts before '-' and '/', "\\" (0x5c) after them: the escaped text would
+        // sort otherwise.
+        let (files, dirs, _) = plan(&["d/\\", "d\tx"], &["d/", "d/\\", "d/\t", "d\tx", "d\\/", "d\\/y"]);
+        assert_eq!(files, ["d/\\t", "d\\\\/y"]);
+        assert_eq!(dirs, ["d\\\\"]);
+    }
+
+    #[test]
+    fn ranges() {
+        assert!(in_range(b"a", b"a/b") && in_range(b"a", b"a.b") && in_range(b"a", b"a\t"));
+        assert!(!in_range(b"a", b"a0") && !in_range(b"a", b"b") && !in_range(b"a/b", b"a/c"));
+    }
 }

@@ -1,18 +1,22 @@
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{default_concurrency, entries_of, object_destination, open, open_options, parse_location, read_manifest, resolve, Root};
-use crate::cli::Common;
+use super::{default_concurrency, object_destination, open, open_options, parse_location, read_manifest, resolve, Pacer, Root};
+use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
+use crate::sorted::{sort_store, Join, Pair, Scratch};
 use crate::stats::Stats;
 use crate::storage::{self, Store};
 
@@ -35,10 +39,13 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub sorting: Sorting,
+    #[command(flatten)]
     pub common: Common,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 enum Status {
     Same,
     Differ,
@@ -56,15 +63,6 @@ impl Status {
             Status::MissingOnDst => '+',
             Status::MissingOnSrc => '-',
             Status::Error => '!',
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Status::Same => "same",
-            Status::Differ => "differ",
-            Status::MissingOnDst => "missing_on_dst",
-            Status::MissingOnSrc => "missing_on_src",
-            Status::Error => "error",
         }
     }
 }
@@ -136,12 +134,16 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
 }
 
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    super::interruptible(verify(args)).await
+}
+
+async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = default_concurrency();
     let opts = open_options(&args.common, concurrency, Arc::new(Stats::default()));
     let src_loc = parse_location(&args.source)?;
     let dst_loc = parse_location(&args.dest)?;
-    let mut rows: Vec<(Status, String, String)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
         Root::Object { parent, entry, name } => {
             let (dp, name) = object_destination(&dst_loc, &name);
@@ -149,113 +151,280 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
-            let entries = match args.files_from.as_deref() {
-                // A partition: both sides are looked at fresh (the manifest may predate the
-                // copy), in the directories it names only.
-                Some(m) => {
-                    let listed = read_manifest(m)?;
-                    let paths: Vec<&[u8]> = listed.iter().filter(|e| e.kind != Kind::Dir).map(|e| &e.path[..]).collect();
-                    let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;
-                    rows.extend(unlisted(&paths, &failed, "source"));
-                    // A path gone from the source is left out: it shows as missing on the
-                    // destination only if the destination still lacks it.
-                    paths.iter().filter_map(|p| found.remove(*p)).collect()
-                }
-                None => entries_of(&src, None, true).await?,
+            let dst = open(&dst_loc, &opts)?;
+            let Some(m) = args.files_from.as_deref() else {
+                return verify_trees(&args, &src, &dst, started).await;
             };
-            (src, open(&dst_loc, &opts)?, entries, None)
+            // A partition: both sides are looked at fresh (the manifest may predate the copy),
+            // in the directories it names only.
+            let listed = read_manifest(m)?;
+            let paths: Vec<&[u8]> = listed.iter().filter(|e| e.kind != Kind::Dir).map(|e| &e.path[..]).collect();
+            let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;
+            rows.extend(unlisted(&paths, &failed, "source"));
+            // A path gone from the source is left out: it shows as missing on the destination
+            // only if the destination still lacks it.
+            let entries = paths.iter().filter_map(|p| found.remove(*p)).collect();
+            (src, dst, entries, None)
         }
     };
-    let dst_index: HashMap<Vec<u8>, Entry> = match (&rename, &args.files_from) {
-        (Some(name), _) => dst.head(name).await?.map(|(e, _)| (src_entries[0].path.clone(), e)).into_iter().collect(),
-        (None, Some(_)) => {
+    let dst_index: HashMap<Vec<u8>, Entry> = match &rename {
+        Some(name) => dst.head(name).await?.map(|(e, _)| (src_entries[0].path.clone(), e)).into_iter().collect(),
+        None => {
             let paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
             let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
             rows.extend(unlisted(&paths, &failed, "destination"));
             found
         }
-        (None, None) => storage::list_all(&dst, true).await?.into_iter().map(|e| (e.path.clone(), e)).collect(),
     };
     // Paths already judged (their directory could not be listed) are not judged again.
-    let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.1.clone()).collect();
+    let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
     let src_entries = src_entries.into_iter().filter(|e| judged.is_empty() || !judged.contains(&e.display_path())).collect();
-    finish(&args, &src, &dst, src_entries, dst_index, rows, rename, started).await
+    rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index).await);
+    rows.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut report = Report::new(&args, None)?;
+    for row in rows {
+        report.add(row)?;
+    }
+    report.finish(&src, &dst, started)
 }
 
 /// Rows for the paths in directories whose listing failed: not known, so neither same nor
 /// missing.
-fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Vec<(Status, String, String)> {
+fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Vec<Row> {
     if failed.is_empty() {
         return Vec::new();
     }
     let why: HashMap<&[u8], String> = failed.iter().map(|(d, e)| (&d[..], format!("cannot list the {side}: {e}"))).collect();
-    paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| (Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
+    paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn finish(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>, mut rows: Vec<(Status, String, String)>, rename: Option<Vec<u8>>, started: Instant) -> anyhow::Result<ExitCode> {
-    let concurrency = default_concurrency();
+/// Blob storage has no directories or symlinks; copy ignores them, so verify does too.
+fn compared(e: &Entry, blob_side: bool) -> bool {
+    e.kind != Kind::Dir && !(blob_side && e.kind == Kind::Symlink)
+}
+
+fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
+    src.local_root().is_none() || dst.local_root().is_none()
+}
+
+/// The rows of a manifest's entries (or of one object) against what was found of them at the
+/// destination; nothing else at the destination is looked at, so nothing is missing on the source.
+async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>) -> Vec<Row> {
+    let mut rows = Vec::new();
     let mut pairs = Vec::new();
-    // Blob storage has no directories or symlinks; copy ignores them, so verify does too.
-    let blob_side = src.local_root().is_none() || dst.local_root().is_none();
-    for s in src_entries.into_iter().filter(|e| e.kind != Kind::Dir && !(blob_side && e.kind == Kind::Symlink)) {
+    let blob_side = blob_side(src, dst);
+    for s in src_entries.into_iter().filter(|e| compared(e, blob_side)) {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
-            None => rows.push((Status::MissingOnDst, s.display_path(), String::new())),
+            None => rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new())),
         }
     }
-    if args.files_from.is_none() && rename.is_none() {
-        for d in dst_index.into_values().filter(|e| e.kind != Kind::Dir) {
-            rows.push((Status::MissingOnSrc, d.display_path(), String::new()));
-        }
-    }
-    let compared: Vec<(Status, String, String)> = futures::stream::iter(pairs)
-        .map(|(s, d)| {
-            let (src, dst) = (src.clone(), dst.clone());
-            async move {
-                let (st, why) = compare(&src, &dst, &s, &d, args).await;
-                (st, s.display_path(), why)
-            }
+    let done: Vec<Row> = futures::stream::iter(pairs)
+        .map(|(s, d)| async move {
+            let (st, why) = compare(src, dst, &s, &d, args).await;
+            Row::new(st, s.display_path(), why)
         })
-        .buffer_unordered(concurrency)
+        .buffer_unordered(default_concurrency())
         .collect()
         .await;
-    rows.extend(compared);
-    rows.sort_by(|a, b| a.1.cmp(&b.1));
+    rows.extend(done);
+    rows
+}
 
-    let count = |st: Status| rows.iter().filter(|r| r.0 == st).count();
-    let bad = rows.iter().filter(|r| r.0 != Status::Same).count();
-    if args.json {
-        let entries: Vec<_> = rows.iter().filter(|r| r.0 != Status::Same || args.all).map(|(st, p, why)| json!({"status": st.name(), "path": p, "reason": why})).collect();
-        super::print_json(&json!({
-            "command": "verify",
-            "source": src.describe(),
-            "dest": dst.describe(),
-            "checksum": args.checksum,
-            "same": count(Status::Same),
-            "differ": count(Status::Differ),
-            "missing_on_dst": count(Status::MissingOnDst),
-            "missing_on_src": count(Status::MissingOnSrc),
-            "error": count(Status::Error),
-            "entries": entries,
-            "seconds": (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
-        }));
-    } else {
-        for (st, p, why) in rows.iter().filter(|r| r.0 != Status::Same || args.all) {
-            if why.is_empty() {
-                println!("{} {p}", st.mark());
-            } else {
-                println!("{} {p}\t{why}", st.mark());
+/// Results held in order behind the oldest comparison still running, per comparison allowed
+/// to run: a large file being hashed holds the rows after it back (they come out in path order)
+/// but not the comparisons, until this many are waiting.
+const REORDER_WINDOW: usize = 64;
+
+/// Two whole trees: each listing sorted by path on disk, the two merge-joined, pairs compared
+/// `concurrency` at a time and rows streamed out in path order. Memory: one sort run, and the
+/// pairs of the reorder window.
+async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+    let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
+    let budget = args.sorting.budget();
+    let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
+    let dst_runs = sort_store(dst, scratch.path(), "dest", budget).await.with_context(|| format!("listing {} failed", dst.describe()))?;
+    let concurrency = default_concurrency();
+    let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let blob_side = blob_side(src, dst);
+    let mut report = Report::new(args, Some(scratch.path()))?;
+    let mut rows = futures::stream::iter(Join::new(src_runs.merge()?, dst_runs.merge()?)?)
+        .map(|pair| {
+            let permits = permits.clone();
+            async move {
+                let row = match pair? {
+                    Pair::Source(s) => compared(&s, blob_side).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
+                    Pair::Dest(d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
+                    Pair::Both(s, d) if compared(&s, blob_side) => {
+                        let _running = permits.acquire().await.expect("never closed");
+                        let (st, why) = compare(src, dst, &s, &d, args).await;
+                        Some(Row::new(st, s.display_path(), why))
+                    }
+                    // The source's side is not compared (a directory; a symlink beside blob
+                    // storage): the destination's entry stands alone.
+                    Pair::Both(_, d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
+                };
+                anyhow::Ok(row)
+            }
+        })
+        .buffered(concurrency * REORDER_WINDOW);
+    let mut pacer = Pacer::default();
+    while let Some(row) = rows.next().await {
+        pacer.tick().await;
+        if let Some(row) = row? {
+            report.add(row)?;
+        }
+    }
+    drop(rows);
+    report.finish(src, dst, started)
+}
+
+/// One line of the report.
+#[derive(Serialize, Deserialize)]
+struct Row {
+    // Fields in the order of the JSON's keys (alphabetical, as they have always been printed).
+    path: String,
+    reason: String,
+    status: Status,
+}
+
+impl Row {
+    fn new(status: Status, path: String, reason: String) -> Row {
+        Row { path, reason, status }
+    }
+}
+
+/// The report as rows arrive: counted, printed at once as text, or for --json kept until the
+/// counts that come before them in the document are known (in a scratch file, when the rows
+/// stream from a whole tree).
+struct Report<'a> {
+    args: &'a VerifyArgs,
+    counts: [usize; 5],
+    text: Option<BufWriter<io::Stdout>>,
+    kept: Kept,
+}
+
+enum Kept {
+    Memory(Vec<Row>),
+    File { path: PathBuf, out: BufWriter<File> },
+}
+
+impl<'a> Report<'a> {
+    fn new(args: &'a VerifyArgs, scratch: Option<&Path>) -> io::Result<Self> {
+        let kept = match scratch {
+            Some(dir) if args.json => {
+                let path = dir.join("rows.jsonl");
+                Kept::File { out: BufWriter::with_capacity(1 << 20, File::create(&path)?), path }
+            }
+            _ => Kept::Memory(Vec::new()),
+        };
+        let text = (!args.json).then(|| BufWriter::new(io::stdout()));
+        Ok(Report { args, counts: [0; 5], text, kept })
+    }
+
+    fn add(&mut self, row: Row) -> anyhow::Result<()> {
+        self.counts[row.status as usize] += 1;
+        if row.status == Status::Same && !self.args.all {
+            return Ok(());
+        }
+        if let Some(out) = &mut self.text {
+            match row.reason.is_empty() {
+                true => writeln!(out, "{} {}", row.status.mark(), row.path)?,
+                false => writeln!(out, "{} {}\t{}", row.status.mark(), row.path, row.reason)?,
+            }
+            return Ok(());
+        }
+        match &mut self.kept {
+            Kept::Memory(rows) => rows.push(row),
+            Kept::File { out, .. } => {
+                serde_json::to_writer(&mut *out, &row)?;
+                out.write_all(b"\n")?;
             }
         }
-        eprintln!(
-            "{} same, {} differ, {} missing on destination, {} missing on source, {} errors",
-            count(Status::Same),
-            count(Status::Differ),
-            count(Status::MissingOnDst),
-            count(Status::MissingOnSrc),
-            count(Status::Error)
-        );
+        Ok(())
     }
-    Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+
+    fn count(&self, st: Status) -> usize {
+        self.counts[st as usize]
+    }
+
+    fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+        let bad = self.counts.iter().sum::<usize>() - self.count(Status::Same);
+        let (same, differ, missing_on_dst, missing_on_src, error) =
+            (self.count(Status::Same), self.count(Status::Differ), self.count(Status::MissingOnDst), self.count(Status::MissingOnSrc), self.count(Status::Error));
+        if let Some(mut out) = self.text {
+            out.flush()?;
+            eprintln!("{same} same, {differ} differ, {missing_on_dst} missing on destination, {missing_on_src} missing on source, {error} errors");
+        } else {
+            let entries = match self.kept {
+                Kept::Memory(rows) => Entries::Memory(rows),
+                Kept::File { path, out } => {
+                    out.into_inner().map_err(|e| e.into_error())?;
+                    Entries::File(path)
+                }
+            };
+            let doc = Summary {
+                checksum: self.args.checksum,
+                command: "verify",
+                dest: dst.describe(),
+                differ,
+                entries,
+                error,
+                missing_on_dst,
+                missing_on_src,
+                same,
+                seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+                source: src.describe(),
+            };
+            let mut out = BufWriter::new(io::stdout().lock());
+            serde_json::to_writer_pretty(&mut out, &doc)?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+        }
+        Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    }
+}
+
+/// `--json`'s document, keys in the order they have always been printed in.
+#[derive(Serialize)]
+struct Summary {
+    checksum: bool,
+    command: &'static str,
+    dest: String,
+    differ: usize,
+    entries: Entries,
+    error: usize,
+    missing_on_dst: usize,
+    missing_on_src: usize,
+    same: usize,
+    seconds: f64,
+    source: String,
+}
+
+/// The rows to list, read back from the scratch file as they are written out.
+enum Entries {
+    Memory(Vec<Row>),
+    File(PathBuf),
+}
+
+impl Serialize for Entries {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = ser.serialize_seq(None)?;
+        match self {
+            Entries::Memory(rows) => {
+                for row in rows {
+                    seq.serialize_element(row)?;
+                }
+            }
+            Entries::File(path) => {
+                let file = File::open(path).map_err(S::Error::custom)?;
+                for line in BufReader::with_capacity(1 << 20, file).lines() {
+                    let row: Row = serde_json::from_str(&line.map_err(S::Error::custom)?).map_err(S::Error::custom)?;
+                    seq.serialize_element(&row)?;
+                }
+            }
+        }
+        seq.end()
+    }
 }

@@ -3,17 +3,17 @@
 //! Streaming throughout (docs/plan.md): each listing is sorted by path externally, the two
 //! sorted streams are merge-joined, and the partitioners hold at most one sort run.
 
-pub mod sort;
 pub mod split;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde::Serialize;
 
 use crate::manifest::{self, Entry, Kind, Mtime};
-use sort::{Order, Runs, Sorter};
+use crate::sorted::sort::Runs;
+use crate::sorted::{join, sort_entries, Pair, SortError};
 use split::{Method, Part, Splitter, Tool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -90,60 +90,6 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare) -> Verdict {
             (Some(_), Some(_)) => Verdict::Changed,
             _ => Verdict::Undecided,
         },
-    }
-}
-
-/// One path of the merge-join: on one side or both.
-pub enum Pair {
-    Source(Entry),
-    Dest(Entry),
-    Both(Entry, Entry),
-}
-
-/// One sorted side of the join, one entry ahead. It refuses a path seen twice: a listing that
-/// names one path twice is broken, and which of the two to believe cannot be decided here.
-struct Side<I> {
-    inner: I,
-    head: Option<Entry>,
-    name: &'static str,
-}
-
-impl<I: Iterator<Item = io::Result<Entry>>> Side<I> {
-    fn new(mut inner: I, name: &'static str) -> anyhow::Result<Self> {
-        let head = inner.next().transpose()?;
-        Ok(Side { inner, head, name })
-    }
-    fn take(&mut self) -> anyhow::Result<Entry> {
-        let e = self.head.take().expect("taken only when present");
-        self.head = self.inner.next().transpose()?;
-        if self.head.as_ref().is_some_and(|n| n.path == e.path) {
-            bail!("the {} listing names {:?} more than once", self.name, e.display_path());
-        }
-        Ok(e)
-    }
-}
-
-/// Walks two path-sorted streams together.
-pub fn join(
-    src: impl Iterator<Item = io::Result<Entry>>,
-    dst: impl Iterator<Item = io::Result<Entry>>,
-    mut visit: impl FnMut(Pair) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    use std::cmp::Ordering::*;
-    let mut src = Side::new(src, "source")?;
-    let mut dst = Side::new(dst, "destination")?;
-    loop {
-        let order = match (&src.head, &dst.head) {
-            (None, None) => return Ok(()),
-            (Some(_), None) => Less,
-            (None, Some(_)) => Greater,
-            (Some(s), Some(d)) => s.path.cmp(&d.path),
-        };
-        visit(match order {
-            Less => Pair::Source(src.take()?),
-            Greater => Pair::Dest(dst.take()?),
-            Equal => Pair::Both(src.take()?, dst.take()?),
-        })?;
     }
 }
 
@@ -233,12 +179,11 @@ fn rows(parts: Vec<Part>) -> Vec<PartRow> {
 /// Sorts one listing by path into runs under `scratch`.
 fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
     let reader = manifest::Reader::open(path).with_context(|| format!("cannot read listing {}", path.display()))?;
-    let mut sorter = Sorter::new(Order::Path, budget, scratch.to_path_buf(), stem);
-    let spill_failed = || format!("cannot spill a sorted run of {} into {}", path.display(), scratch.display());
-    for e in reader {
-        sorter.push(&e.map_err(anyhow::Error::msg)?).with_context(spill_failed)?;
-    }
-    sorter.finish().with_context(spill_failed)
+    sort_entries(reader, scratch, stem, budget).map_err(|e| match e {
+        // The reader's message names the listing and the line already.
+        SortError::Listing(line) => anyhow::Error::msg(line),
+        spill => spill.into(),
+    })
 }
 
 /// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and
@@ -393,44 +338,5 @@ mod tests {
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5), Same);
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5), Changed);
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5), Undecided);
-    }
-
-    fn stream(paths: &[&str]) -> impl Iterator<Item = io::Result<Entry>> {
-        paths.iter().map(|p| Ok(f(p, Some(1), None, None))).collect::<Vec<_>>().into_iter()
-    }
-
-    fn describe(src: &[&str], dst: &[&str]) -> anyhow::Result<Vec<String>> {
-        let mut seen = Vec::new();
-        join(stream(src), stream(dst), |p| {
-            seen.push(match p {
-                Pair::Source(s) => format!("<{}", s.display_path()),
-                Pair::Dest(d) => format!(">{}", d.display_path()),
-                Pair::Both(s, _) => format!("={}", s.display_path()),
-            });
-            Ok(())
-        })?;
-        Ok(seen)
-    }
-
-    #[test]
-    fn join_pairs_by_path() {
-        assert_eq!(describe(&["a", "b", "d"], &["b", "c", "d", "e"]).unwrap(), ["<a", "=b", ">c", "=d", ">e"]);
-        assert_eq!(describe(&[], &["x"]).unwrap(), [">x"]);
-        assert_eq!(describe(&["x"], &[]).unwrap(), ["<x"]);
-    }
-
-    #[test]
-    fn join_refuses_duplicates() {
-        let err = describe(&["a", "b", "b"], &[]).unwrap_err().to_string();
-        assert!(err.contains("source") && err.contains("\"b\""), "{err}");
-        let err = describe(&["a"], &["a", "a"]).unwrap_err().to_string();
-        assert!(err.contains("destination"), "{err}");
-    }
-
-    #[test]
-    fn join_passes_read_errors_on() {
-        let broken = vec![Ok(f("a", Some(1), None, None)), Err(io::Error::other("disk gone"))].into_iter();
-        let err = join(broken, stream(&["b"]), |_| Ok(())).unwrap_err().to_string();
-        assert!(err.contains("disk gone"), "{err}");
     }
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use super::sort::{Order, Runs, Sorter, Spill};
+use crate::sorted::sort::{Order, Runs, Sorter, Spill};
 use crate::manifest::{Entry, Writer};
 use crate::partition::{part_name, summary, Filler};
 pub use crate::partition::PartTotals as Part;

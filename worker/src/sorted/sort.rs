@@ -56,17 +56,19 @@ pub struct Sorter {
     arena: Vec<u8>,
     items: Vec<(u64, usize)>,
     runs: Vec<PathBuf>,
+    entries: u64,
 }
 
 impl Sorter {
     /// `budget`: bytes held before a run is spilled (at least one entry per run).
     pub fn new(order: Order, budget: usize, dir: PathBuf, stem: &str) -> Sorter {
-        Sorter { order, budget, dir, stem: stem.to_string(), arena: Vec::new(), items: Vec::new(), runs: Vec::new() }
+        Sorter { order, budget, dir, stem: stem.to_string(), arena: Vec::new(), items: Vec::new(), runs: Vec::new(), entries: 0 }
     }
 
     pub fn push(&mut self, e: &Entry) -> io::Result<()> {
         self.items.push((self.order.key(e), self.arena.len()));
         encode(e, &mut self.arena);
+        self.entries += 1;
         if self.arena.len() + self.items.len() * std::mem::size_of::<(u64, usize)>() >= self.budget {
             self.spill()?;
         }
@@ -95,7 +97,16 @@ impl Sorter {
     /// Spills what is left and hands over the runs, to be merged as often as needed.
     pub fn finish(mut self) -> io::Result<Runs> {
         self.spill()?;
-        Ok(Runs { order: self.order, paths: std::mem::take(&mut self.runs) })
+        Ok(Runs { order: self.order, paths: std::mem::take(&mut self.runs), entries: self.entries })
+    }
+}
+
+/// A sort abandoned halfway (a failed listing) leaves no runs behind.
+impl Drop for Sorter {
+    fn drop(&mut self) {
+        for p in &self.runs {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -103,11 +114,17 @@ impl Sorter {
 pub struct Runs {
     order: Order,
     paths: Vec<PathBuf>,
+    entries: u64,
 }
 
 impl Runs {
     pub fn count(&self) -> usize {
         self.paths.len()
+    }
+
+    /// How many entries the runs hold.
+    pub fn entries(&self) -> u64 {
+        self.entries
     }
 
     /// All entries in order, read from the runs in one k-way merge.
@@ -180,7 +197,7 @@ impl Iterator for Merge {
 }
 
 // The run format: little-endian, fixed fields after a length-prefixed path. Private to one
-// process and one plan, so it has no header or version.
+// process and one sort, so it has no header or version.
 const HAS_SIZE: u8 = 1;
 const HAS_MTIME: u8 = 2;
 const HAS_MD5: u8 = 4;

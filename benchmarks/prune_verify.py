@@ -1,0 +1,291 @@
+"""The final pass at scale: `ferry prune --dry-run --files-from` and `ferry verify` of whole trees.
+
+    nice .venv/bin/python benchmarks/prune_verify.py [--entries 1000000,10000000] [--scratch DIR]
+                                                     [--old-ferry PATH]
+
+For each size it builds a source and a destination *tree* (real directories, real entries, walked
+and lstat'ed by ferry like any other tree) and a manifest of the source (`ferry ls -r`), then runs
+under GNU time (wall time, CPU time, peak RSS):
+
+- `ferry prune SRC DST --dry-run --files-from source.tsv --json`: what the final pass would delete;
+- `ferry verify SRC DST --json`: the pipelines' final whole-tree check (`final_check`).
+
+Ten million files would take ten million inodes (here, most of the disk's), so every file is a
+hard link to one of a few hundred small files in a pool beside the trees: the trees have their
+real number of directory entries, each with its own path, size and mtime as `lstat` reports them,
+for the price of one inode per pool file. The destination differs from the source the way a final
+pass finds it: 1% of the files have another size (linked to a pool file one byte longer), 0.1% are
+missing, 0.1% exist only on the destination, and one directory in 500 (with its files) exists only
+on the destination. Both runs are checked against those numbers.
+
+Sizes under 5 M entries run `--repeat` times (median reported); larger ones run once: each is
+minutes on a shared machine. `--old-ferry PATH` adds one run of another build (say, the worker
+before streaming prune and verify) per size, checked to give the same counts.
+
+The trees are removed at the end unless `--keep-trees` (20 M directory entries at 10 M).
+Results: benchmarks/results/prune_verify.json and .md, and the table in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+DOC = REPO / "docs" / "benchmarks.md"
+GENERATOR_VERSION = 1
+PER_DIR = 1000
+# Pool files: the source's and the destination's links to one pool file stay under ext4's 65,000
+# links per inode at 10 M entries (2 × 10 M / 512 ≈ 39,000).
+POOL = 512
+CHANGED_POOL = 16
+ONCE_FROM = 5_000_000
+MARK_BEGIN, MARK_END = "<!-- prune-verify-benchmark:begin -->", "<!-- prune-verify-benchmark:end -->"
+
+
+def log(msg: str) -> None:
+    print(f"[prune-verify-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def layout(entries: int):
+    """Yields (directory, [(file name, pool name or None)] for the source, the same for the destination)."""
+    dirs = max(1, entries // PER_DIR)
+    for d in range(dirs):
+        dpath = f"p{d % 37:02d}/d{d:06d}"
+        only_on_dst = d % 500 == 499
+        src, dst = [], []
+        for j in range(PER_DIR):
+            i = d * PER_DIR + j
+            name = f"f{i:09d}.dat"
+            pool = f"s{i % POOL:03d}"
+            if not only_on_dst and i % 1000 != 2:
+                src.append((name, pool))
+            if i % 1000 != 1:
+                dst.append((name, f"c{i % CHANGED_POOL:02d}" if i % 100 == 0 else pool))
+        yield dpath, src, dst
+
+
+def expected(entries: int) -> dict:
+    """What prune and verify must find, counted from the layout."""
+    n = {"src": 0, "dst_only": 0, "src_only": 0, "differ": 0, "same": 0, "dirs_only_on_dst": 0}
+    for dpath, src, dst in layout(entries):
+        s, d = dict(src), dict(dst)
+        n["src"] += len(s)
+        n["dst_only"] += sum(1 for k in d if k not in s)
+        n["src_only"] += sum(1 for k in s if k not in d)
+        n["differ"] += sum(1 for k in s if k in d and s[k] != d[k])
+        n["same"] += sum(1 for k in s if k in d and s[k] == d[k])
+        n["dirs_only_on_dst"] += not s
+    return n
+
+
+def make_pool(pool: Path) -> None:
+    pool.mkdir(parents=True, exist_ok=True)
+    for k in range(POOL):
+        (pool / f"s{k:03d}").write_bytes(b"x" * k)
+    for k in range(CHANGED_POOL):
+        # Size k + 1: a source file of index i ≡ k (mod 16) links to a pool file of size i % 512,
+        # which is ≡ k (mod 16) too, so never the same size.
+        (pool / f"c{k:02d}").write_bytes(b"x" * (k + 1))
+
+
+def link_tree(pool: Path, root: Path, side: int, entries: int) -> None:
+    pool_fd = os.open(pool, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for dpath, *sides in layout(entries):
+            files = sides[side]
+            if not files:
+                continue
+            d = root / dpath
+            d.mkdir(parents=True, exist_ok=True)
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                for name, src in files:
+                    os.link(src, name, src_dir_fd=pool_fd, dst_dir_fd=dfd)
+            finally:
+                os.close(dfd)
+    finally:
+        os.close(pool_fd)
+
+
+def generate(scratch: Path, entries: int, ferry: Path) -> tuple[Path, Path, Path]:
+    root = scratch / f"trees-{entries}"
+    src, dst, manifest, stamp = root / "src", root / "dst", root / "source.tsv", root / "stamp"
+    if stamp.exists() and stamp.read_text() == f"{GENERATOR_VERSION}\n":
+        return src, dst, manifest
+    if root.exists():
+        shutil.rmtree(root)
+    log(f"building {entries:,}-entry trees of hard links in {root}")
+    started = time.monotonic()
+    make_pool(root / "pool")
+    link_tree(root / "pool", src, 0, entries)
+    link_tree(root / "pool", dst, 1, entries)
+    with open(manifest, "wb") as out:
+        subprocess.run([str(ferry), "ls", "-r", str(src)], check=True, stdout=out)
+    stamp.write_text(f"{GENERATOR_VERSION}\n")
+    log(f"built in {time.monotonic() - started:.0f} s")
+    return src, dst, manifest
+
+
+def timed(cmd: list[str], work: Path, ok: tuple[int, ...]) -> tuple[dict, str]:
+    """Runs cmd under GNU time: wall seconds, CPU seconds, peak RSS; returns them and stdout."""
+    stats, out = work / "time.txt", work / "stdout"
+    started = time.monotonic()
+    with open(out, "wb") as o:
+        r = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", str(stats), *cmd],
+                           stdout=o, stderr=subprocess.PIPE, text=True)
+    if r.returncode not in ok:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    wall, user, system, rss_kib = stats.read_text().split()[-4:]
+    return ({"seconds": float(wall), "cpu_seconds": round(float(user) + float(system), 2),
+             "peak_rss_mib": round(int(rss_kib) / 1024, 1), "measured_for": round(time.monotonic() - started, 1)},
+            out.read_text())
+
+
+def check_prune(out: str, want: dict) -> dict:
+    j = json.loads(out)
+    files = want["dst_only"]
+    if (j["would_delete"], j["dirs"], j["refused"]) != (files, want["dirs_only_on_dst"], None):
+        raise RuntimeError(f"prune found {j['would_delete']} files and {j['dirs']} directories, want {files} "
+                           f"and {want['dirs_only_on_dst']}: {out[:2000]}")
+    return {"would_delete": j["would_delete"], "dirs": j["dirs"]}
+
+
+def check_verify(out: str, want: dict) -> dict:
+    j = json.loads(out)
+    got = {k: j[k] for k in ("same", "differ", "missing_on_dst", "missing_on_src", "error")}
+    need = {"same": want["same"], "differ": want["differ"], "missing_on_dst": want["src_only"],
+            "missing_on_src": want["dst_only"], "error": 0}
+    if got != need or len(j["entries"]) != sum(v for k, v in need.items() if k != "same"):
+        raise RuntimeError(f"verify counted {got} with {len(j['entries'])} entries, want {need}")
+    return got
+
+
+def cases(src: Path, dst: Path, manifest: Path, work: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
+    return [
+        ("prune --dry-run --files-from", ["prune", str(src), str(dst), "--dry-run", "--files-from", str(manifest),
+                                          "--log", str(work / "prune.tsv"), "--json"], (0,)),
+        ("verify", ["verify", str(src), str(dst), "--json"], (1,)),
+    ]
+
+
+def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: int) -> dict:
+    src, dst, manifest = generate(scratch, entries, ferry)
+    want = expected(entries)
+    work = Path(tempfile.mkdtemp(prefix="bench-", dir=scratch))
+    runs_each = repeat if entries < ONCE_FROM else 1
+    rows = []
+    try:
+        builds = [("ferry", ferry, runs_each)] + ([("ferry (old build)", old, 1)] if old else [])
+        for build, binary, n in builds:
+            for name, args, ok in cases(src, dst, manifest, work):
+                log(f"{entries:,}: {build} {name} × {n}")
+                runs = []
+                for _ in range(n):
+                    stats, out = timed([str(binary), *args, "--scratch", str(work)] if build == "ferry" else
+                                       [str(binary), *args], work, ok)
+                    stats["found"] = (check_prune if name.startswith("prune") else check_verify)(out, want)
+                    runs.append(stats)
+                runs.sort(key=lambda r: r["seconds"])
+                rows.append({"build": build, "step": name, "entries": entries,
+                             "command": f"ferry {name.split(' ')[0]} SRC DST" + (" --dry-run --files-from SOURCE" if name.startswith("prune") else ""),
+                             **runs[len(runs) // 2], "runs": len(runs),
+                             "seconds_range": [runs[0]["seconds"], runs[-1]["seconds"]]})
+        leftovers = [p.name for p in work.iterdir() if p.name not in ("time.txt", "stdout", "prune.tsv")]
+        if leftovers:
+            raise RuntimeError(f"scratch files left behind in {work}: {leftovers}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"entries": entries, "source_files": want["src"], "expected": want, "rows": rows}
+
+
+def render(res: dict) -> str:
+    lines = [
+        "| entries | build | step | wall s | CPU s | peak RSS MiB | runs |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for size in res["sizes"]:
+        for r in size["rows"]:
+            spread = f" ({r['seconds_range'][0]:.1f}–{r['seconds_range'][1]:.1f})" if r["runs"] > 1 else ""
+            lines.append(f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread} | "
+                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
+    m = res["machine"]
+    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}, load average "
+              f"{res['load'][0]:.1f} at the start and {res['load'][1]:.1f} at the end (a shared machine: wall times "
+              "stretch with the load). Rows of several runs: the median by wall time (range in brackets). "
+              f"Reproduce: `{res['command']}`."]
+    return "\n".join(lines)
+
+
+def update_doc(table: str) -> None:
+    text = DOC.read_text()
+    if MARK_BEGIN not in text:
+        raise RuntimeError(f"{DOC} has no {MARK_BEGIN} marker")
+    head, rest = text.split(MARK_BEGIN, 1)
+    _, tail = rest.split(MARK_END, 1)
+    DOC.write_text(f"{head}{MARK_BEGIN}\n{table}\n{MARK_END}{tail}")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entries", default="1000000,10000000", help="comma-separated tree sizes (files in the source)")
+    ap.add_argument("--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-prune-verify-bench",
+                    help="where the trees go (not the repository); must allow hard links")
+    ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
+    ap.add_argument("--old-ferry", type=Path, help="another build to run once per size, for comparison")
+    ap.add_argument("--repeat", type=int, default=3, help=f"runs of each row below {ONCE_FROM:,} entries")
+    ap.add_argument("--keep-trees", action="store_true", help="keep the trees for another run")
+    ap.add_argument("--generate-only", action="store_true", help="build the trees and stop")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md")
+    ap.add_argument("--docs-from-results", action="store_true",
+                    help="measure nothing: rewrite the .md and the docs table from results/prune_verify.json")
+    a = ap.parse_args(argv)
+    if a.docs_from_results:
+        table = render(json.loads((RESULTS / "prune_verify.json").read_text()))
+        (RESULTS / "prune_verify.md").write_text(table + "\n")
+        update_doc(table)
+        print(table)
+        return 0
+    a.scratch.mkdir(parents=True, exist_ok=True)
+    sizes = [int(n) for n in a.entries.split(",")]
+    if a.generate_only:
+        for n in sizes:
+            generate(a.scratch, n, a.ferry)
+        return 0
+    load_start = os.getloadavg()[0]
+    try:
+        results = [bench(n, a.scratch, a.ferry, a.old_ferry, a.repeat) for n in sizes]
+    finally:
+        if not a.keep_trees:
+            for n in sizes:
+                shutil.rmtree(a.scratch / f"trees-{n}", ignore_errors=True)
+    res = {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "nice .venv/bin/python benchmarks/prune_verify.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+                   + (" --old-ferry OLD_BUILD" if a.old_ferry else ""),
+        "machine": {"cpus": os.cpu_count(), "system": platform.platform(terse=True),
+                    "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)},
+        "load": [load_start, os.getloadavg()[0]],
+        "sizes": results,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "prune_verify.json").write_text(json.dumps(res, indent=2) + "\n")
+    table = render(res)
+    (RESULTS / "prune_verify.md").write_text(table + "\n")
+    if not a.no_docs:
+        update_doc(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
