@@ -248,7 +248,6 @@ struct node {
 	ino_t ino;
 	dev_t dev;
 	int fd;
-	bool is_symlink;
 	uint64_t nlookup;
 };
 
@@ -278,53 +277,69 @@ static void proc_path(char out[64], int fd)
 	snprintf(out, 64, "/proc/self/fd/%d", fd);
 }
 
-/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`. */
-static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
+/* The node of st's inode, or NULL; table_lock held. The root is found too: it is ".." of a
+ * top-level directory, or a bind mount of the root into itself. */
+static struct node *find_locked(const struct stat *st)
+{
+	if (st->st_ino == root.ino && st->st_dev == root.dev)
+		return &root;
+	struct node *n = table[bucket_of(st->st_ino, st->st_dev)];
+	while (n && !(n->ino == st->st_ino && n->dev == st->st_dev))
+		n = n->next;
+	return n;
+}
+
+/* One more kernel reference on st's inode. With fd >= 0 (an O_PATH descriptor of it) a node is
+ * made if there is none, and fd is kept or closed; with fd < 0, NULL says there is none. */
+static struct node *ref_node(const struct stat *st, int fd)
+{
+	pthread_mutex_lock(&table_lock);
+	struct node *n = find_locked(st);
+	if (n) {
+		n->nlookup++;
+	} else if (fd >= 0 && (n = calloc(1, sizeof(*n)))) {
+		*n = (struct node){.ino = st->st_ino, .dev = st->st_dev, .fd = fd, .nlookup = 1};
+		size_t b = bucket_of(st->st_ino, st->st_dev);
+		n->next = table[b];
+		table[b] = n;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&table_lock);
+	if (fd >= 0)
+		close(fd);
+	return n;
+}
+
+/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`.
+ * Most lookups are of inodes the kernel has met before (its cache of the name expired): then
+ * one fstatat() finds the node and its descriptor, and nothing is opened and closed again.
+ * After a call that made the name (`fresh`) that probe is skipped: its inode is new to the
+ * table, unless the call was a (rare) hard link. */
+static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e, bool fresh)
 {
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = cfg.attr_timeout;
 	e->entry_timeout = cfg.entry_timeout;
 
-	int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
-	if (fd < 0)
-		return errno;
-	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-		int err = errno;
-		close(fd);
-		return err;
+	struct node *n = NULL;
+	if (!fresh) {
+		if (fstatat(fd_of(parent), name, &e->attr, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno;
+		n = ref_node(&e->attr, -1);
 	}
-
-	pthread_mutex_lock(&table_lock);
-	struct node *n;
-	if (e->attr.st_ino == root.ino && e->attr.st_dev == root.dev) {
-		n = &root; /* ".." of a top-level directory, or a bind of the root into itself */
-		n->nlookup++;
-		close(fd);
-	} else {
-		size_t b = bucket_of(e->attr.st_ino, e->attr.st_dev);
-		for (n = table[b]; n; n = n->next)
-			if (n->ino == e->attr.st_ino && n->dev == e->attr.st_dev)
-				break;
-		if (n) {
-			n->nlookup++;
+	if (!n) {
+		/* The attributes are those of what was opened: the name may have moved on since. */
+		int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
+		if (fd < 0)
+			return errno;
+		if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+			int err = errno;
 			close(fd);
-		} else {
-			n = calloc(1, sizeof(*n));
-			if (!n) {
-				pthread_mutex_unlock(&table_lock);
-				close(fd);
-				return ENOMEM;
-			}
-			n->ino = e->attr.st_ino;
-			n->dev = e->attr.st_dev;
-			n->fd = fd;
-			n->is_symlink = S_ISLNK(e->attr.st_mode);
-			n->nlookup = 1;
-			n->next = table[b];
-			table[b] = n;
+			return err;
 		}
+		if (!(n = ref_node(&e->attr, fd)))
+			return ENOMEM;
 	}
-	pthread_mutex_unlock(&table_lock);
 	e->ino = n == &root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 	return 0;
 }
@@ -352,30 +367,28 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 /* Handlers. Each replies exactly once; the wrappers below time and count them.               */
 /* ------------------------------------------------------------------------------------------ */
 
-static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* The one reply that names an inode: to a lookup (created false), or to a call that made the
+ * name and returned `res`. Only a lookup may answer "no such name" with a negative entry the
+ * kernel caches: to a mkdir, say, an entry without an inode would be a protocol error. */
+static void reply_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool created, int res)
 {
 	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e);
-	if (err == ENOENT && cfg.negative_timeout > 0) {
+	int err = res < 0 ? errno : do_lookup(parent, name, &e, created);
+	if (err == ENOENT && !created && cfg.negative_timeout > 0) {
 		/* ino 0: the kernel caches "no such entry" for entry_timeout. */
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = cfg.negative_timeout;
-		fuse_reply_entry(req, &e);
-	} else if (err) {
-		fuse_reply_err(req, err);
-	} else {
-		fuse_reply_entry(req, &e);
+		err = 0;
 	}
-}
-
-static void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int res)
-{
-	struct fuse_entry_param e;
-	int err = res < 0 ? errno : do_lookup(parent, name, &e);
 	if (err)
 		fuse_reply_err(req, err);
 	else
 		fuse_reply_entry(req, &e);
+}
+
+static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	reply_entry(req, parent, name, false, 0);
 }
 
 static void h_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -455,17 +468,17 @@ static void h_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void h_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	reply_new_entry(req, parent, name, mknodat(fd_of(parent), name, mode, rdev));
+	reply_entry(req, parent, name, true, mknodat(fd_of(parent), name, mode, rdev));
 }
 
 static void h_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	reply_new_entry(req, parent, name, mkdirat(fd_of(parent), name, mode));
+	reply_entry(req, parent, name, true, mkdirat(fd_of(parent), name, mode));
 }
 
 static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	reply_new_entry(req, parent, name, symlinkat(link, fd_of(parent), name));
+	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
 }
 
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -477,7 +490,7 @@ static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const c
 		proc_path(path, fd_of(ino));
 		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
 	}
-	reply_new_entry(req, newparent, newname, res);
+	reply_entry(req, newparent, newname, true, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -534,7 +547,7 @@ static void h_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		return;
 	}
 	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e);
+	int err = do_lookup(parent, name, &e, true);
 	if (err) {
 		close(fd);
 		fuse_reply_err(req, err);
@@ -696,7 +709,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				e.attr.st_ino = de->d_ino;
 				e.attr.st_mode = (mode_t)de->d_type << 12;
 			} else {
-				err = do_lookup(ino, de->d_name, &e);
+				err = do_lookup(ino, de->d_name, &e, false);
 				if (err == ENOENT) { /* gone since readdir() saw it */
 					err = 0;
 					d->pending = NULL;
@@ -774,17 +787,19 @@ static _Atomic bool init_reply_pending;
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	span_end(); /* libfuse writes every reply with writev, from the thread that served it */
+	struct iovec copy[2];
+	char patched[sizeof(struct fuse_init_out)];
 	if (atomic_load_explicit(&init_reply_pending, memory_order_relaxed) &&
 	    atomic_exchange(&init_reply_pending, false) && iovcnt == 2 &&
 	    iov[0].iov_len == sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->error == 0 &&
 	    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
-		char patched[sizeof(struct fuse_init_out)];
 		size_t len = iov[1].iov_len < sizeof(patched) ? iov[1].iov_len : sizeof(patched);
 		memcpy(patched, iov[1].iov_base, len);
 		((struct fuse_init_out *)patched)->flags |= FUSE_PARALLEL_DIROPS;
-		struct iovec copy[2] = {iov[0], {.iov_base = patched, .iov_len = len}};
-		return syscall(SYS_writev, fd, copy, 2);
+		copy[0] = iov[0];
+		copy[1] = (struct iovec){.iov_base = patched, .iov_len = len};
+		iov = copy;
 	}
 	return syscall(SYS_writev, fd, iov, iovcnt);
 }
