@@ -103,18 +103,55 @@ static struct {
 /* Counters                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-static _Atomic uint64_t op_count[OP_COUNT];
+/* Each thread counts into its own block: counting a request then writes memory no other thread
+ * writes, with no lock and no cache line bouncing between cores. Readers add the blocks up.
+ * A reset does not clear them (that would race with their owners): it keeps the sums as a
+ * baseline to subtract, so that no request is lost between reading and resetting. Blocks live
+ * as long as the process, since a final --stats may read them after the threads have gone. */
+struct tally {
+	_Atomic uint64_t ops[OP_COUNT];
+	_Atomic uint64_t finished;   /* requests whose span ended */
+	_Atomic uint64_t request_ns; /* their summed durations: the integral of inflight dt */
+	struct tally *next;
+};
 
-/* In-flight bookkeeping changes together (count, peak, busy time), so it sits under one lock;
- * an uncontended mutex costs far less than the request round trip through the kernel. */
+static _Atomic(struct tally *) tallies;
+static __thread struct tally *my_tally;
+
+static struct tally *tally(void)
+{
+	struct tally *t = my_tally;
+	if (t)
+		return t;
+	/* A cache line of its own, or two threads' counters would share one after all. */
+	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
+	if (!t) {
+		fprintf(stderr, "latencyfs: out of memory for a thread's counters\n");
+		abort();
+	}
+	memset(t, 0, sizeof(*t));
+	t->next = atomic_load(&tallies);
+	while (!atomic_compare_exchange_weak(&tallies, &t->next, t))
+		;
+	return my_tally = t;
+}
+
+/* Only the owner writes a block: a plain load and store, no locked instruction. */
+static void bump(_Atomic uint64_t *c, uint64_t by)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by, memory_order_relaxed);
+}
+
+/* In flight: one shared count, changed by a compare-and-swap while it stays above zero. Going
+ * from idle to busy and back also starts and stops the busy clock, and the two must change
+ * together: only those transitions (and readers) take the lock. */
 static struct {
+	_Atomic uint64_t now, peak;
 	pthread_mutex_t lock;
-	uint64_t inflight, peak;
-	uint64_t window_start_ns; /* last reset */
-	uint64_t busy_since_ns;   /* when inflight last went 0 -> 1 */
-	uint64_t busy_ns;         /* time with at least one request in flight, closed intervals */
-	uint64_t request_ns;      /* sum of all request durations: the integral of inflight dt */
-	uint64_t requests;        /* requests finished since the last reset */
+	_Atomic uint64_t window_start_ns; /* last reset */
+	uint64_t busy_since_ns;           /* when inflight last went 0 -> 1 */
+	uint64_t busy_ns;                 /* time with at least one request in flight, closed intervals */
+	struct { uint64_t ops[OP_COUNT], finished, request_ns; } base; /* the sums at the last reset */
 } flight = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -122,6 +159,42 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t since_reset(uint64_t t)
+{
+	uint64_t w = atomic_load_explicit(&flight.window_start_ns, memory_order_relaxed);
+	return t > w ? t : w;
+}
+
+static void flight_enter(uint64_t t)
+{
+	uint64_t n = atomic_load_explicit(&flight.now, memory_order_relaxed);
+	while (n > 0 && !atomic_compare_exchange_weak(&flight.now, &n, n + 1))
+		;
+	if (n == 0) {
+		pthread_mutex_lock(&flight.lock);
+		if ((n = atomic_fetch_add(&flight.now, 1)) == 0)
+			flight.busy_since_ns = t;
+		pthread_mutex_unlock(&flight.lock);
+	}
+	uint64_t peak = atomic_load_explicit(&flight.peak, memory_order_relaxed);
+	while (n + 1 > peak && !atomic_compare_exchange_weak(&flight.peak, &peak, n + 1))
+		;
+}
+
+static void flight_leave(uint64_t t)
+{
+	uint64_t n = atomic_load_explicit(&flight.now, memory_order_relaxed);
+	while (n > 1 && !atomic_compare_exchange_weak(&flight.now, &n, n - 1))
+		;
+	if (n <= 1) {
+		pthread_mutex_lock(&flight.lock);
+		uint64_t since = since_reset(flight.busy_since_ns);
+		if (atomic_fetch_sub(&flight.now, 1) == 1 && t > since)
+			flight.busy_ns += t - since;
+		pthread_mutex_unlock(&flight.lock);
+	}
 }
 
 /* Per-thread generator for the jitter: no shared state, no lock. */
@@ -136,32 +209,22 @@ static double uniform01(void)
 	return (double)(s >> 11) / (double)(1ull << 53);
 }
 
-struct span {
-	uint64_t start;
-};
+/* When the request this thread is serving began, or 0. It ends when its reply is written (see
+ * writev below), not when the handler returns: a thread preempted between the two would
+ * otherwise still count as in flight while its client, answered, sends the next request. */
+static __thread uint64_t span_start;
 
-/* The request this thread is serving. It ends when its reply is written (see writev below),
- * not when the handler returns: a thread preempted between the two would otherwise still count
- * as in flight while its client, answered, sends the next request. */
-static __thread struct span *open_span;
-
-static void span_begin(struct span *sp, enum op op)
+static void span_begin(enum op op)
 {
-	atomic_fetch_add_explicit(&op_count[op], 1, memory_order_relaxed);
-	sp->start = now_ns();
-	pthread_mutex_lock(&flight.lock);
-	if (flight.inflight++ == 0)
-		flight.busy_since_ns = sp->start;
-	if (flight.inflight > flight.peak)
-		flight.peak = flight.inflight;
-	pthread_mutex_unlock(&flight.lock);
-	open_span = sp;
+	bump(&tally()->ops[op], 1);
+	span_start = now_ns();
+	flight_enter(span_start);
 
 	double d = cfg.delay_ns[op];
 	if (cfg.jitter_ns > 0)
 		d += cfg.jitter_ns * uniform01();
 	if (d >= 1.0) {
-		uint64_t until = sp->start + (uint64_t)d;
+		uint64_t until = span_start + (uint64_t)d;
 		struct timespec ts = {.tv_sec = until / 1000000000u, .tv_nsec = until % 1000000000u};
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
@@ -170,51 +233,51 @@ static void span_begin(struct span *sp, enum op op)
 
 static void span_end(void)
 {
-	const struct span *sp = open_span;
-	if (!sp)
+	if (!span_start)
 		return;
-	open_span = NULL;
 	uint64_t end = now_ns();
-	pthread_mutex_lock(&flight.lock);
+	struct tally *t = tally();
 	/* A request that began before the last reset counts only from the reset on. */
-	uint64_t start = sp->start > flight.window_start_ns ? sp->start : flight.window_start_ns;
-	flight.request_ns += end - start;
-	flight.requests++;
-	if (--flight.inflight == 0) {
-		uint64_t since = flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
-									      : flight.window_start_ns;
-		flight.busy_ns += end - since;
-	}
-	pthread_mutex_unlock(&flight.lock);
+	bump(&t->request_ns, end - since_reset(span_start));
+	bump(&t->finished, 1);
+	flight_leave(end);
+	span_start = 0;
 }
 
 /* One JSON object with every counter; optionally resets them in the same critical section, so
  * that a snapshot-and-reset loses no request between the two. */
 static char *stats_json(bool reset)
 {
-	uint64_t counts[OP_COUNT];
-	uint64_t now, window, busy, req_ns, inflight, peak, requests;
+	uint64_t counts[OP_COUNT] = {0}, finished = 0, req_ns = 0;
+	uint64_t now, window, busy, inflight, peak;
 
 	pthread_mutex_lock(&flight.lock);
 	now = now_ns();
-	for (int i = 0; i < OP_COUNT; i++)
-		counts[i] = reset ? atomic_exchange(&op_count[i], 0) : atomic_load(&op_count[i]);
+	for (struct tally *t = atomic_load(&tallies); t; t = t->next) {
+		for (int i = 0; i < OP_COUNT; i++)
+			counts[i] += atomic_load_explicit(&t->ops[i], memory_order_relaxed);
+		finished += atomic_load_explicit(&t->finished, memory_order_relaxed);
+		req_ns += atomic_load_explicit(&t->request_ns, memory_order_relaxed);
+	}
+	for (int i = 0; i < OP_COUNT; i++) {
+		uint64_t sum = counts[i];
+		counts[i] -= flight.base.ops[i];
+		if (reset)
+			flight.base.ops[i] = sum;
+	}
+	finished -= flight.base.finished;
+	req_ns -= flight.base.request_ns;
 	window = now - flight.window_start_ns;
-	busy = flight.busy_ns;
-	if (flight.inflight > 0)
-		busy += now - (flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
-									     : flight.window_start_ns);
-	req_ns = flight.request_ns;
-	inflight = flight.inflight;
-	peak = flight.peak;
-	requests = flight.requests;
+	inflight = atomic_load(&flight.now);
+	peak = atomic_load(&flight.peak);
+	busy = flight.busy_ns + (inflight > 0 ? now - since_reset(flight.busy_since_ns) : 0);
 	if (reset) {
-		flight.window_start_ns = now;
+		flight.base.finished += finished;
+		flight.base.request_ns += req_ns;
+		atomic_store(&flight.window_start_ns, now);
 		flight.busy_ns = 0;
-		flight.request_ns = 0;
-		flight.requests = 0;
-		flight.peak = flight.inflight;
 		flight.busy_since_ns = now;
+		atomic_store(&flight.peak, inflight);
 	}
 	pthread_mutex_unlock(&flight.lock);
 
@@ -234,7 +297,7 @@ static char *stats_json(bool reset)
 		      "},\"total\":%" PRIu64 ",\"finished\":%" PRIu64 ",\"inflight_now\":%" PRIu64
 		      ",\"inflight_max\":%" PRIu64 ",\"inflight_avg\":%.4f,\"inflight_avg_busy\":%.4f"
 		      ",\"window_s\":%.6f,\"busy_s\":%.6f,\"request_s\":%.6f}\n",
-		      total, requests, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
+		      total, finished, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
 		      busy ? (double)req_ns / (double)busy : 0.0, window / 1e9, busy / 1e9, req_ns / 1e9);
 	return out;
 }
@@ -828,8 +891,7 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 #define COUNTED(kind, handler, params, args)                                                   \
 	static void c_##handler params                                                          \
 	{                                                                                       \
-		struct span sp;                                                                 \
-		span_begin(&sp, OP_##kind);                                                     \
+		span_begin(OP_##kind);                                                          \
 		h_##handler args;                                                               \
 		span_end(); /* if no reply was written */                                       \
 	}
@@ -874,13 +936,13 @@ COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_f
 /* A forget is a one-way message with no reply: counted, never delayed (NFS has no such call). */
 static void c_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	atomic_fetch_add_explicit(&op_count[OP_FORGET], 1, memory_order_relaxed);
+	bump(&tally()->ops[OP_FORGET], 1);
 	h_forget(req, ino, nlookup);
 }
 
 static void c_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-	atomic_fetch_add_explicit(&op_count[OP_FORGET], count, memory_order_relaxed);
+	bump(&tally()->ops[OP_FORGET], count);
 	h_forget_multi(req, count, forgets);
 }
 
