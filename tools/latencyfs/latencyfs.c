@@ -881,6 +881,11 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1u << 20;
 	conn->max_background = cfg.max_background;
 	conn->congestion_threshold = cfg.max_background * 3 / 4;
+	/* Receiving by splice() costs a small request two calls (splice into a pipe, read out of
+	 * it) instead of one read(), and most requests are small. Nor does it work for 1 MiB
+	 * writes without CAP_SYS_RESOURCE: the pipe must hold max_write plus a header, more than
+	 * fs.pipe-max-size (1 MiB), so libfuse made a pipe per thread and fell back to read(). */
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
 	atomic_store(&init_reply_pending, true);
 }
 
