@@ -8,8 +8,8 @@
  * per file, independently of timing noise.
  *
  * Built on libfuse3's low-level API with its multi-threaded loop: requests run in parallel
- * (one thread per request in flight, up to --threads), lookups in one directory too (libfuse3
- * negotiates parallel directory operations). The kernel writeback cache is on by default,
+ * (a thread per request in flight, up to --threads; see default_threads()), lookups in one
+ * directory too (see the comment above writev). The kernel writeback cache is on by default,
  * because NFS clients cache writes too; without it every small write() would be a round trip.
  *
  *   latencyfs [options] SOURCE MOUNTPOINT
@@ -87,7 +87,7 @@ static struct {
 	double attr_timeout, entry_timeout, negative_timeout;
 	bool writeback;
 	bool readdirplus;
-	int max_threads;
+	int max_threads; /* 0: see default_threads() */
 	unsigned max_background;
 } cfg = {
 	.attr_timeout = 1.0,
@@ -95,7 +95,6 @@ static struct {
 	.negative_timeout = 0.0,
 	.writeback = true,
 	.readdirplus = true,
-	.max_threads = 256,
 	.max_background = 64,
 };
 
@@ -1106,7 +1105,8 @@ static void usage(FILE *f)
 		"  --negative-timeout S    how long it trusts \"no such name\" (default 0: lookupcache=positive)\n"
 		"  --no-writeback-cache    every write() becomes a request\n"
 		"  --no-readdirplus        plain readdir, a lookup per entry\n"
-		"  --threads N             most requests served at once (default 256)\n"
+		"  --threads N             most requests served at once (default: 256 with a delay or\n"
+		"                          jitter, else the number of CPUs, at least 2)\n"
 		"  --max-background N      kernel's limit on async requests, readahead/writeback (default 64)\n"
 		"  --control SOCKET        answer \"stats\", \"reset\", \"snapshot\" (stats, then reset) there\n"
 		"  --stats FILE            write the final counters there as JSON when unmounted\n"
@@ -1154,6 +1154,24 @@ static bool parse_delay_ops(char *spec)
 		}
 	}
 	return true;
+}
+
+/*
+ * A delayed request holds its thread for the whole delay, so a delay needs a thread per request
+ * in flight. Without one a request takes microseconds, and every thread beyond the CPUs costs
+ * instead: each idle thread waits in read() on /dev/fuse, and the kernel wakes one of them for
+ * every request it queues (a context switch) even when a busy thread would have taken it next
+ * without sleeping. So a thread per CPU serves more requests a second (measured by
+ * benchmarks/latencyfs_rate.py); two at least, so that one slow call (an fsync) does not stop
+ * the rest. The price: at zero delay no more than that many requests count as in flight.
+ */
+static int default_threads(void)
+{
+	bool delayed = cfg.jitter_ns > 0;
+	for (int i = 0; i < OP_COUNT; i++)
+		delayed |= cfg.delay_ns[i] > 0;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return delayed ? 256 : cpus > 2 ? (int)cpus : 2;
 }
 
 int main(int argc, char **argv)
@@ -1222,6 +1240,8 @@ int main(int argc, char **argv)
 		cfg.delay_ns[i] = i == OP_FORGET ? 0 : global;
 	if (delay_ops && !parse_delay_ops(delay_ops))
 		return 2;
+	if (!cfg.max_threads)
+		cfg.max_threads = default_threads();
 	cfg.source = argv[optind];
 	cfg.mountpoint = argv[optind + 1];
 
