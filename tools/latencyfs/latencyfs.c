@@ -236,8 +236,11 @@ static void span_end(void)
 		return;
 	uint64_t end = now_ns();
 	struct tally *t = tally();
-	/* A request that began before the last reset counts only from the reset on. */
-	bump(&t->request_ns, end - since_reset(span_start));
+	/* A request that began before the last reset counts only from the reset on (a reset may
+	 * even have come after `end` was read). */
+	uint64_t from = since_reset(span_start);
+	if (end > from)
+		bump(&t->request_ns, end - from);
 	bump(&t->finished, 1);
 	flight_leave(end);
 	span_start = 0;
