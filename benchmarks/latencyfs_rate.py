@@ -74,7 +74,8 @@ def build_at(rev: str, scratch: Path) -> tuple[str, Path]:
 
 def this_build() -> tuple[str, Path]:
     build()
-    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "tools/latencyfs"], cwd=REPO).returncode
+    sources = ["tools/latencyfs/latencyfs.c", "tools/latencyfs/Makefile"]
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *sources], cwd=REPO).returncode
     return git("rev-parse", "--short", "HEAD") + (" + changes" if changed else ""), BINARY
 
 
