@@ -42,18 +42,24 @@ from support.latencyfs import BINARY, LatencyFS, build  # noqa: E402
 NAME = "latencyfs-rate"
 
 
-def hammer(path: str, seconds: float) -> int:
-    n, end = 0, time.monotonic() + seconds
+def hammer(path: str, seconds: float) -> float:
+    """Stat path for `seconds`; the CPU time that took (this process's)."""
+    cpu0, end = time.process_time(), time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(100):
             os.stat(path)
-        n += 100
-    return n
+    return time.process_time() - cpu0
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine has not been idle, steal (the hypervisor's) included."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def git(*args: str) -> str:
@@ -84,14 +90,17 @@ def measure(fs: LatencyFS, target: str, clients: int, seconds: float) -> dict:
         pool.starmap(hammer, [(target, 0.2)] * clients)  # warm up: threads, caches
         load = os.getloadavg()[0]
         fs.reset()
-        cpu0 = cpu_seconds(fs.proc.pid)
-        pool.starmap(hammer, [(target, seconds)] * clients)
+        cpu0, busy0 = cpu_seconds(fs.proc.pid), machine_busy_seconds()
+        client_cpu = sum(pool.starmap(hammer, [(target, seconds)] * clients))
         st = fs.snapshot()
-        cpu = cpu_seconds(fs.proc.pid) - cpu0
+        cpu, busy = cpu_seconds(fs.proc.pid) - cpu0, machine_busy_seconds() - busy0
+    # The load average counts this benchmark's own clients; what the rest of the machine took
+    # while it ran is the busy time the daemon and the clients did not use.
+    others = max(0.0, busy - cpu - client_cpu) / st["window_s"]
     return {"requests": st["total"], "window_s": round(st["window_s"], 3),
             "requests_per_s": round(st["total"] / st["window_s"]),
             "daemon_cpu_us_per_request": round(cpu / st["total"] * 1e6, 2),
-            "inflight_max": st["inflight_max"], "load1": round(load, 2)}
+            "inflight_max": st["inflight_max"], "load1": round(load, 2), "other_cpus": round(others, 2)}
 
 
 def summarize(build: str, clients: int, runs: list[dict]) -> dict:
@@ -100,23 +109,25 @@ def summarize(build: str, clients: int, runs: list[dict]) -> dict:
             "min": min(rates), "max": max(rates),
             "daemon_cpu_us_per_request": round(statistics.median(r["daemon_cpu_us_per_request"] for r in runs), 2),
             "inflight_max": max(r["inflight_max"] for r in runs),
-            "load1": round(statistics.median(r["load1"] for r in runs), 1),
-            "load1_max": max(r["load1"] for r in runs), "runs": runs}
+            "other_cpus": round(statistics.median(r["other_cpus"] for r in runs), 2),
+            "other_cpus_max": max(r["other_cpus"] for r in runs),
+            "load1": round(statistics.median(r["load1"] for r in runs), 1), "runs": runs}
 
 
 def render(res: dict) -> str:
     m = res["machine"]
     threads = f"--threads {res['threads']}" if res["threads"] else "default threads"
     lines = [f"Measured {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}, a machine shared with "
-             f"other work (load below); each stat with caches off is a lookup and a getattr request; {threads}; "
-             f"{res['runs']} runs of {res['seconds']:g} s per row, builds in turns; median (range). "
-             f"Reproduce: `{res['command']}`.", "",
+             f"other work; each stat with caches off is a lookup and a getattr request; {threads}; "
+             f"{res['runs']} runs of {res['seconds']:g} s per row, builds in turns; median (range). Other work: "
+             f"the CPUs' worth the rest of the machine used meanwhile (median / most); the load average "
+             f"counts the clients too. Reproduce: `{res['command']}`.", "",
              "| build | client processes | requests/s | range | daemon CPU µs a request | most in flight | "
-             "load (1 min), median / max |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "other work, CPUs | load (1 min) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['build']} | {r['clients']} | {r['requests_per_s']:,} | {r['min']:,}–{r['max']:,} | "
-              f"{r['daemon_cpu_us_per_request']} | {r['inflight_max']} | {r['load1']} / {r['load1_max']} |"
-              for r in res["rows"]]
+              f"{r['daemon_cpu_us_per_request']} | {r['inflight_max']} | {r['other_cpus']:.2f} / "
+              f"{r['other_cpus_max']:.2f} | {r['load1']} |" for r in res["rows"]]
     return "\n".join(lines) + "\n"
 
 
@@ -159,7 +170,8 @@ def main(argv: list[str]) -> int:
                     r = measure(fs, str(base / "mnt" / "file"), c, a.seconds)
                     runs.setdefault((label, c), []).append(r)
                     log(f"run {i + 1}, {label}, {c} clients: {r['requests_per_s']:,} requests/s, daemon "
-                        f"{r['daemon_cpu_us_per_request']} µs CPU a request, load {r['load1']}")
+                        f"{r['daemon_cpu_us_per_request']} µs CPU a request, other work {r['other_cpus']} CPUs, "
+                        f"load {r['load1']}")
     shutil.rmtree(base, ignore_errors=True)
     res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": campaign.machine(),
            "seconds": a.seconds, "runs": a.runs, "threads": a.threads,
