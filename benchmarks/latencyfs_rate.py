@@ -6,7 +6,8 @@ N client processes stat one file in a loop on a mount whose caches are off (attr
 entry timeouts 0), so every stat is two requests (lookup, getattr); the rate is the
 filesystem's own count over the window, and the daemon's CPU time per request comes from /proc.
 This machine is shared and its load moves: every case runs --runs times, the builds compared
-take turns (in alternating order), and the tables give the median, the range and the load.
+take turns (in alternating order), and the table gives the median, the range, and how much CPU
+other work took meanwhile.
 
     sudo .venv/bin/python benchmarks/latencyfs_rate.py [--seconds 3] [--clients 1,2,4,8] [--runs 5]
                                                        [--against REV] [--threads N]
