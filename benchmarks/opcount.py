@@ -87,8 +87,10 @@ def run_case(case: Case, src: Path, base: Path, ferry: str, delay_ms: float) -> 
     elif case.name.startswith("fpsync"):
         (backing / "dst").mkdir()  # fpsync syncs into an existing directory
     stats_file = work / "final.json"
+    # A thread per request even at zero delay (where latencyfs defaults to one per CPU), so that
+    # "in flight" is how many requests the command had outstanding.
     fs = LatencyFS(backing, mnt, delay_ms=delay_ms, attr_timeout=CACHE_SECONDS, entry_timeout=CACHE_SECONDS,
-                   stats_file=stats_file)
+                   threads=256, stats_file=stats_file)
     cmd = case.command.format(ferry=ferry, src=rel(src), dst=rel(mnt / "dst"), work=rel(work))
     with fs:
         fs.reset()

@@ -56,21 +56,23 @@ class LatencyFS:
     """One latencyfs mount: ``with LatencyFS(src, mnt, delay_ms=1) as fs: ... fs.stats()``.
 
     Every option of the binary is a keyword here (delay_ms, jitter_ms, delay_ops={"lookup": 2},
-    attr_timeout, entry_timeout, negative_timeout, writeback_cache, readdirplus, threads).
-    The control socket and the log sit beside the mount point, named after it.
+    attr_timeout, entry_timeout, negative_timeout, writeback_cache, readdirplus, threads);
+    `binary` runs another build (benchmarks compare one with an older one). The control socket
+    and the log sit beside the mount point, named after it.
     """
 
     def __init__(self, source: Path, mountpoint: Path, *, delay_ms: float = 0, jitter_ms: float = 0,
                  delay_ops: dict[str, float] | None = None, attr_timeout: float | None = None,
                  entry_timeout: float | None = None, negative_timeout: float | None = None,
                  writeback_cache: bool = True, readdirplus: bool = True, threads: int | None = None,
-                 stats_file: Path | None = None):
+                 stats_file: Path | None = None, binary: Path | None = None):
         self.source = Path(source)
         self.mountpoint = Path(mountpoint)
         self.control = self.mountpoint.parent / f".{self.mountpoint.name}.latencyfs.sock"
         self.log = self.mountpoint.parent / f".{self.mountpoint.name}.latencyfs.log"
         self.stats_file = stats_file
-        args = [str(BINARY), "--delay", str(delay_ms), "--jitter", str(jitter_ms),
+        self.binary = Path(binary) if binary else BINARY
+        args = [str(self.binary), "--delay", str(delay_ms), "--jitter", str(jitter_ms),
                 "--control", str(self.control)]
         if delay_ops:
             args += ["--delay-op", ",".join(f"{k}={v}" for k, v in delay_ops.items())]
@@ -88,7 +90,7 @@ class LatencyFS:
         self.proc: subprocess.Popen | None = None
 
     def mount(self, timeout: float = 15) -> "LatencyFS":
-        if not BINARY.exists():
+        if self.binary == BINARY and not BINARY.exists():
             build()
         if not os.path.exists("/dev/fuse"):
             raise RuntimeError("/dev/fuse is missing: latencyfs needs FUSE (modprobe fuse)")

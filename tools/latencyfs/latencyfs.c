@@ -8,8 +8,8 @@
  * per file, independently of timing noise.
  *
  * Built on libfuse3's low-level API with its multi-threaded loop: requests run in parallel
- * (one thread per request in flight, up to --threads), lookups in one directory too (libfuse3
- * negotiates parallel directory operations). The kernel writeback cache is on by default,
+ * (a thread per request in flight, up to --threads; see default_threads()), lookups in one
+ * directory too (see the comment above writev). The kernel writeback cache is on by default,
  * because NFS clients cache writes too; without it every small write() would be a round trip.
  *
  *   latencyfs [options] SOURCE MOUNTPOINT
@@ -87,7 +87,7 @@ static struct {
 	double attr_timeout, entry_timeout, negative_timeout;
 	bool writeback;
 	bool readdirplus;
-	int max_threads;
+	int max_threads; /* 0: see default_threads() */
 	unsigned max_background;
 } cfg = {
 	.attr_timeout = 1.0,
@@ -95,7 +95,6 @@ static struct {
 	.negative_timeout = 0.0,
 	.writeback = true,
 	.readdirplus = true,
-	.max_threads = 256,
 	.max_background = 64,
 };
 
@@ -103,18 +102,55 @@ static struct {
 /* Counters                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-static _Atomic uint64_t op_count[OP_COUNT];
+/* Each thread counts into its own block: counting a request then writes memory no other thread
+ * writes, with no lock and no cache line bouncing between cores. Readers add the blocks up.
+ * A reset does not clear them (that would race with their owners): it keeps the sums as a
+ * baseline to subtract, so that no request is lost between reading and resetting. Blocks live
+ * as long as the process, since a final --stats may read them after the threads have gone. */
+struct tally {
+	_Atomic uint64_t ops[OP_COUNT];
+	_Atomic uint64_t finished;   /* requests whose span ended */
+	_Atomic uint64_t request_ns; /* their summed durations: the integral of inflight dt */
+	struct tally *next;
+};
 
-/* In-flight bookkeeping changes together (count, peak, busy time), so it sits under one lock;
- * an uncontended mutex costs far less than the request round trip through the kernel. */
+static _Atomic(struct tally *) tallies;
+static __thread struct tally *my_tally;
+
+static struct tally *tally(void)
+{
+	struct tally *t = my_tally;
+	if (t)
+		return t;
+	/* A cache line of its own, or two threads' counters would share one after all. */
+	t = aligned_alloc(64, (sizeof(*t) + 63) & ~(size_t)63);
+	if (!t) {
+		fprintf(stderr, "latencyfs: out of memory for a thread's counters\n");
+		abort();
+	}
+	memset(t, 0, sizeof(*t));
+	t->next = atomic_load(&tallies);
+	while (!atomic_compare_exchange_weak(&tallies, &t->next, t))
+		;
+	return my_tally = t;
+}
+
+/* Only the owner writes a block: a plain load and store, no locked instruction. */
+static void bump(_Atomic uint64_t *c, uint64_t by)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + by, memory_order_relaxed);
+}
+
+/* In flight: one shared count, changed by a compare-and-swap while it stays above zero. Going
+ * from idle to busy and back also starts and stops the busy clock, and the two must change
+ * together: only those transitions (and readers) take the lock. */
 static struct {
+	_Atomic uint64_t now, peak;
 	pthread_mutex_t lock;
-	uint64_t inflight, peak;
-	uint64_t window_start_ns; /* last reset */
-	uint64_t busy_since_ns;   /* when inflight last went 0 -> 1 */
-	uint64_t busy_ns;         /* time with at least one request in flight, closed intervals */
-	uint64_t request_ns;      /* sum of all request durations: the integral of inflight dt */
-	uint64_t requests;        /* requests finished since the last reset */
+	_Atomic uint64_t window_start_ns; /* last reset */
+	uint64_t busy_since_ns;           /* when inflight last went 0 -> 1 */
+	uint64_t busy_ns;                 /* time with at least one request in flight, closed intervals */
+	struct { uint64_t ops[OP_COUNT], finished, request_ns; } base; /* the sums at the last reset */
 } flight = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -122,6 +158,42 @@ static uint64_t now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t since_reset(uint64_t t)
+{
+	uint64_t w = atomic_load_explicit(&flight.window_start_ns, memory_order_relaxed);
+	return t > w ? t : w;
+}
+
+static void flight_enter(uint64_t t)
+{
+	uint64_t n = atomic_load_explicit(&flight.now, memory_order_relaxed);
+	while (n > 0 && !atomic_compare_exchange_weak(&flight.now, &n, n + 1))
+		;
+	if (n == 0) {
+		pthread_mutex_lock(&flight.lock);
+		if ((n = atomic_fetch_add(&flight.now, 1)) == 0)
+			flight.busy_since_ns = t;
+		pthread_mutex_unlock(&flight.lock);
+	}
+	uint64_t peak = atomic_load_explicit(&flight.peak, memory_order_relaxed);
+	while (n + 1 > peak && !atomic_compare_exchange_weak(&flight.peak, &peak, n + 1))
+		;
+}
+
+static void flight_leave(uint64_t t)
+{
+	uint64_t n = atomic_load_explicit(&flight.now, memory_order_relaxed);
+	while (n > 1 && !atomic_compare_exchange_weak(&flight.now, &n, n - 1))
+		;
+	if (n <= 1) {
+		pthread_mutex_lock(&flight.lock);
+		uint64_t since = since_reset(flight.busy_since_ns);
+		if (atomic_fetch_sub(&flight.now, 1) == 1 && t > since)
+			flight.busy_ns += t - since;
+		pthread_mutex_unlock(&flight.lock);
+	}
 }
 
 /* Per-thread generator for the jitter: no shared state, no lock. */
@@ -136,32 +208,22 @@ static double uniform01(void)
 	return (double)(s >> 11) / (double)(1ull << 53);
 }
 
-struct span {
-	uint64_t start;
-};
+/* When the request this thread is serving began, or 0. It ends when its reply is written (see
+ * writev below), not when the handler returns: a thread preempted between the two would
+ * otherwise still count as in flight while its client, answered, sends the next request. */
+static __thread uint64_t span_start;
 
-/* The request this thread is serving. It ends when its reply is written (see writev below),
- * not when the handler returns: a thread preempted between the two would otherwise still count
- * as in flight while its client, answered, sends the next request. */
-static __thread struct span *open_span;
-
-static void span_begin(struct span *sp, enum op op)
+static void span_begin(enum op op)
 {
-	atomic_fetch_add_explicit(&op_count[op], 1, memory_order_relaxed);
-	sp->start = now_ns();
-	pthread_mutex_lock(&flight.lock);
-	if (flight.inflight++ == 0)
-		flight.busy_since_ns = sp->start;
-	if (flight.inflight > flight.peak)
-		flight.peak = flight.inflight;
-	pthread_mutex_unlock(&flight.lock);
-	open_span = sp;
+	bump(&tally()->ops[op], 1);
+	span_start = now_ns();
+	flight_enter(span_start);
 
 	double d = cfg.delay_ns[op];
 	if (cfg.jitter_ns > 0)
 		d += cfg.jitter_ns * uniform01();
 	if (d >= 1.0) {
-		uint64_t until = sp->start + (uint64_t)d;
+		uint64_t until = span_start + (uint64_t)d;
 		struct timespec ts = {.tv_sec = until / 1000000000u, .tv_nsec = until % 1000000000u};
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
@@ -170,51 +232,54 @@ static void span_begin(struct span *sp, enum op op)
 
 static void span_end(void)
 {
-	const struct span *sp = open_span;
-	if (!sp)
+	if (!span_start)
 		return;
-	open_span = NULL;
 	uint64_t end = now_ns();
-	pthread_mutex_lock(&flight.lock);
-	/* A request that began before the last reset counts only from the reset on. */
-	uint64_t start = sp->start > flight.window_start_ns ? sp->start : flight.window_start_ns;
-	flight.request_ns += end - start;
-	flight.requests++;
-	if (--flight.inflight == 0) {
-		uint64_t since = flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
-									      : flight.window_start_ns;
-		flight.busy_ns += end - since;
-	}
-	pthread_mutex_unlock(&flight.lock);
+	struct tally *t = tally();
+	/* A request that began before the last reset counts only from the reset on (a reset may
+	 * even have come after `end` was read). */
+	uint64_t from = since_reset(span_start);
+	if (end > from)
+		bump(&t->request_ns, end - from);
+	bump(&t->finished, 1);
+	flight_leave(end);
+	span_start = 0;
 }
 
 /* One JSON object with every counter; optionally resets them in the same critical section, so
  * that a snapshot-and-reset loses no request between the two. */
 static char *stats_json(bool reset)
 {
-	uint64_t counts[OP_COUNT];
-	uint64_t now, window, busy, req_ns, inflight, peak, requests;
+	uint64_t counts[OP_COUNT] = {0}, finished = 0, req_ns = 0;
+	uint64_t now, window, busy, inflight, peak;
 
 	pthread_mutex_lock(&flight.lock);
 	now = now_ns();
-	for (int i = 0; i < OP_COUNT; i++)
-		counts[i] = reset ? atomic_exchange(&op_count[i], 0) : atomic_load(&op_count[i]);
+	for (struct tally *t = atomic_load(&tallies); t; t = t->next) {
+		for (int i = 0; i < OP_COUNT; i++)
+			counts[i] += atomic_load_explicit(&t->ops[i], memory_order_relaxed);
+		finished += atomic_load_explicit(&t->finished, memory_order_relaxed);
+		req_ns += atomic_load_explicit(&t->request_ns, memory_order_relaxed);
+	}
+	for (int i = 0; i < OP_COUNT; i++) {
+		uint64_t sum = counts[i];
+		counts[i] -= flight.base.ops[i];
+		if (reset)
+			flight.base.ops[i] = sum;
+	}
+	finished -= flight.base.finished;
+	req_ns -= flight.base.request_ns;
 	window = now - flight.window_start_ns;
-	busy = flight.busy_ns;
-	if (flight.inflight > 0)
-		busy += now - (flight.busy_since_ns > flight.window_start_ns ? flight.busy_since_ns
-									     : flight.window_start_ns);
-	req_ns = flight.request_ns;
-	inflight = flight.inflight;
-	peak = flight.peak;
-	requests = flight.requests;
+	inflight = atomic_load(&flight.now);
+	peak = atomic_load(&flight.peak);
+	busy = flight.busy_ns + (inflight > 0 ? now - since_reset(flight.busy_since_ns) : 0);
 	if (reset) {
-		flight.window_start_ns = now;
+		flight.base.finished += finished;
+		flight.base.request_ns += req_ns;
+		atomic_store(&flight.window_start_ns, now);
 		flight.busy_ns = 0;
-		flight.request_ns = 0;
-		flight.requests = 0;
-		flight.peak = flight.inflight;
 		flight.busy_since_ns = now;
+		atomic_store(&flight.peak, inflight);
 	}
 	pthread_mutex_unlock(&flight.lock);
 
@@ -234,7 +299,7 @@ static char *stats_json(bool reset)
 		      "},\"total\":%" PRIu64 ",\"finished\":%" PRIu64 ",\"inflight_now\":%" PRIu64
 		      ",\"inflight_max\":%" PRIu64 ",\"inflight_avg\":%.4f,\"inflight_avg_busy\":%.4f"
 		      ",\"window_s\":%.6f,\"busy_s\":%.6f,\"request_s\":%.6f}\n",
-		      total, requests, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
+		      total, finished, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
 		      busy ? (double)req_ns / (double)busy : 0.0, window / 1e9, busy / 1e9, req_ns / 1e9);
 	return out;
 }
@@ -248,7 +313,6 @@ struct node {
 	ino_t ino;
 	dev_t dev;
 	int fd;
-	bool is_symlink;
 	uint64_t nlookup;
 };
 
@@ -278,53 +342,69 @@ static void proc_path(char out[64], int fd)
 	snprintf(out, 64, "/proc/self/fd/%d", fd);
 }
 
-/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`. */
-static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e)
+/* The node of st's inode, or NULL; table_lock held. The root is found too: it is ".." of a
+ * top-level directory, or a bind mount of the root into itself. */
+static struct node *find_locked(const struct stat *st)
+{
+	if (st->st_ino == root.ino && st->st_dev == root.dev)
+		return &root;
+	struct node *n = table[bucket_of(st->st_ino, st->st_dev)];
+	while (n && !(n->ino == st->st_ino && n->dev == st->st_dev))
+		n = n->next;
+	return n;
+}
+
+/* One more kernel reference on st's inode. With fd >= 0 (an O_PATH descriptor of it) a node is
+ * made if there is none, and fd is kept or closed; with fd < 0, NULL says there is none. */
+static struct node *ref_node(const struct stat *st, int fd)
+{
+	pthread_mutex_lock(&table_lock);
+	struct node *n = find_locked(st);
+	if (n) {
+		n->nlookup++;
+	} else if (fd >= 0 && (n = calloc(1, sizeof(*n)))) {
+		*n = (struct node){.ino = st->st_ino, .dev = st->st_dev, .fd = fd, .nlookup = 1};
+		size_t b = bucket_of(st->st_ino, st->st_dev);
+		n->next = table[b];
+		table[b] = n;
+		fd = -1;
+	}
+	pthread_mutex_unlock(&table_lock);
+	if (fd >= 0)
+		close(fd);
+	return n;
+}
+
+/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`.
+ * Most lookups are of inodes the kernel has met before (its cache of the name expired): then
+ * one fstatat() finds the node and its descriptor, and nothing is opened and closed again.
+ * After a call that made the name (`fresh`) that probe is skipped: its inode is new to the
+ * table, unless the call was a (rare) hard link. */
+static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e, bool fresh)
 {
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = cfg.attr_timeout;
 	e->entry_timeout = cfg.entry_timeout;
 
-	int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
-	if (fd < 0)
-		return errno;
-	if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-		int err = errno;
-		close(fd);
-		return err;
+	struct node *n = NULL;
+	if (!fresh) {
+		if (fstatat(fd_of(parent), name, &e->attr, AT_SYMLINK_NOFOLLOW) < 0)
+			return errno;
+		n = ref_node(&e->attr, -1);
 	}
-
-	pthread_mutex_lock(&table_lock);
-	struct node *n;
-	if (e->attr.st_ino == root.ino && e->attr.st_dev == root.dev) {
-		n = &root; /* ".." of a top-level directory, or a bind of the root into itself */
-		n->nlookup++;
-		close(fd);
-	} else {
-		size_t b = bucket_of(e->attr.st_ino, e->attr.st_dev);
-		for (n = table[b]; n; n = n->next)
-			if (n->ino == e->attr.st_ino && n->dev == e->attr.st_dev)
-				break;
-		if (n) {
-			n->nlookup++;
+	if (!n) {
+		/* The attributes are those of what was opened: the name may have moved on since. */
+		int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
+		if (fd < 0)
+			return errno;
+		if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+			int err = errno;
 			close(fd);
-		} else {
-			n = calloc(1, sizeof(*n));
-			if (!n) {
-				pthread_mutex_unlock(&table_lock);
-				close(fd);
-				return ENOMEM;
-			}
-			n->ino = e->attr.st_ino;
-			n->dev = e->attr.st_dev;
-			n->fd = fd;
-			n->is_symlink = S_ISLNK(e->attr.st_mode);
-			n->nlookup = 1;
-			n->next = table[b];
-			table[b] = n;
+			return err;
 		}
+		if (!(n = ref_node(&e->attr, fd)))
+			return ENOMEM;
 	}
-	pthread_mutex_unlock(&table_lock);
 	e->ino = n == &root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 	return 0;
 }
@@ -352,30 +432,28 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 /* Handlers. Each replies exactly once; the wrappers below time and count them.               */
 /* ------------------------------------------------------------------------------------------ */
 
-static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* The one reply that names an inode: to a lookup (created false), or to a call that made the
+ * name and returned `res`. Only a lookup may answer "no such name" with a negative entry the
+ * kernel caches: to a mkdir, say, an entry without an inode would be a protocol error. */
+static void reply_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool created, int res)
 {
 	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e);
-	if (err == ENOENT && cfg.negative_timeout > 0) {
+	int err = res < 0 ? errno : do_lookup(parent, name, &e, created);
+	if (err == ENOENT && !created && cfg.negative_timeout > 0) {
 		/* ino 0: the kernel caches "no such entry" for entry_timeout. */
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = cfg.negative_timeout;
-		fuse_reply_entry(req, &e);
-	} else if (err) {
-		fuse_reply_err(req, err);
-	} else {
-		fuse_reply_entry(req, &e);
+		err = 0;
 	}
-}
-
-static void reply_new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, int res)
-{
-	struct fuse_entry_param e;
-	int err = res < 0 ? errno : do_lookup(parent, name, &e);
 	if (err)
 		fuse_reply_err(req, err);
 	else
 		fuse_reply_entry(req, &e);
+}
+
+static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	reply_entry(req, parent, name, false, 0);
 }
 
 static void h_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -455,17 +533,17 @@ static void h_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void h_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	reply_new_entry(req, parent, name, mknodat(fd_of(parent), name, mode, rdev));
+	reply_entry(req, parent, name, true, mknodat(fd_of(parent), name, mode, rdev));
 }
 
 static void h_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	reply_new_entry(req, parent, name, mkdirat(fd_of(parent), name, mode));
+	reply_entry(req, parent, name, true, mkdirat(fd_of(parent), name, mode));
 }
 
 static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	reply_new_entry(req, parent, name, symlinkat(link, fd_of(parent), name));
+	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
 }
 
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -477,7 +555,7 @@ static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const c
 		proc_path(path, fd_of(ino));
 		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
 	}
-	reply_new_entry(req, newparent, newname, res);
+	reply_entry(req, newparent, newname, true, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -534,7 +612,7 @@ static void h_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		return;
 	}
 	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e);
+	int err = do_lookup(parent, name, &e, true);
 	if (err) {
 		close(fd);
 		fuse_reply_err(req, err);
@@ -696,7 +774,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				e.attr.st_ino = de->d_ino;
 				e.attr.st_mode = (mode_t)de->d_type << 12;
 			} else {
-				err = do_lookup(ino, de->d_name, &e);
+				err = do_lookup(ino, de->d_name, &e, false);
 				if (err == ENOENT) { /* gone since readdir() saw it */
 					err = 0;
 					d->pending = NULL;
@@ -774,17 +852,19 @@ static _Atomic bool init_reply_pending;
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	span_end(); /* libfuse writes every reply with writev, from the thread that served it */
+	struct iovec copy[2];
+	char patched[sizeof(struct fuse_init_out)];
 	if (atomic_load_explicit(&init_reply_pending, memory_order_relaxed) &&
 	    atomic_exchange(&init_reply_pending, false) && iovcnt == 2 &&
 	    iov[0].iov_len == sizeof(struct fuse_out_header) &&
 	    ((const struct fuse_out_header *)iov[0].iov_base)->error == 0 &&
 	    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
-		char patched[sizeof(struct fuse_init_out)];
 		size_t len = iov[1].iov_len < sizeof(patched) ? iov[1].iov_len : sizeof(patched);
 		memcpy(patched, iov[1].iov_base, len);
 		((struct fuse_init_out *)patched)->flags |= FUSE_PARALLEL_DIROPS;
-		struct iovec copy[2] = {iov[0], {.iov_base = patched, .iov_len = len}};
-		return syscall(SYS_writev, fd, copy, 2);
+		copy[0] = iov[0];
+		copy[1] = (struct iovec){.iov_base = patched, .iov_len = len};
+		iov = copy;
 	}
 	return syscall(SYS_writev, fd, iov, iovcnt);
 }
@@ -803,6 +883,11 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1u << 20;
 	conn->max_background = cfg.max_background;
 	conn->congestion_threshold = cfg.max_background * 3 / 4;
+	/* Receiving by splice() costs a small request two calls (splice into a pipe, read out of
+	 * it) instead of one read(), and most requests are small. Nor does it work for 1 MiB
+	 * writes without CAP_SYS_RESOURCE: the pipe must hold max_write plus a header, more than
+	 * fs.pipe-max-size (1 MiB), so libfuse made a pipe per thread and fell back to read(). */
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
 	atomic_store(&init_reply_pending, true);
 }
 
@@ -813,8 +898,7 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 #define COUNTED(kind, handler, params, args)                                                   \
 	static void c_##handler params                                                          \
 	{                                                                                       \
-		struct span sp;                                                                 \
-		span_begin(&sp, OP_##kind);                                                     \
+		span_begin(OP_##kind);                                                          \
 		h_##handler args;                                                               \
 		span_end(); /* if no reply was written */                                       \
 	}
@@ -859,13 +943,13 @@ COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_f
 /* A forget is a one-way message with no reply: counted, never delayed (NFS has no such call). */
 static void c_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	atomic_fetch_add_explicit(&op_count[OP_FORGET], 1, memory_order_relaxed);
+	bump(&tally()->ops[OP_FORGET], 1);
 	h_forget(req, ino, nlookup);
 }
 
 static void c_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-	atomic_fetch_add_explicit(&op_count[OP_FORGET], count, memory_order_relaxed);
+	bump(&tally()->ops[OP_FORGET], count);
 	h_forget_multi(req, count, forgets);
 }
 
@@ -1024,7 +1108,8 @@ static void usage(FILE *f)
 		"  --negative-timeout S    how long it trusts \"no such name\" (default 0: lookupcache=positive)\n"
 		"  --no-writeback-cache    every write() becomes a request\n"
 		"  --no-readdirplus        plain readdir, a lookup per entry\n"
-		"  --threads N             most requests served at once (default 256)\n"
+		"  --threads N             most requests served at once (default: 256 with a delay or\n"
+		"                          jitter, else the number of CPUs, at least 2)\n"
 		"  --max-background N      kernel's limit on async requests, readahead/writeback (default 64)\n"
 		"  --control SOCKET        answer \"stats\", \"reset\", \"snapshot\" (stats, then reset) there\n"
 		"  --stats FILE            write the final counters there as JSON when unmounted\n"
@@ -1072,6 +1157,24 @@ static bool parse_delay_ops(char *spec)
 		}
 	}
 	return true;
+}
+
+/*
+ * A delayed request holds its thread for the whole delay, so a delay needs a thread per request
+ * in flight. Without one a request takes microseconds, and every thread beyond the CPUs costs
+ * instead: each idle thread waits in read() on /dev/fuse, and the kernel wakes one of them for
+ * every request it queues (a context switch) even when a busy thread would have taken it next
+ * without sleeping. So a thread per CPU serves more requests a second (measured by
+ * benchmarks/latencyfs_rate.py); two at least, so that one slow call (an fsync) does not stop
+ * the rest. The price: at zero delay no more than that many requests count as in flight.
+ */
+static int default_threads(void)
+{
+	bool delayed = cfg.jitter_ns > 0;
+	for (int i = 0; i < OP_COUNT; i++)
+		delayed |= cfg.delay_ns[i] > 0;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return delayed ? 256 : cpus > 2 ? (int)cpus : 2;
 }
 
 int main(int argc, char **argv)
@@ -1140,6 +1243,8 @@ int main(int argc, char **argv)
 		cfg.delay_ns[i] = i == OP_FORGET ? 0 : global;
 	if (delay_ops && !parse_delay_ops(delay_ops))
 		return 2;
+	if (!cfg.max_threads)
+		cfg.max_threads = default_threads();
 	cfg.source = argv[optind];
 	cfg.mountpoint = argv[optind + 1];
 
