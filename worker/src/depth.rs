@@ -20,7 +20,7 @@
 //! switches the controller off.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::stats::Stats;
@@ -185,6 +185,9 @@ struct State {
     /// Slots taken since the start.
     taken: u64,
     waiting: usize,
+    /// Slots to withhold as they come back, after the limit was lowered below what was in
+    /// flight.
+    debt: usize,
     peak: usize,
     ctl: Option<Controller>,
 }
@@ -204,10 +207,13 @@ impl State {
 
 /// The in-flight limit: `acquire` (tasks) or `acquire_blocking` (threads) a slot, and the slot
 /// is given back, and counted, when the `Permit` is dropped.
+///
+/// Slots are handed out first come, first served (a semaphore's queue): a file's blocks ask
+/// in order and are granted in order, so a later block can never hold the slot an earlier one
+/// of the same file waits for while the file waits for that earlier block.
 pub struct Depth {
     state: Mutex<State>,
-    threads: Condvar,
-    tasks: tokio::sync::Notify,
+    slots: tokio::sync::Semaphore,
     initial: usize,
     started: Instant,
     /// Where the retry loop counts throttling answers (429, 503, timeouts).
@@ -241,9 +247,8 @@ impl Depth {
 
     fn new(limit: usize, ctl: Option<Controller>) -> Depth {
         Depth {
-            state: Mutex::new(State { limit, inflight: 0, taken: 0, waiting: 0, peak: limit, ctl }),
-            threads: Condvar::new(),
-            tasks: tokio::sync::Notify::new(),
+            state: Mutex::new(State { limit, inflight: 0, taken: 0, waiting: 0, debt: 0, peak: limit, ctl }),
+            slots: tokio::sync::Semaphore::new(limit),
             initial: limit,
             started: Instant::now(),
             stats: None,
@@ -270,49 +275,18 @@ impl Depth {
         s.ctl.as_ref().map_or(s.limit, |c| c.max)
     }
 
-    fn try_take(&self, was_waiting: bool) -> Option<Permit<'_>> {
-        let mut s = self.state.lock().unwrap();
-        if was_waiting {
-            s.waiting -= 1;
-        }
-        if s.inflight < s.limit {
-            s.take();
-            return Some(Permit { depth: self, bytes: 0 });
-        }
-        s.waiting += 1;
-        None
-    }
-
     pub async fn acquire(&self) -> Permit<'_> {
-        let mut was_waiting = false;
-        loop {
-            let notified = self.tasks.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a release between the check and the wait is seen.
-            notified.as_mut().enable();
-            if let Some(p) = self.try_take(was_waiting) {
-                return p;
-            }
-            was_waiting = true;
-            notified.await;
-        }
+        self.state.lock().unwrap().waiting += 1;
+        // Counted as waiting until granted, or until the wait is given up (a dropped task).
+        let waiting = Waiting(self);
+        self.slots.acquire().await.expect("the depth's semaphore is never closed").forget();
+        drop(waiting);
+        self.state.lock().unwrap().take();
+        Permit { depth: self, bytes: 0 }
     }
 
     pub fn acquire_blocking(&self) -> Permit<'_> {
-        let mut s = self.state.lock().unwrap();
-        let mut was_waiting = false;
-        loop {
-            if was_waiting {
-                s.waiting -= 1;
-            }
-            if s.inflight < s.limit {
-                s.take();
-                return Permit { depth: self, bytes: 0 };
-            }
-            s.waiting += 1;
-            was_waiting = true;
-            s = self.threads.wait(s).unwrap();
-        }
+        futures::executor::block_on(self.acquire())
     }
 
     fn release(&self, bytes: u64) {
@@ -352,15 +326,18 @@ impl Depth {
                 s.peak = s.peak.max(next);
             }
         }
-        let opened = s.limit.saturating_sub(before) + 1;
-        drop(s);
-        if opened > 1 {
-            self.tasks.notify_waiters();
-            self.threads.notify_all();
-        } else {
-            self.tasks.notify_one();
-            self.threads.notify_one();
+        // This slot goes back, with any the limit gained; a lowered limit is paid from slots
+        // as they come back, and from idle ones at once.
+        let mut give = 1 + s.limit.saturating_sub(before);
+        s.debt += before.saturating_sub(s.limit);
+        let paid = s.debt.min(give);
+        s.debt -= paid;
+        give -= paid;
+        if s.debt > 0 {
+            s.debt -= self.slots.forget_permits(s.debt);
         }
+        drop(s);
+        self.slots.add_permits(give);
     }
 
     pub fn report(&self) -> Report {
@@ -373,6 +350,14 @@ impl Depth {
         // may have been a probe, which is not a choice.
         let last = s.ctl.as_ref().and_then(|c| c.best.map(|b| b.0)).unwrap_or(s.limit);
         Report { mode, initial: self.initial, last, peak: s.peak, min, max, throttled: self.throttles(), trace }
+    }
+}
+
+struct Waiting<'a>(&'a Depth);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().waiting -= 1;
     }
 }
 

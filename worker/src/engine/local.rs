@@ -24,9 +24,12 @@ use crate::storage::local::{meta_of, LocalStore};
 use crate::storage::{Meta, Store};
 
 /// Staged files committed together after one flush: enough to spread its cost, few enough
-/// that a batch's open descriptors (unnamed files stay open until linked) stay modest.
+/// that a batch's open descriptors (unnamed files stay open until linked) stay modest, and
+/// young enough that a run killed meanwhile (a job past its time limit) loses little: what is
+/// committed is what a re-run skips.
 const BATCH_FILES: usize = 32;
 const BATCH_BYTES: u64 = 64 << 20;
+const BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Files a run writes into one directory of a network filesystem past which their temp names
 /// are made in staging directories (localcopy::TempIn): a rename into place then holds the
@@ -165,6 +168,7 @@ impl Engine {
                     let mut staging = None;
                     let mut batch: Vec<(Staged, &Job)> = Vec::new();
                     let mut batch_bytes = 0;
+                    let mut batch_since = std::time::Instant::now();
                     loop {
                         let mut permit = self.depth.acquire_blocking();
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
@@ -175,6 +179,9 @@ impl Engine {
                         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
                         match step {
                             Ok(Step::Staged(st)) => {
+                                if batch.is_empty() {
+                                    batch_since = std::time::Instant::now();
+                                }
                                 permit.done(st.bytes);
                                 batch_bytes += st.bytes;
                                 batch.push((st, job));
@@ -188,7 +195,7 @@ impl Engine {
                             Err(e) => self.record(job, Err(e)),
                         }
                         drop(permit);
-                        if batch.len() >= batch_files || batch_bytes >= BATCH_BYTES {
+                        if batch.len() >= batch_files || batch_bytes >= BATCH_BYTES || (!batch.is_empty() && batch_since.elapsed() >= BATCH_AGE) {
                             self.commit_batch(std::mem::take(&mut batch), changed);
                             batch_bytes = 0;
                         }
