@@ -36,8 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from campaign.common import REPO, log, rel  # noqa: E402
-from campaign.report import machine  # noqa: E402
-from opcount import update_docs  # noqa: E402
+from campaign.report import machine, update_block  # noqa: E402
 from support.latencyfs import BINARY, LatencyFS, build  # noqa: E402
 
 NAME = "latencyfs-rate"
@@ -136,7 +135,7 @@ def write(results: Path, res: dict, docs: bool) -> None:
     block = render(res)
     (results / f"{NAME}.md").write_text("# latencyfs at zero delay: requests a second\n\n" + block)
     if docs:
-        update_docs(NAME, block)
+        update_block(REPO / "docs" / "nfs.md", NAME, block)
 
 
 def main(argv: list[str]) -> int:

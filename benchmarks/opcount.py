@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 # Datasets, paths and the machine's description are shared with the campaigns.
 from campaign.common import KiB, REPO, bench_env, log, rel  # noqa: E402
 from campaign.datasets import files_dataset  # noqa: E402
-from campaign.report import machine  # noqa: E402
+from campaign.report import machine, update_block  # noqa: E402
 from support.latencyfs import LatencyFS, build  # noqa: E402
 
 # Like NFS's acdirmin (30 s): no attribute or name the client learnt expires during a case, so
@@ -163,16 +163,6 @@ def render(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_docs(name: str, block: str) -> None:
-    begin, end = f"<!-- results:{name}:begin -->", f"<!-- results:{name}:end -->"
-    if not DOCS.exists():
-        return
-    text = DOCS.read_text()
-    if begin not in text or end not in text:
-        return
-    pre, rest = text.split(begin, 1)
-    _, post = rest.split(end, 1)
-    DOCS.write_text(f"{pre}{begin}\n{block}{end}{post}")
 
 
 def main(argv: list[str]) -> int:
@@ -236,7 +226,7 @@ def write(results: Path, name: str, res: dict, docs: bool) -> None:
     (results / f"{name}.md").write_text(
         f"# Requests per command on an NFS-like mount (latencyfs, {delay_text(res['delay_ms'])})\n\n" + block)
     if docs:
-        update_docs(name, block)
+        update_block(DOCS, name, block)
 
 
 if __name__ == "__main__":

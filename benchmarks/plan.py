@@ -32,6 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from campaign.report import update_block  # noqa: E402  (the docs' generated blocks)
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
@@ -39,7 +43,6 @@ DOC = REPO / "docs" / "benchmarks.md"
 OLD_COMMIT = "af39b4bfc9fa18010f6130e88aba1e6dedaaf54d"
 GENERATOR_VERSION = 1
 PER_DIR = 1000
-MARK_BEGIN, MARK_END = "<!-- plan-benchmark:begin -->", "<!-- plan-benchmark:end -->"
 DEFAULT_PARTITION = {"tool": "ferry", "mode": "max-files-bytes", "parts": 16, "max_files": 50000, "max_bytes": "64GiB"}
 
 
@@ -211,13 +214,6 @@ def render(res: dict) -> str:
     return "\n".join(lines)
 
 
-def update_doc(table: str) -> None:
-    text = DOC.read_text()
-    if MARK_BEGIN not in text:
-        raise RuntimeError(f"{DOC} has no {MARK_BEGIN} marker")
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    DOC.write_text(f"{head}{MARK_BEGIN}\n{table}\n{MARK_END}{tail}")
 
 
 def main(argv: list[str]) -> int:
@@ -246,7 +242,7 @@ def main(argv: list[str]) -> int:
     table = render(res)
     (RESULTS / "plan.md").write_text(table + "\n")
     if not a.no_docs:
-        update_doc(table)
+        update_block(DOC, "plan", table + "\n")
     print(table)
     return 0
 

@@ -39,6 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from campaign.report import update_block  # noqa: E402  (the docs' generated blocks)
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 DOC = REPO / "docs" / "benchmarks.md"
@@ -49,7 +53,6 @@ PER_DIR = 1000
 POOL = 512
 CHANGED_POOL = 16
 ONCE_FROM = 5_000_000
-MARK_BEGIN, MARK_END = "<!-- prune-verify-benchmark:begin -->", "<!-- prune-verify-benchmark:end -->"
 
 
 def log(msg: str) -> None:
@@ -226,13 +229,6 @@ def render(res: dict) -> str:
     return "\n".join(lines)
 
 
-def update_doc(table: str) -> None:
-    text = DOC.read_text()
-    if MARK_BEGIN not in text:
-        raise RuntimeError(f"{DOC} has no {MARK_BEGIN} marker")
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    DOC.write_text(f"{head}{MARK_BEGIN}\n{table}\n{MARK_END}{tail}")
 
 
 def main(argv: list[str]) -> int:
@@ -252,7 +248,7 @@ def main(argv: list[str]) -> int:
     if a.docs_from_results:
         table = render(json.loads((RESULTS / "prune_verify.json").read_text()))
         (RESULTS / "prune_verify.md").write_text(table + "\n")
-        update_doc(table)
+        update_block(DOC, "prune-verify", table + "\n")
         print(table)
         return 0
     a.scratch.mkdir(parents=True, exist_ok=True)
@@ -282,7 +278,7 @@ def main(argv: list[str]) -> int:
     table = render(res)
     (RESULTS / "prune_verify.md").write_text(table + "\n")
     if not a.no_docs:
-        update_doc(table)
+        update_block(DOC, "prune-verify", table + "\n")
     print(table)
     return 0
 

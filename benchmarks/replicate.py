@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Reuses the campaigns' datasets, Azurite workspaces and environment.
 from campaign import common as c  # noqa: E402
 from campaign.datasets import Dataset  # noqa: E402
+from campaign.report import update_block  # noqa: E402
 from campaign.services import AzuriteHost  # noqa: E402
 
 REPLICATE = "workflow/scripts/replicate.py"
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
 PY = c.rel(Path(sys.executable))
-MARK_BEGIN, MARK_END = "<!-- replicate:begin -->", "<!-- replicate:end -->"
 
 
 def datasets(quick: bool) -> list:
@@ -211,7 +211,7 @@ def main(argv) -> int:
     md = render(doc)
     (out_dir / "replicate.md").write_text(md)
     if not a.no_docs and not a.quick:
-        update_docs(md)
+        update_block(Path("docs/benchmarks.md"), "replicate", md)
     print(md)
     return 0
 
@@ -254,14 +254,6 @@ def render(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_docs(md: str) -> None:
-    path = Path("docs/benchmarks.md")
-    text = path.read_text()
-    if MARK_BEGIN not in text:
-        return
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    path.write_text(f"{head}{MARK_BEGIN}\n{md}{MARK_END}{tail}")
 
 
 if __name__ == "__main__":

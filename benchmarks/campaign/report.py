@@ -329,6 +329,12 @@ def replace_block(text: str, name: str, body: str) -> str:
     return f"{pre}{begin}\n{body}{end}{post}"
 
 
+def update_block(doc: Path, name: str, body: str) -> None:
+    """`replace_block` on a page of the docs, in place."""
+    if doc.exists():
+        doc.write_text(replace_block(doc.read_text(), name, body))
+
+
 def summary_block(results: dict[str, dict]) -> str:
     """When and how each scenario's recorded results were measured, and how long it took."""
     lines = ["| scenario | measured | scale | runs per row (at least) | groups | time in the groups | "
