@@ -76,10 +76,10 @@ def copy_group(s: Settings, ds: Dataset, src: Path, out: Path, env: dict) -> Gro
                               "fpsync-rsync", "fpsync-cpio")}
     n = 4  # fpsync workers: two cores, the rest waiting on the disk
     work = s.work / "fpsync"
-    sync_note = "sync -f: syncfs(2) of the destination's filesystem, as ferry does after its per-file fsyncs."
+    sync_note = "sync -f: syncfs(2) of the destination's filesystem, as ferry does for each batch and at the end."
     rows = [
         Row("ferry", f"{s.ferry} copy -r {q(src)}/ {q(d['ferry'])}", "ferry", durable=True, json=True,
-            note="ferry's default: every file fsynced before its rename, then the filesystem synced."),
+            note="ferry's default: files committed in batches, each after one syncfs of the destination, then the filesystem synced at the end."),
         Row("ferry --no-fsync", f"{s.ferry} copy -r --no-fsync {q(src)}/ {q(d['ferry-nofsync'])}", "ferry", json=True),
         Row("cp -a", f"cp -a {q(src)} {q(d['cp'])}", "peer"),
         Row("cp -a && sync -f", f"cp -a {q(src)} {q(d['cp-sync'])} && sync -f {q(d['cp-sync'])}", "peer",

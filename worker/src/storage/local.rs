@@ -292,15 +292,19 @@ pub fn create_temp(dir: &OwnedFd, tmp: &[u8], mode: u32) -> std::io::Result<File
 
 pub fn md5_reader(mut f: File) -> std::io::Result<[u8; 16]> {
     use md5::{Digest, Md5};
+    thread_local! {
+        // One read buffer per thread, for every file it hashes: a fresh MiB per file would be
+        // zeroed each time (or faulted in), which for small files costs more than hashing them.
+        static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 1 << 20]);
+    }
     let mut h = Md5::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
+    BUF.with_borrow_mut(|buf| loop {
+        let n = f.read(buf)?;
         if n == 0 {
             return Ok(h.finalize().into());
         }
         h.update(&buf[..n]);
-    }
+    })
 }
 
 /// What identifies the bytes of a local file at a moment: if any part moves, they may have.
