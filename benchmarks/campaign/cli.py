@@ -67,7 +67,7 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
         if g["load1"]:
             loads += [g["load1"]["min"], g["load1"]["max"]]
     res = {
-        "scenario": scenario, "quick": s.quick, "runs": s.runs, "command": command,
+        "scenario": scenario, "quick": s.quick, "scale": s.scale, "runs": s.runs, "command": command,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine(), "ferry": ferry, "versions": versions(scenario, s),
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)},
@@ -77,7 +77,7 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
     prev_file = s.results / f"{scenario}.json"
     if s.only and prev_file.exists():
         prev = json.loads(prev_file.read_text())
-        if prev.get("quick") == s.quick:
+        if prev.get("scale", "quick" if prev.get("quick") else "full") == s.scale:
             res["partial_command"] = partial
             for g in prev["groups"]:
                 g.setdefault("ferry_sha256", prev["ferry"]["sha256"])
@@ -117,6 +117,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("scenario", choices=[*SCENARIOS, "all", "report", "clean"])
     ap.add_argument("--runs", type=int, help="measured runs per row (default 3; 1 with --quick)")
     ap.add_argument("--quick", action="store_true", help="one run, smaller datasets; results go to the scratch dir")
+    ap.add_argument("--fraction", type=float, default=1.0,
+                    help="nfs, pipeline: this fraction of the full-scale file counts (labelled in the results)")
+    ap.add_argument("--rounds", type=int,
+                    help="fewer rounds than whole rotations (at least --runs is then not guaranteed; labelled)")
     ap.add_argument("--only", action="append", default=[], metavar="GLOB",
                     help="only groups whose id matches (repeatable), e.g. --only 'up-*'")
     ap.add_argument("--scratch", default="benchmarks/.data", help="datasets and workspaces (default: %(default)s)")
@@ -137,7 +141,9 @@ def main(argv: list[str]) -> int:
                  only=a.only, keep=a.keep,
                  update_docs=not a.no_docs and (a.docs or (not a.quick and not a.results)),
                  ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None,
-                 azcp=Path(a.azcp) if a.azcp else None)
+                 azcp=Path(a.azcp) if a.azcp else None, fraction=a.fraction, rounds=a.rounds)
+    if not 0 < s.fraction <= 1:
+        ap.error("--fraction is in (0, 1]")
     if a.scenario == "clean":
         # Only what the campaigns make: other benchmarks (plan.py, replicate.py) share the dir.
         for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",

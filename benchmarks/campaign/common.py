@@ -144,6 +144,8 @@ class Settings:
     ferry_sha256: str = ""
     mpifileutils: Path | None = None  # a build of mpifileutils (dcp, dsync) made elsewhere, or None
     azcp: Path | None = None          # an azcp binary built elsewhere (docs/benchmarks.md), or None
+    fraction: float = 1.0             # of the full-scale file counts where a scenario allows it (nfs, pipeline)
+    rounds: int | None = None         # fewer rounds than whole rotations (--rounds), labelled in notes
 
     @property
     def data(self) -> Path:
@@ -164,6 +166,15 @@ class Settings:
 
     def size(self, full, quick):
         return quick if self.quick else full
+
+    def count(self, full: int, quick: int) -> int:
+        """A file or directory count: --fraction of the full one, for scenarios that run for
+        hours at full scale."""
+        return quick if self.quick else max(1, round(full * self.fraction))
+
+    @property
+    def scale(self) -> str:
+        return "quick" if self.quick else "full" if self.fraction == 1 else f"×{self.fraction:g}"
 
     def selected(self, group_id: str) -> bool:
         return not self.only or any(fnmatch.fnmatch(group_id, pat) for pat in self.only)

@@ -104,7 +104,8 @@ def render_markdown(res: dict, heading: int = 1) -> str:
     for g in res["groups"]:  # results written before groups named their binary
         g.setdefault("ferry_sha256", res["ferry"]["sha256"])
     lines = [
-        f"{h} Benchmark campaign: {res['scenario']}{' (quick)' if res['quick'] else ''}", "",
+        f"{h} Benchmark campaign: {res['scenario']}"
+        f"{'' if res.get('scale', 'full') == 'full' and not res['quick'] else ' (' + res.get('scale', 'quick') + ')'}", "",
         f"- Measured {res['date']} on {m['nproc']} × {m['cpu']}, {m['memory_gib']} GiB RAM, {m['os']}, kernel {m['kernel']}.",
         (f"- Groups were measured at different times with different ferry binaries: "
          f"{', '.join(sorted({g.get('ferry_sha256', '?') for g in res['groups']}))} (sha256 prefixes; "
@@ -345,7 +346,7 @@ def summary_block(results: dict[str, dict]) -> str:
             lines.append(f"| `{sc}` | not recorded yet | | | | | | |")
             continue
         group_s = sum(g.get("seconds", 0) for g in res["groups"])
-        lines.append(f"| `{sc}` | {res['date'][:16].replace('T', ' ')} | {'quick' if res['quick'] else 'full'} | "
+        lines.append(f"| `{sc}` | {res['date'][:16].replace('T', ' ')} | {res.get('scale', 'quick' if res['quick'] else 'full')} | "
                      f"{res['runs']} | {len(res['groups'])} | {fmt(group_s / 60, 1)} min | "
                      f"{fmt(res['seconds'] / 60, 1)} min | {res['load1']['min']}–{res['load1']['max']} |")
     return "\n".join(lines) + "\n\nA campaign refreshed in part (`--only`) keeps its other groups from earlier runs: " \

@@ -123,6 +123,12 @@ def read_concurrency(path: Path) -> dict | None:
 
 def run_group(s: Settings, scenario: str, g: Group) -> dict:
     rounds = g.rounds or rounds_for(s.runs, len(g.rows))
+    # Each round starts `step` rows further on, so the rounds spread the first places evenly.
+    step = 1
+    if g.rounds is None and s.rounds and s.rounds < rounds:
+        rounds, step = s.rounds, -(-len(g.rows) // s.rounds)
+        g.notes.append(f"{rounds} round(s) instead of a whole rotation of {len(g.rows)} (`--rounds`): each round "
+                       f"starts {step} row(s) further on.")
     log(f"{scenario}/{g.id}: {g.title} — {len(g.rows)} rows × {rounds} rounds")
     gdir = s.scratch / "runs" / scenario / g.id
     rmtree(gdir)
@@ -136,7 +142,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     started = time.monotonic()
     try:
         for rnd in range(rounds):
-            k = (rnd + g.first) % len(g.rows)
+            k = (rnd * step + g.first) % len(g.rows)
             order = g.rows[k:] + g.rows[:k]
             export = gdir / f"round-{rnd}.json"
             args = ["hyperfine", "--runs", "1", "--style", "none", "--ignore-failure",

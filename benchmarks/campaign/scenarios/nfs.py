@@ -24,9 +24,9 @@ SERIAL = ("rsync -a", "cp -a")
 
 def shapes(s: Settings) -> list[tuple[str, Dataset]]:
     """Issue 14's shapes (the seed's NFS guide) at this machine's scale."""
-    n = s.size(100_000, 300)
-    dirs = s.size(2_000, 6)
-    nlarge = s.size(500, 10)
+    n = s.count(100_000, 300)
+    dirs = s.count(2_000, 6)
+    nlarge = s.count(500, 10)
     return [
         ("flat", files_dataset("nfs-flat", f"{n:,} files of 0–32 KiB in one directory", n,
                                lambda r: r.randint(0, 32 * KiB), per_dir=n, seed=51)),
@@ -71,12 +71,12 @@ def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
             gid = f"{phase}-{key}-{delay}ms"
             g = (list_group(s, host, gid, ds, src, seed, delay, env) if phase == "list" else
                  nfs_group(s, host, gid, phase, ds, src, seed, delay, mfu, env))
-            if not s.quick:
+            if not s.quick and not s.rounds:
                 # One round a group at full scale (whole rotations would take days: see
                 # docs/benchmarks.md); the first row moves on from group to group instead.
                 g.rounds, g.first = 1, len(groups)
-                g.notes.append("Full scale: one round (one run per row) in this group, to keep the campaign "
-                               "within hours; the row that goes first rotates from group to group.")
+                g.notes.append(f"Scale {s.scale}: one round (one run per row) in this group, to keep the "
+                               "campaign within hours; the row that goes first rotates from group to group.")
             groups.append(g)
     return groups
 

@@ -44,7 +44,7 @@ def tasks(out: Path, engine: str, phase: str) -> int | None:
 
 
 def scenario_pipeline(s: Settings, _host: None = None) -> list[Group]:
-    n = s.size(1_000_000, 5_000)
+    n = s.count(1_000_000, 5_000)
     ds = files_dataset("tiny-files", f"{n:,} files of 0–4 KiB in {n // 1000:,} directories", n,
                        lambda r: r.randint(0, 4 * KiB), per_dir=1000, seed=61)
     work = s.work / "pipeline"
