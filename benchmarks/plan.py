@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -34,11 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from campaign.report import update_block  # noqa: E402  (the docs' generated blocks)
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-DOC = REPO / "docs" / "benchmarks.md"
+from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
 # The last commit with workflow/scripts/plan.py, the Python plan step.
 OLD_COMMIT = "af39b4bfc9fa18010f6130e88aba1e6dedaaf54d"
 GENERATOR_VERSION = 1
@@ -120,19 +115,6 @@ def old_step(work: Path) -> Path:
     return lib
 
 
-def timed(cmd: list[str], work: Path) -> dict:
-    """Runs cmd under GNU time: wall seconds, CPU seconds, peak RSS (the largest process)."""
-    stats = work / "time.txt"
-    started = time.monotonic()
-    r = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", str(stats), *cmd],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
-    wall, user, system, rss_kib = stats.read_text().split()[-4:]
-    return {"seconds": float(wall), "cpu_seconds": round(float(user) + float(system), 2),
-            "peak_rss_mib": round(int(rss_kib) / 1024, 1), "measured_for": round(time.monotonic() - started, 1)}
-
-
 def copied_set(plan_dir: Path) -> set[str]:
     found = set()
     for part in sorted((plan_dir / "copy").glob("part-*.tsv")):
@@ -168,11 +150,9 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool, repeat: int)
             out = work / f"ferry-{phase}-{partition['mode']}"
             cmd = [str(ferry), "plan", str(source), str(dest), "--out", str(out), "--phase", phase, *ferry_args(partition)]
             log(f"{entries:,}: {' '.join(cmd[1:2] + cmd[4:])}")
-            runs = sorted((timed(cmd, work) for _ in range(repeat)), key=lambda r: r["seconds"])
             rows.append({"tool": "ferry plan", "phase": phase, "partition": partition["mode"], "entries": entries,
                          "command": "ferry plan SOURCE DEST --out DIR --phase " + phase + " " + " ".join(ferry_args(partition)),
-                         **runs[len(runs) // 2], "runs": len(runs),
-                         "seconds_range": [runs[0]["seconds"], runs[-1]["seconds"]]})
+                         **median_of([timed(cmd, work)[0] for _ in range(repeat)])})
         if with_old:
             lib = old_step(work)
             out = work / "old-incremental"
@@ -181,7 +161,7 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool, repeat: int)
             log(f"{entries:,}: the old Python step (plan.py at {OLD_COMMIT[:8]})")
             row = {"tool": "plan.py (old step)", "phase": "incremental", "partition": DEFAULT_PARTITION["mode"],
                    "entries": entries, "command": f"python3 plan.py (git show {OLD_COMMIT[:8]}) via a stand-in snakemake object",
-                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work), "runs": 1}
+                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work)[0], "runs": 1}
             row["agreement"] = agree(work / "ferry-incremental-max-files-bytes", out)
             rows.append(row)
     finally:
@@ -196,8 +176,7 @@ def render(res: dict) -> str:
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
-            spread = f" ({r['seconds_range'][0]:.1f}–{r['seconds_range'][1]:.1f})" if r["runs"] > 1 else ""
-            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f}{spread} | "
+            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f}{spread(r)} | "
                          f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
     lines += ["", "| entries | ferry plan ÷ old step: wall time | CPU time | peak RSS |", "|---:|---:|---:|---:|"]
     for size in res["sizes"]:
@@ -206,11 +185,8 @@ def render(res: dict) -> str:
         if new and old:
             lines.append(f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | "
                          f"{new['cpu_seconds'] / old['cpu_seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |")
-    m = res["machine"]
-    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}, load average "
-              f"{res['load'][0]:.1f} at the start and {res['load'][1]:.1f} at the end (a shared machine: wall times "
-              "stretch with the load, CPU times much less). ferry rows: the median of the runs by wall time (range "
-              f"in brackets); the old step runs once. Reproduce: `{res['command']}`."]
+    lines += ["", measured_on(res, ", CPU times much less). ferry rows: the median of the runs by wall time "
+                              "(range in brackets); the old step runs once")]
     return "\n".join(lines)
 
 
@@ -229,20 +205,8 @@ def main(argv: list[str]) -> int:
     a.scratch.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()[0]
     sizes = [bench(int(n), a.scratch, a.ferry, not a.no_old, a.repeat) for n in a.entries.split(",")]
-    res = {
-        "date": time.strftime("%Y-%m-%d"),
-        "command": "nice .venv/bin/python benchmarks/plan.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else ""),
-        "machine": {"cpus": os.cpu_count(), "system": platform.platform(terse=True),
-                    "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)},
-        "load": [load_start, os.getloadavg()[0]],
-        "sizes": sizes,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "plan.json").write_text(json.dumps(res, indent=2) + "\n")
-    table = render(res)
-    (RESULTS / "plan.md").write_text(table + "\n")
-    if not a.no_docs:
-        update_block(DOC, "plan", table + "\n")
+    command = "nice .venv/bin/python benchmarks/plan.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+    table = publish("plan", "plan", record(command, load_start, sizes), render, not a.no_docs)
     print(table)
     return 0
 

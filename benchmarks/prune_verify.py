@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -41,11 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from campaign.report import update_block  # noqa: E402  (the docs' generated blocks)
-
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-DOC = REPO / "docs" / "benchmarks.md"
+from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
 GENERATOR_VERSION = 1
 PER_DIR = 1000
 # Pool files: the source's and the destination's links to one pool file stay under ext4's 65,000
@@ -139,21 +134,6 @@ def generate(scratch: Path, entries: int, ferry: Path) -> tuple[Path, Path, Path
     return src, dst, manifest
 
 
-def timed(cmd: list[str], work: Path, ok: tuple[int, ...]) -> tuple[dict, str]:
-    """Runs cmd under GNU time: wall seconds, CPU seconds, peak RSS; returns them and stdout."""
-    stats, out = work / "time.txt", work / "stdout"
-    started = time.monotonic()
-    with open(out, "wb") as o:
-        r = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", str(stats), *cmd],
-                           stdout=o, stderr=subprocess.PIPE, text=True)
-    if r.returncode not in ok:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
-    wall, user, system, rss_kib = stats.read_text().split()[-4:]
-    return ({"seconds": float(wall), "cpu_seconds": round(float(user) + float(system), 2),
-             "peak_rss_mib": round(int(rss_kib) / 1024, 1), "measured_for": round(time.monotonic() - started, 1)},
-            out.read_text())
-
-
 def check_prune(out: str, want: dict) -> dict:
     j = json.loads(out)
     files = want["dst_only"]
@@ -198,11 +178,9 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
                                        [str(binary), *args], work, ok)
                     stats["found"] = (check_prune if name.startswith("prune") else check_verify)(out, want)
                     runs.append(stats)
-                runs.sort(key=lambda r: r["seconds"])
                 rows.append({"build": build, "step": name, "entries": entries,
                              "command": f"ferry {name.split(' ')[0]} SRC DST" + (" --dry-run --files-from SOURCE" if name.startswith("prune") else ""),
-                             **runs[len(runs) // 2], "runs": len(runs),
-                             "seconds_range": [runs[0]["seconds"], runs[-1]["seconds"]]})
+                             **median_of(runs)})
         leftovers = [p.name for p in work.iterdir() if p.name not in ("time.txt", "stdout", "prune.tsv")]
         if leftovers:
             raise RuntimeError(f"scratch files left behind in {work}: {leftovers}")
@@ -218,14 +196,9 @@ def render(res: dict) -> str:
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
-            spread = f" ({r['seconds_range'][0]:.1f}–{r['seconds_range'][1]:.1f})" if r["runs"] > 1 else ""
-            lines.append(f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread} | "
+            lines.append(f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread(r)} | "
                          f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
-    m = res["machine"]
-    lines += ["", f"Measured {res['date']} on {m['cpus']} CPUs, {m['memory_gib']} GiB, {m['system']}, load average "
-              f"{res['load'][0]:.1f} at the start and {res['load'][1]:.1f} at the end (a shared machine: wall times "
-              "stretch with the load). Rows of several runs: the median by wall time (range in brackets). "
-              f"Reproduce: `{res['command']}`."]
+    lines += ["", measured_on(res, "). Rows of several runs: the median by wall time (range in brackets)")]
     return "\n".join(lines)
 
 
@@ -246,10 +219,7 @@ def main(argv: list[str]) -> int:
                     help="measure nothing: rewrite the .md and the docs table from results/prune_verify.json")
     a = ap.parse_args(argv)
     if a.docs_from_results:
-        table = render(json.loads((RESULTS / "prune_verify.json").read_text()))
-        (RESULTS / "prune_verify.md").write_text(table + "\n")
-        update_block(DOC, "prune-verify", table + "\n")
-        print(table)
+        print(publish("prune_verify", "prune-verify", None, render, True))
         return 0
     a.scratch.mkdir(parents=True, exist_ok=True)
     sizes = [int(n) for n in a.entries.split(",")]
@@ -264,21 +234,10 @@ def main(argv: list[str]) -> int:
         if not a.keep_trees:
             for n in sizes:
                 shutil.rmtree(a.scratch / f"trees-{n}", ignore_errors=True)
-    res = {
-        "date": time.strftime("%Y-%m-%d"),
-        "command": "nice .venv/bin/python benchmarks/prune_verify.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
-                   + (" --old-ferry OLD_BUILD" if a.old_ferry else ""),
-        "machine": {"cpus": os.cpu_count(), "system": platform.platform(terse=True),
-                    "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)},
-        "load": [load_start, os.getloadavg()[0]],
-        "sizes": results,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "prune_verify.json").write_text(json.dumps(res, indent=2) + "\n")
-    table = render(res)
-    (RESULTS / "prune_verify.md").write_text(table + "\n")
-    if not a.no_docs:
-        update_block(DOC, "prune-verify", table + "\n")
+    command = ("nice .venv/bin/python benchmarks/prune_verify.py"
+               + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+               + (" --old-ferry OLD_BUILD" if a.old_ferry else ""))
+    table = publish("prune_verify", "prune-verify", record(command, load_start, results), render, not a.no_docs)
     print(table)
     return 0
 
