@@ -16,7 +16,7 @@ from azure.storage.blob import BlobBlock, ContentSettings
 from support.proxy import ABSENT
 from support.summary import section
 from support.trees import File, make_tree, odd_names_spec
-from test_worker_resume import sdk_block_id, wait_alive
+from test_worker_resume import kill_once_blocks_staged, sdk_block_id
 from test_worker_safety import fail_after_change
 
 MiB = 1 << 20
@@ -143,24 +143,15 @@ def test_killed_blob_to_blob_copy_resumes_from_the_staged_blocks(tmp_path, run_f
     mtime = "2017-07-14T02:40:00.123456789Z"
     md5_blob(container, "big.bin", data, metadata={"mtime": mtime, "mode": "100640"})
     dst = container2.signed(write=True, port=proxy2.port)
-    hold = proxy2.add("stall", method="PUT", query={"comp": "block"}, skip=staged_first, count=blocks * 4,
-                      after_stall="drop", stall_timeout=60)
-    good = lambda: [r for r in proxy2.requests("PUT", comp="block") if r.done and r.status == 201]
-    proc = run_ferry.spawn("copy", "-r", container.signed(), dst, "--block-size", "64KiB", env=SAS_ONLY, log_dir=tmp_path)
-    try:
-        wait_alive(proxy2, proc, lambda: len(good()) == staged_first and proxy2.stalled >= 1, 60,
-                   f"{staged_first} Put Block to succeed and the next to stall")
-    finally:
-        proc.kill()
-        proc.wait(10)
-    proxy2.release(hold)
-    proxy2.wait_idle(30)
+    through = kill_once_blocks_staged(
+        proxy2, lambda: run_ferry.spawn("copy", "-r", container.signed(), dst, "--block-size", "64KiB", env=SAS_ONLY,
+                                        log_dir=tmp_path), staged_first, blocks * 4)
 
     blob = container2.client.get_blob_client("big.bin")
     with pytest.raises(ResourceNotFoundError):
         blob.get_blob_properties()  # cut short: nothing committed
     staged = {b.id for b in blob.get_block_list("uncommitted")[1]}
-    assert staged == {sdk_block_id(r.block_id) for r in good()} and len(staged) == staged_first
+    assert staged == through and len(staged) == staged_first
 
     proxy2.clear_rules()
     proxy2.clear_log()

@@ -40,37 +40,44 @@ def wait_alive(proxy, proc, predicate, timeout, what):
     proxy.wait_for(check, timeout, what)
 
 
+def kill_once_blocks_staged(proxy, spawn, staged, most):
+    """Starts a copy (spawn()), lets `staged` Put Block requests through, holds every later one
+    until the copy is killed, then drops them. Returns the block IDs (as the SDK names them) that
+    got through."""
+    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=staged, count=most,
+                     after_stall="drop", stall_timeout=60)
+
+    def good():
+        return [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
+
+    proc = spawn()
+    try:
+        wait_alive(proxy, proc, lambda: len(good()) == staged and proxy.stalled >= 1, 60,
+                   f"{staged} Put Block to succeed and the next to stall")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proxy.release(hold)
+    proxy.wait_idle(30)
+    return {sdk_block_id(r.block_id) for r in good()}
+
+
 def test_kill_during_multiblock_upload_resumes_without_resending_blocks(tmp_path, container, proxy, run_ferry):
     src = tmp_path / "src"
     size = BLOCKS * MiB - 1000
     contents = make_tree(src, {"big.bin": File(size=size)})
     data = contents[b"big.bin"]
     staged_first = 3
-    # Let three Put Block requests through, hold every later one until ferry is dead, then drop them.
-    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=staged_first, count=BLOCKS * 4,
-                     after_stall="drop", stall_timeout=60)
-
-    def good_blocks():
-        return [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
-
-    proc = run_ferry.spawn("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB",
-                           log_dir=tmp_path)
-    try:
-        wait_alive(proxy, proc, lambda: len(good_blocks()) == staged_first and proxy.stalled >= 1, 60,
-                   f"{staged_first} Put Block to succeed and the next to stall")
-    finally:
-        proc.kill()
-        proc.wait(10)
-    proxy.release(hold)
-    proxy.wait_idle(30)
+    sent_before = kill_once_blocks_staged(
+        proxy, lambda: run_ferry.spawn("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB",
+                                       log_dir=tmp_path), staged_first, BLOCKS * 4)
 
     blob = container.client.get_blob_client("big.bin")
     with pytest.raises(ResourceNotFoundError):
         blob.get_blob_properties()  # nothing may be committed yet: the upload was cut short
     _, uncommitted = blob.get_block_list("uncommitted")
     staged = {b.id for b in uncommitted}
-    sent_before = {sdk_block_id(r.block_id) for r in good_blocks()}
-    assert staged == sent_before, "Azurite should hold exactly the blocks that got through"
+    assert len(staged) == staged_first and staged == sent_before, "Azurite should hold exactly the blocks that got through"
 
     proxy.clear_rules()
     proxy.clear_log()

@@ -12,7 +12,7 @@ import pytest
 
 from support.proxy import ABSENT
 from support.trees import File, make_tree
-from test_worker_resume import sdk_block_id, wait_alive
+from test_worker_resume import kill_once_blocks_staged, sdk_block_id, wait_alive
 
 MiB = 1 << 20
 
@@ -104,18 +104,8 @@ def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, cont
     contents = make_tree(src, {"big.bin": File(size=blocks * MiB)})
     path = src / "big.bin"
     st = path.stat()
-    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=3, count=blocks * 4,
-                     after_stall="drop", stall_timeout=60)
-    good = lambda: [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
-    proc = run_ferry.spawn("copy", src, container.via(proxy.port), "-r", "--block-size", "1MiB",
-                           "--concurrency", "1", log_dir=tmp_path)
-    try:
-        wait_alive(proxy, proc, lambda: len(good()) == 3 and proxy.stalled >= 1, 60, "3 blocks staged")
-    finally:
-        proc.kill()
-        proc.wait(10)
-    proxy.release(hold)
-    proxy.wait_idle(30)
+    kill_once_blocks_staged(proxy, lambda: run_ferry.spawn("copy", src, container.via(proxy.port), "-r", "--block-size",
+                                                          "1MiB", "--concurrency", "1", log_dir=tmp_path), 3, blocks * 4)
     blob = container.client.get_blob_client("big.bin")
     staged = [b.id for b in blob.get_block_list("uncommitted")[1]]
     assert len(staged) == 3
