@@ -86,7 +86,8 @@ def concurrency_text(r: dict) -> str:
     c = r.get("concurrency")
     if not c:
         return "–" if "concurrency" not in r else "not reported"
-    return f"{c['mode']} {fmt(c['initial'], 0)}→{fmt(c['final'], 0)}, peak {fmt(c['peak'], 0)}"
+    n = lambda x: "–" if x is None else f"{x:,.0f}"  # a depth is a whole number; a median may be x.5
+    return f"{c['mode']} {n(c['initial'])}→{n(c['final'])}, peak {n(c['peak'])}"
 
 
 def row_context(r: dict) -> str:
