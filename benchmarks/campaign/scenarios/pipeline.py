@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..checks import diff_trees
@@ -16,11 +17,18 @@ from ..datasets import files_dataset
 from ..timing import Group, Row
 
 NEXTFLOW = shutil.which("nextflow") or "scripts/nextflow"
-# The worker settings the pipeline passes to every copy (config/config.yaml, worker:): the lone
-# ferry copy gets the same, so the difference is the engine's.
-WORKER_ARGS = "--concurrency 16 --parallel-files 8 --block-size 8MiB"
 # Issue 9's targets, reported as met or missed.
 BASELINE_TARGET, INCREMENTAL_TARGET, FIXED_TARGET_S = 1.3, 1.5, 3.0
+
+
+def worker_args(phase: str) -> str:
+    """The arguments the pipelines give every copy job of the phase, from config/config.yaml
+    through the pipelines' own resolver: the lone ferry copy gets the same, so the difference is
+    the engine's."""
+    sys.path.insert(0, "workflow/scripts")
+    import ferry_config
+    cfg = ferry_config.resolve({"source": "/source", "dest": "/dest", "phase": phase})
+    return " ".join(ferry_config.copy_args(cfg))
 
 
 def engines(s: Settings, src: Path, dst: Path, out: Path, phase: str) -> dict[str, tuple[str, str]]:
@@ -57,9 +65,9 @@ def scenario_pipeline(s: Settings, _host: None = None) -> list[Group]:
         src, dst, out = ds.materialize(s.data / "pipeline"), work / "dst", work / "baseline"
         rows = [Row(f"{e} baseline", cmd, "ferry", f"rm -rf {q(dst)} {clear}{settle}", durable=True, src=src, dst=dst)
                 for e, (cmd, clear) in engines(s, src, dst, out, "baseline").items()]
-        rows.append(Row("ferry copy", f"{s.ferry} copy -r {WORKER_ARGS} {q(src)}/ {q(dst)}", "peer",
+        rows.append(Row("ferry copy", f"{s.ferry} copy -r {worker_args('baseline')} {q(src)}/ {q(dst)}", "peer",
                         f"rm -rf {q(dst)}{settle}", durable=True, src=src, dst=dst, json=True,
-                        note="One ferry copy of the whole tree with the pipeline's worker settings."))
+                        note="One ferry copy of the whole tree with the arguments the pipelines give each copy job."))
 
         def verify(src=src, dst=dst, out=out):
             res = {"tasks": {e: tasks(out, e, "baseline") for e in ("snakemake", "nextflow")},
@@ -107,7 +115,7 @@ def scenario_pipeline(s: Settings, _host: None = None) -> list[Group]:
         src.mkdir(parents=True, exist_ok=True)
         rows = [Row(f"{e} baseline, empty source", cmd, "ferry", f"rm -rf {q(dst)} {clear}", durable=True, src=src,
                     dst=dst) for e, (cmd, clear) in engines(s, src, dst, out, "baseline").items()]
-        rows.append(Row("ferry copy, empty source", f"{s.ferry} copy -r {WORKER_ARGS} {q(src)}/ {q(dst)}", "peer",
+        rows.append(Row("ferry copy, empty source", f"{s.ferry} copy -r {worker_args('baseline')} {q(src)}/ {q(dst)}", "peer",
                         f"rm -rf {q(dst)}", durable=True, src=src, dst=dst, json=True))
         groups.append(Group(
             "empty", "a phase with nothing to do (empty source): the fixed cost of a run", "an empty directory",
