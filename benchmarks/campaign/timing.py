@@ -232,11 +232,15 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
            "dst_fs": distinct(r.get("dst_fs") for r in runs), "run_as": distinct(r.get("run_as") for r in runs)}
     if row.note:
         out["note"] = row.note
-    if row.depth is not None:
-        out["depth"] = row.depth
     if row.json:
         # None when the binary's summary has no "concurrency" object (older workers).
         out["concurrency"] = concurrency_summary(ok)
+    depth = row.depth
+    if depth is None and (out.get("concurrency") or {}).get("mode") == "adaptive":
+        # The most an adaptive run allowed itself: the floor it could have reached.
+        depth = out["concurrency"]["peak"]
+    if depth is not None:
+        out["depth"] = depth
     if not ok:
         return out
     wall = statistics.median(r["wall"] for r in ok)
@@ -261,9 +265,9 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
     if requests:
         out["requests_median"] = statistics.median(requests)
         out["inflight_avg_median"] = statistics.median(r["inflight_avg"] for r in ok if "inflight_avg" in r)
-        if g.delay_ms and row.depth:
+        if g.delay_ms and depth:
             # The floor for a tool that keeps `depth` requests in flight all the time.
-            out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / row.depth
+            out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / depth
             out["wall_over_limit"] = wall / out["latency_limit_s"] if out["latency_limit_s"] else None
     return out
 

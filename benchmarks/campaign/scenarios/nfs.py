@@ -10,7 +10,7 @@ from ..checks import count_fpart, diff_trees
 from ..common import KiB, MiB, Settings, bench_env, q, rel, rmtree, slug
 from ..datasets import Dataset, files_dataset, stale_seed
 from ..services import LatencyHost
-from ..peers import FERRY_PARALLEL_FILES, fpsync, mpirun, stage
+from ..peers import fpsync, mpirun, stage
 from ..timing import Group, Row
 
 
@@ -87,10 +87,10 @@ PHASES = ("baseline", "unchanged", "changed-1pct")
 def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset, src: Path, seed: Path | None,
               delay: int, mfu: Path | None, env: dict) -> Group:
     work = host.backing.parent / f"fpsync-{gid}"
-    # (name, command with {dst}, role, depth, durable)
+    # (name, command with {dst}, role, depth, durable); no depth: adaptive, its peak is used
     specs = [
-        ("ferry", f"{s.ferry} copy -r {q(src)}/ {{dst}}", "ferry", FERRY_PARALLEL_FILES, True),
-        ("ferry --no-fsync", f"{s.ferry} copy -r --no-fsync {q(src)}/ {{dst}}", "ferry", FERRY_PARALLEL_FILES, False),
+        ("ferry", f"{s.ferry} copy -r {q(src)}/ {{dst}}", "ferry", None, True),
+        ("ferry --no-fsync", f"{s.ferry} copy -r --no-fsync {q(src)}/ {{dst}}", "ferry", None, False),
         ("ferry --no-fsync --parallel-files 64", f"{s.ferry} copy -r --no-fsync --parallel-files 64 {q(src)}/ {{dst}}",
          "ferry", 64, False),
     ]
