@@ -237,8 +237,8 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
         out["concurrency"] = concurrency_summary(ok)
     depth = row.depth
     if depth is None and (out.get("concurrency") or {}).get("mode") == "adaptive":
-        # The most an adaptive run allowed itself: the floor it could have reached.
-        depth = out["concurrency"]["peak"]
+        # Where an adaptive run settled (its limit at the end, median over runs).
+        depth = out["concurrency"]["final"]
     if depth is not None:
         out["depth"] = depth
     if not ok:
