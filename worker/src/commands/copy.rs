@@ -123,8 +123,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     Ok(if Stats::get(&stats.files_failed) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Bytes of blocks and ranges in memory at once when the depth adapts: sixteen 4 MiB blocks,
-/// or eight download ranges, which keeps the worker near 100 MiB whatever depth it settles on.
+/// Bytes of blocks and ranges in memory at once when the depth adapts: twelve 4 MiB blocks,
+/// or six 8 MiB download ranges, which keeps the worker under 100 MiB whatever depth it
+/// settles on.
 const ADAPTIVE_MEMORY: u64 = 48 << 20;
 
 /// How much a copy keeps in flight (docs/worker.md, "Depth"). Between filesystems the depth
