@@ -25,7 +25,8 @@ def worker_args(phase: str) -> str:
     """The arguments the pipelines give every copy job of the phase, from config/config.yaml
     through the pipelines' own resolver: the lone ferry copy gets the same, so the difference is
     the engine's."""
-    sys.path.insert(0, "workflow/scripts")
+    if "workflow/scripts" not in sys.path:
+        sys.path.insert(0, "workflow/scripts")
     import ferry_config
     cfg = ferry_config.resolve({"source": "/source", "dest": "/dest", "phase": phase})
     return " ".join(ferry_config.copy_args(cfg))
