@@ -80,21 +80,21 @@ def empty_mount(tmp_path):
 def test_a_copied_file_costs_what_cp_costs_plus_the_temp_names_rename(empty_mount, source, ferry_bin):
     # A new file must never be seen under its final name half-written, and NFS has no
     # O_TMPFILE: ferry writes a temp name and renames it, which costs the final name's LOOKUP
-    # and the RENAME over `cp -a` (and, on FUSE with the writeback cache only, a SETATTR of
-    # the ctime after the rename). Everything else per file is cp's or less (docs/nfs.md).
+    # and the RENAME over `cp -a`. (FUSE with the writeback cache also writes the ctime back
+    # after a rename, which an NFS client does not: latencyfs counts that apart, as
+    # `ctime_flush`.) Everything else per file is cp's or less (docs/nfs.md).
     mnt = empty_mount.mountpoint
     cp = counted(empty_mount, ["cp", "-a", source, mnt / "cp"])
     ferry = counted(empty_mount, [ferry_bin, "copy", "-r", f"{source}/", mnt / "ferry"])
     n = FILES
     assert ferry["create"] == cp["create"] == n and ferry["rename"] == n, (ferry, cp)
     assert ferry["lookup"] <= cp["lookup"] + n, (ferry, cp)
-    assert ferry.get("setattr", 0) <= cp.get("setattr", 0) + n, (ferry, cp)
-    for kind in ("write", "flush", "release", "mkdir"):
+    for kind in ("setattr", "write", "flush", "release", "mkdir"):
         assert ferry.get(kind, 0) <= cp.get(kind, 0), (kind, ferry, cp)
     # Durable without a FSYNC per file (one flush of the filesystem per batch), and no
     # directory opened per file.
     assert ferry.get("fsync", 0) == 0 and ferry.get("opendir", 0) <= 2, ferry
-    assert ferry["total"] <= cp["total"] + 3 * n, (ferry, cp)
+    assert ferry["total"] <= cp["total"] + 2 * n, (ferry, cp)
 
 
 def test_an_unchanged_rerun_costs_one_listing_of_the_destination(copied, source, ferry_bin):

@@ -58,7 +58,8 @@
 	X(WRITE, "write") X(FLUSH, "flush") X(RELEASE, "release") X(FSYNC, "fsync")                \
 	X(OPENDIR, "opendir") X(READDIR, "readdir") X(READDIRPLUS, "readdirplus")                  \
 	X(RELEASEDIR, "releasedir") X(FSYNCDIR, "fsyncdir") X(STATFS, "statfs")                    \
-	X(CREATE, "create") X(FALLOCATE, "fallocate") X(LSEEK, "lseek") X(FORGET, "forget")
+	X(CREATE, "create") X(FALLOCATE, "fallocate") X(LSEEK, "lseek") X(FORGET, "forget")        \
+	X(CTIME_FLUSH, "ctime_flush")
 
 enum op {
 #define X(id, name) OP_##id,
@@ -72,6 +73,14 @@ static const char *const op_names[OP_COUNT] = {
 	OP_KINDS(X)
 #undef X
 };
+
+/* Messages that are no round trip on NFS: counted, never delayed, not in `total` nor in flight.
+ * A forget is the kernel dropping an inode reference (one-way, NFS has no such call); a
+ * ctime flush, see c_setattr. */
+static bool round_trip(int op)
+{
+	return op != OP_FORGET && op != OP_CTIME_FLUSH;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Settings                                                                                    */
@@ -285,7 +294,7 @@ static char *stats_json(bool reset)
 
 	uint64_t total = 0;
 	for (int i = 0; i < OP_COUNT; i++)
-		if (i != OP_FORGET)
+		if (round_trip(i))
 			total += counts[i];
 
 	size_t cap = 4096;
@@ -314,6 +323,7 @@ struct node {
 	dev_t dev;
 	int fd;
 	uint64_t nlookup;
+	_Atomic bool ctime_flush_due; /* renamed, linked or unlinked: see c_setattr */
 };
 
 #define BUCKETS (1u << 20)
@@ -546,6 +556,25 @@ static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const
 	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
 }
 
+/* The kernel's own ctime flush follows a rename, link or unlink of a known inode (c_setattr). */
+static void expect_ctime_flush(struct node *n)
+{
+	if (n && cfg.writeback)
+		atomic_store(&n->ctime_flush_due, true);
+}
+
+/* The node of the entry `name` under `parent`, if the kernel knows its inode. */
+static struct node *known_node(fuse_ino_t parent, const char *name)
+{
+	struct stat st;
+	if (fstatat(fd_of(parent), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return NULL;
+	pthread_mutex_lock(&table_lock);
+	struct node *n = find_locked(&st);
+	pthread_mutex_unlock(&table_lock);
+	return n;
+}
+
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
 	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for anyone. */
@@ -555,12 +584,18 @@ static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const c
 		proc_path(path, fd_of(ino));
 		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
 	}
+	if (res == 0)
+		expect_ctime_flush(node_of(ino));
 	reply_entry(req, newparent, newname, true, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(fd_of(parent), name, 0) < 0 ? errno : 0);
+	struct node *n = known_node(parent, name);
+	int res = unlinkat(fd_of(parent), name, 0);
+	if (res == 0)
+		expect_ctime_flush(n);
+	fuse_reply_err(req, res < 0 ? errno : 0);
 }
 
 static void h_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -572,6 +607,11 @@ static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_i
 		     const char *newname, unsigned int flags)
 {
 	int res = renameat2(fd_of(parent), name, fd_of(newparent), newname, flags);
+	if (res == 0) {
+		expect_ctime_flush(known_node(newparent, newname));
+		if (flags & RENAME_EXCHANGE)
+			expect_ctime_flush(known_node(parent, name));
+	}
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
 
@@ -905,8 +945,6 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 
 COUNTED(LOOKUP, lookup, (fuse_req_t r, fuse_ino_t p, const char *n), (r, p, n))
 COUNTED(GETATTR, getattr, (fuse_req_t r, fuse_ino_t i, struct fuse_file_info *f), (r, i, f))
-COUNTED(SETATTR, setattr, (fuse_req_t r, fuse_ino_t i, struct stat *a, int v, struct fuse_file_info *f),
-	(r, i, a, v, f))
 COUNTED(READLINK, readlink, (fuse_req_t r, fuse_ino_t i), (r, i))
 COUNTED(MKNOD, mknod, (fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, dev_t d), (r, p, n, m, d))
 COUNTED(MKDIR, mkdir, (fuse_req_t r, fuse_ino_t p, const char *n, mode_t m), (r, p, n, m))
@@ -939,6 +977,28 @@ COUNTED(FALLOCATE, fallocate,
 	(fuse_req_t r, fuse_ino_t i, int m, off_t o, off_t l, struct fuse_file_info *f), (r, i, m, o, l, f))
 COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_file_info *f),
 	(r, i, o, w, f))
+
+/*
+ * With the writeback cache the kernel keeps a file's ctime itself, and after a rename, link or
+ * unlink it writes the new ctime back at once, in a SETATTR of mtime and ctime only, before the
+ * call returns (fuse_update_ctime, then fuse_flush_time_update): under the directory's lock, for
+ * a rename. An NFS client sends nothing then (the server sets ctime), so that SETATTR is counted
+ * apart, as `ctime_flush`, and answered without delay. It is told from a tool's own utimensat()
+ * by what comes before it: the inode was just renamed, linked or unlinked.
+ */
+static void c_setattr(fuse_req_t r, fuse_ino_t i, struct stat *a, int v, struct fuse_file_info *f)
+{
+	const int times = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
+	struct node *n = node_of(i);
+	if ((v & ~times) == 0 && (v & FUSE_SET_ATTR_CTIME) && atomic_exchange(&n->ctime_flush_due, false)) {
+		bump(&tally()->ops[OP_CTIME_FLUSH], 1);
+		h_setattr(r, i, a, v, f);
+		return;
+	}
+	span_begin(OP_SETATTR);
+	h_setattr(r, i, a, v, f);
+	span_end();
+}
 
 /* A forget is a one-way message with no reply: counted, never delayed (NFS has no such call). */
 static void c_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -1151,7 +1211,7 @@ static bool parse_delay_ops(char *spec)
 		int i = 0;
 		while (i < OP_COUNT && strcmp(op_names[i], item) != 0)
 			i++;
-		if (i == OP_COUNT || i == OP_FORGET || !parse_ms(eq + 1, &cfg.delay_ns[i])) {
+		if (i == OP_COUNT || !round_trip(i) || !parse_ms(eq + 1, &cfg.delay_ns[i])) {
 			fprintf(stderr, "latencyfs: bad --delay-op entry %s=%s\n", item, eq + 1);
 			return false;
 		}
@@ -1240,7 +1300,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	for (int i = 0; i < OP_COUNT; i++)
-		cfg.delay_ns[i] = i == OP_FORGET ? 0 : global;
+		cfg.delay_ns[i] = round_trip(i) ? global : 0;
 	if (delay_ops && !parse_delay_ops(delay_ops))
 		return 2;
 	if (!cfg.max_threads)
