@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{differs_by_metadata, panicked, Compare, Engine, Job, Outcome};
 use crate::error::{Result, StoreError};
@@ -35,6 +35,11 @@ const BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 /// are made in staging directories (localcopy::TempIn): a rename into place then holds the
 /// directory's lock for two round trips where a create and a rename would hold it for four.
 const CROWDED: usize = 256;
+
+/// Staging directories a run shares among its threads: enough that the creates in them keep
+/// ahead of the renames out of them, which go one at a time; few, since each costs a mkdir and
+/// an rmdir under the root's lock, which is the crowded directory's in a flat tree.
+const STAGING_DIRS: usize = 16;
 
 enum Step {
     Done(Outcome),
@@ -123,12 +128,6 @@ fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job]) -> HashSet<&'a [u8]> {
     count.into_keys().filter(|d| device(d) == Some(root)).collect()
 }
 
-/// This thread's staging directory, made on first use; None (temp names beside the final
-/// ones) if it cannot be made.
-fn staging_for(dst: &LocalStore, k: usize, made: &mut Option<Option<Arc<OwnedFd>>>) -> Option<Arc<OwnedFd>> {
-    made.get_or_insert_with(|| dst.staging_dir(k).ok()).clone()
-}
-
 impl Engine {
     fn stores(&self) -> (&LocalStore, &LocalStore) {
         (self.src.as_local().expect("local source"), self.dst.as_local().expect("local destination"))
@@ -161,11 +160,12 @@ impl Engine {
         // Without fsync nothing is gained by waiting: each file is committed at once.
         let batch_files = if dst.fsync() { BATCH_FILES } else { 1 };
         let crowded = if dst.is_remote() { crowded_dirs(dst, files) } else { HashSet::new() };
+        // Made on first use; None (temp names beside the final ones) where one cannot be made.
+        let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> = (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
         std::thread::scope(|s| {
             for k in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
-                let (next, id, crowded) = (&next, &id, &crowded);
+                let (next, id, crowded, staging) = (&next, &id, &crowded, &staging);
                 s.spawn(move || {
-                    let mut staging = None;
                     let mut batch: Vec<(Staged, &Job)> = Vec::new();
                     let mut batch_bytes = 0;
                     let mut batch_since = std::time::Instant::now();
@@ -173,7 +173,7 @@ impl Engine {
                         let mut permit = self.depth.acquire_blocking();
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
                         let temp_in = match crowded.contains(crate::storage::beneath::split(&job.dst_path).0) {
-                            true => staging_for(dst, k, &mut staging),
+                            true => staging[k % STAGING_DIRS].get_or_init(|| dst.staging_dir(k % STAGING_DIRS).ok()).clone(),
                             false => None,
                         };
                         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
@@ -201,12 +201,12 @@ impl Engine {
                         }
                     }
                     self.commit_batch(batch, changed);
-                    if staging.is_some() {
-                        dst.remove_staging_dir(k);
-                    }
                 });
             }
         });
+        for (k, _) in staging.iter().enumerate().filter(|(_, d)| matches!(d.get(), Some(Some(_)))) {
+            dst.remove_staging_dir(k);
+        }
     }
 
     fn stage_one(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle, staging: Option<&Arc<OwnedFd>>) -> Result<Step> {

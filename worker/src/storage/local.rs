@@ -119,18 +119,18 @@ impl LocalStore {
         Ok(made)
     }
 
-    /// A staging directory for temp files (see `localcopy::TempIn`), one per copying thread:
-    /// under the root, named so that listings skip it. The names are the same in every run and
-    /// every process: a temp name is unique to its final name, so processes copying disjoint
-    /// parts of a tree may share them, and a re-run finds (and replaces) what a killed one
-    /// left there.
+    /// A staging directory for temp files (see `localcopy::TempIn`), one of the few a run's
+    /// threads share: under the root, named so that listings skip it. The names are the same in
+    /// every run and every process: a temp name is unique to its final name, so processes
+    /// copying disjoint parts of a tree may share them, and a re-run finds (and replaces) what
+    /// a killed one left there.
     pub fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>> {
         let name = staging_name(k);
         beneath::mkdir_at(fd(self.root_fd(true)?), &name)?;
         self.dir(&name, false)
     }
 
-    /// Removes a staging directory once its thread is done (left alone while another process
+    /// Removes a staging directory once the run is done (left alone while another process
     /// still has a file in it).
     pub fn remove_staging_dir(&self, k: usize) {
         let name = staging_name(k);
