@@ -145,7 +145,8 @@ def test_a_slow_mount_gets_many_requests_in_flight(tmp_path, ferry_bin):
 def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_left(tmp_path, ferry_bin):
     # Hundreds of files into one directory of a network filesystem: their temp names are made
     # in staging directories under the root (only the rename into place holds the crowded
-    # directory's lock), and those go once the copy is done.
+    # directory's lock), a few shared by all threads, and those go once the copy is done. In a
+    # durable run each such file is flushed on its own and renamed at once.
     src = tmp_path / "src" / "flat"
     src.mkdir(parents=True)
     for i in range(300):
@@ -154,7 +155,12 @@ def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_
     backing.mkdir()
     with LatencyFS(backing, tmp_path / "mnt", attr_timeout=30, entry_timeout=30) as fs:
         dst = fs.mountpoint / "dst"
+        fs.reset()
         subprocess.run([str(ferry_bin), "copy", "-r", f"{src.parent}/", dst], check=True, capture_output=True)
+        ops = fs.stats()["ops"]
         got = {p.name: p.read_bytes() for p in (dst / "flat").iterdir()}
         assert got == {p.name: p.read_bytes() for p in src.iterdir()}
         assert sorted(os.listdir(backing / "dst")) == ["flat"], "a staging directory was left behind"
+    # dst and flat, then the staging directories: made, and removed as many.
+    assert 2 < ops["mkdir"] <= 2 + 16 and ops["rmdir"] == ops["mkdir"] - 2, ops
+    assert ops["rename"] == ops["fsync"] == 300, ops

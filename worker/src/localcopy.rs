@@ -57,6 +57,8 @@ pub struct Staged {
     name: Vec<u8>,
     as_: StagedAs,
     pub bytes: u64,
+    /// On disk already (see `TempIn::Staging`): nothing to wait for before the commit.
+    pub synced: bool,
 }
 
 enum StagedAs {
@@ -67,10 +69,14 @@ enum StagedAs {
 }
 
 /// Where a temp name goes when there is no unnamed file: beside the final name, or in a
-/// staging directory of this thread's. The second is for a directory receiving many files on a
-/// network filesystem: a create in a directory holds that directory's lock across its round
-/// trips, so a thousand creates in one directory wait on each other whatever the depth;
-/// created elsewhere, only the rename into place holds it.
+/// staging directory (one of a few the run's threads share). The second is for a directory
+/// receiving many files on a network filesystem: a create in a directory holds that
+/// directory's lock across its round trips, so a thousand creates in one directory wait on
+/// each other whatever the depth; created elsewhere, only the rename into place holds it.
+/// Those renames go one at a time, so a staged file that waited for a batch's flush would wait
+/// again behind every other thread's, long enough for the client to forget its name (one more
+/// LOOKUP under the lock): where the run is durable such a file is flushed on its own instead
+/// (an fsync, a round trip outside the lock) and renamed at once.
 pub enum TempIn<'a> {
     Final,
     Staging(&'a Arc<OwnedFd>),
@@ -157,6 +163,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
     let meta = meta_of(&md);
     let mode = md.mode() & 0o7777;
     let (dir, name) = dst.parent(dst_rel, true)?;
+    let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync();
     // Created with its final permission bits where the umask allows, saving a chmod.
     let (out, as_) = match absent.then(|| open_unnamed(&dir, mode & 0o777, quirks)).transpose()?.flatten() {
         Some(f) => (f, None),
@@ -190,7 +197,11 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
                 return Err(io::Error::last_os_error());
             }
         }
-        set_times(&out, &meta)
+        set_times(&out, &meta)?;
+        if synced {
+            out.sync_all()?;
+        }
+        Ok(())
     })();
     let staged = Staged {
         dir,
@@ -200,6 +211,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
             None => StagedAs::Unnamed(out),
         },
         bytes: md.len(),
+        synced,
     };
     match written {
         Ok(()) => Ok(staged),
@@ -211,7 +223,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
 }
 
 /// Puts a staged file under its final name. Its bytes must be on disk first where that is
-/// wanted (the caller flushes the filesystem once for a batch).
+/// wanted (`synced`, or the caller flushes the filesystem once for a batch).
 pub fn commit(staged: Staged) -> io::Result<()> {
     let Staged { dir, name, as_, .. } = staged;
     match as_ {

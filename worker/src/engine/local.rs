@@ -178,6 +178,10 @@ impl Engine {
                         };
                         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
                         match step {
+                            Ok(Step::Staged(st)) if st.synced => {
+                                permit.done(st.bytes);
+                                self.commit(st, job, changed);
+                            }
                             Ok(Step::Staged(st)) => {
                                 if batch.is_empty() {
                                     batch_since = std::time::Instant::now();
@@ -274,10 +278,15 @@ impl Engine {
             return;
         }
         for (st, job) in batch {
-            changed.touch(&job.dst_path);
-            let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
-            self.record(job, r);
+            self.commit(st, job, changed);
         }
+    }
+
+    fn commit(&self, st: Staged, job: &Job, changed: &Changed) {
+        let (_, dst) = self.stores();
+        changed.touch(&job.dst_path);
+        let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
+        self.record(job, r);
     }
 
     fn finish_dirs(&self, dirs: &[Job], changed: &Changed) {
