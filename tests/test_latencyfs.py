@@ -171,6 +171,11 @@ def test_the_kernels_ctime_flush_is_no_round_trip(mount):
     os.utime(m / "moved", ns=(1, 2))
     st = fs.snapshot()
     assert requests(st) == {"setattr": 1} and st["request_s"] >= delay
+    os.stat(m / "f01")
+    fs.reset()
+    os.rename(m / "moved", m / "f01")  # over a file the kernel knows: a flush for each
+    ops = requests(fs.snapshot())
+    assert ops["rename"] == 1 and ops["ctime_flush"] == 2 and "setattr" not in ops, ops
 
 
 def test_counts_stay_exact_with_concurrent_requests_and_snapshots(mount):

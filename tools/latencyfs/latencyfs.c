@@ -556,10 +556,12 @@ static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const
 	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
 }
 
-/* The kernel's own ctime flush follows a rename, link or unlink of a known inode (c_setattr). */
+/* The kernel's own ctime flush follows a rename, link or unlink of a known inode (c_setattr);
+ * of a regular file only, the one kind whose times it keeps. */
 static void expect_ctime_flush(struct node *n)
 {
-	if (n && cfg.writeback)
+	struct stat st;
+	if (n && cfg.writeback && fstatat(n->fd, "", &st, AT_EMPTY_PATH) == 0 && S_ISREG(st.st_mode))
 		atomic_store(&n->ctime_flush_due, true);
 }
 
@@ -606,11 +608,12 @@ static void h_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		     const char *newname, unsigned int flags)
 {
+	/* A file renamed over goes as an unlink does, with its own flush. */
+	struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_node(newparent, newname);
 	int res = renameat2(fd_of(parent), name, fd_of(newparent), newname, flags);
 	if (res == 0) {
 		expect_ctime_flush(known_node(newparent, newname));
-		if (flags & RENAME_EXCHANGE)
-			expect_ctime_flush(known_node(parent, name));
+		expect_ctime_flush(flags & RENAME_EXCHANGE ? known_node(parent, name) : replaced);
 	}
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
