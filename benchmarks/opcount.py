@@ -7,9 +7,10 @@ kind, with the most and the average in flight. Requests repeat within about 1% f
 where timings on this shared machine do not: each case runs --repeat times and both counts are
 kept, so the spread is visible.
 
-    .venv/bin/python benchmarks/opcount.py [--files 2000] [--repeat 2] [--only GLOB]
+    .venv/bin/python benchmarks/opcount.py [--files 2000] [--flat] [--repeat 2] [--only GLOB]
 
-Results: benchmarks/results/opcount.{json,md} (opcount-<D>ms with --delay D), and the block
+Results: benchmarks/results/opcount.{json,md} (opcount-<D>ms with --delay D, opcount-flat… with
+--flat), and the block
 between the matching markers in docs/nfs.md. Needs root (FUSE mounts) and `make setup` (latencyfs, fpart, cpio, rsync).
 """
 
@@ -43,6 +44,8 @@ from support.latencyfs import LatencyFS, build  # noqa: E402
 # counts do not depend on how fast the case ran. Misses are never cached (see docs/nfs.md).
 CACHE_SECONDS = 30
 DOCS = REPO / "docs" / "nfs.md"
+# Counted by latencyfs but no round trip on NFS, so in no column (tools/latencyfs/README.md).
+NO_ROUND_TRIP = ("forget", "ctime_flush")
 # The kinds shown as columns; the rest are summed into "other".
 COLUMNS = ("lookup", "getattr", "setattr", "create", "mkdir", "rename", "unlink", "open", "read", "write",
            "flush", "release", "opendir", "readdir", "readdirplus", "releasedir")
@@ -152,7 +155,7 @@ def render(res: dict) -> str:
     ]
     for c in res["cases"]:
         ops = c["ops_median"]
-        other = sum(v for k, v in ops.items() if k not in COLUMNS and k != "forget")
+        other = sum(v for k, v in ops.items() if k not in COLUMNS and k not in NO_ROUND_TRIP)
         cells = [c["name"], " / ".join(f"{t:,}" for t in c["total"]), f"{c['per_file']:.2f}", f"{c['spread_pct']:.1f}%"]
         cells += [count(ops[k]) for k in COLUMNS]
         cells += [count(other), f"{c['inflight_avg_busy']:.1f} / {c['inflight_max']}",
@@ -168,6 +171,7 @@ def render(res: dict) -> str:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/opcount.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=2000, help="files in the tree (50 a directory; default %(default)s)")
+    ap.add_argument("--flat", action="store_true", help="all the files in one directory")
     ap.add_argument("--repeat", type=int, default=2, help="runs per case (default %(default)s)")
     ap.add_argument("--delay", type=float, default=0, help="ms per request (default 0: counts; 1: in-flight depth)")
     ap.add_argument("--only", action="append", default=[], metavar="GLOB", help="only cases whose name matches")
@@ -186,8 +190,10 @@ def main(argv: list[str]) -> int:
         sys.exit("opcount: FUSE mounts need root here")
     build()
     scratch = Path(a.scratch)
-    ds = files_dataset(f"opcount-{a.files}", "", a.files, lambda r: r.randint(0, 32 * KiB), per_dir=50, seed=41)
-    ds.desc = f"{ds.files:,} files of 0–32 KiB in {ds.files // 50} directories"
+    per_dir = a.files if a.flat else 50
+    ds = files_dataset(f"opcount-{'flat-' if a.flat else ''}{a.files}", "", a.files, lambda r: r.randint(0, 32 * KiB),
+                       per_dir=per_dir, seed=41)
+    ds.desc = f"{ds.files:,} files of 0–32 KiB in " + ("one directory" if a.flat else f"{ds.files // per_dir} directories")
     src = ds.materialize(scratch / "data")
     bindir = scratch / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
@@ -214,7 +220,7 @@ def main(argv: list[str]) -> int:
            "cache_seconds": CACHE_SECONDS, "delay_ms": a.delay, "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/opcount.py", *argv]),
            "cases": out}
     results.mkdir(parents=True, exist_ok=True)
-    name = f"opcount-{a.delay:g}ms" if a.delay else "opcount"
+    name = "opcount" + ("-flat" if a.flat else "") + (f"-{a.delay:g}ms" if a.delay else "")
     (results / f"{name}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     write(results, name, res, not a.no_docs)
     log(f"results in {rel(results)}/{name}.md")
