@@ -38,14 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from campaign.common import KiB, REPO, bench_env, log, rel  # noqa: E402
 from campaign.datasets import files_dataset  # noqa: E402
 from campaign.report import machine, update_block  # noqa: E402
-from support.latencyfs import LatencyFS, build  # noqa: E402
+from support.latencyfs import NO_ROUND_TRIP, LatencyFS, build  # noqa: E402
 
 # Like NFS's acdirmin (30 s): no attribute or name the client learnt expires during a case, so
 # counts do not depend on how fast the case ran. Misses are never cached (see docs/nfs.md).
 CACHE_SECONDS = 30
 DOCS = REPO / "docs" / "nfs.md"
-# Counted by latencyfs but no round trip on NFS, so in no column (tools/latencyfs/README.md).
-NO_ROUND_TRIP = ("forget", "ctime_flush")
 # The kinds shown as columns; the rest are summed into "other".
 COLUMNS = ("lookup", "getattr", "setattr", "create", "mkdir", "rename", "unlink", "open", "read", "write",
            "flush", "release", "opendir", "readdir", "readdirplus", "releasedir")

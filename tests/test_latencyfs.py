@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from support.latencyfs import LatencyFS, build, mounted_here
+from support.latencyfs import NO_ROUND_TRIP, LatencyFS, build, mounted_here
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,10 +55,6 @@ def settle(fs: LatencyFS, kind: str, at_least: int) -> dict:
         time.sleep(0.01)
     fs.reset()
     return st
-
-
-# Counted, but no round trip on NFS: never delayed, not in `total` (tools/latencyfs/README.md).
-NO_ROUND_TRIP = ("forget", "ctime_flush")
 
 
 def nonzero(st: dict) -> dict:

@@ -16,6 +16,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = REPO_ROOT / "tools" / "latencyfs"
 BINARY = SOURCE_DIR / "latencyfs"
+# Request kinds latencyfs counts that are no round trip on NFS: never delayed, not in `total`
+# (tools/latencyfs/README.md).
+NO_ROUND_TRIP = ("forget", "ctime_flush")
 
 
 def build() -> Path:

@@ -556,25 +556,24 @@ static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const
 	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
 }
 
-/* The kernel's own ctime flush follows a rename, link or unlink of a known inode (c_setattr);
- * of a regular file only, the one kind whose times it keeps. */
-static void expect_ctime_flush(struct node *n)
+/* The node of the regular file `name` under `parent`, if the kernel knows its inode and keeps
+ * its times (the writeback cache, regular files only): the file whose rename, link or unlink
+ * the kernel's own ctime flush follows (c_setattr). */
+static struct node *known_file(fuse_ino_t parent, const char *name)
 {
 	struct stat st;
-	if (n && cfg.writeback && fstatat(n->fd, "", &st, AT_EMPTY_PATH) == 0 && S_ISREG(st.st_mode))
-		atomic_store(&n->ctime_flush_due, true);
-}
-
-/* The node of the entry `name` under `parent`, if the kernel knows its inode. */
-static struct node *known_node(fuse_ino_t parent, const char *name)
-{
-	struct stat st;
-	if (fstatat(fd_of(parent), name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+	if (!cfg.writeback || fstatat(fd_of(parent), name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 		return NULL;
 	pthread_mutex_lock(&table_lock);
 	struct node *n = find_locked(&st);
 	pthread_mutex_unlock(&table_lock);
 	return n;
+}
+
+static void expect_ctime_flush(struct node *n)
+{
+	if (n)
+		atomic_store(&n->ctime_flush_due, true);
 }
 
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -587,13 +586,13 @@ static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const c
 		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
 	}
 	if (res == 0)
-		expect_ctime_flush(node_of(ino));
+		expect_ctime_flush(known_file(newparent, newname));
 	reply_entry(req, newparent, newname, true, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct node *n = known_node(parent, name);
+	struct node *n = known_file(parent, name);
 	int res = unlinkat(fd_of(parent), name, 0);
 	if (res == 0)
 		expect_ctime_flush(n);
@@ -609,11 +608,11 @@ static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_i
 		     const char *newname, unsigned int flags)
 {
 	/* A file renamed over goes as an unlink does, with its own flush. */
-	struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_node(newparent, newname);
+	struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_file(newparent, newname);
 	int res = renameat2(fd_of(parent), name, fd_of(newparent), newname, flags);
 	if (res == 0) {
-		expect_ctime_flush(known_node(newparent, newname));
-		expect_ctime_flush(flags & RENAME_EXCHANGE ? known_node(parent, name) : replaced);
+		expect_ctime_flush(known_file(newparent, newname));
+		expect_ctime_flush(flags & RENAME_EXCHANGE ? known_file(parent, name) : replaced);
 	}
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
@@ -992,15 +991,12 @@ COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_f
 static void c_setattr(fuse_req_t r, fuse_ino_t i, struct stat *a, int v, struct fuse_file_info *f)
 {
 	const int times = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
-	struct node *n = node_of(i);
-	if ((v & ~times) == 0 && (v & FUSE_SET_ATTR_CTIME) && atomic_exchange(&n->ctime_flush_due, false)) {
+	if ((v & ~times) == 0 && (v & FUSE_SET_ATTR_CTIME) && atomic_exchange(&node_of(i)->ctime_flush_due, false))
 		bump(&tally()->ops[OP_CTIME_FLUSH], 1);
-		h_setattr(r, i, a, v, f);
-		return;
-	}
-	span_begin(OP_SETATTR);
+	else
+		span_begin(OP_SETATTR);
 	h_setattr(r, i, a, v, f);
-	span_end();
+	span_end(); /* if no reply was written; nothing without a span */
 }
 
 /* A forget is a one-way message with no reply: counted, never delayed (NFS has no such call). */

@@ -164,7 +164,9 @@ impl Engine {
         let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> = (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
         std::thread::scope(|s| {
             for k in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
-                let (next, id, crowded, staging) = (&next, &id, &crowded, &staging);
+                let (next, id, crowded) = (&next, &id, &crowded);
+                let slot = k % STAGING_DIRS;
+                let staging = &staging[slot];
                 s.spawn(move || {
                     let mut batch: Vec<(Staged, &Job)> = Vec::new();
                     let mut batch_bytes = 0;
@@ -173,7 +175,7 @@ impl Engine {
                         let mut permit = self.depth.acquire_blocking();
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
                         let temp_in = match crowded.contains(crate::storage::beneath::split(&job.dst_path).0) {
-                            true => staging[k % STAGING_DIRS].get_or_init(|| dst.staging_dir(k % STAGING_DIRS).ok()).clone(),
+                            true => staging.get_or_init(|| dst.staging_dir(slot).ok()).clone(),
                             false => None,
                         };
                         let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
