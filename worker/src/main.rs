@@ -6,6 +6,7 @@ mod depth;
 mod engine;
 mod error;
 mod filter;
+mod hash;
 mod localcopy;
 mod location;
 mod manifest;

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
-use md5::{Digest, Md5};
+use crate::hash::Md5;
 use serde::{Deserialize, Serialize};
 
 use super::{default_concurrency, object_destination, open, open_options, parse_location, read_manifest, resolve, Pacer, Root};
@@ -101,7 +101,7 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     while let Some(chunk) = stream.try_next().await.map_err(|err: StoreError| err.to_string())? {
         h.update(&chunk.data);
     }
-    Ok(h.finalize().into())
+    Ok(h.finalize())
 }
 
 async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entry, args: &VerifyArgs) -> (Status, String) {

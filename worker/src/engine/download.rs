@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use md5::{Digest, Md5};
+use crate::hash::Md5;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -41,7 +41,7 @@ impl Engine {
                     }
                     drop(share);
                 }
-                <[u8; 16]>::from(h.finalize())
+                h.finalize()
             })
         });
         let fetched = {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use md5::{Digest, Md5};
+use crate::hash::{self, Md5};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::depth::Depth;
@@ -309,7 +309,7 @@ impl Engine {
         }
         let expected_md5 = job.src.md5.filter(|_| !local_src);
         let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
-        let digest: Option<[u8; 16]> = need_hash.then(|| Md5::digest(&data).into());
+        let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
         check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
         self.dst.put(&job.dst_path, data, &meta).await?;
@@ -328,6 +328,9 @@ impl Engine {
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
         let ahead = self.depth.ceiling().max(1);
+        // A blob's block ID and its transactional check need the block's own MD5: taken in the
+        // object's pass, the two cost little more than one.
+        let block_md5 = self.dst.local_root().is_none();
         let result: Result<()> = {
             let up_ref = &*up;
             let plan = &plan;
@@ -346,15 +349,21 @@ impl Engine {
                 })
                 .buffered(ahead)
                 .map_ok(|(i, data, mut permit, mem, m)| {
-                    if need_hash {
-                        hasher.update(&data);
-                    }
+                    let md5 = match (need_hash, block_md5) {
+                        (true, true) => Some(hasher.update_block(&data)),
+                        (false, true) => Some(hash::digest(&data)),
+                        (true, false) => {
+                            hasher.update(&data);
+                            None
+                        }
+                        (false, false) => None,
+                    };
                     if first_meta.is_none() {
                         first_meta = m;
                     }
                     async move {
                         let n = data.len() as u64;
-                        if up_ref.put_block(i, data).await? {
+                        if up_ref.put_block(i, data, md5).await? {
                             Stats::add(&self.stats.blocks_sent, 1);
                             Stats::add(&self.stats.bytes_copied, n);
                         } else {
@@ -377,7 +386,7 @@ impl Engine {
         if let Some(m) = first_meta {
             merge(&mut meta, m);
         }
-        let digest: Option<[u8; 16]> = need_hash.then(|| hasher.finalize().into());
+        let digest: Option<[u8; 16]> = need_hash.then(|| hasher.finalize());
         if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest) {
             up.abort(true).await;
             return Err(e);

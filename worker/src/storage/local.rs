@@ -291,7 +291,7 @@ pub fn create_temp(dir: &OwnedFd, tmp: &[u8], mode: u32) -> std::io::Result<File
 }
 
 pub fn md5_reader(mut f: File) -> std::io::Result<[u8; 16]> {
-    use md5::{Digest, Md5};
+    use crate::hash::Md5;
     thread_local! {
         // One read buffer per thread, for every file it hashes: a fresh MiB per file would be
         // zeroed each time (or faulted in), which for small files costs more than hashing them.
@@ -301,7 +301,7 @@ pub fn md5_reader(mut f: File) -> std::io::Result<[u8; 16]> {
     BUF.with_borrow_mut(|buf| loop {
         let n = f.read(buf)?;
         if n == 0 {
-            return Ok(h.finalize().into());
+            return Ok(h.finalize());
         }
         h.update(&buf[..n]);
     })
@@ -766,7 +766,7 @@ impl Upload for LocalUpload {
         self.staged.get(idx as usize).copied().unwrap_or(false)
     }
 
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool> {
+    async fn put_block(&self, idx: u64, data: Bytes, _md5: Option<[u8; 16]>) -> Result<bool> {
         self.write_at(idx, 0, vec![data]).await?;
         self.finish_block(idx).await?;
         Ok(true)

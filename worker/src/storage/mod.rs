@@ -63,9 +63,9 @@ pub trait Upload: Send + Sync {
     /// True if this block is known, before reading the source, to have survived from an earlier
     /// attempt at the same version (a local download's journal).
     fn staged(&self, idx: u64) -> bool;
-    /// Writes one block. Ok(false): a block with these very bytes was already staged by an
-    /// earlier attempt, so nothing was sent.
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool>;
+    /// Writes one block, given its MD5 where the caller has it. Ok(false): a block with these
+    /// very bytes was already staged by an earlier attempt, so nothing was sent.
+    async fn put_block(&self, idx: u64, data: Bytes, md5: Option<[u8; 16]>) -> Result<bool>;
     /// Whether a block can be written in pieces (`write_at`, then `finish_block`): true for
     /// local files, where a download then needs no block-sized buffer.
     fn piecewise(&self) -> bool {

@@ -661,9 +661,9 @@ impl Upload for AzureUpload {
         false
     }
 
-    async fn put_block(&self, idx: u64, data: Bytes) -> Result<bool> {
+    async fn put_block(&self, idx: u64, data: Bytes, md5: Option<[u8; 16]>) -> Result<bool> {
         let s = &self.inner;
-        let md5: [u8; 16] = <md5::Md5 as md5::Digest>::digest(&data).into();
+        let md5 = md5.unwrap_or_else(|| crate::hash::digest(&data));
         let id = block_id(idx, &md5);
         self.ids.lock().unwrap()[idx as usize] = Some(id.clone());
         if self.staged.get(&id) == Some(&(data.len() as i64)) {
