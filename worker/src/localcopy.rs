@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::storage::beneath::{self, fd};
-use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
+use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
 use crate::manifest::Mtime;
 use crate::storage::Meta;
 
@@ -47,8 +47,6 @@ impl Identity {
 pub struct Quirks {
     /// copy_file_range across filesystems (EXDEV) or where unsupported.
     no_copy_range: AtomicBool,
-    /// O_TMPFILE (NFS, FUSE and some others have none).
-    no_tmpfile: AtomicBool,
 }
 
 /// A file written in full, with its metadata, not yet under its final name.
@@ -135,21 +133,6 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
     Ok(())
 }
 
-/// An unnamed file in `dir`, or None where the filesystem has no `O_TMPFILE`.
-fn open_unnamed(dir: &OwnedFd, mode: u32, quirks: &Quirks) -> io::Result<Option<File>> {
-    if quirks.no_tmpfile.load(Relaxed) {
-        return Ok(None);
-    }
-    match beneath::open_at(fd(dir), b".", libc::O_TMPFILE | libc::O_RDWR, mode) {
-        Ok(f) => Ok(Some(File::from(f))),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)) => {
-            quirks.no_tmpfile.store(true, Relaxed);
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
-}
-
 /// Writes one regular file where no reader takes it for complete. `absent`: the listing of
 /// the destination showed the final name free, so the file may be linked into place
 /// unnamed rather than renamed over it.
@@ -165,7 +148,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
     let (dir, name) = dst.parent(dst_rel, true)?;
     let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync();
     // Created with its final permission bits where the umask allows, saving a chmod.
-    let (out, as_) = match absent.then(|| open_unnamed(&dir, mode & 0o777, quirks)).transpose()?.flatten() {
+    let (out, as_) = match absent.then(|| dst.open_unnamed(&dir, mode & 0o777)).transpose()?.flatten() {
         Some(f) => (f, None),
         None => {
             let tmp = temp_name(name, "partial");
@@ -234,21 +217,7 @@ pub fn commit(staged: Staged) -> io::Result<()> {
             }
             r
         }
-        StagedAs::Unnamed(f) => match link_unnamed(&f, &dir, &name) {
-            // Taken meanwhile (the listing is older than this moment): give the file a temp
-            // name, and rename that over the newcomer as any replacement is.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let tmp = temp_name(&name, "partial");
-                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-                link_unnamed(&f, &dir, &tmp)?;
-                let r = beneath::rename_at(fd(&dir), &tmp, &name);
-                if r.is_err() {
-                    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-                }
-                r
-            }
-            r => r,
-        },
+        StagedAs::Unnamed(f) => link_in(&f, &dir, &name),
     }
 }
 
@@ -257,26 +226,6 @@ pub fn discard(staged: Staged) {
     if let StagedAs::Temp(at, tmp) = &staged.as_ {
         let _ = beneath::unlink_at(fd(at), tmp, false);
     }
-}
-
-fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> io::Result<()> {
-    let c = std::ffi::CString::new(name)?;
-    // SAFETY: valid descriptors and C strings.
-    let rc = unsafe { libc::linkat(f.as_raw_fd(), c"".as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_EMPTY_PATH) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = io::Error::last_os_error();
-    // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH on older kernels; /proc names the same file.
-    if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) {
-        return Err(e);
-    }
-    let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
-    // SAFETY: valid descriptor and C strings.
-    if unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8]) -> io::Result<()> {

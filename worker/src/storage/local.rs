@@ -8,6 +8,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use async_trait::async_trait;
@@ -28,6 +29,26 @@ pub struct LocalStore {
     dirs: Arc<DirCache>,
     /// fsync each file before its rename, and the filesystem once at the end (`--no-fsync`).
     fsync: bool,
+    flushes: Arc<Flushes>,
+    /// Learnt on the first refusal: the filesystem has no `O_TMPFILE` (NFS, FUSE, some others).
+    no_tmpfile: Arc<AtomicBool>,
+}
+
+/// One `syncfs` shared by every thread that needs its files on disk while it runs: files
+/// written meanwhile cost one flush between them, not one each.
+#[derive(Default)]
+struct Flushes {
+    state: Mutex<FlushState>,
+    finished: Condvar,
+}
+
+#[derive(Default)]
+struct FlushState {
+    started: u64,
+    done: u64,
+    running: bool,
+    /// A failed flush fails every later one: the filesystem lost writes it had accepted.
+    failed: Option<(std::io::ErrorKind, String)>,
 }
 
 /// Directories below the root, each opened once and shared by every thread. They are opened
@@ -55,7 +76,7 @@ pub fn is_partial_name(name: &[u8]) -> bool {
 
 impl LocalStore {
     pub fn new(root: PathBuf, fsync: bool) -> Self {
-        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync }
+        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync, flushes: Arc::default(), no_tmpfile: Arc::default() }
     }
 
     pub fn fsync(&self) -> bool {
@@ -254,13 +275,97 @@ impl LocalStore {
         beneath::rename_at(fd(dir), tmp, name)
     }
 
-    /// Makes every rename of this run durable: one `syncfs` rather than an fsync per directory.
+    /// Puts on disk everything written to this filesystem before the call, with a `syncfs`
+    /// (not an fsync per file or directory) that is shared: a caller joins the next flush to
+    /// start, and the threads waiting with it return together when it ends.
     pub fn sync(&self) -> std::io::Result<()> {
-        match (self.fsync, self.root_fd.get()) {
-            (true, Some(root)) => beneath::sync_fs(fd(root)),
-            _ => Ok(()),
+        let root = match (self.fsync, self.root_fd.get()) {
+            (true, Some(root)) => root,
+            _ => return Ok(()),
+        };
+        let fl = &self.flushes;
+        let mut st = fl.state.lock().unwrap();
+        // A flush already running may have missed what this caller wrote: it needs the next.
+        let wanted = st.started + 1;
+        loop {
+            if let Some((kind, msg)) = &st.failed {
+                return Err(std::io::Error::new(*kind, msg.clone()));
+            }
+            if st.done >= wanted {
+                return Ok(());
+            }
+            if st.running {
+                st = fl.finished.wait(st).unwrap();
+                continue;
+            }
+            st.running = true;
+            st.started += 1;
+            let this = st.started;
+            drop(st);
+            let r = beneath::sync_fs(fd(root));
+            st = fl.state.lock().unwrap();
+            st.running = false;
+            st.done = this;
+            if let Err(e) = r {
+                st.failed = Some((e.kind(), e.to_string()));
+            }
+            fl.finished.notify_all();
         }
     }
+
+    /// An unnamed file in `dir`, or None where the filesystem has no `O_TMPFILE`.
+    pub fn open_unnamed(&self, dir: &OwnedFd, mode: u32) -> std::io::Result<Option<File>> {
+        if self.no_tmpfile.load(Relaxed) {
+            return Ok(None);
+        }
+        match beneath::open_at(fd(dir), b".", libc::O_TMPFILE | libc::O_RDWR, mode) {
+            Ok(f) => Ok(Some(File::from(f))),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)) => {
+                self.no_tmpfile.store(true, Relaxed);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Links an unnamed file in under `name`; a name taken meanwhile is replaced as any existing
+/// file is, through a temp name renamed over it.
+pub fn link_in(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
+    match link_unnamed(f, dir, name) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let tmp = temp_name(name, "partial");
+            let _ = beneath::unlink_at(fd(dir), &tmp, false);
+            link_unnamed(f, dir, &tmp)?;
+            let r = beneath::rename_at(fd(dir), &tmp, name);
+            if r.is_err() {
+                let _ = beneath::unlink_at(fd(dir), &tmp, false);
+            }
+            r
+        }
+        r => r,
+    }
+}
+
+fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let c = std::ffi::CString::new(name)?;
+    // SAFETY: valid descriptors and C strings.
+    let rc = unsafe { libc::linkat(f.as_raw_fd(), c"".as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_EMPTY_PATH) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH on older kernels; /proc names the same file.
+    if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) {
+        return Err(e);
+    }
+    let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    // SAFETY: valid descriptor and C strings.
+    if unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `statfs` magic numbers of filesystems reached over a network (linux/magic.h and the
@@ -646,11 +751,20 @@ impl Store for LocalStore {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         blocking(move || {
             let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
-            let tmp = temp_name(name, "partial");
-            let res = create_temp(&dir, &tmp, 0o600).and_then(|mut f| {
+            let written = |mut f: &File| {
                 f.write_all(&data)?;
-                apply_meta_fd(&f, &meta)?;
-                me.commit_temp(&dir, &tmp, name, &f)
+                apply_meta_fd(f, &meta)
+            };
+            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
+            // flush shared with the files written beside it, before it gets its name.
+            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
+                return written(&f).and_then(|_| me.sync()).and_then(|_| link_in(&f, &dir, name)).map_err(me.io_err(&rel));
+            }
+            let tmp = temp_name(name, "partial");
+            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
+                written(&f)?;
+                me.sync()?;
+                beneath::rename_at(fd(&dir), &tmp, name)
             });
             if res.is_err() {
                 let _ = beneath::unlink_at(fd(&dir), &tmp, false);
@@ -842,5 +956,33 @@ mod tests {
             assert!(s.parent(bad, false).is_err(), "{bad:?}");
         }
         assert!(s.parent(b"a/b..c/.d", false).is_ok());
+    }
+
+    /// Durable puts from many tasks at once share flushes, and each lands whole under its
+    /// name, a new one or one it replaces, with no temp name left behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_durable_puts_land_whole() {
+        let t = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(t.path().to_path_buf(), true);
+        std::fs::create_dir(t.path().join("d")).unwrap();
+        std::fs::write(t.path().join("d/f3"), b"old and longer than the new bytes").unwrap();
+        let meta = Meta { mtime: Some(Mtime { secs: 1_600_000_000, nanos: 5 }), mode: Some(0o640), ..Meta::default() };
+        let puts = (0..32).map(|i| {
+            let (s, meta) = (s.clone(), meta.clone());
+            tokio::spawn(async move { s.put(format!("d/f{i}").as_bytes(), Bytes::from(format!("file {i}")), &meta).await })
+        });
+        for p in futures::future::join_all(puts).await {
+            p.unwrap().unwrap();
+        }
+        let fl = s.flushes.state.lock().unwrap();
+        assert!(fl.done >= 1 && fl.done == fl.started && fl.failed.is_none());
+        let names: Vec<String> = std::fs::read_dir(t.path().join("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names.len(), 32, "{names:?}");
+        for i in 0..32 {
+            let p = t.path().join(format!("d/f{i}"));
+            assert_eq!(std::fs::read(&p).unwrap(), format!("file {i}").as_bytes());
+            let md = std::fs::metadata(&p).unwrap();
+            assert_eq!((md.mode() & 0o7777, md.mtime(), md.mtime_nsec()), (0o640, 1_600_000_000, 5));
+        }
     }
 }
