@@ -164,3 +164,24 @@ def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_
     # dst and flat, then the staging directories: made, and removed as many.
     assert 2 < ops["mkdir"] <= 2 + 16 and ops["rmdir"] == ops["mkdir"] - 2, ops
     assert ops["rename"] == ops["fsync"] == 300, ops
+
+
+def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_name_is_forgotten(tmp_path, ferry_bin):
+    # Each file into a crowded directory costs two LOOKUPs: its final name there (absent, so
+    # never cached) and its staged name at its create. Renames into that directory go one at a
+    # time under its lock, so with hundreds of files at once a file would wait there longer
+    # than the client's entry cache (1 s here) remembers its staged name, and the rename would
+    # look it up again. ferry lets few such files in flight, whatever the depth.
+    src = tmp_path / "src" / "flat"
+    src.mkdir(parents=True)
+    for i in range(300):
+        (src / f"f{i:04d}").write_bytes(os.urandom(i * 7 % 4000))
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    with LatencyFS(backing, tmp_path / "mnt", delay_ms=5, attr_timeout=1, entry_timeout=1) as fs:
+        fs.reset()
+        subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--parallel-files", "256", f"{src.parent}/",
+                        fs.mountpoint / "dst"], check=True, capture_output=True)
+        ops = fs.stats()["ops"]
+        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())
+    assert ops["rename"] == 300 and ops["lookup"] <= 2.2 * 300, ops
