@@ -203,6 +203,24 @@ mod tests {
     }
 
     #[test]
+    fn pieces_of_every_size_give_the_reference_digest() {
+        let data = bytes(20_000, 3);
+        let want: [u8; 16] = <::md5::Md5 as ::md5::Digest>::digest(&data).into();
+        for seed in 0..20u64 {
+            let mut h = Md5::new();
+            let (mut at, mut x) = (0, seed);
+            while at < data.len() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let n = ((x >> 33) % 200) as usize;
+                let end = (at + n).min(data.len());
+                h.update(&data[at..end]);
+                at = end;
+            }
+            assert_eq!(h.finalize(), want, "seed {seed}");
+        }
+    }
+
+    #[test]
     fn blocks_give_their_own_digest_and_the_whole_ones() {
         // Aligned blocks take the two-lane pass; after a short block the object's digest is off
         // the chunk boundary and the two are taken apart.
