@@ -185,3 +185,21 @@ def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_nam
         ops = fs.stats()["ops"]
         assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())
     assert ops["rename"] == 300 and ops["lookup"] <= 2.2 * 300, ops
+
+
+def test_a_crowded_directory_without_fsync_at_the_adaptive_depth_completes(tmp_path, ferry_bin):
+    # The adaptive depth starts below the 256 threads a network filesystem gets, so threads wait
+    # for slots; a thread waiting for its turn at a crowded directory must not hold one, or the
+    # thread whose turn it is can never get the slot its commit takes (a deadlock, seen once).
+    src = tmp_path / "src" / "flat"
+    src.mkdir(parents=True)
+    for i in range(600):
+        (src / f"f{i:04d}").write_bytes(b"z" * (i % 700))
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    with LatencyFS(backing, tmp_path / "mnt", delay_ms=1, attr_timeout=30, entry_timeout=30) as fs:
+        out = subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--json", f"{src.parent}/", fs.mountpoint / "dst"],
+                             check=True, capture_output=True, text=True, timeout=120)
+        depth = json.loads(out.stdout)["concurrency"]
+        assert depth["mode"] == "adaptive" and depth["initial"] < 256, depth
+        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())

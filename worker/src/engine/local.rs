@@ -176,11 +176,13 @@ impl Engine {
                     let mut batch_bytes = 0;
                     let mut batch_since = std::time::Instant::now();
                     loop {
-                        let mut permit = self.depth.acquire_blocking();
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
                         let crowded = crowded.contains(crate::storage::beneath::split(&job.dst_path).0);
                         // Held until the file is committed (a crowded file's is, in this turn).
+                        // Taken before a slot of the depth: a thread waiting for its turn holding
+                        // a slot could starve the commit of the thread whose turn it is.
                         let _turn = crowded.then(|| turn.lock().unwrap_or_else(|e| e.into_inner()));
+                        let mut permit = self.depth.acquire_blocking();
                         let temp_in = match crowded {
                             true => staging.get_or_init(|| dst.staging_dir(slot).ok()).clone(),
                             false => None,
