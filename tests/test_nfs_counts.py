@@ -142,17 +142,24 @@ def test_a_slow_mount_gets_many_requests_in_flight(tmp_path, ferry_bin):
         assert fs.stats()["inflight_max"] >= 32
 
 
+def flat_tree(tmp_path, files: int):
+    """A source directory `flat` of `files` small files (the crowded shape), and an empty
+    backing directory for the mount."""
+    src = tmp_path / "src" / "flat"
+    src.mkdir(parents=True)
+    for i in range(files):
+        (src / f"f{i:04d}").write_bytes(os.urandom(i * 7 % 4000))
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    return src, backing
+
+
 def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_left(tmp_path, ferry_bin):
     # Hundreds of files into one directory of a network filesystem: their temp names are made
     # in staging directories under the root (only the rename into place holds the crowded
     # directory's lock), a few shared by all threads, and those go once the copy is done. In a
     # durable run each such file is flushed on its own and renamed at once.
-    src = tmp_path / "src" / "flat"
-    src.mkdir(parents=True)
-    for i in range(300):
-        (src / f"f{i:04d}").write_bytes(os.urandom(i * 7 % 4000))
-    backing = tmp_path / "backing"
-    backing.mkdir()
+    src, backing = flat_tree(tmp_path, 300)
     with LatencyFS(backing, tmp_path / "mnt", attr_timeout=30, entry_timeout=30) as fs:
         dst = fs.mountpoint / "dst"
         fs.reset()
@@ -172,12 +179,7 @@ def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_nam
     # time under its lock, so with hundreds of files at once a file would wait there longer
     # than the client's entry cache (1 s here) remembers its staged name, and the rename would
     # look it up again. ferry lets few such files in flight, whatever the depth.
-    src = tmp_path / "src" / "flat"
-    src.mkdir(parents=True)
-    for i in range(300):
-        (src / f"f{i:04d}").write_bytes(os.urandom(i * 7 % 4000))
-    backing = tmp_path / "backing"
-    backing.mkdir()
+    src, backing = flat_tree(tmp_path, 300)
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=5, attr_timeout=1, entry_timeout=1) as fs:
         fs.reset()
         subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--parallel-files", "256", f"{src.parent}/",
@@ -191,12 +193,7 @@ def test_a_crowded_directory_without_fsync_at_the_adaptive_depth_completes(tmp_p
     # The adaptive depth starts below the 256 threads a network filesystem gets, so threads wait
     # for slots; a thread waiting for its turn at a crowded directory must not hold one, or the
     # thread whose turn it is can never get the slot its commit takes (a deadlock, seen once).
-    src = tmp_path / "src" / "flat"
-    src.mkdir(parents=True)
-    for i in range(600):
-        (src / f"f{i:04d}").write_bytes(b"z" * (i % 700))
-    backing = tmp_path / "backing"
-    backing.mkdir()
+    src, backing = flat_tree(tmp_path, 600)
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=1, attr_timeout=30, entry_timeout=30) as fs:
         out = subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--json", f"{src.parent}/", fs.mountpoint / "dst"],
                              check=True, capture_output=True, text=True, timeout=120)
