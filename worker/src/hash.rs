@@ -72,7 +72,6 @@ fn compress<const N: usize>(states: &mut [[u32; 4]; N], chunk: &[u8]) {
 }
 
 /// A streaming MD5.
-#[derive(Clone)]
 pub struct Md5 {
     state: [u32; 4],
     len: u64,
