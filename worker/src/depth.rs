@@ -163,9 +163,8 @@ impl Controller {
             self.phase = Phase::Hold(HOLD_TRIALS);
             return (limit / 2).max(self.min);
         }
-        let (min, max) = (self.min, self.max);
-        let up = |l: usize| (l + (l / 4).max(1)).min(max);
-        let down = |l: usize| (l - (l / 5).max(1)).max(min);
+        let up = |l: usize| (l + (l / 4).max(1)).min(self.max);
+        let down = |l: usize| (l - (l / 5).max(1)).max(self.min);
         match (self.phase, self.best) {
             (_, None) => {
                 self.best = Some((limit, rate));
