@@ -354,10 +354,10 @@ impl Depth {
         let saturated = s.waiting > 0 || s.inflight >= s.limit;
         s.inflight -= 1;
         let before = s.limit;
-        let throttles = self.throttles();
-        let (now, at, limit) = (Instant::now(), self.started.elapsed().as_secs_f64(), s.limit);
         if let Some(c) = s.ctl.as_mut() {
-            let next = c.finished(limit, bytes, saturated, throttles, now, at);
+            let now = Instant::now();
+            let at = now.duration_since(self.started).as_secs_f64();
+            let next = c.finished(before, bytes, saturated, self.throttles(), now, at);
             s.limit = next;
             s.peak = s.peak.max(next);
         }
