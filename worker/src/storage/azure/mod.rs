@@ -20,8 +20,8 @@ use azure_core::http::response::AsyncResponseBody;
 use azure_core::error::CheckSuccessOptions;
 use azure_core::http::{ClientOptions, Context, HttpClient, Method, Pipeline, PipelineSendOptions, PipelineStreamOptions, Request, RetryOptions, StatusCode, Transport, Url};
 use azure_storage_blob::models::{
-    BlobClientDeleteOptions, BlobContainerClientListBlobsOptions, BlockBlobClientCommitBlockListOptions,
-    BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList, DeleteSnapshotsOptionType, HttpRange,
+    BlobContainerClientListBlobsOptions, BlockBlobClientCommitBlockListOptions,
+    BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList, HttpRange,
     ListBlobsIncludeItem,
 };
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
@@ -65,8 +65,7 @@ struct Inner {
 struct Clients {
     /// Pipeline settings shared by every blob's client, so one token cache serves them all.
     options: BlobClientOptions,
-    /// The same settings built once, for the requests sent per blob without a client (a GET,
-    /// a Put Blob): a client per blob builds a pipeline per blob.
+    /// The same settings built once, for the requests sent without a client (`Inner::request`).
     pipeline: Pipeline,
     /// The container's URL, with the SAS query if there is one.
     base: Url,
@@ -256,14 +255,37 @@ impl Inner {
         BlobClient::new(url, None, Some(self.clients().await?.options.clone())).map_err(map_err)
     }
 
+    /// A request for blob `name`, to send on the shared pipeline. ferry's calls made once per
+    /// blob (GET, Put Blob, HEAD, DELETE) go this way, as the SDK's clients would send them: a
+    /// client per blob builds a pipeline per blob, and that and the SDK's parsing of every
+    /// response header were a sixth of ferry's CPU on 16 KiB blobs.
+    async fn request(&self, method: Method, name: &str) -> Result<(&Clients, Request)> {
+        let c = self.clients().await?;
+        let mut req = Request::new(self.blob_url(name).await?, method);
+        req.insert_header("x-ms-version", c.options.version.clone());
+        Ok((c, req))
+    }
+
+    /// Sends `req`; any status but `ok` is an error.
+    async fn send(c: &Clients, req: &mut Request, ok: &'static [u16]) -> azure_core::Result<Headers> {
+        let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: ok }, ..Default::default() };
+        Ok(c.pipeline.send(&Context::new(), req, Some(opts)).await?.headers().clone())
+    }
+
+    /// The blob's properties (HEAD), or None where there is no such blob.
+    async fn properties(&self, name: &str) -> Result<Option<Headers>> {
+        let (c, req) = self.request(Method::Head, name).await?;
+        match self.call(|| async { Self::send(c, &mut req.clone(), &[200]).await }).await {
+            Ok(h) => Ok(Some(h)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
     /// With `version` (an ETag) the service refuses (412) to serve bytes of any other version.
-    /// Sent on the shared pipeline, as the SDK's download would send it: for 16 KiB blobs, a
-    /// client per blob and the SDK's parsing of every response header cost a sixth of ferry's
-    /// CPU.
     async fn open_range(&self, name: &str, offset: u64, len: u64, version: Option<&str>) -> Result<(Headers, AsyncResponseBody)> {
-        let c = self.clients().await?;
-        let mut req = Request::new(self.blob_url(name).await?, Method::Get);
+        let (c, mut req) = self.request(Method::Get, name).await?;
         req.insert_header("accept", "application/octet-stream");
         if let Some(v) = version {
             req.insert_header("if-match", v.to_string());
@@ -271,7 +293,6 @@ impl Inner {
         if len > 0 {
             req.insert_header("range", HttpRange::new(offset, len).to_string());
         }
-        req.insert_header("x-ms-version", c.options.version.clone());
         let opts = PipelineStreamOptions { check_success: CheckSuccessOptions { success_codes: &[200, 206] }, ..Default::default() };
         let (_, headers, body) = c.pipeline.stream(&Context::new(), &mut req, Some(opts)).await.map_err(map_err)?.deconstruct();
         Ok((headers, body))
@@ -403,29 +424,17 @@ impl Store for AzureStore {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
         let s = &self.inner;
-        let blob = s.blob(&s.name(path)?).await?;
-        match s.call(|| blob.get_properties(None)).await {
-            Ok(r) => {
-                let meta = meta_from_headers(r.headers(), false);
-                let e = Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(r.headers())), mtime: meta.mtime, md5: meta.md5, ..Default::default() };
-                Ok(Some((e, meta)))
-            }
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(s.properties(&s.name(path)?).await?.map(|h| {
+            let meta = meta_from_headers(&h, false);
+            (Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(&h)), mtime: meta.mtime, md5: meta.md5, ..Default::default() }, meta)
+        }))
     }
 
     async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
         let s = &self.inner;
-        let blob = s.blob(&s.name(path)?).await?;
-        match s.call(|| blob.get_properties(None)).await {
-            Ok(r) => {
-                let etag = r.headers().get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string();
-                Ok(Some((etag, content_length(r.headers()))))
-            }
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(s.properties(&s.name(path)?).await?.map(|h| {
+            (h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h))
+        }))
     }
 
     async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
@@ -468,29 +477,22 @@ impl Store for AzureStore {
         Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
     }
 
-    /// One Put Blob on the shared pipeline (see `open_range`), with the whole object's MD5,
-    /// which the service checks on arrival and keeps as the blob's.
+    /// One Put Blob, with the whole object's MD5, which the service checks on arrival and
+    /// keeps as the blob's.
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        let c = s.clients().await?;
-        let url = s.blob_url(&s.name(path)?).await?;
-        s.call(|| async {
-            let mut req = Request::new(url.clone(), Method::Put);
-            req.insert_header("content-length", data.len().to_string());
-            req.insert_header("content-type", "application/octet-stream");
-            if let Some(md5) = meta.md5 {
-                req.insert_header("content-md5", b64(&md5));
-            }
-            req.insert_header("x-ms-blob-type", "BlockBlob");
-            for (k, v) in metadata_of(meta) {
-                req.insert_header(format!("x-ms-meta-{k}"), v);
-            }
-            req.insert_header("x-ms-version", c.options.version.clone());
-            req.set_body(data.clone());
-            let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: &[201] }, ..Default::default() };
-            c.pipeline.send(&Context::new(), &mut req, Some(opts)).await
-        })
-        .await?;
+        let (c, mut req) = s.request(Method::Put, &s.name(path)?).await?;
+        req.insert_header("content-length", data.len().to_string());
+        req.insert_header("content-type", "application/octet-stream");
+        if let Some(md5) = meta.md5 {
+            req.insert_header("content-md5", b64(&md5));
+        }
+        req.insert_header("x-ms-blob-type", "BlockBlob");
+        for (k, v) in metadata_of(meta) {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        req.set_body(data);
+        s.call(|| async { Inner::send(c, &mut req.clone(), &[201]).await }).await?;
         Ok(())
     }
 
@@ -512,11 +514,9 @@ impl Store for AzureStore {
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
         let s = &self.inner;
-        let blob = s.blob(&s.name(path)?).await?;
-        let deleted = s
-            .call(|| blob.delete(Some(BlobClientDeleteOptions { delete_snapshots: Some(DeleteSnapshotsOptionType::Include), ..Default::default() })))
-            .await;
-        match deleted {
+        let (c, mut req) = s.request(Method::Delete, &s.name(path)?).await?;
+        req.insert_header("x-ms-delete-snapshots", "include");
+        match s.call(|| async { Inner::send(c, &mut req.clone(), &[202]).await }).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
