@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import subprocess
 
 import pytest
 
@@ -211,6 +213,23 @@ def test_an_unchanged_rerun_changes_nothing_at_all(tmp_path, run_ferry):
     out = run_ferry("copy", "-r", f"{src}/", dst, "--json").json
     assert out["files"]["copied"] == 0
     assert ctimes() == before
+
+
+@pytest.mark.parametrize("soft, hard", [(256, 4096), (256, 256)])
+def test_a_tree_of_more_directories_than_the_open_files_limit_copies(tmp_path, run_ferry, soft, hard):
+    # Each directory handle ferry keeps and each staged file is a descriptor, and trees hold
+    # more directories than the usual soft limit (1,024). ferry raises the soft limit to the
+    # hard one, and fits its handles, threads and batches under what it gets.
+    src = tmp_path / "src"
+    files = make_tree(src, many_files_spec(600, per_dir=1))
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    for flags in ([], ["--no-fsync"]):
+        dst = tmp_path / f"dst{len(flags)}"
+        cmd = run_ferry.command(["copy", "-r", *flags, f"{src}/", dst, "--json"])
+        proc = subprocess.run(cmd, env=run_ferry.env(None), capture_output=True, timeout=110, preexec_fn=limit)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        assert json.loads(proc.stdout)["files"]["copied"] == len(files)
+        assert snapshot(dst) == snapshot(src)
 
 
 def test_the_depth_is_reported_adaptive_unless_fixed(tmp_path, run_ferry):

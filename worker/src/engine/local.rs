@@ -20,7 +20,7 @@ use crate::error::{Result, StoreError};
 use crate::localcopy::{self, DirNow, Identity, Staged, TempIn};
 use crate::manifest::Kind;
 use crate::stats::Stats;
-use crate::storage::local::{meta_of, LocalStore};
+use crate::storage::local::{meta_of, open_files_limit, LocalStore};
 use crate::storage::{Meta, Store};
 
 /// Staged files committed together after one flush: enough to spread its cost, few enough
@@ -160,14 +160,19 @@ impl Engine {
         let next = AtomicUsize::new(0);
         let id = Identity::current();
         let (_, dst) = self.stores();
+        // Each thread keeps a source and a destination file open, and its batch's staged
+        // files stay open until committed: threads take a quarter of the open-files limit,
+        // batches another (the directory caches take a quarter, storage::local).
+        let fds = open_files_limit();
+        let threads = self.depth.ceiling().min((fds / 8).max(1) as usize).clamp(1, files.len().max(1));
         // Without fsync nothing is gained by waiting: each file is committed at once.
-        let batch_files = if dst.fsync() { BATCH_FILES } else { 1 };
+        let batch_files = if dst.fsync() { BATCH_FILES.min((fds / 4 / threads as u64).max(1) as usize) } else { 1 };
         let crowded = if dst.is_remote() { crowded_dirs(dst, files) } else { HashSet::new() };
         // Made on first use; None (temp names beside the final ones) where one cannot be made.
         let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> = (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
         let turns: Vec<Mutex<()>> = (0..STAGING_DIRS).map(|_| Mutex::new(())).collect();
         std::thread::scope(|s| {
-            for k in 0..self.depth.ceiling().clamp(1, files.len().max(1)) {
+            for k in 0..threads {
                 let (next, id, crowded) = (&next, &id, &crowded);
                 let slot = k % STAGING_DIRS;
                 let (staging, turn) = (&staging[slot], &turns[slot]);

@@ -62,9 +62,37 @@ struct DirCache {
     opening_root: Mutex<()>,
 }
 
-/// Directory handles kept open at most; the cache starts over when full (each handle is one
-/// descriptor, and a tree may hold millions of directories).
-const DIR_CACHE_MAX: usize = 4096;
+/// Directory handles kept open at most by one store; the cache starts over when full. Each is
+/// a descriptor, and a tree may hold millions of directories: an eighth of the open-files
+/// limit each, so both sides of a copy and the files in flight fit under it.
+fn dir_cache_max() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| (open_files_limit() / 8).clamp(16, 4096) as usize)
+}
+
+/// The soft limit on open files (after `raise_open_files_limit`).
+pub fn open_files_limit() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is a valid rlimit to fill.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
+        0 => r.rlim_cur,
+        _ => 1024,
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as the Go runtime does for every
+/// program: the usual soft limit, 1,024, is a fraction of what directory handles and 256
+/// files in flight (two descriptors each) can hold at once.
+pub fn raise_open_files_limit() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is a valid rlimit, read then written back with only the soft limit raised.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
 
 /// Temp and journal files carry this prefix; listings skip them so a half-written file is
 /// never seen, under its own name or any other.
@@ -120,7 +148,7 @@ impl LocalStore {
         }
         let d = Arc::new(beneath::open_dir(fd(root), rel, create)?);
         let mut fds = self.dirs.fds.lock().unwrap();
-        if fds.len() >= DIR_CACHE_MAX {
+        if fds.len() >= dir_cache_max() {
             fds.clear();
         }
         fds.insert(rel.to_vec(), d.clone());
