@@ -268,7 +268,8 @@ impl Engine {
             Some(r) => r,
             None => stage(TempIn::Final),
         }
-        .map_err(src_err)?;
+        // Staging reads one side and writes the other: the error names both.
+        .map_err(|e| StoreError::io(format!("{} → {}", src.full_path(&job.src.path).display(), dst.full_path(&job.dst_path).display()), e))?;
         if let Some(t) = &self.throttle {
             rt.block_on(t.take(staged.bytes));
         }
