@@ -398,3 +398,20 @@ def test_stats_file_written_at_unmount(tmp_path, tree):
     assert not mounted_here(fs.mountpoint)
     final = json.loads(stats.read_text())
     assert final["total"] >= seen > 0 and final["inflight_now"] == 0
+
+
+def test_more_inodes_than_the_open_files_limit(tmp_path):
+    # latencyfs holds a descriptor for every inode the kernel knows, so it raises its soft
+    # limit on open files to the hard one; at the limit, every request for one more name fails
+    # with EMFILE.
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(600):
+        (src / f"f{i:03d}").write_bytes(b"%d" % i)
+    fs = LatencyFS(src, tmp_path / "mnt", attr_timeout=60, entry_timeout=60)
+    fs.args = ["prlimit", "--nofile=128:4096", "--", *fs.args]
+    fs.mount()
+    try:
+        assert [(fs.mountpoint / f"f{i:03d}").read_bytes() for i in range(600)] == [b"%d" % i for i in range(600)]
+    finally:
+        fs.unmount()

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -405,8 +406,13 @@ static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_para
 	if (!n) {
 		/* The attributes are those of what was opened: the name may have moved on since. */
 		int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
-		if (fd < 0)
+		if (fd < 0) {
+			static atomic_flag told = ATOMIC_FLAG_INIT;
+			if (errno == EMFILE && !atomic_flag_test_and_set(&told))
+				fprintf(stderr, "latencyfs: out of descriptors (one per inode the kernel knows): "
+						"raise the hard limit on open files (ulimit -Hn)\n");
 			return errno;
+		}
 		if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
 			int err = errno;
 			close(fd);
@@ -1236,6 +1242,29 @@ static int default_threads(void)
 	return delayed ? 256 : cpus > 2 ? (int)cpus : 2;
 }
 
+/* One O_PATH descriptor per inode the kernel knows: a mount of 100,000 files needs more than
+ * the usual soft limit on open files (1,024), or a tool's requests fail with EMFILE. Raised as
+ * far as allowed: to the hard limit, and past it up to fs.nr_open when run as root. */
+static void raise_open_files_limit(void)
+{
+	struct rlimit r;
+	if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+		return;
+	rlim_t want = r.rlim_max;
+	FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+	unsigned long nr_open;
+	if (f) {
+		if (fscanf(f, "%lu", &nr_open) == 1 && (want == RLIM_INFINITY || nr_open > want))
+			want = nr_open;
+		fclose(f);
+	}
+	struct rlimit up = { want, want > r.rlim_max ? want : r.rlim_max };
+	if (setrlimit(RLIMIT_NOFILE, &up) != 0 && r.rlim_cur < r.rlim_max) {
+		up.rlim_cur = up.rlim_max = r.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &up);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "ctl") == 0)
@@ -1309,6 +1338,7 @@ int main(int argc, char **argv)
 
 	/* The kernel already applied the caller's umask to every mode it sends. */
 	umask(0);
+	raise_open_files_limit();
 	root.fd = open(cfg.source, O_PATH | O_DIRECTORY);
 	struct stat st;
 	if (root.fd < 0 || fstat(root.fd, &st) < 0) {
