@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 from pathlib import Path
 
@@ -37,6 +38,17 @@ def shapes(s: Settings) -> list[tuple[str, Dataset]]:
     ]
 
 
+def check_open_files(ds: Dataset) -> None:
+    """latencyfs holds a descriptor for every inode the kernel knows: a shape past the hard limit
+    on open files would fail every row of its groups with EMFILE, so it is refused up front."""
+    need = ds.files + ds.files // 20 + 1024  # its files, its directories (≤ 1 in 50), slack
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise SystemExit(f"nfs: {ds.name} needs about {need:,} open files in latencyfs (one per inode) and the "
+                         f"hard limit is {hard:,}: raise it (ulimit -Hn, which takes CAP_SYS_RESOURCE) or pass a "
+                         f"smaller --fraction")
+
+
 def make_seed(src: Path, seed: Path, phase: str, ds: Dataset) -> None:
     """The destination a re-run starts from: a copy of the source, every 100th file an mtime a
     day older for changed-1pct; made once and reused while its stamp matches."""
@@ -63,6 +75,7 @@ def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
                   and not (p == "list" and key == "10MiB")]
         if not wanted:
             continue
+        check_open_files(ds)
         src = ds.materialize(s.data / "nfs")
         for phase, delay in wanted:
             seed = None if phase == "baseline" else seeds / f"{ds.name}-{'1pct' if phase == 'changed-1pct' else 'same'}"
