@@ -267,6 +267,8 @@ def test_disk_full_fails_clearly_leaves_nothing_half_written_and_rerun_completes
         assert run.returncode == 1, f"exit {run.returncode}: {run.stderr[-2000:]}"
         reasons = " ".join(f["error"] for f in run.json["failures"])
         assert "No space left on device" in reasons, run.json["failures"]
+        # The full side is named: the destination, not only the source it was copied from.
+        assert all(str(dst) in f["error"] for f in run.json["failures"] if "No space" in f["error"]), run.json["failures"]
         assert not faults.check_local(dst, files, complete=False), "a half-written file under its final name"
         filler.unlink()
         run_ferry(*args)
