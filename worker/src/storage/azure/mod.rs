@@ -259,23 +259,26 @@ impl Inner {
     /// blob (GET, Put Blob, HEAD, DELETE) go this way, as the SDK's clients would send them: a
     /// client per blob builds a pipeline per blob, and that and the SDK's parsing of every
     /// response header were a sixth of ferry's CPU on 16 KiB blobs.
-    async fn request(&self, method: Method, name: &str) -> Result<(&Clients, Request)> {
-        let c = self.clients().await?;
+    async fn request(&self, method: Method, name: &str) -> Result<Request> {
         let mut req = Request::new(self.blob_url(name).await?, method);
-        req.insert_header("x-ms-version", c.options.version.clone());
-        Ok((c, req))
+        req.insert_header("x-ms-version", self.clients().await?.options.version.clone());
+        Ok(req)
     }
 
-    /// Sends `req`; any status but `ok` is an error.
-    async fn send(c: &Clients, req: &mut Request, ok: &'static [u16]) -> azure_core::Result<Headers> {
-        let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: ok }, ..Default::default() };
-        Ok(c.pipeline.send(&Context::new(), req, Some(opts)).await?.headers().clone())
+    /// Sends `req` under the retry policy, a fresh copy each attempt; any status but `ok` is
+    /// an error.
+    async fn send(&self, req: &Request, ok: &'static [u16]) -> Result<Headers> {
+        let pipeline = &self.clients().await?.pipeline;
+        self.call(|| async {
+            let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: ok }, ..Default::default() };
+            Ok(pipeline.send(&Context::new(), &mut req.clone(), Some(opts)).await?.headers().clone())
+        })
+        .await
     }
 
     /// The blob's properties (HEAD), or None where there is no such blob.
     async fn properties(&self, name: &str) -> Result<Option<Headers>> {
-        let (c, req) = self.request(Method::Head, name).await?;
-        match self.call(|| async { Self::send(c, &mut req.clone(), &[200]).await }).await {
+        match self.send(&self.request(Method::Head, name).await?, &[200]).await {
             Ok(h) => Ok(Some(h)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -285,7 +288,7 @@ impl Inner {
     /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
     /// With `version` (an ETag) the service refuses (412) to serve bytes of any other version.
     async fn open_range(&self, name: &str, offset: u64, len: u64, version: Option<&str>) -> Result<(Headers, AsyncResponseBody)> {
-        let (c, mut req) = self.request(Method::Get, name).await?;
+        let mut req = self.request(Method::Get, name).await?;
         req.insert_header("accept", "application/octet-stream");
         if let Some(v) = version {
             req.insert_header("if-match", v.to_string());
@@ -294,7 +297,7 @@ impl Inner {
             req.insert_header("range", HttpRange::new(offset, len).to_string());
         }
         let opts = PipelineStreamOptions { check_success: CheckSuccessOptions { success_codes: &[200, 206] }, ..Default::default() };
-        let (_, headers, body) = c.pipeline.stream(&Context::new(), &mut req, Some(opts)).await.map_err(map_err)?.deconstruct();
+        let (_, headers, body) = self.clients().await?.pipeline.stream(&Context::new(), &mut req, Some(opts)).await.map_err(map_err)?.deconstruct();
         Ok((headers, body))
     }
 
@@ -481,7 +484,7 @@ impl Store for AzureStore {
     /// keeps as the blob's.
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        let (c, mut req) = s.request(Method::Put, &s.name(path)?).await?;
+        let mut req = s.request(Method::Put, &s.name(path)?).await?;
         req.insert_header("content-length", data.len().to_string());
         req.insert_header("content-type", "application/octet-stream");
         if let Some(md5) = meta.md5 {
@@ -492,7 +495,7 @@ impl Store for AzureStore {
             req.insert_header(format!("x-ms-meta-{k}"), v);
         }
         req.set_body(data);
-        s.call(|| async { Inner::send(c, &mut req.clone(), &[201]).await }).await?;
+        s.send(&req, &[201]).await?;
         Ok(())
     }
 
@@ -514,9 +517,9 @@ impl Store for AzureStore {
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
         let s = &self.inner;
-        let (c, mut req) = s.request(Method::Delete, &s.name(path)?).await?;
+        let mut req = s.request(Method::Delete, &s.name(path)?).await?;
         req.insert_header("x-ms-delete-snapshots", "include");
-        match s.call(|| async { Inner::send(c, &mut req.clone(), &[202]).await }).await {
+        match s.send(&req, &[202]).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
