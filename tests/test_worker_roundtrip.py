@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import uuid
@@ -139,3 +140,15 @@ def test_download_never_writes_outside_the_destination(tmp_path, container, run_
     finally:
         if os.path.lexists(outside):
             os.unlink(outside)
+
+
+def test_a_put_blob_carries_the_files_md5_for_the_service_to_check(tmp_path, container, run_ferry, proxy):
+    # Azurite, like the service, keeps an MD5 of its own for a Put Blob without one, so the blob's
+    # properties cannot tell; only the request shows the MD5 the service checks the bytes against.
+    data = os.urandom(50_000)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "one.bin").write_bytes(data)
+    run_ferry("copy", "-r", tmp_path / "src", container.via(proxy.port))
+    [put] = [r for r in proxy.requests("PUT") if r.path.endswith("/one.bin")]
+    headers = {k.lower(): v for k, v in put.headers}
+    assert headers.get("content-md5") == base64.b64encode(hashlib.md5(data).digest()).decode(), headers
