@@ -9,7 +9,7 @@
 //! starve it.
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use crate::hash::Md5;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::OwnedSemaphorePermit;
@@ -44,26 +44,41 @@ impl Engine {
                 h.finalize()
             })
         });
-        let fetched = {
-            let up = &*up;
-            let plan = &plan;
-            let to_hasher = &to_hasher;
-            futures::stream::iter(0..plan.blocks())
-                // One range at a time takes its share of memory, in order (see above).
-                .then(|i| async move {
-                    let share = self.reserve(plan.block_len(i)).await;
-                    if !need_hash {
-                        return (i, None, Some(share));
+        let fetched: Result<Option<Meta>> = async {
+            let (ceiling, blocks) = (self.depth.ceiling().max(1), plan.blocks());
+            let mut running = FuturesUnordered::new();
+            let mut found: Option<Meta> = None;
+            let mut i = 0;
+            while i < blocks || !running.is_empty() {
+                if i == blocks || running.len() == ceiling {
+                    if let Some(m) = running.next().await {
+                        found = found.or(m?);
                     }
+                    continue;
+                }
+                // One range at a time takes its share of memory, in order (see above), while
+                // the ranges in flight go on.
+                let reserve = self.reserve(plan.block_len(i));
+                tokio::pin!(reserve);
+                let share = loop {
+                    tokio::select! {
+                        share = &mut reserve => break share,
+                        Some(m) = running.next() => found = found.or(m?),
+                    }
+                };
+                let (hash_tx, share) = if need_hash {
                     let (tx, rx) = unbounded_channel();
                     let _ = to_hasher.send((rx, share));
-                    (i, Some(tx), None)
-                })
-                .map(|(i, hash_tx, share)| self.fetch_range(job, up, plan, i, version, hash_tx, share))
-                .buffer_unordered(self.depth.ceiling().max(1))
-                .try_fold(None, |acc: Option<Meta>, m| async move { Ok(acc.or(m)) })
-                .await
-        };
+                    (Some(tx), None)
+                } else {
+                    (None, Some(share))
+                };
+                running.push(self.fetch_range(job, &*up, &plan, i, version, hash_tx, share));
+                i += 1;
+            }
+            Ok(found)
+        }
+        .await;
         // Every range has been handed over: the hasher ends once it has hashed them all.
         drop(to_hasher);
         let digest = match hasher {

@@ -14,16 +14,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::{FutureExt, StreamExt};
 use crate::hash::{self, Md5};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::depth::Depth;
+use crate::depth::{Depth, Permit};
 use crate::error::{Result, StoreError};
 use crate::localcopy::Quirks;
 use crate::manifest::{Entry, Kind};
 use crate::stats::Stats;
-use crate::storage::{Meta, Store, UploadPlan};
+use crate::storage::{Meta, Store, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -117,15 +118,19 @@ impl Engine {
             local::run(self, jobs).await;
         } else {
             let files: Vec<Job> = jobs.into_iter().filter(|j| j.src.kind != Kind::Dir).collect();
-            futures::stream::iter(files)
-                .for_each_concurrent(self.opts.parallel_files.max(1), |job| {
-                    let me = self.clone();
-                    async move {
-                        let outcome = std::panic::AssertUnwindSafe(me.one(&job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
-                        me.record(&job, outcome);
-                    }
-                })
-                .await;
+            let slots = Arc::new(Semaphore::new(self.opts.parallel_files.max(1)));
+            let mut tasks = tokio::task::JoinSet::new();
+            for job in files {
+                let slot = slots.clone().acquire_owned().await.expect("never closed");
+                let me = self.clone();
+                tasks.spawn(async move {
+                    let outcome = std::panic::AssertUnwindSafe(me.one(&job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                    me.record(&job, outcome);
+                    drop(slot);
+                });
+                while tasks.try_join_next().is_some() {}
+            }
+            while tasks.join_next().await.is_some() {}
         }
         if let Some(local) = self.dst.as_local() {
             let local = local.clone();
@@ -324,61 +329,45 @@ impl Engine {
     async fn upload(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
         let path = &job.src.path;
         let local_src = self.src.local_root().is_some();
-        let bs = plan.block_size;
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
         let ahead = self.depth.ceiling().max(1);
         // A blob's block ID and its transactional check need the block's own MD5: taken in the
         // object's pass, the two cost little more than one.
         let block_md5 = self.dst.local_root().is_none();
-        let result: Result<()> = {
-            let up_ref = &*up;
-            let plan = &plan;
-            futures::stream::iter(0..plan.blocks())
-                .map(|i| async move {
-                    let len = plan.block_len(i);
-                    let mem = self.reserve(len).await;
-                    let permit = self.depth.acquire().await;
-                    // Every block is read, even one an earlier attempt staged: only its bytes
-                    // can tell whether the staged copy is still the source's.
-                    let chunk = self.src.read(path, i * bs, len, version).await?;
-                    if let Some(t) = &self.throttle {
-                        t.take(len).await;
-                    }
-                    Ok::<_, StoreError>((i, chunk.data, permit, mem, chunk.meta))
-                })
-                .buffered(ahead)
-                .map_ok(|(i, data, mut permit, mem, m)| {
-                    let md5 = match (need_hash, block_md5) {
-                        (true, true) => Some(hasher.update_block(&data)),
-                        (false, true) => Some(hash::digest(&data)),
-                        (true, false) => {
-                            hasher.update(&data);
-                            None
+        // Up to `ahead` blocks are read, in order, while up to `ahead` read ones are sent.
+        let result: Result<()> = async {
+            let mut reading = FuturesOrdered::new();
+            let mut sending = FuturesUnordered::new();
+            let mut next = 0;
+            loop {
+                while next < plan.blocks() && reading.len() < ahead {
+                    reading.push_back(self.read_block(path, &plan, next, version));
+                    next += 1;
+                }
+                tokio::select! {
+                    Some(read) = reading.next(), if sending.len() < ahead => {
+                        let (i, data, permit, mem, m) = read?;
+                        let md5 = match (need_hash, block_md5) {
+                            (true, true) => Some(hasher.update_block(&data)),
+                            (false, true) => Some(hash::digest(&data)),
+                            (true, false) => {
+                                hasher.update(&data);
+                                None
+                            }
+                            (false, false) => None,
+                        };
+                        if first_meta.is_none() {
+                            first_meta = m;
                         }
-                        (false, false) => None,
-                    };
-                    if first_meta.is_none() {
-                        first_meta = m;
+                        sending.push(self.send_block(&*up, i, data, md5, permit, mem));
                     }
-                    async move {
-                        let n = data.len() as u64;
-                        if up_ref.put_block(i, data, md5).await? {
-                            Stats::add(&self.stats.blocks_sent, 1);
-                            Stats::add(&self.stats.bytes_copied, n);
-                        } else {
-                            Stats::add(&self.stats.blocks_reused, 1);
-                            Stats::add(&self.stats.bytes_skipped, n);
-                        }
-                        permit.done(n);
-                        drop((permit, mem));
-                        Ok(())
-                    }
-                })
-                .try_buffer_unordered(ahead)
-                .try_for_each(|_| async { Ok(()) })
-                .await
-        };
+                    Some(sent) = sending.next() => sent?,
+                    else => return Ok(()),
+                }
+            }
+        }
+        .await;
         if let Err(e) = result {
             up.abort(matches!(e, StoreError::Integrity(_))).await;
             return Err(e);
@@ -393,6 +382,34 @@ impl Engine {
         }
         meta.md5 = digest.filter(|_| self.opts.put_md5);
         up.commit(&meta).await
+    }
+
+    /// Block `i` of an upload, read whole, holding its share of memory and a slot of the depth.
+    async fn read_block(&self, path: &[u8], plan: &UploadPlan, i: u64, version: Option<&str>) -> Result<(u64, Bytes, Permit<'_>, OwnedSemaphorePermit, Option<Meta>)> {
+        let len = plan.block_len(i);
+        let mem = self.reserve(len).await;
+        let permit = self.depth.acquire().await;
+        // Every block is read, even one an earlier attempt staged: only its bytes can tell
+        // whether the staged copy is still the source's.
+        let chunk = self.src.read(path, i * plan.block_size, len, version).await?;
+        if let Some(t) = &self.throttle {
+            t.take(len).await;
+        }
+        Ok((i, chunk.data, permit, mem, chunk.meta))
+    }
+
+    async fn send_block(&self, up: &dyn Upload, i: u64, data: Bytes, md5: Option<[u8; 16]>, mut permit: Permit<'_>, mem: OwnedSemaphorePermit) -> Result<()> {
+        let n = data.len() as u64;
+        if up.put_block(i, data, md5).await? {
+            Stats::add(&self.stats.blocks_sent, 1);
+            Stats::add(&self.stats.bytes_copied, n);
+        } else {
+            Stats::add(&self.stats.blocks_reused, 1);
+            Stats::add(&self.stats.bytes_skipped, n);
+        }
+        permit.done(n);
+        drop((permit, mem));
+        Ok(())
     }
 }
 
