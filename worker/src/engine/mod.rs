@@ -279,6 +279,12 @@ impl Engine {
             if let Some(m) = chunk.meta {
                 merge(&mut meta, m);
             }
+            // The depth counts requests: a local write, and the flush it waits for, is not one.
+            if self.dst.local_root().is_some() {
+                permit.done(size);
+                drop(permit);
+                return self.put_small(job, chunk.data, meta).await;
+            }
             self.put_small(job, chunk.data, meta).await?;
             permit.done(size);
             return Ok(());
