@@ -73,21 +73,23 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)},
         "seconds": round(time.monotonic() - started, 1), "groups": groups_out,
     }
-    # A partial campaign (--only) refreshes its groups and keeps the others from the last run.
+    # A partial campaign (--only) refreshes its groups and keeps the others from the last run,
+    # whatever their scale: each group carries its own (its dataset line says it).
     prev_file = s.results / f"{scenario}.json"
     if s.only and prev_file.exists():
         prev = json.loads(prev_file.read_text())
-        if prev.get("scale", "quick" if prev.get("quick") else "full") == s.scale:
-            res["partial_command"] = partial
-            for g in prev["groups"]:
-                g.setdefault("ferry_sha256", prev["ferry"]["sha256"])
-            fresh = {g["id"] for g in groups_out}
-            order = [g["id"] for g in prev["groups"]] + [g["id"] for g in groups_out if g["id"] not in
-                                                        {p["id"] for p in prev["groups"]}]
-            merged = {g["id"]: g for g in prev["groups"] if g["id"] not in fresh} | {g["id"]: g for g in groups_out}
-            res["groups"] = [merged[i] for i in order]
-            res["load1"] = {"min": min(res["load1"]["min"], prev["load1"]["min"]),
-                            "max": max(res["load1"]["max"], prev["load1"]["max"])}
+        res["partial_command"] = partial
+        for g in prev["groups"]:
+            g.setdefault("ferry_sha256", prev["ferry"]["sha256"])
+            g.setdefault("scale", prev.get("scale", "full"))
+        fresh = {g["id"] for g in groups_out}
+        order = [g["id"] for g in prev["groups"]] + [g["id"] for g in groups_out if g["id"] not in
+                                                    {p["id"] for p in prev["groups"]}]
+        merged = {g["id"]: g for g in prev["groups"] if g["id"] not in fresh} | {g["id"]: g for g in groups_out}
+        res["groups"] = [merged[i] for i in order]
+        res["scale"] = ", ".join(dict.fromkeys(g["scale"] for g in res["groups"]))
+        res["load1"] = {"min": min(res["load1"]["min"], prev["load1"]["min"]),
+                        "max": max(res["load1"]["max"], prev["load1"]["max"])}
     write_results(s, res)
     failed = [g["id"] for g in groups_out if not (g.get("verification") or {}).get("ok", True)]
     log(f"{scenario}: done in {res['seconds']:.0f} s; results in {rel(s.results)}/{scenario}.md"

@@ -145,7 +145,8 @@ def render_markdown(res: dict, heading: int = 1) -> str:
         has_server = any("server_cpu_median" in r for r in g["rows"])
         has_tp = bool(g["bytes"])
         lines += ["", f"{h}# {g['id']}: {g['title']}", "",
-                  f"Dataset: {g['dataset']}. Measured {g['date']}, load {g['load1']['min']}–{g['load1']['max']}, "
+                  f"Dataset: {g['dataset']}{'' if g.get('scale', 'full') == 'full' else ' (' + g['scale'] + ' of full scale)'}. "
+                  f"Measured {g['date']}, load {g['load1']['min']}–{g['load1']['max']}, "
                   f"{g['seconds']} s for the group" + (f", {g['rounds']} round(s)" if "rounds" in g else "")
                   + (f", ferry sha256 {g['ferry_sha256']}…"
                      if len({x.get("ferry_sha256") for x in res["groups"]}) > 1 else "") + ".", ""]

@@ -198,7 +198,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
     rows = [summarize_row(r, runs[r.name], g) for r in g.rows]
     evaluate_targets(rows, g)
     return {
-        "id": g.id, "title": g.title, "dataset": g.dataset, "bytes": g.bytes, "files": g.files,
+        "id": g.id, "title": g.title, "dataset": g.dataset, "scale": s.scale, "bytes": g.bytes, "files": g.files,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "rounds": rounds,
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)} if loads else None,
         "seconds": round(time.monotonic() - started, 1), "notes": g.notes, "ferry_sha256": s.ferry_sha256,
