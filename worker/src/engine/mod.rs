@@ -11,6 +11,7 @@ mod download;
 mod local;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -117,18 +118,19 @@ impl Engine {
         if self.both_local() {
             local::run(self, jobs).await;
         } else {
-            let files: Vec<Job> = jobs.into_iter().filter(|j| j.src.kind != Kind::Dir).collect();
-            let slots = Arc::new(Semaphore::new(self.opts.parallel_files.max(1)));
+            let files: Arc<Vec<Job>> = Arc::new(jobs.into_iter().filter(|j| j.src.kind != Kind::Dir).collect());
+            // A fixed set of tasks, each taking the next file when done with one: handing each
+            // file out from here would wake this thread once a file.
+            let next = Arc::new(AtomicUsize::new(0));
             let mut tasks = tokio::task::JoinSet::new();
-            for job in files {
-                let slot = slots.clone().acquire_owned().await.expect("never closed");
-                let me = self.clone();
+            for _ in 0..self.opts.parallel_files.max(1).min(files.len()) {
+                let (me, files, next) = (self.clone(), files.clone(), next.clone());
                 tasks.spawn(async move {
-                    let outcome = std::panic::AssertUnwindSafe(me.one(&job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
-                    me.record(&job, outcome);
-                    drop(slot);
+                    while let Some(job) = files.get(next.fetch_add(1, Relaxed)) {
+                        let outcome = std::panic::AssertUnwindSafe(me.one(job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                        me.record(job, outcome);
+                    }
                 });
-                while tasks.try_join_next().is_some() {}
             }
             while tasks.join_next().await.is_some() {}
         }
