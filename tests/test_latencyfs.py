@@ -400,18 +400,96 @@ def test_stats_file_written_at_unmount(tmp_path, tree):
     assert final["total"] >= seen > 0 and final["inflight_now"] == 0
 
 
-def test_more_inodes_than_the_open_files_limit(tmp_path):
-    # latencyfs holds a descriptor for every inode the kernel knows, so it raises its soft
-    # limit on open files to the hard one; at the limit, every request for one more name fails
-    # with EMFILE.
+def many_files(src: Path, dirs: int, per_dir: int) -> dict[str, bytes]:
+    want = {}
+    for d in range(dirs):
+        (src / f"d{d:02d}").mkdir(parents=True)
+        for i in range(per_dir):
+            rel = f"d{d:02d}/f{i:03d}"
+            want[rel] = b"%s " % rel.encode() * (1 + i % 7)
+            (src / rel).write_bytes(want[rel])
+    return want
+
+
+@pytest.mark.parametrize("limit", ["64:64", "128:4096"])
+def test_more_inodes_than_the_hard_limit_on_open_files(tmp_path, limit):
+    """latencyfs keeps a descriptor open for only some of the inodes the kernel knows (half its
+    limit on open files) and reopens the others by file handle: with a hard limit of 64 it
+    serves 3,000 files the kernel knows all at once (entries trusted for a minute), stat, read,
+    written, renamed, deleted and made again, every byte intact and no EMFILE."""
     src = tmp_path / "many"
-    src.mkdir()
-    for i in range(600):
-        (src / f"f{i:03d}").write_bytes(b"%d" % i)
+    want = many_files(src, 30, 100)
+    # Attributes never trusted: every stat is a GETATTR, of an inode whose descriptor was closed
+    # since, most of them.
+    fs = LatencyFS(src, tmp_path / "mnt", attr_timeout=0, entry_timeout=60)
+    fs.args = ["prlimit", f"--nofile={limit}", "--", *fs.args]
+    with fs:
+        mnt = fs.mountpoint
+        for _ in range(2):
+            assert {rel: os.stat(mnt / rel).st_size for rel in want} == {rel: len(b) for rel, b in want.items()}
+        assert {rel: (mnt / rel).read_bytes() for rel in want} == want
+        for n, rel in enumerate(sorted(want)[::5]):
+            want[rel] += b"appended %d" % n
+            with open(mnt / rel, "ab") as f:
+                f.write(b"appended %d" % n)
+        for rel in sorted(want)[1::9]:  # ext4 gives a deleted inode's number to the next new file
+            os.unlink(mnt / rel)
+            want[rel] = b"made again: " + rel.encode()
+            (mnt / rel).write_bytes(want[rel])
+        for rel in sorted(want)[2::11]:
+            os.rename(mnt / rel, mnt / f"{rel}.moved")
+            want[f"{rel}.moved"] = want.pop(rel)
+        assert {rel: (mnt / rel).read_bytes() for rel in want} == want
+        assert {str(p.relative_to(mnt)) for p in mnt.rglob("f*")} == set(want)
+        st = fs.stats()
+        hard = int(limit.split(":")[1])  # raised to: the soft limit is the hard one, half of it cached
+        assert len(os.listdir(f"/proc/{fs.proc.pid}/fd")) <= min(hard, hard // 2 + 64) < len(want)
+    assert {rel: (src / rel).read_bytes() for rel in want} == want
+    # The kernel kept most inodes (it forgot few): it knew far more at once than the limit.
+    assert st["ops"]["forget"] < len(want) // 2 and st["ops"]["lookup"] >= len(want)
+    assert "out of descriptors" not in fs.log.read_text()
+
+
+def test_without_file_handles_a_descriptor_per_inode(tmp_path):
+    # Without CAP_DAC_READ_SEARCH (open_by_handle_at takes it) latencyfs keeps a descriptor for
+    # every inode the kernel knows, says so once, and raises its soft limit on open files to
+    # the hard one so as to serve more of them than the soft limit.
+    src = tmp_path / "many"
+    want = many_files(src, 6, 100)
     fs = LatencyFS(src, tmp_path / "mnt", attr_timeout=60, entry_timeout=60)
-    fs.args = ["prlimit", "--nofile=128:4096", "--", *fs.args]
-    fs.mount()
-    try:
-        assert [(fs.mountpoint / f"f{i:03d}").read_bytes() for i in range(600)] == [b"%d" % i for i in range(600)]
-    finally:
-        fs.unmount()
+    fs.args = ["prlimit", "--nofile=128:4096", "--", "setpriv", "--bounding-set", "-dac_read_search", "--",
+               *fs.args]
+    with fs:
+        assert {rel: (fs.mountpoint / rel).read_bytes() for rel in want} == want
+        assert len(os.listdir(f"/proc/{fs.proc.pid}/fd")) > len(want)
+    assert "no file handles" in fs.log.read_text()
+
+
+def test_a_new_inode_with_the_number_of_a_deleted_one_the_kernel_still_knows(tmp_path):
+    # The kernel keeps a removed directory's inode while something holds it (here an O_PATH
+    # descriptor, which latencyfs never hears of); latencyfs, its descriptor closed to make
+    # room, no longer keeps the directory alive underneath, and ext4 gives its number to the
+    # next new directory. That one must be a new inode to the kernel, not the removed one.
+    src = tmp_path / "src"
+    many_files(src, 1, 200)
+    fs = LatencyFS(src, tmp_path / "mnt", attr_timeout=0, entry_timeout=60)
+    fs.args = ["prlimit", "--nofile=64:64", "--", *fs.args]
+    with fs:
+        mnt = fs.mountpoint
+        os.mkdir(mnt / "gone")
+        number = os.stat(src / "gone").st_ino
+        held = os.open(mnt / "gone", os.O_PATH)
+        try:
+            for p in (mnt / "d00").iterdir():  # the cache (32 descriptors) turns over
+                os.stat(p)
+            os.rmdir(mnt / "gone")
+            for i in range(20):
+                os.mkdir(mnt / f"new{i}")
+                (mnt / f"new{i}" / "x").write_bytes(b"%d" % i)
+                assert (mnt / f"new{i}" / "x").read_bytes() == b"%d" % i
+                assert os.listdir(mnt / f"new{i}") == ["x"]
+        finally:
+            os.close(held)
+        reused = [i for i in range(20) if os.stat(src / f"new{i}").st_ino == number]
+    if not reused:
+        pytest.skip("the backing filesystem gave the number to no new directory")

@@ -315,14 +315,39 @@ static char *stats_json(bool reset)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Inodes: one O_PATH descriptor per inode the kernel knows, keyed by (dev, ino)               */
+/* Inodes: a node per inode the kernel knows, keyed by (dev, ino); descriptors in a cache     */
 /* ------------------------------------------------------------------------------------------ */
 
+/*
+ * A descriptor (O_PATH) for every inode the kernel knows would take as many open files as it
+ * knows inodes: 102,000 for a tree of 100,000 files, past a hard limit that cannot be raised
+ * without CAP_SYS_RESOURCE. So a node keeps its descriptor only while it is in the cache (at
+ * most cache.cap of them, half the limit on open files: the rest is for the files the kernel
+ * opens, which stay open until released), and once a sweep of the CLOCK kind has closed it to
+ * make room, a file handle names the inode: open_by_handle_at() reopens it when a request needs
+ * it (that takes CAP_DAC_READ_SEARCH). While the inodes in use fit, a request costs no call
+ * more than it did with a descriptor each.
+ *
+ * The handle is taken when the node's descriptor is first closed, not when the node is made:
+ * nodes that never leave the cache need none. Where no handle is to be had (the backing
+ * filesystem has none, no CAP_DAC_READ_SEARCH, an inode on another mount under SOURCE) a node
+ * keeps its descriptor for as long as the kernel knows it, as every node used to.
+ *
+ * A descriptor is closed only while no request uses it: a request counts itself in `users`
+ * before it reads `fd` (hold), and the sweep takes `fd` away before it reads `users` (and puts
+ * it back if someone came). Both sequentially consistent, so one of the two sees the other.
+ * A node is freed by a forget, which may follow the reply to a request on it at once: handlers
+ * let their nodes go before they reply.
+ */
 struct node {
 	struct node *next; /* hash chain */
 	ino_t ino;
 	dev_t dev;
-	int fd;
+	_Atomic int fd;             /* or -1: closed to make room, reopen it by the handle */
+	_Atomic unsigned users;     /* requests using fd: the sweep leaves it open */
+	_Atomic bool recent;        /* used since the sweep last passed it */
+	int slot;                   /* index in cache.nodes, or -1: fd kept for good, or closed (cache.lock) */
+	struct file_handle *handle; /* set before fd is first taken away, and never changed */
 	uint64_t nlookup;
 	_Atomic bool ctime_flush_due; /* renamed, linked or unlinked: see c_setattr */
 };
@@ -330,7 +355,19 @@ struct node {
 #define BUCKETS (1u << 20)
 static struct node **table;
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct node root;
+static struct node root; /* its descriptor is always open; not in the cache */
+
+/* The nodes whose descriptor is open and may be closed, in no order but the sweep's. */
+static struct {
+	pthread_mutex_t lock;
+	struct node **nodes;
+	size_t len, size;      /* nodes in it, room in the array */
+	_Atomic size_t cap;    /* most descriptors to keep open: `most`, less what shed() gave up */
+	size_t most;           /* half the limit on open files */
+	size_t hand;           /* where the sweep goes on */
+	int mount_fd;          /* for open_by_handle_at(), on SOURCE's mount; -1: no handles */
+	int mount_id;          /* that mount's, as name_to_handle_at() gives it */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .cap = 512, .most = 512, .mount_fd = -1};
 
 static size_t bucket_of(ino_t ino, dev_t dev)
 {
@@ -343,14 +380,186 @@ static struct node *node_of(fuse_ino_t ino)
 	return ino == FUSE_ROOT_ID ? &root : (struct node *)(uintptr_t)ino;
 }
 
-static int fd_of(fuse_ino_t ino)
-{
-	return node_of(ino)->fd;
-}
-
 static void proc_path(char out[64], int fd)
 {
 	snprintf(out, 64, "/proc/self/fd/%d", fd);
+}
+
+/* The handle of the inode open at fd, if open_by_handle_at() can use it, or NULL. */
+static struct file_handle *handle_of(int fd)
+{
+	struct file_handle *h = malloc(sizeof(*h) + MAX_HANDLE_SZ);
+	int mount_id = cache.mount_id;
+	if (!h)
+		return NULL;
+	h->handle_bytes = MAX_HANDLE_SZ;
+	/* On another mount (one under SOURCE), the handle would be decoded on the wrong one. */
+	if (name_to_handle_at(fd, "", h, &mount_id, AT_EMPTY_PATH) < 0 || mount_id != cache.mount_id) {
+		static atomic_flag told = ATOMIC_FLAG_INIT;
+		if (!atomic_flag_test_and_set(&told))
+			fprintf(stderr, "latencyfs: an inode under %s has no file handle (%s): such inodes keep "
+					"a descriptor each for as long as the kernel knows them\n", cfg.source,
+				mount_id != cache.mount_id ? "it is on another mount" : strerror(errno));
+		free(h);
+		return NULL;
+	}
+	struct file_handle *fit = realloc(h, sizeof(*h) + h->handle_bytes);
+	return fit ? fit : h;
+}
+
+static void cache_drop(struct node *n)
+{
+	struct node *last = cache.nodes[--cache.len];
+	cache.nodes[n->slot] = last;
+	last->slot = n->slot;
+	n->slot = -1;
+}
+
+/* Take the descriptor away from a node in the cache that no request uses, the sweep sparing
+ * once each one used since it last passed: the caller closes it. -1 if all are in use.
+ * cache.lock held (so no other thread closes a descriptor of the cache meanwhile). */
+static int evict_one(void)
+{
+	for (size_t steps = 0; cache.len > 0 && steps <= 2 * cache.len; steps++) {
+		if (cache.hand >= cache.len)
+			cache.hand = 0;
+		struct node *n = cache.nodes[cache.hand];
+		if (atomic_load_explicit(&n->recent, memory_order_relaxed)) {
+			atomic_store_explicit(&n->recent, false, memory_order_relaxed);
+			cache.hand++;
+			continue;
+		}
+		if (!n->handle && !(n->handle = handle_of(atomic_load(&n->fd)))) {
+			cache_drop(n); /* it keeps its descriptor */
+			continue;
+		}
+		int fd = atomic_exchange(&n->fd, -1);
+		if (atomic_load(&n->users) > 0) {
+			atomic_store(&n->fd, fd);
+			cache.hand++;
+			continue;
+		}
+		cache_drop(n);
+		return fd;
+	}
+	return -1;
+}
+
+/* n's descriptor joins the cache, which makes room for it: the descriptors to close go to out
+ * (at most two, so that a cache grown past its size by nodes in use shrinks back), their number
+ * is returned. cache.lock held. */
+static int cache_add(struct node *n, int out[2])
+{
+	int closing = 0;
+	while (cache.len >= cache.cap && closing < 2 && (out[closing] = evict_one()) >= 0)
+		closing++;
+	if (cache.len == cache.size) {
+		size_t size = cache.size ? 2 * cache.size : 1024;
+		struct node **nodes = realloc(cache.nodes, size * sizeof(*nodes));
+		if (!nodes)
+			return closing; /* then n keeps its descriptor */
+		cache.nodes = nodes;
+		cache.size = size;
+	}
+	n->slot = (int)cache.len;
+	cache.nodes[cache.len++] = n;
+	atomic_store_explicit(&n->recent, true, memory_order_relaxed);
+	return closing;
+}
+
+/*
+ * Out of descriptors (EMFILE): the files the kernel opened took more than the half of the
+ * limit left to them. Closes some of the cache's, which then keeps that many fewer until files
+ * are released (give_back), and says whether it did: with none to close the files open through
+ * the mount hold them all. errno is left as it was.
+ */
+static bool shed(void)
+{
+	int err = errno, out[32], closing = 0;
+	pthread_mutex_lock(&cache.lock);
+	size_t want = cache.len / 8 + 1;
+	while (closing < 32 && (size_t)closing < want && (out[closing] = evict_one()) >= 0)
+		closing++;
+	if (closing)
+		atomic_store(&cache.cap, cache.len > 16 ? cache.len : 16);
+	pthread_mutex_unlock(&cache.lock);
+	for (int i = 0; i < closing; i++)
+		close(out[i]);
+	if (!closing) {
+		static atomic_flag told = ATOMIC_FLAG_INIT;
+		if (!atomic_flag_test_and_set(&told))
+			fprintf(stderr, "latencyfs: out of descriptors: %s; raise the hard limit on open files "
+					"(ulimit -Hn)\n", cache.mount_fd < 0 ? "one per inode the kernel knows (no file handles)"
+					: "files open through the mount and inodes in use take them all");
+	}
+	errno = err;
+	return closing > 0;
+}
+
+/* A file the kernel had open is closed: its descriptor goes back to the cache, if shed() took
+ * one from it. */
+static void give_back(void)
+{
+	size_t cap = atomic_load_explicit(&cache.cap, memory_order_relaxed);
+	while (cap < cache.most && !atomic_compare_exchange_weak(&cache.cap, &cap, cap + 1))
+		;
+}
+
+/* A call that opens a descriptor, retried while a lack of them (EMFILE) can be made up for. */
+#define MAKING_ROOM(call)                                                                      \
+	({                                                                                      \
+		int fd_;                                                                        \
+		while ((fd_ = (call)) < 0 && errno == EMFILE && shed())                        \
+			;                                                                       \
+		fd_;                                                                            \
+	})
+
+/* A new descriptor for n, whose own was closed to make room; the caller is one of its users. */
+static int reopen(struct node *n)
+{
+	int fd = MAKING_ROOM(open_by_handle_at(cache.mount_fd, n->handle, O_PATH));
+	if (fd < 0)
+		return -1;
+	int out[2], closing = 0;
+	pthread_mutex_lock(&cache.lock);
+	int had = atomic_load(&n->fd); /* another request's reopen, or the sweep put it back */
+	if (had < 0) {
+		atomic_store(&n->fd, fd);
+		closing = cache_add(n, out);
+	}
+	pthread_mutex_unlock(&cache.lock);
+	if (had >= 0) {
+		close(fd);
+		fd = had;
+	}
+	for (int i = 0; i < closing; i++)
+		close(out[i]);
+	return fd;
+}
+
+/* A descriptor of ino's inode, open until let_go(ino), which follows every hold(ino); -1 and
+ * errno if it could not be reopened (ESTALE: the inode is gone). In the cache: two atomic
+ * operations, no call. */
+static int hold(fuse_ino_t ino)
+{
+	struct node *n = node_of(ino);
+	if (n == &root)
+		return root.fd;
+	atomic_fetch_add(&n->users, 1);
+	int fd = atomic_load(&n->fd);
+	if (fd < 0)
+		return reopen(n);
+	/* Only a store when it changes: no cache line written back and forth on every use. */
+	if (!atomic_load_explicit(&n->recent, memory_order_relaxed))
+		atomic_store_explicit(&n->recent, true, memory_order_relaxed);
+	return fd;
+}
+
+static void let_go(fuse_ino_t ino)
+{
+	struct node *n = node_of(ino);
+	if (n != &root)
+		atomic_fetch_sub(&n->users, 1);
 }
 
 /* The node of st's inode, or NULL; table_lock held. The root is found too: it is ".." of a
@@ -365,33 +574,64 @@ static struct node *find_locked(const struct stat *st)
 	return n;
 }
 
+/* Whether n is still the inode open at fd, which has n's (dev, ino). A node without its
+ * descriptor no longer keeps its inode alive: the inode may have been deleted, and its number
+ * given to a new one (ext4 does that at once). Their handles differ, by the generation. */
+static bool still_same(struct node *n, int fd)
+{
+	if (n == &root || atomic_load(&n->fd) >= 0)
+		return true;
+	struct file_handle *h = handle_of(fd);
+	bool same = !h || (h->handle_type == n->handle->handle_type && h->handle_bytes == n->handle->handle_bytes &&
+			   memcmp(h->f_handle, n->handle->f_handle, h->handle_bytes) == 0);
+	free(h);
+	return same;
+}
+
 /* One more kernel reference on st's inode. With fd >= 0 (an O_PATH descriptor of it) a node is
  * made if there is none, and fd is kept or closed; with fd < 0, NULL says there is none. */
 static struct node *ref_node(const struct stat *st, int fd)
 {
+	struct node *made = NULL;
 	pthread_mutex_lock(&table_lock);
 	struct node *n = find_locked(st);
+	if (n && fd >= 0 && !still_same(n, fd)) {
+		/* Out of the table, so that lookups find the new inode; the kernel forgets it later. */
+		struct node **pp = &table[bucket_of(n->ino, n->dev)];
+		while (*pp != n)
+			pp = &(*pp)->next;
+		*pp = n->next;
+		n = NULL;
+	}
 	if (n) {
 		n->nlookup++;
-	} else if (fd >= 0 && (n = calloc(1, sizeof(*n)))) {
-		*n = (struct node){.ino = st->st_ino, .dev = st->st_dev, .fd = fd, .nlookup = 1};
+	} else if (fd >= 0 && (n = made = calloc(1, sizeof(*n)))) {
+		*n = (struct node){.ino = st->st_ino, .dev = st->st_dev, .fd = fd, .slot = -1, .nlookup = 1};
 		size_t b = bucket_of(st->st_ino, st->st_dev);
 		n->next = table[b];
 		table[b] = n;
-		fd = -1;
 	}
 	pthread_mutex_unlock(&table_lock);
-	if (fd >= 0)
+	/* No other thread can forget it before the kernel has the reply. */
+	if (made && cache.mount_fd >= 0) {
+		int out[2], closing;
+		pthread_mutex_lock(&cache.lock);
+		closing = cache_add(made, out);
+		pthread_mutex_unlock(&cache.lock);
+		for (int i = 0; i < closing; i++)
+			close(out[i]);
+	} else if (!made && fd >= 0) {
 		close(fd);
+	}
 	return n;
 }
 
-/* Look up `name` under `parent`, take one kernel reference on the result and fill `e`.
- * Most lookups are of inodes the kernel has met before (its cache of the name expired): then
- * one fstatat() finds the node and its descriptor, and nothing is opened and closed again.
- * After a call that made the name (`fresh`) that probe is skipped: its inode is new to the
- * table, unless the call was a (rare) hard link. */
-static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_param *e, bool fresh)
+/* Look up `name` in the directory open at `dir`, take one kernel reference on the result and
+ * fill `e`. Most lookups are of inodes the kernel has met before (its cache of the name
+ * expired): then one fstatat() finds the node, and nothing is opened and closed again. After a
+ * call that made the name (`fresh`) that probe is skipped: its inode is new to the table,
+ * unless the call was a (rare) hard link, or its number was that of a deleted one. */
+static int do_lookup(int dir, const char *name, struct fuse_entry_param *e, bool fresh)
 {
 	memset(e, 0, sizeof(*e));
 	e->attr_timeout = cfg.attr_timeout;
@@ -399,20 +639,15 @@ static int do_lookup(fuse_ino_t parent, const char *name, struct fuse_entry_para
 
 	struct node *n = NULL;
 	if (!fresh) {
-		if (fstatat(fd_of(parent), name, &e->attr, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fstatat(dir, name, &e->attr, AT_SYMLINK_NOFOLLOW) < 0)
 			return errno;
 		n = ref_node(&e->attr, -1);
 	}
 	if (!n) {
 		/* The attributes are those of what was opened: the name may have moved on since. */
-		int fd = openat(fd_of(parent), name, O_PATH | O_NOFOLLOW);
-		if (fd < 0) {
-			static atomic_flag told = ATOMIC_FLAG_INIT;
-			if (errno == EMFILE && !atomic_flag_test_and_set(&told))
-				fprintf(stderr, "latencyfs: out of descriptors (one per inode the kernel knows): "
-						"raise the hard limit on open files (ulimit -Hn)\n");
+		int fd = MAKING_ROOM(openat(dir, name, O_PATH | O_NOFOLLOW));
+		if (fd < 0)
 			return errno;
-		}
 		if (fstatat(fd, "", &e->attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
 			int err = errno;
 			close(fd);
@@ -440,7 +675,15 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 	if (*pp)
 		*pp = n->next;
 	pthread_mutex_unlock(&table_lock);
-	close(n->fd);
+	/* Out of the sweep's way before it is freed; no request uses it any more. */
+	pthread_mutex_lock(&cache.lock);
+	if (n->slot >= 0)
+		cache_drop(n);
+	pthread_mutex_unlock(&cache.lock);
+	int fd = atomic_load(&n->fd);
+	if (fd >= 0)
+		close(fd);
+	free(n->handle);
 	free(n);
 }
 
@@ -449,12 +692,17 @@ static void forget_one(fuse_ino_t ino, uint64_t nlookup)
 /* ------------------------------------------------------------------------------------------ */
 
 /* The one reply that names an inode: to a lookup (created false), or to a call that made the
- * name and returned `res`. Only a lookup may answer "no such name" with a negative entry the
- * kernel caches: to a mkdir, say, an entry without an inode would be a protocol error. */
-static void reply_entry(fuse_req_t req, fuse_ino_t parent, const char *name, bool created, int res)
+ * name in `parent` (held, open at `dir`; let go here) and returned `res`. Only a lookup may
+ * answer "no such name" with a negative entry the kernel caches: to a mkdir, say, an entry
+ * without an inode would be a protocol error.
+ *
+ * Every handler lets its nodes go before it replies: once answered, the kernel may forget an
+ * inode at once, and another thread free its node. */
+static void reply_entry(fuse_req_t req, fuse_ino_t parent, int dir, const char *name, bool created, int res)
 {
 	struct fuse_entry_param e;
-	int err = res < 0 ? errno : do_lookup(parent, name, &e, created);
+	int err = res < 0 ? errno : do_lookup(dir, name, &e, created);
+	let_go(parent);
 	if (err == ENOENT && !created && cfg.negative_timeout > 0) {
 		/* ino 0: the kernel caches "no such entry" for entry_timeout. */
 		memset(&e, 0, sizeof(e));
@@ -469,7 +717,8 @@ static void reply_entry(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 
 static void h_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	reply_entry(req, parent, name, false, 0);
+	int dir = hold(parent);
+	reply_entry(req, parent, dir, name, false, dir < 0 ? -1 : 0);
 }
 
 static void h_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -488,8 +737,14 @@ static void h_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data
 static void h_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct stat st;
-	int res = fi ? fstat((int)fi->fh, &st)
-		     : fstatat(fd_of(ino), "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	int res;
+	if (fi) {
+		res = fstat((int)fi->fh, &st);
+	} else {
+		int fd = hold(ino);
+		res = fd < 0 ? -1 : fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+		let_go(ino);
+	}
 	if (res < 0)
 		fuse_reply_err(req, errno);
 	else
@@ -499,17 +754,18 @@ static void h_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void h_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
 		      struct fuse_file_info *fi)
 {
-	struct node *n = node_of(ino);
-	char path[64];
-	proc_path(path, n->fd);
-	int res = 0;
+	int fd = hold(ino);
+	int res = fd < 0 ? -1 : 0;
+	char path[64] = "";
+	if (fd >= 0)
+		proc_path(path, fd);
 
-	if (valid & FUSE_SET_ATTR_MODE)
+	if (res == 0 && (valid & FUSE_SET_ATTR_MODE))
 		res = fi ? fchmod((int)fi->fh, attr->st_mode) : chmod(path, attr->st_mode);
 	if (res == 0 && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
 		uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
 		gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
-		res = fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+		res = fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 	}
 	if (res == 0 && (valid & FUSE_SET_ATTR_SIZE))
 		res = fi ? ftruncate((int)fi->fh, attr->st_size) : truncate(path, attr->st_size);
@@ -524,19 +780,21 @@ static void h_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int val
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
 		res = fi ? futimens((int)fi->fh, tv)
-			 : utimensat(n->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+			 : utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 	}
-	if (res < 0) {
+	let_go(ino);
+	if (res < 0)
 		fuse_reply_err(req, errno);
-		return;
-	}
-	h_getattr(req, ino, fi);
+	else
+		h_getattr(req, ino, fi);
 }
 
 static void h_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	char buf[PATH_MAX + 1];
-	ssize_t res = readlinkat(fd_of(ino), "", buf, sizeof(buf));
+	int fd = hold(ino);
+	ssize_t res = fd < 0 ? -1 : readlinkat(fd, "", buf, sizeof(buf));
+	let_go(ino);
 	if (res < 0)
 		fuse_reply_err(req, errno);
 	else if (res == sizeof(buf))
@@ -549,26 +807,29 @@ static void h_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void h_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	reply_entry(req, parent, name, true, mknodat(fd_of(parent), name, mode, rdev));
+	int dir = hold(parent);
+	reply_entry(req, parent, dir, name, true, dir < 0 ? -1 : mknodat(dir, name, mode, rdev));
 }
 
 static void h_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	reply_entry(req, parent, name, true, mkdirat(fd_of(parent), name, mode));
+	int dir = hold(parent);
+	reply_entry(req, parent, dir, name, true, dir < 0 ? -1 : mkdirat(dir, name, mode));
 }
 
 static void h_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	reply_entry(req, parent, name, true, symlinkat(link, fd_of(parent), name));
+	int dir = hold(parent);
+	reply_entry(req, parent, dir, name, true, dir < 0 ? -1 : symlinkat(link, dir, name));
 }
 
-/* The node of the regular file `name` under `parent`, if the kernel knows its inode and keeps
- * its times (the writeback cache, regular files only): the file whose rename, link or unlink
- * the kernel's own ctime flush follows (c_setattr). */
-static struct node *known_file(fuse_ino_t parent, const char *name)
+/* The node of the regular file `name` in the directory open at `dir`, if the kernel knows its
+ * inode and keeps its times (the writeback cache, regular files only): the file whose rename,
+ * link or unlink the kernel's own ctime flush follows (c_setattr). */
+static struct node *known_file(int dir, const char *name)
 {
 	struct stat st;
-	if (!cfg.writeback || fstatat(fd_of(parent), name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+	if (!cfg.writeback || fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 		return NULL;
 	pthread_mutex_lock(&table_lock);
 	struct node *n = find_locked(&st);
@@ -584,42 +845,61 @@ static void expect_ctime_flush(struct node *n)
 
 static void h_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for anyone. */
-	int res = linkat(fd_of(ino), "", fd_of(newparent), newname, AT_EMPTY_PATH);
-	if (res < 0 && (errno == ENOENT || errno == EPERM)) {
-		char path[64];
-		proc_path(path, fd_of(ino));
-		res = linkat(AT_FDCWD, path, fd_of(newparent), newname, AT_SYMLINK_FOLLOW);
+	int fd = hold(ino);
+	if (fd < 0) {
+		let_go(ino);
+		fuse_reply_err(req, errno);
+		return;
 	}
+	int dir = hold(newparent);
+	/* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the /proc link works for anyone. */
+	int res = dir < 0 ? -1 : linkat(fd, "", dir, newname, AT_EMPTY_PATH);
+	if (res < 0 && dir >= 0 && (errno == ENOENT || errno == EPERM)) {
+		char path[64];
+		proc_path(path, fd);
+		res = linkat(AT_FDCWD, path, dir, newname, AT_SYMLINK_FOLLOW);
+	}
+	let_go(ino);
 	if (res == 0)
-		expect_ctime_flush(known_file(newparent, newname));
-	reply_entry(req, newparent, newname, true, res);
+		expect_ctime_flush(known_file(dir, newname));
+	reply_entry(req, newparent, dir, newname, true, res);
 }
 
 static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	struct node *n = known_file(parent, name);
-	int res = unlinkat(fd_of(parent), name, 0);
+	int dir = hold(parent);
+	struct node *n = dir < 0 ? NULL : known_file(dir, name);
+	int res = dir < 0 ? -1 : unlinkat(dir, name, 0);
 	if (res == 0)
 		expect_ctime_flush(n);
+	let_go(parent);
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
 
 static void h_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(fd_of(parent), name, AT_REMOVEDIR) < 0 ? errno : 0);
+	int dir = hold(parent);
+	int res = dir < 0 ? -1 : unlinkat(dir, name, AT_REMOVEDIR);
+	let_go(parent);
+	fuse_reply_err(req, res < 0 ? errno : 0);
 }
 
 static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 		     const char *newname, unsigned int flags)
 {
-	/* A file renamed over goes as an unlink does, with its own flush. */
-	struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_file(newparent, newname);
-	int res = renameat2(fd_of(parent), name, fd_of(newparent), newname, flags);
-	if (res == 0) {
-		expect_ctime_flush(known_file(newparent, newname));
-		expect_ctime_flush(flags & RENAME_EXCHANGE ? known_file(parent, name) : replaced);
+	int dir = hold(parent), newdir = dir < 0 ? -1 : hold(newparent), res = -1;
+	if (newdir >= 0) {
+		/* A file renamed over goes as an unlink does, with its own flush. */
+		struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_file(newdir, newname);
+		res = renameat2(dir, name, newdir, newname, flags);
+		if (res == 0) {
+			expect_ctime_flush(known_file(newdir, newname));
+			expect_ctime_flush(flags & RENAME_EXCHANGE ? known_file(dir, name) : replaced);
+		}
 	}
+	if (dir >= 0)
+		let_go(newparent);
+	let_go(parent);
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
 
@@ -638,8 +918,12 @@ static int open_flags(int flags)
 static void h_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	char path[64];
-	proc_path(path, fd_of(ino));
-	int fd = open(path, open_flags(fi->flags));
+	int at = hold(ino), fd = -1;
+	if (at >= 0) {
+		proc_path(path, at);
+		fd = MAKING_ROOM(open(path, open_flags(fi->flags)));
+	}
+	let_go(ino);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
 		return;
@@ -654,13 +938,16 @@ static void h_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void h_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		     struct fuse_file_info *fi)
 {
-	int fd = openat(fd_of(parent), name, open_flags(fi->flags) | O_CREAT, mode);
+	int dir = hold(parent);
+	int fd = dir < 0 ? -1 : MAKING_ROOM(openat(dir, name, open_flags(fi->flags) | O_CREAT, mode));
 	if (fd < 0) {
+		let_go(parent);
 		fuse_reply_err(req, errno);
 		return;
 	}
 	struct fuse_entry_param e;
-	int err = do_lookup(parent, name, &e, true);
+	int err = do_lookup(dir, name, &e, true);
+	let_go(parent);
 	if (err) {
 		close(fd);
 		fuse_reply_err(req, err);
@@ -700,7 +987,7 @@ static void h_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	/* close() of a duplicate reports deferred write errors, as close() of the original would. */
-	int fd = dup((int)fi->fh);
+	int fd = MAKING_ROOM(dup((int)fi->fh));
 	int res = fd < 0 ? -1 : close(fd);
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
@@ -709,6 +996,7 @@ static void h_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	close((int)fi->fh);
+	give_back();
 	fuse_reply_err(req, 0);
 }
 
@@ -740,7 +1028,10 @@ static void h_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struc
 static void h_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct statvfs st;
-	if (fstatvfs(fd_of(ino), &st) < 0)
+	int fd = hold(ino);
+	int res = fd < 0 ? -1 : fstatvfs(fd, &st);
+	let_go(ino);
+	if (res < 0)
 		fuse_reply_err(req, errno);
 	else
 		fuse_reply_statfs(req, &st);
@@ -766,7 +1057,9 @@ static void h_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	int fd = openat(fd_of(ino), ".", O_RDONLY | O_DIRECTORY);
+	int at = hold(ino);
+	int fd = at < 0 ? -1 : MAKING_ROOM(openat(at, ".", O_RDONLY | O_DIRECTORY));
+	let_go(ino);
 	if (fd < 0 || !(d->dp = fdopendir(fd))) {
 		int err = errno;
 		if (fd >= 0)
@@ -822,7 +1115,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				e.attr.st_ino = de->d_ino;
 				e.attr.st_mode = (mode_t)de->d_type << 12;
 			} else {
-				err = do_lookup(ino, de->d_name, &e, false);
+				/* In the directory open for reading: whether or not its node has a descriptor. */
+				err = do_lookup(dirfd(d->dp), de->d_name, &e, false);
 				if (err == ENOENT) { /* gone since readdir() saw it */
 					err = 0;
 					d->pending = NULL;
@@ -874,6 +1168,7 @@ static void h_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct dir *d = dir_of(fi);
 	closedir(d->dp);
 	free(d);
+	give_back();
 	fuse_reply_err(req, 0);
 }
 
@@ -1242,9 +1537,11 @@ static int default_threads(void)
 	return delayed ? 256 : cpus > 2 ? (int)cpus : 2;
 }
 
-/* One O_PATH descriptor per inode the kernel knows: a mount of 100,000 files needs more than
- * the usual soft limit on open files (1,024), or a tool's requests fail with EMFILE. Raised as
- * far as allowed: to the hard limit, and past it up to fs.nr_open when run as root. */
+/* The files a tool has open through the mount are open here too, and the cache of inodes'
+ * descriptors takes half of the limit (without file handles, a descriptor for every inode the
+ * kernel knows): the usual soft limit (1,024) would make a small cache, and inodes reopened by
+ * handle over and over. Raised as far as allowed: to the hard limit, and past it up to
+ * fs.nr_open with CAP_SYS_RESOURCE. */
 static void raise_open_files_limit(void)
 {
 	struct rlimit r;
@@ -1263,6 +1560,32 @@ static void raise_open_files_limit(void)
 		up.rlim_cur = up.rlim_max = r.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &up);
 	}
+	if (getrlimit(RLIMIT_NOFILE, &r) == 0)
+		cache.cap = cache.most = r.rlim_cur / 2 > 16 ? (size_t)(r.rlim_cur / 2) : 16;
+}
+
+/* Whether inodes can be reopened by handle here: the backing filesystem must give handles, and
+ * open_by_handle_at() takes CAP_DAC_READ_SEARCH (and a descriptor that is not O_PATH). If not,
+ * every node keeps its descriptor, as many open files as inodes the kernel knows. */
+static void setup_handles(void)
+{
+	struct file_handle *h = malloc(sizeof(*h) + MAX_HANDLE_SZ);
+	int fd = open(cfg.source, O_RDONLY | O_DIRECTORY), probe = -1;
+	if (h && fd >= 0) {
+		h->handle_bytes = MAX_HANDLE_SZ;
+		if (name_to_handle_at(fd, "", h, &cache.mount_id, AT_EMPTY_PATH) == 0)
+			probe = open_by_handle_at(fd, h, O_PATH);
+	}
+	if (probe < 0) {
+		fprintf(stderr, "latencyfs: %s: no file handles (%s): one descriptor for every inode the "
+				"kernel knows, as many open files as that\n", cfg.source, strerror(h ? errno : ENOMEM));
+		if (fd >= 0)
+			close(fd);
+	} else {
+		close(probe);
+		cache.mount_fd = fd;
+	}
+	free(h);
 }
 
 int main(int argc, char **argv)
@@ -1345,9 +1668,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "latencyfs: %s: %s\n", cfg.source, strerror(errno));
 		return 1;
 	}
+	setup_handles();
 	root.ino = st.st_ino;
 	root.dev = st.st_dev;
 	root.nlookup = 2;
+	root.slot = -1;
 	table = calloc(BUCKETS, sizeof(*table));
 	if (!table) {
 		fprintf(stderr, "latencyfs: out of memory\n");
