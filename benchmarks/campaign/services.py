@@ -345,12 +345,23 @@ class LatencyHost(ControlledHost):
         self.fs: LatencyFS | None = None
         self.current: str | None = None
         self.seeds: dict[str, Path | None] = {}
+        self.many_files: dict[str, bool] = {}
         self.counts: dict[str, list] = {}
 
-    def add_slot(self, name: str, seed: Path | None) -> str:
+    def add_slot(self, name: str, seed: Path | None, many_files: bool) -> str:
         self.seeds[name] = seed
+        self.many_files[name] = many_files
         self.counts.pop(name, None)
         return name
+
+    def clear(self, slot: str) -> None:
+        """A tree of many files is set aside (see set_aside); one of a few big files is deleted
+        at once, or every run's output would stay on the disk until the scenario ends."""
+        d = self.backing / slot
+        if self.many_files[slot]:
+            set_aside(d, trash_dir(self.s))
+        elif d.exists():
+            rmtree(d)
 
     def dest(self, slot: str) -> Path:
         return self.mnt / slot
@@ -358,7 +369,7 @@ class LatencyHost(ControlledHost):
     def reset(self, slot: str) -> None:
         self.stop()
         d = self.backing / slot
-        set_aside(d, trash_dir(self.s))
+        self.clear(slot)
         seed = self.seeds[slot]
         if seed is None:
             d.mkdir(parents=True)
@@ -380,7 +391,7 @@ class LatencyHost(ControlledHost):
 
     def drop(self, slots: list[str]) -> None:
         for slot in slots:
-            set_aside(self.backing / slot, trash_dir(self.s))
+            self.clear(slot)
 
 
 class DelayedAzuriteHost(AzuriteHost):

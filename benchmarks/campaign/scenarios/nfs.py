@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import shutil
 import subprocess
 from pathlib import Path
 
 from support.latencyfs import LatencyFS, build as build_latencyfs
 from ..checks import count_fpart, diff_trees
-from ..common import KiB, MiB, Settings, bench_env, q, rel, rmtree, slug
+from ..common import GiB, KiB, MANY_FILES, MiB, Settings, bench_env, q, rel, rmtree, slug
 from ..datasets import Dataset, files_dataset, stale_seed
 from ..services import LatencyHost
 from ..peers import fpsync, mpirun, stage
@@ -73,6 +74,18 @@ def check_open_files(ds: Dataset, backing: Path) -> None:
                      f"takes CAP_SYS_RESOURCE), run as root, or pass a smaller --fraction")
 
 
+def check_disk(s: Settings, gid: str, ds: Dataset, rows: int) -> None:
+    """Every row's destination of a group stays until the group is verified, after its last round:
+    a shape of big files needs its size once a row (500 × 10 MiB: 4.9 GiB, ten rows). Refused up
+    front if the disk has not that much free: filling it stops every process on the machine."""
+    need = rows * ds.bytes * 11 // 10
+    free = shutil.disk_usage(s.work).free
+    if free < need:
+        raise SystemExit(f"nfs: {gid} needs about {need / GiB:.1f} GiB free under {rel(s.work)} ({rows} rows × "
+                         f"{ds.bytes / GiB:.1f} GiB, each row's destination kept until the group is verified) and "
+                         f"{free / GiB:.1f} GiB are: free some, or pass a smaller --fraction")
+
+
 def make_seed(src: Path, seed: Path, phase: str, ds: Dataset) -> None:
     """The destination a re-run starts from: a copy of the source, every 100th file an mtime a
     day older for changed-1pct; made once and reused while its stamp matches."""
@@ -108,6 +121,7 @@ def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
             gid = f"{phase}-{key}-{delay}ms"
             g = (list_group(s, host, gid, ds, src, seed, delay, env) if phase == "list" else
                  nfs_group(s, host, gid, phase, ds, src, seed, delay, mfu, env))
+            check_disk(s, gid, ds, len(g.rows))
             if not s.quick and not s.rounds:
                 # One round a group at full scale (whole rotations would take days: see
                 # docs/benchmarks.md); the first row moves on from group to group instead.
@@ -147,7 +161,7 @@ def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset,
                      ("dsync -n 16", mpirun(mfu, 16, f"dsync -q {q(src)} {{dst}}"), "peer", 16, True))
     rows = []
     for name, cmd, role, depth, durable in specs:
-        slot = host.add_slot(f"{gid}-{slug(name)}", seed)
+        slot = host.add_slot(f"{gid}-{slug(name)}", seed, ds.files >= MANY_FILES)
         dst = host.dest(slot)
         row = Row(name, cmd.format(dst=rel(dst)), role, host.prepare_cmd(slot), slot, depth, durable=durable,
                   src=src, dst=dst, json=role == "ferry")
@@ -208,7 +222,7 @@ def list_group(s: Settings, host: LatencyHost, gid: str, ds: Dataset, src: Path,
              ("fpart -L -f 100000", "peer", "fpart -L -f 100000 -o {out}/part {tree}")]
     rows = []
     for name, role, cmd in specs:
-        slot = host.add_slot(f"{gid}-{slug(name)}", seed)
+        slot = host.add_slot(f"{gid}-{slug(name)}", seed, ds.files >= MANY_FILES)
         tree, o = host.dest(slot), out / slug(name)
         rows.append(Row(name, cmd.format(ferry=s.ferry, tree=q(tree), out=q(o)), role,
                         f"rm -rf {q(o)} && mkdir -p {q(o)} && {host.prepare_cmd(slot)}", slot, src=tree, dst=o))
