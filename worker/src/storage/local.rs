@@ -35,11 +35,11 @@ pub struct LocalStore {
     no_tmpfile: Arc<AtomicBool>,
 }
 
-/// One `syncfs` shared by every thread that needs its files on disk while it runs: files
-/// written meanwhile cost one flush between them, not one each.
 /// How long a lone file's flush waits for more to join it (see `sync_one`).
 const FLUSH_GATHERING: Duration = Duration::from_millis(5);
 
+/// One `syncfs` shared by every thread that needs its files on disk while it runs: files
+/// written meanwhile cost one flush between them, not one each.
 #[derive(Default)]
 struct Flushes {
     state: Mutex<FlushState>,
