@@ -200,3 +200,29 @@ def test_a_crowded_directory_without_fsync_at_the_adaptive_depth_completes(tmp_p
         depth = json.loads(out.stdout)["concurrency"]
         assert depth["mode"] == "adaptive" and depth["initial"] < 256, depth
         assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())
+
+
+def test_files_are_copied_while_later_directories_are_still_being_made(tmp_path, ferry_bin):
+    # Directories in one parent are made one at a time (the parent's lock, over a LOOKUP and a
+    # MKDIR each): 2,000 of them at 1 ms is four seconds. A directory is made when the first
+    # file bound for it needs it, so the files of the first ones go in while the later ones
+    # are still being made, instead of after all of them. Told from the order of the system
+    # calls (strace), not from timings.
+    src = tmp_path / "src"
+    for d in range(24):
+        for i in range(6):
+            (src / f"d{d:02d}").mkdir(parents=True, exist_ok=True)
+            (src / f"d{d:02d}" / f"f{i}").write_bytes(b"z" * (d * 100 + i))
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    trace = tmp_path / "trace"
+    with LatencyFS(backing, tmp_path / "mnt", delay_ms=2, attr_timeout=30, entry_timeout=30) as fs:
+        dst = fs.mountpoint / "dst"
+        subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=mkdirat,openat",
+                        ferry_bin, "copy", "-r", "--parallel-files", "4", f"{src}/", dst], check=True, capture_output=True)
+        assert sorted(p.relative_to(dst) for p in dst.rglob("*")) == sorted(p.relative_to(src) for p in src.rglob("*"))
+    calls = trace.read_text().splitlines()
+    mkdirs = [n for n, line in enumerate(calls) if "mkdirat(" in line and '"d' in line]
+    creates = [n for n, line in enumerate(calls) if "openat(" in line and "O_CREAT" in line and "partial" in line]
+    assert len(mkdirs) == 24 and len(creates) == 24 * 6, (len(mkdirs), len(creates))
+    assert creates[0] < mkdirs[-1], "every directory was made before the first file"

@@ -2,14 +2,15 @@
 //! of system calls, and handing each file to an async pool would cost more than that.
 //!
 //! The order of a run, each step costing as few round trips as a network filesystem allows:
-//! 1. directories first, each depth level in parallel, skipping those the listing shows;
-//! 2. files, as many at once as the depth allows, each compared against the destination's
+//! 1. files, as many at once as the depth allows, each compared against the destination's
 //!    listing (no stat of its own), staged where no reader sees it, and committed in batches
-//!    that share one flush of the filesystem;
+//!    that share one flush of the filesystem; a directory the listing does not show is made
+//!    when the first file bound for it needs it;
+//! 2. the directories no file needed (empty ones), each depth level in parallel;
 //! 3. directory metadata, deepest first, each level in parallel, only where it differs;
 //! 4. the root's metadata, when a whole tree was copied.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -74,8 +75,9 @@ pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
     let done = tokio::task::spawn_blocking(move || {
         let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
         let changed = Changed::default();
-        me.make_dirs(&dirs, &changed);
-        me.copy_files(&files, &rt, &changed);
+        let missing = Missing::new(&me, &dirs);
+        me.copy_files(&files, &rt, &changed, &missing);
+        me.make_dirs(&dirs, &changed, &missing);
         me.finish_dirs(&dirs, &changed);
         if me.opts.finish_root {
             me.finish_root();
@@ -114,11 +116,42 @@ fn by_level(dirs: &[Job]) -> Vec<Vec<&Job>> {
     levels
 }
 
+/// The directories the destination's listing did not show, each made once, by the first thread
+/// that needs it (for a file, or a directory below it), the others bound for it waiting; made
+/// up front instead, the files would wait for every one, and directories in one parent are
+/// made one at a time (the parent's lock, held over two round trips each on NFS).
+struct Missing<'a> {
+    engine: &'a Engine,
+    dirs: HashMap<&'a [u8], OnceLock<()>>,
+}
+
+impl<'a> Missing<'a> {
+    fn new(engine: &'a Engine, dirs: &'a [Job]) -> Missing<'a> {
+        let dirs = dirs.iter().filter(|d| engine.dst_dir(&d.dst_path).is_none()).map(|d| (&d.dst_path[..], OnceLock::new())).collect();
+        Missing { engine, dirs }
+    }
+
+    /// Makes `path` (and its missing parents) unless it is made already or not this run's to
+    /// make. A failure is left for the files inside to report.
+    fn ensure(&self, path: &[u8], changed: &Changed) {
+        let Some(cell) = self.dirs.get(path) else { return };
+        cell.get_or_init(|| {
+            self.ensure(crate::storage::beneath::split(path).0, changed);
+            // A mkdir is a round trip like any other: it takes a slot of the depth.
+            let _slot = self.engine.depth.acquire_blocking();
+            if let Ok(true) = self.engine.stores().1.make_dir(path) {
+                changed.made.lock().unwrap().insert(path.to_vec());
+                changed.touch(path);
+            }
+        });
+    }
+}
+
 /// Directories this run writes at least `CROWDED` files into, on the root's filesystem (a
-/// rename cannot cross into a filesystem mounted below the root).
-fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job]) -> HashSet<&'a [u8]> {
+/// rename cannot cross into a filesystem mounted below the root), when that is a network one.
+fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job], missing: &Missing, changed: &Changed) -> HashSet<&'a [u8]> {
     use std::os::unix::fs::MetadataExt;
-    let mut count: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
+    let mut count: HashMap<&[u8], usize> = HashMap::new();
     for f in files {
         *count.entry(crate::storage::beneath::split(&f.dst_path).0).or_default() += 1;
     }
@@ -126,8 +159,12 @@ fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job]) -> HashSet<&'a [u8]> {
     if count.is_empty() {
         return HashSet::new();
     }
-    let device = |rel: &[u8]| dst.dir(rel, true).and_then(|d| File::from(d.try_clone()?).metadata()).map(|m| m.dev()).ok();
-    let Some(root) = device(b"") else { return HashSet::new() };
+    let device = |rel: &[u8]| {
+        missing.ensure(rel, changed);
+        dst.dir(rel, true).and_then(|d| File::from(d.try_clone()?).metadata()).map(|m| m.dev()).ok()
+    };
+    // Asked once the root exists (a statfs of a missing root is a round trip for nothing).
+    let Some(root) = device(b"").filter(|_| dst.is_remote()) else { return HashSet::new() };
     count.into_keys().filter(|d| device(d) == Some(root)).collect()
 }
 
@@ -136,18 +173,10 @@ impl Engine {
         (self.src.as_local().expect("local source"), self.dst.as_local().expect("local destination"))
     }
 
-    /// Makes the directories the listing does not show, a level at a time, so that no file's
-    /// create ever fails for want of its directory. Failures show up on the files below.
-    fn make_dirs(&self, dirs: &[Job], changed: &Changed) {
-        let (_, dst) = self.stores();
-        let missing: Vec<Job> = dirs.iter().filter(|d| self.dst_dir(&d.dst_path).is_none()).cloned().collect();
-        for level in by_level(&missing) {
-            parallel(&level, self.depth.limit(), |d| {
-                if let Ok(true) = dst.make_dir(&d.dst_path) {
-                    changed.made.lock().unwrap().insert(d.dst_path.clone());
-                    changed.touch(&d.dst_path);
-                }
-            });
+    /// Makes the missing directories no file needed, a level at a time.
+    fn make_dirs(&self, dirs: &[Job], changed: &Changed, missing: &Missing) {
+        for level in by_level(dirs) {
+            parallel(&level, self.depth.limit(), |d| missing.ensure(&d.dst_path, changed));
         }
     }
 
@@ -156,7 +185,7 @@ impl Engine {
         self.dst_index.as_ref()?.get(path).filter(|e| e.kind == Kind::Dir)
     }
 
-    fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed) {
+    fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
         let next = AtomicUsize::new(0);
         let id = Identity::current();
         let (_, dst) = self.stores();
@@ -167,7 +196,7 @@ impl Engine {
         let threads = self.depth.ceiling().min((fds / 8).max(1) as usize).clamp(1, files.len().max(1));
         // Without fsync nothing is gained by waiting: each file is committed at once.
         let batch_files = if dst.fsync() { BATCH_FILES.min((fds / 4 / threads as u64).max(1) as usize) } else { 1 };
-        let crowded = if dst.is_remote() { crowded_dirs(dst, files) } else { HashSet::new() };
+        let crowded = crowded_dirs(dst, files, missing, changed);
         // Made on first use; None (temp names beside the final ones) where one cannot be made.
         let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> = (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
         let turns: Vec<Mutex<()>> = (0..STAGING_DIRS).map(|_| Mutex::new(())).collect();
@@ -182,7 +211,9 @@ impl Engine {
                     let mut batch_since = std::time::Instant::now();
                     loop {
                         let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
-                        let crowded = crowded.contains(crate::storage::beneath::split(&job.dst_path).0);
+                        let parent = crate::storage::beneath::split(&job.dst_path).0;
+                        missing.ensure(parent, changed);
+                        let crowded = crowded.contains(parent);
                         // Held until the file is committed (a crowded file's is, in this turn).
                         // Taken before a slot of the depth: a thread waiting for its turn holding
                         // a slot could starve the commit of the thread whose turn it is.
