@@ -52,12 +52,16 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
     try:
         if host:
             host.serve()
-        for g in build(s, host):
+        pending = list(build(s, host))
+        while pending:
+            g = pending.pop(0)
             groups_out.append(run_group(s, scenario, g))
             # A group that set aside many files (a million, say) must not leave them to the end:
             # they would fill the inodes, and deleting them would slow the next group's runs.
             if g.files * groups_out[-1]["rounds"] * len(g.rows) >= TRASH_LIMIT:
                 purge_trash(s, settle=True)
+            if g.followup and (nxt := g.followup(groups_out[-1])):
+                pending.insert(0, nxt)
     finally:
         if host:
             host.close()

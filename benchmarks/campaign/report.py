@@ -274,14 +274,17 @@ def render_sweep_chart(res: dict, path: Path) -> bool:
     except ImportError:
         log("matplotlib is not installed (make setup installs it); no chart")
         return False
-    groups = res["groups"]
+    groups = [g for g in res["groups"] if not g.get("confirms")]
     if not groups:
         return False
+    # adaptive ÷ the fastest fixed value, as measured again by the confirmation group
+    confirmed = {g["confirms"]: g["ratios"][0]["wall"] for g in res["groups"] if g.get("confirms") and g["ratios"]}
     cols = min(4, len(groups))
     nrows = -(-len(groups) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 3.2 * nrows), squeeze=False)
     for ax, g in zip(axes.flat, groups):
-        fixed = sorted((r["depth"], r["mib_per_s"]) for r in g["rows"] if r.get("depth") and "mib_per_s" in r)
+        fixed = sorted((r["depth"], r["mib_per_s"]) for r in g["rows"]
+                       if r["role"] == "peer" and r.get("depth") and "mib_per_s" in r)
         if fixed:
             ax.plot(*zip(*fixed), marker="o", color="#1f77b4", label="fixed --concurrency")
         for r in g["rows"]:
@@ -296,7 +299,8 @@ def render_sweep_chart(res: dict, path: Path) -> bool:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("--concurrency", fontsize=8)
         ax.set_ylabel("MiB/s (median)", fontsize=8)
-        ax.set_title(g["id"], fontsize=9)
+        again = f"\nadaptive ÷ fastest fixed, again: {confirmed[g['id']]:.2f}" if g["id"] in confirmed else ""
+        ax.set_title(g["id"] + again, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)

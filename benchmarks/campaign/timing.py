@@ -63,6 +63,9 @@ class Group:
     rounds: int | None = None   # fewer rounds than whole rotations (nfs at full scale); labelled in notes
     first: int = 0              # the row that goes first in round 0 (rotates across such groups)
     throughput_unit: str = "MiB/s"
+    # Called with this group's result once it is measured: a group to measure next, or None.
+    followup: Callable[[dict], "Group | None"] | None = None
+    confirms: str | None = None  # the id of the group whose finding this one measures again
 
 
 def wrap(cmd: str, rss_file: Path) -> str:
@@ -204,7 +207,7 @@ def run_group(s: Settings, scenario: str, g: Group) -> dict:
         "seconds": round(time.monotonic() - started, 1), "notes": g.notes, "ferry_sha256": s.ferry_sha256,
         "throughput_unit": g.throughput_unit, "delay_ms": g.delay_ms,
         "rows": rows, "ratios": ratios(rows, g.best_peer_only), "best_peer_only": g.best_peer_only,
-        "verification": verification,
+        "verification": verification, **({"confirms": g.confirms} if g.confirms else {}),
     }
 
 
