@@ -347,11 +347,14 @@ class LatencyHost(ControlledHost):
         self.seeds: dict[str, Path | None] = {}
         self.many_files: dict[str, bool] = {}
         self.counts: dict[str, list] = {}
+        self.delays: dict[str, float] = {}  # slots mounted with a delay of their own
 
-    def add_slot(self, name: str, seed: Path | None, many_files: bool) -> str:
+    def add_slot(self, name: str, seed: Path | None, many_files: bool, delay_ms: float | None = None) -> str:
         self.seeds[name] = seed
         self.many_files[name] = many_files
         self.counts.pop(name, None)
+        if delay_ms is not None:
+            self.delays[name] = delay_ms
         return name
 
     def clear(self, slot: str) -> None:
@@ -376,7 +379,7 @@ class LatencyHost(ControlledHost):
         else:
             self.backing.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-a", rel(seed), rel(d)], check=True)
-        self.fs = LatencyFS(self.backing, self.mnt, delay_ms=self.delay_ms).mount()
+        self.fs = LatencyFS(self.backing, self.mnt, delay_ms=self.delays.get(slot, self.delay_ms)).mount()
         self.current = slot
 
     def stop(self) -> None:

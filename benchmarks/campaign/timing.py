@@ -22,7 +22,7 @@ from .datasets import warm
 class Row:
     name: str
     cmd: str
-    role: str                 # "ferry" (the subject) or "peer"
+    role: str                 # "ferry" (the subject), "peer", or "reference" (shown, in no ratio)
     prepare: str = ":"
     slot: str | None = None   # Azurite workspace (or latencyfs destination) this row runs against
     depth: int | None = None  # requests the row keeps in flight at most, for its latency limit
@@ -33,6 +33,7 @@ class Row:
     src: Path | None = None   # local source and destination, for the filesystem types recorded
     dst: Path | None = None   # per run (None: a blob URL)
     json: bool = False        # a ferry copy: its --json summary is kept per run (concurrency)
+    delay_ms: float | None = None  # the filesystem's delay for this row, where not the group's
 
     @property
     def shown(self) -> str:
@@ -268,9 +269,10 @@ def summarize_row(row: Row, runs: list, g: Group) -> dict:
     if requests:
         out["requests_median"] = statistics.median(requests)
         out["inflight_avg_median"] = statistics.median(r["inflight_avg"] for r in ok if "inflight_avg" in r)
-        if g.delay_ms and depth:
+        delay = g.delay_ms if row.delay_ms is None else row.delay_ms
+        if delay and depth:
             # The floor for a tool that keeps `depth` requests in flight all the time.
-            out["latency_limit_s"] = out["requests_median"] * g.delay_ms / 1000 / depth
+            out["latency_limit_s"] = out["requests_median"] * delay / 1000 / depth
             out["wall_over_limit"] = wall / out["latency_limit_s"] if out["latency_limit_s"] else None
     return out
 

@@ -21,8 +21,10 @@ NFS_DELAYS_MS = (1, 5)
 
 
 # Serial peers keep one request in flight: at 100,000 files and ~10–20 requests a file, 5 ms a
-# request is hours a run. At full scale they run at 1 ms only (labelled).
+# request is hours a run. They run at 1 ms only, and on shapes of at most SERIAL_MAX_FILES small
+# files (one rsync -a of 100,000 at 1 ms takes half an hour, 50 times fpsync's), labelled.
 SERIAL = ("rsync -a", "cp -a")
+SERIAL_MAX_FILES = 25_000
 
 
 def shapes(s: Settings) -> list[tuple[str, Dataset]]:
@@ -133,22 +135,24 @@ def scenario_nfs(s: Settings, host: LatencyHost) -> list[Group]:
 
 
 PHASES = ("baseline", "unchanged", "changed-1pct")
+NO_DELAY = "ferry --no-fsync, no delay"
 
 
 def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset, src: Path, seed: Path | None,
               delay: int, mfu: Path | None, env: dict) -> Group:
     work = host.backing.parent / f"fpsync-{gid}"
+    no_fsync = f"{s.ferry} copy -r --no-fsync {q(src)}/ {{dst}}"
     # (name, command with {dst}, role, depth, durable); no depth: adaptive, its peak is used
     specs = [
         ("ferry", f"{s.ferry} copy -r {q(src)}/ {{dst}}", "ferry", None, True),
-        ("ferry --no-fsync", f"{s.ferry} copy -r --no-fsync {q(src)}/ {{dst}}", "ferry", None, False),
+        ("ferry --no-fsync", no_fsync, "ferry", None, False),
         ("ferry --no-fsync --parallel-files 64", f"{s.ferry} copy -r --no-fsync --parallel-files 64 {q(src)}/ {{dst}}",
          "ferry", 64, False),
     ]
     tools = ("cpio", "rsync") if phase == "baseline" else ("rsync",)
     specs += [(f"fpsync -n {n} {tool}", fpsync(src, "{dst}", n, tool, ds.files, work / f"{tool}-{n}"), "peer", n, False)
               for tool in tools for n in (16, 64)]
-    serial = s.quick or delay == min(NFS_DELAYS_MS)
+    serial = s.quick or (delay == min(NFS_DELAYS_MS) and (ds.files <= SERIAL_MAX_FILES or ds.bytes / ds.files > MiB))
     if serial:
         specs.append(("rsync -a", f"rsync -a {q(src)}/ {{dst}}/", "peer", 1, False))
         if phase == "baseline":
@@ -159,14 +163,21 @@ def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset,
         specs.append(("dcp -n 16", f"rmdir {{dst}} && {mpirun(mfu, 16, f'dcp -q -p {q(src)} {{dst}}')}", "peer", 16,
                       True) if phase == "baseline" else
                      ("dsync -n 16", mpirun(mfu, 16, f"dsync -q {q(src)} {{dst}}"), "peer", 16, True))
+    if phase == "baseline":
+        specs.append((NO_DELAY, no_fsync, "reference", None, False))
     rows = []
     for name, cmd, role, depth, durable in specs:
-        slot = host.add_slot(f"{gid}-{slug(name)}", seed, ds.files >= MANY_FILES)
+        delay_ms = 0 if name == NO_DELAY else None
+        slot = host.add_slot(f"{gid}-{slug(name)}", seed, ds.files >= MANY_FILES, delay_ms)
         dst = host.dest(slot)
         row = Row(name, cmd.format(dst=rel(dst)), role, host.prepare_cmd(slot), slot, depth, durable=durable,
-                  src=src, dst=dst, json=role == "ferry")
+                  src=src, dst=dst, json=role != "peer", delay_ms=delay_ms)
         if name in SERIAL and not s.quick:
             row.note = "A serial peer: at 1 ms only (at 5 ms a run of this shape takes hours)."
+        if name == NO_DELAY:
+            row.note = ("`ferry --no-fsync` on the same mount with no delay at all, in no ratio: what serving its "
+                        "requests costs this machine's two cores (ferry, latencyfs and the kernel's FUSE path), a "
+                        "floor under the row at any delay that no depth gets below.")
         rows.append(row)
 
     def setup():
@@ -201,8 +212,8 @@ def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset,
                "rsync and cp); requests counted by latencyfs in each run (medians)."]
     if not serial:
         notes.append(f"No rsync -a{' or cp -a' if phase == 'baseline' else ''} in this group: the serial peers "
-                     f"run at {min(NFS_DELAYS_MS)} ms only (the same shape and phase at {min(NFS_DELAYS_MS)} ms); "
-                     "each ratio is against the fastest peer measured here.")
+                     f"run at {min(NFS_DELAYS_MS)} ms only, on at most {SERIAL_MAX_FILES:,} small files (the same "
+                     "phase at a smaller --fraction has them); each ratio is against the fastest peer measured here.")
     return Group(gid, f"{what} to an NFS-like mount ({delay} ms a request), {ds.desc}", ds.desc,
                  ds.bytes if phase == "baseline" else 0, ds.files, rows, env, notes=notes, warm=[src],
                  verify=verify, setup=setup, teardown=host.stop, run_stats=lambda slot: host.counts.get(slot, []),
