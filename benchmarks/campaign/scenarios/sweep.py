@@ -62,13 +62,14 @@ def sweep_group(s: Settings, host: DelayedAzuriteHost, gid: str, direction: str,
         best = min(fixed, key=lambda r: r["wall_median"])["depth"]
         pair = [adaptive_row(copy), Row(f"--concurrency {best}", with_concurrency(copy, best), "peer", depth=best)]
         add_slots(host, f"{gid}-confirm", pair, seed, clear, direction, ds, src, dst)
+        rounds = s.size(CONFIRM_ROUNDS, 2)
         return Group(f"{gid}-confirm", f"{what} {place}, {ds.desc}: adaptive against the fastest fixed value, again",
-                     ds.desc, ds.bytes, ds.files, pair, env, warm=warm, teardown=host.stop, rounds=s.size(CONFIRM_ROUNDS, 2),
+                     ds.desc, ds.bytes, ds.files, pair, env, warm=warm, teardown=host.stop, rounds=rounds,
                      server_cpu=lambda slot: host.server_cpu.get(slot, []), confirms=gid,
                      notes=[f"A fresh Azurite per run{delayed} The fixed value is the one `{gid}` found fastest, "
-                            f"measured again beside adaptive in {CONFIRM_ROUNDS} rounds (each row first in half of "
-                            "them): the sweep's fastest of eight medians is biased fast, so its ratio overstates "
-                            "adaptive's cost; this one does not."])
+                            f"measured again beside adaptive in {rounds} rounds (each row first in half of them): the "
+                            "sweep's fastest of its medians is biased fast, so its ratio overstates adaptive's cost; "
+                            "this one does not."])
 
     return Group(gid, f"{what} {place}, {ds.desc}: throughput against --concurrency", ds.desc, ds.bytes, ds.files,
                  rows, env, warm=warm, teardown=host.stop, server_cpu=lambda slot: host.server_cpu.get(slot, []),
