@@ -350,6 +350,7 @@ struct node {
 	struct file_handle *handle; /* set before fd is first taken away, and never changed */
 	uint64_t nlookup;
 	_Atomic bool ctime_flush_due; /* renamed, linked or unlinked: see c_setattr */
+	_Atomic bool pinned;          /* losing its name: one use kept until that flush, see pin() */
 };
 
 #define BUCKETS (1u << 20)
@@ -562,6 +563,27 @@ static void let_go(fuse_ino_t ino)
 		atomic_fetch_sub(&n->users, 1);
 }
 
+/*
+ * A file about to lose a name (unlinked, or renamed over) keeps its descriptor open until the
+ * kernel's ctime flush for it is served (c_setattr), or the kernel forgets it: with its last
+ * name gone it could not be reopened by its handle (ESTALE), and the kernel keeps a failed flush
+ * for the next syncfs() on the mount, where an NFS client sends no request that could fail.
+ */
+static void pin(struct node *n)
+{
+	if (!n)
+		return;
+	fuse_ino_t ino = (fuse_ino_t)(uintptr_t)n;
+	if (hold(ino) < 0 || atomic_exchange(&n->pinned, true))
+		let_go(ino);
+}
+
+static void unpin(struct node *n)
+{
+	if (n && n != &root && atomic_exchange(&n->pinned, false))
+		let_go((fuse_ino_t)(uintptr_t)n);
+}
+
 /* The node of st's inode, or NULL; table_lock held. The root is found too: it is ".." of a
  * top-level directory, or a bind mount of the root into itself. */
 static struct node *find_locked(const struct stat *st)
@@ -751,8 +773,10 @@ static void h_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_attr(req, &st, cfg.attr_timeout);
 }
 
+/* `flush`: the kernel's ctime flush, which also ends the file's pin (see pin()), once the
+ * attributes are read and before the reply (after it the kernel may forget the node). */
 static void h_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid,
-		      struct fuse_file_info *fi)
+		      struct fuse_file_info *fi, bool flush)
 {
 	int fd = hold(ino);
 	int res = fd < 0 ? -1 : 0;
@@ -782,11 +806,17 @@ static void h_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int val
 		res = fi ? futimens((int)fi->fh, tv)
 			 : utimensat(fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 	}
+	struct stat st;
+	if (res == 0)
+		res = fi ? fstat((int)fi->fh, &st) : fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+	int err = errno;
 	let_go(ino);
+	if (flush)
+		unpin(node_of(ino));
 	if (res < 0)
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, err);
 	else
-		h_getattr(req, ino, fi);
+		fuse_reply_attr(req, &st, cfg.attr_timeout);
 }
 
 static void h_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -869,9 +899,12 @@ static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	int dir = hold(parent);
 	struct node *n = dir < 0 ? NULL : known_file(dir, name);
+	pin(n);
 	int res = dir < 0 ? -1 : unlinkat(dir, name, 0);
 	if (res == 0)
 		expect_ctime_flush(n);
+	else
+		unpin(n);
 	let_go(parent);
 	fuse_reply_err(req, res < 0 ? errno : 0);
 }
@@ -891,10 +924,13 @@ static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_i
 	if (newdir >= 0) {
 		/* A file renamed over goes as an unlink does, with its own flush. */
 		struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_file(newdir, newname);
+		pin(replaced);
 		res = renameat2(dir, name, newdir, newname, flags);
 		if (res == 0) {
 			expect_ctime_flush(known_file(newdir, newname));
 			expect_ctime_flush(flags & RENAME_EXCHANGE ? known_file(dir, name) : replaced);
+		} else {
+			unpin(replaced);
 		}
 	}
 	if (dir >= 0)
@@ -1292,11 +1328,12 @@ COUNTED(LSEEK, lseek, (fuse_req_t r, fuse_ino_t i, off_t o, int w, struct fuse_f
 static void c_setattr(fuse_req_t r, fuse_ino_t i, struct stat *a, int v, struct fuse_file_info *f)
 {
 	const int times = FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME;
-	if ((v & ~times) == 0 && (v & FUSE_SET_ATTR_CTIME) && atomic_exchange(&node_of(i)->ctime_flush_due, false))
+	bool flush = (v & ~times) == 0 && (v & FUSE_SET_ATTR_CTIME) && atomic_exchange(&node_of(i)->ctime_flush_due, false);
+	if (flush)
 		bump(&tally()->ops[OP_CTIME_FLUSH], 1);
 	else
 		span_begin(OP_SETATTR);
-	h_setattr(r, i, a, v, f);
+	h_setattr(r, i, a, v, f, flush);
 	span_end(); /* if no reply was written; nothing without a span */
 }
 
