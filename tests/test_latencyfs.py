@@ -256,7 +256,7 @@ def stat_at_once(fs: LatencyFS, names: list[str]) -> float:
 @pytest.mark.parametrize("kind", ["lookup", "getattr"])
 def test_requests_run_in_parallel_and_each_is_delayed(mount, kind):
     """16 threads stat 16 names in one directory, each request delayed 300 ms: all 16 must be in
-    the filesystem at once (parallel directory operations, a thread per request), so that
+    the filesystem at once (parallel directory operations, replies held back together), so that
     together they take about one delay, not 16. Lookups: names not yet known; getattrs: names
     known for 60 s, attributes never trusted."""
     delay, k = 0.3, 16
@@ -288,6 +288,25 @@ def test_threads_bound_the_requests_in_flight(mount):
     assert nonzero(st) == {"lookup": 8}
     assert st["inflight_max"] == 4
     assert elapsed >= 2 * delay and st["request_s"] >= 8 * delay
+
+
+def test_a_delayed_request_holds_no_thread_through_its_delay(mount, tree):
+    """32 lookups delayed 300 ms at once are all in flight together, yet served by a few threads:
+    each one does its work at once and leaves the reply to wait out the delay, instead of a
+    thread sleeping through every delay (the cost that took CPU from the tools measured)."""
+    delay, k = 0.3, 32
+    names = [f"g{i:02d}" for i in range(k)]
+    for n in names:
+        (tree / n).touch()
+    fs = mount(delay_ops={"lookup": delay * 1000}, entry_timeout=60, attr_timeout=60)
+    fs.reset()
+    threads = len(os.listdir(f"/proc/{fs.proc.pid}/task"))
+    elapsed = stat_at_once(fs, names)
+    st = fs.snapshot()
+    assert nonzero(st) == {"lookup": k} and st["inflight_max"] == k
+    assert st["request_s"] >= k * delay and elapsed >= delay
+    # libfuse starts a thread only when none is idle: a thread per request would make 32.
+    assert len(os.listdir(f"/proc/{fs.proc.pid}/task")) - threads < k // 4
 
 
 def test_per_kind_delay_and_jitter(mount):

@@ -1,15 +1,15 @@
 /*
  * latencyfs: a passthrough FUSE filesystem that makes every request a "round trip".
  *
- * It mirrors a local directory at a mount point, sleeps a configurable delay (plus jitter) in
- * each request before doing the real work, and counts what it was asked: requests by kind, the
+ * It mirrors a local directory at a mount point, holds each request's reply back a configurable
+ * delay (plus jitter) after doing the real work, and counts what it was asked: requests by kind, the
  * most and the average in flight. Copy tools run against it behave as on an NFS share whose
  * server is that many milliseconds away, and the counts say how many round trips a tool needs
  * per file, independently of timing noise.
  *
- * Built on libfuse3's low-level API with its multi-threaded loop: requests run in parallel
- * (a thread per request in flight, up to --threads; see default_threads()), lookups in one
- * directory too (see the comment above writev). The kernel writeback cache is on by default,
+ * Built on libfuse3's low-level API with its multi-threaded loop: requests run in parallel, up
+ * to --threads in flight (see hold_reply and default_threads()), lookups in one directory too
+ * (see the comment above writev). The kernel writeback cache is on by default,
  * because NFS clients cache writes too; without it every small write() would be a round trip.
  *
  *   latencyfs [options] SOURCE MOUNTPOINT
@@ -30,6 +30,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -218,42 +219,237 @@ static double uniform01(void)
 	return (double)(s >> 11) / (double)(1ull << 53);
 }
 
-/* When the request this thread is serving began, or 0. It ends when its reply is written (see
- * writev below), not when the handler returns: a thread preempted between the two would
- * otherwise still count as in flight while its client, answered, sends the next request. */
-static __thread uint64_t span_start;
+/* When the request this thread is serving began, or 0, and the delay its reply is due to wait.
+ * The span ends when its reply is written (see writev below), not when the handler returns: a
+ * thread preempted between the two would otherwise still count as in flight while its client,
+ * answered, sends the next request. */
+static __thread uint64_t span_start, span_delay;
+
+/* Requests in flight, held replies included, are at most --threads: a thread no longer serves
+ * a delayed request to its end (see hold_reply), so the threads alone do not bound them. */
+static sem_t slots;
+static bool slots_bound;
 
 static void span_begin(enum op op)
 {
 	bump(&tally()->ops[op], 1);
+	if (slots_bound)
+		while (sem_wait(&slots) != 0)
+			;
 	span_start = now_ns();
 	flight_enter(span_start);
 
 	double d = cfg.delay_ns[op];
 	if (cfg.jitter_ns > 0)
 		d += cfg.jitter_ns * uniform01();
-	if (d >= 1.0) {
-		uint64_t until = span_start + (uint64_t)d;
-		struct timespec ts = {.tv_sec = until / 1000000000u, .tv_nsec = until % 1000000000u};
-		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-			;
-	}
+	span_delay = d >= 1.0 ? (uint64_t)d : 0;
+}
+
+static void span_finish(uint64_t start, uint64_t end)
+{
+	struct tally *t = tally();
+	/* A request that began before the last reset counts only from the reset on (a reset may
+	 * even have come after `end` was read). */
+	uint64_t from = since_reset(start);
+	if (end > from)
+		bump(&t->request_ns, end - from);
+	bump(&t->finished, 1);
+	flight_leave(end);
+	if (slots_bound)
+		sem_post(&slots);
 }
 
 static void span_end(void)
 {
 	if (!span_start)
 		return;
-	uint64_t end = now_ns();
-	struct tally *t = tally();
-	/* A request that began before the last reset counts only from the reset on (a reset may
-	 * even have come after `end` was read). */
-	uint64_t from = since_reset(span_start);
-	if (end > from)
-		bump(&t->request_ns, end - from);
-	bump(&t->finished, 1);
-	flight_leave(end);
+	span_finish(span_start, now_ns());
 	span_start = 0;
+}
+
+static void sleep_until(uint64_t t)
+{
+	struct timespec ts = {.tv_sec = t / 1000000000u, .tv_nsec = t % 1000000000u};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Held replies                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A request's work is done at once; its reply is what waits out the delay, copied into this
+ * queue, from which one thread sends it when it is due. A thread sleeping through each delay
+ * instead cost a sleep and a wake-up per request, about 20 us of CPU (48 us a request at 1 ms
+ * against 28 us at none, perf): at tens of thousands of requests a second that took CPU from
+ * the tool being measured, on a machine where the two share the cores. The delay runs from the
+ * end of the work, so a request still takes its delay plus its work, as before. Replies bigger
+ * than HOLD_MAX (READ data) are not worth copying: their thread sleeps instead.
+ */
+#define HOLD_MAX (128u << 10)
+
+struct held {
+	uint64_t due, start;
+	int fd;
+	size_t len;
+	char data[];
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct held **heap; /* a binary heap, earliest due first */
+	size_t n, cap;
+	uint64_t waiting_until; /* when the sender will look again unless woken; 0: it is sending */
+	bool stop;
+	bool running;
+	pthread_t thread;
+} held = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void heap_swap(size_t a, size_t b)
+{
+	struct held *t = held.heap[a];
+	held.heap[a] = held.heap[b];
+	held.heap[b] = t;
+}
+
+static struct held *heap_pop(void)
+{
+	struct held *top = held.heap[0];
+	held.heap[0] = held.heap[--held.n];
+	for (size_t i = 0;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < held.n && held.heap[l]->due < held.heap[m]->due)
+			m = l;
+		if (r < held.n && held.heap[r]->due < held.heap[m]->due)
+			m = r;
+		if (m == i)
+			break;
+		heap_swap(i, m);
+		i = m;
+	}
+	return top;
+}
+
+static bool grow_heap(void)
+{
+	size_t cap = held.cap ? 2 * held.cap : 1024;
+	struct held **heap = realloc(held.heap, cap * sizeof(*heap));
+	if (!heap)
+		return false;
+	held.heap = heap;
+	held.cap = cap;
+	return true;
+}
+
+/* Queues the reply of this thread's request, which ends its part in it; false if that cannot be
+ * done (the sender is not running, or no memory), and the caller sends it itself. */
+static bool hold_reply(int fd, const struct iovec *iov, int iovcnt, size_t len)
+{
+	struct held *h = malloc(sizeof(*h) + len);
+	if (!h)
+		return false;
+	h->fd = fd;
+	h->len = len;
+	h->start = span_start;
+	h->due = now_ns() + span_delay;
+	for (size_t off = 0; iovcnt-- > 0; iov++) {
+		memcpy(h->data + off, iov->iov_base, iov->iov_len);
+		off += iov->iov_len;
+	}
+	pthread_mutex_lock(&held.lock);
+	if (!held.running || (held.n == held.cap && !grow_heap())) {
+		pthread_mutex_unlock(&held.lock);
+		free(h);
+		return false;
+	}
+	size_t i = held.n++;
+	held.heap[i] = h;
+	for (; i > 0 && held.heap[(i - 1) / 2]->due > h->due; i = (i - 1) / 2)
+		heap_swap(i, (i - 1) / 2);
+	/* With one delay for all, a new reply is due last and the sender need not hear of it. */
+	if (h->due < held.waiting_until)
+		pthread_cond_signal(&held.wake);
+	pthread_mutex_unlock(&held.lock);
+	span_start = 0;
+	return true;
+}
+
+static void send_held(struct held *h)
+{
+	span_finish(h->start, now_ns());
+	/* ENOENT: the request was interrupted meanwhile, and the kernel forgot it (libfuse too
+	 * ignores that); ENODEV: unmounted. */
+	if (syscall(SYS_write, h->fd, h->data, h->len) < 0 && errno != ENOENT && errno != ENODEV)
+		fprintf(stderr, "latencyfs: sending a reply: %s\n", strerror(errno));
+	free(h);
+}
+
+static void *sender_loop(void *arg)
+{
+	(void)arg;
+	struct held *due[64];
+	pthread_mutex_lock(&held.lock);
+	for (;;) {
+		size_t k = 0;
+		uint64_t now = now_ns();
+		while (held.n && k < sizeof(due) / sizeof(*due) && (held.stop || held.heap[0]->due <= now))
+			due[k++] = heap_pop();
+		if (k) {
+			held.waiting_until = 0;
+			pthread_mutex_unlock(&held.lock);
+			for (size_t i = 0; i < k; i++)
+				send_held(due[i]);
+			pthread_mutex_lock(&held.lock);
+		} else if (held.stop) {
+			break;
+		} else if (held.n) {
+			uint64_t t = held.waiting_until = held.heap[0]->due;
+			struct timespec ts = {.tv_sec = t / 1000000000u, .tv_nsec = t % 1000000000u};
+			pthread_cond_timedwait(&held.wake, &held.lock, &ts);
+		} else {
+			held.waiting_until = UINT64_MAX;
+			pthread_cond_wait(&held.wake, &held.lock);
+		}
+	}
+	held.running = false;
+	pthread_mutex_unlock(&held.lock);
+	return NULL;
+}
+
+static int start_sender(void)
+{
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&held.wake, &a);
+	pthread_condattr_destroy(&a);
+	/* Signals (SIGINT/SIGTERM unmount) must reach the loop's threads, not this one. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	held.running = true;
+	int err = pthread_create(&held.thread, NULL, sender_loop, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		held.running = false;
+		fprintf(stderr, "latencyfs: reply thread: %s\n", strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+/* Sends what is still held at once, before the session's descriptor is closed. */
+static void stop_sender(void)
+{
+	pthread_mutex_lock(&held.lock);
+	bool running = held.running;
+	held.stop = true;
+	pthread_cond_signal(&held.wake);
+	pthread_mutex_unlock(&held.lock);
+	if (running)
+		pthread_join(held.thread, NULL);
 }
 
 /* One JSON object with every counter; optionally resets them in the same critical section, so
@@ -1224,13 +1420,23 @@ static void h_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
  * when asked to (libfuse pull request #861); Debian 12 ships 3.14. So this program defines
  * writev(), which libfuse's calls resolve to ahead of libc's, and sets the flag in the one INIT
  * reply, the first write after init() returns. On a libfuse that sends it, this changes nothing.
- * The same hook ends the request's span as its reply goes out.
+ * The same hook holds a delayed request's reply back (see hold_reply), or ends its span as it goes out.
  */
 static _Atomic bool init_reply_pending;
 
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
-	span_end(); /* libfuse writes every reply with writev, from the thread that served it */
+	/* libfuse writes every reply with writev, from the thread that served the request (h_init
+	 * turns splicing replies off). */
+	if (span_start && span_delay) {
+		size_t len = 0;
+		for (int i = 0; i < iovcnt; i++)
+			len += iov[i].iov_len;
+		if (len <= HOLD_MAX && hold_reply(fd, iov, iovcnt, len))
+			return (ssize_t)len;
+		sleep_until(now_ns() + span_delay);
+	}
+	span_end();
 	struct iovec copy[2];
 	char patched[sizeof(struct fuse_init_out)];
 	if (atomic_load_explicit(&init_reply_pending, memory_order_relaxed) &&
@@ -1267,6 +1473,8 @@ static void h_init(void *userdata, struct fuse_conn_info *conn)
 	 * writes without CAP_SYS_RESOURCE: the pipe must hold max_write plus a header, more than
 	 * fs.pipe-max-size (1 MiB), so libfuse made a pipe per thread and fell back to read(). */
 	conn->want &= ~FUSE_CAP_SPLICE_READ;
+	/* A reply spliced from a file would bypass writev, and with it its delay. */
+	conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	atomic_store(&init_reply_pending, true);
 }
 
@@ -1505,7 +1713,7 @@ static void usage(FILE *f)
 		"  --negative-timeout S    how long it trusts \"no such name\" (default 0: lookupcache=positive)\n"
 		"  --no-writeback-cache    every write() becomes a request\n"
 		"  --no-readdirplus        plain readdir, a lookup per entry\n"
-		"  --threads N             most requests served at once (default: 256 with a delay or\n"
+		"  --threads N             most requests in flight at once (default: 256 with a delay or\n"
 		"                          jitter, else the number of CPUs, at least 2)\n"
 		"  --max-background N      kernel's limit on async requests, readahead/writeback (default 64)\n"
 		"  --control SOCKET        answer \"stats\", \"reset\", \"snapshot\" (stats, then reset) there\n"
@@ -1557,21 +1765,28 @@ static bool parse_delay_ops(char *spec)
 }
 
 /*
- * A delayed request holds its thread for the whole delay, so a delay needs a thread per request
- * in flight. Without one a request takes microseconds, and every thread beyond the CPUs costs
- * instead: each idle thread waits in read() on /dev/fuse, and the kernel wakes one of them for
- * every request it queues (a context switch) even when a busy thread would have taken it next
- * without sleeping. So a thread per CPU serves more requests a second (measured by
- * benchmarks/latencyfs_rate.py); two at least, so that one slow call (an fsync) does not stop
- * the rest. The price: at zero delay no more than that many requests count as in flight.
+ * With a delay, --threads bounds the requests in flight (held replies included) and the threads
+ * libfuse may start: it starts one only when none is idle, and a thread sleeps through a delay
+ * only for a reply too big to hold. Without a delay a request takes microseconds, and every
+ * thread beyond the CPUs costs instead: each idle thread waits in read() on /dev/fuse, and the
+ * kernel wakes one of them for every request it queues (a context switch) even when a busy
+ * thread would have taken it next without sleeping. So a thread per CPU serves more requests a
+ * second (measured by benchmarks/latencyfs_rate.py); two at least, so that one slow call (an
+ * fsync) does not stop the rest. The price: at zero delay no more than that many requests count
+ * as in flight.
  */
+static bool delayed(void)
+{
+	bool any = cfg.jitter_ns > 0;
+	for (int i = 0; i < OP_COUNT; i++)
+		any |= cfg.delay_ns[i] > 0;
+	return any;
+}
+
 static int default_threads(void)
 {
-	bool delayed = cfg.jitter_ns > 0;
-	for (int i = 0; i < OP_COUNT; i++)
-		delayed |= cfg.delay_ns[i] > 0;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return delayed ? 256 : cpus > 2 ? (int)cpus : 2;
+	return delayed() ? 256 : cpus > 2 ? (int)cpus : 2;
 }
 
 /* The files a tool has open through the mount are open here too, and the cache of inodes'
@@ -1742,7 +1957,15 @@ int main(int argc, char **argv)
 	/* Keep idle threads: a burst after a pause should not pay thread creation per request. */
 	fuse_loop_cfg_set_idle_threads(loop, (unsigned)cfg.max_threads);
 	fuse_loop_cfg_set_clone_fd(loop, 0);
+	if (delayed()) {
+		if (start_sender() != 0)
+			goto out_unmount;
+		sem_init(&slots, 0, (unsigned)cfg.max_threads);
+		slots_bound = true;
+	}
 	ret = fuse_session_loop_mt(se, loop);
+	stop_sender();
+out_unmount:
 	fuse_loop_cfg_destroy(loop);
 	fuse_session_unmount(se);
 
