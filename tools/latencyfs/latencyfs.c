@@ -765,13 +765,15 @@ static void let_go(fuse_ino_t ino)
  * name gone it could not be reopened by its handle (ESTALE), and the kernel keeps a failed flush
  * for the next syncfs() on the mount, where an NFS client sends no request that could fail.
  */
-static void pin(struct node *n)
+static bool pin(struct node *n)
 {
 	if (!n)
-		return;
+		return false;
 	fuse_ino_t ino = (fuse_ino_t)(uintptr_t)n;
-	if (hold(ino) < 0 || atomic_exchange(&n->pinned, true))
-		let_go(ino);
+	if (hold(ino) >= 0 && !atomic_exchange(&n->pinned, true))
+		return true;
+	let_go(ino);
+	return false;
 }
 
 static void unpin(struct node *n)
@@ -1095,11 +1097,12 @@ static void h_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	int dir = hold(parent);
 	struct node *n = dir < 0 ? NULL : known_file(dir, name);
-	pin(n);
+	/* A pin taken earlier (a flush still due) is not this call's to drop if it fails. */
+	bool pinned = pin(n);
 	int res = dir < 0 ? -1 : unlinkat(dir, name, 0);
 	if (res == 0)
 		expect_ctime_flush(n);
-	else
+	else if (pinned)
 		unpin(n);
 	let_go(parent);
 	fuse_reply_err(req, res < 0 ? errno : 0);
@@ -1120,12 +1123,12 @@ static void h_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_i
 	if (newdir >= 0) {
 		/* A file renamed over goes as an unlink does, with its own flush. */
 		struct node *replaced = flags & RENAME_EXCHANGE ? NULL : known_file(newdir, newname);
-		pin(replaced);
+		bool pinned = pin(replaced);
 		res = renameat2(dir, name, newdir, newname, flags);
 		if (res == 0) {
 			expect_ctime_flush(known_file(newdir, newname));
 			expect_ctime_flush(flags & RENAME_EXCHANGE ? known_file(dir, name) : replaced);
-		} else {
+		} else if (pinned) {
 			unpin(replaced);
 		}
 	}
