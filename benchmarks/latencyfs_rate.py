@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How many requests a second tools/latencyfs serves at zero delay, so that a benchmark on it
-knows whether the filesystem or the tool under test was the limit.
+"""How many requests a second tools/latencyfs serves, and at what CPU cost to the machine, so
+that a benchmark on it knows whether the filesystem or the tool under test was the limit.
 
 N client processes stat one file in a loop on a mount whose caches are off (attribute and
 entry timeouts 0), so every stat is two requests (lookup, getattr); the rate is the
@@ -10,11 +10,13 @@ take turns (in alternating order), and the table gives the median, the range, an
 other work took meanwhile.
 
     sudo .venv/bin/python benchmarks/latencyfs_rate.py [--seconds 3] [--clients 1,2,4,8] [--runs 5]
-                                                       [--against REV] [--threads N]
+                                                       [--against REV] [--threads N] [--delay MS]
 
 --against REV also builds tools/latencyfs as it was at git revision REV (in the scratch
-directory) and measures both. Results: benchmarks/results/latencyfs-rate.{json,md}, and the
-block between the matching markers in docs/nfs.md.
+directory) and measures both. --delay gives every request a delay (the rate is then the
+clients' round trips; what matters is the daemon's CPU a request, which the tool measured on the
+mount does not get). Results: benchmarks/results/latencyfs-rate.{json,md} (at a delay:
+latencyfs-rate-MSms), and the block between the matching markers in docs/nfs.md.
 """
 
 from __future__ import annotations
@@ -114,11 +116,17 @@ def summarize(build: str, clients: int, runs: list[dict]) -> dict:
             "load1": round(statistics.median(r["load1"] for r in runs), 1), "runs": runs}
 
 
+def name(delay_ms: float) -> str:
+    return f"{NAME}-{delay_ms:g}ms" if delay_ms else NAME
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     threads = f"--threads {res['threads']}" if res["threads"] else "default threads"
+    delay = res.get("delay_ms", 0)
     lines = [f"Measured {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}, a machine shared with "
-             f"other work; each stat with caches off is a lookup and a getattr request; {threads}; "
+             f"other work; each stat with caches off is a lookup and a getattr request"
+             f"{f', each delayed {delay:g} ms' if delay else ''}; {threads}; "
              f"{res['runs']} runs of {res['seconds']:g} s per row, builds in turns; median (range). Other work: "
              f"the CPUs' worth the rest of the machine used meanwhile (median / most); the load average "
              f"counts the clients too. Reproduce: `{res['command']}`.", "",
@@ -132,10 +140,11 @@ def render(res: dict) -> str:
 
 
 def write(results: Path, res: dict, docs: bool) -> None:
-    block = render(res)
-    (results / f"{NAME}.md").write_text("# latencyfs at zero delay: requests a second\n\n" + block)
+    block, delay = render(res), res.get("delay_ms", 0)
+    title = f"{delay:g} ms a request: requests a second and their CPU" if delay else "zero delay: requests a second"
+    (results / f"{name(delay)}.md").write_text(f"# latencyfs at {title}\n\n" + block)
     if docs:
-        update_block(REPO / "docs" / "nfs.md", NAME, block)
+        update_block(REPO / "docs" / "nfs.md", name(delay), block)
 
 
 def main(argv: list[str]) -> int:
@@ -145,6 +154,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", type=int, default=5, help="measurements per row (default %(default)s)")
     ap.add_argument("--against", metavar="REV", help="also measure tools/latencyfs as of this git revision")
     ap.add_argument("--threads", type=int, help="latencyfs --threads (default: its own default)")
+    ap.add_argument("--delay", type=float, default=0, metavar="MS", help="latencyfs --delay (default 0)")
     ap.add_argument("--scratch", default="benchmarks/.data")
     ap.add_argument("--results", default="benchmarks/results")
     ap.add_argument("--no-docs", action="store_true", help="don't rewrite the matching block of docs/nfs.md")
@@ -152,7 +162,7 @@ def main(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     results = Path(a.results)
     if a.report:
-        write(results, json.loads((results / f"{NAME}.json").read_text()), not a.no_docs)
+        write(results, json.loads((results / f"{name(a.delay)}.json").read_text()), not a.no_docs)
         return 0
     scratch = Path(a.scratch)
     builds = [this_build()] + ([build_at(a.against, scratch)] if a.against else [])
@@ -165,7 +175,7 @@ def main(argv: list[str]) -> int:
     for i in range(a.runs):
         for label, binary in builds if i % 2 == 0 else builds[::-1]:
             with LatencyFS(base / "backing", base / "mnt", attr_timeout=0, entry_timeout=0, threads=a.threads,
-                           binary=binary) as fs:
+                           delay_ms=a.delay, binary=binary) as fs:
                 for c in clients:
                     r = measure(fs, str(base / "mnt" / "file"), c, a.seconds)
                     runs.setdefault((label, c), []).append(r)
@@ -174,13 +184,13 @@ def main(argv: list[str]) -> int:
                         f"load {r['load1']}")
     shutil.rmtree(base, ignore_errors=True)
     res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
-           "seconds": a.seconds, "runs": a.runs, "threads": a.threads,
+           "seconds": a.seconds, "runs": a.runs, "threads": a.threads, "delay_ms": a.delay,
            "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/latencyfs_rate.py", *argv]),
            "rows": [summarize(label, c, runs[label, c]) for label, _ in builds for c in clients]}
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{NAME}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    (results / f"{name(a.delay)}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     write(results, res, not a.no_docs)
-    log(f"results in {rel(results)}/{NAME}.md")
+    log(f"results in {rel(results)}/{name(a.delay)}.md")
     return 0
 
 
