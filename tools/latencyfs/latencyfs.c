@@ -267,9 +267,14 @@ static void span_end(void)
 	span_start = 0;
 }
 
+static struct timespec timespec_of(uint64_t ns)
+{
+	return (struct timespec){.tv_sec = ns / 1000000000u, .tv_nsec = ns % 1000000000u};
+}
+
 static void sleep_until(uint64_t t)
 {
-	struct timespec ts = {.tv_sec = t / 1000000000u, .tv_nsec = t % 1000000000u};
+	struct timespec ts = timespec_of(t);
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 }
@@ -281,9 +286,9 @@ static void sleep_until(uint64_t t)
 /*
  * A request's work is done at once; its reply is what waits out the delay, copied into this
  * queue, from which one thread sends it when it is due. A thread sleeping through each delay
- * instead cost a sleep and a wake-up per request, about 20 us of CPU (48 us a request at 1 ms
- * against 28 us at none, perf): at tens of thousands of requests a second that took CPU from
- * the tool being measured, on a machine where the two share the cores. The delay runs from the
+ * instead cost a sleep and a wake-up per request: 24-31 us of CPU a request at 1 ms against
+ * 19-24 us this way (benchmarks/latencyfs_rate.py --delay 1), CPU taken from the tool being
+ * measured on a machine where the two share the cores. The delay runs from the
  * end of the work, so a request still takes its delay plus its work, as before. Replies bigger
  * than HOLD_MAX (READ data) are not worth copying: their thread sleeps instead.
  */
@@ -405,8 +410,7 @@ static void *sender_loop(void *arg)
 		} else if (held.stop) {
 			break;
 		} else if (held.n) {
-			uint64_t t = held.waiting_until = held.heap[0]->due;
-			struct timespec ts = {.tv_sec = t / 1000000000u, .tv_nsec = t % 1000000000u};
+			struct timespec ts = timespec_of(held.waiting_until = held.heap[0]->due);
 			pthread_cond_timedwait(&held.wake, &held.lock, &ts);
 		} else {
 			held.waiting_until = UINT64_MAX;
