@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ferry_env
 from support.azurite import KEY
+from support.latencyfs import LatencyFS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -337,6 +338,64 @@ def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
     assert rep["totals"]["final_check"]["differ"] == 0
     assert rep["totals"]["final_check"]["missing_on_src"] == 0
     assert rep["totals"]["final_check"]["missing_on_dst"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry_bin):
+    """On a mount where every request is a round trip (tools/latencyfs, counting), each step of
+    a phase reads the destination's directories about once between all its jobs, and nothing per
+    file: an unchanged incremental phase costs what `ferry ls -r` of the destination costs."""
+    src = tmp_path / "src"
+    content = make_tree(src, files=200)
+    outdir = tmp_path / "results"
+    # Parts cut in path order, as the default modes do: a directory falls in one part, or in
+    # two where a part ends inside it. (LPT's balanced parts spread every directory over all of
+    # them, so each job lists nearly all: docs/nfs.md.)
+    by_path = "partition={mode: max-files, max_files: 60}"
+    (tmp_path / "backing").mkdir()
+    fs = LatencyFS(tmp_path / "backing", tmp_path / "mnt", attr_timeout=30, entry_timeout=30)
+    dest = fs.mountpoint / "share"
+
+    def counted(run) -> dict:
+        """Requests by kind one command makes, on a fresh mount (nothing cached from before)."""
+        fs.unmount()
+        fs.mount()
+        fs.reset()
+        run()
+        snap = fs.snapshot()
+        return {**{k: v for k, v in snap["ops"].items() if v}, "total": snap["total"]}
+
+    def phase(name: str) -> dict:
+        return counted(lambda: pipeline(*base_config(ferry_bin, outdir, src, dest, name), by_path))
+
+    try:
+        baseline = phase("baseline")
+        listing = counted(lambda: subprocess.run([ferry_bin, "ls", "-r", dest], check=True, capture_output=True))
+        dirs = listing["opendir"]
+        assert dirs == 1 + sum(1 for p in src.rglob("*") if p.is_dir() and not p.is_symlink())
+        parts = len(report(outdir, "baseline")["partitions"])
+        assert parts >= 3
+        # The directories a step's jobs read between them: each directory once, and those a part
+        # ends inside once more.
+        step = dirs + parts - 1
+        # Copy (its jobs read what earlier ones made) and verify.
+        assert dirs <= baseline["opendir"] <= 2 * step, baseline
+        # A few for each job (its roots), none per file.
+        assert baseline.get("getattr", 0) < len(content) / 8, baseline
+
+        unchanged = phase("incremental")
+        assert unchanged["total"] <= 1.2 * listing["total"], (unchanged, listing)
+
+        _added, _changed, deleted = modify_tree(src, content)
+        final = phase("final")
+        assert local_snapshot(fs.source / "share") == md5s(content)
+        # List, copy, verify, prune and the final check; the files that changed looked up, and
+        # a few requests for each job, far fewer than one a file.
+        assert 4 * dirs - 4 <= final["opendir"] <= 5 * step, final
+        assert final.get("lookup", 0) + final.get("getattr", 0) < len(content) / 4, final
+        assert final.get("unlink", 0) == len(deleted), final
+    finally:
+        fs.unmount()
 
 
 @pytest.mark.timeout(240)
