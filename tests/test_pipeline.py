@@ -349,8 +349,8 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
     content = make_tree(src, files=200)
     outdir = tmp_path / "results"
     # Parts cut in path order, as the default modes do: a directory falls in one part, or in
-    # two where a part ends inside it. (LPT's balanced parts spread every directory over all of
-    # them, so each job lists nearly all: docs/nfs.md.)
+    # two where a part ends inside it. (Balanced parts of a tree this small are LPT over single
+    # files, which puts every directory in every part: docs/nfs.md.)
     by_path = "partition={mode: max-files, max_files: 60}"
     (tmp_path / "backing").mkdir()
     fs = LatencyFS(tmp_path / "backing", tmp_path / "mnt", attr_timeout=30, entry_timeout=30)

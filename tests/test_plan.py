@@ -231,12 +231,30 @@ def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
     assert len(copy) == len(set(copy)) == plan["to_copy"]["files"]
 
 
-def test_parts_are_balanced_like_ferry_partition(tmp_path, run_ferry):
-    """--parts cuts the files to copy as `ferry partition --parts` cuts the same manifest."""
-    src, dst = big_listings(tmp_path, 2000)
+def test_parts_balance_like_ferry_partition_and_keep_directories_together(tmp_path, run_ferry):
+    """--parts deals runs of neighbouring files out by LPT: within 2 % of the balance of `ferry
+    partition --parts` (LPT over single files, fpart's -n), with each directory in a part or two
+    rather than in all of them, so the jobs that list their part's directories list each about
+    once between them."""
+    src, _ = big_listings(tmp_path, 20000)
     out = tmp_path / "plan"
     run_ferry("plan", src, "--out", out, "--phase", "baseline", "--parts", "4")
     run_ferry("partition", src, "--out", tmp_path / "partition", "--parts", "4")
-    ours = [sorted(p) for p in parts_of(out, "copy")]
-    theirs = [sorted(paths_in(p)) for p in sorted((tmp_path / "partition").glob("part-*.tsv"))]
-    assert ours == theirs
+    size = {line.split("\t")[0]: int(line.split("\t")[2]) for line in src.read_text().splitlines()[1:]}
+    ours = parts_of(out, "copy")
+    theirs = [paths_in(p) for p in sorted((tmp_path / "partition").glob("part-*.tsv"))]
+    assert sorted(p for part in ours for p in part) == sorted(size)
+
+    def spread(parts):
+        loads = [sum(size[p] for p in part) for part in parts]
+        return max(loads) / (sum(loads) / len(loads)) - 1
+
+    def listings(parts):
+        return sum(len({p.split("/")[0] for p in part}) for part in parts)
+
+    assert len(ours) == 4 and spread(ours) < 0.02 and spread(theirs) < 0.01, (spread(ours), spread(theirs))
+    # 40 directories of 500 files, 5,000 files a part: the jobs list 40 directories between them
+    # at best; LPT over files has every directory in every part.
+    assert listings(ours) <= 2 * 40 and listings(theirs) == 4 * 40, (listings(ours), listings(theirs))
+
+

@@ -11,13 +11,19 @@ use crate::manifest::Entry;
 pub fn lpt_assign(entries: &[Entry], parts: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_unstable_by(|&a, &b| entries[b].size().cmp(&entries[a].size()).then_with(|| entries[a].path.cmp(&entries[b].path)));
+    // Count every file as at least one byte so empty files still spread out.
+    lpt_in_order(order.into_iter().map(|i| (i, entries[i].size().max(1))), entries.len(), parts)
+}
+
+/// LPT's dealing: each of `items` items, given as (index, weight) in the order to deal them, to
+/// the least-loaded of `parts` parts (lowest index on ties). Returns each item's part.
+pub fn lpt_in_order(order: impl Iterator<Item = (usize, u64)>, items: usize, parts: usize) -> Vec<usize> {
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..parts).map(|i| Reverse((0, i))).collect();
-    let mut owner = vec![0; entries.len()];
-    for i in order {
+    let mut owner = vec![0; items];
+    for (i, weight) in order {
         let Reverse((load, bin)) = heap.pop().expect("at least one part");
         owner[i] = bin;
-        // Count every file as at least one byte so empty files still spread out.
-        heap.push(Reverse((load + entries[i].size().max(1), bin)));
+        heap.push(Reverse((load + weight, bin)));
     }
     owner
 }

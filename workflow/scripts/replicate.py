@@ -297,7 +297,8 @@ def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str)
     downloaders = min(job.args.download_ranks or job.size, job.size)
     owner = np.full(len(missing), -1, dtype=np.int32)
     if missing and job.rank == 0:
-        # The worker's LPT partitioner splits the download by bytes, as in the migration pipeline.
+        # The worker's LPT partitioner (ferry partition, over single files) splits the download
+        # by bytes.
         # Each file weighs its bytes plus a per-request cost, so that one rank does not get
         # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")

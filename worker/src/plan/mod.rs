@@ -202,10 +202,9 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     );
 
     // Two LPT sorts may fill at once (copy and verify): each gets half.
-    let split_memory = opts.sort_memory / 2;
-    let mut copy = Splitter::new(out.join("copy"), scratch.to_path_buf(), "copy", opts.tool, opts.method, split_memory)?;
+    let mut copy = Splitter::new(out.join("copy"), scratch.to_path_buf(), "copy", opts.tool, opts.method)?;
     let mut verify = match opts.phase {
-        Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method, split_memory)?),
+        Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method)?),
         _ => None,
     };
     let delete_path = out.join("delete.tsv");

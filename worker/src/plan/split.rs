@@ -1,5 +1,5 @@
 //! Cutting one stream of entries into part files, in bounded memory: by caps as the entries
-//! arrive, by LPT over an external sort by size, or by Debian's fpart fed from a spill file.
+//! arrive, by LPT over runs of neighbouring entries, or by Debian's fpart fed from a spill file.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -11,15 +11,16 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use crate::sorted::sort::{Order, Runs, Sorter, Spill};
+use crate::sorted::sort::{Runs, Spill};
 use crate::manifest::{Entry, Writer};
-use crate::partition::{part_name, summary, Filler};
+use crate::partition::{lpt_in_order, part_name, summary, Filler};
 pub use crate::partition::PartTotals as Part;
 
 /// How a set of entries is cut, as asked on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
-    /// N parts balanced by size (LPT); fewer when there are fewer entries.
+    /// N parts balanced by size (LPT over runs of neighbouring entries, `deal_runs`); fewer
+    /// when there are fewer entries.
     Parts(usize),
     /// A part closes once it holds `max_files` entries or `max_bytes` bytes.
     Caps { max_files: Option<u64>, max_bytes: Option<u64> },
@@ -37,6 +38,14 @@ pub enum Tool {
 /// Parts open at once while distributing: enough for any usual plan, few enough for the
 /// descriptor limit and for 64 KiB of buffer each.
 const MAX_OPEN: usize = 256;
+/// Runs a part is dealt, about, by `--parts`, at first: few, so that few parts share a
+/// directory (each cut between runs can put one directory in one more part).
+const RUNS_PER_PART: u64 = 4;
+/// The heaviest part may weigh this much more than the mean, or than the heaviest file where
+/// that is more (no cut can do better then), before the runs are cut twice as fine ...
+const BALANCE: f64 = 1.02;
+/// ... down to this many a part, where LPT's worst case is a part over the mean by one run.
+const RUNS_PER_PART_MOST: u64 = 64;
 
 fn create_part(dir: &Path, i: usize, buffer: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
     let p = dir.join(part_name(i));
@@ -56,7 +65,8 @@ pub struct Splitter {
 
 enum State {
     Fill { rule: FillRule, current: Option<Writer<BufWriter<File>>>, parts: Vec<Part> },
-    Lpt(Sorter),
+    /// The entries in path order, and what they weigh together (`weight`).
+    Lpt { spill: Spill, weight: u64 },
     Fpart(Spill),
 }
 
@@ -87,13 +97,13 @@ impl FillRule {
 }
 
 impl Splitter {
-    /// Parts go to `out` (created here); `scratch` holds sort runs and spill files; `name`
-    /// tells this splitter's scratch files from another's.
-    pub fn new(out: PathBuf, scratch: PathBuf, name: &'static str, tool: Tool, method: Method, sort_budget: usize) -> anyhow::Result<Splitter> {
+    /// Parts go to `out` (created here); `scratch` holds spill files; `name` tells this
+    /// splitter's scratch files from another's. Entries are pushed in path order.
+    pub fn new(out: PathBuf, scratch: PathBuf, name: &'static str, tool: Tool, method: Method) -> anyhow::Result<Splitter> {
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
         let state = match (tool, method) {
             (Tool::Fpart, _) => State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?),
-            (Tool::Ferry, Method::Parts(_)) => State::Lpt(Sorter::new(Order::SizeDesc, sort_budget, scratch.clone(), name)),
+            (Tool::Ferry, Method::Parts(_)) => State::Lpt { spill: Spill::create(scratch.join(format!("{name}.lpt-input")))?, weight: 0 },
             (Tool::Ferry, Method::Caps { max_files, max_bytes }) => {
                 State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), current: None, parts: Vec::new() }
             }
@@ -120,7 +130,10 @@ impl Splitter {
                 p.files += 1;
                 p.bytes += e.size();
             }
-            State::Lpt(sorter) => sorter.push(e)?,
+            State::Lpt { spill, weight } => {
+                *weight += weight_of(e);
+                spill.push(e)?;
+            }
             State::Fpart(spill) => spill.push(e)?,
         }
         Ok(())
@@ -136,13 +149,16 @@ impl Splitter {
                 }
                 parts
             }
-            State::Lpt(sorter) => {
-                let runs = sorter.finish()?;
+            State::Lpt { mut spill, weight } => {
                 let n = match self.method {
                     Method::Parts(n) => n.min(self.files as usize),
                     _ => unreachable!("LPT is only for --parts"),
                 };
-                distribute(&self.out, n, || lpt(&runs, n))?
+                let (runs, owner) = deal_runs(&mut spill, weight, n)?;
+                distribute(&self.out, n, || {
+                    let mut bins = runs.iter().zip(&owner).flat_map(|(&(len, _), &bin)| std::iter::repeat_n(bin, len as usize));
+                    Ok(spill.read()?.map(move |e| e.map(|e| (e, bins.next().expect("a run for each entry")))))
+                })?
             }
             State::Fpart(mut spill) => {
                 let owner = run_fpart(&mut spill, &self.scratch, self.name, self.method, self.files)?;
@@ -171,6 +187,58 @@ impl Splitter {
             bail!("{}: parts hold {} entries, expected {}", self.out.display(), parts.iter().map(|p| p.files).sum::<u64>(), self.files);
         }
         Ok(parts)
+    }
+}
+
+/// What an entry counts for in balancing: its bytes, and at least one, so that empty files
+/// spread out too.
+fn weight_of(e: &Entry) -> u64 {
+    e.size().max(1)
+}
+
+/// `--parts` for the pipelines: the entries, in path order, are cut into runs of neighbours of
+/// about the same weight, and LPT deals the runs out (heaviest first to the least loaded part).
+/// A copy or verify job lists the directories its part writes into, and LPT over single files
+/// puts some of nearly every directory in every part, so each job would list nearly the whole
+/// tree; over runs, a directory is in as few parts as its size needs. A file heavier than a run
+/// is a run of its own. The runs start at `RUNS_PER_PART` a part and are cut finer while they
+/// are fewer than the parts (a few files outweigh the rest: down to one file a run, which is
+/// LPT over files) or deal out less evenly than `BALANCE`. Returns each run's (entries, weight)
+/// in path order, and its part.
+fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, u64)>, Vec<usize>)> {
+    if n == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut per_part = RUNS_PER_PART;
+    loop {
+        let most = weight.div_ceil(n as u64 * per_part).max(1);
+        let (mut runs, mut open, mut heaviest) = (Vec::new(), (0u64, 0u64), 0);
+        for e in spill.read()? {
+            let w = weight_of(&e?);
+            heaviest = heaviest.max(w);
+            if open.0 > 0 && open.1 + w > most {
+                runs.push(std::mem::take(&mut open));
+            }
+            open = (open.0 + 1, open.1 + w);
+        }
+        if open.0 > 0 {
+            runs.push(open);
+        }
+        if runs.len() >= n {
+            let mut order: Vec<usize> = (0..runs.len()).collect();
+            order.sort_by(|&a, &b| runs[b].1.cmp(&runs[a].1).then(a.cmp(&b)));
+            let owner = lpt_in_order(order.into_iter().map(|i| (i, runs[i].1)), runs.len(), n);
+            let mut loads = vec![0; n];
+            for (run, &bin) in runs.iter().zip(&owner) {
+                loads[bin] += run.1;
+            }
+            let fair = (weight as f64 / n as f64).max(heaviest as f64);
+            let heaviest_part = loads.into_iter().max().unwrap_or(0) as f64;
+            if heaviest_part <= fair * BALANCE || per_part >= RUNS_PER_PART_MOST || most == 1 {
+                return Ok((runs, owner));
+            }
+        }
+        per_part *= 2;
     }
 }
 
@@ -321,38 +389,85 @@ mod tests {
             .collect()
     }
 
+    fn split(dir: &Path, name: &'static str, all: &[Entry], n: usize) -> (Vec<Part>, Vec<Vec<Vec<u8>>>) {
+        let out = dir.join(name);
+        let mut s = Splitter::new(out.clone(), dir.to_path_buf(), name, Tool::Ferry, Method::Parts(n)).unwrap();
+        for e in all {
+            s.push(e).unwrap();
+        }
+        let parts = s.finish().unwrap();
+        let got = read_parts(&out, &parts);
+        (parts, got)
+    }
+
     #[test]
-    fn lpt_parts_match_ferry_partition() {
-        let dir = tempfile::tempdir().unwrap();
-        let sizes: Vec<u64> = (0..700).map(|i| (i * 7919 % 1000) as u64 * 1000).collect();
-        let all = entries(&sizes);
-        // More parts than one distribution pass opens: the stream is merged again per group.
-        for n in [3, MAX_OPEN + 5] {
-            let out = dir.path().join(format!("out{n}"));
-            // A tiny sort budget: many runs.
-            let mut s = Splitter::new(out.clone(), dir.path().to_path_buf(), "t", Tool::Ferry, Method::Parts(n), 2000).unwrap();
-            for e in &all {
-                s.push(e).unwrap();
-            }
-            let parts = s.finish().unwrap();
-            assert_eq!(parts.len(), n);
-            let owner = crate::partition::lpt_assign(&all, n);
-            let got = read_parts(&out, &parts);
-            for (e, o) in all.iter().zip(owner) {
-                assert!(got[o].contains(&e.path), "{:?} not in part {o}", e.display_path());
+    fn parts_are_balanced_and_keep_directories_together() {
+        // 300 directories of 1–40 files of up to 64 KiB, in path order, and two big files.
+        let mut all = Vec::new();
+        for d in 0..300u64 {
+            for f in 0..1 + d * 7919 % 40 {
+                all.push(Entry::file(format!("d{d:03}/f{f:02}"), (d * 31 + f * 7919) % 65536));
             }
         }
+        all.insert(10, Entry::file("d000/zz-big", 40 << 20));
+        all.push(Entry::file("e/big", 30 << 20));
+        all.sort_by(|a, b| a.path.cmp(&b.path));
+        let dir = tempfile::tempdir().unwrap();
+        for n in [3, 16] {
+            let (parts, got) = split(dir.path(), if n == 3 { "p3" } else { "p16" }, &all, n);
+            assert_eq!(parts.len(), n);
+            let mut seen: Vec<&Vec<u8>> = got.iter().flatten().collect();
+            seen.sort();
+            assert_eq!(seen, all.iter().map(|e| &e.path).collect::<Vec<_>>(), "each entry in one part");
+            // Within 2 % of the mean, or of the heaviest file where that is more.
+            let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+            let mean = loads.iter().sum::<u64>() / n as u64;
+            let biggest = all.iter().map(|e| e.size()).max().unwrap();
+            assert!(loads.iter().all(|&l| l as f64 <= mean.max(biggest) as f64 * BALANCE), "{loads:?}");
+            // The directories the parts' jobs list between them: each once, and one more for each
+            // cut between runs at most, where LPT over files puts nearly every directory in
+            // every part.
+            let runs = RUNS_PER_PART_MOST as usize * n + 2;
+            let mut listings = 0;
+            for part in &got {
+                listings += part.iter().map(|p| p.split(|&c| c == b'/').next().unwrap()).collect::<std::collections::HashSet<_>>().len();
+            }
+            assert!(listings <= 301 + runs, "{n} parts list {listings} directories");
+        }
+    }
+
+    #[test]
+    fn a_few_heavy_files_still_give_every_part_some() {
+        // Four files outweigh the rest: the runs are cut finer until all 8 parts get one.
+        let mut sizes = vec![1 << 30, 1 << 30, 1 << 30, 1 << 30];
+        sizes.extend([100; 20]);
+        let dir = tempfile::tempdir().unwrap();
+        let (parts, _) = split(dir.path(), "heavy", &entries(&sizes), 8);
+        assert_eq!(parts.len(), 8);
+        assert!(parts.iter().all(|p| p.files > 0), "{parts:?}");
+        assert_eq!(parts.iter().filter(|p| p.bytes >= 1 << 30).count(), 4, "{parts:?}");
+    }
+
+    #[test]
+    fn more_parts_than_one_pass_opens_and_the_same_parts_again() {
+        // More parts than one distribution pass opens: the spill is read again per group.
+        let sizes: Vec<u64> = (0..2000).map(|i| (i * 7919 % 1000) as u64 * 1000).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (parts, got) = split(dir.path(), "many", &entries(&sizes), MAX_OPEN + 5);
+        assert_eq!(parts.len(), MAX_OPEN + 5);
+        assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 2000);
+        assert_eq!(split(dir.path(), "again", &entries(&sizes), MAX_OPEN + 5).1, got, "deterministic");
     }
 
     #[test]
     fn fewer_entries_than_parts_and_none() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Splitter::new(dir.path().join("a"), dir.path().to_path_buf(), "a", Tool::Ferry, Method::Parts(8), 1 << 20).unwrap();
+        let mut s = Splitter::new(dir.path().join("a"), dir.path().to_path_buf(), "a", Tool::Ferry, Method::Parts(8)).unwrap();
         for e in entries(&[5, 6]) {
             s.push(&e).unwrap();
         }
         assert_eq!(s.finish().unwrap().len(), 2);
-        let s = Splitter::new(dir.path().join("b"), dir.path().to_path_buf(), "b", Tool::Ferry, Method::Parts(8), 1 << 20).unwrap();
+        let s = Splitter::new(dir.path().join("b"), dir.path().to_path_buf(), "b", Tool::Ferry, Method::Parts(8)).unwrap();
         assert!(s.finish().unwrap().is_empty());
         let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("b/summary.json")).unwrap()).unwrap();
         assert_eq!(summary["mode"], "empty");
