@@ -212,8 +212,8 @@ def big_listings(tmp_path, n: int):
 
 @pytest.mark.parametrize("split", [("--parts", "5"), ("--max-bytes", "20MiB"), ("--partitioner", "fpart", "--parts", "3")])
 def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
-    """A sort memory of a few KiB forces dozens of runs per listing (and per LPT sort); the plan
-    must be byte for byte the one made in memory."""
+    """A sort memory of a few KiB forces dozens of runs per listing; the plan must be byte for
+    byte the one made in memory."""
     src, dst = big_listings(tmp_path, 4000)
     outputs = []
     for memory in ("64MiB", "8KiB"):

@@ -201,7 +201,6 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         source_runs.count() + dest_runs.as_ref().map_or(0, Runs::count)
     );
 
-    // Two LPT sorts may fill at once (copy and verify): each gets half.
     let mut copy = Splitter::new(out.join("copy"), scratch.to_path_buf(), "copy", opts.tool, opts.method)?;
     let mut verify = match opts.phase {
         Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method)?),

@@ -423,7 +423,7 @@ mod tests {
             let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
             let mean = loads.iter().sum::<u64>() / n as u64;
             let biggest = all.iter().map(|e| e.size()).max().unwrap();
-            assert!(loads.iter().all(|&l| l as f64 <= mean.max(biggest) as f64 * BALANCE), "{loads:?}");
+            assert!(loads.iter().all(|&l| l as f64 <= mean.max(biggest) as f64 * 1.02), "{loads:?}");
             // The directories the parts' jobs list between them: each once, and one more for each
             // cut between runs at most, where LPT over files puts nearly every directory in
             // every part.
@@ -434,6 +434,19 @@ mod tests {
             }
             assert!(listings <= 301 + runs, "{n} parts list {listings} directories");
         }
+    }
+
+    #[test]
+    fn runs_are_cut_finer_until_the_parts_balance() {
+        // Blocks of a hundred small files and one of 30 KB: the first runs (4 a part) end where a
+        // 30 KB file no longer fits, so they weigh unevenly, and dealt out as they are they leave
+        // a part 3.5 % over the mean.
+        let sizes: Vec<u64> = (0..31 * 101).map(|i| if i % 101 == 100 { 30_000 } else { 1_000 }).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (parts, _) = split(dir.path(), "blocks", &entries(&sizes), 3);
+        let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+        let mean = loads.iter().sum::<u64>() / 3;
+        assert!(loads.iter().all(|&l| l as f64 <= mean as f64 * 1.02), "{loads:?}");
     }
 
     #[test]
