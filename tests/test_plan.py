@@ -66,7 +66,7 @@ def listings(tmp_path):
 
 def paths_in(manifest) -> list[str]:
     lines = manifest.read_text(encoding="utf-8").splitlines()
-    assert lines[0].startswith("#ferry-manifest v1")
+    assert lines[0].startswith("#ferry-manifest v2")
     return [line.split("\t")[0] for line in lines[1:] if line]
 
 

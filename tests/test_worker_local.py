@@ -92,7 +92,7 @@ def test_ls_then_files_from_round_trips_every_name(tmp_path, run_ferry):
     ls = run_ferry("ls", src, "--recursive")
     text = ls.stdout_bytes.decode("utf-8")  # the manifest is UTF-8 whatever the names are
     comments, entries = parse_manifest(text)
-    assert comments and comments[0].startswith("#ferry-manifest v1"), comments[:1]
+    assert comments and comments[0].startswith("#ferry-manifest v2"), comments[:1]
     listed = {e.path: e for e in entries}
     # Every file and symlink must be listed, and every empty directory (nothing else would
     # recreate it); whether directories with contents get a line of their own is left open.

@@ -80,6 +80,10 @@ class ManifestEntry:
     size: int
     mtime: str | None  # the field's text: exact to the nanosecond, unlike a float
     md5: str | None
+    mode: int | None = None  # permission bits (v2)
+    owner: tuple[int, int] | None = None  # (uid, gid) (v2)
+    link: str | None = None  # "device:inode" of a file with several names (v2)
+    xattrs: str | None = None  # digest of the extended attributes and ACLs (v2)
 
     @property
     def mtime_ns(self) -> int | None:
@@ -100,15 +104,24 @@ def parse_manifest(text: str) -> tuple[list[str], list[ManifestEntry]]:
         if not line:
             continue
         fields = line.split("\t")
-        assert len(fields) == 5, f"manifest line has {len(fields)} fields, want 5: {line!r}"
-        path, kind, size, mtime, md5 = fields
-        assert kind in ("f", "l", "d"), f"bad type {kind!r} in {line!r}"
+        # v1 lines have five fields, v2 lines nine.
+        assert len(fields) in (5, 9), f"manifest line has {len(fields)} fields, want 5 (v1) or 9 (v2): {line!r}"
+        path, kind, size, mtime, md5 = fields[:5]
+        mode, owner, link, xattrs = fields[5:] or ["-"] * 4
+        assert kind in ("f", "l", "d", "p", "s", "c", "b"), f"bad type {kind!r} in {line!r}"
+        assert mode == "-" or (len(mode) == 4 and int(mode, 8) <= 0o7777), f"bad mode {mode!r} in {line!r}"
+        assert owner == "-" or all(p.isdigit() for p in owner.split(":", 1)) and owner.count(":") == 1, \
+            f"bad owner {owner!r} in {line!r}"
         assert mtime == "-" or _is_nine_decimals(mtime), f"bad mtime {mtime!r} in {line!r}"
         assert md5 == "-" or (len(md5) == 32 and md5 == md5.lower() and int(md5, 16) >= 0), \
             f"bad md5 {md5!r} in {line!r}"
         entries.append(ManifestEntry(unescape_path(path), kind, int(size),
                                      None if mtime == "-" else mtime,
-                                     None if md5 == "-" else md5))
+                                     None if md5 == "-" else md5,
+                                     None if mode == "-" else int(mode, 8),
+                                     None if owner == "-" else tuple(int(p) for p in owner.split(":")),
+                                     None if link == "-" else link,
+                                     None if xattrs == "-" else xattrs))
     return comments, entries
 
 

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::engine::Compare;
+use crate::preserve::Preserve;
+use crate::same::Compare;
 use crate::filter::Shard;
 use crate::storage::azure::auth::AuthMode;
 
@@ -85,6 +86,16 @@ pub struct Filters {
     pub exclude: Vec<String>,
 }
 
+/// `--preserve`, defined once for every verb that lists, compares or writes metadata.
+#[derive(Args, Debug, Clone)]
+pub struct PreserveArgs {
+    /// What is kept and compared beyond the bytes: all (what `cp -a` keeps, and holes), none,
+    /// or a comma list of mode, owner, times, links, xattrs, acls, sparse, specials; `no-NAME`
+    /// takes one away (`all,no-xattrs`)
+    #[arg(long, value_name = "LIST", env = "FERRY_PRESERVE", default_value = "all", value_parser = crate::preserve::parse)]
+    pub preserve: Preserve,
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Tsv,
@@ -100,6 +111,8 @@ pub struct LsArgs {
     #[arg(long, value_enum, default_value = "tsv")]
     pub format: Format,
     #[command(flatten)]
+    pub preserve: PreserveArgs,
+    #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
     pub common: Common,
@@ -107,7 +120,7 @@ pub struct LsArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct TransferArgs {
-    /// Requests in flight across all files (default: clamp(CPUs, 8, 96))
+    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
     #[arg(long, env = "FERRY_CONCURRENCY")]
     pub concurrency: Option<usize>,
     /// Files transferred at once (default: 2 × concurrency)
@@ -169,6 +182,8 @@ pub struct CopyArgs {
     pub no_progress: bool,
     #[command(flatten)]
     pub transfer: TransferArgs,
+    #[command(flatten)]
+    pub preserve: PreserveArgs,
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]

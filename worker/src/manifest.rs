@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::{self, BufRead, Read, Write};
 
-pub const HEADER: &str = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5";
+pub const HEADER: &str = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Kind {
@@ -12,6 +12,10 @@ pub enum Kind {
     File,
     Symlink,
     Dir,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
 }
 
 impl Kind {
@@ -20,21 +24,43 @@ impl Kind {
             Kind::File => 'f',
             Kind::Symlink => 'l',
             Kind::Dir => 'd',
+            Kind::Fifo => 'p',
+            Kind::Socket => 's',
+            Kind::CharDev => 'c',
+            Kind::BlockDev => 'b',
         }
     }
+    pub fn from_code(c: u8) -> Option<Kind> {
+        Some(match c {
+            b'f' => Kind::File,
+            b'l' => Kind::Symlink,
+            b'd' => Kind::Dir,
+            b'p' => Kind::Fifo,
+            b's' => Kind::Socket,
+            b'c' => Kind::CharDev,
+            b'b' => Kind::BlockDev,
+            _ => return None,
+        })
+    }
     fn parse(s: &str) -> Option<Kind> {
-        match s {
-            "f" => Some(Kind::File),
-            "l" => Some(Kind::Symlink),
-            "d" => Some(Kind::Dir),
+        match s.as_bytes() {
+            [c] => Kind::from_code(*c),
             _ => None,
         }
+    }
+    /// Fifos, sockets and device nodes: no bytes to copy, only a node to make.
+    pub fn is_special(self) -> bool {
+        matches!(self, Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev)
     }
     pub fn name(self) -> &'static str {
         match self {
             Kind::File => "file",
             Kind::Symlink => "symlink",
             Kind::Dir => "dir",
+            Kind::Fifo => "fifo",
+            Kind::Socket => "socket",
+            Kind::CharDev => "character device",
+            Kind::BlockDev => "block device",
         }
     }
 }
@@ -101,11 +127,16 @@ pub struct Entry {
     pub size: Option<u64>,
     pub mtime: Option<Mtime>,
     pub md5: Option<[u8; 16]>,
-    /// Permission bits and owner, where a local listing saw them (not in the manifest: a
-    /// copy compares by size, mtime and MD5; these spare a stat per directory when its
-    /// metadata is finished).
+    /// Permission bits (07777) and owner (uid, gid), where the listing saw them: a local
+    /// stat, or the POSIX metadata a blob carries.
     pub mode: Option<u32>,
     pub owner: Option<(u32, u32)>,
+    /// (device, inode) of a local file with more than one name: names that share it are one
+    /// file, kept as hard links.
+    pub link: Option<(u64, u64)>,
+    /// A digest of the extended attributes and ACLs, where they were read (`xattrs::digest`);
+    /// None when not read.
+    pub xattrs: Option<u64>,
 }
 
 impl Entry {
@@ -228,7 +259,40 @@ pub fn format_tsv(e: &Entry, buf: &mut String) {
         Some(m) => buf.push_str(&md5_hex(m)),
         None => buf.push('-'),
     }
+    buf.push('\t');
+    match e.mode {
+        Some(m) => {
+            let _ = write!(buf, "{m:04o}");
+        }
+        None => buf.push('-'),
+    }
+    buf.push('\t');
+    match e.owner {
+        Some((u, g)) => {
+            let _ = write!(buf, "{u}:{g}");
+        }
+        None => buf.push('-'),
+    }
+    buf.push('\t');
+    match e.link {
+        Some((dev, ino)) => {
+            let _ = write!(buf, "{dev}:{ino}");
+        }
+        None => buf.push('-'),
+    }
+    buf.push('\t');
+    match e.xattrs {
+        Some(x) => {
+            let _ = write!(buf, "{x:016x}");
+        }
+        None => buf.push('-'),
+    }
     buf.push('\n');
+}
+
+fn parse_pair<T: std::str::FromStr>(s: &str) -> Option<(T, T)> {
+    let (a, b) = s.split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 pub fn format_jsonl(e: &Entry) -> String {
@@ -238,6 +302,11 @@ pub fn format_jsonl(e: &Entry) -> String {
         "size": e.size,
         "mtime": e.mtime.map(|m| m.secs as f64 + m.nanos as f64 / 1e9),
         "md5": e.md5.as_ref().map(md5_hex),
+        "mode": e.mode.map(|m| format!("{m:04o}")),
+        "uid": e.owner.map(|o| o.0),
+        "gid": e.owner.map(|o| o.1),
+        "link": e.link.map(|(d, i)| format!("{d}:{i}")),
+        "xattrs": e.xattrs.map(|x| format!("{x:016x}")),
     });
     v.to_string()
 }
@@ -265,8 +334,8 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let line = line.strip_suffix('\n').unwrap_or(line);
     if let Some(header) = line.strip_prefix("#ferry-manifest ") {
         let version = header.split(['\t', ' ']).next().unwrap_or_default();
-        if version != "v1" {
-            return Err(format!("unsupported manifest version {version:?} (this ferry reads v1)"));
+        if version != "v1" && version != "v2" {
+            return Err(format!("unsupported manifest version {version:?} (this ferry reads v1 and v2)"));
         }
         return Ok(None);
     }
@@ -291,10 +360,27 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
         None | Some("-") => None,
         Some(m) => Some(parse_md5_hex(m).ok_or_else(|| format!("bad md5 {m:?}"))?),
     };
+    // v2's columns; a v1 line ends before them.
+    let mode = match fields.next() {
+        None | Some("-") => None,
+        Some(m) => Some(u32::from_str_radix(m, 8).ok().filter(|&m| m <= 0o7777).ok_or_else(|| format!("bad mode {m:?}"))?),
+    };
+    let owner = match fields.next() {
+        None | Some("-") => None,
+        Some(o) => Some(parse_pair::<u32>(o).ok_or_else(|| format!("bad owner {o:?} (uid:gid)"))?),
+    };
+    let link = match fields.next() {
+        None | Some("-") => None,
+        Some(l) => Some(parse_pair::<u64>(l).ok_or_else(|| format!("bad link {l:?} (device:inode)"))?),
+    };
+    let xattrs = match fields.next() {
+        None | Some("-") => None,
+        Some(x) => Some(u64::from_str_radix(x, 16).ok().filter(|_| x.len() == 16).ok_or_else(|| format!("bad xattrs digest {x:?}"))?),
+    };
     if fields.next().is_some() {
         return Err("too many fields".into());
     }
-    Ok(Some(Entry { path, kind, size, mtime, md5, ..Default::default() }))
+    Ok(Some(Entry { path, kind, size, mtime, md5, mode, owner, link, xattrs }))
 }
 
 /// Streams entries from a manifest file without holding it in memory.
@@ -393,7 +479,7 @@ mod tests {
             b"cr\r",
         ];
         for n in names {
-            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]), ..Default::default() };
+            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]), mode: Some(0o4755), owner: Some((1000, 100)), link: Some((2049, 77)), xattrs: Some(0xfe) };
             let mut line = String::new();
             format_tsv(&e, &mut line);
             assert_eq!(line.matches('\n').count(), 1, "{line:?}");
@@ -440,7 +526,10 @@ mod tests {
         let md5 = format!("{}ab", "€".repeat(10));
         assert!(parse_line(&format!("a\tf\t1\t-\t{md5}")).unwrap_err().contains("bad md5"));
         assert!(parse_bytes(b"a\tf\t1\t-\t-\r\n").unwrap_err().contains("CR LF"));
-        assert!(parse_line("#ferry-manifest v2\tpath").unwrap_err().contains("v2"));
+        assert!(parse_line("#ferry-manifest v3\tpath").unwrap_err().contains("v3"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0999\t-\t-\t-").unwrap_err().contains("bad mode"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0644\t12\t-\t-").unwrap_err().contains("bad owner"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0644\t1:2\t-\t-\tx").unwrap_err().contains("too many"));
         assert!(parse_line("\\x4").is_err());
         assert!(parse_line("\\xzz\tf\t1\t-\t-").is_err());
         assert!(parse_line("\\x+1\tf\t1\t-\t-").is_err());

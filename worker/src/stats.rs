@@ -11,6 +11,10 @@ pub struct Stats {
     pub files_skipped: AtomicU64,
     pub files_failed: AtomicU64,
     pub files_ignored: AtomicU64,
+    /// Files, directories and nodes whose bytes were the same and whose metadata was set.
+    pub meta_updated: AtomicU64,
+    /// Entries of another kind removed from the destination to make way (a type change).
+    pub replaced: AtomicU64,
     /// Of `files_copied`, those the service copied itself (Copy Blob); the rest were streamed.
     pub files_server_copied: AtomicU64,
     pub bytes_total: AtomicU64,
@@ -27,6 +31,10 @@ pub struct Stats {
     retries: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<Vec<(String, String)>>,
     ignored: Mutex<Vec<(String, String)>>,
+    ignored_by_reason: Mutex<BTreeMap<String, u64>>,
+    /// Attributes the destination cannot hold, by kind ("xattrs", "hard link"...): the entry
+    /// was written without them.
+    not_kept: Mutex<BTreeMap<String, u64>>,
 }
 
 /// Ignored entries are listed in the summary up to this many; the count is always exact.
@@ -64,10 +72,23 @@ impl Stats {
 
     pub fn ignored(&self, path: String, why: &str) {
         self.files_ignored.fetch_add(1, Relaxed);
+        *self.ignored_by_reason.lock().unwrap().entry(why.to_string()).or_default() += 1;
         let mut v = self.ignored.lock().unwrap();
         if v.len() < IGNORED_LISTED {
             v.push((path, why.to_string()));
         }
+    }
+
+    pub fn ignored_by_reason(&self) -> BTreeMap<String, u64> {
+        self.ignored_by_reason.lock().unwrap().clone()
+    }
+
+    pub fn not_kept(&self, what: &str) {
+        *self.not_kept.lock().unwrap().entry(what.to_string()).or_default() += 1;
+    }
+
+    pub fn not_kept_by_kind(&self) -> BTreeMap<String, u64> {
+        self.not_kept.lock().unwrap().clone()
     }
 
     pub fn ignored_list(&self) -> Vec<(String, String)> {

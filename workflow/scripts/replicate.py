@@ -181,10 +181,10 @@ class Listing:
             if not line or line.startswith("#"):
                 continue
             fields = line.split("\t")
-            if len(fields) != 5:
-                raise ValueError(f"manifest line {number}: expected 5 tab-separated fields "
+            if len(fields) not in (5, 9):
+                raise ValueError(f"manifest line {number}: expected 5 (v1) or 9 (v2) tab-separated fields "
                                  "(replicate needs sizes; bare path lists are not enough)")
-            path, kind, size, mtime, md5 = fields
+            path, kind, size, mtime, md5 = fields[:5]
             raw = ferrylib.unescape_path(path)
             parts = raw.split(b"/")
             if raw.startswith(b"/") or any(p in (b"", b".", b"..") for p in parts):
@@ -192,7 +192,8 @@ class Listing:
             if kind == "d":
                 self.dirs.append(raw)
             elif kind != "f":
-                self.ignored.append({"path": path, "reason": "symlink (replicate copies files and directories)"})
+                what = {"l": "symlink"}.get(kind, "fifo, socket or device node")
+                self.ignored.append({"path": path, "reason": f"{what} (replicate copies files and directories)"})
             elif size == "-":
                 raise ValueError(f"manifest line {number}: {path!r} has no size")
             elif raw in seen:

@@ -9,6 +9,7 @@ use super::{complete_entries, default_concurrency, entries_of, object_destinatio
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Compare, Engine, EngineOptions, Index, Job};
+use crate::same::Verdict;
 use crate::location::Location;
 use crate::manifest::escape_path;
 use crate::filter;
@@ -97,6 +98,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             },
             finish_root: both_local && whole_tree,
             server_copy: args.server_copy && dst.can_copy_from(&*src),
+            preserve: args.preserve.preserve,
         },
         stats.clone(),
         depth.clone(),
@@ -202,11 +204,11 @@ async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<Index> {
 }
 
 async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool) {
-    let decisions: Vec<(Job, anyhow::Result<bool>)> = futures::stream::iter(jobs)
+    let decisions: Vec<(Job, anyhow::Result<Verdict>)> = futures::stream::iter(jobs)
         .map(|j| {
             let e = engine.clone();
             async move {
-                let r = if j.src.kind == Kind::Dir { Ok(false) } else { e.needs_copy(&j).await.map_err(anyhow::Error::from) };
+                let r = e.decide(&j).await.map_err(anyhow::Error::from);
                 (j, r)
             }
         })
@@ -215,7 +217,22 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
         .await;
     for (j, r) in decisions {
         match r {
-            Ok(true) => {
+            Ok(Verdict::MetaOnly) => {
+                if j.src.kind != Kind::Dir {
+                    Stats::add(&stats.files_skipped, 1);
+                    Stats::add(&stats.bytes_skipped, j.src.size());
+                }
+                Stats::add(&stats.meta_updated, 1);
+                if !json {
+                    println!("would update metadata\t{}", j.src.display_path());
+                }
+            }
+            Ok(v) if v.rewrites() && j.src.kind == Kind::Dir => {
+                if !json {
+                    println!("would make directory\t{}", j.src.display_path());
+                }
+            }
+            Ok(v) if v.rewrites() => {
                 if engine.server_side(&j) {
                     stats.server_copied(j.src.size());
                 } else {
@@ -226,8 +243,8 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
                     println!("would copy\t{}\t{}", j.src.display_path(), j.src.size());
                 }
             }
-            Ok(false) if j.src.kind == Kind::Dir => {}
-            Ok(false) => {
+            Ok(_) if j.src.kind == Kind::Dir => {}
+            Ok(_) => {
                 Stats::add(&stats.files_skipped, 1);
                 Stats::add(&stats.bytes_skipped, j.src.size());
             }
@@ -255,7 +272,8 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
             "dest": dst.describe(),
             "dry_run": args.dry_run,
             "files": {"total": g(&stats.files_total), "copied": g(&stats.files_copied), "skipped": g(&stats.files_skipped),
-                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored), "server_copied": g(&stats.files_server_copied)},
+                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored), "server_copied": g(&stats.files_server_copied),
+                      "metadata_only": g(&stats.meta_updated), "replaced": g(&stats.replaced)},
             "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped),
                       "server_copied": g(&stats.bytes_server_copied)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
@@ -263,6 +281,8 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
             "concurrency": depth,
             "failures": failures,
             "ignored": ignored,
+            "ignored_by_reason": stats.ignored_by_reason(),
+            "not_kept": stats.not_kept_by_kind(),
             "seconds": (seconds * 1000.0).round() / 1000.0,
         }));
         return;
@@ -272,8 +292,13 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
         0 => String::new(),
         n => format!(", {n} server-side"),
     };
+    let meta = match (g(&stats.meta_updated), g(&stats.replaced)) {
+        (0, 0) => String::new(),
+        (m, 0) => format!(" ({m} with new metadata only)"),
+        (m, r) => format!(" ({m} with new metadata only; {r} entries of another type replaced)"),
+    };
     eprintln!(
-        "{verb} {} files ({}{server}), skipped {} ({}), failed {}, ignored {} in {:.2}s{}; {}",
+        "{verb} {} files ({}{server}), skipped {} ({}){meta}, failed {}, ignored {} in {:.2}s{}; {}",
         g(&stats.files_copied),
         human_bytes(g(&stats.bytes_copied)),
         g(&stats.files_skipped),
@@ -289,5 +314,8 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
     }
     for (p, why) in stats.ignored_list() {
         eprintln!("ignored: {p}: {why}");
+    }
+    for (what, n) in stats.not_kept_by_kind() {
+        eprintln!("not kept: {what} of {n} entries (the destination cannot hold them)");
     }
 }

@@ -5,7 +5,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::plan::split::{Method, Tool};
-use crate::plan::{self, Compare, Options, Partitioning, Phase};
+use crate::plan::{self, Options, Partitioning, Phase};
+use crate::same::Compare;
 
 /// `--auto`: each cap is what one transfer job gets through in about ten minutes, so that a
 /// job start-up of tens of seconds costs a few percent at most (docs/plan.md, "Partition sizing").
@@ -27,7 +28,9 @@ pub struct PlanArgs {
     /// How the listings tell that a file changed
     #[arg(long, value_enum, default_value = "size-mtime")]
     pub compare: Compare,
-    /// Leave symlinks out of the plan (a blob destination holds none)
+    #[command(flatten)]
+    pub preserve: crate::cli::PreserveArgs,
+    /// Leave symlinks out of the plan
     #[arg(long)]
     pub skip_symlinks: bool,
     /// Exactly N parts balanced by size (LPT), fewer if there are fewer files
@@ -87,6 +90,7 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
         dest: args.dest_listing.clone(),
         phase: args.phase,
         compare: args.compare,
+        attrs: args.preserve.preserve.attrs(),
         skip_symlinks: args.skip_symlinks,
         tool: args.partitioner,
         method,

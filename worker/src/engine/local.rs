@@ -16,7 +16,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{differs_by_metadata, panicked, Compare, Engine, Job, Outcome};
+use super::{meta_of_entry, panicked, settled, special_not_held, Compare, Engine, Job, Outcome};
+use crate::same::{self, Verdict};
 use crate::error::{Result, StoreError};
 use crate::localcopy::{self, DirNow, Identity, Staged, TempIn};
 use crate::manifest::Kind;
@@ -274,16 +275,28 @@ impl Engine {
             // One object named on the command line: its own stat.
             (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| crate::storage::local::entry_of(job.dst_path.clone(), &md)),
         };
-        if self.opts.compare != Compare::None {
-            if let Some(d) = &existing {
-                let differs = match differs_by_metadata(self.opts.compare, &job.src, d) {
-                    Some(x) => x,
-                    None => src.md5(&job.src.path).map_err(src_err)? != dst.md5(&job.dst_path).map_err(dst_err)?,
-                };
-                if !differs {
-                    return Ok(Step::Done(Outcome::Skipped));
-                }
+        let attrs = self.opts.preserve.attrs();
+        let verdict = match (same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs), &existing) {
+            (Verdict::Undecided, Some(d)) if self.opts.compare == Compare::Md5 => {
+                let (sm, dm) = (src.md5(&job.src.path).map_err(src_err)?, dst.md5(&job.dst_path).map_err(dst_err)?);
+                same::by_hashes(&job.src, d, Some(sm), Some(dm), attrs)
             }
+            (v, _) => settled(v),
+        };
+        match verdict {
+            Verdict::Same => return Ok(Step::Done(Outcome::Skipped)),
+            Verdict::MetaOnly => {
+                self.update_meta(job).map_err(dst_err)?;
+                return Ok(Step::Done(Outcome::MetaUpdated));
+            }
+            Verdict::TypeChanged => {
+                dst.remove_all(&job.dst_path).map_err(dst_err)?;
+                Stats::add(&self.stats.replaced, 1);
+            }
+            _ => {}
+        }
+        if job.src.kind.is_special() {
+            return Ok(Step::Done(Outcome::Ignored(special_not_held(job.src.kind))));
         }
         if job.src.kind == Kind::Symlink {
             localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map_err(src_err)?;
@@ -335,6 +348,17 @@ impl Engine {
         changed.touch(&job.dst_path);
         let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
         self.record(job, r);
+    }
+
+    /// Sets the metadata of a destination entry whose bytes are the source's already: from the
+    /// source's listing where it has it all, else from a look at the source.
+    fn update_meta(&self, job: &Job) -> std::io::Result<()> {
+        let (src, dst) = self.stores();
+        let entry = match (job.src.mode, job.src.owner, job.src.mtime) {
+            (Some(_), Some(_), Some(_)) => job.src.clone(),
+            _ => src.lstat(&job.src.path)?.and_then(|md| crate::storage::local::entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
+        };
+        dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&entry, self.opts.preserve))
     }
 
     fn finish_dirs(&self, dirs: &[Job], changed: &Changed) {

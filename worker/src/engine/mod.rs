@@ -24,22 +24,13 @@ use crate::depth::{Depth, Permit};
 use crate::error::{Result, StoreError};
 use crate::localcopy::Quirks;
 use crate::manifest::{Entry, Kind};
+use crate::preserve::Preserve;
+use crate::same::{self, Verdict};
 use crate::stats::Stats;
 use crate::storage::{Meta, Store, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Compare {
-    /// Skip when sizes match.
-    Size,
-    /// Skip when size and modification time match (rsync's quick check).
-    SizeMtime,
-    /// Skip when content MD5 matches (hashes local files; uses Content-MD5 on blobs).
-    Md5,
-    /// Always copy.
-    None,
-}
+pub use crate::same::Compare;
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -56,6 +47,7 @@ pub struct EngineOptions {
     pub finish_root: bool,
     /// Let the destination copy files itself where it can (`Store::can_copy_from`).
     pub server_copy: bool,
+    pub preserve: Preserve,
 }
 
 /// One file to consider: where it is in the source, and where it goes.
@@ -86,6 +78,8 @@ enum Outcome {
     Copied,
     ServerCopied,
     Skipped,
+    /// The bytes were the same: only mode, owner, times or attributes were set.
+    MetaUpdated,
     Ignored(&'static str),
 }
 
@@ -152,6 +146,11 @@ impl Engine {
                 Stats::add(&self.stats.files_skipped, 1);
                 Stats::add(&self.stats.bytes_skipped, job.src.size());
             }
+            Ok(Outcome::MetaUpdated) => {
+                Stats::add(&self.stats.files_skipped, 1);
+                Stats::add(&self.stats.bytes_skipped, job.src.size());
+                Stats::add(&self.stats.meta_updated, 1);
+            }
             Ok(Outcome::Ignored(why)) => self.stats.ignored(job.src.display_path(), why),
             Err(e) => self.stats.failed(job.src.display_path(), e.to_string()),
         }
@@ -165,11 +164,23 @@ impl Engine {
 
     async fn one(&self, job: &Job) -> Result<Outcome> {
         let dst_is_blob = self.dst.local_root().is_none();
+        if job.src.kind.is_special() {
+            return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
+        }
         if job.src.kind == Kind::Symlink && (dst_is_blob || self.src.local_root().is_none()) {
             return Ok(Outcome::Ignored("symlink (blob storage has no symlinks)"));
         }
-        if !self.needs_copy(job).await? {
-            return Ok(Outcome::Skipped);
+        match self.decide(job).await? {
+            Verdict::Same => return Ok(Outcome::Skipped),
+            Verdict::MetaOnly => {
+                self.dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&job.src, self.opts.preserve)).await?;
+                return Ok(Outcome::MetaUpdated);
+            }
+            Verdict::TypeChanged => {
+                self.dst.remove_all(&job.dst_path).await?;
+                Stats::add(&self.stats.replaced, 1);
+            }
+            _ => {}
         }
         if self.server_side(job) {
             return self.dst.copy_from(&*self.src, &job.src, &job.dst_path).await.map(|_| Outcome::ServerCopied);
@@ -200,14 +211,18 @@ impl Engine {
         }
     }
 
-    pub async fn needs_copy(&self, job: &Job) -> Result<bool> {
-        if self.opts.compare == Compare::None {
-            return Ok(true);
+    /// What this job needs, by the one rule (`same::classify`), with what the listings leave
+    /// undecided settled by content hashes under `--compare md5`, else by copying.
+    pub async fn decide(&self, job: &Job) -> Result<Verdict> {
+        // Nothing compared and nothing listed: the destination is not asked.
+        if self.opts.compare == Compare::None && self.dst_index.is_none() {
+            return Ok(Verdict::New);
         }
-        let Some(d) = self.existing(job).await? else { return Ok(true) };
-        if let Some(decided) = differs_by_metadata(self.opts.compare, &job.src, &d) {
-            return Ok(decided);
-        }
+        let existing = self.existing(job).await?;
+        let verdict = same::classify(&job.src, existing.as_ref(), self.opts.compare, self.opts.preserve.attrs());
+        let (Verdict::Undecided, Compare::Md5, Some(d)) = (verdict, self.opts.compare, &existing) else {
+            return Ok(settled(verdict));
+        };
         let sm = match job.src.md5 {
             Some(m) => Some(m),
             None => self.local_md5(&self.src, &job.src.path).await?,
@@ -216,8 +231,7 @@ impl Engine {
             Some(m) => Some(m),
             None => self.local_md5(&self.dst, &job.dst_path).await?,
         };
-        // Unknown on either side: copying is the only way to be sure.
-        Ok(!matches!((sm, dm), (Some(a), Some(b)) if a == b))
+        Ok(same::by_hashes(&job.src, d, sm, dm, self.opts.preserve.attrs()))
     }
 
     /// A local file small enough for one request, read whole with one open: its bytes, its
@@ -425,19 +439,31 @@ impl Engine {
 /// eight of them fit the default memory budget (a range is held until it is hashed).
 pub const DOWNLOAD_RANGE: u64 = 8 << 20;
 
-/// Whether the destination entry differs from the source by what the listings say; None
-/// when only content hashes can tell (`--compare md5` without both MD5s known).
-pub fn differs_by_metadata(compare: Compare, s: &Entry, d: &Entry) -> Option<bool> {
-    if compare == Compare::None || d.kind != s.kind || d.size != s.size {
-        return Some(true);
+/// A copy acts on every verdict: what the listings leave undecided is copied.
+fn settled(v: Verdict) -> Verdict {
+    match v {
+        Verdict::Undecided => Verdict::Changed,
+        v => v,
     }
-    match compare {
-        Compare::Size | Compare::None => Some(false),
-        Compare::SizeMtime => Some(d.mtime != s.mtime),
-        Compare::Md5 => match (s.md5, d.md5) {
-            (Some(a), Some(b)) => Some(a != b),
-            _ => None,
-        },
+}
+
+/// The metadata a source entry's listing gives, as much of it as `--preserve` keeps.
+pub fn meta_of_entry(e: &Entry, keep: Preserve) -> Meta {
+    Meta {
+        mtime: e.mtime.filter(|_| keep.times),
+        mode: e.mode.filter(|_| keep.mode),
+        uid: e.owner.filter(|_| keep.owner).map(|o| o.0),
+        gid: e.owner.filter(|_| keep.owner).map(|o| o.1),
+        md5: None,
+    }
+}
+
+/// Why a fifo, socket or device node is not copied to this destination.
+pub fn special_not_held(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Socket => "socket (made by the program that listens on it; never copied, as cp -a and rsync do)",
+        Kind::Fifo => "fifo (blob storage holds none)",
+        _ => "device node (blob storage holds none)",
     }
 }
 
@@ -470,7 +496,7 @@ mod tests {
     use crate::storage::local::LocalStore;
 
     pub(super) fn options(compare: Compare) -> EngineOptions {
-        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false, server_copy: false }
+        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false, server_copy: false, preserve: Preserve::ALL }
     }
 
     #[tokio::test(flavor = "multi_thread")]

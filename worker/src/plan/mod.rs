@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::manifest::{self, Entry, Kind, Mtime};
+use crate::manifest::{self, Entry, Kind};
+use crate::same::{classify, Attrs, Compare, Verdict};
 use crate::sorted::sort::Runs;
 use crate::sorted::{join, sort_entries, Pair, SortError};
 use split::{Method, Part, Splitter, Tool};
@@ -33,72 +34,14 @@ impl Phase {
     }
 }
 
-/// How two listings tell that a file changed (`ferry copy --compare` without `none`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Compare {
-    Size,
-    SizeMtime,
-    Md5,
-}
-
-impl Compare {
-    pub fn name(self) -> &'static str {
-        match self {
-            Compare::Size => "size",
-            Compare::SizeMtime => "size-mtime",
-            Compare::Md5 => "md5",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    New,
-    Changed,
-    /// The listings cannot tell; `ferry copy --compare` decides.
-    Undecided,
-    Same,
-}
-
-/// Below this the difference is noise from printing or storing fewer digits, not a change.
-const MTIME_TOLERANCE_NS: i128 = 1_000;
-
-fn nanos(m: Mtime) -> i128 {
-    m.secs as i128 * 1_000_000_000 + m.nanos as i128
-}
-
-pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare) -> Verdict {
-    let Some(dst) = dst.filter(|d| d.kind != Kind::Dir) else {
-        return Verdict::New;
-    };
-    let (Some(s), Some(d)) = (src.size, dst.size) else {
-        return Verdict::Undecided;
-    };
-    if s != d {
-        return Verdict::Changed;
-    }
-    match compare {
-        Compare::Size => Verdict::Same,
-        Compare::SizeMtime => match (src.mtime, dst.mtime) {
-            // Only equality is trusted: a destination that records upload time instead of the
-            // source's mtime makes everything undecided, never wrongly skipped.
-            (Some(a), Some(b)) if (nanos(a) - nanos(b)).abs() <= MTIME_TOLERANCE_NS => Verdict::Same,
-            _ => Verdict::Undecided,
-        },
-        Compare::Md5 => match (src.md5, dst.md5) {
-            (Some(a), Some(b)) if a == b => Verdict::Same,
-            (Some(_), Some(_)) => Verdict::Changed,
-            _ => Verdict::Undecided,
-        },
-    }
-}
-
 /// What the plan is asked for.
 pub struct Options {
     pub source: PathBuf,
     pub dest: Option<PathBuf>,
     pub phase: Phase,
     pub compare: Compare,
+    /// The attributes compared beyond the bytes (`--preserve`).
+    pub attrs: Attrs,
     pub skip_symlinks: bool,
     pub tool: Tool,
     pub method: Method,
@@ -129,6 +72,8 @@ pub struct SourceCounts {
     pub dirs: u64,
     pub symlinks: u64,
     pub symlinks_not_migrated: u64,
+    /// Fifos, sockets and device nodes.
+    pub specials: u64,
 }
 
 #[derive(Serialize, Default)]
@@ -138,6 +83,14 @@ pub struct ToCopy {
     pub new: u64,
     pub changed: u64,
     pub undecided: u64,
+    /// Entries whose bytes are the same and whose mode, owner, times or extended attributes
+    /// are not: only those are set (no bytes sent). Counted apart from `files`.
+    pub metadata_only: u64,
+    /// Entries of another kind at the destination (a directory where a file is now...),
+    /// removed and written anew. Counted in `files` too.
+    pub type_changed: u64,
+    /// Directories (and nodes) to make or whose metadata to set.
+    pub dirs: u64,
 }
 
 /// What was asked, in the shape of the pipelines' `partition` config.
@@ -233,11 +186,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             dest.add(d);
         }
         match src.kind {
-            // ferry copy creates the directories its files need.
-            Kind::Dir => {
-                source.dirs += 1;
-                return Ok(());
-            }
+            Kind::Dir => source.dirs += 1,
             Kind::Symlink => {
                 source.symlinks += 1;
                 // Blob storage holds no symlinks: planned, they would look new on every pass.
@@ -246,17 +195,33 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
                     return Ok(());
                 }
             }
-            Kind::File => {}
+            k if k.is_special() => source.specials += 1,
+            _ => {}
+        }
+        let verdict = classify(&src, dst.as_ref(), opts.compare, opts.attrs);
+        if src.kind != Kind::File && src.kind != Kind::Symlink {
+            // A directory or node needs copying only to be made, replace what stands in its
+            // way, or take new metadata; the files under a directory make it anyway.
+            if verdict != Verdict::Same {
+                to_copy.dirs += 1;
+                to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
+                copy.push(&src)?;
+            }
+            return Ok(());
         }
         source_files.add(&src);
-        let verdict = classify(&src, dst.as_ref(), opts.compare);
         match verdict {
             Verdict::Same => unchanged += 1,
             Verdict::New => to_copy.new += 1,
             Verdict::Changed => to_copy.changed += 1,
+            Verdict::TypeChanged => {
+                to_copy.changed += 1;
+                to_copy.type_changed += 1;
+            }
             Verdict::Undecided => to_copy.undecided += 1,
+            Verdict::MetaOnly => to_copy.metadata_only += 1,
         }
-        if verdict != Verdict::Same {
+        if verdict.rewrites() {
             to_copy.files += 1;
             to_copy.bytes += src.size();
         }
@@ -286,8 +251,8 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     source.bytes = source_files.bytes;
     let baseline = opts.phase == Phase::Baseline;
     eprintln!(
-        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided), {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
-        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, unchanged, extra.files, copy_parts.len(),
+        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided, {} of another type before), {} metadata only, {} directories and nodes, {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
+        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, to_copy.type_changed, to_copy.metadata_only, to_copy.dirs, unchanged, extra.files, copy_parts.len(),
         started.elapsed().as_secs_f64()
     );
     Ok(PlanDoc {
@@ -303,38 +268,4 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         verify_partitions: verify_parts,
         verify_scope: if opts.phase == Phase::Final { "all" } else { "copied" },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn f(path: &str, size: Option<u64>, mtime: Option<&str>, md5: Option<u8>) -> Entry {
-        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]), ..Default::default() }
-    }
-
-    #[test]
-    fn classify_follows_the_rules() {
-        use Verdict::*;
-        let src = f("a", Some(5), Some("100.000000000"), Some(1));
-        let dir = Entry { kind: Kind::Dir, ..f("a", Some(0), None, None) };
-        assert_eq!(classify(&src, None, Compare::Size), New);
-        assert_eq!(classify(&src, Some(&dir), Compare::Size), New, "a directory in the way is no copy");
-        assert_eq!(classify(&src, Some(&f("a", None, None, None)), Compare::Size), Undecided);
-        assert_eq!(classify(&f("a", None, None, None), Some(&src), Compare::Size), Undecided);
-        for c in [Compare::Size, Compare::SizeMtime, Compare::Md5] {
-            assert_eq!(classify(&src, Some(&f("a", Some(6), Some("100"), Some(1))), c), Changed);
-        }
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("7"), Some(2))), Compare::Size), Same);
-        // size-mtime: equal within a microsecond, else undecided (never changed, never same).
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001"), None)), Compare::SizeMtime), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("99.999999"), None)), Compare::SizeMtime), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001001"), None)), Compare::SizeMtime), Undecided);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("200"), None)), Compare::SizeMtime), Undecided);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::SizeMtime), Undecided);
-        // md5: both known decide; one missing is undecided.
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5), Changed);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5), Undecided);
-    }
 }

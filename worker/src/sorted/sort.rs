@@ -201,7 +201,11 @@ impl Iterator for Merge {
 const HAS_SIZE: u8 = 1;
 const HAS_MTIME: u8 = 2;
 const HAS_MD5: u8 = 4;
-const FIXED: usize = 2 + 8 + 8 + 4 + 16;
+const HAS_MODE: u8 = 8;
+const HAS_OWNER: u8 = 16;
+const HAS_LINK: u8 = 32;
+const HAS_XATTRS: u8 = 64;
+const FIXED: usize = 2 + 8 + 8 + 4 + 16 + 4 + 8 + 16 + 8;
 
 fn record_at(arena: &[u8], at: usize) -> &[u8] {
     let len = u32::from_le_bytes(arena[at..at + 4].try_into().expect("4 bytes")) as usize;
@@ -216,13 +220,27 @@ fn encode(e: &Entry, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
     out.extend_from_slice(&e.path);
     out.push(e.kind.code() as u8);
-    let flags = (e.size.is_some() as u8 * HAS_SIZE) | (e.mtime.is_some() as u8 * HAS_MTIME) | (e.md5.is_some() as u8 * HAS_MD5);
+    let flags = (e.size.is_some() as u8 * HAS_SIZE)
+        | (e.mtime.is_some() as u8 * HAS_MTIME)
+        | (e.md5.is_some() as u8 * HAS_MD5)
+        | (e.mode.is_some() as u8 * HAS_MODE)
+        | (e.owner.is_some() as u8 * HAS_OWNER)
+        | (e.link.is_some() as u8 * HAS_LINK)
+        | (e.xattrs.is_some() as u8 * HAS_XATTRS);
     out.push(flags);
     out.extend_from_slice(&e.size.unwrap_or(0).to_le_bytes());
     let m = e.mtime.unwrap_or(Mtime { secs: 0, nanos: 0 });
     out.extend_from_slice(&m.secs.to_le_bytes());
     out.extend_from_slice(&m.nanos.to_le_bytes());
     out.extend_from_slice(&e.md5.unwrap_or([0; 16]));
+    out.extend_from_slice(&e.mode.unwrap_or(0).to_le_bytes());
+    let (uid, gid) = e.owner.unwrap_or((0, 0));
+    out.extend_from_slice(&uid.to_le_bytes());
+    out.extend_from_slice(&gid.to_le_bytes());
+    let (dev, ino) = e.link.unwrap_or((0, 0));
+    out.extend_from_slice(&dev.to_le_bytes());
+    out.extend_from_slice(&ino.to_le_bytes());
+    out.extend_from_slice(&e.xattrs.unwrap_or(0).to_le_bytes());
 }
 
 fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
@@ -236,25 +254,24 @@ fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
     r.read_exact(&mut path)?;
     let mut fixed = [0u8; FIXED];
     r.read_exact(&mut fixed)?;
-    let kind = match fixed[0] {
-        b'f' => Kind::File,
-        b'l' => Kind::Symlink,
-        b'd' => Kind::Dir,
-        k => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("sort run: bad kind byte {k}"))),
-    };
+    let kind = Kind::from_code(fixed[0]).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("sort run: bad kind byte {}", fixed[0])))?;
     let flags = fixed[1];
     let le8 = |at: usize| <[u8; 8]>::try_from(&fixed[at..at + 8]).expect("8 bytes");
     let size = u64::from_le_bytes(le8(2));
     let secs = i64::from_le_bytes(le8(10));
     let nanos = u32::from_le_bytes(fixed[18..22].try_into().expect("4 bytes"));
     let md5: [u8; 16] = fixed[22..38].try_into().expect("16 bytes");
+    let le4 = |at: usize| u32::from_le_bytes(fixed[at..at + 4].try_into().expect("4 bytes"));
     Ok(Some(Entry {
         path,
         kind,
         size: (flags & HAS_SIZE != 0).then_some(size),
         mtime: (flags & HAS_MTIME != 0).then_some(Mtime { secs, nanos }),
         md5: (flags & HAS_MD5 != 0).then_some(md5),
-        ..Default::default()
+        mode: (flags & HAS_MODE != 0).then_some(le4(38)),
+        owner: (flags & HAS_OWNER != 0).then_some((le4(42), le4(46))),
+        link: (flags & HAS_LINK != 0).then_some((u64::from_le_bytes(le8(50)), u64::from_le_bytes(le8(58)))),
+        xattrs: (flags & HAS_XATTRS != 0).then_some(u64::from_le_bytes(le8(66))),
     }))
 }
 

@@ -73,7 +73,10 @@ fn explain(e: io::Error, rel: &[u8]) -> io::Error {
 }
 
 /// The directory `rel` (a checked relative path, '/'-separated, no `.`/`..`/empty components)
-/// below `root`, never through a symlink. With `create`, missing directories are made.
+/// below `root`, never through a symlink. With `create`, missing directories are made, and a
+/// symlink or other non-directory standing on the way is replaced by one: `create` is asked
+/// only by a copy writing below `rel`, so the source has a directory there now (a type change
+/// between passes). The link itself is removed, never followed.
 ///
 /// The handle is `O_PATH`: good for every `*at` call below it, and free of the directory open
 /// that a network filesystem answers with a round trip.
@@ -84,7 +87,7 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
     let flags = libc::O_PATH | libc::O_DIRECTORY;
     match openat2_beneath(root.as_raw_fd(), rel, flags) {
         Ok(fd) => return Ok(fd),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) || (create && e.kind() == io::ErrorKind::NotFound) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) || (create && (e.kind() == io::ErrorKind::NotFound || in_the_way(&e))) => {}
         Err(e) => return Err(explain(e, rel)),
     }
     let mut dir = root.try_clone_to_owned()?;
@@ -93,6 +96,11 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
         done += comp.len() + 1;
         let sofar = &rel[..(done - 1).min(rel.len())];
         let next = match open_at(fd(&dir), comp, flags, 0) {
+            Err(e) if create && in_the_way(&e) => {
+                unlink_at(fd(&dir), comp, false).map_err(|e| explain(e, sofar))?;
+                mkdir_at(fd(&dir), comp)?;
+                open_at(fd(&dir), comp, flags, 0)
+            }
             Err(e) if create && e.kind() == io::ErrorKind::NotFound => {
                 let c = cstr(comp)?;
                 // SAFETY: valid descriptor and C string.
@@ -110,6 +118,11 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
         dir = next.map_err(|e| explain(e, sofar))?;
     }
     Ok(dir)
+}
+
+/// A symlink (ELOOP under `O_NOFOLLOW`) or a non-directory (ENOTDIR) where a directory was asked.
+fn in_the_way(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
 }
 
 pub fn fd(f: &OwnedFd) -> BorrowedFd<'_> {
@@ -206,12 +219,19 @@ mod tests {
         let r = fd(&r);
         assert!(open_dir(r, b"real/deeper", false).is_ok());
         for bad in [&b"shadow"[..], b"shadow/new/dirs", b"rel-link", b"rel-link/deeper", b"file", b"file/x"] {
-            for create in [false, true] {
-                let err = open_dir(r, bad, create).unwrap_err();
-                assert!(err.to_string().contains("never follows symlinks"), "{bad:?}: {err}");
-            }
+            let err = open_dir(r, bad, false).unwrap_err();
+            assert!(err.to_string().contains("never follows symlinks"), "{bad:?}: {err}");
+        }
+        // A copy writing below them (create) replaces the link or file with a directory: the
+        // link itself goes, and nothing is made through it.
+        for bad in [&b"shadow/new/dirs"[..], b"rel-link/deeper", b"file/x"] {
+            assert!(open_dir(r, bad, true).is_ok(), "{bad:?}");
+            let first = bad.split(|&b| b == b'/').next().unwrap();
+            let md = std::fs::symlink_metadata(root.join(std::str::from_utf8(first).unwrap())).unwrap();
+            assert!(md.is_dir(), "{bad:?} replaced by a real directory");
         }
         assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none(), "nothing may be created through the link");
+        assert!(root.join("real/deeper").is_dir(), "the link's target is left alone");
         assert!(open_dir(r, b"made/on/demand", true).is_ok());
         assert!(root.join("made/on/demand").is_dir());
         assert_eq!(open_dir(r, b"absent", false).unwrap_err().kind(), io::ErrorKind::NotFound);

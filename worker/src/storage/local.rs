@@ -170,7 +170,9 @@ impl LocalStore {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
             r => r.map(|_| true)?,
         };
-        self.dir(rel, false)?;
+        // Something else may stand there: a file or symlink the source has since replaced
+        // with this directory, which `dir` replaces.
+        self.dir(rel, !made)?;
         Ok(made)
     }
 
@@ -208,6 +210,58 @@ impl LocalStore {
         check_relative(rel).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (dir, name) = beneath::split(rel);
         Ok((self.dir(dir, create)?, name))
+    }
+
+    /// Removes `rel` and, for a directory, everything below it, never following a symlink.
+    pub fn remove_all(&self, rel: &[u8]) -> std::io::Result<()> {
+        let (dir, name) = self.parent(rel, false)?;
+        self.forget_dir(rel);
+        match remove_tree_at(&dir, name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Sets owner, mode and times of `rel` in place (a symlink's own owner and times, never its
+    /// target's), checking first that it still is of kind `kind`.
+    pub fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let (dir, name) = self.parent(rel, false)?;
+        let f = File::from(beneath::open_at(fd(&dir), name, libc::O_PATH, 0)?);
+        let now = entry_of(rel.to_vec(), &f.metadata()?).map(|e| e.kind);
+        if now != Some(kind) {
+            return Err(std::io::Error::other(format!("is no longer a {} (changed meanwhile)", kind.name())));
+        }
+        if kind == Kind::Symlink {
+            return apply_link_meta(&dir, name, &Meta { mode: None, ..meta.clone() });
+        }
+        let c = |e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        // An `O_PATH` handle takes neither fchmod nor futimens: its /proc name does, and
+        // names this very inode, whatever happens to the path meanwhile.
+        let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(c)?;
+        if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
+            // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
+            if unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EPERM) {
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(mode) = meta.mode {
+            // SAFETY: a valid C string. After chown, which clears set-id bits.
+            if unsafe { libc::chmod(proc.as_ptr(), mode as libc::mode_t) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some(m) = meta.mtime {
+            let times = mtime_times(m);
+            // SAFETY: a valid C string and a two-element array.
+            if unsafe { libc::utimensat(libc::AT_FDCWD, proc.as_ptr(), times.as_ptr(), 0) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
 
     /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
@@ -382,6 +436,23 @@ impl LocalStore {
     }
 }
 
+/// Removes `name` in `dir`: a file or symlink at once, a directory after everything in it.
+fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
+    match beneath::unlink_at(fd(dir), name, false) {
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {}
+        r => return r,
+    }
+    let sub = beneath::open_at(fd(dir), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    {
+        use std::os::fd::AsRawFd;
+        // The directory opened above, listed through its handle: never a path resolved again.
+        for de in fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))? {
+            remove_tree_at(&sub, de?.file_name().as_bytes())?;
+        }
+    }
+    beneath::unlink_at(fd(dir), name, true)
+}
+
 /// Links an unnamed file in under `name`; a name taken meanwhile is replaced as any existing
 /// file is, through a temp name renamed over it.
 pub fn link_in(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
@@ -491,17 +562,25 @@ pub fn meta_of(md: &fs::Metadata) -> Meta {
 
 pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
     let ft = md.file_type();
+    use std::os::unix::fs::FileTypeExt;
     let kind = if ft.is_file() {
         Kind::File
     } else if ft.is_symlink() {
         Kind::Symlink
     } else if ft.is_dir() {
         Kind::Dir
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else if ft.is_block_device() {
+        Kind::BlockDev
     } else {
-        // Devices, fifos and sockets are not data to migrate.
         return None;
     };
-    let size = if kind == Kind::Dir { 0 } else { md.len() };
+    let size = if kind == Kind::File || kind == Kind::Symlink { md.len() } else { 0 };
     Some(Entry {
         path: rel,
         kind,
@@ -510,6 +589,8 @@ pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
         md5: None,
         mode: Some(md.mode() & 0o7777),
         owner: Some((md.uid(), md.gid())),
+        link: (kind == Kind::File && md.nlink() > 1).then(|| (md.dev(), md.ino())),
+        xattrs: None,
     })
 }
 
@@ -852,6 +933,16 @@ impl Store for LocalStore {
             }
         })
         .await
+    }
+
+    async fn remove_all(&self, path: &[u8]) -> Result<()> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || me.remove_all(&rel).map_err(me.io_err(&rel))).await
+    }
+
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        blocking(move || me.set_meta(&rel, kind, &meta).map_err(me.io_err(&rel))).await
     }
 
     async fn create_root(&self) -> Result<bool> {

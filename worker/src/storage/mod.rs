@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::error::{Result, StoreError};
 use crate::location::Location;
-use crate::manifest::{Entry, Mtime};
+use crate::manifest::{Entry, Kind, Mtime};
 use crate::retry::RetryPolicy;
 use crate::stats::Stats;
 
@@ -123,6 +123,18 @@ pub trait Store: Send + Sync {
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>>;
 
     async fn delete(&self, path: &[u8]) -> Result<()>;
+
+    /// Removes whatever stands at `path`, a directory with everything below it included,
+    /// never following a symlink: the old entry of a type change between passes.
+    async fn remove_all(&self, path: &[u8]) -> Result<()> {
+        self.delete(path).await
+    }
+
+    /// Sets the metadata of the entry at `path` (of kind `kind`) without writing its bytes: a
+    /// chmod, chown or touch at the source between passes.
+    async fn set_meta(&self, _path: &[u8], _kind: Kind, _meta: &Meta) -> Result<()> {
+        Err(StoreError::Unsupported(format!("setting metadata alone in {}", self.describe())))
+    }
 
     /// Creates the container (or directory). Ok(false) if it already existed.
     async fn create_root(&self) -> Result<bool>;

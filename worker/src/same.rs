@@ -1,0 +1,209 @@
+//! The one rule for "is this the same file?", used by `plan`, `copy`, `verify` and `prune`:
+//! what a listing of each side says decides whether an entry's bytes must be sent again, only
+//! its metadata set, or nothing at all.
+
+use crate::manifest::{Entry, Kind, Mtime};
+
+/// How two listings tell that a file's bytes changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compare {
+    /// The same size is the same bytes.
+    Size,
+    /// The same size and modification time (rsync's quick check).
+    SizeMtime,
+    /// The same content MD5 (hashes local files; uses Content-MD5 on blobs).
+    Md5,
+    /// Never the same: always copy.
+    None,
+}
+
+impl Compare {
+    pub fn name(self) -> &'static str {
+        match self {
+            Compare::Size => "size",
+            Compare::SizeMtime => "size-mtime",
+            Compare::Md5 => "md5",
+            Compare::None => "none",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing at the destination's name.
+    New,
+    /// Something of another kind there (a directory where a file goes, a file where a symlink
+    /// goes...): it is removed, then the entry written.
+    TypeChanged,
+    /// The bytes differ.
+    Changed,
+    /// The listings cannot tell whether the bytes differ: hashes can (`--compare md5`), or
+    /// the entry is copied.
+    Undecided,
+    /// The bytes are the same but mode, owner, mtime (of a directory or node) or extended
+    /// attributes are not: only those are set.
+    MetaOnly,
+    Same,
+}
+
+impl Verdict {
+    /// Whether the bytes (or the node) must be written again.
+    pub fn rewrites(self) -> bool {
+        matches!(self, Verdict::New | Verdict::TypeChanged | Verdict::Changed | Verdict::Undecided)
+    }
+}
+
+/// Which attributes beyond the bytes are compared (and so carried): `--preserve`'s choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attrs {
+    pub mode: bool,
+    pub owner: bool,
+    pub xattrs: bool,
+}
+
+impl Attrs {
+    pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false };
+}
+
+/// Below this the difference is noise from printing or storing fewer digits (a blob's RFC 3339
+/// mtime keeps seven), not a change.
+pub const MTIME_TOLERANCE_NS: i128 = 1_000;
+
+fn nanos(m: Mtime) -> i128 {
+    m.secs as i128 * 1_000_000_000 + m.nanos as i128
+}
+
+pub fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((nanos(a) - nanos(b)).abs() <= MTIME_TOLERANCE_NS),
+        _ => None,
+    }
+}
+
+/// Whether the bytes of two entries of one kind are the same, as far as listings tell.
+fn bytes(src: &Entry, dst: &Entry, compare: Compare) -> Verdict {
+    let (Some(s), Some(d)) = (src.size, dst.size) else {
+        return Verdict::Undecided;
+    };
+    if s != d {
+        return Verdict::Changed;
+    }
+    match compare {
+        Compare::None => Verdict::Changed,
+        Compare::Size => Verdict::Same,
+        // Only equality is trusted: a destination that records upload time instead of the
+        // source's mtime makes everything undecided, never wrongly skipped.
+        Compare::SizeMtime => match same_mtime(src.mtime, dst.mtime) {
+            Some(true) => Verdict::Same,
+            _ => Verdict::Undecided,
+        },
+        Compare::Md5 => match (src.md5, dst.md5) {
+            (Some(a), Some(b)) if a == b => Verdict::Same,
+            (Some(_), Some(_)) => Verdict::Changed,
+            _ => Verdict::Undecided,
+        },
+    }
+}
+
+/// Whether the attributes `attrs` names differ where both sides know them.
+pub fn meta_differs(src: &Entry, dst: &Entry, attrs: Attrs) -> bool {
+    fn differs<T: PartialEq>(a: Option<T>, b: Option<T>) -> bool {
+        matches!((a, b), (Some(a), Some(b)) if a != b)
+    }
+    (attrs.mode && differs(src.mode, dst.mode)) || (attrs.owner && differs(src.owner, dst.owner)) || (attrs.xattrs && differs(src.xattrs, dst.xattrs))
+}
+
+/// The verdict for source entry `src` against what the destination holds at its name.
+pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs) -> Verdict {
+    let Some(dst) = dst else { return Verdict::New };
+    if dst.kind != src.kind {
+        return Verdict::TypeChanged;
+    }
+    let verdict = match src.kind {
+        Kind::File | Kind::Symlink => bytes(src, dst, compare),
+        // A directory's or a node's mtime is metadata: set, never a reason to rewrite.
+        Kind::Dir | Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => match same_mtime(src.mtime, dst.mtime) {
+            Some(false) => Verdict::MetaOnly,
+            _ => Verdict::Same,
+        },
+    };
+    match verdict {
+        Verdict::Same if meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        v => v,
+    }
+}
+
+/// An undecided verdict settled by the two sides' content hashes: unknown on either side is
+/// copied, since copying is the only way to be sure.
+pub fn by_hashes(src: &Entry, dst: &Entry, src_md5: Option<[u8; 16]>, dst_md5: Option<[u8; 16]>, attrs: Attrs) -> Verdict {
+    match (src_md5, dst_md5) {
+        (Some(a), Some(b)) if a == b && meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        (Some(a), Some(b)) if a == b => Verdict::Same,
+        _ => Verdict::Changed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(path: &str, size: Option<u64>, mtime: Option<&str>, md5: Option<u8>) -> Entry {
+        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]), ..Default::default() }
+    }
+
+    const ALL: Attrs = Attrs { mode: true, owner: true, xattrs: true };
+
+    #[test]
+    fn bytes_follow_the_comparison() {
+        use Verdict::*;
+        let src = f("a", Some(5), Some("100.000000000"), Some(1));
+        let dir = Entry { kind: Kind::Dir, ..f("a", Some(0), None, None) };
+        assert_eq!(classify(&src, None, Compare::Size, ALL), New);
+        assert_eq!(classify(&src, Some(&dir), Compare::Size, ALL), TypeChanged, "a directory in the way is replaced");
+        assert_eq!(classify(&dir, Some(&src), Compare::Size, ALL), TypeChanged, "a file in the way is replaced");
+        assert_eq!(classify(&src, Some(&f("a", None, None, None)), Compare::Size, ALL), Undecided);
+        assert_eq!(classify(&f("a", None, None, None), Some(&src), Compare::Size, ALL), Undecided);
+        for c in [Compare::Size, Compare::SizeMtime, Compare::Md5, Compare::None] {
+            assert_eq!(classify(&src, Some(&f("a", Some(6), Some("100"), Some(1))), c, ALL), Changed);
+        }
+        assert_eq!(classify(&src, Some(&src.clone()), Compare::None, ALL), Changed);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("7"), Some(2))), Compare::Size, ALL), Same);
+        // size-mtime: equal within a microsecond, else undecided (never changed, never same).
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001"), None)), Compare::SizeMtime, ALL), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("99.999999"), None)), Compare::SizeMtime, ALL), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001001"), None)), Compare::SizeMtime, ALL), Undecided);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("200"), None)), Compare::SizeMtime, ALL), Undecided);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::SizeMtime, ALL), Undecided);
+        // md5: both known decide; one missing is undecided.
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5, ALL), Same);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5, ALL), Changed);
+        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5, ALL), Undecided);
+    }
+
+    #[test]
+    fn metadata_alone_is_a_metadata_update() {
+        use Verdict::*;
+        let src = Entry { mode: Some(0o640), owner: Some((1, 2)), xattrs: Some(9), ..f("a", Some(5), Some("100"), None) };
+        let same = classify(&src, Some(&src.clone()), Compare::SizeMtime, ALL);
+        assert_eq!(same, Same);
+        for dst in [
+            Entry { mode: Some(0o644), ..src.clone() },
+            Entry { owner: Some((1, 3)), ..src.clone() },
+            Entry { xattrs: Some(8), ..src.clone() },
+        ] {
+            assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, ALL), MetaOnly, "{dst:?}");
+            assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, Attrs::NONE), Same, "not kept, not compared");
+        }
+        // Unknown on one side is no difference (a blob without POSIX metadata).
+        let bare = Entry { mode: None, owner: None, xattrs: None, ..src.clone() };
+        assert_eq!(classify(&src, Some(&bare), Compare::SizeMtime, ALL), Same);
+        // Bytes that differ win over metadata.
+        let longer = Entry { size: Some(6), mode: Some(0o600), ..src.clone() };
+        assert_eq!(classify(&src, Some(&longer), Compare::SizeMtime, ALL), Changed);
+        // A directory's mtime is metadata.
+        let d = Entry { kind: Kind::Dir, size: Some(0), ..src.clone() };
+        assert_eq!(classify(&d, Some(&Entry { mtime: Mtime::parse("5"), ..d.clone() }), Compare::SizeMtime, ALL), MetaOnly);
+        assert_eq!(classify(&d, Some(&d.clone()), Compare::Md5, ALL), Same);
+    }
+}
