@@ -10,6 +10,7 @@ mod hash;
 mod localcopy;
 mod location;
 mod manifest;
+mod overlap;
 mod partition;
 mod plan;
 mod preserve;

@@ -68,13 +68,13 @@ impl Attrs {
 
 /// Below this the difference is noise from printing or storing fewer digits (a blob's RFC 3339
 /// mtime keeps seven), not a change.
-pub const MTIME_TOLERANCE_NS: i128 = 1_000;
+const MTIME_TOLERANCE_NS: i128 = 1_000;
 
 fn nanos(m: Mtime) -> i128 {
     m.secs as i128 * 1_000_000_000 + m.nanos as i128
 }
 
-pub fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
+fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
     match (a, b) {
         (Some(a), Some(b)) => Some((nanos(a) - nanos(b)).abs() <= MTIME_TOLERANCE_NS),
         _ => None,
@@ -108,10 +108,33 @@ fn bytes(src: &Entry, dst: &Entry, compare: Compare) -> Verdict {
 
 /// Whether the attributes `attrs` names differ where both sides know them.
 pub fn meta_differs(src: &Entry, dst: &Entry, attrs: Attrs) -> bool {
-    fn differs<T: PartialEq>(a: Option<T>, b: Option<T>) -> bool {
-        matches!((a, b), (Some(a), Some(b)) if a != b)
+    meta_difference(src, dst, attrs).is_some()
+}
+
+/// The first attribute `attrs` names that differs where both sides know it, said for a person.
+pub fn meta_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String> {
+    match (src.mode, dst.mode) {
+        (Some(a), Some(b)) if attrs.mode && a != b => return Some(format!("mode {a:04o} != {b:04o}")),
+        _ => {}
     }
-    (attrs.mode && differs(src.mode, dst.mode)) || (attrs.owner && differs(src.owner, dst.owner)) || (attrs.xattrs && differs(src.xattrs, dst.xattrs))
+    match (src.owner, dst.owner) {
+        (Some(a), Some(b)) if attrs.owner && a != b => return Some(format!("owner {}:{} != {}:{}", a.0, a.1, b.0, b.1)),
+        _ => {}
+    }
+    match (src.xattrs, dst.xattrs) {
+        (Some(a), Some(b)) if attrs.xattrs && a != b => Some("extended attributes or ACLs differ".to_string()),
+        _ => None,
+    }
+}
+
+/// `meta_difference`, and a file's or symlink's mtime too: what `verify --metadata` checks
+/// once the bytes are known to be the same.
+pub fn full_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String> {
+    if matches!(src.kind, Kind::File | Kind::Symlink) && same_mtime(src.mtime, dst.mtime) == Some(false) {
+        let (a, b) = (src.mtime.expect("compared"), dst.mtime.expect("compared"));
+        return Some(format!("mtime {a} != {b}"));
+    }
+    meta_difference(src, dst, attrs)
 }
 
 /// The verdict for source entry `src` against what the destination holds at its name.
@@ -122,11 +145,10 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs
     }
     let verdict = match src.kind {
         Kind::File | Kind::Symlink => bytes(src, dst, compare),
-        // A directory's or a node's mtime is metadata: set, never a reason to rewrite.
-        Kind::Dir | Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => match same_mtime(src.mtime, dst.mtime) {
-            Some(false) => Verdict::MetaOnly,
-            _ => Verdict::Same,
-        },
+        // A directory has no bytes, and its mtime is not compared: it moves with every entry
+        // made or removed in it, and the parallel jobs of a pipeline write into one directory
+        // in no order, so the last of them sets it. Nodes likewise have only metadata.
+        Kind::Dir | Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => Verdict::Same,
     };
     match verdict {
         Verdict::Same if meta_differs(src, dst, attrs) => Verdict::MetaOnly,
@@ -201,9 +223,10 @@ mod tests {
         // Bytes that differ win over metadata.
         let longer = Entry { size: Some(6), mode: Some(0o600), ..src.clone() };
         assert_eq!(classify(&src, Some(&longer), Compare::SizeMtime, ALL), Changed);
-        // A directory's mtime is metadata.
+        // A directory: its mode and owner, not its mtime.
         let d = Entry { kind: Kind::Dir, size: Some(0), ..src.clone() };
-        assert_eq!(classify(&d, Some(&Entry { mtime: Mtime::parse("5"), ..d.clone() }), Compare::SizeMtime, ALL), MetaOnly);
+        assert_eq!(classify(&d, Some(&Entry { mtime: Mtime::parse("5"), ..d.clone() }), Compare::SizeMtime, ALL), Same);
+        assert_eq!(classify(&d, Some(&Entry { mode: Some(0o700), ..d.clone() }), Compare::SizeMtime, ALL), MetaOnly);
         assert_eq!(classify(&d, Some(&d.clone()), Compare::Md5, ALL), Same);
     }
 }

@@ -157,6 +157,8 @@ def verify_args(cfg: dict) -> list[str]:
     return [
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--download"] if final and cfg["checksum"] and cfg["verify_download"] else []),
+        # The cut-over checks what a migration must carry besides bytes: mtime, mode, owner.
+        *(["--metadata"] if final else []),
     ]
 
 

@@ -133,7 +133,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
     if plan is None:
         failures.extend(preparation_failures(run_dir))
 
-    files = {"copied": 0, "skipped": 0, "ignored": 0, "failed": 0}
+    files = {"copied": 0, "skipped": 0, "metadata_only": 0, "replaced": 0, "ignored": 0, "failed": 0}
     byts = {"copied": 0, "skipped": 0}
     retries_total = 0
     retries_by_status: Counter = Counter()
@@ -151,6 +151,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
             row.update(
                 copied=doc.get("files", {}).get("copied"),
                 skipped=doc.get("files", {}).get("skipped"),
+                metadata_only=doc.get("files", {}).get("metadata_only"),
                 ignored=doc.get("files", {}).get("ignored"),
                 failed=doc.get("files", {}).get("failed"),
                 bytes_copied=doc.get("bytes", {}).get("copied"),
@@ -332,6 +333,8 @@ def markdown(report: dict) -> str:
         f"| planned for copy | {fmt(t['files']['planned'])} | {fmt_bytes(t['bytes']['planned'])} |",
         f"| copied | {t['files']['copied']} | {fmt_bytes(t['bytes']['copied'])} |",
         f"| skipped by ferry (already there) | {t['files']['skipped']} | {fmt_bytes(t['bytes']['skipped'])} |",
+        f"| of them, only metadata set (mode, owner, times, attributes) | {t['files']['metadata_only']} | |",
+        f"| entries of another type replaced | {t['files']['replaced']} | |",
         f"| ignored by ferry (cannot exist at the destination) | {t['files']['ignored']} | |",
         f"| failed | {t['files']['failed']} | |",
         "",
@@ -341,6 +344,9 @@ def markdown(report: dict) -> str:
         lines += [
             f"Plan: {plan['to_copy'].get('new', 0)} new, {plan['to_copy'].get('changed', 0)} changed, "
             f"{plan['to_copy'].get('undecided', 0)} left to ferry's `--compare {plan.get('compare')}`, "
+            f"{plan['to_copy'].get('metadata_only', 0)} with new metadata only, "
+            f"{plan['to_copy'].get('type_changed', 0)} of another type before, "
+            f"{plan['to_copy'].get('dirs', 0)} directories and nodes to make or update, "
             f"{plan.get('unchanged', 0)} unchanged; {plan.get('extra_on_dest', {}).get('files', 0)} files "
             "on the destination are not at the source."
             + (

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_location, resolve, Root};
+use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_roots, resolve, Root};
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Compare, Engine, EngineOptions, Index, Job};
@@ -22,8 +22,7 @@ use crate::units::human_bytes;
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
-    let src_loc = parse_location(&args.source)?;
-    let dst_loc = parse_location(&args.dest)?;
+    let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let both_local = matches!((&src_loc, &dst_loc), (Location::Local(_), Location::Local(_)));
     let depth = Arc::new(depth_for(&args.transfer, &src_loc, &dst_loc).watching(stats.clone()));
     let parallel_files = match (args.transfer.parallel_files, args.transfer.concurrency) {

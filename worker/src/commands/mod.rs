@@ -38,6 +38,13 @@ pub fn parse_location(s: &str) -> anyhow::Result<Location> {
     location::parse(s, &*env()).map_err(anyhow::Error::msg)
 }
 
+/// A source and a destination, refused where one contains the other (`overlap`).
+pub fn parse_roots(src: &str, dst: &str) -> anyhow::Result<(Location, Location)> {
+    let (s, d) = (parse_location(src)?, parse_location(dst)?);
+    crate::overlap::refuse(&s, &d)?;
+    Ok((s, d))
+}
+
 pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> OpenOptions {
     OpenOptions {
         auth: common.auth,

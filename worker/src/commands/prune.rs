@@ -8,7 +8,7 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_location, Pacer};
+use super::{default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_roots, Pacer};
 use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
 use crate::sorted::sort::{Runs, Spill};
@@ -98,8 +98,9 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let concurrency = default_concurrency();
     let stats = Arc::new(Stats::default());
     let opts = open_options(&args.common, concurrency, stats.clone());
-    let src = open(&parse_location(&args.source)?, &opts)?;
-    let dst = open(&parse_location(&args.dest)?, &opts)?;
+    let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
+    let src = open(&src_loc, &opts)?;
+    let dst = open(&dst_loc, &opts)?;
     let log_path = match args.log.clone() {
         Some(p) => p,
         None => default_log()?,

@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use crate::hash::Md5;
 use serde::{Deserialize, Serialize};
 
-use super::{default_concurrency, object_destination, open, open_options, parse_location, read_manifest, resolve, Pacer, Root};
+use super::{default_concurrency, object_destination, open, open_options, parse_roots, read_manifest, resolve, Pacer, Root};
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
@@ -33,6 +33,12 @@ pub struct VerifyArgs {
     /// With --checksum: hash the bytes of blobs that have no Content-MD5
     #[arg(long, requires = "checksum")]
     pub download: bool,
+    /// Compare metadata too: mtime, and what --preserve keeps (mode, owner where this process
+    /// could set it, extended attributes and ACLs where listed)
+    #[arg(long)]
+    pub metadata: bool,
+    #[command(flatten)]
+    pub preserve: crate::cli::PreserveArgs,
     /// List identical files too (`= path`)
     #[arg(long)]
     pub all: bool,
@@ -122,14 +128,17 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
             };
         }
     }
-    if !args.checksum || s.kind != Kind::File {
-        return (Status::Same, String::new());
+    if args.checksum && s.kind == Kind::File {
+        let (a, b) = tokio::join!(md5_of(src, s, args.download), md5_of(dst, d, args.download));
+        match (a, b) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => return (Status::Differ, format!("md5 {} != {}", md5_hex(&a), md5_hex(&b))),
+            (Err(e), _) | (_, Err(e)) => return (Status::Error, e),
+        }
     }
-    let (a, b) = tokio::join!(md5_of(src, s, args.download), md5_of(dst, d, args.download));
-    match (a, b) {
-        (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
-        (Ok(a), Ok(b)) => (Status::Differ, format!("md5 {} != {}", md5_hex(&a), md5_hex(&b))),
-        (Err(e), _) | (_, Err(e)) => (Status::Error, e),
+    match args.metadata.then(|| crate::same::full_difference(s, d, args.preserve.preserve.attrs())).flatten() {
+        Some(why) => (Status::Differ, why),
+        None => (Status::Same, String::new()),
     }
 }
 
@@ -141,8 +150,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = default_concurrency();
     let opts = open_options(&args.common, concurrency, Arc::new(Stats::default()));
-    let src_loc = parse_location(&args.source)?;
-    let dst_loc = parse_location(&args.dest)?;
+    let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
         Root::Object { parent, entry, name } => {
@@ -198,9 +206,14 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
     paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
 }
 
-/// Blob storage has no directories or symlinks; copy ignores them, so verify does too.
-fn compared(e: &Entry, blob_side: bool) -> bool {
-    e.kind != Kind::Dir && !(blob_side && e.kind == Kind::Symlink)
+/// Blob storage has no directories, symlinks or nodes; copy ignores them, so verify does too.
+/// Between filesystems, directories are compared for their metadata (`--metadata`).
+fn compared(e: &Entry, blob_side: bool, metadata: bool) -> bool {
+    match e.kind {
+        Kind::File => true,
+        Kind::Dir => metadata && !blob_side,
+        _ => !blob_side,
+    }
 }
 
 fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
@@ -213,7 +226,7 @@ async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn 
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
     let blob_side = blob_side(src, dst);
-    for s in src_entries.into_iter().filter(|e| compared(e, blob_side)) {
+    for s in src_entries.into_iter().filter(|e| compared(e, blob_side, args.metadata)) {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
             None => rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new())),
@@ -253,9 +266,9 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
             let permits = permits.clone();
             async move {
                 let row = match pair? {
-                    Pair::Source(s) => compared(&s, blob_side).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
+                    Pair::Source(s) => compared(&s, blob_side, args.metadata).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
                     Pair::Dest(d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
-                    Pair::Both(s, d) if compared(&s, blob_side) => {
+                    Pair::Both(s, d) if compared(&s, blob_side, args.metadata) => {
                         let _running = permits.acquire().await.expect("never closed");
                         let (st, why) = compare(src, dst, &s, &d, args).await;
                         Some(Row::new(st, s.display_path(), why))

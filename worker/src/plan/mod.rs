@@ -125,6 +125,26 @@ pub struct PlanDoc {
     pub verify_scope: &'static str,
 }
 
+/// Appends the planned directories and nodes to the first copy part, made if there is none.
+fn append_dirs(dirs: &Path, copy: &Path, parts: &mut Vec<PartRow>) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let first = copy.join(crate::partition::part_name(0));
+    if parts.is_empty() {
+        manifest::Writer::new(std::fs::File::create(&first)?)?.finish()?;
+        parts.push(PartRow { id: format!("{:05}", 0), files: 0, bytes: 0 });
+    }
+    let mut out = io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&first).with_context(|| format!("cannot append to {}", first.display()))?);
+    for line in io::BufReader::new(std::fs::File::open(dirs)?).split(b'\n') {
+        let line = line?;
+        if !line.starts_with(b"#") {
+            out.write_all(&line)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
 fn rows(parts: Vec<Part>) -> Vec<PartRow> {
     parts.into_iter().enumerate().map(|(i, p)| PartRow { id: format!("{i:05}"), files: p.files, bytes: p.bytes }).collect()
 }
@@ -159,6 +179,9 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method)?),
         _ => None,
     };
+    // Directories and nodes to make or update: no bytes to balance, so they go to the first
+    // copy part, after its files, and count in no part's totals.
+    let mut dirs = manifest::Writer::new(io::BufWriter::with_capacity(1 << 20, std::fs::File::create(scratch.join("dirs.tsv"))?))?;
     let delete_path = out.join("delete.tsv");
     let mut delete = manifest::Writer::new(io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&delete_path)?))?;
 
@@ -205,7 +228,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             if verdict != Verdict::Same {
                 to_copy.dirs += 1;
                 to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
-                copy.push(&src)?;
+                dirs.write(&src)?;
             }
             return Ok(());
         }
@@ -242,7 +265,11 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     drop(dest_runs);
     delete.finish()?.into_inner().map_err(|e| e.into_error())?;
 
-    let copy_parts = rows(copy.finish()?);
+    let mut copy_parts = rows(copy.finish()?);
+    dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
+    if to_copy.dirs > 0 {
+        append_dirs(&scratch.join("dirs.tsv"), &out.join("copy"), &mut copy_parts)?;
+    }
     let verify_parts = match verify {
         Some(v) => rows(v.finish()?),
         None => copy_parts.iter().map(|p| PartRow { id: p.id.clone(), ..*p }).collect(),

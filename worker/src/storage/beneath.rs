@@ -97,7 +97,11 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
         let sofar = &rel[..(done - 1).min(rel.len())];
         let next = match open_at(fd(&dir), comp, flags, 0) {
             Err(e) if create && in_the_way(&e) => {
-                unlink_at(fd(&dir), comp, false).map_err(|e| explain(e, sofar))?;
+                // Another process copying a part of the same tree may have replaced it first.
+                match unlink_at(fd(&dir), comp, false) {
+                    Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EISDIR)) => return Err(explain(e, sofar)),
+                    _ => {}
+                }
                 mkdir_at(fd(&dir), comp)?;
                 open_at(fd(&dir), comp, flags, 0)
             }

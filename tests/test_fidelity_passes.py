@@ -1,0 +1,244 @@
+"""Fidelity across passes (issue 29): what changes at a live source between passes — a chmod, a
+chown, a file that becomes a directory — reaches the destination on the next pass, by the one
+"same file?" rule (worker/src/same.rs) that plan, copy and verify share; and a source and
+destination that overlap are refused by every verb before anything is written or deleted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+
+import pytest
+
+from support.trees import Dir, File, Link, make_tree, snapshot, describe_differences
+
+
+def comparable(root, dir_mtimes: bool = True) -> dict:
+    """A snapshot of everything ferry carries; directory mtimes only where asked (a pipeline's
+    parallel parts write into one directory in no order, so its mtime is the last write's)."""
+    snap = snapshot(root)
+    if not dir_mtimes:
+        snap = {p: dataclasses.replace(e, mtime_ns=0) if e.type == "d" else e for p, e in snap.items()}
+    return snap
+
+
+def same_tree(src, dst, dir_mtimes: bool = True) -> None:
+    want, got = comparable(src, dir_mtimes), comparable(dst, dir_mtimes)
+    assert got == want, describe_differences(want, got)
+
+
+def copy_json(run_ferry, *args) -> dict:
+    return json.loads(run_ferry("copy", *args, "--json").stdout)
+
+
+def test_chmod_and_chown_between_passes_set_metadata_only(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a.txt": File(size=3000), "b.txt": File(size=5000), "sub/c.txt": b"c", "sub/d.txt": b"d"})
+    copy_json(run_ferry, "-r", src, dst)
+    same_tree(src, dst)
+
+    os.chmod(src / "a.txt", 0o600)
+    os.chown(src / "b.txt", 1234, 5678)
+    os.chmod(src / "sub", 0o750)
+    os.chmod(src / "sub" / "c.txt", 0o4755)
+    verify = json.loads(run_ferry("verify", src, dst, "--metadata", "--json", check=1).stdout)
+    assert verify["differ"] == 4, verify
+
+    out = copy_json(run_ferry, "-r", src, dst)
+    assert out["files"]["copied"] == 0 and out["bytes"]["copied"] == 0, out
+    assert out["files"]["metadata_only"] == 3, out  # the directory is finished like any directory
+    same_tree(src, dst)
+    assert json.loads(run_ferry("verify", src, dst, "--metadata", "--json").stdout)["differ"] == 0
+
+    # Converged: the next pass sends nothing and sets nothing.
+    out = copy_json(run_ferry, "-r", src, dst)
+    assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (0, 0, 0), out
+
+
+def test_without_mode_in_preserve_a_chmod_is_not_carried(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a.txt": File(size=100, mode=0o644)})
+    copy_json(run_ferry, "-r", src, dst)
+    os.chmod(src / "a.txt", 0o600)
+    out = copy_json(run_ferry, "-r", src, dst, "--preserve", "all,no-mode")
+    assert out["files"]["metadata_only"] == 0 and out["files"]["skipped"] == 1, out
+    assert (dst / "a.txt").stat().st_mode & 0o7777 == 0o644
+
+
+TYPE_CHANGES = {
+    # before -> after, at the same name
+    "file-to-dir": (File(data=b"was a file"), {"inner.txt": b"now a directory's file", "deeper/x": b"x"}),
+    "dir-to-file": ({"old.txt": b"old", "old-sub/y": b"y"}, File(data=b"now a file")),
+    "file-to-link": (File(data=b"plain"), Link("file-to-dir")),
+    "link-retarget": (Link("target-one"), Link("target-two-longer")),
+    "link-to-dir": (Link("elsewhere"), {"z.txt": b"z"}),
+}
+
+
+def lay_out(root, state: dict) -> None:
+    spec = {}
+    for name, item in state.items():
+        if isinstance(item, dict):
+            spec[f"{name}/"] = Dir()
+            spec.update({f"{name}/{k}": v for k, v in item.items()})
+        else:
+            spec[name] = item
+    make_tree(root, {k.rstrip("/"): v for k, v in spec.items()})
+
+
+def change_types(src) -> None:
+    import shutil
+    for name, (_, after) in TYPE_CHANGES.items():
+        path = src / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    lay_out(src, {name: after for name, (_, after) in TYPE_CHANGES.items()})
+
+
+def test_a_type_change_between_passes_converges_in_one_copy(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    lay_out(src, {name: before for name, (before, _) in TYPE_CHANGES.items()} | {"keep.txt": b"keep"})
+    copy_json(run_ferry, "-r", src, dst)
+    same_tree(src, dst)
+    change_types(src)
+    out = copy_json(run_ferry, "-r", src, dst)
+    assert out["files"]["failed"] == 0, out
+    assert out["files"]["replaced"] >= 2, out  # file-to-dir's and dir-to-file's old entries
+    same_tree(src, dst)
+    out = copy_json(run_ferry, "-r", src, dst)
+    assert (out["files"]["copied"], out["files"]["replaced"]) == (0, 0), out
+
+
+def test_a_type_change_converges_through_plan_parts_and_prune(tmp_path, run_ferry):
+    """The pipelines' path: a final-phase plan cut into parts, one copy per part in any order,
+    then prune — a directory replacing a file must not fail the part whose files land in it."""
+    src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
+    before = {name: before for name, (before, _) in TYPE_CHANGES.items()}
+    lay_out(src, before | {f"bulk/{i:03}.bin": File(size=200 + i) for i in range(30)})
+    copy_json(run_ferry, "-r", src, dst)
+    change_types(src)
+    os.chmod(src / "bulk" / "007.bin", 0o600)
+    (tmp_path / "s.tsv").write_bytes(run_ferry("ls", "-r", src).stdout_bytes)
+    (tmp_path / "d.tsv").write_bytes(run_ferry("ls", "-r", dst).stdout_bytes)
+    doc = json.loads(run_ferry("plan", tmp_path / "s.tsv", tmp_path / "d.tsv", "--out", plan, "--phase", "final",
+                               "--parts", "4", "--json").stdout)
+    assert doc["to_copy"]["metadata_only"] == 1, doc["to_copy"]
+    assert doc["to_copy"]["type_changed"] == len(TYPE_CHANGES) - 1, doc["to_copy"]  # a retarget is a change
+    # Parts in reverse order: the part that makes a directory need not run first.
+    for part in sorted((plan / "copy").glob("part-*.tsv"), reverse=True):
+        out = copy_json(run_ferry, src, dst, "--files-from", part)
+        assert out["files"]["failed"] == 0, out
+    # As the pipelines prune: against the source's listing.
+    run_ferry("prune", src, dst, "--files-from", tmp_path / "s.tsv", "--max-delete", "100%")
+    same_tree(src, dst, dir_mtimes=False)
+    assert json.loads(run_ferry("verify", src, dst, "--metadata", "--json").stdout)["differ"] == 0
+
+
+def test_plan_sees_mode_and_owner_of_both_listings(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a": b"a", "b": b"b", "c": b"c", "empty/": Dir(), "d/e": b"e"})
+    copy_json(run_ferry, "-r", src, dst)
+    os.chmod(src / "a", 0o640)
+    os.chown(src / "b", 4321, 4321)
+    os.chmod(src / "d", 0o700)
+    listings = []
+    for side in (src, dst):
+        text = run_ferry("ls", "-r", side).stdout
+        assert text.startswith("#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner"), text[:80]
+        path = tmp_path / f"{side.name}.tsv"
+        path.write_text(text)
+        listings.append(path)
+    doc = json.loads(run_ferry("plan", *listings, "--out", tmp_path / "plan", "--phase", "incremental", "--json").stdout)
+    assert (doc["to_copy"]["files"], doc["to_copy"]["metadata_only"], doc["to_copy"]["dirs"]) == (0, 2, 1), doc["to_copy"]
+    planned = (tmp_path / "plan" / "copy" / "part-00000.tsv").read_text().splitlines()
+    assert sorted(line.split("\t")[0] for line in planned[1:]) == ["a", "b", "d"], planned
+
+
+@pytest.fixture
+def nested(tmp_path):
+    src = tmp_path / "src"
+    make_tree(src, {"keep.txt": b"keep", "inner/x.txt": b"x"})
+    (tmp_path / "alias").symlink_to(src)
+    return src
+
+
+@pytest.mark.parametrize("how", ["dest-inside", "source-inside", "same-through-symlink", "inside-through-symlink"])
+@pytest.mark.parametrize("verb", ["copy", "verify", "prune"])
+def test_overlapping_roots_are_refused_by_every_verb(tmp_path, run_ferry, nested, verb, how):
+    src = nested
+    pair = {
+        "dest-inside": (src, src / "inner"),
+        "source-inside": (src / "inner", src),
+        "same-through-symlink": (src, tmp_path / "alias"),
+        "inside-through-symlink": (tmp_path / "alias", src / "inner"),
+    }[how]
+    before = comparable(src)
+    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%"]}[verb]
+    r = run_ferry(verb, *args, *pair, check=False)
+    assert r.returncode != 0
+    assert "overlap" in r.stderr, r.stderr
+    assert comparable(src) == before, "nothing written or deleted"
+
+
+def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nested):
+    """The destination is a bind mount of a directory inside the source: by path the two are
+    apart, on disk one contains the other."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "--bind", nested / "inner", mnt], capture_output=True).returncode != 0:
+        pytest.fail("mount --bind failed: the suite runs as root (README)")
+    try:
+        before = comparable(nested)
+        r = run_ferry("prune", nested, mnt / "deeper", "--max-delete", "100%", check=False)
+        assert r.returncode != 0 and "overlap" in r.stderr, r.stderr
+        r = run_ferry("copy", "-r", nested, mnt, check=False)
+        assert r.returncode != 0 and "overlap" in r.stderr, r.stderr
+        assert comparable(nested) == before
+    finally:
+        subprocess.run(["umount", mnt], check=True)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, engine):
+    """Baseline, then a live source: a chmod, a chown, a directory's chmod, a file that became a
+    directory and a directory that became a file; the final phase converges in one run (it
+    used to fail its copy, so verify and prune never ran) and its verify checks metadata."""
+    from test_nextflow import nextflow, params_for
+    from test_pipeline import base_config, pipeline
+
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    lay_out(src, {"dir-to-file": {"a": b"a", "b/c": b"c"}, "file-to-dir": File(data=b"f")}
+            | {f"data/{i:02}.txt": File(size=100 + i) for i in range(24)} | {"empty/": Dir()})
+    parts = "partition={mode: parts, parts: 3}"
+
+    def run(phase: str) -> dict:
+        if engine == "snakemake":
+            pipeline(*base_config(ferry_bin, outdir, src, dest, phase), parts)
+        else:
+            nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, phase,
+                                                            partition={"mode": "parts", "parts": 3}))
+        return json.loads((outdir / "t" / phase / "report.json").read_text())
+
+    assert run("baseline")["status"] == "complete"
+    same_tree(src, dest, dir_mtimes=False)
+    os.chmod(src / "data" / "03.txt", 0o600)
+    os.chown(src / "data" / "04.txt", 2000, 3000)
+    os.chmod(src / "data", 0o711)
+    import shutil
+    shutil.rmtree(src / "dir-to-file")
+    (src / "dir-to-file").write_bytes(b"now a file")
+    (src / "file-to-dir").unlink()
+    lay_out(src, {"file-to-dir": {"x": b"x", "y/z": b"z"}})
+
+    rep = run("final")
+    assert rep["status"] == "complete", rep["failures"]
+    assert rep["plan"]["to_copy"]["metadata_only"] == 2, rep["plan"]["to_copy"]
+    assert rep["plan"]["to_copy"]["type_changed"] == 2, rep["plan"]["to_copy"]
+    assert rep["totals"]["files"]["metadata_only"] >= 2 and rep["totals"]["files"]["replaced"] >= 1, rep["totals"]["files"]
+    assert rep["totals"]["verify"]["differ"] == 0 and rep["totals"]["final_check"]["differ"] == 0
+    same_tree(src, dest, dir_mtimes=False)
