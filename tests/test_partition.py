@@ -85,7 +85,7 @@ def read_loose_manifest(path: Path) -> list[tuple[bytes, str, int | None]]:
         if not line or line.startswith("#"):
             continue
         fields = line.split("\t")
-        assert len(fields) == 5, f"{path.name}: {line!r}"
+        assert len(fields) in (5, 9), f"{path.name}: {line!r}"  # v1 or v2
         out.append((unescape_path(fields[0]), fields[1], None if fields[2] == "-" else int(fields[2])))
     return out
 

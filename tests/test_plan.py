@@ -38,14 +38,16 @@ CASES = {
     "gone-link": (None, ("l", 3, T0, "-")),
 }
 
-# What each compare mode makes of the files on both sides (anything absent is new).
+# What each compare mode makes of the files on both sides (anything absent is new; a file where
+# the destination has a directory is a type change, which replaces the directory).
 VERDICTS = {
-    "size": {"grew.txt": "changed"},
-    "size-mtime": {"grew.txt": "changed", "touched.txt": "undecided", "no-mtime.txt": "undecided"},
+    "size": {"grew.txt": "changed", "was-a-dir": "changed"},
+    "size-mtime": {"grew.txt": "changed", "touched.txt": "undecided", "no-mtime.txt": "undecided", "was-a-dir": "changed"},
     # The symlink has no MD5 on either side.
-    "md5": {"grew.txt": "changed", "edited.txt": "changed", "no-md5.txt": "undecided", "link": "undecided"},
+    "md5": {"grew.txt": "changed", "edited.txt": "changed", "no-md5.txt": "undecided", "link": "undecided",
+            "was-a-dir": "changed"},
 }
-NEW = ["new.txt", "was-a-dir", "new\\nline\\\\back", "\\x23hash-first"]
+NEW = ["new.txt", "new\\nline\\\\back", "\\x23hash-first"]
 SOURCE_FILES = [p for p, (s, _) in CASES.items() if s and s[0] != "d"]
 EXTRA = ["gone.txt", "gone\\tdir/x", "gone-link"]
 
@@ -92,11 +94,13 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
         "phase": "incremental",
         "compare": compare,
         "source": {"files": len(SOURCE_FILES), "bytes": sum(size.values()), "dirs": 1, "symlinks": 1,
-                   "symlinks_not_migrated": 0},
+                   "symlinks_not_migrated": 0, "specials": 0},
         "dest": {"files": 14, "bytes": 7 * 5 + 1 + 4 + 7 + 4 + 9 + 1 + 3},
         "to_copy": {"files": len(to_copy), "bytes": sum(size[p] for p in to_copy), "new": len(NEW),
                     "changed": sum(v == "changed" for v in verdicts.values()),
-                    "undecided": sum(v == "undecided" for v in verdicts.values())},
+                    "undecided": sum(v == "undecided" for v in verdicts.values()),
+                    # The directory's mtime differs, which is no reason to touch it.
+                    "metadata_only": 0, "type_changed": 1, "dirs": 0},
         "unchanged": len(SOURCE_FILES) - len(to_copy),
         "extra_on_dest": {"files": 3, "bytes": 13},
         "partitioning": {"tool": "ferry", "mode": "max-files", "parts": None, "max_files": 3, "max_bytes": None},
@@ -110,9 +114,10 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
     assert not (out / "verify").exists(), "outside the final phase verify partitions are the copy partitions"
     summary = json.loads((out / "copy" / "summary.json").read_text())
     assert [p["file"] for p in summary["partitions"]] == [f"part-{i:05d}.tsv" for i in range(len(copied))]
-    # Lines are copied whole: mtime and MD5 reach ferry copy --compare unchanged.
+    # Lines keep every field: mtime and MD5 reach ferry copy --compare unchanged (as v2 lines,
+    # whose mode, owner, link and xattrs are unknown in these v1 listings).
     first = (out / "copy" / "part-00000.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
-    assert first[1:] == [str(v) for v in CASES[first[0]][0]]
+    assert first[1:] == [str(v) for v in CASES[first[0]][0]] + ["-"] * 4
 
 
 def test_final_verifies_the_whole_source(tmp_path, run_ferry, listings):
@@ -121,7 +126,7 @@ def test_final_verifies_the_whole_source(tmp_path, run_ferry, listings):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["verify_scope"] == "all"
     assert sorted(p for part in parts_of(out, "verify") for p in part) == sorted(SOURCE_FILES)
-    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(NEW + ["grew.txt"])
+    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(NEW + ["grew.txt", "was-a-dir"])
     assert [p["files"] for p in plan["verify_partitions"]] == [len(p) for p in parts_of(out, "verify")]
     assert len(plan["verify_partitions"]) == 2 and len(plan["copy_partitions"]) == 2
 
@@ -131,7 +136,9 @@ def test_baseline_copies_everything_and_skips_symlinks_for_blob(tmp_path, run_fe
     run_ferry("plan", listings[0], "--out", out, "--phase", "baseline", "--skip-symlinks", "--auto")
     plan = json.loads((out / "plan.json").read_text())
     files = [p for p in SOURCE_FILES if p != "link"]
-    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(files)
+    # And the directory to make, at the end of the first part.
+    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(files + ["dir"])
+    assert parts_of(out, "copy")[0][-1] == "dir" and plan["to_copy"]["dirs"] == 1
     assert plan["compare"] == "none" and plan["dest"] is None and plan["unchanged"] == 0
     assert plan["to_copy"]["new"] == len(files) and plan["to_copy"]["files"] == len(files)
     assert plan["source"]["symlinks"] == 1 and plan["source"]["symlinks_not_migrated"] == 1

@@ -133,7 +133,7 @@ def test_ls_jsonl_has_the_manifest_fields(tmp_path, run_ferry):
     assert by_path[b"l"]["type"] == "l" and by_path[b"d/x"]["type"] == "f"
     assert by_path.get(b"d", {"type": "d"})["type"] == "d"
     for r in rows:
-        assert set(r) == {"path", "type", "size", "mtime", "md5"}, r
+        assert set(r) == {"path", "type", "size", "mtime", "md5", "mode", "uid", "gid", "link", "xattrs"}, r
 
 
 def test_files_from_accepts_bare_paths_as_fpart_writes_them(tmp_path, run_ferry):

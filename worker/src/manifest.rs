@@ -389,6 +389,8 @@ pub struct Reader<R> {
     line: Vec<u8>,
     lineno: u64,
     name: String,
+    /// The header said v1: its lines end after the md5 field.
+    v1: bool,
 }
 
 impl Reader<io::BufReader<std::fs::File>> {
@@ -404,7 +406,7 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: String) -> Self {
-        Reader { inner, line: Vec::new(), lineno: 0, name }
+        Reader { inner, line: Vec::new(), lineno: 0, name, v1: false }
     }
 
     /// The number of the line the last entry came from.
@@ -426,6 +428,13 @@ impl<R: BufRead> Iterator for Reader<R> {
             self.lineno += 1;
             if self.line.len() > MAX_LINE {
                 return Some(Err(format!("{}:{}: line longer than {} KiB", self.name, self.lineno, MAX_LINE / 1024)));
+            }
+            if self.line.starts_with(b"#ferry-manifest v1") {
+                self.v1 = true;
+            }
+            let fields = self.line.iter().filter(|&&b| b == b'\t').count() + 1;
+            if self.v1 && fields > 5 && !self.line.starts_with(b"#") && !self.line.starts_with(b"./") {
+                return Some(Err(format!("{}:{}: too many fields ({fields}; a v1 manifest has five)", self.name, self.lineno)));
             }
             match parse_bytes(&self.line) {
                 Ok(None) => continue,
