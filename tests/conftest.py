@@ -255,3 +255,27 @@ def toxiproxy(tmp_path_factory) -> Toxiproxy:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def read_only_dir():
+    """Makes an existing directory read-only where it stands (bound onto itself read-only, as
+    root): every write into it fails with EROFS, while it looks like any other directory — a
+    persistent failure a rerun can be shown to recover from once it is lifted. Returns the undo;
+    whatever is still bound at teardown is released."""
+    bound: list[Path] = []
+
+    def release(path: Path) -> None:
+        if path in bound:
+            bound.remove(path)
+            subprocess.run(["umount", str(path)], check=True)
+
+    def make(path: Path):
+        subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+        bound.append(path)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+        return lambda: release(path)
+
+    yield make
+    for path in list(bound):
+        release(path)

@@ -218,7 +218,7 @@ def test_prune_refused_on_an_empty_source(local_runs):
 
 
 @pytest.mark.timeout(300)
-def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin):
+def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_dir):
     src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
     content = make_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
@@ -226,9 +226,12 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin):
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
     params = params_for(ferry_bin, outdir, src, dest, "baseline", partition={"mode": "max-files", "max_files": 8})
 
-    # A plain file where the destination needs the directory blocked/ makes that one copy fail.
-    dest.mkdir()
-    (dest / "blocked").write_bytes(b"in the way")
+    # The directory blocked/, read-only at the destination (as the source's in every other
+    # respect, so nothing but its file needs writing), makes that one copy fail.
+    (dest / "blocked").mkdir(parents=True)
+    st = (src / "blocked").stat()
+    os.utime(dest / "blocked", ns=(st.st_atime_ns, st.st_mtime_ns))
+    unblock = read_only_dir(dest / "blocked")
     proc = nextflow(launch, params=params, expect=None)
     assert proc.returncode != 0
     run = run_dir(outdir, "baseline")
@@ -245,7 +248,7 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin):
     assert statuses(trace(outdir, "baseline"), "TRANSFER") == ["COMPLETED"] * len(ok) + ["FAILED"]
     assert not (run / "report.json").exists()
 
-    (dest / "blocked").unlink()
+    unblock()
     nextflow(launch, "-resume", params=params)
     assert local_snapshot(dest) == md5s(content)
     rows = trace(outdir, "baseline")

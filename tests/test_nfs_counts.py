@@ -88,7 +88,10 @@ def test_a_copied_file_costs_what_cp_costs_plus_the_temp_names_rename(empty_moun
     ferry = counted(empty_mount, [ferry_bin, "copy", "-r", f"{source}/", mnt / "ferry"])
     n = FILES
     assert ferry["create"] == cp["create"] == n and ferry["rename"] == n, (ferry, cp)
-    assert ferry["lookup"] <= cp["lookup"] + n, (ferry, cp)
+    # And the two LOOKUPs (measured: 489 before, 491 after, for 240 files) of resolving the
+    # destination root, not made yet, that refusing overlapping roots costs once a command
+    # (docs/worker.md, "Overlapping roots").
+    assert ferry["lookup"] <= cp["lookup"] + n + 2, (ferry, cp)
     for kind in ("setattr", "write", "flush", "release", "mkdir"):
         assert ferry.get(kind, 0) <= cp.get(kind, 0), (kind, ferry, cp)
     # Durable without a FSYNC per file (one flush of the filesystem per batch), and no

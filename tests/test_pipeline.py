@@ -254,7 +254,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert rep["status"] == "complete"
     assert rep["totals"]["files"] == {
         "source": len(content), "planned": len(content), "copied": len(content), "skipped": 0, "ignored": 0,
-        "failed": 0,
+        "failed": 0, "metadata_only": 0, "replaced": 0,
     }
     assert rep["plan"]["source"]["symlinks_not_migrated"] == 1
     assert rep["totals"]["bytes"]["source"] == total_bytes
@@ -417,7 +417,7 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
 
 
 @pytest.mark.timeout(300)
-def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin):
+def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin, read_only_dir):
     src = tmp_path / "src"
     content = make_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
@@ -427,9 +427,12 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
     outdir = tmp_path / "results"
     cfg = base_config(ferry_bin, outdir, src, dest, "baseline") + ["partition={mode: max-files, max_files: 8}"]
 
-    # A plain file where the destination needs the directory blocked/ makes that one copy fail.
-    dest.mkdir()
-    (dest / "blocked").write_bytes(b"in the way")
+    # The directory blocked/, read-only at the destination (as the source's in every other
+    # respect, so nothing but its file needs writing), makes that one copy fail.
+    (dest / "blocked").mkdir(parents=True)
+    st = (src / "blocked").stat()
+    os.utime(dest / "blocked", ns=(st.st_atime_ns, st.st_mtime_ns))
+    unblock = read_only_dir(dest / "blocked")
     proc = pipeline(*cfg, expect=None)
     assert proc.returncode != 0
     run = outdir / "t" / "baseline"
@@ -450,7 +453,7 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
     assert not (run / "report.json").exists()
     good_outputs = {p["id"]: (run / "copy" / f"part-{p['id']}.json").stat().st_mtime_ns for p in ok}
 
-    (dest / "blocked").unlink()
+    unblock()
     proc = pipeline(*cfg)
     assert local_snapshot(dest) == md5s(content)
     rep = report(outdir, "baseline")

@@ -35,9 +35,9 @@ fn blob(s: &BlobLocation, d: &BlobLocation) -> Option<&'static str> {
 }
 
 /// Where `p` is on disk: the filesystem (its device number in /proc/self/mountinfo) and the
-/// path inside that filesystem. A missing tail (a destination not made yet) is kept as written
-/// below its nearest existing ancestor.
-fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf)> {
+/// path inside that filesystem, and whether `p` exists. A missing tail (a destination not made
+/// yet) is kept as written below its nearest existing ancestor.
+fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf, bool)> {
     let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) };
     let mut existing = abs.as_path();
     let mut tail = Vec::new();
@@ -53,6 +53,7 @@ fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf)> {
             }
         }
     };
+    let exists = tail.is_empty();
     let mut full = canon;
     for name in tail.into_iter().rev() {
         full.push(name);
@@ -61,8 +62,8 @@ fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf)> {
     // (a later mount hides an earlier one on the same point).
     let mount = mounts.iter().filter(|m| full.starts_with(&m.point)).max_by_key(|m| (m.point.components().count(), m.order));
     Ok(match mount {
-        Some(m) => (m.device.clone(), m.root.join(full.strip_prefix(&m.point).unwrap_or(Path::new("")))),
-        None => (String::new(), full),
+        Some(m) => (m.device.clone(), m.root.join(full.strip_prefix(&m.point).unwrap_or(Path::new(""))), exists),
+        None => (String::new(), full, exists),
     })
 }
 
@@ -72,14 +73,16 @@ fn local(s: &Path, d: &Path) -> Option<&'static str> {
     if std::fs::metadata(s).is_ok_and(|m| !m.is_dir()) {
         return None;
     }
+    // On a network filesystem each look is a round trip: a destination not made yet costs
+    // one, in resolving it.
+    let mounts = mounts();
+    let (Ok((sd, sp, _)), Ok((dd, dp, d_exists))) = (physical(s, &mounts), physical(d, &mounts)) else { return None };
     // The same directory by device and inode (a bind mount of it, a symlink to it).
-    if let (Ok(a), Ok(b)) = (std::fs::metadata(s), std::fs::metadata(d)) {
+    if let (true, Ok(a), Ok(b)) = (d_exists, std::fs::metadata(s), std::fs::metadata(d)) {
         if (a.dev(), a.ino()) == (b.dev(), b.ino()) {
             return Some("they are the same directory");
         }
     }
-    let mounts = mounts();
-    let (Ok((sd, sp)), Ok((dd, dp))) = (physical(s, &mounts), physical(d, &mounts)) else { return None };
     if sd != dd {
         return None;
     }

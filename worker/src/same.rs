@@ -66,8 +66,8 @@ impl Attrs {
     pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false };
 }
 
-/// Below this the difference is noise from printing or storing fewer digits (a blob's RFC 3339
-/// mtime keeps seven), not a change.
+/// Below this the difference is noise from printing or storing fewer digits (other tools keep
+/// microseconds, or seven digits), not a change.
 const MTIME_TOLERANCE_NS: i128 = 1_000;
 
 fn nanos(m: Mtime) -> i128 {

@@ -10,8 +10,6 @@ import os
 import re
 from typing import Optional
 
-MANIFEST_HEADER = "#ferry-manifest v1"
-
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
 # the two must agree.
@@ -35,8 +33,9 @@ _SIZE_UNITS = {
     "GB": 1000**3,
     "TB": 1000**4,
 }
-# The first line of every manifest (docs/manifest.md).
-MANIFEST_HEADER = "#ferry-manifest v1"
+# The first line of every manifest the worker writes (docs/manifest.md); it reads v1 lines (five
+# fields) under it too.
+MANIFEST_HEADER = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs"
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 

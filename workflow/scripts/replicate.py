@@ -304,7 +304,7 @@ def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str)
         # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")
         with open(manifest, "w", encoding="utf-8", newline="\n") as f:
-            f.write(ferrylib.MANIFEST_HEADER + "\tpath\ttype\tsize\tmtime\tmd5\n")
+            f.write(ferrylib.MANIFEST_HEADER + "\n")
             for i in missing:
                 path, kind, size, rest = listing.lines[i].split("\t", 3)
                 f.write(f"{path}\t{kind}\t{int(size) + job.args.file_weight}\t{rest}\n")
@@ -334,7 +334,7 @@ def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, de
         return {"files": 0, "bytes": 0}
     part = os.path.join(workdir, f"part-rank{job.rank}.tsv")
     with open(part, "w", encoding="utf-8", newline="\n") as f:
-        f.write(ferrylib.MANIFEST_HEADER + "\tpath\ttype\tsize\tmtime\tmd5\n")
+        f.write(ferrylib.MANIFEST_HEADER + "\n")
         for i in mine:
             f.write(listing.lines[i] + "\n")
     cmd = [ferry, "copy", job.args.src, dest, "--files-from", part, "--compare", "none", "--json", "--progress"]

@@ -172,7 +172,9 @@ async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, 
         }
     }
     if args.files_from.is_some() || args.shard.is_some() {
-        let paths: Vec<&[u8]> = jobs.iter().filter(|j| j.src.kind != Kind::Dir).map(|j| &j.dst_path[..]).collect();
+        // Directories too: what stands at their names decides whether they are made, replaced
+        // or only finished.
+        let paths: Vec<&[u8]> = jobs.iter().map(|j| &j.dst_path[..]).collect();
         let (index, failed) = storage::index_paths(dst, &paths, parallel).await;
         for (dir, e) in failed {
             // Not fatal: what could not be compared is copied.
