@@ -68,12 +68,19 @@ def scenario_local(s: Settings, _host: None = None) -> list[Group]:
     return groups
 
 
+# What ferry kept before issue 29's defaults (hard links, holes, xattrs, ACLs and fifos were
+# not): the row that states what keeping them costs.
+PRESERVE_BEFORE = "ferry --no-fsync --preserve mode,owner,times"
+PRESERVE_NOTE = ("What ferry kept before `--preserve all` became the default: the same copy without "
+                 "reading or writing extended attributes, ACLs, holes and hard links.")
+
+
 def copy_group(s: Settings, ds: Dataset, src: Path, out: Path, env: dict) -> Group:
     """ferry against cp, rsync and fpsync, each class twice: as the tools run by default (nothing
     synced) and durable (every file fsynced, or the destination's filesystem synced at the end),
     since ferry fsyncs by default and --no-fsync turns it off."""
-    d = {n: out / n for n in ("ferry", "ferry-nofsync", "cp", "cp-sync", "rsync", "rsync-fsync",
-                              "fpsync-rsync", "fpsync-cpio")}
+    d = {n: out / n for n in ("ferry", "ferry-nofsync", "ferry-nofsync-before", "cp", "cp-sync", "rsync",
+                              "rsync-fsync", "fpsync-rsync", "fpsync-cpio")}
     n = 4  # fpsync workers: two cores, the rest waiting on the disk
     work = s.work / "fpsync"
     sync_note = "sync -f: syncfs(2) of the destination's filesystem, as ferry does for each batch and at the end."
@@ -81,6 +88,8 @@ def copy_group(s: Settings, ds: Dataset, src: Path, out: Path, env: dict) -> Gro
         Row("ferry", f"{s.ferry} copy -r {q(src)}/ {q(d['ferry'])}", "ferry", durable=True, json=True,
             note="ferry's default: files committed in batches, each after one syncfs of the destination, then the filesystem synced at the end."),
         Row("ferry --no-fsync", f"{s.ferry} copy -r --no-fsync {q(src)}/ {q(d['ferry-nofsync'])}", "ferry", json=True),
+        Row(PRESERVE_BEFORE, f"{s.ferry} copy -r --no-fsync --preserve mode,owner,times {q(src)}/ "
+            f"{q(d['ferry-nofsync-before'])}", "ferry", json=True, note=PRESERVE_NOTE),
         Row("cp -a", f"cp -a {q(src)} {q(d['cp'])}", "peer"),
         Row("cp -a && sync -f", f"cp -a {q(src)} {q(d['cp-sync'])} && sync -f {q(d['cp-sync'])}", "peer",
             durable=True, note=sync_note),

@@ -15,6 +15,7 @@ from ..datasets import Dataset, files_dataset, stale_seed
 from ..services import LatencyHost
 from ..peers import fpsync, mpirun, stage
 from ..timing import Group, Row
+from .local import PRESERVE_BEFORE
 
 
 NFS_DELAYS_MS = (1, 5)
@@ -146,6 +147,8 @@ def nfs_group(s: Settings, host: LatencyHost, gid: str, phase: str, ds: Dataset,
     specs = [
         ("ferry", f"{s.ferry} copy -r {q(src)}/ {{dst}}", "ferry", None, True),
         ("ferry --no-fsync", no_fsync, "ferry", None, False),
+        (PRESERVE_BEFORE, f"{s.ferry} copy -r --no-fsync --preserve mode,owner,times {q(src)}/ {{dst}}", "ferry", None,
+         False),
         ("ferry --no-fsync --parallel-files 64", f"{s.ferry} copy -r --no-fsync --parallel-files 64 {q(src)}/ {{dst}}",
          "ferry", 64, False),
     ]
