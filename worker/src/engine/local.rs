@@ -305,7 +305,7 @@ impl Engine {
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
-        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, absent, temp_in);
+        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, &self.opts.preserve, absent, temp_in);
         let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
             // Another process finished and removed the shared staging directory meanwhile.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
