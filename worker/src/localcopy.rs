@@ -22,6 +22,7 @@ use crate::storage::beneath::{self, fd};
 use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
 use crate::manifest::Mtime;
 use crate::preserve::Preserve;
+use crate::xattrs::{self, On, Refused, Wanted};
 use crate::storage::Meta;
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
@@ -56,6 +57,8 @@ pub struct Staged {
     name: Vec<u8>,
     as_: StagedAs,
     pub bytes: u64,
+    /// Attributes the destination would not hold.
+    pub refused: Refused,
     /// On disk already (see `TempIn::Staging`): nothing to wait for before the commit.
     pub synced: bool,
 }
@@ -186,7 +189,9 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// unnamed rather than renamed over it.
 /// `keep`: what `--preserve` carries beyond the bytes (without `mode`, the file gets the
 /// source's permission bits less the umask, as `cp` without `-p` gives it).
-pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
+/// `src_xattrs`: the digest of the source's attributes where its listing read them (an entry
+/// listed without any costs no call here).
+pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -209,6 +214,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
             (create_temp(&at, &tmp, mode & 0o777)?, Some((at, tmp)))
         }
     };
+    let mut refused = Refused::default();
     let written = (|| {
         copy_data(&input, &out, &md, quirks, keep.sparse)?;
         // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
@@ -221,6 +227,14 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
                 if e.raw_os_error() != Some(libc::EPERM) {
                     return Err(e);
                 }
+            }
+        }
+        // After chown (which drops security.capability) and before chmod: an access ACL sets
+        // the group bits from its mask, which a set-id bit then goes on top of.
+        let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
+            if let Some(want) = xattrs::read(&On::Fd(input.as_raw_fd()), wanted)? {
+                refused = xattrs::apply(&On::Fd(out.as_raw_fd()), &want, None, wanted)?;
             }
         }
         // chown clears set-id bits, and the umask may have cleared others.
@@ -247,6 +261,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         },
         bytes: md.len(),
         synced,
+        refused,
     };
     match written {
         Ok(()) => Ok(staged),
@@ -406,7 +421,7 @@ mod tests {
         let quirks = Quirks::default();
         for (absent, name) in [(true, "f1"), (false, "f2")] {
             let to = format!("d/{name}");
-            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), &Identity::current(), &quirks, &Preserve::ALL, absent, TempIn::Final).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), None, &Identity::current(), &quirks, &Preserve::ALL, absent, TempIn::Final).unwrap();
             assert!(!t.path().join("dst").join(&to).exists());
             commit(staged).unwrap();
             assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
@@ -419,7 +434,7 @@ mod tests {
     #[test]
     fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
         let (t, src, dst) = tree();
-        let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), &Preserve::ALL, true, TempIn::Final).unwrap();
+        let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, true, TempIn::Final).unwrap();
         std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
         commit(staged).unwrap();
         assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
@@ -429,7 +444,7 @@ mod tests {
     fn a_discarded_file_leaves_nothing() {
         let (t, src, dst) = tree();
         for absent in [true, false] {
-            let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), &Preserve::ALL, absent, TempIn::Final).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, absent, TempIn::Final).unwrap();
             discard(staged);
             assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
         }

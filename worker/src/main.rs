@@ -21,6 +21,7 @@ mod stats;
 mod storage;
 mod throttle;
 mod units;
+mod xattrs;
 
 use std::process::ExitCode;
 
