@@ -12,7 +12,7 @@
 //! Staging and committing are apart so that many staged files can share one flush to disk.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -21,6 +21,8 @@ use std::sync::Arc;
 use crate::storage::beneath::{self, fd};
 use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
 use crate::manifest::Mtime;
+use crate::preserve::Preserve;
+use crate::xattrs::{self, On, Refused, Wanted};
 use crate::storage::Meta;
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
@@ -55,6 +57,8 @@ pub struct Staged {
     name: Vec<u8>,
     as_: StagedAs,
     pub bytes: u64,
+    /// Attributes the destination would not hold.
+    pub refused: Refused,
     /// On disk already (see `TempIn::Staging`): nothing to wait for before the commit.
     pub synced: bool,
 }
@@ -80,14 +84,60 @@ pub enum TempIn<'a> {
     Staging(&'a Arc<OwnedFd>),
 }
 
-fn copy_range(input: &File, out: &File, size: u64, quirks: &Quirks) -> io::Result<()> {
-    if quirks.no_copy_range.load(Relaxed) {
-        return copy_rw(input, out, size);
+/// Copies `size` bytes of `input` into `out`. With `sparse`, only the data the filesystem
+/// says the source holds (SEEK_DATA/SEEK_HOLE, never a scan for zeros) is written, and the
+/// file sized with ftruncate, so a hole at either end or between stays a hole.
+fn copy_data(input: &File, out: &File, md: &std::fs::Metadata, quirks: &Quirks, sparse: bool) -> io::Result<()> {
+    let size = md.len();
+    // Fewer blocks than the size needs is the sign of a hole (GNU cp's test, on the stat
+    // already taken): a dense file, the common case, costs no lseek, which on NFS 4.2 and
+    // FUSE is a round trip each.
+    if !(sparse && md.blocks().saturating_mul(512) < size) {
+        return copy_segment(input, out, 0, size, quirks);
     }
-    let mut left = size;
-    while left > 0 {
-        // SAFETY: valid fds; null offsets use and advance the file positions.
-        let n = unsafe { libc::copy_file_range(input.as_raw_fd(), std::ptr::null_mut(), out.as_raw_fd(), std::ptr::null_mut(), left as usize, 0) };
+    let mut pos = 0;
+    while pos < size {
+        let Some(start) = seek(input, pos, libc::SEEK_DATA)? else { break };
+        if start >= size {
+            break;
+        }
+        let end = seek(input, start, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        copy_segment(input, out, start, end - start, quirks)?;
+        pos = end;
+    }
+    // A trailing hole: the size without the bytes.
+    if pos < size {
+        out.set_len(size)?;
+    }
+    Ok(())
+}
+
+/// lseek that answers None past the last data (ENXIO).
+fn seek(f: &File, from: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    // SAFETY: a valid fd; lseek only moves the file position.
+    let at = unsafe { libc::lseek(f.as_raw_fd(), from as libc::off_t, whence) };
+    if at < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENXIO) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok(Some(at as u64))
+}
+
+/// Copies `len` bytes at `offset` of `input` to the same offset of `out`: by the kernel where
+/// it can, else by reads and writes.
+fn copy_segment(input: &File, out: &File, offset: u64, len: u64, quirks: &Quirks) -> io::Result<()> {
+    if quirks.no_copy_range.load(Relaxed) {
+        return copy_rw(input, out, offset, len);
+    }
+    let (mut off_in, mut off_out) = (offset as libc::loff_t, offset as libc::loff_t);
+    let end = offset + len;
+    while (off_in as u64) < end {
+        let left = end - off_in as u64;
+        // SAFETY: valid fds and offsets the kernel advances.
+        let n = unsafe { libc::copy_file_range(input.as_raw_fd(), &mut off_in, out.as_raw_fd(), &mut off_out, left as usize, 0) };
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
@@ -95,7 +145,7 @@ fn copy_range(input: &File, out: &File, size: u64, quirks: &Quirks) -> io::Resul
                 // writes from where we are, for this file and every later one.
                 Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => {
                     quirks.no_copy_range.store(true, Relaxed);
-                    copy_rw(input, out, left)
+                    copy_rw(input, out, off_in as u64, left)
                 }
                 Some(libc::EINTR) => continue,
                 _ => Err(e),
@@ -104,20 +154,21 @@ fn copy_range(input: &File, out: &File, size: u64, quirks: &Quirks) -> io::Resul
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being copied"));
         }
-        left -= n as u64;
     }
     Ok(())
 }
 
-fn copy_rw(mut input: &File, mut out: &File, mut left: u64) -> io::Result<()> {
+fn copy_rw(input: &File, out: &File, mut offset: u64, mut left: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; (left.min(1 << 20)) as usize];
     while left > 0 {
         let want = left.min(buf.len() as u64) as usize;
-        let n = input.read(&mut buf[..want])?;
+        let n = input.read_at(&mut buf[..want], offset)?;
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being copied"));
         }
-        out.write_all(&buf[..n])?;
+        out.write_all_at(&buf[..n], offset)?;
+        offset += n as u64;
         left -= n as u64;
     }
     Ok(())
@@ -136,7 +187,11 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// Writes one regular file where no reader takes it for complete. `absent`: the listing of
 /// the destination showed the final name free, so the file may be linked into place
 /// unnamed rather than renamed over it.
-pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], id: &Identity, quirks: &Quirks, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
+/// `keep`: what `--preserve` carries beyond the bytes (without `mode`, the file gets the
+/// source's permission bits less the umask, as `cp` without `-p` gives it).
+/// `src_xattrs`: the digest of the source's attributes where its listing read them (an entry
+/// listed without any costs no call here).
+pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -159,11 +214,12 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
             (create_temp(&at, &tmp, mode & 0o777)?, Some((at, tmp)))
         }
     };
+    let mut refused = Refused::default();
     let written = (|| {
-        copy_range(&input, &out, md.len(), quirks)?;
+        copy_data(&input, &out, &md, quirks, keep.sparse)?;
         // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
         unchanged(&before, &input.metadata()?)?;
-        let chown = md.uid() != id.euid || md.gid() != id.egid;
+        let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
         if chown {
             // SAFETY: valid fd.
             if unsafe { libc::fchown(out.as_raw_fd(), md.uid(), md.gid()) } != 0 {
@@ -173,14 +229,24 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
                 }
             }
         }
+        // After chown (which drops security.capability) and before chmod: an access ACL sets
+        // the group bits from its mask, which a set-id bit then goes on top of.
+        let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
+            if let Some(want) = xattrs::read(&On::Fd(input.as_raw_fd()), wanted)? {
+                refused = xattrs::apply(&On::Fd(out.as_raw_fd()), &want, None, wanted)?;
+            }
+        }
         // chown clears set-id bits, and the umask may have cleared others.
-        if chown || mode & !0o777 != 0 || mode & id.umask != 0 {
+        if keep.mode && (chown || mode & !0o777 != 0 || mode & id.umask != 0) {
             // SAFETY: valid fd.
             if unsafe { libc::fchmod(out.as_raw_fd(), mode as libc::mode_t) } != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
-        set_times(&out, &meta)?;
+        if keep.times {
+            set_times(&out, &meta)?;
+        }
         if synced {
             out.sync_all()?;
         }
@@ -195,6 +261,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         },
         bytes: md.len(),
         synced,
+        refused,
     };
     match written {
         Ok(()) => Ok(staged),
@@ -354,7 +421,7 @@ mod tests {
         let quirks = Quirks::default();
         for (absent, name) in [(true, "f1"), (false, "f2")] {
             let to = format!("d/{name}");
-            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), &Identity::current(), &quirks, absent, TempIn::Final).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), None, &Identity::current(), &quirks, &Preserve::ALL, absent, TempIn::Final).unwrap();
             assert!(!t.path().join("dst").join(&to).exists());
             commit(staged).unwrap();
             assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
@@ -367,7 +434,7 @@ mod tests {
     #[test]
     fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
         let (t, src, dst) = tree();
-        let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), true, TempIn::Final).unwrap();
+        let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, true, TempIn::Final).unwrap();
         std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
         commit(staged).unwrap();
         assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
@@ -377,7 +444,7 @@ mod tests {
     fn a_discarded_file_leaves_nothing() {
         let (t, src, dst) = tree();
         for absent in [true, false] {
-            let staged = stage_file(&src, &dst, b"d/f", b"d/f", &Identity::current(), &Quirks::default(), absent, TempIn::Final).unwrap();
+            let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, absent, TempIn::Final).unwrap();
             discard(staged);
             assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
         }

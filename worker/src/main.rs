@@ -22,6 +22,7 @@ mod stats;
 mod storage;
 mod throttle;
 mod units;
+mod xattrs;
 
 use std::process::ExitCode;
 

@@ -10,7 +10,7 @@ use crate::manifest::{self, Entry};
 use crate::stats::Stats;
 
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let opts = open_options(&args.common, default_concurrency(), Arc::new(Stats::default()));
+    let opts = crate::storage::OpenOptions { xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve), ..open_options(&args.common, default_concurrency(), Arc::new(Stats::default())) };
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
     let stdout = std::io::stdout();

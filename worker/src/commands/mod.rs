@@ -55,6 +55,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         io_timeout: Duration::from_secs(common.io_timeout.max(1)),
         fsync: common.fsync,
         copy_wait: None,
+        xattrs: crate::xattrs::Wanted::NONE,
         env: env(),
     }
 }

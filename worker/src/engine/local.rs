@@ -24,6 +24,7 @@ use crate::manifest::Kind;
 use crate::stats::Stats;
 use crate::storage::local::{meta_of, open_files_limit, LocalStore};
 use crate::storage::{Meta, Store};
+use crate::xattrs::Wanted;
 
 /// Staged files committed together after one flush: enough to spread its cost, few enough
 /// that a batch's open descriptors (unnamed files stay open until linked) stay modest, and
@@ -286,7 +287,7 @@ impl Engine {
         match verdict {
             Verdict::Same => return Ok(Step::Done(Outcome::Skipped)),
             Verdict::MetaOnly => {
-                self.update_meta(job).map_err(dst_err)?;
+                self.update_meta(job, existing.as_ref()).map_err(dst_err)?;
                 return Ok(Step::Done(Outcome::MetaUpdated));
             }
             Verdict::TypeChanged => {
@@ -305,7 +306,7 @@ impl Engine {
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
-        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, id, &self.quirks, absent, temp_in);
+        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.quirks, &self.opts.preserve, absent, temp_in);
         let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
             // Another process finished and removed the shared staging directory meanwhile.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
@@ -318,6 +319,7 @@ impl Engine {
             rt.block_on(t.take(staged.bytes));
         }
         Stats::add(&self.stats.bytes_copied, staged.bytes);
+        staged.refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(Step::Staged(staged))
     }
 
@@ -352,13 +354,33 @@ impl Engine {
 
     /// Sets the metadata of a destination entry whose bytes are the source's already: from the
     /// source's listing where it has it all, else from a look at the source.
-    fn update_meta(&self, job: &Job) -> std::io::Result<()> {
+    /// `existing`: the destination's entry, from its listing.
+    fn update_meta(&self, job: &Job, existing: Option<&crate::manifest::Entry>) -> std::io::Result<()> {
         let (src, dst) = self.stores();
         let entry = match (job.src.mode, job.src.owner, job.src.mtime) {
             (Some(_), Some(_), Some(_)) => job.src.clone(),
             _ => src.lstat(&job.src.path)?.and_then(|md| crate::storage::local::entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
         };
-        dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&entry, self.opts.preserve))
+        dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&entry, self.opts.preserve))?;
+        // The attributes only where both listings read them and they differ: the verdict may
+        // have been the mode's alone.
+        match (job.src.xattrs, existing.and_then(|e| e.xattrs)) {
+            (Some(a), Some(b)) if a != b => self.copy_xattrs(&job.src.path, &job.dst_path),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes the kept attributes of a destination entry those of the source entry, counting
+    /// what the destination refuses.
+    fn copy_xattrs(&self, src_rel: &[u8], dst_rel: &[u8]) -> std::io::Result<()> {
+        let (src, dst) = self.stores();
+        let wanted = Wanted::of(&self.opts.preserve);
+        if !wanted.any() {
+            return Ok(());
+        }
+        let Some(want) = src.read_xattrs(src_rel, wanted)? else { return Ok(()) };
+        dst.write_xattrs(dst_rel, &want, wanted)?.kinds().for_each(|k| self.stats.not_kept(k));
+        Ok(())
     }
 
     fn finish_dirs(&self, dirs: &[Job], changed: &Changed) {
@@ -381,7 +403,15 @@ impl Engine {
                     (Some(mode), Some((uid, gid)), Some(mtime)) => Ok(Meta { mode: Some(mode), uid: Some(uid), gid: Some(gid), mtime: Some(mtime), md5: None }),
                     _ => src.lstat(&d.src.path).and_then(|md| md.map(|md| meta_of(&md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))),
                 };
-                if let Err(e) = want.and_then(|want| localcopy::finish_dir(dst, &d.dst_path, &want, known)) {
+                // Attributes where the two digests differ, or are not known: a directory
+                // made this run has none (a default ACL inherited from a parent made this run
+                // cannot be, since parents get theirs after their children).
+                let dst_xattrs = if made.contains(&d.dst_path) { Some(crate::xattrs::empty_digest()) } else { self.dst_dir(&d.dst_path).and_then(|e| e.xattrs) };
+                let xattrs = || match (d.src.xattrs, dst_xattrs) {
+                    (Some(a), Some(b)) if a == b => Ok(()),
+                    _ => self.copy_xattrs(&d.src.path, &d.dst_path),
+                };
+                if let Err(e) = want.and_then(|want| localcopy::finish_dir(dst, &d.dst_path, &want, known)).and_then(|_| xattrs()) {
                     self.stats.failed(d.src.display_path(), format!("directory: {e}"));
                 }
             });
@@ -390,7 +420,7 @@ impl Engine {
 
     fn finish_root(&self) {
         let (src, dst) = self.stores();
-        let r = File::open(src.full_path(b"")).and_then(|f| f.metadata()).and_then(|md| localcopy::finish_root(dst, &meta_of(&md)));
+        let r = File::open(src.full_path(b"")).and_then(|f| f.metadata()).and_then(|md| localcopy::finish_root(dst, &meta_of(&md))).and_then(|_| self.copy_xattrs(b"", b""));
         if let Err(e) = r {
             self.stats.failed(dst.describe(), format!("directory: {e}"));
         }

@@ -20,6 +20,7 @@ use super::beneath::{self, fd};
 use super::{check_relative, fnv1a, Chunk, Meta, Store, Upload, UploadPlan};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind, Mtime};
+use crate::xattrs::{self, Wanted};
 
 /// Cheap to clone: blocking work takes its own handle to another thread.
 #[derive(Clone)]
@@ -33,6 +34,42 @@ pub struct LocalStore {
     flushes: Arc<Flushes>,
     /// Learnt on the first refusal: the filesystem has no `O_TMPFILE` (NFS, FUSE, some others).
     no_tmpfile: Arc<AtomicBool>,
+    /// What listings read of each entry's extended attributes (`Entry.xattrs`).
+    xattrs: XattrLister,
+}
+
+/// Reads the digest of an entry's kept attributes for a listing. A filesystem that answers
+/// that it has none (EOPNOTSUPP: FUSE mounts whose server has no xattr handlers, NFS before
+/// 4.2 without ACLs) is asked once, not once per entry: a round trip each on a network
+/// filesystem, for nothing.
+#[derive(Clone, Default)]
+pub struct XattrLister {
+    wanted: Wanted,
+    none_here: Arc<AtomicBool>,
+}
+
+impl XattrLister {
+    /// Whether this run learnt that the filesystem holds no attributes at all.
+    pub fn none_here(&self) -> bool {
+        self.none_here.load(Relaxed)
+    }
+
+    /// None: not read (not kept, or the filesystem holds none), which compares as unknown.
+    pub fn digest(&self, full: &Path) -> Option<u64> {
+        if !self.wanted.any() || self.none_here.load(Relaxed) {
+            return None;
+        }
+        let c = xattrs::c_path(full).ok()?;
+        match xattrs::read(&xattrs::On::Path(&c), self.wanted) {
+            Ok(Some(a)) => Some(xattrs::digest(&a)),
+            Ok(None) => {
+                self.none_here.store(true, Relaxed);
+                None
+            }
+            // Unreadable (permission): unknown, as for an entry the listing could not stat.
+            Err(_) => None,
+        }
+    }
 }
 
 /// How long a lone file's flush waits for more to join it (see `sync_one`).
@@ -110,7 +147,17 @@ pub fn is_partial_name(name: &[u8]) -> bool {
 
 impl LocalStore {
     pub fn new(root: PathBuf, fsync: bool) -> Self {
-        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync, flushes: Arc::default(), no_tmpfile: Arc::default() }
+        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync, flushes: Arc::default(), no_tmpfile: Arc::default(), xattrs: XattrLister::default() }
+    }
+
+    /// Listings of this store read the attributes `wanted` names (`--preserve`).
+    pub fn with_xattrs(mut self, wanted: Wanted) -> Self {
+        self.xattrs = XattrLister { wanted, none_here: Arc::default() };
+        self
+    }
+
+    pub fn xattrs(&self) -> &XattrLister {
+        &self.xattrs
     }
 
     pub fn fsync(&self) -> bool {
@@ -264,6 +311,39 @@ impl LocalStore {
         Ok(())
     }
 
+    /// The kept attributes of `rel` (`root` for the root itself), never through a symlink
+    /// below the root; None where the filesystem holds none.
+    pub fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>> {
+        let h = self.handle(rel)?;
+        let r = xattrs::read(&xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h))), wanted);
+        if let Ok(None) = r {
+            self.xattrs.none_here.store(true, Relaxed);
+        }
+        r
+    }
+
+    /// Makes the kept attributes of `rel` those of `want`, setting the new and removing the
+    /// gone.
+    pub fn write_xattrs(&self, rel: &[u8], want: &xattrs::Attrs, wanted: Wanted) -> std::io::Result<xattrs::Refused> {
+        let h = self.handle(rel)?;
+        let on = xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h)));
+        match xattrs::read(&on, wanted)? {
+            Some(now) => xattrs::apply(&on, want, Some(&now), wanted),
+            // Holds none at all: every one wanted is refused.
+            None => Ok(xattrs::Refused { xattrs: want.iter().any(|(n, _)| wanted.keeps(n.as_bytes()) == Some(xattrs::Class::Xattr)), acls: want.iter().any(|(n, _)| wanted.keeps(n.as_bytes()) == Some(xattrs::Class::Acl)) }),
+        }
+    }
+
+    /// An `O_PATH` handle on `rel` itself (a symlink's own inode), or on the root for an
+    /// empty `rel`.
+    fn handle(&self, rel: &[u8]) -> std::io::Result<OwnedFd> {
+        if rel.is_empty() {
+            return self.root_fd(false)?.try_clone();
+        }
+        let (dir, name) = self.parent(rel, false)?;
+        beneath::open_at(fd(&dir), name, libc::O_PATH, 0)
+    }
+
     /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
     pub fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>> {
         let r = self.parent(rel, false).and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
@@ -328,7 +408,7 @@ impl LocalStore {
                 Err(e) => return Err(e),
             };
             let path = if rel.is_empty() { name.as_bytes().to_vec() } else { [rel, b"/", name.as_bytes()].concat() };
-            out.extend(entry_of(path, &md));
+            out.extend(entry_of(path, &md).map(|e| Entry { xattrs: self.xattrs.digest(&de.path()), ..e }));
         }
         Ok(Some(out))
     }
@@ -668,7 +748,7 @@ pub fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
 }
 
 /// Parallel directory walk. Threads share a stack of directories; results stream to `tx`.
-pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+pub fn walk(root: &Path, recursive: bool, threads: usize, xattrs: &XattrLister, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
     // The root itself is followed if it is a symlink: it is what the user named (`cp -H`).
     let md = fs::metadata(root).map_err(|e| StoreError::io(root.display().to_string(), e))?;
     if !md.is_dir() {
@@ -710,7 +790,8 @@ pub fn walk(root: &Path, recursive: bool, threads: usize, tx: &mpsc::Sender<Resu
                     continue;
                 }
             };
-            if let Some(entry) = entry_of(child.clone(), &md) {
+            if let Some(mut entry) = entry_of(child.clone(), &md) {
+                entry.xattrs = xattrs.digest(&de.path());
                 if entry.kind == Kind::Dir && recursive {
                     subdirs.push(child);
                 }
@@ -840,8 +921,8 @@ impl Store for LocalStore {
     }
 
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
-        let (root, threads) = (self.root.clone(), walk_threads(self.is_remote()));
-        blocking(move || walk(&root, recursive, threads, &tx)).await
+        let (root, threads, xattrs) = (self.root.clone(), walk_threads(self.is_remote()), self.xattrs.clone());
+        blocking(move || walk(&root, recursive, threads, &xattrs, &tx)).await
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {

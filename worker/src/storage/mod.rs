@@ -180,12 +180,14 @@ pub struct OpenOptions {
     pub fsync: bool,
     /// How long a server-side copy may stay pending; None: the store's default.
     pub copy_wait: Option<std::time::Duration>,
+    /// Local listings: the extended attributes and ACLs whose digest each entry carries.
+    pub xattrs: crate::xattrs::Wanted,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 
 pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
     match loc {
-        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone(), opts.fsync))),
+        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone(), opts.fsync).with_xattrs(opts.xattrs))),
         Location::Blob(b) => Ok(Arc::new(azure::AzureStore::new(b.clone(), opts)?)),
     }
 }

@@ -1,0 +1,222 @@
+"""local -> local fidelity: what `cp -a` (and `rsync -aHAXS`) keep beyond the bytes — holes,
+extended attributes and ACLs, fifos and device nodes, hard links — checked against the source,
+with `cp -a` as the reference, and `--preserve` honoured when it leaves something out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+MiB = 1 << 20
+
+
+def allocated(path) -> int:
+    """Bytes the filesystem holds for a file (holes hold none)."""
+    return os.stat(path).st_blocks * 512
+
+
+def data_segments(path) -> list[tuple[int, int]]:
+    """Where the filesystem says a file holds data: [(start, end)], by SEEK_DATA/SEEK_HOLE."""
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size, pos = os.fstat(fd).st_size, 0
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            out.append((start, end))
+            pos = end
+    finally:
+        os.close(fd)
+    return out
+
+
+def write_at(path, offset: int, data: bytes, size: int):
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.seek(offset)
+        f.write(data)
+
+
+def sparse_tree(src):
+    src.mkdir(parents=True)
+    # One byte in 64 MiB: a block of data between two holes, the second one trailing.
+    write_at(src / "one-byte", 40 * MiB + 3, b"x", 64 * MiB)
+    # Data at both ends and a hole between.
+    write_at(src / "ends", 0, b"head", 32 * MiB)
+    with open(src / "ends", "r+b") as f:
+        f.seek(32 * MiB - 4)
+        f.write(b"tail")
+    (src / "dense").write_bytes(os.urandom(3 * MiB))
+
+
+def test_holes_stay_holes(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    sparse_tree(src)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    run_ferry("copy", "-r", src, dst)
+    for name in ("one-byte", "ends", "dense"):
+        s, d = src / name, dst / name
+        assert d.read_bytes() == s.read_bytes(), name
+        assert os.stat(d).st_size == os.stat(s).st_size, name
+        # The same data segments as the source: nothing written where it has a hole, and a
+        # trailing hole is still a hole (sized, not filled).
+        assert data_segments(d) == data_segments(s), name
+        assert allocated(d) <= allocated(ref / name), f"{name}: more allocated than cp -a gives"
+    assert allocated(dst / "one-byte") <= 64 * 1024
+    assert allocated(dst / "dense") >= 3 * MiB
+
+
+def test_without_sparse_files_are_written_whole(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    sparse_tree(src)
+    run_ferry("copy", "-r", src, dst, "--preserve", "all,no-sparse")
+    assert (dst / "one-byte").read_bytes() == (src / "one-byte").read_bytes()
+    assert allocated(dst / "one-byte") >= 64 * MiB
+    assert data_segments(dst / "ends") == [(0, 32 * MiB)]
+
+
+# --- extended attributes and ACLs -----------------------------------------------------------
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="trusted.* attributes, chown and device nodes need root")
+
+
+def kept_names(name: str) -> bool:
+    return name.startswith(("user.", "trusted.", "security.")) or name in (
+        "system.posix_acl_access", "system.posix_acl_default")
+
+
+def attrs(path, kinds=kept_names) -> dict[str, bytes]:
+    """The attributes ferry keeps (ACLs included), by name."""
+    return {n: os.getxattr(path, n, follow_symlinks=False)
+            for n in os.listxattr(path, follow_symlinks=False) if kinds(n)}
+
+
+def acl(path, default=False) -> str:
+    args = ["getfacl", "-cpn"] + (["-d"] if default else []) + [str(path)]
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout
+
+
+def xattr_tree(src):
+    (src / "d" / "sub").mkdir(parents=True)
+    (src / "f").write_bytes(b"attributes\n")
+    (src / "d" / "g").write_bytes(b"in a directory with a default ACL\n")
+    os.setxattr(src / "f", "user.colour", b"blue")
+    os.setxattr(src / "f", "user.binary", bytes(range(256)) * 4)
+    subprocess.run(["setfacl", "-m", "u:1234:rw,g:55:r", src / "f"], check=True)
+    subprocess.run(["setfacl", "-d", "-m", "g:55:rx", src / "d"], check=True)
+    subprocess.run(["setfacl", "-m", "u:4321:rx", src / "d" / "sub"], check=True)
+    os.setxattr(src / "d", "user.project", b"ferry")
+    if ROOT:
+        os.setxattr(src / "f", "trusted.origin", b"lab")
+
+
+def assert_same_attrs(src, dst, names=("f", "d", "d/g", "d/sub")):
+    for n in names:
+        assert attrs(dst / n) == attrs(src / n), n
+        assert acl(dst / n) == acl(src / n), n
+    assert acl(dst / "d", default=True) == acl(src / "d", default=True)
+
+
+def test_xattrs_and_acls_are_copied(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    xattr_tree(src)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["not_kept"] == {}
+    assert_same_attrs(src, dst)
+    assert_same_attrs(ref, dst)
+    assert "user:1234:rw-" in acl(dst / "f") and "group:55:r-x" in acl(dst / "d", default=True)
+    if ROOT:
+        assert os.getxattr(dst / "f", "trusted.origin") == b"lab"
+
+
+def test_listings_carry_an_attribute_digest_only_when_kept(tmp_path, run_ferry):
+    src = tmp_path / "src"
+    xattr_tree(src)
+    (src / "plain").write_bytes(b"no attributes")
+
+    def digests(*preserve):
+        out = run_ferry("ls", "-r", src, *preserve, "--format", "jsonl").stdout
+        return {e["path"]: e["xattrs"] for e in map(json.loads, out.splitlines())}
+
+    full = digests()
+    assert full["f"] and full["plain"] and full["f"] != full["plain"], full
+    # The digest covers ACLs when they are kept, and only then.
+    no_acls = digests("--preserve", "all,no-acls")
+    assert no_acls["d/sub"] == no_acls["plain"] != full["d/sub"], no_acls
+    assert set(digests("--preserve", "none").values()) == {None}
+
+
+def test_a_rerun_after_attribute_changes_updates_only_metadata(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    xattr_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    os.setxattr(src / "f", "user.colour", b"green")
+    os.removexattr(src / "f", "user.binary")
+    os.setxattr(src / "d" / "g", "user.new", b"1")
+    subprocess.run(["setfacl", "-x", "u:4321", src / "d" / "sub"], check=True)
+    subprocess.run(["setfacl", "-m", "u:77:r", src / "d" / "g"], check=True)
+    subprocess.run(["setfacl", "-d", "-m", "u:88:r", src / "d"], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 2 and r.json["files"]["copied"] == 0, r.json["files"]
+    assert r.json["bytes"]["copied"] == 0
+    assert_same_attrs(src, dst)
+    assert "user.binary" not in attrs(dst / "f")
+    # Nothing left to do.
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 0 and r.json["files"]["skipped"] == 2, r.json["files"]
+
+
+@needs_root
+def test_a_rerun_after_chmod_and_chown_updates_only_metadata(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    xattr_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    os.chmod(src / "f", 0o600)
+    os.chown(src / "d" / "g", 1234, 5678)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 2 and r.json["bytes"]["copied"] == 0, r.json
+    for n in ("f", "d/g"):
+        s, d = os.stat(src / n), os.stat(dst / n)
+        assert (d.st_mode, d.st_uid, d.st_gid) == (s.st_mode, s.st_uid, s.st_gid), n
+    assert_same_attrs(src, dst)
+
+
+@pytest.mark.parametrize("preserve, has_xattrs, has_acls", [
+    ("all,no-xattrs", False, True),
+    ("all,no-acls", True, False),
+    ("none", False, False),
+])
+def test_preserve_leaves_out_what_it_is_told(tmp_path, run_ferry, preserve, has_xattrs, has_acls):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    xattr_tree(src)
+    run_ferry("copy", "-r", src, dst, "--preserve", preserve)
+    got = attrs(dst / "f")
+    assert ("user.colour" in got) == has_xattrs, got
+    assert ("system.posix_acl_access" in got) == has_acls, got
+    assert ("system.posix_acl_default" in attrs(dst / "d")) == has_acls
+    assert ("user.project" in attrs(dst / "d")) == has_xattrs
+
+
+def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_ferry):
+    from support.latencyfs import LatencyFS
+    src, backing = tmp_path / "src", tmp_path / "backing"
+    xattr_tree(src)
+    backing.mkdir()
+    # latencyfs answers no xattr request: to the kernel a filesystem without attributes.
+    fs = LatencyFS(backing, tmp_path / "mnt").mount()
+    try:
+        r = run_ferry("copy", "-r", src, fs.mountpoint / "dst", "--json")
+        assert r.json["files"]["copied"] == 2 and r.json["files"]["failed"] == 0, r.json
+        assert r.json["not_kept"].get("xattrs", 0) >= 2 and r.json["not_kept"].get("acls", 0) >= 3, r.json["not_kept"]
+        assert (fs.mountpoint / "dst" / "f").read_bytes() == b"attributes\n"
+    finally:
+        fs.unmount()
