@@ -48,6 +48,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         io_timeout: Duration::from_secs(common.io_timeout.max(1)),
         fsync: common.fsync,
         copy_wait: None,
+        posix_style: Default::default(),
         env: env(),
     }
 }

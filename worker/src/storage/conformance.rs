@@ -55,6 +55,7 @@ impl Azurite {
             io_timeout: Duration::from_secs(30),
             fsync: true,
             copy_wait: None,
+            posix_style: Default::default(),
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),

@@ -180,6 +180,8 @@ pub struct OpenOptions {
     pub fsync: bool,
     /// How long a server-side copy may stay pending; None: the store's default.
     pub copy_wait: Option<std::time::Duration>,
+    /// The keys Blob destinations store POSIX attributes under, beside rclone's.
+    pub posix_style: azure::posix::PosixStyle,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 
