@@ -93,3 +93,29 @@ def test_uploads_store_what_rclone_and_azcopy_restore(tmp_path, container, run_f
     for name in ("f.bin", "aml/f.bin"):
         st = os.lstat(tmp_path / "back" / name)
         assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_uid, st.st_gid) == (0o4751, MTIME_NS, 1234, 5678), name
+
+
+def test_a_chmod_or_chown_between_passes_sends_no_bytes(tmp_path, container, run_ferry):
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    for name in ("d/a.txt", "d/b.txt", "big.bin"):
+        (src / name).write_bytes(os.urandom(3 << 20 if name == "big.bin" else 100))
+    run_ferry("copy", "-r", src, container, "--block-size", "1MiB")
+    # A key of the user's own, which the metadata update must keep.
+    blob = container.client.get_blob_client("d/a.txt")
+    blob.set_blob_metadata({**blob.get_blob_properties().metadata, "project": "apollo"})
+    etag_b = container.client.get_blob_client("d/b.txt").get_blob_properties().etag
+
+    os.chmod(src / "d/a.txt", 0o600)
+    os.chown(src / "big.bin", 4321, 8765)
+    out = run_ferry("copy", "-r", src, container, "--json")
+    files, sent = out.json["files"], out.json["bytes"]["copied"]
+    assert (files["copied"], files["metadata_only"], files["skipped"], sent) == (0, 2, 3, 0), out.json
+
+    a = metadata(container, "d/a.txt")
+    assert (a["mode"], a["permissions"], a["project"]) == ("100600", str(stat.S_IFREG | 0o600), "apollo"), a
+    big = metadata(container, "big.bin")
+    assert (big["uid"], big["gid"], big["posix_owner"], big["posix_group"]) == ("4321", "8765", "4321", "8765"), big
+    assert container.client.get_blob_client("d/b.txt").get_blob_properties().etag == etag_b, "an unchanged blob was touched"
+    again = run_ferry("copy", "-r", src, container, "--json")
+    assert (again.json["files"]["metadata_only"], again.json["files"]["skipped"]) == (0, 3), again.json

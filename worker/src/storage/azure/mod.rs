@@ -534,6 +534,63 @@ impl Store for AzureStore {
         }
     }
 
+    /// A blob stands for a directory either as a folder stub at its own name or as the prefix
+    /// of the blobs below it: both go.
+    async fn remove_all(&self, path: &[u8]) -> Result<()> {
+        self.delete(path).await?;
+        let mut below = String::from_utf8(path.to_vec()).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
+        below.push('/');
+        let (tx, mut rx) = mpsc::channel(1024);
+        let inner = self.inner.clone();
+        let lister = tokio::spawn(async move { inner.list_under(&below, true, &tx).await });
+        let mut deletes = futures::stream::FuturesUnordered::new();
+        let mut first_error = None;
+        loop {
+            tokio::select! {
+                Some(e) = rx.recv() => match e {
+                    Ok(e) => deletes.push(async move { self.delete(&e.path).await }),
+                    Err(e) => { first_error.get_or_insert(e); }
+                },
+                Some(r) = deletes.next(), if !deletes.is_empty() => if let Err(e) = r { first_error.get_or_insert(e); },
+                else => break,
+            }
+        }
+        match lister.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(StoreError::Invalid(format!("listing task failed: {e}")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Set Blob Metadata replaces all of a blob's metadata: what it holds now is read first,
+    /// and only the POSIX keys of the attributes given change. The update is made on the
+    /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+        let s = &self.inner;
+        let name = s.name(path)?;
+        let h = s.properties(&name).await?.ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
+        let (_, now) = meta_and_kind(&h, false);
+        if now != kind {
+            return Err(StoreError::Integrity(format!("is no longer a {} (changed meanwhile)", kind.name())));
+        }
+        let mut req = s.request(Method::Put, &name).await?;
+        req.url_mut().query_pairs_mut().append_pair("comp", "metadata");
+        req.insert_header("content-length", "0");
+        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
+            req.insert_header("if-match", etag.to_string());
+        }
+        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        s.send(&req, &[200]).await?;
+        Ok(())
+    }
+
     fn can_copy_from(&self, src: &dyn Store) -> bool {
         src.as_azure().is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
     }

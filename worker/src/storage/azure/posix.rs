@@ -34,14 +34,6 @@ const S_IFLNK: u32 = 0o120000;
 pub const SYMLINK_KEY: &str = "is_symlink";
 pub const FOLDER_KEY: &str = "hdi_isfolder";
 
-/// Every key any style uses for an attribute ferry keeps: what a metadata update replaces,
-/// leaving the blob's other metadata as it was. azcopy's `is_char_dev` and friends are here
-/// too: they describe the same node, and azcopy sets `is_char_dev` on symlinks by mistake.
-pub const KEYS: [&str; 19] = [
-    "mtime", "mode", "uid", "gid", "permissions", "modtime", "posix_owner", "posix_group", "owner", "group", "posix_atime",
-    "posix_ctime", "posix_nlink", "posix_ino", SYMLINK_KEY, FOLDER_KEY, "is_char_dev", "is_block_dev", "is_fifo",
-];
-
 /// What a blob's metadata says about the node it stands for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Posix {
@@ -140,10 +132,30 @@ pub fn write(meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, Stri
     m
 }
 
-/// The blob's metadata with the POSIX keys replaced by `posix`, every other key kept.
-pub fn replaced(current: &HashMap<String, String>, posix: HashMap<String, String>) -> HashMap<String, String> {
-    let mut out: HashMap<String, String> = current.iter().filter(|(k, _)| !KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
-    out.extend(posix);
+/// The keys of each attribute in every style.
+const MTIME_KEYS: [&str; 2] = ["mtime", "modtime"];
+const MODE_KEYS: [&str; 2] = ["mode", "permissions"];
+const OWNER_KEYS: [&str; 6] = ["uid", "gid", "posix_owner", "posix_group", "owner", "group"];
+/// What says which kind of node a blob is: azcopy's `is_char_dev` and friends describe the
+/// node too (and azcopy sets `is_char_dev` on symlinks by mistake).
+const KIND_KEYS: [&str; 5] = [SYMLINK_KEY, FOLDER_KEY, "is_char_dev", "is_block_dev", "is_fifo"];
+
+/// The blob's metadata `current` after setting the attributes `meta` has on a node of `kind`:
+/// each attribute given replaces its keys of every style, and every other key (the user's own,
+/// an attribute not given) stays as it was.
+pub fn replaced(current: &HashMap<String, String>, meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, String> {
+    let mut gone: Vec<&str> = KIND_KEYS.to_vec();
+    if meta.mtime.is_some() {
+        gone.extend(MTIME_KEYS);
+    }
+    if meta.mode.is_some() {
+        gone.extend(MODE_KEYS);
+    }
+    if meta.uid.is_some() && meta.gid.is_some() {
+        gone.extend(OWNER_KEYS);
+    }
+    let mut out: HashMap<String, String> = current.iter().filter(|(k, _)| !gone.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    out.extend(write(meta, kind, style));
     out
 }
 
@@ -240,8 +252,11 @@ mod tests {
 
     #[test]
     fn an_update_keeps_other_metadata() {
-        let now = map(&[("project", "x"), ("mode", "100600"), ("posix_owner", "1"), ("is_char_dev", "true")]);
-        let new = replaced(&now, write(&Meta { mode: Some(0o644), ..Meta::default() }, Kind::File, PosixStyle::Standard));
-        assert_eq!(new, map(&[("project", "x"), ("mode", "100644"), ("permissions", "33188")]));
+        let now = map(&[("project", "x"), ("mode", "100600"), ("permissions", "0600"), ("posix_owner", "1"), ("posix_group", "2"), ("is_char_dev", "true"), ("mtime", "2023-11-14T22:13:20Z")]);
+        let new = replaced(&now, &Meta { mode: Some(0o644), ..Meta::default() }, Kind::File, PosixStyle::Standard);
+        let want = map(&[("project", "x"), ("mode", "100644"), ("permissions", "33188"), ("posix_owner", "1"), ("posix_group", "2"), ("mtime", "2023-11-14T22:13:20Z")]);
+        assert_eq!(new, want, "the mode replaced in both styles; the owner, mtime and the user's key kept");
+        let owned = replaced(&now, &Meta { uid: Some(3), gid: Some(4), ..Meta::default() }, Kind::Dir, PosixStyle::Amlfs);
+        assert_eq!((owned.get("posix_owner"), owned["owner"].as_str(), owned["hdi_isfolder"].as_str()), (None, "3", "true"));
     }
 }
