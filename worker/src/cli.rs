@@ -166,6 +166,11 @@ pub struct CopyArgs {
     /// Abort a server-side copy still pending after this many seconds [default: 3600]
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub server_copy_timeout: Option<u64>,
+    /// The keys Blob destinations keep POSIX attributes under, beside rclone's (`mtime`, `mode`,
+    /// `uid`, `gid`): azcopy's `--preserve-posix-properties` ones (standard), or those of its
+    /// `--posix-properties-style amlfs`, which Azure Managed Lustre imports (amlfs)
+    #[arg(long, value_enum, env = "FERRY_POSIX_STYLE", default_value = "standard")]
+    pub posix_style: crate::storage::azure::posix::PosixStyle,
     /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
     #[arg(long)]
     pub shard: Option<Shard>,

@@ -32,7 +32,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         (None, None) => depth.ceiling(),
     }
     .max(1);
-    let opts = OpenOptions { copy_wait: args.server_copy_timeout.map(Duration::from_secs), xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve), ..open_options(&args.common, depth.ceiling(), stats.clone()) };
+    let opts = OpenOptions {
+        copy_wait: args.server_copy_timeout.map(Duration::from_secs),
+        posix_style: args.posix_style,
+        xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
+        ..open_options(&args.common, depth.ceiling(), stats.clone())
+    };
     let filter = super::build_filter(&args.filters)?;
 
     let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts, true).await? {

@@ -56,6 +56,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         fsync: common.fsync,
         copy_wait: None,
         xattrs: crate::xattrs::Wanted::NONE,
+        posix_style: Default::default(),
         env: env(),
     }
 }

@@ -100,7 +100,7 @@ impl Engine {
             up.abort(true).await;
             return Err(e);
         }
-        up.commit(&meta).await
+        up.commit(&self.kept(meta)).await
     }
 
     /// Fetches range `i` into its place, handing its bytes to the hasher as they come; a range

@@ -188,6 +188,22 @@ impl Engine {
         self.transfer(job).await.map(|_| Outcome::Copied)
     }
 
+    /// What of `meta` the destination gets: what `--preserve` keeps. A local file whose
+    /// source says nothing of its mode gets the mode any new file gets (0666 less the umask),
+    /// not the private one its temp file was made with.
+    pub(super) fn kept(&self, meta: Meta) -> Meta {
+        let keep = self.opts.preserve;
+        let mode = meta.mode.filter(|_| keep.mode);
+        let local = self.dst.local_root().is_some();
+        Meta {
+            mtime: meta.mtime.filter(|_| keep.times),
+            mode: if local { Some(mode.unwrap_or(0o666 & !umask())) } else { mode },
+            uid: meta.uid.filter(|_| keep.owner),
+            gid: meta.gid.filter(|_| keep.owner),
+            md5: meta.md5,
+        }
+    }
+
     /// Whether the destination copies this file itself. Only with a Content-MD5 to carry over:
     /// without one, the streamed copy computes it, and the blob gets one like every upload.
     pub fn server_side(&self, job: &Job) -> bool {
@@ -256,7 +272,7 @@ impl Engine {
             let mut permit = self.depth.acquire().await;
             if let Some((data, meta)) = self.read_local_small(path, bs).await? {
                 let n = data.len() as u64;
-                self.put_small(job, data, Meta { uid: None, gid: None, ..meta }).await?;
+                self.put_small(job, data, meta).await?;
                 permit.done(n);
                 return Ok(());
             }
@@ -266,7 +282,7 @@ impl Engine {
         let (version, size, meta) = if local_src {
             let (version, now) = self.src.version(path).await?.ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
             match self.src.head(path).await? {
-                Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, Meta { uid: None, gid: None, ..m }),
+                Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, m),
                 Some((e, _)) if e.kind == Kind::File => return Err(StoreError::Integrity("the source changed while being copied; not committed".into())),
                 Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
                 None => return Err(StoreError::NotFound("vanished from the source".into())),
@@ -283,7 +299,7 @@ impl Engine {
                 },
                 false => None,
             };
-            (version, size, Meta { mtime: job.src.mtime, md5: job.src.md5, ..Meta::default() })
+            (version, size, Meta { md5: job.src.md5, ..meta_of_entry(&job.src, Preserve::ALL) })
         };
         let version = version.as_deref();
 
@@ -339,7 +355,7 @@ impl Engine {
         let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
         check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
-        self.dst.put(&job.dst_path, data, &meta).await?;
+        self.dst.put(&job.dst_path, data, &self.kept(meta)).await?;
         Stats::add(&self.stats.blocks_sent, 1);
         Stats::add(&self.stats.bytes_copied, size);
         Ok(())
@@ -403,7 +419,7 @@ impl Engine {
             return Err(e);
         }
         meta.md5 = digest.filter(|_| self.opts.put_md5);
-        up.commit(&meta).await
+        up.commit(&self.kept(meta)).await
     }
 
     /// Block `i` of an upload, read whole, holding its share of memory and a slot of the depth.
@@ -476,7 +492,22 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
 fn merge(meta: &mut Meta, from_read: Meta) {
     meta.mtime = meta.mtime.or(from_read.mtime);
     meta.mode = meta.mode.or(from_read.mode);
+    if meta.uid.is_none() || meta.gid.is_none() {
+        (meta.uid, meta.gid) = (from_read.uid, from_read.gid);
+    }
     meta.md5 = meta.md5.or(from_read.md5);
+}
+
+/// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked
+/// by setting it, and other threads create files meanwhile.
+fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Umask:").and_then(|v| u32::from_str_radix(v.trim(), 8).ok())))
+            .unwrap_or(0o022)
+    })
 }
 
 fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {

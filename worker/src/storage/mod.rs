@@ -182,6 +182,8 @@ pub struct OpenOptions {
     pub copy_wait: Option<std::time::Duration>,
     /// Local listings: the extended attributes and ACLs whose digest each entry carries.
     pub xattrs: crate::xattrs::Wanted,
+    /// The keys Blob destinations store POSIX attributes under, beside rclone's.
+    pub posix_style: azure::posix::PosixStyle,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

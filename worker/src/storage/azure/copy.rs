@@ -12,7 +12,7 @@ use azure_storage_blob::models::{BlobClientDeleteOptions, BlobClientStartCopyFro
 use azure_storage_blob::BlobClient;
 use tokio::time::Instant;
 
-use super::{content_length, meta_from_headers, metadata_of, Inner};
+use super::{content_length, meta_from_headers, Inner};
 use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{md5_hex, Entry};
@@ -109,7 +109,7 @@ pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path:
             let opts = BlobClientStartCopyFromUrlOptions {
                 source_if_match: Some(Etag::from(etag.as_str())),
                 // Given metadata replaces the source's, as a streamed copy would.
-                metadata: Some(metadata_of(&meta)),
+                metadata: Some(dst.metadata_of(&meta, entry.kind)),
                 ..Default::default()
             };
             target.start_copy_from_url(copy_source.clone(), Some(opts))

@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod copy;
+pub mod posix;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -60,6 +61,8 @@ struct Inner {
     block_md5: bool,
     /// How long a server-side copy into this store is waited for.
     patience: copy::Patience,
+    /// Which keys beside rclone's carry POSIX attributes (`posix.rs`).
+    posix_style: posix::PosixStyle,
 }
 
 struct Clients {
@@ -155,6 +158,7 @@ impl AzureStore {
             stats: opts.stats.clone(),
             block_md5: opts.block_md5,
             patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
+            posix_style: opts.posix_style,
         };
         Ok(AzureStore { inner: Arc::new(inner) })
     }
@@ -354,40 +358,43 @@ impl Inner {
     }
 
     fn entry_of(&self, b: xml::BlobItem) -> Option<Entry> {
-        if b.is_folder {
-            return None;
-        }
         let rel = b.name.strip_prefix(&self.root)?.to_string();
         if rel.is_empty() {
             return None;
         }
-        Some(Entry { path: rel.into_bytes(), kind: Kind::File, size: Some(b.size), mtime: b.meta_mtime.or(b.last_modified), md5: b.md5, ..Default::default() })
+        let p = posix::read(&b.metadata);
+        Some(Entry { path: rel.into_bytes(), kind: p.kind, size: Some(b.size), mtime: p.mtime.or(b.last_modified), md5: b.md5, mode: p.mode, owner: p.owner, ..Default::default() })
+    }
+
+    /// The metadata a blob standing for a node of `kind` with attributes `meta` gets.
+    fn metadata_of(&self, meta: &Meta, kind: Kind) -> HashMap<String, String> {
+        posix::write(meta, kind, self.posix_style)
     }
 }
 
-fn metadata_of(meta: &Meta) -> HashMap<String, String> {
-    let mut m = HashMap::new();
-    if let Some(t) = meta.mtime {
-        m.insert("mtime".to_string(), xml::format_rfc3339(t));
-    }
-    if let Some(mode) = meta.mode {
-        // Regular-file type bits included, as rclone writes it.
-        m.insert("mode".to_string(), format!("{:o}", 0o100000 | (mode & 0o7777)));
-    }
-    m
+/// A response's user metadata (`x-ms-meta-*`), keys lowercased.
+fn user_metadata(h: &Headers) -> HashMap<String, String> {
+    posix::lowercased(h.iter().filter_map(|(k, v)| Some((k.as_str().strip_prefix("x-ms-meta-")?, v.as_str()))))
 }
 
 fn meta_from_headers(h: &Headers, ranged: bool) -> Meta {
+    meta_and_kind(h, ranged).0
+}
+
+/// What a HEAD or GET says of a blob: its attributes and the kind of node it stands for.
+fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
     let get = |k: &'static str| h.get_optional_str(&HeaderName::from_static(k));
     // A ranged GET's Content-MD5 would be the range's; the blob's is in x-ms-blob-content-md5.
     let md5 = if ranged { None } else { get("content-md5") };
-    Meta {
-        mtime: get("x-ms-meta-mtime").and_then(xml::parse_rfc3339).or_else(|| get("last-modified").and_then(xml::parse_http_date)),
-        mode: get("x-ms-meta-mode").and_then(|m| u32::from_str_radix(m, 8).ok()).map(|m| m & 0o7777),
-        uid: None,
-        gid: None,
+    let p = posix::read(&user_metadata(h));
+    let meta = Meta {
+        mtime: p.mtime.or_else(|| get("last-modified").and_then(xml::parse_http_date)),
+        mode: p.mode,
+        uid: p.owner.map(|o| o.0),
+        gid: p.owner.map(|o| o.1),
         md5: md5.or_else(|| get("x-ms-blob-content-md5")).and_then(xml::decode_md5),
-    }
+    };
+    (meta, p.kind)
 }
 
 fn content_length(h: &Headers) -> u64 {
@@ -428,8 +435,9 @@ impl Store for AzureStore {
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
         let s = &self.inner;
         Ok(s.properties(&s.name(path)?).await?.map(|h| {
-            let meta = meta_from_headers(&h, false);
-            (Entry { path: path.to_vec(), kind: Kind::File, size: Some(content_length(&h)), mtime: meta.mtime, md5: meta.md5, ..Default::default() }, meta)
+            let (meta, kind) = meta_and_kind(&h, false);
+            let owner = meta.uid.zip(meta.gid);
+            (Entry { path: path.to_vec(), kind, size: Some(content_length(&h)), mtime: meta.mtime, md5: meta.md5, mode: meta.mode, owner, ..Default::default() }, meta)
         }))
     }
 
@@ -491,7 +499,7 @@ impl Store for AzureStore {
             req.insert_header("content-md5", b64(&md5));
         }
         req.insert_header("x-ms-blob-type", "BlockBlob");
-        for (k, v) in metadata_of(meta) {
+        for (k, v) in s.metadata_of(meta, Kind::File) {
             req.insert_header(format!("x-ms-meta-{k}"), v);
         }
         req.set_body(data);
@@ -524,6 +532,63 @@ impl Store for AzureStore {
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// A blob stands for a directory either as a folder stub at its own name or as the prefix
+    /// of the blobs below it: both go.
+    async fn remove_all(&self, path: &[u8]) -> Result<()> {
+        self.delete(path).await?;
+        let mut below = String::from_utf8(path.to_vec()).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
+        below.push('/');
+        let (tx, mut rx) = mpsc::channel(1024);
+        let inner = self.inner.clone();
+        let lister = tokio::spawn(async move { inner.list_under(&below, true, &tx).await });
+        let mut deletes = futures::stream::FuturesUnordered::new();
+        let mut first_error = None;
+        loop {
+            tokio::select! {
+                Some(e) = rx.recv() => match e {
+                    Ok(e) => deletes.push(async move { self.delete(&e.path).await }),
+                    Err(e) => { first_error.get_or_insert(e); }
+                },
+                Some(r) = deletes.next(), if !deletes.is_empty() => if let Err(e) = r { first_error.get_or_insert(e); },
+                else => break,
+            }
+        }
+        match lister.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(StoreError::Invalid(format!("listing task failed: {e}")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Set Blob Metadata replaces all of a blob's metadata: what it holds now is read first,
+    /// and only the POSIX keys of the attributes given change. The update is made on the
+    /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+        let s = &self.inner;
+        let name = s.name(path)?;
+        let h = s.properties(&name).await?.ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
+        let (_, now) = meta_and_kind(&h, false);
+        if now != kind {
+            return Err(StoreError::Integrity(format!("is no longer a {} (changed meanwhile)", kind.name())));
+        }
+        let mut req = s.request(Method::Put, &name).await?;
+        req.url_mut().query_pairs_mut().append_pair("comp", "metadata");
+        req.insert_header("content-length", "0");
+        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
+            req.insert_header("if-match", etag.to_string());
+        }
+        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        s.send(&req, &[200]).await?;
+        Ok(())
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
@@ -693,7 +758,7 @@ impl Upload for AzureUpload {
             let list = BlockLookupList { latest: Some(ids.clone()), ..Default::default() };
             let opts = BlockBlobClientCommitBlockListOptions {
                 blob_content_md5: meta.md5.map(|m| m.to_vec()),
-                metadata: Some(metadata_of(meta)),
+                metadata: Some(s.metadata_of(meta, Kind::File)),
                 ..Default::default()
             };
             self.blob.commit_block_list(list.try_into()?, Some(opts)).await

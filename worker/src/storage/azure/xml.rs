@@ -14,10 +14,9 @@ pub struct BlobItem {
     pub size: u64,
     pub last_modified: Option<Mtime>,
     pub md5: Option<[u8; 16]>,
-    pub meta_mtime: Option<Mtime>,
-    pub meta_mode: Option<u32>,
-    /// ADLS Gen2 directory placeholders are not data.
-    pub is_folder: bool,
+    /// User metadata, keys lowercased (they are case-insensitive): `posix::read` makes sense
+    /// of it.
+    pub metadata: std::collections::HashMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -142,9 +141,9 @@ pub fn parse_list(xml: &[u8]) -> Result<ListPage> {
                     ("Properties", "Content-Length") => cur.size = text.trim().parse().map_err(bad)?,
                     ("Properties", "Last-Modified") => cur.last_modified = parse_http_date(&text),
                     ("Properties", "Content-MD5") => cur.md5 = decode_md5(&text),
-                    ("Metadata", "mtime") => cur.meta_mtime = parse_rfc3339(&text),
-                    ("Metadata", "mode") => cur.meta_mode = u32::from_str_radix(text.trim(), 8).ok(),
-                    ("Metadata", "hdi_isfolder") => cur.is_folder = text.trim().eq_ignore_ascii_case("true"),
+                    ("Metadata", key) => {
+                        cur.metadata.insert(key.to_ascii_lowercase(), text);
+                    }
                     ("EnumerationResults", "NextMarker") => {
                         if !text.is_empty() {
                             page.next_marker = Some(text)
@@ -196,7 +195,7 @@ mod tests {
         let xml = br#"<?xml version="1.0" encoding="utf-8"?>
 <EnumerationResults ServiceEndpoint="http://x/" ContainerName="c"><Prefix>p/</Prefix><Blobs>
 <Blob><Name>p/a &amp; b.txt</Name><Properties><Last-Modified>Tue, 14 Nov 2023 22:13:20 GMT</Last-Modified><Content-Length>12</Content-Length><Content-MD5>1B2M2Y8AsgTpgAmY7PhCfg==</Content-MD5></Properties>
-<Metadata><mtime>2023-11-14T22:13:20.123456789Z</mtime><mode>100644</mode></Metadata></Blob>
+<Metadata><mtime>2023-11-14T22:13:20.123456789Z</mtime><mode>100644</mode><Posix_Owner>7</Posix_Owner></Metadata></Blob>
 <Blob><Name Encoded="true">p/%EF%BF%BE</Name><Properties><Content-Length>0</Content-Length></Properties></Blob>
 <BlobPrefix><Name>p/sub/</Name></BlobPrefix>
 </Blobs><NextMarker>m2</NextMarker></EnumerationResults>"#;
@@ -206,9 +205,10 @@ mod tests {
         assert_eq!(a.name, "p/a & b.txt");
         assert_eq!(a.size, 12);
         assert_eq!(a.md5.unwrap()[0], 0xd4);
-        assert_eq!(a.meta_mtime, Some(Mtime { secs: 1700000000, nanos: 123456789 }));
+        assert_eq!(a.metadata["mtime"], "2023-11-14T22:13:20.123456789Z");
         assert_eq!(a.last_modified, Some(Mtime { secs: 1700000000, nanos: 0 }));
-        assert_eq!(a.meta_mode, Some(0o100644));
+        assert_eq!(a.metadata["mode"], "100644");
+        assert_eq!(a.metadata["posix_owner"], "7", "keys lowercased");
         assert_eq!(p.blobs[1].name, "p/\u{fffe}");
         assert_eq!(p.prefixes, vec!["p/sub/"]);
         assert_eq!(p.next_marker.as_deref(), Some("m2"));
