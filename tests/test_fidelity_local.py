@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 
 import pytest
@@ -220,3 +221,54 @@ def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_fer
         assert (fs.mountpoint / "dst" / "f").read_bytes() == b"attributes\n"
     finally:
         fs.unmount()
+
+
+# --- fifos, sockets, device nodes -----------------------------------------------------------
+
+def special_tree(src):
+    import socket
+    (src / "dev").mkdir(parents=True)
+    os.mkfifo(src / "fifo", 0o640)
+    os.utime(src / "fifo", ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(src / "sock"))
+    s.close()
+    if ROOT:
+        os.mknod(src / "dev" / "null", 0o666 | 0o020000, os.makedev(1, 3))
+        os.mknod(src / "dev" / "loop", 0o660 | 0o060000, os.makedev(7, 200))
+        os.chown(src / "dev" / "loop", 0, 6)
+        os.chown(src / "fifo", 1234, 5678)
+        os.utime(src / "dev" / "loop", ns=(1_600_000_000_000_000_000, 1_600_000_000_987_654_321))
+
+
+def node(path):
+    st = os.lstat(path)
+    return (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns)
+
+
+def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    special_tree(src)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    nodes = ["fifo"] + (["dev/null", "dev/loop"] if ROOT else [])
+    assert r.json["files"]["copied"] == len(nodes) and r.json["files"]["failed"] == 0, r.json
+    for n in nodes:
+        assert node(dst / n) == node(src / n) == node(ref / n), n
+    assert stat.S_ISFIFO(os.lstat(dst / "fifo").st_mode)
+    assert not os.path.lexists(dst / "sock")
+    assert [i["path"] for i in r.json["ignored"]] == ["sock"] and "socket" in r.json["ignored"][0]["reason"]
+    assert not [n for n in os.listdir(dst) if n.startswith(".ferry-")], "no temp name left"
+    # Made once: a second run finds them the same.
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == len(nodes), r.json["files"]
+
+
+def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    special_tree(src)
+    r = run_ferry("copy", "-r", src, dst, "--json", "--preserve", "all,no-specials")
+    assert not os.path.lexists(dst / "fifo") and not os.path.lexists(dst / "dev" / "null")
+    reasons = {i["path"]: i["reason"] for i in r.json["ignored"]}
+    assert "specials" in reasons["fifo"] and "socket" in reasons["sock"], reasons
+    assert r.json["files"]["copied"] == 0 and r.json["files"]["failed"] == 0

@@ -310,6 +310,60 @@ pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel:
     result
 }
 
+/// Makes a fifo or device node like the source's (its type, device number, owner, mode, times
+/// and attributes) under a temp name, then renames it into place, as a file is committed:
+/// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
+/// `stage_file`.
+pub fn make_node(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
+    use std::os::unix::fs::FileTypeExt;
+    // The device number is not in the listing: the node's own lstat gives it, and the rest.
+    let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    let ft = md.file_type();
+    if !(ft.is_fifo() || ft.is_char_device() || ft.is_block_device()) {
+        return Err(io::Error::other("no longer a fifo or device node"));
+    }
+    let (dir, name) = dst.parent(dst_rel, true)?;
+    let tmp = temp_name(name, "partial");
+    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    let c = std::ffi::CString::new(tmp.clone()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let mode = md.mode() & 0o7777;
+    // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
+    if unsafe { libc::mknodat(fd(&dir).as_raw_fd(), c.as_ptr(), (md.mode() & libc::S_IFMT) | (mode & 0o777), md.rdev()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let made = (|| {
+        let mut refused = Refused::default();
+        let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
+        if chown {
+            apply_link_meta(&dir, &tmp, &Meta { uid: Some(md.uid()), gid: Some(md.gid()), ..Meta::default() })?;
+        }
+        // Opened as a path, never as a fifo (which would wait for a writer) nor a device.
+        let node = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
+        let on_node = xattrs::proc_path(node.as_raw_fd());
+        if keep.mode && (chown || mode & !0o777 != 0 || mode & id.umask != 0) {
+            // SAFETY: a valid C string naming the node just made.
+            if unsafe { libc::chmod(on_node.as_ptr(), mode as libc::mode_t) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
+            if let Some(want) = src.read_xattrs(src_rel, wanted)? {
+                refused = xattrs::apply(&On::Follow(&on_node), &want, None, wanted)?;
+            }
+        }
+        if keep.times {
+            apply_link_meta(&dir, &tmp, &Meta { mtime: meta_of(&md).mtime, ..Meta::default() })?;
+        }
+        beneath::rename_at(fd(&dir), &tmp, name)?;
+        Ok(refused)
+    })();
+    if made.is_err() {
+        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    }
+    made
+}
+
 /// A destination directory's metadata as known without asking: from the listing, or from
 /// having made it this run. `mtime` is None when this run changed its entries (the mtime
 /// moved).

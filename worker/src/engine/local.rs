@@ -297,7 +297,7 @@ impl Engine {
             _ => {}
         }
         if job.src.kind.is_special() {
-            return Ok(Step::Done(Outcome::Ignored(special_not_held(job.src.kind))));
+            return self.make_node(job, id).map_err(dst_err).map(Step::Done);
         }
         if job.src.kind == Kind::Symlink {
             localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map_err(src_err)?;
@@ -321,6 +321,28 @@ impl Engine {
         Stats::add(&self.stats.bytes_copied, staged.bytes);
         staged.refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(Step::Staged(staged))
+    }
+
+    /// A fifo or device node: made, unless it is a socket (whose listener makes it), or
+    /// `--preserve` leaves specials out, or it is a device and this process may not make one.
+    fn make_node(&self, job: &Job, id: &Identity) -> std::io::Result<Outcome> {
+        let (src, dst) = self.stores();
+        let device = matches!(job.src.kind, Kind::CharDev | Kind::BlockDev);
+        if job.src.kind == Kind::Socket {
+            return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
+        }
+        if !self.opts.preserve.specials {
+            return Ok(Outcome::Ignored("fifo or device node (--preserve leaves out specials)"));
+        }
+        match localcopy::make_node(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve) {
+            Ok(refused) => {
+                refused.kinds().for_each(|k| self.stats.not_kept(k));
+                Ok(Outcome::Copied)
+            }
+            // mknod of a device needs CAP_MKNOD (and a mount that allows devices).
+            Err(e) if device && e.raw_os_error() == Some(libc::EPERM) => Ok(Outcome::Ignored("device node (making one needs root, on a mount that allows devices)")),
+            Err(e) => Err(e),
+        }
     }
 
     /// Puts a batch of staged files under their final names, after one flush of the
