@@ -69,7 +69,10 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             (src, open(&dst_loc, &opts)?, entries, None)
         }
     };
-    entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local));
+    // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a
+    // listing of one level of a container shows: only what is copied makes those.
+    let src_is_blob = matches!(src_loc, Location::Blob(_));
+    entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local || !src_is_blob || args.recursive || args.files_from.is_some()));
     complete_entries(&src, &mut entries, depth.ceiling()).await?;
     if let Some(s) = args.shard {
         entries = filter::shard(entries, s);
@@ -177,7 +180,8 @@ async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, 
         }
     }
     if args.files_from.is_some() || args.shard.is_some() {
-        let paths: Vec<&[u8]> = jobs.iter().filter(|j| j.src.kind != Kind::Dir).map(|j| &j.dst_path[..]).collect();
+        // Folder stubs are compared too in Blob storage, where they are blobs.
+        let paths: Vec<&[u8]> = jobs.iter().filter(|j| j.src.kind != Kind::Dir || local.is_none()).map(|j| &j.dst_path[..]).collect();
         let (index, failed) = storage::index_paths(dst, &paths, parallel).await;
         for (dir, e) in failed {
             // Not fatal: what could not be compared is copied.

@@ -113,14 +113,12 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
     }
     if s.kind == Kind::Symlink {
         // Same length says little about a link: compare where it points.
-        if let (Some(sl), Some(dl)) = (src.as_local(), dst.as_local()) {
-            let (a, b) = (sl.readlink(&s.path), dl.readlink(&d.path));
-            return match (a, b) {
-                (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
-                (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", crate::manifest::escape_path(&a), crate::manifest::escape_path(&b))),
-                (Err(e), _) | (_, Err(e)) => (Status::Error, e.to_string()),
-            };
-        }
+        let (a, b) = tokio::join!(link_target(src, s), link_target(dst, d));
+        return match (a, b) {
+            (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
+            (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", crate::manifest::escape_path(&a), crate::manifest::escape_path(&b))),
+            (Err(e), _) | (_, Err(e)) => (Status::Error, e),
+        };
     }
     if !args.checksum || s.kind != Kind::File {
         return (Status::Same, String::new());
@@ -198,13 +196,18 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
     paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
 }
 
-/// Blob storage has no directories or symlinks; copy ignores them, so verify does too.
-fn compared(e: &Entry, blob_side: bool) -> bool {
-    e.kind != Kind::Dir && !(blob_side && e.kind == Kind::Symlink)
+/// Where a symlink points: read from the link, or from the blob that holds its target.
+async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
+    match store.as_local() {
+        Some(l) => l.readlink(&e.path).map_err(|err| err.to_string()),
+        None => store.read(&e.path, 0, e.size(), None).await.map(|c| c.data.to_vec()).map_err(|err| err.to_string()),
+    }
 }
 
-fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
-    src.local_root().is_none() || dst.local_root().is_none()
+/// Directories are implied by what is in them (and a blob destination's folder stubs by the
+/// same); files and symlinks are compared everywhere.
+fn compared(e: &Entry) -> bool {
+    e.kind != Kind::Dir
 }
 
 /// The rows of a manifest's entries (or of one object) against what was found of them at the
@@ -212,8 +215,7 @@ fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
 async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
-    let blob_side = blob_side(src, dst);
-    for s in src_entries.into_iter().filter(|e| compared(e, blob_side)) {
+    for s in src_entries.into_iter().filter(|e| compared(e)) {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
             None => rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new())),
@@ -246,16 +248,15 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
     let dst_runs = sort_store(dst, scratch.path(), "dest", budget).await.with_context(|| format!("listing {} failed", dst.describe()))?;
     let concurrency = default_concurrency();
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let blob_side = blob_side(src, dst);
     let mut report = Report::new(args, Some(scratch.path()))?;
     let mut rows = futures::stream::iter(Join::new(src_runs.merge()?, dst_runs.merge()?)?)
         .map(|pair| {
             let permits = permits.clone();
             async move {
                 let row = match pair? {
-                    Pair::Source(s) => compared(&s, blob_side).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
+                    Pair::Source(s) => compared(&s).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
                     Pair::Dest(d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
-                    Pair::Both(s, d) if compared(&s, blob_side) => {
+                    Pair::Both(s, d) if compared(&s) => {
                         let _running = permits.acquire().await.expect("never closed");
                         let (st, why) = compare(src, dst, &s, &d, args).await;
                         Some(Row::new(st, s.display_path(), why))
