@@ -119,3 +119,118 @@ def test_a_chmod_or_chown_between_passes_sends_no_bytes(tmp_path, container, run
     assert container.client.get_blob_client("d/b.txt").get_blob_properties().etag == etag_b, "an unchanged blob was touched"
     again = run_ferry("copy", "-r", src, container, "--json")
     assert (again.json["files"]["metadata_only"], again.json["files"]["skipped"]) == (0, 3), again.json
+
+
+def every_kind(root) -> None:
+    """A tree with one of everything: files of several modes and owners, nested and empty
+    directories with their own modes, symlinks (relative, absolute, dangling, to a directory),
+    two names of one file, a fifo; the mtimes set last, deepest first."""
+    (root / "d/sub").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "d/a.txt").write_bytes(b"alpha\n")
+    (root / "d/sub/b.bin").write_bytes(os.urandom(5000))
+    (root / "top.txt").write_bytes(b"")
+    os.symlink("a.txt", root / "d/rel-link")
+    os.symlink("/etc/hostname", root / "abs-link")
+    os.symlink("../nowhere/at all", root / "d/dangling")
+    os.symlink("d/sub", root / "dir-link")
+    os.link(root / "d/a.txt", root / "hard.txt")
+    os.mkfifo(root / "pipe")
+    for path, mode, owner in (("d/a.txt", 0o640, (1234, 5678)), ("d/sub/b.bin", 0o4755, (0, 0)), ("top.txt", 0o600, (7, 7)),
+                              ("d", 0o750, (1234, 5678)), ("d/sub", 0o2775, (0, 42)), ("empty", 0o700, (99, 98))):
+        os.chown(root / path, *owner)
+        os.chmod(root / path, mode)
+    for link in ("d/rel-link", "abs-link", "d/dangling", "dir-link"):
+        os.lchown(root / link, 55, 66)
+    for i, (dirpath, dirnames, filenames) in enumerate(sorted(os.walk(root), key=lambda w: -len(w[0]))):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), ns=(MTIME_NS + i, MTIME_NS + 1000 * i), follow_symlinks=False)
+
+
+def comparable(root) -> dict:
+    from support.trees import snapshot
+    return {p: e for p, e in snapshot(root).items() if e.type != "?"}
+
+
+def test_every_kind_of_entry_round_trips_through_blob(tmp_path, container, run_ferry):
+    src, back = tmp_path / "src", tmp_path / "back"
+    src.mkdir()
+    every_kind(src)
+    up = run_ferry("copy", "-r", src, container, "--json")
+    assert up.json["failures"] == [], up.json
+    assert up.json["ignored_by_reason"] == {"fifo (blob storage holds none)": 1}, up.json
+    assert up.json["not_kept"] == {"hard link": 2}, up.json
+
+    blobs = container.blobs()
+    link = blobs["d/rel-link"]
+    assert (link.metadata["is_symlink"], link.metadata["mode"]) == ("true", "120777"), link.metadata
+    assert container.client.download_blob("d/rel-link").readall() == b"a.txt"
+    empty = blobs["empty"]
+    assert (empty.size, empty.metadata["hdi_isfolder"], empty.metadata["permissions"]) == (0, "true", str(stat.S_IFDIR | 0o700))
+    assert blobs["hard.txt"].size == blobs["d/a.txt"].size == 6, "each name of a hard link is a blob"
+    listed = listing(run_ferry, container)
+    assert {p: e["type"] for p, e in listed.items() if e["type"] != "f"} == {
+        "d": "d", "d/sub": "d", "empty": "d", "d/rel-link": "l", "abs-link": "l", "d/dangling": "l", "dir-link": "l"}
+
+    down = run_ferry("copy", "-r", container, back, "--json")
+    assert down.json["failures"] == [], down.json
+    want, got = comparable(src), comparable(back)
+    assert got == want, "\n".join(f"{p!r}: {want.get(p)} != {got.get(p)}" for p in sorted(set(want) | set(got)) if want.get(p) != got.get(p))
+
+    # Nothing moved since: both directions find everything in place.
+    for a, b in ((src, container), (container, back)):
+        again = run_ferry("copy", "-r", a, b, "--json")
+        files = again.json["files"]
+        assert (files["copied"], files["metadata_only"], files["replaced"], again.json["bytes"]["copied"]) == (0, 0, 0, 0), again.json
+
+
+def test_symlinks_and_folders_as_azcopy_writes_them_are_restored(tmp_path, container, run_ferry):
+    link_meta = {"is_symlink": "true", "is_char_dev": "true", "permissions": str(stat.S_IFLNK | 0o777),
+                 "modtime": str(MTIME_NS), "posix_owner": "55", "posix_group": "66"}
+    plant(container, "d/lnk", b"../target/of the link", **link_meta)
+    plant(container, "d/folder", b"", hdi_isfolder="true", permissions=str(stat.S_IFDIR | 0o750), modtime=str(MTIME_NS),
+          posix_owner="1234", posix_group="5678")
+    plant(container, "d/folder/inside.txt", b"x", permissions=str(stat.S_IFREG | 0o604))
+    plant(container, "d/aml-folder", b"", hdi_isfolder="true", permissions="0711", modtime="2023-11-14 22:13:20 +0000")
+    run_ferry("copy", "-r", container, tmp_path / "dst")
+    lnk = tmp_path / "dst/d/lnk"
+    st = os.lstat(lnk)
+    assert stat.S_ISLNK(st.st_mode) and os.readlink(lnk) == "../target/of the link"
+    assert (st.st_mtime_ns, st.st_uid, st.st_gid) == (MTIME_NS, 55, 66)
+    st = os.lstat(tmp_path / "dst/d/folder")
+    assert stat.S_ISDIR(st.st_mode), "a folder stub is a directory, not an empty file"
+    assert (stat.S_IMODE(st.st_mode), st.st_mtime_ns, st.st_uid, st.st_gid) == (0o750, MTIME_NS, 1234, 5678)
+    assert stat.S_IMODE(os.lstat(tmp_path / "dst/d/folder/inside.txt").st_mode) == 0o604
+    st = os.lstat(tmp_path / "dst/d/aml-folder")
+    assert (stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode), st.st_mtime_ns) == (True, 0o711, 1_700_000_000 * NS)
+
+
+@pytest.mark.parametrize("direction", ["upload", "download"])
+def test_a_type_change_between_passes_converges(tmp_path, container, run_ferry, direction):
+    import shutil
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "was-file").write_bytes(b"a file first")
+    (src / "was-dir/deep").mkdir(parents=True)
+    (src / "was-dir/deep/x.txt").write_bytes(b"x")
+    (src / "was-link").symlink_to("somewhere")
+    run_ferry("copy", "-r", src, container)
+    if direction == "download":
+        run_ferry("copy", "-r", container, tmp_path / "dst")
+
+    (src / "was-file").unlink()
+    (src / "was-file/inner").mkdir(parents=True)
+    (src / "was-file/inner/y.txt").write_bytes(b"y")
+    shutil.rmtree(src / "was-dir")
+    (src / "was-dir").write_bytes(b"a file now")
+    (src / "was-link").unlink()
+    (src / "was-link").mkdir()
+    out = run_ferry("copy", "-r", src, container, "--json")
+    assert out.json["failures"] == [] and out.json["files"]["replaced"] == 3, out.json
+    assert sorted(container.blobs()) == ["was-dir", "was-file", "was-file/inner", "was-file/inner/y.txt", "was-link"]
+    assert container.client.download_blob("was-dir").readall() == b"a file now"
+    if direction == "download":
+        down = run_ferry("copy", "-r", container, tmp_path / "dst", "--json")
+        assert down.json["failures"] == [] and down.json["files"]["replaced"] == 3, down.json
+        got = {p: e.type for p, e in comparable(tmp_path / "dst").items()}
+        assert got == {b"was-dir": "f", b"was-file": "d", b"was-file/inner": "d", b"was-file/inner/y.txt": "f", b"was-link": "d"}

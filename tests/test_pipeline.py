@@ -61,7 +61,7 @@ def make_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
     content["names with spaces/ leading blank.txt"] = b"blank first\n"
     for rel, data in content.items():
         write_file(root, rel, data)
-    # Kept out of `content`: a blob destination cannot hold it, a directory one keeps it as a link.
+    # Kept out of `content`: a link, not a file, in either kind of destination.
     os.symlink("../top.txt", root / "docs" / "link-to-top")
     return content
 
@@ -78,9 +78,12 @@ def local_snapshot(root: Path) -> dict[str, str]:
 
 
 def blob_snapshot(container, prefix: str = "") -> dict[str, str]:
-    """{blob name relative to prefix: md5 of the downloaded bytes} through the Azure SDK."""
+    """{blob name relative to prefix: md5 of the downloaded bytes} of the files' blobs, through
+    the Azure SDK (not the folder stubs and symlink blobs besides them)."""
     snap = {}
-    for name in container.blobs(prefix or None):
+    for name, props in container.blobs(prefix or None).items():
+        if props.metadata.get("hdi_isfolder") == "true" or props.metadata.get("is_symlink") == "true":
+            continue
         data = container.client.download_blob(name).readall()
         snap[name[len(prefix):]] = hashlib.md5(data).hexdigest()
     return snap
@@ -250,19 +253,25 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), THREE_PARTS)
     assert blob_snapshot(container, "share/") == md5s(content)
     rep = report(outdir, "baseline")
-    total_bytes = sum(len(d) for d in content.values())
+    total_bytes = sum(len(d) for d in content.values()) + len("../top.txt")  # the link holds its target
     assert rep["status"] == "complete"
+    entries = len(content) + 1  # and the symlink
     assert rep["totals"]["files"] == {
-        "source": len(content), "planned": len(content), "copied": len(content), "skipped": 0, "ignored": 0,
-        "failed": 0, "metadata_only": 0, "replaced": 0,
+        "source": entries, "planned": entries, "copied": entries, "skipped": 0, "ignored": 0, "failed": 0,
+        "metadata_only": 0, "replaced": 0,
     }
-    assert rep["plan"]["source"]["symlinks_not_migrated"] == 1
+    assert rep["plan"]["source"]["symlinks_not_migrated"] == 0
+    link = container.client.get_blob_client("share/docs/link-to-top")
+    assert link.get_blob_properties().metadata["is_symlink"] == "true"
+    assert link.download_blob().readall() == b"../top.txt"
     assert rep["totals"]["bytes"]["source"] == total_bytes
     assert rep["totals"]["bytes"]["copied"] == total_bytes
-    assert rep["totals"]["verify"]["same"] == len(content)
+    assert rep["totals"]["verify"]["same"] == entries, "every file and the symlink"
     assert sum(rep["totals"]["verify"][k] for k in ("differ", "missing_on_dst", "missing_on_src", "error")) == 0
     assert len(rep["partitions"]) == 3
-    assert sum(p["files"] for p in rep["partitions"]) == len(content)
+    # Every file, the symlink and the six directories (docs, data, data/sub, names with spaces,
+    # ünïcødé, gone), which a blob destination keeps as folder stubs.
+    assert sum(p["files"] for p in rep["partitions"]) == entries + 6
     assert all(p["status"] == "ok" and p["worker_seconds"] is not None for p in rep["partitions"])
     assert jobs_per_rule(rep) == {"list_source": 1, "plan": 1, "transfer": 3, "verify": 3}
     assert rep["failures"] == []
@@ -298,8 +307,8 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert rep["status"] == "complete"
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
     assert not rep["totals"]["prune"]["refused"]
-    assert rep["totals"]["verify"]["same"] == len(content), "final verifies every file, not just changes"
-    assert rep["totals"]["final_check"]["same"] == len(content)
+    assert rep["totals"]["verify"]["same"] == len(content) + 1, "final verifies every file (and the link), not just changes"
+    assert rep["totals"]["final_check"]["same"] == len(content) + 1
     assert rep["totals"]["final_check"]["missing_on_src"] == 0
     assert rep["totals"]["files"]["failed"] == 0
     assert rep["checksum_verified"] is True

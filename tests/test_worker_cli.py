@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from support.azurite import KEY
+from support.blobs import file_blobs, folder_stubs
 from support.manifest import parse_manifest
 from support.summary import section
 from support.trees import files_only, make_tree, snapshot
@@ -18,7 +19,8 @@ FILTER_TREE = {"a.txt": b"a", "b.log": b"bb", "sub/c.txt": b"ccc", "sub/d.log": 
 
 
 def blob_names(container) -> list[str]:
-    return sorted(container.blobs())
+    """The files' blobs (directories are folder stubs besides)."""
+    return sorted(file_blobs(container))
 
 
 def test_dry_run_changes_nothing(tmp_path, container, run_ferry):
@@ -61,8 +63,8 @@ def test_include_exclude_on_ls_and_download(tmp_path, container, run_ferry):
     make_tree(src, FILTER_TREE)
     run_ferry("copy", src, container, "--recursive")
     _, entries = parse_manifest(run_ferry("ls", container, "--recursive", "--exclude", "*.log").stdout)
-    assert sorted(e.path.decode() for e in entries) == ["a.txt", "sub/c.txt", "sub/deep/e.txt"]
-    assert all(e.type == "f" for e in entries)
+    assert sorted(e.path.decode() for e in entries if e.type == "f") == ["a.txt", "sub/c.txt", "sub/deep/e.txt"]
+    assert sorted(e.path.decode() for e in entries if e.type != "f") == ["sub", "sub/deep"], "folder stubs are directories"
     run_ferry("copy", container, dst, "--recursive", "--include", "*.log")
     assert sorted(p.decode() for p in files_only(snapshot(dst))) == ["b.log", "sub/d.log"]
 
@@ -74,6 +76,7 @@ def test_blob_ls_reports_sizes_and_md5(tmp_path, container, run_ferry):
     _, entries = parse_manifest(run_ferry("ls", container, "--recursive").stdout)
     got = {e.path: (e.type, e.size, e.md5) for e in entries}
     want = {p: ("f", len(c), hashlib.md5(c).hexdigest()) for p, c in contents.items()}
+    want[b"dir"] = ("d", 0, hashlib.md5(b"").hexdigest())  # its folder stub
     assert got == want
 
 
@@ -167,7 +170,8 @@ def test_copy_json_summary_fields(tmp_path, container, run_ferry):
     assert section(j, "retries") == {"total": 0, "by_status": {}}
     assert j["failures"] == []
     assert isinstance(j["seconds"], (int, float)) and 0 <= j["seconds"] < 60
-    assert sorted(container.blobs()) == sorted(p.decode() for p in contents)
+    assert sorted(file_blobs(container)) == sorted(p.decode() for p in contents)
+    assert folder_stubs(container) == ["three"]
 
     again = run_ferry("copy", src, container, "--recursive", "--json").json
     assert section(again, "files") == {"total": 3, "copied": 0, "skipped": 3, "failed": 0}

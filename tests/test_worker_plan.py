@@ -110,7 +110,7 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
     log = tmp_path / "deleted.txt"
     done = run_ferry("prune", src, container, "--max-delete", "2", "--log", log, "--json").json
     assert (done["dry_run"], done["deleted"], done["refused"]) == (False, 2, None), done
-    assert sorted(container.blobs()) == ["keep/a.txt", "keep/b.txt"]
+    assert sorted(container.blobs()) == ["keep", "keep/a.txt", "keep/b.txt"], "the files and the folder stub of keep/"
     assert done["log"] == str(log)
     logged = log.read_text()
     assert "keep/stale.txt" in logged and "gone-dir/old.bin" in logged

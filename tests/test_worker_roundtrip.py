@@ -9,6 +9,7 @@ import uuid
 
 from azure.storage.blob import ContentSettings
 
+from support.blobs import file_blobs, folder_stubs
 from support.summary import section
 from support.trees import (File, describe_differences, files_only, make_tree, many_files_spec,
                            odd_names_spec, over_blocks, snapshot)
@@ -19,7 +20,7 @@ MiB = 1 << 20
 def blob_inventory(container) -> dict[str, tuple[int, str | None]]:
     """{name: (size, Content-MD5 as hex or None)} as the Python SDK reads it from Azurite."""
     out = {}
-    for name, props in container.blobs().items():
+    for name, props in file_blobs(container).items():
         md5 = props.content_settings.content_md5
         out[name] = (props.size, bytes(md5).hex() if md5 else None)
     return out
@@ -46,6 +47,9 @@ def test_tree_round_trips_byte_for_byte_with_content_md5(tmp_path, container, ru
     want = {p.decode(): (len(c), hashlib.md5(c).hexdigest()) for p, c in contents.items()}
     got = blob_inventory(container)
     assert got == want, describe_differences(want, got)
+    dirs = {p.rsplit(b"/", 1)[0] for p in contents if b"/" in p}
+    dirs |= {d.rsplit(b"/", 1)[0] for d in list(dirs) if b"/" in d}
+    assert folder_stubs(container) == sorted(d.decode() for d in dirs), "a folder stub per directory"
 
     # --block-size 1MiB must really stage 1 MiB blocks: 3.5 MiB -> 4 blocks.
     committed, _ = container.client.get_blob_client("big.bin").get_block_list("committed")

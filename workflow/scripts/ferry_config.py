@@ -186,13 +186,11 @@ def partition_args(cfg: dict) -> list[str]:
 
 
 def plan_args(cfg: dict) -> list[str]:
-    """`ferry plan` arguments after the listings and --out (docs/plan.md). Blob storage has no
-    symlinks (ferry copy ignores them and verify skips them), so planning them would make every
-    later pass see them as new."""
+    """`ferry plan` arguments after the listings and --out (docs/plan.md). Symlinks are planned
+    for every destination: Blob storage keeps them as blobs marked `is_symlink`."""
     return [
         "--phase", cfg["phase"],
         "--compare", cfg["compare"],
-        *(["--skip-symlinks"] if is_blob(cfg["dest"]) else []),
         *partition_args(cfg),
     ]
 

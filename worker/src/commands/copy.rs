@@ -69,7 +69,10 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             (src, open(&dst_loc, &opts)?, entries, None)
         }
     };
-    entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local));
+    // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a
+    // listing of one level of a container shows: only what is copied makes those.
+    let src_is_blob = matches!(src_loc, Location::Blob(_));
+    entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local || !src_is_blob || args.recursive || args.files_from.is_some()));
     complete_entries(&src, &mut entries, depth.ceiling()).await?;
     if let Some(s) = args.shard {
         entries = filter::shard(entries, s);
@@ -178,7 +181,7 @@ async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, 
     }
     if args.files_from.is_some() || args.shard.is_some() {
         // Directories too: what stands at their names decides whether they are made, replaced
-        // or only finished.
+        // or only finished (in Blob storage, folder stubs are blobs).
         let paths: Vec<&[u8]> = jobs.iter().map(|j| &j.dst_path[..]).collect();
         let (index, failed) = storage::index_paths(dst, &paths, parallel).await;
         for (dir, e) in failed {

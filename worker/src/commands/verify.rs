@@ -119,14 +119,12 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
     }
     if s.kind == Kind::Symlink {
         // Same length says little about a link: compare where it points.
-        if let (Some(sl), Some(dl)) = (src.as_local(), dst.as_local()) {
-            let (a, b) = (sl.readlink(&s.path), dl.readlink(&d.path));
-            return match (a, b) {
-                (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
-                (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", crate::manifest::escape_path(&a), crate::manifest::escape_path(&b))),
-                (Err(e), _) | (_, Err(e)) => (Status::Error, e.to_string()),
-            };
-        }
+        let (a, b) = tokio::join!(link_target(src, s), link_target(dst, d));
+        return match (a, b) {
+            (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
+            (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", crate::manifest::escape_path(&a), crate::manifest::escape_path(&b))),
+            (Err(e), _) | (_, Err(e)) => (Status::Error, e),
+        };
     }
     if args.checksum && s.kind == Kind::File {
         let (a, b) = tokio::join!(md5_of(src, s, args.download), md5_of(dst, d, args.download));
@@ -206,11 +204,20 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
     paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
 }
 
-/// Blob storage has no directories, symlinks or nodes; copy ignores them, so verify does too.
-/// Between filesystems, directories are compared for their metadata (`--metadata`).
+/// Where a symlink points: read from the link, or from the blob that holds its target.
+async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
+    match store.as_local() {
+        Some(l) => l.readlink(&e.path).map_err(|err| err.to_string()),
+        None => store.read(&e.path, 0, e.size(), None).await.map(|c| c.data.to_vec()).map_err(|err| err.to_string()),
+    }
+}
+
+/// Files and symlinks are compared everywhere. Directories are implied by what is in them (and
+/// a blob destination's folder stubs by the same), and compared only for their metadata between
+/// filesystems (`--metadata`); blob storage holds no fifos, sockets or devices.
 fn compared(e: &Entry, blob_side: bool, metadata: bool) -> bool {
     match e.kind {
-        Kind::File => true,
+        Kind::File | Kind::Symlink => true,
         Kind::Dir => metadata && !blob_side,
         _ => !blob_side,
     }

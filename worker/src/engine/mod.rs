@@ -112,7 +112,17 @@ impl Engine {
         if self.both_local() {
             local::run(self, jobs).await;
         } else {
-            let files: Arc<Vec<Job>> = Arc::new(jobs.into_iter().filter(|j| j.src.kind != Kind::Dir).collect());
+            let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+            // Into Blob storage a folder goes first: one that replaces a blob of another type
+            // removes what stands under its name, which must not be what this run uploads. Into
+            // a local tree it goes last, so that writing its entries does not move its mtime.
+            let blob_dst = self.dst.local_root().is_none();
+            if blob_dst {
+                self.dirs(dirs.clone(), false).await;
+            } else {
+                self.clear_way(&dirs).await;
+            }
+            let files: Arc<Vec<Job>> = Arc::new(files);
             // A fixed set of tasks, each taking the next file when done with one: handing each
             // file out from here would wake this thread once a file.
             let next = Arc::new(AtomicUsize::new(0));
@@ -127,6 +137,9 @@ impl Engine {
                 });
             }
             while tasks.join_next().await.is_some() {}
+            if !blob_dst {
+                self.dirs(dirs, true).await;
+            }
         }
         if let Some(local) = self.dst.as_local() {
             let local = local.clone();
@@ -134,6 +147,117 @@ impl Engine {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => self.stats.failed(self.dst.describe(), format!("cannot flush the destination to disk: {e}")),
                 Err(e) => self.stats.failed(self.dst.describe(), format!("internal error: {e}")),
+            }
+        }
+    }
+
+    /// Directories a level at a time, the levels shallowest first or, with `deepest_first`,
+    /// deepest first; those of one level in parallel.
+    async fn dirs(&self, mut dirs: Vec<Job>, deepest_first: bool) {
+        let depth = |j: &Job| j.dst_path.iter().filter(|&&b| b == b'/').count();
+        dirs.sort_by_key(|j| depth(j));
+        if deepest_first {
+            dirs.reverse();
+        }
+        for level in dirs.chunk_by(|a, b| depth(a) == depth(b)) {
+            futures::stream::iter(level)
+                .for_each_concurrent(self.opts.parallel_files.max(1), |job| async move {
+                    let outcome = std::panic::AssertUnwindSafe(self.one_dir(job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                    match outcome {
+                        Ok(Outcome::MetaUpdated) => Stats::add(&self.stats.meta_updated, 1),
+                        Ok(_) => {}
+                        Err(e) => self.stats.failed(job.src.display_path(), e.to_string()),
+                    }
+                })
+                .await;
+        }
+    }
+
+    /// Removes what stands where a local directory goes (a file, a symlink), before the
+    /// files go in: removed after, it would take them along.
+    async fn clear_way(&self, dirs: &[Job]) {
+        for job in dirs {
+            let cleared = match self.decide(job).await {
+                Ok(Verdict::TypeChanged) => self.dst.remove_all(&job.dst_path).await.map(|_| Stats::add(&self.stats.replaced, 1)),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = cleared {
+                self.stats.failed(job.src.display_path(), e.to_string());
+            }
+        }
+    }
+
+    /// One directory: a folder stub in Blob storage (so an empty one is kept, with its
+    /// metadata), a directory with the source's metadata in a local tree (where whatever stood
+    /// in its way went first: `clear_way`).
+    async fn one_dir(&self, job: &Job) -> Result<Outcome> {
+        let verdict = self.decide(job).await?;
+        let meta = meta_of_entry(&job.src, self.opts.preserve);
+        if let Some(local) = self.dst.as_local() {
+            // Looked at again whatever the listing said: the files just written into it moved
+            // its mtime. Only what differs is set.
+            let (local, rel) = (local.clone(), job.dst_path.clone());
+            tokio::task::spawn_blocking(move || crate::localcopy::finish_dir(&local, &rel, &meta, None).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
+                .await
+                .map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))??;
+            return Ok(if verdict == Verdict::MetaOnly { Outcome::MetaUpdated } else { Outcome::Copied });
+        }
+        if verdict == Verdict::TypeChanged {
+            self.dst.remove_all(&job.dst_path).await?;
+            Stats::add(&self.stats.replaced, 1);
+        }
+        match verdict {
+            Verdict::Same => Ok(Outcome::Skipped),
+            Verdict::MetaOnly => self.dst.set_meta(&job.dst_path, Kind::Dir, &meta).await.map(|_| Outcome::MetaUpdated),
+            _ => self.azure_dst()?.put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta).await.map(|_| Outcome::Copied),
+        }
+    }
+
+    fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
+        self.dst.as_azure().ok_or_else(|| StoreError::Unsupported(format!("folders and symlinks into {}", self.dst.describe())))
+    }
+
+    /// A symlink: its target, never followed, written as a symlink in a local tree and as a
+    /// blob holding the target (marked `is_symlink`, as azcopy and blobfuse2 do) in Blob
+    /// storage.
+    async fn symlink(&self, job: &Job) -> Result<()> {
+        let (target, meta) = match self.src.as_local() {
+            Some(local) => {
+                let (local, rel) = (local.clone(), job.src.path.clone());
+                let read = tokio::task::spawn_blocking(move || {
+                    let md = local.lstat(&rel).and_then(|m| m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+                    if !md.file_type().is_symlink() {
+                        return Err(std::io::Error::other("no longer a symlink"));
+                    }
+                    Ok((local.readlink(&rel)?, crate::storage::local::meta_of(&md)))
+                });
+                read.await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?.map_err(|e| StoreError::io(job.src.display_path(), e))?
+            }
+            None => {
+                let chunk = self.src.read(&job.src.path, 0, job.src.size(), None).await?;
+                let mut meta = meta_of_entry(&job.src, Preserve::ALL);
+                if let Some(m) = chunk.meta {
+                    merge(&mut meta, m);
+                }
+                (chunk.data.to_vec(), meta)
+            }
+        };
+        let meta = self.kept(Meta { md5: None, ..meta });
+        if target.is_empty() || target.contains(&0) {
+            return Err(StoreError::Invalid("a symlink's target must be non-empty and hold no NUL byte".into()));
+        }
+        Stats::add(&self.stats.bytes_copied, target.len() as u64);
+        match self.dst.as_local() {
+            Some(local) => {
+                let (local, rel) = (local.clone(), job.dst_path.clone());
+                tokio::task::spawn_blocking(move || make_symlink(&local, &rel, &target, &meta).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
+                    .await
+                    .map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
+            }
+            None => {
+                let md5 = self.opts.put_md5.then(|| hash::digest(&target));
+                self.azure_dst()?.put_node(&job.dst_path, Kind::Symlink, Bytes::from(target), &Meta { md5, ..meta }).await
             }
         }
     }
@@ -167,8 +291,9 @@ impl Engine {
         if job.src.kind.is_special() {
             return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
         }
-        if job.src.kind == Kind::Symlink && (dst_is_blob || self.src.local_root().is_none()) {
-            return Ok(Outcome::Ignored("symlink (blob storage has no symlinks)"));
+        if dst_is_blob && job.src.link.is_some() && self.opts.preserve.links {
+            // Each name becomes a blob of its own, as azcopy's `--hardlinks follow` makes them.
+            self.stats.not_kept("hard link");
         }
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
@@ -181,6 +306,9 @@ impl Engine {
                 Stats::add(&self.stats.replaced, 1);
             }
             _ => {}
+        }
+        if job.src.kind == Kind::Symlink {
+            return self.symlink(job).await.map(|_| Outcome::Copied);
         }
         if self.server_side(job) {
             return self.dst.copy_from(&*self.src, &job.src, &job.dst_path).await.map(|_| Outcome::ServerCopied);
@@ -496,6 +624,21 @@ fn merge(meta: &mut Meta, from_read: Meta) {
         (meta.uid, meta.gid) = (from_read.uid, from_read.gid);
     }
     meta.md5 = meta.md5.or(from_read.md5);
+}
+
+/// Makes symlink `rel` pointing at `target` (as written), with its owner and mtime, under a temp
+/// name renamed into place: a reader never sees a half-made link.
+fn make_symlink(dst: &crate::storage::local::LocalStore, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()> {
+    use crate::storage::beneath::{self, fd};
+    let (dir, name) = dst.parent(rel, true)?;
+    let tmp = crate::storage::local::temp_name(name, "partial");
+    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    beneath::symlink_at(target, fd(&dir), &tmp)?;
+    let done = crate::storage::local::apply_link_meta(&dir, &tmp, &Meta { mode: None, ..meta.clone() }).and_then(|_| beneath::rename_at(fd(&dir), &tmp, name));
+    if done.is_err() {
+        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    }
+    done
 }
 
 /// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked

@@ -175,7 +175,30 @@ impl AzureStore {
         };
         parent.prefix = dir;
         let store = AzureStore::new(parent, opts)?;
-        Ok(store.head(name.as_bytes()).await?.map(|(e, _)| e.size()))
+        // A folder stub names a tree: what is under it is meant, not the stub.
+        Ok(store.head(name.as_bytes()).await?.filter(|(e, _)| e.kind != Kind::Dir).map(|(e, _)| e.size()))
+    }
+}
+
+impl AzureStore {
+    /// One Put Blob standing for a node of `kind` (a file's bytes, a symlink's target, an empty
+    /// folder stub), with the whole object's MD5, which the service checks on arrival and keeps
+    /// as the blob's.
+    pub async fn put_node(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta) -> Result<()> {
+        let s = &self.inner;
+        let mut req = s.request(Method::Put, &s.name(path)?).await?;
+        req.insert_header("content-length", data.len().to_string());
+        req.insert_header("content-type", "application/octet-stream");
+        if let Some(md5) = meta.md5 {
+            req.insert_header("content-md5", b64(&md5));
+        }
+        req.insert_header("x-ms-blob-type", "BlockBlob");
+        for (k, v) in s.metadata_of(meta, kind) {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        req.set_body(data);
+        s.send(&req, &[201]).await?;
+        Ok(())
     }
 }
 
@@ -332,8 +355,14 @@ impl Inner {
             .await?;
             // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
             let page = xml::parse_list(&body)?;
+            // A folder stub and the prefix of the blobs under it are one directory: listed once,
+            // as the stub, which has the metadata.
+            let mut stubs = std::collections::HashSet::new();
             for b in page.blobs {
                 if let Some(e) = s.entry_of(b) {
+                    if e.kind == Kind::Dir {
+                        stubs.insert(e.path.clone());
+                    }
                     if tx.send(Ok(e)).await.is_err() {
                         return Ok(());
                     }
@@ -342,7 +371,7 @@ impl Inner {
             for p in page.prefixes {
                 if let Some(rel) = p.strip_prefix(&s.root) {
                     let rel = rel.trim_end_matches('/');
-                    if !rel.is_empty() {
+                    if !rel.is_empty() && !stubs.contains(rel.as_bytes()) {
                         let e = Entry { path: rel.as_bytes().to_vec(), kind: Kind::Dir, size: Some(0), mtime: None, md5: None, ..Default::default() };
                         if tx.send(Ok(e)).await.is_err() {
                             return Ok(());
@@ -488,23 +517,8 @@ impl Store for AzureStore {
         Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
     }
 
-    /// One Put Blob, with the whole object's MD5, which the service checks on arrival and
-    /// keeps as the blob's.
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        let s = &self.inner;
-        let mut req = s.request(Method::Put, &s.name(path)?).await?;
-        req.insert_header("content-length", data.len().to_string());
-        req.insert_header("content-type", "application/octet-stream");
-        if let Some(md5) = meta.md5 {
-            req.insert_header("content-md5", b64(&md5));
-        }
-        req.insert_header("x-ms-blob-type", "BlockBlob");
-        for (k, v) in s.metadata_of(meta, Kind::File) {
-            req.insert_header(format!("x-ms-meta-{k}"), v);
-        }
-        req.set_body(data);
-        s.send(&req, &[201]).await?;
-        Ok(())
+        self.put_node(path, Kind::File, data, meta).await
     }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
