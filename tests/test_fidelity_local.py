@@ -272,3 +272,71 @@ def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, 
     reasons = {i["path"]: i["reason"] for i in r.json["ignored"]}
     assert "specials" in reasons["fifo"] and "socket" in reasons["sock"], reasons
     assert r.json["files"]["copied"] == 0 and r.json["files"]["failed"] == 0
+
+
+# --- hard links -----------------------------------------------------------------------------
+
+def link_tree(src):
+    for d in ("snap.1", "snap.2", "snap.3"):
+        (src / d).mkdir(parents=True)
+    (src / "snap.1" / "big").write_bytes(os.urandom(2 * MiB))
+    os.link(src / "snap.1" / "big", src / "snap.2" / "big")
+    os.link(src / "snap.1" / "big", src / "snap.3" / "renamed")
+    (src / "snap.3" / "own").write_bytes(b"not linked")
+
+
+def inode_groups(root) -> list[list[str]]:
+    """Names under root grouped by inode, files only."""
+    by_ino: dict[int, list[str]] = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            by_ino.setdefault(os.lstat(p).st_ino, []).append(os.path.relpath(p, root))
+    return sorted(sorted(g) for g in by_ino.values())
+
+
+def test_hard_links_are_written_once_and_linked(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    link_tree(src)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert inode_groups(dst) == inode_groups(src) == inode_groups(ref)
+    assert os.stat(dst / "snap.2" / "big").st_nlink == 3
+    assert (dst / "snap.3" / "renamed").read_bytes() == (src / "snap.1" / "big").read_bytes()
+    # The bytes went once.
+    assert r.json["bytes"]["copied"] == 2 * MiB + len(b"not linked"), r.json["bytes"]
+    assert r.json["files"]["copied"] == 4 and r.json["files"]["failed"] == 0
+
+
+def test_hard_link_groups_on_reruns(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    link_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == 4, r.json["files"]
+    # A new name of the group is linked at the destination, with no bytes sent.
+    os.link(src / "snap.1" / "big", src / "snap.3" / "big")
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 1 and r.json["bytes"]["copied"] == 0, r.json
+    assert inode_groups(dst) == inode_groups(src)
+    # The group's bytes change: one copy, every name linked to it again.
+    with open(src / "snap.2" / "big", "ab") as f:
+        f.write(b"more")
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["bytes"]["copied"] == 2 * MiB + 4, r.json["bytes"]
+    assert inode_groups(dst) == inode_groups(src)
+    assert (dst / "snap.3" / "renamed").read_bytes().endswith(b"more")
+    # A destination name that is a separate copy joins the group.
+    os.unlink(dst / "snap.3" / "renamed")
+    (dst / "snap.3" / "renamed").write_bytes((src / "snap.1" / "big").read_bytes())
+    os.utime(dst / "snap.3" / "renamed", ns=(0, os.stat(src / "snap.1" / "big").st_mtime_ns))
+    run_ferry("copy", "-r", src, dst)
+    assert inode_groups(dst) == inode_groups(src)
+
+
+def test_without_links_each_name_is_a_copy(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    link_tree(src)
+    r = run_ferry("copy", "-r", src, dst, "--json", "--preserve", "all,no-links")
+    assert all(len(g) == 1 for g in inode_groups(dst)), inode_groups(dst)
+    assert r.json["bytes"]["copied"] == 3 * 2 * MiB + len(b"not linked")

@@ -59,6 +59,9 @@ struct Changed {
     made: Mutex<HashSet<Vec<u8>>>,
     /// Entries added or replaced in them (their mtime moved).
     touched: Mutex<HashSet<Vec<u8>>>,
+    /// Hard-linked files that ended well, by destination path: true where written this run
+    /// (a new inode, to which the group's other names must be linked again).
+    linked: Mutex<HashMap<Vec<u8>, bool>>,
 }
 
 impl Changed {
@@ -78,7 +81,12 @@ pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
         let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
         let changed = Changed::default();
         let missing = Missing::new(&me, &dirs);
+        let (files, others) = match me.opts.preserve.links {
+            true => link_groups(files),
+            false => (files, Vec::new()),
+        };
         me.copy_files(&files, &rt, &changed, &missing);
+        me.link_names(&others, &rt, &changed, &missing);
         me.make_dirs(&dirs, &changed, &missing);
         me.finish_dirs(&dirs, &changed);
         if me.opts.finish_root {
@@ -89,6 +97,43 @@ pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
     if let Err(e) = done {
         engine.stats.failed(engine.dst.describe(), format!("internal error: the copy threads failed: {e}"));
     }
+}
+
+/// A name of a hard-link group other than the one whose bytes are copied (the first by path,
+/// so that every run picks the same), and that one's destination path.
+struct OtherName {
+    job: Job,
+    first: Vec<u8>,
+}
+
+/// Splits off the names that share a source inode with an earlier one: only the first of a
+/// group is copied; the others are linked to its copy.
+fn link_groups(files: Vec<Job>) -> (Vec<Job>, Vec<OtherName>) {
+    let mut first: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    for j in files.iter().filter(|j| j.src.kind == Kind::File) {
+        if let Some(id) = j.src.link {
+            let f = first.entry(id).or_insert_with(|| j.src.path.clone());
+            if j.src.path < *f {
+                *f = j.src.path.clone();
+            }
+        }
+    }
+    let (mut copied, mut others) = (Vec::with_capacity(files.len()), Vec::new());
+    for j in files {
+        match j.src.link.filter(|_| j.src.kind == Kind::File).and_then(|id| first.get(&id)) {
+            Some(f) if *f != j.src.path => {
+                let first = f.clone();
+                others.push(OtherName { job: j, first });
+            }
+            _ => copied.push(j),
+        }
+    }
+    // The first name's destination path, which `copied` knows by its source path.
+    let dst_of: HashMap<&[u8], &[u8]> = copied.iter().filter(|j| j.src.link.is_some()).map(|j| (&j.src.path[..], &j.dst_path[..])).collect();
+    for o in &mut others {
+        o.first = dst_of.get(&o.first[..]).map(|d| d.to_vec()).unwrap_or_default();
+    }
+    (copied, others)
 }
 
 /// Runs `f` over `items` on up to `threads` threads.
@@ -187,6 +232,73 @@ impl Engine {
         self.dst_index.as_ref()?.get(path).filter(|e| e.kind == Kind::Dir)
     }
 
+    /// Links each other name of a hard-link group to the copy of its first name, once that
+    /// is committed. A name the destination already has as that very inode is left alone;
+    /// where the first name failed, or the destination cannot link (another filesystem below
+    /// the root), the name is copied on its own.
+    fn link_names(&self, others: &[OtherName], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
+        let (_, dst) = self.stores();
+        let linked = changed.linked.lock().unwrap().clone();
+        let id = Identity::current();
+        parallel(others, self.depth.limit(), |o| {
+            let job = &o.job;
+            missing.ensure(crate::storage::beneath::split(&job.dst_path).0, changed);
+            let _slot = self.depth.acquire_blocking();
+            let Some(&rewritten) = linked.get(&o.first) else {
+                return self.copy_alone(job, &id, rt, changed);
+            };
+            let existing = self.dst_index.as_ref().and_then(|i| i.get(&job.dst_path));
+            let first = self.dst_index.as_ref().and_then(|i| i.get(&o.first));
+            let same_inode = matches!((existing.and_then(|e| e.link), first.and_then(|e| e.link)), (Some(a), Some(b)) if a == b);
+            if same_inode && !rewritten {
+                return self.record(job, Ok(Outcome::Skipped));
+            }
+            let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
+            if existing.is_some_and(|e| e.kind != Kind::File) {
+                if let Err(e) = dst.remove_all(&job.dst_path) {
+                    return self.record(job, Err(dst_err(e)));
+                }
+                Stats::add(&self.stats.replaced, 1);
+            }
+            // Where no listing was taken the name may exist: a temp name renamed over it.
+            let absent = self.dst_index.is_some() && existing.is_none();
+            match dst.hard_link(&o.first, &job.dst_path, absent) {
+                Ok(()) => {
+                    changed.touch(&job.dst_path);
+                    self.record(job, Ok(Outcome::Copied));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    self.stats.not_kept("links");
+                    self.copy_alone(job, &id, rt, changed);
+                }
+                Err(e) => self.record(job, Err(dst_err(e))),
+            }
+        });
+    }
+
+    /// Copies one file by itself, committed at once.
+    fn copy_alone(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle, changed: &Changed) {
+        match self.stage_one(job, id, rt, None) {
+            Ok(Step::Staged(st)) => {
+                let (_, dst) = self.stores();
+                match dst.sync() {
+                    Ok(()) => self.commit(st, job, changed),
+                    Err(e) => {
+                        localcopy::discard(st);
+                        self.record(job, Err(StoreError::io(dst.describe(), e)));
+                    }
+                }
+            }
+            Ok(Step::Done(outcome)) => {
+                if matches!(outcome, Outcome::Copied) {
+                    changed.touch(&job.dst_path);
+                }
+                self.record(job, Ok(outcome));
+            }
+            Err(e) => self.record(job, Err(e)),
+        }
+    }
+
     fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
         let next = AtomicUsize::new(0);
         let id = Identity::current();
@@ -242,6 +354,9 @@ impl Engine {
                             Ok(Step::Done(outcome)) => {
                                 if matches!(outcome, Outcome::Copied) {
                                     changed.touch(&job.dst_path);
+                                }
+                                if job.src.link.is_some() && matches!(outcome, Outcome::Skipped | Outcome::MetaUpdated) {
+                                    changed.linked.lock().unwrap().insert(job.dst_path.clone(), false);
                                 }
                                 self.record(job, Ok(outcome));
                             }
@@ -371,6 +486,9 @@ impl Engine {
         let (_, dst) = self.stores();
         changed.touch(&job.dst_path);
         let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
+        if r.is_ok() && job.src.link.is_some() {
+            changed.linked.lock().unwrap().insert(job.dst_path.clone(), true);
+        }
         self.record(job, r);
     }
 

@@ -344,6 +344,29 @@ impl LocalStore {
         beneath::open_at(fd(&dir), name, libc::O_PATH, 0)
     }
 
+    /// Gives the file at `from` a second name, `to` (made with its parents as needed), never
+    /// following a symlink. `absent`: the listing showed `to` free; otherwise, or where it was
+    /// taken meanwhile, the link is made under a temp name and renamed over it, so `to` is
+    /// never missing.
+    pub fn hard_link(&self, from: &[u8], to: &[u8], absent: bool) -> std::io::Result<()> {
+        let (fdir, fname) = self.parent(from, false)?;
+        let (tdir, tname) = self.parent(to, true)?;
+        if absent {
+            match link_at(fd(&fdir), fname, fd(&tdir), tname) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                r => return r,
+            }
+        }
+        let tmp = temp_name(tname, "partial");
+        let _ = beneath::unlink_at(fd(&tdir), &tmp, false);
+        link_at(fd(&fdir), fname, fd(&tdir), &tmp)?;
+        let r = beneath::rename_at(fd(&tdir), &tmp, tname);
+        if r.is_err() {
+            let _ = beneath::unlink_at(fd(&tdir), &tmp, false);
+        }
+        r
+    }
+
     /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
     pub fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>> {
         let r = self.parent(rel, false).and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
@@ -531,6 +554,18 @@ fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
         }
     }
     beneath::unlink_at(fd(dir), name, true)
+}
+
+/// `linkat` of `from` in `from_dir` as `to` in `to_dir`: the entry itself, never a symlink's
+/// target.
+fn link_at(from_dir: std::os::fd::BorrowedFd, from: &[u8], to_dir: std::os::fd::BorrowedFd, to: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (a, b) = (std::ffi::CString::new(from)?, std::ffi::CString::new(to)?);
+    // SAFETY: valid descriptors and C strings; no flags: a symlink is linked, not followed.
+    if unsafe { libc::linkat(from_dir.as_raw_fd(), a.as_ptr(), to_dir.as_raw_fd(), b.as_ptr(), 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Links an unnamed file in under `name`; a name taken meanwhile is replaced as any existing
