@@ -49,6 +49,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         fsync: common.fsync,
         copy_wait: None,
         posix_style: Default::default(),
+        guess_mime: true,
         env: env(),
     }
 }

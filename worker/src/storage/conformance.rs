@@ -56,6 +56,7 @@ impl Azurite {
             fsync: true,
             copy_wait: None,
             posix_style: Default::default(),
+            guess_mime: true,
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),
