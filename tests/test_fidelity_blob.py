@@ -234,3 +234,50 @@ def test_a_type_change_between_passes_converges(tmp_path, container, run_ferry, 
         assert down.json["failures"] == [] and down.json["files"]["replaced"] == 3, down.json
         got = {p: e.type for p, e in comparable(tmp_path / "dst").items()}
         assert got == {b"was-dir": "f", b"was-file": "d", b"was-file/inner": "d", b"was-file/inner/y.txt": "f", b"was-link": "d"}
+
+
+PROPS = dict(content_type="text/csv", content_encoding="gzip", content_language="fr-CA",
+             content_disposition='attachment; filename="t.csv"', cache_control="max-age=60")
+
+
+def props_of(container, name: str) -> tuple:
+    p = container.client.get_blob_client(name).get_blob_properties()
+    c = p.content_settings
+    return (dict(p.metadata), c.content_type, c.content_encoding, c.content_language, c.content_disposition,
+            c.cache_control)
+
+
+@pytest.mark.parametrize("how", ["server-side", "streamed"])
+def test_blob_to_blob_keeps_user_metadata_and_content_properties(tmp_path, container, other_container, run_ferry, how):
+    import hashlib
+
+    from azure.storage.blob import ContentSettings
+    for name, size in (("small.csv.gz", 1000), ("big.csv.gz", 300_000)):
+        data = os.urandom(size)
+        settings = ContentSettings(content_md5=bytearray(hashlib.md5(data).digest()), **PROPS)
+        container.client.upload_blob(name, data, content_settings=settings,
+                                     metadata={"project": "apollo", "stage": "raw", **STYLES["amlfs"][0]})
+    flags = ["--no-server-copy"] if how == "streamed" else []
+    out = run_ferry("copy", "-r", container, other_container, "--block-size", "64KiB", "--json", *flags)
+    assert out.json["files"]["copied"] == 2 and out.json["failures"] == [], out.json
+    assert out.json["files"]["server_copied"] == (2 if how == "server-side" else 0), out.json
+    for name in ("small.csv.gz", "big.csv.gz"):
+        src, dst = props_of(container, name), props_of(other_container, name)
+        assert dst[1:] == src[1:] == tuple(PROPS.values()), name
+        # Every key of the source, and rclone's and azcopy's keys for what it says.
+        assert dst[0] == {**src[0], "mtime": "2023-11-14T22:13:20.000000000Z", "mode": "100640", "uid": "1234", "gid": "5678",
+                          "modtime": str(1_700_000_000 * NS), "permissions": str(stat.S_IFREG | 0o640),
+                          "posix_owner": "1234", "posix_group": "5678"}, (name, dst[0])
+
+
+def test_uploads_get_a_content_type_from_their_name(tmp_path, container, run_ferry):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, size in (("table.csv", 10), ("conf.json", 10), ("notes.txt", 3 << 20), ("blob.unknownext", 10), ("README", 10)):
+        (src / name).write_bytes(os.urandom(size))
+    run_ferry("copy", "-r", src, container, "--block-size", "1MiB")
+    types = {n: p.content_settings.content_type for n, p in container.blobs().items()}
+    assert types == {"table.csv": "text/csv", "conf.json": "application/json", "notes.txt": "text/plain",
+                     "blob.unknownext": "application/octet-stream", "README": "application/octet-stream"}
+    run_ferry("copy", "-r", src, container.at("plain"), "--block-size", "1MiB", "--no-guess-mime-type")
+    assert {p.content_settings.content_type for p in container.blobs("plain/").values()} == {"application/octet-stream"}

@@ -171,6 +171,10 @@ pub struct CopyArgs {
     /// `--posix-properties-style amlfs`, which Azure Managed Lustre imports (amlfs)
     #[arg(long, value_enum, env = "FERRY_POSIX_STYLE", default_value = "standard")]
     pub posix_style: crate::storage::azure::posix::PosixStyle,
+    /// Upload every blob as application/octet-stream instead of a Content-Type guessed from
+    /// its extension (blob → blob keeps the source's either way)
+    #[arg(long = "no-guess-mime-type", action = clap::ArgAction::SetFalse)]
+    pub guess_mime: bool,
     /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
     #[arg(long)]
     pub shard: Option<Shard>,

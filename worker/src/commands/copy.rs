@@ -36,6 +36,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         copy_wait: args.server_copy_timeout.map(Duration::from_secs),
         posix_style: args.posix_style,
         xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
+        guess_mime: args.guess_mime,
         ..open_options(&args.common, depth.ceiling(), stats.clone())
     };
     let filter = super::build_filter(&args.filters)?;

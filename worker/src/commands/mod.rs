@@ -57,6 +57,7 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         copy_wait: None,
         xattrs: crate::xattrs::Wanted::NONE,
         posix_style: Default::default(),
+        guess_mime: true,
         env: env(),
     }
 }

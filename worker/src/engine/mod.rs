@@ -400,11 +400,21 @@ impl Engine {
             let mut permit = self.depth.acquire().await;
             if let Some((data, meta)) = self.read_local_small(path, bs).await? {
                 let n = data.len() as u64;
-                self.put_small(job, data, meta).await?;
+                self.put_small(job, data, meta, None).await?;
                 permit.done(n);
                 return Ok(());
             }
         }
+        // Blob to blob: the source's metadata and content properties go along, taken with the
+        // ETag its bytes are then read at, so that both are of one version.
+        let props = match (self.src.as_azure(), self.dst.as_azure()) {
+            (Some(src), Some(_)) => match src.version_and_props(path).await? {
+                Some((v, now, p)) if now == job.src.size() => Some((v, p)),
+                Some(_) => return Err(StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())),
+                None => return Err(StoreError::NotFound("vanished from the source".into())),
+            },
+            _ => None,
+        };
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
         let (version, size, meta) = if local_src {
@@ -419,17 +429,19 @@ impl Engine {
             let size = job.src.size();
             // One GET is one version; only a download in several ranges needs the ETag.
             let ranges = if self.dst.local_root().is_some() { size.div_ceil(bs.max(DOWNLOAD_RANGE)) } else { size.div_ceil(bs) };
-            let version = match ranges > 1 {
-                true => match self.src.version(path).await? {
+            let version = match (ranges > 1, &props) {
+                (_, Some((v, _))) => Some(v.clone()),
+                (true, None) => match self.src.version(path).await? {
                     Some((v, now)) if now == size => Some(v),
                     Some(_) => return Err(StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())),
                     None => return Err(StoreError::NotFound("vanished from the source".into())),
                 },
-                false => None,
+                (false, None) => None,
             };
             (version, size, Meta { md5: job.src.md5, ..meta_of_entry(&job.src, Preserve::ALL) })
         };
         let version = version.as_deref();
+        let props = props.map(|(_, p)| p);
 
         if size <= bs {
             let _mem = self.reserve(size).await;
@@ -443,9 +455,9 @@ impl Engine {
             if self.dst.local_root().is_some() {
                 permit.done(size);
                 drop(permit);
-                return self.put_small(job, chunk.data, meta).await;
+                return self.put_small(job, chunk.data, meta, None).await;
             }
-            self.put_small(job, chunk.data, meta).await?;
+            self.put_small(job, chunk.data, meta, props.as_ref()).await?;
             permit.done(size);
             return Ok(());
         }
@@ -463,6 +475,9 @@ impl Engine {
         let streamed = self.dst.local_root().is_some();
         let plan = UploadPlan { size, block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs }, fingerprint };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
+        if let Some(p) = &props {
+            up.keep_props(p);
+        }
         let expected_md5 = job.src.md5.filter(|_| !local_src);
         let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
         if up.piecewise() {
@@ -472,7 +487,7 @@ impl Engine {
     }
 
     /// One request's worth: hashed, checked against what the source promised, written whole.
-    async fn put_small(&self, job: &Job, data: Bytes, mut meta: Meta) -> Result<()> {
+    async fn put_small(&self, job: &Job, data: Bytes, mut meta: Meta, props: Option<&crate::storage::azure::BlobProps>) -> Result<()> {
         let local_src = self.src.local_root().is_some();
         let size = data.len() as u64;
         if let Some(t) = &self.throttle {
@@ -483,7 +498,10 @@ impl Engine {
         let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
         check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
-        self.dst.put(&job.dst_path, data, &self.kept(meta)).await?;
+        match (props, self.dst.as_azure()) {
+            (Some(p), Some(dst)) => dst.put_with(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p)).await?,
+            _ => self.dst.put(&job.dst_path, data, &self.kept(meta)).await?,
+        }
         Stats::add(&self.stats.blocks_sent, 1);
         Stats::add(&self.stats.bytes_copied, size);
         Ok(())

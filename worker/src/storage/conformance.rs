@@ -57,6 +57,7 @@ impl Azurite {
             copy_wait: None,
             xattrs: crate::xattrs::Wanted::NONE,
             posix_style: Default::default(),
+            guess_mime: true,
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),

@@ -78,6 +78,8 @@ pub trait Upload: Send + Sync {
     async fn finish_block(&self, _idx: u64) -> Result<()> {
         Err(StoreError::Invalid("this store takes whole blocks only".into()))
     }
+    /// Blob destinations: keep a source blob's metadata and content properties at commit.
+    fn keep_props(&self, _props: &azure::BlobProps) {}
     /// The bytes of a staged block, where the store can give them back cheaply.
     async fn read_back(&self, idx: u64) -> Result<Option<Bytes>>;
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()>;
@@ -184,6 +186,8 @@ pub struct OpenOptions {
     pub xattrs: crate::xattrs::Wanted,
     /// The keys Blob destinations store POSIX attributes under, beside rclone's.
     pub posix_style: azure::posix::PosixStyle,
+    /// Uploads get a Content-Type guessed from their name.
+    pub guess_mime: bool,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

@@ -12,7 +12,7 @@ use azure_storage_blob::models::{BlobClientDeleteOptions, BlobClientStartCopyFro
 use azure_storage_blob::BlobClient;
 use tokio::time::Instant;
 
-use super::{content_length, meta_from_headers, Inner};
+use super::{content_length, meta_from_headers, BlobProps, Inner};
 use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{md5_hex, Entry};
@@ -99,7 +99,7 @@ fn header<'a>(h: &'a Headers, name: &'static str) -> Option<&'a str> {
 pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path: &[u8]) -> Result<()> {
     let src_name = src.name(&entry.path)?;
     let source = src.blob(&src_name).await?;
-    let (etag, meta) = source_version(src, &source, entry).await?;
+    let (etag, meta, props) = source_version(src, &source, entry).await?;
     // With the source's SAS, if it has one; within one account the destination's own
     // credential authorises reading the source otherwise.
     let copy_source = src.blob_url(&src_name).await?.to_string();
@@ -108,8 +108,9 @@ pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path:
         .call(|| {
             let opts = BlobClientStartCopyFromUrlOptions {
                 source_if_match: Some(Etag::from(etag.as_str())),
-                // Given metadata replaces the source's, as a streamed copy would.
-                metadata: Some(dst.metadata_of(&meta, entry.kind)),
+                // Given metadata replaces the source's: all of it, with ferry's keys over it, as a
+                // streamed copy gives. The service copies the content properties itself.
+                metadata: Some(dst.metadata_with(&meta, entry.kind, Some(&props))),
                 ..Default::default()
             };
             target.start_copy_from_url(copy_source.clone(), Some(opts))
@@ -150,8 +151,9 @@ fn source_hint(e: StoreError) -> StoreError {
     }
 }
 
-/// The source's ETag and metadata now, provided it still is the version that was listed.
-async fn source_version(src: &Inner, source: &BlobClient, entry: &Entry) -> Result<(String, Meta)> {
+/// The source's ETag, attributes and properties now, provided it still is the version that was
+/// listed.
+async fn source_version(src: &Inner, source: &BlobClient, entry: &Entry) -> Result<(String, Meta, BlobProps)> {
     let props = match src.call(|| source.get_properties(None)).await {
         Err(e) if e.is_not_found() => return Err(StoreError::NotFound("vanished from the source".into())),
         r => r?,
@@ -162,7 +164,7 @@ async fn source_version(src: &Inner, source: &BlobClient, entry: &Entry) -> Resu
         return Err(StoreError::Integrity("the blob changed since it was listed (size or Content-MD5 differs); not copied".into()));
     }
     let etag = header(h, "etag").ok_or_else(|| StoreError::Invalid("the source blob has no ETag".into()))?;
-    Ok((etag.to_string(), meta))
+    Ok((etag.to_string(), meta, BlobProps::of(h)))
 }
 
 /// One look at the destination: the state of *our* copy, and the headers it came with.

@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod copy;
+pub mod mime;
 pub mod posix;
 pub mod xml;
 
@@ -63,6 +64,36 @@ struct Inner {
     patience: copy::Patience,
     /// Which keys beside rclone's carry POSIX attributes (`posix.rs`).
     posix_style: posix::PosixStyle,
+    /// Uploads get a Content-Type from their name (`mime.rs`), not application/octet-stream.
+    guess_mime: bool,
+}
+
+/// What a blob carries besides its bytes and POSIX attributes: its user metadata and content
+/// properties, kept when it is copied to another blob.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlobProps {
+    /// Every `x-ms-meta-*`, keys lowercased.
+    pub metadata: HashMap<String, String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+    pub content_disposition: Option<String>,
+    pub cache_control: Option<String>,
+}
+
+impl BlobProps {
+    /// From a HEAD's or a GET's headers.
+    fn of(h: &Headers) -> BlobProps {
+        let get = |k: &'static str| h.get_optional_str(&HeaderName::from_static(k)).map(str::to_string);
+        BlobProps {
+            metadata: user_metadata(h),
+            content_type: get("content-type"),
+            content_encoding: get("content-encoding"),
+            content_language: get("content-language"),
+            content_disposition: get("content-disposition"),
+            cache_control: get("cache-control"),
+        }
+    }
 }
 
 struct Clients {
@@ -159,8 +190,17 @@ impl AzureStore {
             block_md5: opts.block_md5,
             patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
             posix_style: opts.posix_style,
+            guess_mime: opts.guess_mime,
         };
         Ok(AzureStore { inner: Arc::new(inner) })
+    }
+
+    /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
+    pub async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, BlobProps)>> {
+        let s = &self.inner;
+        Ok(s.properties(&s.name(path)?).await?.map(|h| {
+            (h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h), BlobProps::of(&h))
+        }))
     }
 
     /// Whether `prefix` itself names a blob (a single-file location).
@@ -185,15 +225,23 @@ impl AzureStore {
     /// folder stub), with the whole object's MD5, which the service checks on arrival and keeps
     /// as the blob's.
     pub async fn put_node(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta) -> Result<()> {
+        self.put_with(path, kind, data, meta, None).await
+    }
+
+    /// `put_node`, keeping the metadata and content properties `props` of a source blob.
+    pub async fn put_with(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta, props: Option<&BlobProps>) -> Result<()> {
         let s = &self.inner;
-        let mut req = s.request(Method::Put, &s.name(path)?).await?;
+        let name = s.name(path)?;
+        let mut req = s.request(Method::Put, &name).await?;
         req.insert_header("content-length", data.len().to_string());
-        req.insert_header("content-type", "application/octet-stream");
         if let Some(md5) = meta.md5 {
             req.insert_header("content-md5", b64(&md5));
         }
         req.insert_header("x-ms-blob-type", "BlockBlob");
-        for (k, v) in s.metadata_of(meta, kind) {
+        for (k, v) in s.content_headers(&name, kind, props) {
+            req.insert_header(k, v);
+        }
+        for (k, v) in s.metadata_with(meta, kind, props) {
             req.insert_header(format!("x-ms-meta-{k}"), v);
         }
         req.set_body(data);
@@ -399,6 +447,30 @@ impl Inner {
     fn metadata_of(&self, meta: &Meta, kind: Kind) -> HashMap<String, String> {
         posix::write(meta, kind, self.posix_style)
     }
+
+    /// A copy of a blob keeps all of its metadata, ferry's keys written over it.
+    fn metadata_with(&self, meta: &Meta, kind: Kind, props: Option<&BlobProps>) -> HashMap<String, String> {
+        let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
+        m.extend(self.metadata_of(meta, kind));
+        m
+    }
+
+    /// The content properties of blob `name`: a source blob's, else a type guessed from the
+    /// name. (The `x-ms-blob-*` forms: a `Content-Encoding` header would describe the request.)
+    fn content_headers(&self, name: &str, kind: Kind, props: Option<&BlobProps>) -> Vec<(&'static str, String)> {
+        let guessed = match kind {
+            Kind::File if self.guess_mime => mime::guess(name),
+            _ => mime::DEFAULT,
+        };
+        let Some(p) = props else { return vec![("x-ms-blob-content-type", guessed.to_string())] };
+        let mut h = vec![("x-ms-blob-content-type", p.content_type.clone().unwrap_or_else(|| mime::DEFAULT.to_string()))];
+        let mut add = |k, v: &Option<String>| h.extend(v.clone().map(|v| (k, v)));
+        add("x-ms-blob-content-encoding", &p.content_encoding);
+        add("x-ms-blob-content-language", &p.content_language);
+        add("x-ms-blob-content-disposition", &p.content_disposition);
+        add("x-ms-blob-cache-control", &p.cache_control);
+        h
+    }
 }
 
 /// A response's user metadata (`x-ms-meta-*`), keys lowercased.
@@ -534,7 +606,7 @@ impl Store for AzureStore {
         .await?;
         let staged = listed.into_iter().filter_map(|b| Some((b.name?, b.size?))).collect();
         let ids = Mutex::new(vec![None; plan.blocks() as usize]);
-        Ok(Box::new(AzureUpload { inner: self.inner.clone(), blob, staged, ids }))
+        Ok(Box::new(AzureUpload { inner: self.inner.clone(), name: s.name(path)?, blob, staged, ids, props: Mutex::new(None) }))
     }
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
@@ -714,11 +786,14 @@ impl RangeStream {
 
 struct AzureUpload {
     inner: Arc<Inner>,
+    name: String,
     blob: BlockBlobClient,
     /// Uncommitted blocks left by earlier attempts: ID → size.
     staged: HashMap<Vec<u8>, i64>,
     /// Each block's ID, known once its bytes have been read.
     ids: Mutex<Vec<Option<Vec<u8>>>>,
+    /// A source blob's metadata and content properties, for the commit.
+    props: Mutex<Option<BlobProps>>,
 }
 
 /// A block's ID is derived from its index and its own bytes (MD5), so a staged block is reused
@@ -760,6 +835,10 @@ impl Upload for AzureUpload {
         Ok(None)
     }
 
+    fn keep_props(&self, props: &BlobProps) {
+        *self.props.lock().unwrap() = Some(props.clone());
+    }
+
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
         let s = &self.inner;
         let ids = std::mem::take(&mut *self.ids.lock().unwrap());
@@ -768,11 +847,19 @@ impl Upload for AzureUpload {
             .enumerate()
             .map(|(i, id)| id.ok_or_else(|| StoreError::Invalid(format!("block {i} was never written"))))
             .collect::<Result<_>>()?;
+        let props = self.props.lock().unwrap().take();
+        let content: HashMap<&str, String> = s.content_headers(&self.name, Kind::File, props.as_ref()).into_iter().collect();
+        let metadata = s.metadata_with(meta, Kind::File, props.as_ref());
         s.call(|| async {
             let list = BlockLookupList { latest: Some(ids.clone()), ..Default::default() };
             let opts = BlockBlobClientCommitBlockListOptions {
                 blob_content_md5: meta.md5.map(|m| m.to_vec()),
-                metadata: Some(s.metadata_of(meta, Kind::File)),
+                metadata: Some(metadata.clone()),
+                blob_content_type: content.get("x-ms-blob-content-type").cloned(),
+                blob_content_encoding: content.get("x-ms-blob-content-encoding").cloned(),
+                blob_content_language: content.get("x-ms-blob-content-language").cloned(),
+                blob_content_disposition: content.get("x-ms-blob-content-disposition").cloned(),
+                blob_cache_control: content.get("x-ms-blob-cache-control").cloned(),
                 ..Default::default()
             };
             self.blob.commit_block_list(list.try_into()?, Some(opts)).await
