@@ -27,7 +27,7 @@ DEFAULTS = os.path.join(REPO, "config", "config.yaml")
 
 
 def load_yaml(path: str) -> dict:
-    import yaml  # only here: `run-dir` runs in Nextflow's config parsing, wherever python3 is
+    import yaml  # only here: `resolve` runs in Nextflow's config parsing, wherever python3 is
 
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
