@@ -64,6 +64,10 @@ def cases(n_jobs: int) -> list[Case]:
     return [
         Case("ferry copy", "{ferry} copy -r {src}/ {dst}", "empty", "baseline: the adaptive depth, from 64 files at once on a network filesystem"),
         Case("ferry copy, unchanged re-run", "{ferry} copy -r {src}/ {dst}", "copy"),
+        Case("ferry copy --preserve mode,owner,times", "{ferry} copy -r --preserve mode,owner,times {src}/ {dst}", "empty",
+             "what ferry kept before --preserve all: no xattrs, ACLs, holes, hard links or special files"),
+        Case("ferry copy --preserve mode,owner,times, unchanged re-run",
+             "{ferry} copy -r --preserve mode,owner,times {src}/ {dst}", "copy"),
         Case("ferry verify", "{ferry} verify {src}/ {dst}", "copy", "sizes (and symlink targets) only"),
         Case("ferry verify --checksum", "{ferry} verify --checksum {src}/ {dst}", "copy", "reads every file on both sides"),
         Case("ferry prune", "{ferry} prune --log {work}/prune.tsv {src}/ {dst}", "copy", "nothing to delete"),

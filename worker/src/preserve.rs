@@ -51,11 +51,6 @@ impl Preserve {
         let root = unsafe { libc::geteuid() } == 0;
         Attrs { mode: self.mode, owner: self.owner && root, xattrs: self.xattrs || self.acls }
     }
-
-    /// Whether a listing must read extended attributes (a `listxattr` per entry).
-    pub fn reads_xattrs(&self) -> bool {
-        self.xattrs || self.acls
-    }
 }
 
 impl Default for Preserve {
@@ -93,7 +88,7 @@ mod tests {
         assert_eq!(parse("all").unwrap(), Preserve::ALL);
         assert_eq!(parse("none").unwrap(), Preserve::NONE);
         let p = parse("all,no-xattrs,no-acls").unwrap();
-        assert!(p.mode && p.links && !p.xattrs && !p.acls && !p.reads_xattrs());
+        assert!(p.mode && p.links && !p.xattrs && !p.acls);
         let p = parse("mode,times").unwrap();
         assert!(p.mode && p.times && !p.owner && !p.links);
         assert!(parse("mode,colour").unwrap_err().contains("colour"));

@@ -63,6 +63,7 @@ pub struct Attrs {
 }
 
 impl Attrs {
+    #[cfg(test)]
     pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false };
 }
 
