@@ -50,6 +50,8 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         copy_wait: None,
         posix_style: Default::default(),
         guess_mime: true,
+        keep_tier: false,
+        keep_tags: false,
         env: env(),
     }
 }
