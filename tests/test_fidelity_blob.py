@@ -281,3 +281,24 @@ def test_uploads_get_a_content_type_from_their_name(tmp_path, container, run_fer
                      "blob.unknownext": "application/octet-stream", "README": "application/octet-stream"}
     run_ferry("copy", "-r", src, container.at("plain"), "--block-size", "1MiB", "--no-guess-mime-type")
     assert {p.content_settings.content_type for p in container.blobs("plain/").values()} == {"application/octet-stream"}
+
+
+@pytest.mark.parametrize("how", ["server-side", "streamed"])
+def test_blob_to_blob_keeps_tier_and_tags_when_asked(tmp_path, container, other_container, run_ferry, how):
+    from azure.storage.blob import StandardBlobTier
+    tags = {"team": "data eng", "path": "a/b:c+d=e"}  # what tags may hold: spaces, + - . / : = _
+    for name, size in (("small.bin", 1000), ("big.bin", 300_000)):
+        container.client.upload_blob(name, os.urandom(size), standard_blob_tier=StandardBlobTier.COOL, tags=tags)
+    container.client.upload_blob("plain.bin", b"no tier set, no tags")
+    flags = ["--no-server-copy"] if how == "streamed" else []
+    run_ferry("copy", "-r", container, other_container.at("kept"), "--block-size", "64KiB", "--keep-tier", "--keep-tags", *flags)
+    run_ferry("copy", "-r", container, other_container.at("not"), "--block-size", "64KiB", *flags)
+    for name in ("small.bin", "big.bin"):
+        kept = other_container.client.get_blob_client(f"kept/{name}")
+        assert (kept.get_blob_properties().blob_tier, kept.get_blob_tags()) == ("Cool", tags), name
+        other = other_container.client.get_blob_client(f"not/{name}").get_blob_properties()
+        assert not other.tag_count, (name, other.tag_count)
+        if how == "streamed":  # (Copy Blob's own choice of tier is the service's)
+            assert other.blob_tier_inferred, (name, other.blob_tier)
+    plain = other_container.client.get_blob_client("kept/plain.bin").get_blob_properties()
+    assert plain.blob_tier_inferred and not plain.tag_count, "an inferred tier is not set on the copy"

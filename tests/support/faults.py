@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from support.blobs import file_blobs
+
 PARTIAL_PREFIX = ".ferry-"  # ferry's temp and journal names (docs/worker.md); never a final name
 SDK_THREADS = 8
 
@@ -71,9 +73,10 @@ class Ledger:
                     where: str = "") -> list[str]:
         """Every blob under ``prefix`` must hold exactly ``expected[name]`` (and carry the MD5 of
         it when it carries one); with ``complete`` every expected name must be there too.
-        Returns the problems found (each also counted as divergent)."""
+        Returns the problems found (each also counted as divergent). Folder stubs, which stand
+        for the directories, are not files and are left out."""
         problems = []
-        present = container.blobs(prefix or None)
+        present = file_blobs(container, prefix or None)
         with ThreadPoolExecutor(SDK_THREADS) as pool:
             datas = pool.map(lambda name: container.client.download_blob(name).readall(), present)
         for (name, props), data in zip(present.items(), datas):

@@ -175,6 +175,13 @@ pub struct CopyArgs {
     /// its extension (blob → blob keeps the source's either way)
     #[arg(long = "no-guess-mime-type", action = clap::ArgAction::SetFalse)]
     pub guess_mime: bool,
+    /// Blob → blob: give each copy the source blob's access tier, where one was set on it
+    /// (else the destination account's default applies)
+    #[arg(long)]
+    pub keep_tier: bool,
+    /// Blob → blob: give each copy the source blob's index tags (a request more per tagged blob)
+    #[arg(long)]
+    pub keep_tags: bool,
     /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
     #[arg(long)]
     pub shard: Option<Shard>,

@@ -37,6 +37,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         posix_style: args.posix_style,
         xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
         guess_mime: args.guess_mime,
+        keep_tier: args.keep_tier,
+        keep_tags: args.keep_tags,
         ..open_options(&args.common, depth.ceiling(), stats.clone())
     };
     let filter = super::build_filter(&args.filters)?;

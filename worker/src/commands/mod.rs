@@ -58,6 +58,8 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         xattrs: crate::xattrs::Wanted::NONE,
         posix_style: Default::default(),
         guess_mime: true,
+        keep_tier: false,
+        keep_tags: false,
         env: env(),
     }
 }

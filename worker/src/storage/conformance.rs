@@ -58,6 +58,8 @@ impl Azurite {
             xattrs: crate::xattrs::Wanted::NONE,
             posix_style: Default::default(),
             guess_mime: true,
+            keep_tier: false,
+            keep_tags: false,
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),

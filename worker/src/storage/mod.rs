@@ -188,6 +188,9 @@ pub struct OpenOptions {
     pub posix_style: azure::posix::PosixStyle,
     /// Uploads get a Content-Type guessed from their name.
     pub guess_mime: bool,
+    /// Blob → blob: the source's access tier and index tags go along.
+    pub keep_tier: bool,
+    pub keep_tags: bool,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

@@ -111,6 +111,8 @@ pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path:
                 // Given metadata replaces the source's: all of it, with ferry's keys over it, as a
                 // streamed copy gives. The service copies the content properties itself.
                 metadata: Some(dst.metadata_with(&meta, entry.kind, Some(&props))),
+                tier: props.tier.as_deref().and_then(|t| t.parse().ok()),
+                blob_tags_string: props.tags.clone(),
                 ..Default::default()
             };
             target.start_copy_from_url(copy_source.clone(), Some(opts))
@@ -164,7 +166,8 @@ async fn source_version(src: &Inner, source: &BlobClient, entry: &Entry) -> Resu
         return Err(StoreError::Integrity("the blob changed since it was listed (size or Content-MD5 differs); not copied".into()));
     }
     let etag = header(h, "etag").ok_or_else(|| StoreError::Invalid("the source blob has no ETag".into()))?;
-    Ok((etag.to_string(), meta, BlobProps::of(h)))
+    let etag = etag.to_string();
+    Ok((etag, meta, src.props_of(&src.name(&entry.path)?, h).await?))
 }
 
 /// One look at the destination: the state of *our* copy, and the headers it came with.

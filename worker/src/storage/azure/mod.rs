@@ -66,6 +66,9 @@ struct Inner {
     posix_style: posix::PosixStyle,
     /// Uploads get a Content-Type from their name (`mime.rs`), not application/octet-stream.
     guess_mime: bool,
+    /// A source blob's access tier and index tags go along to its copy.
+    keep_tier: bool,
+    keep_tags: bool,
 }
 
 /// What a blob carries besides its bytes and POSIX attributes: its user metadata and content
@@ -79,6 +82,10 @@ pub struct BlobProps {
     pub content_language: Option<String>,
     pub content_disposition: Option<String>,
     pub cache_control: Option<String>,
+    /// Its access tier, where one was set on it (not inferred from the account's default).
+    pub tier: Option<String>,
+    /// Its index tags, as `x-ms-tags` takes them: `key=value&...`, form-encoded.
+    pub tags: Option<String>,
 }
 
 impl BlobProps {
@@ -92,8 +99,16 @@ impl BlobProps {
             content_language: get("content-language"),
             content_disposition: get("content-disposition"),
             cache_control: get("cache-control"),
+            tier: get("x-ms-access-tier").filter(|_| get("x-ms-access-tier-inferred").as_deref() != Some("true")),
+            tags: None,
         }
     }
+}
+
+/// Index tags as `x-ms-tags` takes them.
+fn tags_header(tags: &[(String, String)]) -> String {
+    const FORM: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    tags.iter().map(|(k, v)| format!("{}={}", utf8_percent_encode(k, FORM), utf8_percent_encode(v, FORM))).collect::<Vec<_>>().join("&")
 }
 
 struct Clients {
@@ -191,6 +206,8 @@ impl AzureStore {
             patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
             posix_style: opts.posix_style,
             guess_mime: opts.guess_mime,
+            keep_tier: opts.keep_tier,
+            keep_tags: opts.keep_tags,
         };
         Ok(AzureStore { inner: Arc::new(inner) })
     }
@@ -198,9 +215,10 @@ impl AzureStore {
     /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
     pub async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, BlobProps)>> {
         let s = &self.inner;
-        Ok(s.properties(&s.name(path)?).await?.map(|h| {
-            (h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h), BlobProps::of(&h))
-        }))
+        let name = s.name(path)?;
+        let Some(h) = s.properties(&name).await? else { return Ok(None) };
+        let props = s.props_of(&name, &h).await?;
+        Ok(Some((h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h), props)))
     }
 
     /// Whether `prefix` itself names a blob (a single-file location).
@@ -448,6 +466,24 @@ impl Inner {
         posix::write(meta, kind, self.posix_style)
     }
 
+    /// What blob `name`, whose HEAD gave `h`, carries besides its bytes, as much of it as this
+    /// run keeps: its tags cost a request of their own, made only when they are kept (and
+    /// there are some).
+    async fn props_of(&self, name: &str, h: &Headers) -> Result<BlobProps> {
+        let mut p = BlobProps::of(h);
+        if !self.keep_tier {
+            p.tier = None;
+        }
+        let tagged = h.get_optional_str(&HeaderName::from_static("x-ms-tag-count")).is_some_and(|n| n != "0");
+        if self.keep_tags && tagged {
+            let blob = self.blob(name).await?;
+            let tags = self.call(|| blob.get_tags(None)).await?.into_model().map_err(map_err)?;
+            let pairs: Vec<(String, String)> = tags.blob_tag_set.unwrap_or_default().into_iter().filter_map(|t| Some((t.key?, t.value.unwrap_or_default()))).collect();
+            p.tags = Some(tags_header(&pairs));
+        }
+        Ok(p)
+    }
+
     /// A copy of a blob keeps all of its metadata, ferry's keys written over it.
     fn metadata_with(&self, meta: &Meta, kind: Kind, props: Option<&BlobProps>) -> HashMap<String, String> {
         let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
@@ -469,6 +505,8 @@ impl Inner {
         add("x-ms-blob-content-language", &p.content_language);
         add("x-ms-blob-content-disposition", &p.content_disposition);
         add("x-ms-blob-cache-control", &p.cache_control);
+        add("x-ms-access-tier", &p.tier);
+        add("x-ms-tags", &p.tags);
         h
     }
 }
@@ -860,6 +898,8 @@ impl Upload for AzureUpload {
                 blob_content_language: content.get("x-ms-blob-content-language").cloned(),
                 blob_content_disposition: content.get("x-ms-blob-content-disposition").cloned(),
                 blob_cache_control: content.get("x-ms-blob-cache-control").cloned(),
+                tier: content.get("x-ms-access-tier").and_then(|t| t.parse().ok()),
+                blob_tags_string: content.get("x-ms-tags").cloned(),
                 ..Default::default()
             };
             self.blob.commit_block_list(list.try_into()?, Some(opts)).await
@@ -870,5 +910,16 @@ impl Upload for AzureUpload {
 
     async fn abort(self: Box<Self>, _discard: bool) {
         // Uncommitted blocks expire on their own after a week; leaving them lets a re-run resume.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_form_encoded() {
+        let tags = [("team".to_string(), "data eng".to_string()), ("path".to_string(), "a/b:c+d=e".to_string())];
+        assert_eq!(tags_header(&tags), "team=data%20eng&path=a%2Fb%3Ac%2Bd%3De");
     }
 }
