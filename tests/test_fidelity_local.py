@@ -340,3 +340,58 @@ def test_without_links_each_name_is_a_copy(tmp_path, run_ferry):
     r = run_ferry("copy", "-r", src, dst, "--json", "--preserve", "all,no-links")
     assert all(len(g) == 1 for g in inode_groups(dst)), inode_groups(dst)
     assert r.json["bytes"]["copied"] == 3 * 2 * MiB + len(b"not linked")
+
+
+# --- link groups through the pipelines' plan --------------------------------------------------
+
+def link_groups_tree(src):
+    link_tree(src)
+    # More groups and plain files, so that parts are cut between names of one group unless
+    # the plan keeps them together.
+    for i in range(12):
+        (src / f"snap.{1 + i % 3}" / f"plain{i}").write_bytes(os.urandom(50_000 + i))
+    (src / "snap.1" / "pair").write_bytes(b"two names")
+    os.link(src / "snap.1" / "pair", src / "snap.3" / "pair")
+
+
+def copy_in_parts(run_ferry, src, dst, plan_dir) -> list:
+    parts = sorted((plan_dir / "copy").glob("part-*.tsv"))
+    for p in parts:
+        run_ferry("copy", src, dst, "--files-from", p)
+    return parts
+
+
+def listed(run_ferry, root, out):
+    out.write_bytes(run_ferry("ls", "-r", root).stdout_bytes)
+    return out
+
+
+@pytest.mark.parametrize("cut", [["--parts", "3"], ["--max-files", "2"], ["--max-bytes", "60000"]])
+def test_plan_keeps_a_link_group_in_one_part(tmp_path, run_ferry, cut):
+    src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
+    link_groups_tree(src)
+    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), "--out", plan, "--phase", "baseline", *cut)
+    parts = copy_in_parts(run_ferry, src, dst, plan)
+    assert len(parts) >= 3, parts
+    holding = {}
+    for i, p in enumerate(parts):
+        for line in p.read_text().splitlines():
+            if not line.startswith("#"):
+                holding.setdefault(line.split("\t")[0], set()).add(i)
+    group = ["snap.1/big", "snap.2/big", "snap.3/renamed"]
+    assert len(set().union(*(holding[n] for n in group))) == 1, {n: holding[n] for n in group}
+    assert inode_groups(dst) == inode_groups(src)
+
+
+def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
+    src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
+    link_groups_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    os.link(src / "snap.1" / "big", src / "snap.3" / "big")
+    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), listed(run_ferry, dst, tmp_path / "dst.tsv"),
+              "--out", plan, "--phase", "incremental", "--parts", "3")
+    doc = json.loads((plan / "plan.json").read_text())
+    # The new name is copied (as a link); its three old names are planned so the part can link it.
+    assert doc["to_copy"]["new"] == 1 and doc["to_copy"]["linked"] == 3, doc["to_copy"]
+    copy_in_parts(run_ferry, src, dst, plan)
+    assert inode_groups(dst) == inode_groups(src)
