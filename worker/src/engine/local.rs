@@ -515,10 +515,15 @@ impl Engine {
     fn copy_xattrs(&self, src_rel: &[u8], dst_rel: &[u8]) -> std::io::Result<()> {
         let (src, dst) = self.stores();
         let wanted = Wanted::of(&self.opts.preserve);
-        if !wanted.any() {
+        if !wanted.any() || src.xattrs().none_here() {
             return Ok(());
         }
         let Some(want) = src.read_xattrs(src_rel, wanted)? else { return Ok(()) };
+        // Nothing to set, on a destination that holds nothing to remove: no call there (a
+        // round trip each on a network filesystem).
+        if want.is_empty() && dst.xattrs().none_here() {
+            return Ok(());
+        }
         dst.write_xattrs(dst_rel, &want, wanted)?.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
     }
