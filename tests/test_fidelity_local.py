@@ -395,3 +395,17 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
     assert doc["to_copy"]["new"] == 1 and doc["to_copy"]["linked"] == 3, doc["to_copy"]
     copy_in_parts(run_ferry, src, dst, plan)
     assert inode_groups(dst) == inode_groups(src)
+
+
+@pytest.mark.timeout(300)
+def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin):
+    from test_pipeline import base_config, pipeline, report
+    src, dst, outdir = tmp_path / "src", tmp_path / "nfs" / "share", tmp_path / "results"
+    link_groups_tree(src)
+    cut = "partition={tool: ferry, mode: max-files, max_files: 3}"
+    pipeline(*base_config(ferry_bin, outdir, src, dst, "baseline"), cut)
+    assert len(report(outdir, "baseline")["partitions"]) >= 3
+    assert inode_groups(dst) == inode_groups(src)
+    os.link(src / "snap.1" / "big", src / "snap.2" / "again")
+    pipeline(*base_config(ferry_bin, outdir, src, dst, "incremental"), cut)
+    assert inode_groups(dst) == inode_groups(src)
