@@ -286,12 +286,14 @@ def link_tree(src):
 
 
 def inode_groups(root) -> list[list[str]]:
-    """Names under root grouped by inode, files only."""
+    """Names of regular files under root grouped by inode."""
     by_ino: dict[int, list[str]] = {}
     for dirpath, _, files in os.walk(root):
         for f in files:
             p = os.path.join(dirpath, f)
-            by_ino.setdefault(os.lstat(p).st_ino, []).append(os.path.relpath(p, root))
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                by_ino.setdefault(st.st_ino, []).append(os.path.relpath(p, root))
     return sorted(sorted(g) for g in by_ino.values())
 
 
@@ -409,3 +411,40 @@ def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin):
     os.link(src / "snap.1" / "big", src / "snap.2" / "again")
     pipeline(*base_config(ferry_bin, outdir, src, dst, "incremental"), cut)
     assert inode_groups(dst) == inode_groups(src)
+
+
+# --- everything at once, against cp -a --------------------------------------------------------
+
+def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    src.mkdir()
+    sparse_tree(src / "holes")
+    xattr_tree(src / "attrs")
+    special_tree(src / "nodes")
+    link_tree(src / "links")
+    os.symlink("attrs/f", src / "symlink")
+    if ROOT:
+        # The kernel lets a symlink hold trusted.* (not user.*).
+        os.setxattr(src / "symlink", "trusted.note", b"on the link itself", follow_symlinks=False)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["failed"] == 0 and r.json["not_kept"] == {}, r.json
+    assert [i["path"] for i in r.json["ignored"]] == ["nodes/sock"]
+    want, got, cp = {}, {}, {}
+    for snap, root in ((want, src), (got, dst), (cp, ref)):
+        for dirpath, dirs, files in os.walk(root):
+            for n in dirs + files:
+                p = os.path.join(dirpath, n)
+                rel = os.path.relpath(p, root)
+                if rel == "nodes/sock":
+                    continue
+                st = os.lstat(p)
+                data = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else os.readlink(p) if stat.S_ISLNK(st.st_mode) else None
+                snap[rel] = (stat.S_IFMT(st.st_mode), st.st_mode if not stat.S_ISLNK(st.st_mode) else None, st.st_uid,
+                             st.st_gid, st.st_rdev, st.st_size, data, attrs(p),
+                             None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns,
+                             data_segments(p) if stat.S_ISREG(st.st_mode) else None)
+    assert got == want
+    assert got == cp
+    assert inode_groups(dst) == inode_groups(src) == inode_groups(ref)
+    assert os.lstat(dst).st_mtime_ns == os.lstat(src).st_mtime_ns

@@ -415,7 +415,8 @@ impl Engine {
             return self.make_node(job, id).map_err(dst_err).map(Step::Done);
         }
         if job.src.kind == Kind::Symlink {
-            localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map_err(src_err)?;
+            let refused = localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve).map_err(src_err)?;
+            refused.kinds().for_each(|k| self.stats.not_kept(k));
             return Ok(Step::Done(Outcome::Copied));
         }
         // Where no listing was taken the name may exist: only a temp name and a rename can
