@@ -448,3 +448,27 @@ def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
     assert got == cp
     assert inode_groups(dst) == inode_groups(src) == inode_groups(ref)
     assert os.lstat(dst).st_mtime_ns == os.lstat(src).st_mtime_ns
+
+
+def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry_bin):
+    # latencyfs, like an NFS server without xattr support, has none: its first answer tells,
+    # and a listing of 40 entries must not ask 40 times (a round trip each on NFS).
+    from support.latencyfs import LatencyFS
+    backing = tmp_path / "backing"
+    for i in range(40):
+        (backing / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (backing / f"d{i % 4}" / f"f{i}").write_bytes(b"x")
+    fs = LatencyFS(backing, tmp_path / "mnt").mount()
+    try:
+        trace = tmp_path / "trace"
+        subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr,listxattr,flistxattr",
+                        ferry_bin, "ls", "-r", fs.mountpoint], check=True, capture_output=True)
+        calls = [l for l in trace.read_text().splitlines() if "listxattr(" in l and "resumed" not in l]
+        # Listing threads that asked before the first answer came back may ask too.
+        assert 1 <= len(calls) <= 8, calls
+    finally:
+        fs.unmount()
+    # On a filesystem that has them, each entry is asked.
+    subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr", ferry_bin, "ls", "-r", backing],
+                   check=True, capture_output=True)
+    assert len([l for l in trace.read_text().splitlines() if "llistxattr(" in l]) >= 44
