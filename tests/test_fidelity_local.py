@@ -262,6 +262,11 @@ def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
     # Made once: a second run finds them the same.
     r = run_ferry("copy", "-r", src, dst, "--json")
     assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == len(nodes), r.json["files"]
+    # A new mode is set in place, not a new node.
+    os.chmod(src / "fifo", 0o604)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 1 and r.json["files"]["copied"] == 0, r.json["files"]
+    assert node(dst / "fifo") == node(src / "fifo")
 
 
 def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, run_ferry):

@@ -572,3 +572,20 @@ impl Engine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Entry;
+
+    #[test]
+    fn a_link_group_is_copied_once_by_its_first_name() {
+        let job = |p: &str, link: Option<(u64, u64)>| Job { src: Entry { link, ..Entry::file(p.to_string(), 5) }, dst_path: format!("to/{p}").into_bytes() };
+        let files = vec![job("b", Some((1, 7))), job("solo", None), job("a", Some((1, 7))), job("c", Some((1, 7))), job("other", Some((2, 7)))];
+        let (copied, others) = link_groups(files);
+        let names: Vec<&[u8]> = copied.iter().map(|j| &j.src.path[..]).collect();
+        assert_eq!(names, [&b"solo"[..], b"a", b"other"], "the first by path, whatever the order given");
+        let linked: Vec<(&[u8], &[u8])> = others.iter().map(|o| (&o.job.src.path[..], &o.first[..])).collect();
+        assert_eq!(linked, [(&b"b"[..], &b"to/a"[..]), (b"c", b"to/a")], "linked to the first name's destination");
+    }
+}

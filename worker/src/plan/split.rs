@@ -425,6 +425,28 @@ mod tests {
     }
 
     #[test]
+    fn a_link_group_is_never_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        // Ten files, the middle four one hard-link group, pushed together.
+        let mut all = entries(&[100; 10]);
+        for e in &mut all[3..7] {
+            e.link = Some((1, 42));
+        }
+        let group = |parts: &[Vec<Vec<u8>>]| parts.iter().filter(|p| p.iter().any(|n| n.as_slice() >= &b"f003"[..] && n.as_slice() <= &b"f006"[..])).count();
+        for n in [2, 3, 5, 10] {
+            let (_, got) = split(dir.path(), "lpt", &all, n);
+            assert_eq!(group(&got), 1, "--parts {n}: {got:?}");
+        }
+        let out = dir.path().join("caps");
+        let mut s = Splitter::new(out.clone(), dir.path().to_path_buf(), "caps", Tool::Ferry, Method::Caps { max_files: Some(2), max_bytes: None }).unwrap();
+        for e in &all {
+            s.push(e).unwrap();
+        }
+        let parts = s.finish().unwrap();
+        assert_eq!(group(&read_parts(&out, &parts)), 1);
+    }
+
+    #[test]
     fn parts_are_balanced_and_keep_directories_together() {
         // 300 directories of 1–40 files of up to 64 KiB, in path order, and two big files.
         let mut all = Vec::new();
