@@ -269,6 +269,22 @@ def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
     assert node(dst / "fifo") == node(src / "fifo")
 
 
+@needs_root
+def test_a_device_renumbered_in_place_is_made_again(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    special_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    before = os.lstat(src / "dev" / "null")
+    os.unlink(src / "dev" / "null")
+    os.mknod(src / "dev" / "null", 0o666 | 0o020000, os.makedev(1, 5))
+    os.chmod(src / "dev" / "null", stat.S_IMODE(before.st_mode))
+    os.utime(src / "dev" / "null", ns=(before.st_atime_ns, before.st_mtime_ns))
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 1, r.json["files"]
+    assert os.lstat(dst / "dev" / "null").st_rdev == os.makedev(1, 5)
+    assert node(dst / "dev" / "null") == node(src / "dev" / "null")
+
+
 def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     special_tree(src)

@@ -399,6 +399,17 @@ impl Engine {
             }
             (v, _) => settled(v),
         };
+        // Listings carry no device number: to them a device node renumbered in place is the
+        // same node. Devices are few, so each side gets a look at it.
+        let verdict = match verdict {
+            Verdict::Same | Verdict::MetaOnly if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev) && self.opts.preserve.specials => {
+                use std::os::unix::fs::MetadataExt;
+                let src_rdev = src.lstat(&job.src.path).map_err(src_err)?.map(|m| m.rdev());
+                let dst_rdev = dst.lstat(&job.dst_path).map_err(dst_err)?.map(|m| m.rdev());
+                if src_rdev != dst_rdev { Verdict::Changed } else { verdict }
+            }
+            v => v,
+        };
         match verdict {
             Verdict::Same => return Ok(Step::Done(Outcome::Skipped)),
             Verdict::MetaOnly => {
