@@ -262,6 +262,27 @@ def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
     # Made once: a second run finds them the same.
     r = run_ferry("copy", "-r", src, dst, "--json")
     assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == len(nodes), r.json["files"]
+    # A new mode is set in place, not a new node.
+    os.chmod(src / "fifo", 0o604)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 1 and r.json["files"]["copied"] == 0, r.json["files"]
+    assert node(dst / "fifo") == node(src / "fifo")
+
+
+@needs_root
+def test_a_device_renumbered_in_place_is_made_again(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    special_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    before = os.lstat(src / "dev" / "null")
+    os.unlink(src / "dev" / "null")
+    os.mknod(src / "dev" / "null", 0o666 | 0o020000, os.makedev(1, 5))
+    os.chmod(src / "dev" / "null", stat.S_IMODE(before.st_mode))
+    os.utime(src / "dev" / "null", ns=(before.st_atime_ns, before.st_mtime_ns))
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 1, r.json["files"]
+    assert os.lstat(dst / "dev" / "null").st_rdev == os.makedev(1, 5)
+    assert node(dst / "dev" / "null") == node(src / "dev" / "null")
 
 
 def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, run_ferry):
@@ -286,12 +307,14 @@ def link_tree(src):
 
 
 def inode_groups(root) -> list[list[str]]:
-    """Names under root grouped by inode, files only."""
+    """Names of regular files under root grouped by inode."""
     by_ino: dict[int, list[str]] = {}
     for dirpath, _, files in os.walk(root):
         for f in files:
             p = os.path.join(dirpath, f)
-            by_ino.setdefault(os.lstat(p).st_ino, []).append(os.path.relpath(p, root))
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                by_ino.setdefault(st.st_ino, []).append(os.path.relpath(p, root))
     return sorted(sorted(g) for g in by_ino.values())
 
 
@@ -340,3 +363,133 @@ def test_without_links_each_name_is_a_copy(tmp_path, run_ferry):
     r = run_ferry("copy", "-r", src, dst, "--json", "--preserve", "all,no-links")
     assert all(len(g) == 1 for g in inode_groups(dst)), inode_groups(dst)
     assert r.json["bytes"]["copied"] == 3 * 2 * MiB + len(b"not linked")
+
+
+# --- link groups through the pipelines' plan --------------------------------------------------
+
+def link_groups_tree(src):
+    link_tree(src)
+    # More groups and plain files, so that parts are cut between names of one group unless
+    # the plan keeps them together.
+    for i in range(12):
+        (src / f"snap.{1 + i % 3}" / f"plain{i}").write_bytes(os.urandom(50_000 + i))
+    (src / "snap.1" / "pair").write_bytes(b"two names")
+    os.link(src / "snap.1" / "pair", src / "snap.3" / "pair")
+
+
+def copy_in_parts(run_ferry, src, dst, plan_dir) -> list:
+    parts = sorted((plan_dir / "copy").glob("part-*.tsv"))
+    for p in parts:
+        run_ferry("copy", src, dst, "--files-from", p)
+    return parts
+
+
+def listed(run_ferry, root, out):
+    out.write_bytes(run_ferry("ls", "-r", root).stdout_bytes)
+    return out
+
+
+@pytest.mark.parametrize("cut", [["--parts", "3"], ["--max-files", "2"], ["--max-bytes", "60000"]])
+def test_plan_keeps_a_link_group_in_one_part(tmp_path, run_ferry, cut):
+    src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
+    link_groups_tree(src)
+    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), "--out", plan, "--phase", "baseline", *cut)
+    parts = copy_in_parts(run_ferry, src, dst, plan)
+    assert len(parts) >= 3, parts
+    holding = {}
+    for i, p in enumerate(parts):
+        for line in p.read_text().splitlines():
+            if not line.startswith("#"):
+                holding.setdefault(line.split("\t")[0], set()).add(i)
+    group = ["snap.1/big", "snap.2/big", "snap.3/renamed"]
+    assert len(set().union(*(holding[n] for n in group))) == 1, {n: holding[n] for n in group}
+    assert inode_groups(dst) == inode_groups(src)
+
+
+def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
+    src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
+    link_groups_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    os.link(src / "snap.1" / "big", src / "snap.3" / "big")
+    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), listed(run_ferry, dst, tmp_path / "dst.tsv"),
+              "--out", plan, "--phase", "incremental", "--parts", "3")
+    doc = json.loads((plan / "plan.json").read_text())
+    # The new name is copied (as a link); its three old names are planned so the part can link it.
+    assert doc["to_copy"]["new"] == 1 and doc["to_copy"]["linked"] == 3, doc["to_copy"]
+    copy_in_parts(run_ferry, src, dst, plan)
+    assert inode_groups(dst) == inode_groups(src)
+
+
+@pytest.mark.timeout(300)
+def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin):
+    from test_pipeline import base_config, pipeline, report
+    src, dst, outdir = tmp_path / "src", tmp_path / "nfs" / "share", tmp_path / "results"
+    link_groups_tree(src)
+    cut = "partition={tool: ferry, mode: max-files, max_files: 3}"
+    pipeline(*base_config(ferry_bin, outdir, src, dst, "baseline"), cut)
+    assert len(report(outdir, "baseline")["partitions"]) >= 3
+    assert inode_groups(dst) == inode_groups(src)
+    os.link(src / "snap.1" / "big", src / "snap.2" / "again")
+    pipeline(*base_config(ferry_bin, outdir, src, dst, "incremental"), cut)
+    assert inode_groups(dst) == inode_groups(src)
+
+
+# --- everything at once, against cp -a --------------------------------------------------------
+
+def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
+    src.mkdir()
+    sparse_tree(src / "holes")
+    xattr_tree(src / "attrs")
+    special_tree(src / "nodes")
+    link_tree(src / "links")
+    os.symlink("attrs/f", src / "symlink")
+    if ROOT:
+        # The kernel lets a symlink hold trusted.* (not user.*).
+        os.setxattr(src / "symlink", "trusted.note", b"on the link itself", follow_symlinks=False)
+    subprocess.run(["cp", "-a", f"{src}/.", str(ref)], check=True)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["failed"] == 0 and r.json["not_kept"] == {}, r.json
+    assert [i["path"] for i in r.json["ignored"]] == ["nodes/sock"]
+    want, got, cp = {}, {}, {}
+    for snap, root in ((want, src), (got, dst), (cp, ref)):
+        for dirpath, dirs, files in os.walk(root):
+            for n in dirs + files:
+                p = os.path.join(dirpath, n)
+                rel = os.path.relpath(p, root)
+                if rel == "nodes/sock":
+                    continue
+                st = os.lstat(p)
+                data = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else os.readlink(p) if stat.S_ISLNK(st.st_mode) else None
+                snap[rel] = (stat.S_IFMT(st.st_mode), st.st_mode if not stat.S_ISLNK(st.st_mode) else None, st.st_uid,
+                             st.st_gid, st.st_rdev, st.st_size, data, attrs(p),
+                             None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns,
+                             data_segments(p) if stat.S_ISREG(st.st_mode) else None)
+    assert got == want
+    assert got == cp
+    assert inode_groups(dst) == inode_groups(src) == inode_groups(ref)
+    assert os.lstat(dst).st_mtime_ns == os.lstat(src).st_mtime_ns
+
+
+def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry_bin):
+    # latencyfs, like an NFS server without xattr support, has none: its first answer tells,
+    # and a listing of 40 entries must not ask 40 times (a round trip each on NFS).
+    from support.latencyfs import LatencyFS
+    backing = tmp_path / "backing"
+    for i in range(40):
+        (backing / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (backing / f"d{i % 4}" / f"f{i}").write_bytes(b"x")
+    fs = LatencyFS(backing, tmp_path / "mnt").mount()
+    try:
+        trace = tmp_path / "trace"
+        subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr,listxattr,flistxattr",
+                        ferry_bin, "ls", "-r", fs.mountpoint], check=True, capture_output=True)
+        calls = [l for l in trace.read_text().splitlines() if "listxattr(" in l and "resumed" not in l]
+        # Listing threads that asked before the first answer came back may ask too.
+        assert 1 <= len(calls) <= 8, calls
+    finally:
+        fs.unmount()
+    # On a filesystem that has them, each entry is asked.
+    subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr", ferry_bin, "ls", "-r", backing],
+                   check=True, capture_output=True)
+    assert len([l for l in trace.read_text().splitlines() if "llistxattr(" in l]) >= 44

@@ -295,15 +295,32 @@ pub fn discard(staged: Staged) {
     }
 }
 
-pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8]) -> io::Result<()> {
+/// A symlink, with its owner, mtime and the attributes the kernel lets one hold (`trusted.*`
+/// and `security.*`, as root; `src_xattrs` as for `stage_file`).
+pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
     let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     let target = src.readlink(src_rel)?;
     let (dir, name) = dst.parent(dst_rel, true)?;
     let tmp = temp_name(name, "partial");
     let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     beneath::symlink_at(&target, fd(&dir), &tmp)?;
-    let meta = Meta { mode: None, ..meta_of(&md) };
-    let result = apply_link_meta(&dir, &tmp, &meta).and_then(|_| beneath::rename_at(fd(&dir), &tmp, name));
+    let all = meta_of(&md);
+    let meta = Meta { mode: None, uid: all.uid.filter(|_| keep.owner), gid: all.gid.filter(|_| keep.owner), mtime: all.mtime.filter(|_| keep.times), md5: None };
+    let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+    let result = (|| {
+        let mut refused = Refused::default();
+        // Owner first: chown drops security.capability, which a symlink may hold.
+        apply_link_meta(&dir, &tmp, &Meta { mtime: None, ..meta.clone() })?;
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
+            if let Some(want) = src.read_xattrs(src_rel, wanted)?.filter(|w| !w.is_empty()) {
+                let link = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
+                refused = xattrs::apply(&On::Follow(&xattrs::proc_path(link.as_raw_fd())), &want, None, wanted)?;
+            }
+        }
+        apply_link_meta(&dir, &tmp, &Meta { mtime: meta.mtime, ..Meta::default() })?;
+        beneath::rename_at(fd(&dir), &tmp, name)?;
+        Ok(refused)
+    })();
     if result.is_err() {
         let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     }

@@ -218,6 +218,17 @@ impl Refused {
         }
     }
 
+    /// Every class `want` holds, refused: a destination without attributes.
+    pub fn all(want: &Attrs, wanted: Wanted) -> Refused {
+        let mut r = Refused::default();
+        for (name, _) in want {
+            if let Some(class) = wanted.keeps(name.as_bytes()) {
+                r.note(class);
+            }
+        }
+        r
+    }
+
     /// The kinds refused, for `Stats::not_kept`.
     pub fn kinds(self) -> impl Iterator<Item = &'static str> {
         [(self.xattrs, Class::Xattr), (self.acls, Class::Acl)].into_iter().filter(|(r, _)| *r).map(|(_, c)| c.not_kept())

@@ -91,6 +91,7 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
         phase: args.phase,
         compare: args.compare,
         attrs: args.preserve.preserve.attrs(),
+        links: args.preserve.preserve.links,
         skip_symlinks: args.skip_symlinks,
         tool: args.partitioner,
         method,

@@ -399,6 +399,17 @@ impl Engine {
             }
             (v, _) => settled(v),
         };
+        // Listings carry no device number: to them a device node renumbered in place is the
+        // same node. Devices are few, so each side gets a look at it.
+        let verdict = match verdict {
+            Verdict::Same | Verdict::MetaOnly if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev) && self.opts.preserve.specials => {
+                use std::os::unix::fs::MetadataExt;
+                let src_rdev = src.lstat(&job.src.path).map_err(src_err)?.map(|m| m.rdev());
+                let dst_rdev = dst.lstat(&job.dst_path).map_err(dst_err)?.map(|m| m.rdev());
+                if src_rdev != dst_rdev { Verdict::Changed } else { verdict }
+            }
+            v => v,
+        };
         match verdict {
             Verdict::Same => return Ok(Step::Done(Outcome::Skipped)),
             Verdict::MetaOnly => {
@@ -415,7 +426,8 @@ impl Engine {
             return self.make_node(job, id).map_err(dst_err).map(Step::Done);
         }
         if job.src.kind == Kind::Symlink {
-            localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path).map_err(src_err)?;
+            let refused = localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve).map_err(src_err)?;
+            refused.kinds().for_each(|k| self.stats.not_kept(k));
             return Ok(Step::Done(Outcome::Copied));
         }
         // Where no listing was taken the name may exist: only a temp name and a rename can
@@ -515,10 +527,15 @@ impl Engine {
     fn copy_xattrs(&self, src_rel: &[u8], dst_rel: &[u8]) -> std::io::Result<()> {
         let (src, dst) = self.stores();
         let wanted = Wanted::of(&self.opts.preserve);
-        if !wanted.any() {
+        if !wanted.any() || src.xattrs().none_here() {
             return Ok(());
         }
         let Some(want) = src.read_xattrs(src_rel, wanted)? else { return Ok(()) };
+        // Nothing to set, on a destination that holds nothing to remove: no call there (a
+        // round trip each on a network filesystem).
+        if want.is_empty() && dst.xattrs().none_here() {
+            return Ok(());
+        }
         dst.write_xattrs(dst_rel, &want, wanted)?.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
     }
@@ -564,5 +581,22 @@ impl Engine {
         if let Err(e) = r {
             self.stats.failed(dst.describe(), format!("directory: {e}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Entry;
+
+    #[test]
+    fn a_link_group_is_copied_once_by_its_first_name() {
+        let job = |p: &str, link: Option<(u64, u64)>| Job { src: Entry { link, ..Entry::file(p.to_string(), 5) }, dst_path: format!("to/{p}").into_bytes() };
+        let files = vec![job("b", Some((1, 7))), job("solo", None), job("a", Some((1, 7))), job("c", Some((1, 7))), job("other", Some((2, 7)))];
+        let (copied, others) = link_groups(files);
+        let names: Vec<&[u8]> = copied.iter().map(|j| &j.src.path[..]).collect();
+        assert_eq!(names, [&b"solo"[..], b"a", b"other"], "the first by path, whatever the order given");
+        let linked: Vec<(&[u8], &[u8])> = others.iter().map(|o| (&o.job.src.path[..], &o.first[..])).collect();
+        assert_eq!(linked, [(&b"b"[..], &b"to/a"[..]), (b"c", b"to/a")], "linked to the first name's destination");
     }
 }

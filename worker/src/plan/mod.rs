@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::manifest::{self, Entry, Kind};
 use crate::same::{classify, Attrs, Compare, Verdict};
-use crate::sorted::sort::Runs;
+use crate::sorted::sort::{Order, Runs, Sorter};
 use crate::sorted::{join, sort_entries, Pair, SortError};
 use split::{Method, Part, Splitter, Tool};
 
@@ -42,6 +42,8 @@ pub struct Options {
     pub compare: Compare,
     /// The attributes compared beyond the bytes (`--preserve`).
     pub attrs: Attrs,
+    /// Hard links are kept (`--preserve`): a link group's names go to one copy part together.
+    pub links: bool,
     pub skip_symlinks: bool,
     pub tool: Tool,
     pub method: Method,
@@ -91,6 +93,9 @@ pub struct ToCopy {
     pub type_changed: u64,
     /// Directories (and nodes) to make or whose metadata to set.
     pub dirs: u64,
+    /// Names planned, though the same at the destination, because another name of their
+    /// hard-link group is copied: the copy job links them to it. Not in `files`.
+    pub linked: u64,
 }
 
 /// What was asked, in the shape of the pipelines' `partition` config.
@@ -159,6 +164,39 @@ fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyho
     })
 }
 
+/// Pushes, one group after another, every name of each hard-link group (`all`, in link-group
+/// order) that has a name to copy (`copied`, the same order), so the splitter keeps the group in
+/// one part. One group is held at a time. Returns the names planned only to be linked.
+fn plan_link_groups(all: &Runs, copied: &Runs, copy: &mut Splitter) -> anyhow::Result<u64> {
+    let key = |e: &Entry| e.link.map(|(dev, ino)| (ino, dev));
+    let mut copied = copied.merge()?.peekable();
+    let (mut group, mut only_linked): (Vec<Entry>, u64) = (Vec::new(), 0);
+    let mut flush = |group: &mut Vec<Entry>| -> anyhow::Result<()> {
+        let Some(id) = group.first().map(key) else { return Ok(()) };
+        let mut to_copy = 0;
+        while let Some(c) = copied.next_if(|c| c.as_ref().map_or(true, |c| key(c) <= id)) {
+            to_copy += (key(&c?) == id) as u64;
+        }
+        if to_copy > 0 {
+            only_linked += group.len() as u64 - to_copy;
+            for e in group.iter() {
+                copy.push(e)?;
+            }
+        }
+        group.clear();
+        Ok(())
+    };
+    for e in all.merge()? {
+        let e = e?;
+        if group.first().is_some_and(|g| key(g) != key(&e)) {
+            flush(&mut group)?;
+        }
+        group.push(e);
+    }
+    flush(&mut group)?;
+    Ok(only_linked)
+}
+
 /// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and
 /// returns plan.json's document (the caller writes it last).
 pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDoc> {
@@ -191,6 +229,12 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let mut to_copy = ToCopy::default();
     let mut unchanged = 0u64;
     let mut extra = Totals::default();
+    // Hard-linked files are held back, sorted by link group, and planned after the join, a
+    // group's names together (see `plan_link_groups`): every name of a group one of whose
+    // names is copied, all in one part.
+    let budget = (opts.sort_memory / 2).max(1);
+    let mut linked = Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked");
+    let mut linked_copied = Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked-copied");
     let mut visit = |pair: Pair| -> anyhow::Result<()> {
         let (src, dst) = match pair {
             Pair::Source(s) => (s, None),
@@ -251,7 +295,12 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         if let Some(v) = verify.as_mut() {
             v.push(&src)?;
         }
-        if verdict != Verdict::Same {
+        if opts.links && src.link.is_some() {
+            linked.push(&src)?;
+            if verdict != Verdict::Same {
+                linked_copied.push(&src)?;
+            }
+        } else if verdict != Verdict::Same {
             copy.push(&src)?;
         }
         Ok(())
@@ -263,6 +312,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     }
     drop(source_runs);
     drop(dest_runs);
+    to_copy.linked = plan_link_groups(&linked.finish()?, &linked_copied.finish()?, &mut copy)?;
     delete.finish()?.into_inner().map_err(|e| e.into_error())?;
 
     let mut copy_parts = rows(copy.finish()?);

@@ -61,6 +61,8 @@ pub struct Splitter {
     method: Method,
     state: State,
     files: u64,
+    /// The hard-link group of the entry pushed last: a part never ends inside a group.
+    last_link: Option<(u64, u64)>,
 }
 
 enum State {
@@ -111,14 +113,19 @@ impl Splitter {
                 State::Fill { rule: FillRule::Auto { max_files, max_bytes, files: 0, bytes: 0 }, current: None, parts: Vec::new() }
             }
         };
-        Ok(Splitter { out, scratch, name, tool, method, state, files: 0 })
+        Ok(Splitter { out, scratch, name, tool, method, state, files: 0, last_link: None })
     }
 
+    /// The names of a hard-link group are pushed one after another, and stay in one part: the
+    /// copy job holding them links them to one copy. (A group counts once towards a part's
+    /// caps, which it may then exceed.)
     pub fn push(&mut self, e: &Entry) -> anyhow::Result<()> {
         self.files += 1;
+        let glued = e.link.is_some() && e.link == self.last_link;
+        self.last_link = e.link;
         match &mut self.state {
             State::Fill { rule, current, parts } => {
-                if rule.add(e.size()) {
+                if !glued && rule.add(e.size()) {
                     if let Some(w) = current.take() {
                         w.finish()?;
                     }
@@ -155,13 +162,23 @@ impl Splitter {
                     _ => unreachable!("LPT is only for --parts"),
                 };
                 let (runs, owner) = deal_runs(&mut spill, weight, n)?;
+                let n = n.min(runs.len());
                 distribute(&self.out, n, || {
                     let mut bins = runs.iter().zip(&owner).flat_map(|(&(len, _), &bin)| std::iter::repeat_n(bin, len as usize));
                     Ok(spill.read()?.map(move |e| e.map(|e| (e, bins.next().expect("a run for each entry")))))
                 })?
             }
             State::Fpart(mut spill) => {
-                let owner = run_fpart(&mut spill, &self.scratch, self.name, self.method, self.files)?;
+                let mut owner = run_fpart(&mut spill, &self.scratch, self.name, self.method, self.files)?;
+                // fpart knows sizes only: a link group's names go where its first name went.
+                let mut last = None;
+                for (i, e) in spill.read()?.enumerate() {
+                    let link = e?.link;
+                    if i > 0 && link.is_some() && link == last {
+                        owner[i] = owner[i - 1];
+                    }
+                    last = link;
+                }
                 let bins = owner.iter().map(|&b| b as usize + 1).max().unwrap_or(0);
                 distribute(&self.out, bins, || {
                     let mut owner = owner.iter();
@@ -212,11 +229,15 @@ fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, 
     let mut per_part = RUNS_PER_PART;
     loop {
         let most = weight.div_ceil(n as u64 * per_part).max(1);
-        let (mut runs, mut open, mut heaviest) = (Vec::new(), (0u64, 0u64), 0);
+        let (mut runs, mut open, mut heaviest, mut last) = (Vec::new(), (0u64, 0u64), 0, None);
         for e in spill.read()? {
-            let w = weight_of(&e?);
+            let e = e?;
+            let w = weight_of(&e);
             heaviest = heaviest.max(w);
-            if open.0 > 0 && open.1 + w > most {
+            // Never between two names of one hard-link group (pushed together).
+            let glued = e.link.is_some() && e.link == last;
+            last = e.link;
+            if open.0 > 0 && open.1 + w > most && !glued {
                 runs.push(std::mem::take(&mut open));
             }
             open = (open.0 + 1, open.1 + w);
@@ -224,6 +245,9 @@ fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, 
         if open.0 > 0 {
             runs.push(open);
         }
+        // Cut as fine as it goes and still fewer runs than parts (link groups are not cut):
+        // as many parts as runs.
+        let n = if most == 1 { n.min(runs.len()) } else { n };
         if runs.len() >= n {
             let mut order: Vec<usize> = (0..runs.len()).collect();
             order.sort_by(|&a, &b| runs[b].1.cmp(&runs[a].1).then(a.cmp(&b)));
@@ -398,6 +422,28 @@ mod tests {
         let parts = s.finish().unwrap();
         let got = read_parts(&out, &parts);
         (parts, got)
+    }
+
+    #[test]
+    fn a_link_group_is_never_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        // Ten files, the middle four one hard-link group, pushed together.
+        let mut all = entries(&[100; 10]);
+        for e in &mut all[3..7] {
+            e.link = Some((1, 42));
+        }
+        let group = |parts: &[Vec<Vec<u8>>]| parts.iter().filter(|p| p.iter().any(|n| n.as_slice() >= &b"f003"[..] && n.as_slice() <= &b"f006"[..])).count();
+        for n in [2, 3, 5, 10] {
+            let (_, got) = split(dir.path(), "lpt", &all, n);
+            assert_eq!(group(&got), 1, "--parts {n}: {got:?}");
+        }
+        let out = dir.path().join("caps");
+        let mut s = Splitter::new(out.clone(), dir.path().to_path_buf(), "caps", Tool::Ferry, Method::Caps { max_files: Some(2), max_bytes: None }).unwrap();
+        for e in &all {
+            s.push(e).unwrap();
+        }
+        let parts = s.finish().unwrap();
+        assert_eq!(group(&read_parts(&out, &parts)), 1);
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum Order {
     Path,
     /// Largest first, then by path: the order in which LPT places entries (`ferry partition --parts`).
     SizeDesc,
+    /// By hard-link group (inode, then device), then path: the names of a group together.
+    Link,
 }
 
 impl Order {
@@ -23,6 +25,7 @@ impl Order {
         match self {
             Order::Path => a.path.cmp(&b.path),
             Order::SizeDesc => b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)),
+            Order::Link => link_order(a).cmp(&link_order(b)).then_with(|| a.path.cmp(&b.path)),
         }
     }
 
@@ -38,9 +41,15 @@ impl Order {
                 u64::from_be_bytes(k)
             }
             Order::SizeDesc => u64::MAX - e.size(),
+            Order::Link => link_order(e).0,
         }
     }
 
+}
+
+/// (inode, device): the inode first, since it tells most groups apart.
+fn link_order(e: &Entry) -> (u64, u64) {
+    e.link.map(|(dev, ino)| (ino, dev)).unwrap_or((0, 0))
 }
 
 const READ_BUFFER: usize = 128 * 1024;

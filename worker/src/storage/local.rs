@@ -330,7 +330,7 @@ impl LocalStore {
         match xattrs::read(&on, wanted)? {
             Some(now) => xattrs::apply(&on, want, Some(&now), wanted),
             // Holds none at all: every one wanted is refused.
-            None => Ok(xattrs::Refused { xattrs: want.iter().any(|(n, _)| wanted.keeps(n.as_bytes()) == Some(xattrs::Class::Xattr)), acls: want.iter().any(|(n, _)| wanted.keeps(n.as_bytes()) == Some(xattrs::Class::Acl)) }),
+            None => Ok(xattrs::Refused::all(want, wanted)),
         }
     }
 
