@@ -421,16 +421,25 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
 
 
 @pytest.mark.timeout(300)
-def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin):
+@pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine):
+    from test_nextflow import nextflow, params_for
     from test_pipeline import base_config, pipeline, report
     src, dst, outdir = tmp_path / "src", tmp_path / "nfs" / "share", tmp_path / "results"
     link_groups_tree(src)
-    cut = "partition={tool: ferry, mode: max-files, max_files: 3}"
-    pipeline(*base_config(ferry_bin, outdir, src, dst, "baseline"), cut)
+
+    def run(phase: str) -> None:
+        if engine == "snakemake":
+            pipeline(*base_config(ferry_bin, outdir, src, dst, phase), "partition={tool: ferry, mode: max-files, max_files: 3}")
+        else:
+            nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dst, phase,
+                                                            partition={"mode": "max-files", "max_files": 3}))
+
+    run("baseline")
     assert len(report(outdir, "baseline")["partitions"]) >= 3
     assert inode_groups(dst) == inode_groups(src)
     os.link(src / "snap.1" / "big", src / "snap.2" / "again")
-    pipeline(*base_config(ferry_bin, outdir, src, dst, "incremental"), cut)
+    run("incremental")
     assert inode_groups(dst) == inode_groups(src)
 
 

@@ -242,3 +242,27 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     assert rep["totals"]["files"]["metadata_only"] >= 2 and rep["totals"]["files"]["replaced"] >= 1, rep["totals"]["files"]
     assert rep["totals"]["verify"]["differ"] == 0 and rep["totals"]["final_check"]["differ"] == 0
     same_tree(src, dest, dir_mtimes=False)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+def test_a_pipeline_into_its_own_source_is_refused(tmp_path, ferry_bin, engine):
+    """The destination inside the source: every copy job refuses with the worker's error, the
+    run ends incomplete, and the source is left as it was (no copy nested into itself)."""
+    from test_nextflow import nextflow, params_for
+    from test_pipeline import base_config, pipeline
+
+    src, outdir = tmp_path / "src", tmp_path / "results"
+    make_tree(src, {"a.txt": b"a", "sub/b.txt": b"b"})
+    dest = src / "backup"
+    before = comparable(src)
+    if engine == "snakemake":
+        proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), expect=None)
+    else:
+        proc = nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, "baseline"), expect=None)
+    assert proc.returncode != 0
+    partial = json.loads((outdir / "t" / "baseline" / "report-incomplete.json").read_text())
+    assert partial["status"] == "incomplete"
+    errors = [f.get("error", "") for f in partial["failures"]]
+    assert errors and all("overlap" in e for e in errors), partial["failures"]
+    assert comparable(src) == before

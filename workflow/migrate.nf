@@ -27,7 +27,7 @@ workflow MIGRATE {
     def ready = Channel.value(true)
     def made = Channel.empty()
     if (phase == 'baseline') {
-        MAKE_DEST(base, cfg.dest)
+        MAKE_DEST(base + [source: cfg.source], cfg.dest)
         ready = MAKE_DEST.out.ready
         made = MAKE_DEST.out.rec
     }

@@ -224,6 +224,10 @@ pub struct RmArgs {
 #[derive(Args, Debug)]
 pub struct MkArgs {
     pub location: String,
+    /// The source a copy into LOCATION will read: refused, before anything is made, where the
+    /// two overlap (the pipelines make their destination so)
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
     #[command(flatten)]
     pub common: Common,
 }

@@ -41,7 +41,7 @@ process MAKE_DEST {
     errorStrategy { Ferry.strategy(task, params.job_retries as int) }
 
     input:
-    val run
+    val run                                               // ferry, auth_env, source
     val location
 
     output:
@@ -53,7 +53,7 @@ process MAKE_DEST {
     ${run.auth_env ? "export ${run.auth_env}" : ''}
     mkdir -p rec/listing
     ferry-task --out rec/listing/dest-ready.txt --log rec/logs/make_dest.log --bench make_dest.tsv -- \\
-        ${Ferry.q(run.ferry)} mk ${Ferry.q(location)}
+        ${Ferry.q(run.ferry)} mk ${Ferry.q(location)} --source ${Ferry.q(run.source)}
     """
 
     stub:

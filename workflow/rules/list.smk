@@ -71,6 +71,7 @@ rule make_dest:
         env=AUTH_ENV,
         ferry=FERRY,
         location=DEST,
+        source=SOURCE,
     shell:
-        "{params.env} {params.ferry:q} mk {params.location:q} > {output:q}.tmp 2> {log:q}"
+        "{params.env} {params.ferry:q} mk {params.location:q} --source {params.source:q} > {output:q}.tmp 2> {log:q}"
         " && mv {output:q}.tmp {output:q}"
