@@ -240,54 +240,34 @@ pub fn format_tsv(e: &Entry, buf: &mut String) {
     buf.push_str(&escape_path(&e.path));
     buf.push('\t');
     buf.push(e.kind.code());
-    buf.push('\t');
-    match e.size {
-        Some(s) => {
-            let _ = write!(buf, "{s}");
-        }
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match e.mtime {
-        Some(m) => {
-            let _ = write!(buf, "{m}");
-        }
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match &e.md5 {
-        Some(m) => buf.push_str(&md5_hex(m)),
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match e.mode {
-        Some(m) => {
-            let _ = write!(buf, "{m:04o}");
-        }
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match e.owner {
-        Some((u, g)) => {
-            let _ = write!(buf, "{u}:{g}");
-        }
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match e.link {
-        Some((dev, ino)) => {
-            let _ = write!(buf, "{dev}:{ino}");
-        }
-        None => buf.push('-'),
-    }
-    buf.push('\t');
-    match e.xattrs {
-        Some(x) => {
-            let _ = write!(buf, "{x:016x}");
-        }
-        None => buf.push('-'),
-    }
+    field(buf, e.size, |b, s| write!(b, "{s}"));
+    field(buf, e.mtime, |b, m| write!(b, "{m}"));
+    field(buf, e.md5, |b, m| b.write_str(&md5_hex(&m)));
+    field(buf, e.mode, |b, m| write!(b, "{m:04o}"));
+    field(buf, e.owner, |b, (u, g)| write!(b, "{u}:{g}"));
+    field(buf, e.link, |b, (dev, ino)| write!(b, "{dev}:{ino}"));
+    field(buf, e.xattrs, |b, x| write!(b, "{x:016x}"));
     buf.push('\n');
+}
+
+/// One field after a TAB: the value, or `-` where it is unknown.
+fn field<T>(buf: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T) -> std::fmt::Result) {
+    buf.push('\t');
+    match value {
+        // Writing into a String cannot fail.
+        Some(v) => {
+            let _ = write(buf, v);
+        }
+        None => buf.push('-'),
+    }
+}
+
+/// A field that may be absent (a shorter line) or `-`; anything else must parse.
+fn optional<T>(field: Option<&str>, what: &str, parse: impl FnOnce(&str) -> Option<T>) -> Result<Option<T>, String> {
+    match field {
+        None | Some("-") => Ok(None),
+        Some(s) => parse(s).map(Some).ok_or_else(|| format!("bad {what}: {s:?}")),
+    }
 }
 
 fn parse_pair<T: std::str::FromStr>(s: &str) -> Option<(T, T)> {
@@ -352,31 +332,13 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let kind = Kind::parse(kind).ok_or_else(|| format!("bad type {kind:?}"))?;
     let size = fields.next().ok_or("missing size")?;
     let size = if size == "-" { None } else { Some(size.parse::<u64>().map_err(|_| format!("bad size {size:?}"))?) };
-    let mtime = match fields.next() {
-        None | Some("-") => None,
-        Some(m) => Some(Mtime::parse(m).ok_or_else(|| format!("bad mtime {m:?}"))?),
-    };
-    let md5 = match fields.next() {
-        None | Some("-") => None,
-        Some(m) => Some(parse_md5_hex(m).ok_or_else(|| format!("bad md5 {m:?}"))?),
-    };
+    let mtime = optional(fields.next(), "mtime", Mtime::parse)?;
+    let md5 = optional(fields.next(), "md5", parse_md5_hex)?;
     // v2's columns; a v1 line ends before them.
-    let mode = match fields.next() {
-        None | Some("-") => None,
-        Some(m) => Some(u32::from_str_radix(m, 8).ok().filter(|&m| m <= 0o7777).ok_or_else(|| format!("bad mode {m:?}"))?),
-    };
-    let owner = match fields.next() {
-        None | Some("-") => None,
-        Some(o) => Some(parse_pair::<u32>(o).ok_or_else(|| format!("bad owner {o:?} (uid:gid)"))?),
-    };
-    let link = match fields.next() {
-        None | Some("-") => None,
-        Some(l) => Some(parse_pair::<u64>(l).ok_or_else(|| format!("bad link {l:?} (device:inode)"))?),
-    };
-    let xattrs = match fields.next() {
-        None | Some("-") => None,
-        Some(x) => Some(u64::from_str_radix(x, 16).ok().filter(|_| x.len() == 16).ok_or_else(|| format!("bad xattrs digest {x:?}"))?),
-    };
+    let mode = optional(fields.next(), "mode", |m| u32::from_str_radix(m, 8).ok().filter(|&m| m <= 0o7777))?;
+    let owner = optional(fields.next(), "owner (uid:gid)", parse_pair::<u32>)?;
+    let link = optional(fields.next(), "link (device:inode)", parse_pair::<u64>)?;
+    let xattrs = optional(fields.next(), "xattrs digest", |x| u64::from_str_radix(x, 16).ok().filter(|_| x.len() == 16))?;
     if fields.next().is_some() {
         return Err("too many fields".into());
     }
