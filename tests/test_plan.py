@@ -100,7 +100,7 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
                     "changed": sum(v == "changed" for v in verdicts.values()),
                     "undecided": sum(v == "undecided" for v in verdicts.values()),
                     # The directory's mtime differs, which is no reason to touch it.
-                    "metadata_only": 0, "type_changed": 1, "dirs": 0},
+                    "metadata_only": 0, "type_changed": 1, "dirs": 0, "linked": 0},
         "unchanged": len(SOURCE_FILES) - len(to_copy),
         "extra_on_dest": {"files": 3, "bytes": 13},
         "partitioning": {"tool": "ferry", "mode": "max-files", "parts": None, "max_files": 3, "max_bytes": None},
