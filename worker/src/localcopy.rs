@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::storage::beneath::{self, fd};
-use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
-use crate::manifest::Mtime;
+use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
+use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
 use crate::xattrs::{self, On, Refused, Wanted};
 use crate::storage::Meta;
@@ -231,7 +231,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         }
         // After chown (which drops security.capability) and before chmod: an access ACL sets
         // the group bits from its mask, which a set-id bit then goes on top of.
-        let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+        let wanted = Wanted::as_user(keep, id.euid);
         if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
             if let Some(want) = xattrs::read(&On::Fd(input.as_raw_fd()), wanted)? {
                 refused = xattrs::apply(&On::Fd(out.as_raw_fd()), &want, None, wanted)?;
@@ -306,7 +306,7 @@ pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel:
     beneath::symlink_at(&target, fd(&dir), &tmp)?;
     let all = meta_of(&md);
     let meta = Meta { mode: None, uid: all.uid.filter(|_| keep.owner), gid: all.gid.filter(|_| keep.owner), mtime: all.mtime.filter(|_| keep.times), md5: None };
-    let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+    let wanted = Wanted::as_user(keep, id.euid);
     let result = (|| {
         let mut refused = Refused::default();
         // Owner first: chown drops security.capability, which a symlink may hold.
@@ -332,11 +332,9 @@ pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel:
 /// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
 /// `stage_file`.
 pub fn make_node(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
-    use std::os::unix::fs::FileTypeExt;
     // The device number is not in the listing: the node's own lstat gives it, and the rest.
     let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-    let ft = md.file_type();
-    if !(ft.is_fifo() || ft.is_char_device() || ft.is_block_device()) {
+    if !matches!(kind_of(md.file_type()), Some(Kind::Fifo | Kind::CharDev | Kind::BlockDev)) {
         return Err(io::Error::other("no longer a fifo or device node"));
     }
     let (dir, name) = dst.parent(dst_rel, true)?;
@@ -363,7 +361,7 @@ pub fn make_node(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[
                 return Err(io::Error::last_os_error());
             }
         }
-        let wanted = Wanted { xattrs: keep.xattrs, acls: keep.acls, privileged: id.euid == 0 };
+        let wanted = Wanted::as_user(keep, id.euid);
         if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
             if let Some(want) = src.read_xattrs(src_rel, wanted)? {
                 refused = xattrs::apply(&On::Follow(&on_node), &want, None, wanted)?;

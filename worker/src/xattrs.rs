@@ -46,8 +46,13 @@ impl Wanted {
 
     pub fn of(p: &Preserve) -> Wanted {
         // SAFETY: no arguments, no failure.
-        let privileged = unsafe { libc::geteuid() } == 0;
-        Wanted { xattrs: p.xattrs, acls: p.acls, privileged }
+        Wanted::as_user(p, unsafe { libc::geteuid() })
+    }
+
+    /// What `p` keeps, for a process of effective user `euid` (`trusted.*` and `security.*`
+    /// only as root).
+    pub fn as_user(p: &Preserve, euid: u32) -> Wanted {
+        Wanted { xattrs: p.xattrs, acls: p.acls, privileged: euid == 0 }
     }
 
     pub fn any(self) -> bool {

@@ -275,17 +275,15 @@ impl LocalStore {
         use std::os::fd::AsRawFd;
         let (dir, name) = self.parent(rel, false)?;
         let f = File::from(beneath::open_at(fd(&dir), name, libc::O_PATH, 0)?);
-        let now = entry_of(rel.to_vec(), &f.metadata()?).map(|e| e.kind);
-        if now != Some(kind) {
+        if kind_of(f.metadata()?.file_type()) != Some(kind) {
             return Err(std::io::Error::other(format!("is no longer a {} (changed meanwhile)", kind.name())));
         }
         if kind == Kind::Symlink {
             return apply_link_meta(&dir, name, &Meta { mode: None, ..meta.clone() });
         }
-        let c = |e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
         // An `O_PATH` handle takes neither fchmod nor futimens: its /proc name does, and
         // names this very inode, whatever happens to the path meanwhile.
-        let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).map_err(c)?;
+        let proc = crate::xattrs::proc_path(f.as_raw_fd());
         if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
             // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
             if unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) } != 0 {
@@ -599,7 +597,7 @@ fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EPERM)) {
         return Err(e);
     }
-    let proc = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let proc = crate::xattrs::proc_path(f.as_raw_fd());
     // SAFETY: valid descriptor and C strings.
     if unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -675,26 +673,23 @@ pub fn meta_of(md: &fs::Metadata) -> Meta {
     }
 }
 
-pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
-    let ft = md.file_type();
+/// The manifest's kind of a file type; None for a type Linux does not have.
+pub fn kind_of(ft: fs::FileType) -> Option<Kind> {
     use std::os::unix::fs::FileTypeExt;
-    let kind = if ft.is_file() {
-        Kind::File
-    } else if ft.is_symlink() {
-        Kind::Symlink
-    } else if ft.is_dir() {
-        Kind::Dir
-    } else if ft.is_fifo() {
-        Kind::Fifo
-    } else if ft.is_socket() {
-        Kind::Socket
-    } else if ft.is_char_device() {
-        Kind::CharDev
-    } else if ft.is_block_device() {
-        Kind::BlockDev
-    } else {
-        return None;
-    };
+    let kinds = [
+        (ft.is_file(), Kind::File),
+        (ft.is_symlink(), Kind::Symlink),
+        (ft.is_dir(), Kind::Dir),
+        (ft.is_fifo(), Kind::Fifo),
+        (ft.is_socket(), Kind::Socket),
+        (ft.is_char_device(), Kind::CharDev),
+        (ft.is_block_device(), Kind::BlockDev),
+    ];
+    kinds.into_iter().find_map(|(is, kind)| is.then_some(kind))
+}
+
+pub fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
+    let kind = kind_of(md.file_type())?;
     let size = if kind == Kind::File || kind == Kind::Symlink { md.len() } else { 0 };
     Some(Entry {
         path: rel,
