@@ -1,5 +1,6 @@
-# ferry migration pipeline: list -> plan/partition (checkpoint) -> transfer per partition ->
-# verify per partition -> (final) prune -> report.  See docs/pipeline.md.
+# ferry migration pipeline: list -> plan (checkpoint) -> copy per partition -> verify per
+# partition -> (final) prune -> final check -> report. See docs/pipeline.md; the steps' names in
+# every layer: docs/design/layout.md.
 #
 #   snakemake --profile profiles/local --config source=SRC dest=DST phase=baseline|incremental|final
 #
@@ -22,7 +23,7 @@ wildcard_constraints:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/list.smk"
 include: "workflow/rules/plan.smk"
-include: "workflow/rules/transfer.smk"
+include: "workflow/rules/copy.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/prune.smk"
 include: "workflow/rules/report.smk"
@@ -46,6 +47,4 @@ onsuccess:
 
 
 onerror:
-    ferry_report.write_incomplete(
-        RUN, RUN_NAME, PHASE, ferrylib.redact(SOURCE), ferrylib.redact(DEST)
-    )
+    ferry_report.write_incomplete(RUN, RUN_INFO["report_args"])

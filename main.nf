@@ -7,22 +7,20 @@
 include { MIGRATE   } from './workflow/migrate.nf'
 include { REPLICATE as MPI_REPLICATE } from './workflow/modules/replicate.nf'
 
-// The config is checked against workflow/schemas/config.schema.yaml and resolved by the same
-// code the Snakemake pipeline uses, on this machine, before any task is submitted.
-def resolved = FerryConfig.resolve(params, projectDir)
+// The config as workflow/scripts/ferry_config.py resolved it (nextflow.config), the code the
+// Snakemake pipeline uses, on this machine, before any task is submitted.
+def resolved = FerryConfig.resolved(params)
+resolved.warnings.each { log.warn "ferry: ${it}" }
 
 workflow {
-    if (resolved.derived.replicate_only)
+    if (resolved.run.replicate_only)
         error "ferry: no migration configured (config fields 'source' and 'dest' are empty); for the replication, run -entry REPLICATE"
-    MIGRATE(resolved.config, resolved.derived)
-    MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved.derived.run_dir) }
+    MIGRATE(resolved.run, resolved.steps)
+    MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved.run.dir) }
 }
 
 // One dataset onto every MPI rank (docs/replicate.md), separate from the migration phases:
 //   nextflow run main.nf -entry REPLICATE --replicate.source SRC --replicate.dest 'DIR/{rank}'
 workflow REPLICATE {
-    def cfg = resolved.config
-    MPI_REPLICATE([run_dir: resolved.derived.replicate_run_dir, ferry: resolved.derived.ferry,
-                   auth_env: resolved.derived.auth_env, launcher: cfg.replicate.launcher, ranks: cfg.replicate.ranks,
-                   source: cfg.replicate.source, dest: cfg.replicate.dest, args_sh: resolved.derived.replicate_args_sh])
+    MPI_REPLICATE([run_dir: resolved.run.replicate_dir, spec: resolved.steps.replicate])
 }

@@ -1,3 +1,4 @@
+import groovy.json.JsonOutput
 import java.nio.file.Files
 import java.nio.file.Path
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -39,6 +40,28 @@ class Ferry {
 
     static List<Path> failedRecords() {
         return new ArrayList<Path>(FAILED)
+    }
+
+    /**
+     * The command of a task that runs a ferry step: workflow/scripts/ferry_task.py (through
+     * bin/ferry-task) with the step's spec from the resolution, writing under `rec`, the task's
+     * share of the run directory. The same command as the Snakemake rule's; with stub, on two
+     * small local trees (-stub-run).
+     */
+    static String task(Map opts, String step, Map run) {
+        def words = ['ferry-task', step, '--records', 'rec', '--spec', q(JsonOutput.toJson(run.spec))]
+        if (opts.part != null)
+            words += ['--part', q(opts.part)]
+        if (opts.out)
+            words += ['--out', q(opts.out)]
+        (opts.set ?: [:]).each { name, value -> words += ['--set', q("${name}=${value}")] }
+        if (opts.stub)
+            words << '--stub'
+        return words.join(' ')
+    }
+
+    static String task(String step, Map run) {
+        return task([:], step, run)
     }
 
     /** A word for bash: single-quoted, so spaces, quotes, tabs and newlines pass unchanged. */

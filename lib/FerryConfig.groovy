@@ -1,34 +1,20 @@
-import groovy.json.JsonOutput
 import groovy.json.JsonSlurper
 import java.nio.file.Files
 import java.nio.file.Path
 import nextflow.exception.AbortOperationException
 
 /**
- * The pipeline's configuration on the Nextflow side: checked and resolved by
- * workflow/scripts/ferry_config.py, the code the Snakemake pipeline runs, so both engines read
- * one config file through one schema and hand ferry the same arguments.
+ * The pipeline's configuration on the Nextflow side: resolved once by
+ * workflow/scripts/ferry_config.py while nextflow.config is read (the code the Snakemake pipeline
+ * runs), so both engines read one config file through one schema and run the same commands.
  */
 class FerryConfig {
 
-    /** {config: the resolved config, derived: run directory, ferry path, argument strings}. */
-    static Map resolve(Map params, Path projectDir) {
-        def script = projectDir.resolve('workflow/scripts/ferry_config.py').toString()
-        def cmd = ['python3', script, 'resolve', '-', '--basedir', projectDir.toString(), '--absolute']
-        def proc
-        try {
-            proc = cmd.execute()
-        }
-        catch (IOException err) {
-            throw new AbortOperationException("ferry: cannot run python3 to check the configuration (${err.message}); " +
-                'it needs python3 with PyYAML and jsonschema (scripts/setup.sh installs them in .venv)')
-        }
-        proc.outputStream.withWriter('UTF-8') { it << JsonOutput.toJson(params) }
-        def out = new StringBuilder(), err = new StringBuilder()
-        proc.waitForProcessOutput(out, err)
-        if (proc.exitValue() != 0)
-            throw new AbortOperationException(err.toString().trim() ?: "ferry: ${script} failed (exit ${proc.exitValue()})")
-        return new JsonSlurper().parseText(out.toString()) as Map
+    /** The resolution: {config, run, steps, warnings}; a rejected config stops the run here. */
+    static Map resolved(Map params) {
+        if (params.ferry_error)
+            throw new AbortOperationException(params.ferry_error as String)
+        return params.ferry_resolved as Map
     }
 
     /**

@@ -4,62 +4,41 @@
 
 process LIST {
     tag "${side}"
-    label 'ferry_list'
-    errorStrategy { Ferry.strategy(task, params.job_retries as int) }
+    label 'ferry'
+    errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
+    // The listing lies outside `rec` (every step's records, which the report gathers): it may be large.
     publishDir "${run.run_dir}", mode: 'copy', pattern: 'listing/*.tsv'
 
     input:
-    val run                          // run_dir, ferry, auth_env, list_args_sh
-    tuple val(side), val(location)   // 'source' or 'dest', and where; a string, never staged
+    tuple val(side), val(run)        // 'source' or 'dest', and the run key and step spec
 
     output:
     tuple val(side), path("listing/${side}.tsv"), emit: listing
     path 'rec', emit: rec
 
     script:
-    def step = "list_${side}"
-    """
-    ${run.auth_env ? "export ${run.auth_env}" : ''}
-    ferry-task --out listing/${side}.tsv --log rec/logs/${step}.log --bench rec/benchmarks/${step}.tsv -- \\
-        ${Ferry.q(run.ferry)} ls ${Ferry.q(location)} --recursive --format tsv ${run.list_args_sh}
-    """
+    Ferry.task("list_${side}", run, out: "listing/${side}.tsv")
 
     stub:
-    def step = "list_${side}"
-    """
-    mkdir -p listing rec/logs rec/benchmarks
-    printf '#ferry-manifest v1\\n' > listing/${side}.tsv
-    : > rec/logs/${step}.log
-    printf 's\\tcpu_time\\tmax_rss\\n0\\t0\\t0\\n' > rec/benchmarks/${step}.tsv
-    """
+    Ferry.task("list_${side}", run, out: "listing/${side}.tsv", stub: true)
 }
 
 // `ferry copy` refuses to create a missing container (a typo would otherwise create a new one
 // silently); the baseline is where a migration legitimately starts from nothing.
 process MAKE_DEST {
-    label 'ferry_list'
-    errorStrategy { Ferry.strategy(task, params.job_retries as int) }
+    label 'ferry'
+    errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 
     input:
-    val run                                               // ferry, auth_env, source
-    val location
+    val run
 
     output:
-    val location, emit: ready
+    val true, emit: ready
     path 'rec', emit: rec
 
     script:
-    """
-    ${run.auth_env ? "export ${run.auth_env}" : ''}
-    mkdir -p rec/listing
-    ferry-task --out rec/listing/dest-ready.txt --log rec/logs/make_dest.log --bench make_dest.tsv -- \\
-        ${Ferry.q(run.ferry)} mk ${Ferry.q(location)} --source ${Ferry.q(run.source)}
-    """
+    Ferry.task('make_dest', run)
 
     stub:
-    """
-    mkdir -p rec/listing rec/logs
-    : > rec/listing/dest-ready.txt
-    : > rec/logs/make_dest.log
-    """
+    Ferry.task('make_dest', run, stub: true)
 }

@@ -3,11 +3,11 @@
 // report.{json,md} when the phase is complete, report-incomplete.{json,md} otherwise.
 
 process REPORT {
-    label 'ferry_report'
+    label 'ferry'
     publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : name }
 
     input:
-    val run                                   // run_dir, run_name, phase, redacted locations, checksum, final_check
+    val run                                   // run_dir, report_args
     path records, stageAs: 'rec*'             // every step's rec directory
 
     output:
@@ -17,19 +17,18 @@ process REPORT {
     path 'run/{copy,verify,prune,failed,logs,benchmarks}/**', emit: records, optional: true
 
     script:
-    def flags = (run.checksum ? ' --checksum' : '') + (run.final_check ? ' --final-check' : '')
     """
     mkdir run
     for rec in rec*; do cp -RLp "\$rec/." run/; done
     python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run \\
-        --run-name ${Ferry.q(run.run_name)} --phase ${run.phase} \\
-        --source ${Ferry.q(run.source_redacted)} --dest ${Ferry.q(run.dest_redacted)}${flags} --by-status
+        ${run.report_args.collect { Ferry.q(it) }.join(' ')} --by-status
     """
 
     stub:
     """
     mkdir run
-    echo '{"status": "complete"}' > run/report.json
-    echo '# stub report' > run/report.md
+    for rec in rec*; do cp -RLp "\$rec/." run/; done
+    python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run \\
+        ${run.report_args.collect { Ferry.q(it) }.join(' ')} --by-status
     """
 }

@@ -4,74 +4,55 @@
 
 rule list_source:
     output:
-        f"{RUN}/listing/source.tsv",
+        listing=records("list_source").out,
+        bench=records("list_source").bench,
     log:
-        f"{RUN}/logs/list_source.log",
-    benchmark:
-        f"{RUN}/benchmarks/list_source.tsv"
-    retries: config["job_retries"]
+        records("list_source").log,
+    retries: retries("list_source")
     group:
         PREPARE_GROUP
     conda:
         "../envs/ferry.yaml"
-    threads: res("list", "threads")
+    threads: threads("list_source")
     resources:
-        **requests("list"),
-    params:
-        env=AUTH_ENV,
-        ferry=FERRY,
-        location=SOURCE,
-        args=LIST_ARGS,
+        **requests("list_source"),
     shell:
-        "{params.env} {params.ferry:q} ls {params.location:q} --recursive --format tsv {params.args}"
-        " > {output:q}.tmp 2> {log:q} && mv {output:q}.tmp {output:q}"
+        task("list_source")
 
 
 rule list_dest:
     output:
-        f"{RUN}/listing/dest.tsv",
+        listing=records("list_dest").out,
+        bench=records("list_dest").bench,
     log:
-        f"{RUN}/logs/list_dest.log",
-    benchmark:
-        f"{RUN}/benchmarks/list_dest.tsv"
-    retries: config["job_retries"]
+        records("list_dest").log,
+    retries: retries("list_dest")
     group:
         PREPARE_GROUP
     conda:
         "../envs/ferry.yaml"
-    threads: res("list", "threads")
+    threads: threads("list_dest")
     resources:
-        **requests("list"),
-    params:
-        env=AUTH_ENV,
-        ferry=FERRY,
-        location=DEST,
-        args=LIST_ARGS,
+        **requests("list_dest"),
     shell:
-        "{params.env} {params.ferry:q} ls {params.location:q} --recursive --format tsv {params.args}"
-        " > {output:q}.tmp 2> {log:q} && mv {output:q}.tmp {output:q}"
+        task("list_dest")
 
 
 rule make_dest:
     # ferry copy refuses to create a missing container (a typo would otherwise create a new
     # one silently); the baseline is where a migration legitimately starts from nothing.
     output:
-        f"{RUN}/listing/dest-ready.txt",
+        ready=records("make_dest").out,
+        bench=records("make_dest").bench,
     log:
-        f"{RUN}/logs/make_dest.log",
-    retries: config["job_retries"]
+        records("make_dest").log,
+    retries: retries("make_dest")
     group:
         PREPARE_GROUP
     conda:
         "../envs/ferry.yaml"
-    threads: res("list", "threads")
+    threads: threads("make_dest")
     resources:
-        **requests("default"),
-    params:
-        env=AUTH_ENV,
-        ferry=FERRY,
-        location=DEST,
-        source=SOURCE,
+        **requests("make_dest"),
     shell:
-        "{params.env} {params.ferry:q} mk {params.location:q} --source {params.source:q} > {output:q}.tmp 2> {log:q}"
-        " && mv {output:q}.tmp {output:q}"
+        task("make_dest")

@@ -1,4 +1,4 @@
-# The checkpoint: only after it has run does Snakemake know how many transfer/verify jobs exist.
+# The checkpoint: only after it has run does Snakemake know how many copy/verify jobs exist.
 # `ferry plan` (docs/plan.md) compares the listings in bounded memory and writes the partitions,
 # delete.tsv and plan.json, replacing the plan directory only once it is complete.
 
@@ -6,31 +6,25 @@
 checkpoint plan:
     input:
         unpack(
-            lambda wc: {"source": f"{RUN}/listing/source.tsv"}
+            lambda wc: {"source": records("list_source").out}
             | (
-                {"dest_ready": f"{RUN}/listing/dest-ready.txt"}
+                {"dest_ready": records("make_dest").out}
                 if PHASE == "baseline"
-                else {"dest": f"{RUN}/listing/dest.tsv"}
+                else {"dest": records("list_dest").out}
             )
         ),
     output:
-        plan=directory(f"{RUN}/plan"),
+        plan=directory(f"{RUN}/{ferry_task.PLAN_DIR}"),
+        bench=records("plan").bench,
     log:
-        f"{RUN}/logs/plan.log",
-    benchmark:
-        f"{RUN}/benchmarks/plan.tsv"
+        records("plan").log,
+    retries: retries("plan")
     group:
         PREPARE_GROUP
     conda:
         "../envs/ferry.yaml"
-    threads: res("plan", "threads")
+    threads: threads("plan")
     resources:
         **requests("plan", runtime=False),
-    params:
-        ferry=FERRY,
-        dest_listing=lambda wc, input: (
-            shlex.quote(input.dest) if PHASE != "baseline" else ""
-        ),
-        args=PLAN_ARGS,
     shell:
-        "{params.ferry:q} plan {input.source:q} {params.dest_listing} --out {output.plan:q} {params.args} 2> {log:q}"
+        task("plan")

@@ -6,9 +6,8 @@
 # launcher inside the allocation: snakemake-executor-plugin-slurm treats a job with an `mpi`
 # resource as an MPI job and leaves the launch to the rule's command.
 
-REPLICATE = config["replicate"]
-REPLICATE_RUN = ferry_config.replicate_run_dir(config)
-REPLICATE_ARGS = shlex.join(ferry_config.replicate_args(config))
+REPLICATE = RESOLVED["config"]["replicate"]
+REPLICATE_RUN = RUN_INFO["replicate_dir"]
 
 
 # Under --software-deployment-method conda the rule's environment brings Python, mpi4py and Open
@@ -21,35 +20,20 @@ REPLICATE_PYTHON = (
 )
 
 
-# Slurm rejects a node count below one: only ask for nodes when one is configured.
-_REPLICATE_NODES = {"nodes": REPLICATE["nodes"]} if REPLICATE["nodes"] else {}
-
-
 rule replicate:
     output:
         report=f"{REPLICATE_RUN}/report.json",
+        bench=records_in(REPLICATE_RUN, "replicate").bench,
     log:
-        f"{REPLICATE_RUN}/replicate.log",
-    benchmark:
-        f"{REPLICATE_RUN}/benchmark.tsv"
+        records_in(REPLICATE_RUN, "replicate").log,
+    retries: retries("replicate")
     conda:
         "../envs/replicate.yaml"
     resources:
-        **_REPLICATE_NODES,
+        **requests("replicate"),
+        # Slurm rejects a node count below one: only ask for nodes when one is configured.
+        **({"nodes": REPLICATE["nodes"]} if REPLICATE["nodes"] else {}),
         mpi=REPLICATE["launcher"],
         tasks=REPLICATE["ranks"],
-        mem_mb=REPLICATE["mem_mb"],
-        runtime=REPLICATE["runtime"],
-    params:
-        env=AUTH_ENV,
-        python=REPLICATE_PYTHON,
-        script=os.path.join(workflow.basedir, "workflow", "scripts", "replicate.py"),
-        ferry=FERRY,
-        source=lambda wc: REPLICATE["source"],
-        # A function: "{rank}" is for replicate.py, not a Snakemake wildcard.
-        dest=lambda wc: REPLICATE["dest"],
-        args=REPLICATE_ARGS,
     shell:
-        "{params.env} {resources.mpi} -n {resources.tasks} {params.python:q} -m mpi4py {params.script:q}"
-        " {params.source:q} {params.dest:q} --ferry {params.ferry:q} {params.args}"
-        " --json {output.report:q} 2> {log:q}"
+        task("replicate", REPLICATE_RUN) + f" --set python={literal(REPLICATE_PYTHON)}"

@@ -1,6 +1,6 @@
 # The run report: built by workflow/scripts/ferry_report.py (the same command the Nextflow
-# pipeline runs) from the worker's own --json outputs and Snakemake's benchmark files, so its
-# numbers are the ones the jobs measured, not estimates.
+# pipeline runs) from the worker's own --json outputs and the steps' timing files, so its numbers
+# are the ones the jobs measured, not estimates.
 
 
 rule report:
@@ -13,22 +13,11 @@ rule report:
         f"{RUN}/logs/report.log",
     conda:
         "../envs/ferry.yaml"
-    threads: res("report", "threads")
+    threads: threads("report")
     resources:
         **requests("report"),
     params:
-        python=sys.executable,
-        script=os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py"),
-        run_dir=lambda wc, output: os.path.dirname(output.json),
-        run_name=RUN_NAME,
-        phase=PHASE,
-        source=ferrylib.redact(SOURCE),
-        dest=ferrylib.redact(DEST),
-        flags=" ".join(
-            (["--checksum"] if FINAL and config["checksum"] else [])
-            + (["--final-check"] if FINAL_CHECK else [])
-        ),
+        args=shlex.join(RUN_INFO["report_args"]),
     shell:
-        "{params.python:q} {params.script:q} build {params.run_dir:q} --run-name {params.run_name:q}"
-        " --phase {params.phase:q} --source {params.source:q} --dest {params.dest:q} {params.flags}"
-        " --json {output.json:q} --md {output.md:q} 2> {log:q}"
+        f"{literal(sys.executable)} {literal(REPORT)} build {literal(RUN)}"
+        " {params.args} --json {output.json:q} --md {output.md:q} 2> {log:q}"

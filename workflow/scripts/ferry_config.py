@@ -1,12 +1,17 @@
-"""The pipeline's configuration, for both engines: defaults, schema check, and the ferry
-arguments every step is run with.
+"""The pipeline's one contract: a config resolved and checked once, and everything both engines
+run with, derived from it in one place.
 
-Snakemake imports it (workflow/rules/common.smk); Nextflow runs it as a command before any task
-(`ferry_config.py resolve`), so both engines read one config file, check it against one schema,
-and hand the worker the same arguments.
+    resolve(params) -> {"config": ..., "run": ..., "steps": {step: spec}, "warnings": [...]}
 
-    ferry_config.py resolve [PARAMS_JSON|-] [--basedir DIR]   # resolved config + derived values, as JSON
-    ferry_config.py nextflow-schema                            # nextflow_schema.json, made from the YAML schema
+Snakemake calls resolve() once (workflow/rules/common.smk); Nextflow runs `ferry_config.py
+resolve` once, while its configuration is read (nextflow.config), and everything after reads only
+the result. A step's spec is all the step needs and nothing more (so Nextflow's -resume keeps a
+step whose own settings did not change): the worker's command line with the task's inputs left as
+`{placeholders}` (workflow/scripts/ferry_task.py fills them and runs it), the environment, what to
+ask the scheduler for, and how often to retry. docs/design/layout.md names the steps.
+
+    ferry_config.py resolve [PARAMS_JSON|-] [--basedir DIR] [--absolute]   # the resolution, as JSON
+    ferry_config.py nextflow-schema                                          # nextflow_schema.json
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import sys
 
@@ -25,6 +29,19 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 SCHEMA = os.path.join(REPO, "workflow", "schemas", "config.schema.yaml")
 DEFAULTS = os.path.join(REPO, "config", "config.yaml")
 
+# Config keys renamed so that each block carries the name of the step it configures
+# (docs/design/layout.md); a config written for the old names still runs, with a warning.
+RENAMED = [
+    (("worker", "auth"), ("auth",)),
+    (("worker", "include"), ("list", "include")),
+    (("worker", "exclude"), ("list", "exclude")),
+    (("worker",), ("copy",)),
+    (("partition",), ("plan",)),
+    (("delete",), ("prune",)),
+    (("resources", "transfer"), ("resources", "copy")),
+    (("replicate", "mem_mb"), ("resources", "replicate", "mem_mb")),
+    (("replicate", "runtime"), ("resources", "replicate", "runtime")),
+]
 
 def load_yaml(path: str) -> dict:
     import yaml  # only here: `resolve` runs in Nextflow's config parsing, wherever python3 is
@@ -80,28 +97,47 @@ def validate(cfg: dict, schema: dict | None = None) -> None:
         check_config(cfg)
 
 
-def resolve(params: dict, schema: dict | None = None) -> dict:
-    """Defaults from config/config.yaml, overridden by params (nested maps merged), coerced and
-    checked. Returns the config both engines run with."""
-    schema = schema or load_yaml(SCHEMA)
-    cfg = deep_merge(load_yaml(DEFAULTS), params)
-    coerce_cli_strings(cfg, schema)
-    _numbers_to_strings(cfg, schema)
-    validate(cfg, schema)
-    return cfg
-
-
-def absolute_locations(cfg: dict) -> None:
-    """Local source and destination paths made absolute, in place: Nextflow runs each task in its
-    own work directory, where a path relative to the launch directory means nothing. (Snakemake
-    runs jobs from the directory it was started in, so it keeps them as given.)"""
-    for table, keys in ((cfg, ("source", "dest")), (cfg["replicate"], ("source", "dest"))):
-        for key in keys:
-            if table[key] and not is_blob(table[key]):
-                table[key] = os.path.abspath(table[key])
+def rename_old_keys(params: dict) -> list[str]:
+    """Moves keys of the old names to the new ones, in place; one warning per key moved. Both
+    engines merge config/config.yaml in before this, so the new name always holds at least the
+    default: the old name's value, which the user wrote, wins."""
+    warnings = []
+    for old, new in RENAMED:
+        parent = params
+        for key in old[:-1]:
+            parent = parent.get(key) if isinstance(parent.get(key), dict) else None
+            if parent is None:
+                break
+        if parent is None or old[-1] not in parent:
+            continue
+        value = parent.pop(old[-1])
+        target = params
+        for key in new[:-1]:
+            target = target.setdefault(key, {})
+        if isinstance(value, dict) and isinstance(target.get(new[-1]), dict):
+            target[new[-1]] = deep_merge(target[new[-1]], value)
+        else:
+            target[new[-1]] = value
+        warnings.append(f"config field '{_field(old)}' is now '{_field(new)}'; the old name will stop working in a later release")
+    return warnings
 
 
 # --- what each step runs -----------------------------------------------------------------------
+
+# The steps of a phase and of the replication, in the order they run; one name each in every
+# layer (docs/design/layout.md). `resources` names the resources.<key> a step asks for.
+STEPS = {
+    "list_source": "list",
+    "list_dest": "list",
+    "make_dest": "list",
+    "plan": "plan",
+    "copy": "copy",
+    "verify": "verify",
+    "prune": "prune",
+    "final_check": "verify",
+    "report": "report",
+    "replicate": "replicate",
+}
 
 
 def run_name(cfg: dict) -> str:
@@ -114,40 +150,53 @@ def run_dir(cfg: dict) -> str:
     return os.path.join(cfg["outdir"], run_name(cfg), phase)
 
 
-def ferry_bin(cfg: dict, basedir: str) -> str:
-    path = cfg["ferry_bin"]
-    return path if os.path.isabs(path) else os.path.join(basedir, path)
+def replicate_only(cfg: dict) -> bool:
+    """Only the MPI replication is configured (`snakemake replicate`, Nextflow -entry REPLICATE):
+    it needs no migration source and destination."""
+    return not (cfg["source"] or cfg["dest"]) and bool(cfg["replicate"]["source"])
 
 
-def copy_compare(cfg: dict) -> str:
-    """Baseline copies everything by definition; later phases let ferry re-check what the plan
-    could not decide with the configured method."""
-    return "none" if cfg["phase"] == "baseline" else cfg["compare"]
+def replicate_run_dir(cfg: dict) -> str:
+    r = cfg["replicate"]
+    return os.path.join(cfg["outdir"], "replicate", run_name_for(r["source"], r["dest"]))
+
+
+def final_check(cfg: dict) -> bool:
+    """The whole-tree check after prune cannot honour include/exclude (ferry verify has no
+    filters) and would only re-find what a dry-run prune left, so it runs when neither applies."""
+    return (
+        cfg["phase"] == "final"
+        and cfg["final_check"]
+        and not cfg["prune"]["dry_run"]
+        and not (cfg["list"]["include"] or cfg["list"]["exclude"])
+    )
 
 
 def list_args(cfg: dict) -> list[str]:
     args = []
-    for glob_ in cfg["worker"]["include"]:
+    for glob_ in cfg["list"]["include"]:
         args += ["--include", glob_]
-    for glob_ in cfg["worker"]["exclude"]:
+    for glob_ in cfg["list"]["exclude"]:
         args += ["--exclude", glob_]
     return args
 
 
 def copy_args(cfg: dict) -> list[str]:
-    w = cfg["worker"]
+    c = cfg["copy"]
+    # Baseline copies everything by definition; later phases let ferry re-check what the plan
+    # could not decide with the configured method.
     args = [
-        "--compare", copy_compare(cfg),
-        "--block-size", str(parse_size(w["block_size"])),
-        "--max-retries", str(w["max_retries"]),
+        "--compare", "none" if cfg["phase"] == "baseline" else cfg["compare"],
+        "--block-size", str(parse_size(c["block_size"])),
+        "--max-retries", str(c["max_retries"]),
     ]
     # Unset, ferry adapts its depth to the store and to what it measures.
     for key in ("concurrency", "parallel_files"):
-        if w[key] is not None:
-            args += [f"--{key.replace('_', '-')}", str(w[key])]
-    if w["max_bandwidth"]:
-        args += ["--max-bandwidth", w["max_bandwidth"]]
-    if not w["put_md5"]:
+        if c[key] is not None:
+            args += [f"--{key.replace('_', '-')}", str(c[key])]
+    if c["max_bandwidth"]:
+        args += ["--max-bandwidth", c["max_bandwidth"]]
+    if not c["put_md5"]:
         args.append("--no-put-md5")
     return args
 
@@ -163,7 +212,7 @@ def verify_args(cfg: dict) -> list[str]:
 
 
 def prune_args(cfg: dict) -> list[str]:
-    d = cfg["delete"]
+    d = cfg["prune"]
     return [
         "--max-delete", str(d["max_delete"]),
         *(["--force"] if d["force"] else []),
@@ -171,8 +220,9 @@ def prune_args(cfg: dict) -> list[str]:
     ]
 
 
-def partition_args(cfg: dict) -> list[str]:
-    p = cfg["partition"]
+def cut_args(cfg: dict) -> list[str]:
+    """How `ferry plan` cuts its lists into partitions (docs/plan.md)."""
+    p = cfg["plan"]
     args = ["--partitioner", p["tool"]]
     if p["mode"] == "parts":
         return args + ["--parts", str(p["parts"])]
@@ -183,27 +233,6 @@ def partition_args(cfg: dict) -> list[str]:
     if p["mode"] in ("max-bytes", "max-files-bytes"):
         args += ["--max-bytes", str(parse_size(p["max_bytes"]))]
     return args
-
-
-def plan_args(cfg: dict) -> list[str]:
-    """`ferry plan` arguments after the listings and --out (docs/plan.md). Symlinks are planned
-    for every destination: Blob storage keeps them as blobs marked `is_symlink`."""
-    return [
-        "--phase", cfg["phase"],
-        "--compare", cfg["compare"],
-        *partition_args(cfg),
-    ]
-
-
-def replicate_only(cfg: dict) -> bool:
-    """Only the MPI replication is configured (`snakemake replicate`, Nextflow -entry REPLICATE):
-    it needs no migration source and destination."""
-    return not (cfg["source"] or cfg["dest"]) and bool(cfg["replicate"]["source"])
-
-
-def replicate_run_dir(cfg: dict) -> str:
-    r = cfg["replicate"]
-    return os.path.join(cfg["outdir"], "replicate", run_name_for(r["source"], r["dest"]))
 
 
 def replicate_args(cfg: dict) -> list[str]:
@@ -221,49 +250,112 @@ def replicate_args(cfg: dict) -> list[str]:
     return args
 
 
-def final_check(cfg: dict) -> bool:
-    """The whole-tree check after prune cannot honour include/exclude (ferry verify has no
-    filters) and would only re-find what a dry-run prune left, so it runs when neither applies."""
-    return (
-        cfg["phase"] == "final"
-        and cfg["final_check"]
-        and not cfg["delete"]["dry_run"]
-        and not (cfg["worker"]["include"] or cfg["worker"]["exclude"])
-    )
+def argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    """The command a step runs. Inputs that differ per task are `{placeholders}` standing alone
+    as one argument (ferry_task.py fills them): {source} and {dest} are the configured ends,
+    replaced by small local trees in a stub run."""
+    ends = ["{source}", "{dest}"]
+    if step in ("list_source", "list_dest"):
+        return [ferry, "ls", ends[step == "list_dest"], "--recursive", "--format", "tsv", *list_args(cfg)]
+    if step == "make_dest":
+        # ferry copy refuses to create a missing container (a typo would otherwise create a new
+        # one silently); the baseline is where a migration legitimately starts from nothing.
+        return [ferry, "mk", "{dest}", "--source", "{source}"]
+    if step == "plan":
+        dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
+        return [ferry, "plan", "{source_listing}", *dest_listing, "--out", "{plan_dir}",
+                "--phase", cfg["phase"], "--compare", cfg["compare"], "{cut}"]
+    if step == "copy":
+        return [ferry, "copy", *ends, "--files-from", "{manifest}", *copy_args(cfg), "--no-progress", "--json"]
+    if step == "verify":
+        return [ferry, "verify", *ends, "--files-from", "{manifest}", *verify_args(cfg), "--json"]
+    if step == "prune":
+        # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
+        # counted against the job's memory.
+        return [ferry, "prune", *ends, *prune_args(cfg), "--scratch", "{scratch}", "--log", "{deleted_log}", "--json"]
+    if step == "final_check":
+        return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
+    if step == "replicate":
+        r = cfg["replicate"]
+        return [*shlex.split(r["launcher"]), "-n", str(r["ranks"]), "{python}", "-m", "mpi4py", "{script}", *ends,
+                "--ferry", ferry, *replicate_args(cfg), "--json", "{report}"]
+    raise ValueError(f"no ferry command for step {step!r}")
 
 
-def auth_env(cfg: dict) -> str:
-    """The credential source is forced through the environment: every ferry command honours
-    FERRY_AUTH, while only `ferry copy` takes --auth."""
-    return f"FERRY_AUTH={shlex.quote(cfg['worker']['auth'])}" if cfg["worker"]["auth"] else ""
+def requests(cfg: dict, step: str) -> dict:
+    """What a step asks the scheduler for: resources.<its key>, gaps filled from resources.default."""
+    table = cfg["resources"]
+    own = table.get(STEPS[step], {})
+    keys = ("threads", "mem_mb", "runtime", "slurm_partition", "slurm_account")
+    out = {key: own.get(key, table["default"].get(key)) for key in keys}
+    out["slurm_partition"] = out["slurm_partition"] or ""
+    out["slurm_account"] = out["slurm_account"] or ""
+    return out
 
 
-def derived(cfg: dict, basedir: str = REPO) -> dict:
-    """Everything a step needs besides its inputs. Argument lists come pre-quoted for a shell
-    (`*_sh`), so names with spaces, quotes, tabs or newlines reach ferry intact."""
-    join = shlex.join
+def step_spec(cfg: dict, step: str, ferry: str) -> dict:
+    spec = {
+        "resources": requests(cfg, step),
+        "retries": cfg["job_retries"],
+        # Every ferry command honours FERRY_AUTH, while only `ferry copy` takes --auth.
+        "env": {"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {},
+    }
+    if step == "report":
+        return spec
+    spec["argv"] = argv(cfg, step, ferry)
+    ends = cfg["replicate"] if step == "replicate" else cfg
+    spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
+    if step == "plan":
+        spec["values"]["cut"] = cut_args(cfg)
+    return spec
+
+
+def report_args(cfg: dict) -> list[str]:
+    """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
+    final = cfg["phase"] == "final"
+    return [
+        "--run-name", run_name(cfg), "--phase", cfg["phase"],
+        "--source", redact(cfg["source"]), "--dest", redact(cfg["dest"]),
+        *(["--checksum"] if final and cfg["checksum"] else []),
+        *(["--final-check"] if final_check(cfg) else []),
+    ]
+
+
+def resolve(params: dict, basedir: str = REPO, absolute: bool = False, schema: dict | None = None) -> dict:
+    """Defaults from config/config.yaml, overridden by params (nested maps merged, old key names
+    moved to the new ones), coerced and checked; then every value a step runs with.
+
+    absolute: local source and destination paths made absolute, for tasks that run in a
+    directory of their own (Nextflow's work directories), where a relative path means nothing."""
+    schema = schema or load_yaml(SCHEMA)
+    params = json.loads(json.dumps(params))  # the caller's map stays as it was
+    warnings = rename_old_keys(params)
+    cfg = deep_merge(load_yaml(DEFAULTS), params)
+    coerce_cli_strings(cfg, schema)
+    _numbers_to_strings(cfg, schema)
+    validate(cfg, schema)
+    if absolute:
+        for table, keys in ((cfg, ("source", "dest")), (cfg["replicate"], ("source", "dest"))):
+            for key in keys:
+                if table[key] and not is_blob(table[key]):
+                    table[key] = os.path.abspath(table[key])
+    ferry = cfg["ferry_bin"] if os.path.isabs(cfg["ferry_bin"]) else os.path.join(basedir, cfg["ferry_bin"])
     only = replicate_only(cfg)
-    return {
-        "run_name": run_name(cfg),
-        "run_dir": run_dir(cfg),
+    run = {
+        "name": run_name(cfg),
+        "dir": run_dir(cfg),
+        "phase": cfg["phase"],
+        "final": cfg["phase"] == "final",
+        "final_check": final_check(cfg),
         "replicate_only": only,
         # Where the engine's own records (Nextflow's trace, timeline, report) go.
         "records_dir": replicate_run_dir(cfg) if only else run_dir(cfg),
-        "ferry": ferry_bin(cfg, basedir),
-        "source_redacted": redact(cfg["source"]),
-        "dest_redacted": redact(cfg["dest"]),
-        "final": cfg["phase"] == "final",
-        "final_check": final_check(cfg),
-        "checksum": cfg["phase"] == "final" and cfg["checksum"],
-        "auth_env": auth_env(cfg),
-        "list_args_sh": join(list_args(cfg)),
-        "copy_args_sh": join(copy_args(cfg)),
-        "verify_args_sh": join(verify_args(cfg)),
-        "prune_args_sh": join(prune_args(cfg)),
-        "plan_args_sh": join(plan_args(cfg)),
-        "replicate_run_dir": replicate_run_dir(cfg),
-        "replicate_args_sh": join(replicate_args(cfg)),
+        "replicate_dir": replicate_run_dir(cfg),
+        "ferry": ferry,
+        "report_args": report_args(cfg),
     }
+    steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
+    return {"config": cfg, "run": run, "steps": steps, "warnings": warnings}
 
 
 # --- nextflow_schema.json ------------------------------------------------------------------------
@@ -271,10 +363,9 @@ def derived(cfg: dict, basedir: str = REPO) -> dict:
 # Groups of the Nextflow parameter schema (nf-core layout); every top-level key is in one.
 NF_GROUPS = [
     ("migration", "What to migrate, and which phase", ["source", "dest", "phase", "run_name", "pass", "outdir"]),
-    ("planning", "Change detection, verification and partitioning",
-     ["compare", "checksum", "verify_download", "final_check", "partition"]),
-    ("worker", "The ferry worker", ["ferry_bin", "worker"]),
-    ("safety", "Deleting in the final phase", ["delete"]),
+    ("steps", "What each step does: listing, planning (change detection, partitions), copying, verifying",
+     ["ferry_bin", "auth", "list", "plan", "compare", "copy", "checksum", "verify_download", "final_check"]),
+    ("safety", "Deleting in the final phase", ["prune"]),
     ("resources", "Retries and what each step asks the executor for", ["job_retries", "resources"]),
     ("replicate", "MPI replication (-entry REPLICATE, docs/replicate.md)", ["replicate"]),
 ]
@@ -328,7 +419,7 @@ def nextflow_schema(schema: dict, defaults: dict) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry_config.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    res = sub.add_parser("resolve", help="check a config and print it resolved, with the derived values (JSON)")
+    res = sub.add_parser("resolve", help="check a config and print its resolution (JSON)")
     res.add_argument("params", nargs="?", default="-", help="JSON of the parameters to apply over the defaults (- for stdin)")
     res.add_argument("--basedir", default=REPO, help="what a relative ferry_bin is relative to")
     res.add_argument("--absolute", action="store_true",
@@ -342,13 +433,11 @@ def main(argv=None) -> int:
         return 0
     text = sys.stdin.read() if args.params == "-" else open(args.params, encoding="utf-8").read()
     try:
-        cfg = resolve(json.loads(text or "{}"))
-        if args.absolute:
-            absolute_locations(cfg)
+        resolved = resolve(json.loads(text or "{}"), args.basedir, args.absolute)
     except ConfigError as err:
         print(f"ferry: invalid configuration: {err}", file=sys.stderr)
         return 2
-    json.dump({"config": cfg, "derived": derived(cfg, args.basedir)}, sys.stdout, ensure_ascii=False)
+    json.dump(resolved, sys.stdout, ensure_ascii=False)
     sys.stdout.write("\n")
     return 0
 

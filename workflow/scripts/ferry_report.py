@@ -4,7 +4,8 @@ One command for both engines (docs/pipeline.md, "The report"):
 
     ferry_report.py build RUN_DIR --run-name N --phase P --source S --dest D [--checksum] [--final-check]
                           [--json FILE --md FILE | --by-status]
-    ferry_report.py verified RUN_DIR     # prune's guard: exit 0 only if every planned verify is clean
+
+(the options after RUN_DIR: ferry_config.py's run.report_args).
 
 Built by scanning the run directory rather than from a list of inputs, so the same code serves a
 finished run (everything present) and a failed one (whatever it left: then the report is
@@ -15,7 +16,8 @@ older plan) are ignored.
 Sources, the same whichever engine ran the steps: the worker's `--json` documents (counts,
 bytes, retries, the worker's own seconds), and one timing file per step under benchmarks/
 (a TSV with at least the columns s, cpu_time and max_rss: Snakemake's benchmark files, or what
-bin/ferry-task writes for Nextflow), whose modification time marks the step's end.
+ferry_task.py writes for both engines), whose modification time marks the step's end. Where each
+record lives is ferry_task.RECORDS.
 """
 
 
@@ -27,9 +29,10 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+from ferry_task import PLAN_DIR, RECORDS, records
 from ferrylib import load_json, write_json
 
-RULE_ORDER = ["list_source", "list_dest", "plan", "transfer", "verify", "prune", "final_check"]
+STEP_ORDER = list(RECORDS)
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
 INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
 
@@ -56,7 +59,7 @@ def read_benchmark(path: str) -> dict | None:
 
 
 def benchmarks(run_dir: str) -> dict[str, dict]:
-    """{'transfer/part-00000': {...}, 'list_source': {...}, ...}"""
+    """{'copy/part-00000': {...}, 'list_source': {...}, ...}"""
     found = {}
     root = os.path.join(run_dir, "benchmarks")
     for dirpath, _dirs, files in os.walk(root):
@@ -77,11 +80,10 @@ def nonempty(path: str) -> bool:
         return False
 
 
-def failed_job(run_dir, stage, rule, part):
+def failed_job(run_dir, stage, part):
     """A failure entry for a job that died without the worker's JSON: its log's last line says why."""
-    log = os.path.join(run_dir, "logs", rule, f"part-{part}.log")
     return {"stage": stage, "partition": part,
-            "error": last_log_line(log) or f"{rule} job failed without a report from the worker"}
+            "error": last_log_line(records(stage, part, run_dir).log) or f"{stage} job failed without a report from the worker"}
 
 
 def last_log_line(path: str) -> str:
@@ -97,24 +99,24 @@ def preparation_failures(run_dir: str) -> list[dict]:
     """Why there is no plan: the last words of whichever listing or planning step failed."""
     found = []
     for step in ("make_dest", "list_source", "list_dest", "plan"):
-        line = last_log_line(os.path.join(run_dir, "logs", f"{step}.log"))
+        line = last_log_line(records(step, root=run_dir).log)
         if line:
             found.append({"stage": step, "error": line})
     return found or [{"stage": "plan", "error": "no plan was made (listing or planning did not finish)"}]
 
 
 def stage_result(run_dir: str, stage: str, part: str) -> tuple[str, dict | None]:
-    """(status, worker JSON) of one partition's transfer ('copy') or verify."""
-    done = load_json(os.path.join(run_dir, stage, f"part-{part}.json"))
+    """(status, worker JSON) of one partition's copy or verify."""
+    rec = records(stage, part, run_dir)
+    done = load_json(rec.out)
     if done is not None:
         return "ok", done
-    failed = load_json(os.path.join(run_dir, "failed", f"{stage}-part-{part}.json"))
-    if failed is not None or os.path.exists(os.path.join(run_dir, "failed", f"{stage}-part-{part}.json")):
+    failed = load_json(rec.failed)
+    if failed is not None or os.path.exists(rec.failed):
         return "failed", failed
-    log_name = "transfer" if stage == "copy" else "verify"
     # Snakemake creates (empty) log files when it schedules a job, even one that then never
     # starts because its predecessor failed; only a worker that said something has run.
-    if nonempty(os.path.join(run_dir, "logs", log_name, f"part-{part}.log")):
+    if nonempty(rec.log):
         return "failed", None
     return "not run", None
 
@@ -126,7 +128,7 @@ def add_counts(total: dict, doc: dict, keys) -> None:
 
 def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
           final_check_expected: bool = False) -> dict:
-    plan = load_json(os.path.join(run_dir, "plan", "plan.json"))
+    plan = load_json(os.path.join(run_dir, PLAN_DIR, "plan.json"))
     bench = benchmarks(run_dir)
     failures: list[dict] = []
     ignored_entries: list[dict] = []
@@ -162,8 +164,8 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 failures.append({"stage": "copy", "partition": part, **failure})
             ignored_entries.extend({"partition": part, **item} for item in doc.get("ignored") or [])
         elif status == "failed":
-            failures.append(failed_job(run_dir, "copy", "transfer", part))
-        job = bench.get(f"transfer/part-{part}")
+            failures.append(failed_job(run_dir, "copy", part))
+        job = bench.get(f"copy/part-{part}")
         row["job_seconds"] = round(job["seconds"], 3) if job else None
         partitions.append(row)
 
@@ -180,22 +182,19 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 if entry.get("status") not in ("same", "="):
                     failures.append({"stage": "verify", "partition": part, **entry})
         elif status == "failed":
-            failures.append(failed_job(run_dir, "verify", "verify", part))
+            failures.append(failed_job(run_dir, "verify", part))
         job = bench.get(f"verify/part-{part}")
         row["job_seconds"] = round(job["seconds"], 3) if job else None
         verify_rows.append(row)
 
     prune = None
     if phase == "final":
-        prune = load_json(os.path.join(run_dir, "prune", "prune.json")) or load_json(
-            os.path.join(run_dir, "failed", "prune.json")
-        )
+        rec = records("prune", root=run_dir)
+        prune = load_json(rec.out) or load_json(rec.failed)
         if prune and prune.get("refused"):
             failures.append({"stage": "prune", "error": f"prune refused: {prune['refused']}"})
-        elif prune is None and nonempty(os.path.join(run_dir, "logs", "prune.log")):
-            failures.append(
-                {"stage": "prune", "error": last_log_line(os.path.join(run_dir, "logs", "prune.log")) or "prune failed"}
-            )
+        elif prune is None and nonempty(rec.log):
+            failures.append({"stage": "prune", "error": last_log_line(rec.log) or "prune failed"})
         for failure in (prune or {}).get("failures") or []:
             failures.append({"stage": "prune", **failure})
         if prune and prune.get("log"):
@@ -204,9 +203,8 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
 
     final_check = None
     if phase == "final":
-        final_check = load_json(os.path.join(run_dir, "verify", "final-check.json")) or load_json(
-            os.path.join(run_dir, "failed", "final-check.json")
-        )
+        rec = records("final_check", root=run_dir)
+        final_check = load_json(rec.out) or load_json(rec.failed)
         if final_check:
             final_check = {key: final_check.get(key, 0) for key in VERIFY_KEYS} | {
                 "seconds": final_check.get("seconds")
@@ -223,7 +221,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         stats["max_seconds"] = max(stats["max_seconds"], job["seconds"])
         stats["cpu_seconds"] += job["cpu_seconds"] or 0.0
         stats["max_rss_mb"] = max(stats["max_rss_mb"], job["max_rss_mb"] or 0.0)
-    ordered = {rule: per_rule[rule] for rule in RULE_ORDER if rule in per_rule}
+    ordered = {rule: per_rule[rule] for rule in STEP_ORDER if rule in per_rule}
     ordered.update({rule: stats for rule, stats in per_rule.items() if rule not in ordered})
     for stats in ordered.values():
         for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb"):
@@ -402,7 +400,7 @@ def markdown(report: dict) -> str:
         )
     lines += [
         "",
-        "### Transfer partitions",
+        "### Copy partitions",
         "",
         "| partition | status | files | bytes | copied | skipped | failed | retries | ferry s | job s |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -459,12 +457,13 @@ def write(report: dict, json_path: str, md_path: str) -> None:
     os.replace(tmp, md_path)
 
 
-def write_incomplete(run_dir: str, run_name: str, phase: str, source: str, dest: str) -> None:
+def write_incomplete(run_dir: str, report_args: list[str]) -> None:
     """onerror hook: record what the failed run achieved; never raise (the run already failed)."""
     try:
         if not os.path.isdir(run_dir):
             return
-        report = build(run_dir, run_name, phase, source, dest, complete=False)
+        args = parser().parse_args(["build", run_dir, *report_args])
+        report = build(run_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
         write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE))
         print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
@@ -480,24 +479,9 @@ def discard_incomplete(run_dir: str) -> None:
             pass
 
 
-def verified(run_dir: str) -> list[str]:
-    """Why prune must not run, or [] when every verify partition of the plan passed."""
-    plan = load_json(os.path.join(run_dir, "plan", "plan.json"))
-    if plan is None:
-        return ["no plan: the fan-out never happened"]
-    problems = []
-    for spec in plan.get("verify_partitions", []):
-        doc = load_json(os.path.join(run_dir, "verify", f"part-{spec['id']}.json"))
-        if doc is None:
-            problems.append(f"verify partition {spec['id']} has no result")
-        elif any(doc.get(key) for key in ("differ", "missing_on_dst", "error")):
-            problems.append(f"verify partition {spec['id']} found differences")
-    return problems
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ferry_report.py", description="The run report of one pipeline phase.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ferry_report.py", description="The run report of one pipeline phase.")
+    sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write the report of RUN_DIR")
     b.add_argument("run_dir")
     b.add_argument("--run-name", required=True)
@@ -510,16 +494,11 @@ def main(argv=None) -> int:
     b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
     b.add_argument("--by-status", action="store_true",
                    help="name the files report-incomplete.* when the run is incomplete")
-    v = sub.add_parser("verified", help="exit 0 only if every verify partition of RUN_DIR's plan is clean")
-    v.add_argument("run_dir")
-    args = parser.parse_args(argv)
+    return p
 
-    if args.command == "verified":
-        problems = verified(args.run_dir)
-        for problem in problems:
-            print(f"ferry: prune refused: {problem}", file=sys.stderr)
-        return 1 if problems else 0
 
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     report = build(args.run_dir, args.run_name, args.phase, args.source, args.dest, complete=True,
                    final_check_expected=args.final_check)
     report["checksum_verified"] = args.checksum

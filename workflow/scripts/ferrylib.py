@@ -152,14 +152,14 @@ def check_config(cfg: dict) -> None:
     if not (cfg["source"] and cfg["dest"]):
         raise ConfigError("config fields 'source' and 'dest' are required for a migration "
                           "(for `snakemake replicate`, set replicate.source and replicate.dest instead)")
-    for field, value in (("partition.max_bytes", cfg["partition"]["max_bytes"]), ("worker.block_size", cfg["worker"]["block_size"])):
+    for field, value in (("plan.max_bytes", cfg["plan"]["max_bytes"]), ("copy.block_size", cfg["copy"]["block_size"])):
         try:
             parse_size(value)
         except ValueError as err:
             raise ConfigError(f"config field '{field}': {err}") from None
-    if cfg["partition"]["tool"] == "fpart" and is_blob(cfg["source"]):
+    if cfg["plan"]["tool"] == "fpart" and is_blob(cfg["source"]):
         raise ConfigError(
-            "config field 'partition.tool': fpart partitions local sources only; "
+            "config field 'plan.tool': fpart partitions local sources only; "
             f"source {redact(cfg['source'])!r} is a blob location (use tool: ferry)"
         )
     if cfg["source"].rstrip("/") == cfg["dest"].rstrip("/"):
@@ -178,7 +178,7 @@ def check_config(cfg: dict) -> None:
 
 
 def coerce_cli_strings(cfg: dict, schema: dict) -> None:
-    """Snakemake parses nested --config values (partition={parts: 8}) with YAML's BaseLoader,
+    """Snakemake parses nested --config values (plan={parts: 8}) with YAML's BaseLoader,
     which leaves every scalar a string. Turn strings back into the integers and booleans the
     schema asks for, in place, so nested overrides work; anything else is left for the schema
     to reject with the field's name."""

@@ -1,0 +1,225 @@
+"""Runs one step of a phase, for either engine, and leaves its records in the run directory's
+layout (docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
+log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
+
+    ferry_task.py STEP --spec JSON --records DIR [--part ID] [--set NAME=VALUE]... [--stub]
+
+STEP's command line comes whole from its spec (ferry_config.py resolve), with the inputs that
+differ per task as `{placeholders}`; this fills them, so Snakemake and Nextflow run the same
+command. A failed step's report goes to failed/ (the report says why from it) and its exit
+status is passed on, so the engine sees the failure and a resumed run redoes the task. --stub
+(Nextflow's -stub-run) runs the same command on two small local trees instead of the configured
+ends, so a stub's records are the worker's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import NamedTuple
+
+from ferrylib import load_json
+
+
+class Records(NamedTuple):
+    out: str | None  # the worker's stdout; None: it goes to the log
+    log: str
+    bench: str
+    failed: str | None = None  # where `out` goes when the step fails
+
+
+# The run directory's layout, relative to its root, for every step ferry runs ({part}: a plan
+# partition's id). Snakemake declares these paths as the rules' outputs; Nextflow publishes them.
+RECORDS = {
+    "list_source": Records("listing/source.tsv", "logs/list_source.log", "benchmarks/list_source.tsv"),
+    "list_dest": Records("listing/dest.tsv", "logs/list_dest.log", "benchmarks/list_dest.tsv"),
+    "make_dest": Records("listing/dest-ready.txt", "logs/make_dest.log", "benchmarks/make_dest.tsv"),
+    "plan": Records(None, "logs/plan.log", "benchmarks/plan.tsv"),
+    "copy": Records("copy/part-{part}.json", "logs/copy/part-{part}.log", "benchmarks/copy/part-{part}.tsv",
+                    "failed/copy-part-{part}.json"),
+    "verify": Records("verify/part-{part}.json", "logs/verify/part-{part}.log", "benchmarks/verify/part-{part}.tsv",
+                      "failed/verify-part-{part}.json"),
+    "prune": Records("prune/prune.json", "logs/prune.log", "benchmarks/prune.tsv", "failed/prune.json"),
+    "final_check": Records("verify/final-check.json", "logs/final_check.log", "benchmarks/final_check.tsv",
+                           "failed/final-check.json"),
+    # The replication's own run directory (replicate.py writes its report, {report}, itself).
+    "replicate": Records(None, "replicate.log", "benchmark.tsv"),
+}
+PLAN_DIR = "plan"
+LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
+DELETED_LOG = "prune/deleted.txt"
+BENCH_HEADER = "s\tcpu_time\tmax_rss\n"
+
+# A stub run's ends: the same two files on both sides where the step checks a finished copy, an
+# empty destination where it lists or copies (so the plan has something to cut in two).
+STUB_FILES = {"a.txt": b"a\n", "dir/b.txt": b"bb\n"}
+STUB_DEST_FILLED = {"verify", "prune", "final_check"}
+STUB_CUT = ["--parts", "2"]
+
+
+def records(step: str, part: str | None = None, root: str = "") -> Records:
+    """The step's record paths under root, for one partition where the step has them."""
+    spec = RECORDS[step]
+    return Records(*(os.path.join(root, p.format(part=part)) if p else None for p in spec))
+
+
+def fill(argv: list[str], values: dict) -> list[str]:
+    """Each argument that is exactly `{name}` replaced by values[name] (a string, or a list that
+    stands for several arguments); anything else is left as written, braces included."""
+    out = []
+    for arg in argv:
+        if arg.startswith("{") and arg.endswith("}") and arg[1:-1].isidentifier():
+            name = arg[1:-1]
+            if name not in values:
+                raise SystemExit(f"ferry-task: no value for {arg} in {argv[:2]}")
+            value = values[name]
+            out.extend(value if isinstance(value, list) else [value])
+        else:
+            out.append(arg)
+    return out
+
+
+def stub_ferry(configured: str) -> str:
+    """A stub run may happen away from the image the config names the worker in (Azure Batch's
+    -stub-run on a laptop): then the worker on PATH, or the one built in this checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (configured, shutil.which("ferry"), os.path.join(here, "..", "..", "worker", "target", "release", "ferry")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return configured
+
+
+def stub_ends(step: str, where: str) -> dict:
+    ends = {}
+    for side in ("source", "dest"):
+        root = os.path.join(where, side)
+        os.makedirs(root, exist_ok=True)
+        if side == "source" or step in STUB_DEST_FILLED:
+            for rel, data in STUB_FILES.items():
+                path = os.path.join(root, rel)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                # Both sides alike to the second, so a verify of the metadata finds them the same.
+                os.utime(path, (1_700_000_000, 1_700_000_000))
+        ends[side] = os.path.abspath(root)
+    return ends
+
+
+def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, float, float]:
+    """(exit status, wall seconds, CPU seconds, peak RSS in MiB) of one command."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+    except OSError as err:
+        stderr.write(f"ferry-task: cannot run {argv[0]}: {err}\n".encode())
+        return 127, time.monotonic() - start, 0.0, 0.0
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - start
+    rc = os.waitstatus_to_exitcode(status)
+    # A signal reads as the shell reports it (128 + signal), which the engines' retry rules know.
+    rc = 128 - rc if rc < 0 else rc
+    return rc, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def prune_guard(root: str) -> list[str]:
+    """Why prune must not run, or [] when every verify partition of the plan passed: whatever the
+    engine's graph says, an empty or failed fan-out never reaches `ferry prune`."""
+    plan = load_json(os.path.join(root, PLAN_DIR, "plan.json"))
+    if plan is None:
+        return ["no plan: the fan-out never happened"]
+    problems = []
+    for spec in plan.get("verify_partitions", []):
+        doc = load_json(records("verify", spec["id"], root).out)
+        if doc is None:
+            problems.append(f"verify partition {spec['id']} has no result")
+        elif any(doc.get(key) for key in ("differ", "missing_on_dst", "error")):
+            problems.append(f"verify partition {spec['id']} found differences")
+    return problems
+
+
+def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict, stub: bool,
+             out: str | None = None) -> int:
+    rec = records(step, part, root)
+    if out:
+        rec = rec._replace(out=out)
+    for path in (rec.out, rec.log, rec.bench):
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if rec.failed:
+        try:
+            os.remove(rec.failed)
+        except FileNotFoundError:
+            pass
+
+    values = dict(spec.get("values", {}))
+    values.update({
+        "plan_dir": os.path.join(root, PLAN_DIR),
+        "scratch": os.path.dirname(rec.out) if rec.out else root,
+        "deleted_log": os.path.join(root, DELETED_LOG),
+        "report": os.path.join(root, "report.json"),
+        "python": sys.executable,
+        "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
+        **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
+    })
+    if stub:
+        values.update(stub_ends(step, os.path.join("stub", step)))
+        values["cut"] = STUB_CUT
+    values.update(overrides)
+    argv = fill(spec["argv"], values)
+    if stub and step != "replicate":
+        argv[0] = stub_ferry(argv[0])
+    env = {**os.environ, **spec.get("env", {})}
+
+    with open(rec.log, "wb") as log:
+        if step == "prune":
+            problems = prune_guard(root)
+            if problems:
+                log.write("".join(f"ferry: prune refused: {p}\n" for p in problems).encode())
+                return 1
+        tmp = f"{rec.out}.tmp" if rec.out else None
+        with open(tmp, "wb") if tmp else contextlib.nullcontext(log) as out:
+            rc, wall, cpu, rss = run_timed(argv, env, out, log)
+    if step == "plan" and rc == 0 and values["plan_dir"] != os.path.join(root, PLAN_DIR):
+        # The plan went elsewhere (Nextflow publishes it on its own): the report still finds
+        # plan.json among the records.
+        os.makedirs(os.path.join(root, PLAN_DIR), exist_ok=True)
+        shutil.copyfile(os.path.join(values["plan_dir"], "plan.json"), os.path.join(root, PLAN_DIR, "plan.json"))
+    with open(rec.bench, "w", encoding="utf-8") as bench:
+        bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
+    if tmp:
+        if rc == 0:
+            os.replace(tmp, rec.out)
+        elif rec.failed:
+            os.makedirs(os.path.dirname(rec.failed), exist_ok=True)
+            os.replace(tmp, rec.failed)
+        else:
+            os.remove(tmp)
+    return rc
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ferry-task", description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=sorted(RECORDS))
+    parser.add_argument("--spec", required=True, help="the step's spec (JSON), from ferry_config.py resolve")
+    parser.add_argument("--records", required=True, help="root of the run directory's layout to write into")
+    parser.add_argument("--part", help="the plan partition this task works on")
+    parser.add_argument("--out", help="where the step's output goes instead of its place under --records")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a placeholder's value where the engine put the input elsewhere (e.g. manifest=PATH)")
+    parser.add_argument("--stub", action="store_true", help="run on two small local trees (Nextflow's -stub-run)")
+    args = parser.parse_args(argv)
+    if "{part}" in RECORDS[args.step].log and not args.part:
+        parser.error(f"{args.step} needs --part")
+    overrides = dict(item.split("=", 1) for item in args.set)
+    return run_step(args.step, json.loads(args.spec), args.records, args.part, overrides, args.stub, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
