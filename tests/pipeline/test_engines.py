@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_nextflow import nextflow, trace, statuses
-from test_pipeline import blob_snapshot, make_tree, md5s, modify_tree, pipeline
+from support.nextflow import nextflow, statuses, trace
+from support.pipeline import blob_snapshot, make_tree, md5s, modify_tree, pipeline
 
 # What legitimately differs between two runs of the same phase: when and how long things took.
 TIMING_KEYS = {

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from test_nextflow import nextflow, params_for, report, trace
-from test_pipeline import blob_snapshot, make_tree, md5s, modify_tree
-from test_pipeline_slurm import completed_jobs, slurm, slurm_up  # noqa: F401 - slurm is a fixture
+from support.nextflow import nextflow, params_for, trace
+from support.pipeline import blob_snapshot, make_tree, md5s, modify_tree, report
+from support.slurm import completed_jobs, slurm_up
 
 
 def new_jobs(before: set[int]) -> dict[int, str]:
