@@ -19,7 +19,7 @@ import yaml
 
 from support.ferry import ferry_env
 from support.nextflow import NEXTFLOW, nextflow, params_for, statuses, trace
-from support.pipeline import REPO, local_snapshot, make_tree, md5s, report, run_dir, write_file
+from support.pipeline import REPO, local_snapshot, md5s, migration_tree, report, run_dir, write_file
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def local_runs(tmp_path_factory, ferry_bin):
     root = tmp_path_factory.mktemp("nf-local")
     # The source's own name has a space and quotes: it reaches ferry as a string, never staged.
     src, dest, outdir, launch = root / "src 'a' \"b\"", root / "nfs" / "share", root / "results", root / "launch"
-    content = make_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40, big=0)
     for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
         content[rel] = rel.encode()
         write_file(src, rel, content[rel])
@@ -161,7 +161,7 @@ def test_prune_refused_on_an_empty_source(local_runs):
 @pytest.mark.timeout(300)
 def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_dir):
     src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
-    content = make_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
@@ -208,7 +208,7 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
 
 def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
     src, nodes, outdir = tmp_path / "src", tmp_path / "nodes", tmp_path / "results"
-    content = make_tree(src, files=30, big=1)
+    content = migration_tree(src, files=30, big=1)
     params = {
         "outdir": str(outdir),
         "ferry_bin": str(ferry_bin),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.nextflow import nextflow, params_for, trace
-from support.pipeline import blob_snapshot, make_tree, md5s, modify_tree, report
+from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, report
 from support.slurm import completed_jobs, slurm_up
 
 
@@ -25,7 +25,7 @@ def new_jobs(before: set[int]) -> dict[int, str]:
 def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container):  # noqa: F811
     slurm_up(accounting=False)
     src = tmp_path / "src"
-    content = make_tree(src, files=30, big=2)  # modify_tree deletes big1
+    content = migration_tree(src, files=30, big=2)  # modify_tree deletes big1
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
     launch = tmp_path / "launch"

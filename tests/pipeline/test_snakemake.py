@@ -22,8 +22,8 @@ from support.pipeline import (
     blob_snapshot,
     jobs_per_rule,
     local_snapshot,
-    make_tree,
     md5s,
+    migration_tree,
     modify_tree,
     pipeline,
     report,
@@ -54,7 +54,7 @@ def test_lint_is_clean(tmp_path):
 
 def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container):
     src = tmp_path / "src"
-    make_tree(src, files=5, big=0)
+    migration_tree(src, files=5, big=0)
     outdir = tmp_path / "results"
     proc = pipeline(*base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",))
     text = proc.stdout + proc.stderr
@@ -88,7 +88,7 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
 
 def test_bad_config_is_rejected_before_any_job(tmp_path, ferry_bin, override, field):
     src = tmp_path / "src"
-    make_tree(src, files=3, big=0)
+    migration_tree(src, files=3, big=0)
     outdir = tmp_path / "results"
     cfg = base_config(ferry_bin, outdir, src, tmp_path / "dst", "baseline") + [override]
     proc = pipeline(*cfg, expect=None)
@@ -115,7 +115,7 @@ def test_fpart_with_blob_source_is_rejected(tmp_path, ferry_bin):
 @pytest.mark.timeout(420)
 def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     src = tmp_path / "src"
-    content = make_tree(src)
+    content = migration_tree(src)
     outdir = tmp_path / "results"
     dest = container.at("share")
 
@@ -194,7 +194,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
 @pytest.mark.timeout(300)
 def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=60)
+    content = migration_tree(src, files=60)
     dest = tmp_path / "nfs" / "share"
     outdir = tmp_path / "results"
     fpart = "partition={tool: fpart, mode: max-files, max_files: 25}"
@@ -226,7 +226,7 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
     a phase reads the destination's directories about once between all its jobs, and nothing per
     file: an unchanged incremental phase costs what `ferry ls -r` of the destination costs."""
     src = tmp_path / "src"
-    content = make_tree(src, files=200)
+    content = migration_tree(src, files=200)
     outdir = tmp_path / "results"
     # Parts cut in path order, as the default modes do: a directory falls in one part, or in
     # two where a part ends inside it. (Balanced parts of a tree this small are LPT over single
@@ -281,7 +281,7 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
 @pytest.mark.timeout(240)
 def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40, big=0)
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
@@ -299,7 +299,7 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
 @pytest.mark.timeout(300)
 def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin, read_only_dir):
     src = tmp_path / "src"
-    content = make_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
@@ -350,7 +350,7 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
 @pytest.mark.timeout(240)
 def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=20, big=0)
+    content = migration_tree(src, files=20, big=0)
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))

@@ -21,8 +21,8 @@ from support.pipeline import (
     blob_snapshot,
     jobs_per_rule,
     local_snapshot,
-    make_tree,
     md5s,
+    migration_tree,
     modify_tree,
     pipeline,
     report,
@@ -41,7 +41,7 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     # Accounting off: the case where the executor's default (polling with sacct) hangs.
     slurm_up(accounting=False)
     src = tmp_path / "src"
-    content = make_tree(src, files=40, big=2)
+    content = migration_tree(src, files=40, big=2)
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
     parts = "partition={mode: parts, parts: 2}"
@@ -90,7 +90,7 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     jobs must be in the accounting database."""
     slurm_up(accounting=True)
     src = tmp_path / "src"
-    content = make_tree(src, files=20, big=0)
+    content = migration_tree(src, files=20, big=0)
     dest = tmp_path / "nfs"
     outdir = tmp_path / "results"
     seen_before = set(completed_jobs())

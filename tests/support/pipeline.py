@@ -16,6 +16,7 @@ import pytest
 
 from support.azurite import KEY
 from support.ferry import REPO_ROOT, ferry_env
+from support.trees import Link, make_tree
 
 REPO = REPO_ROOT  # the name the pipeline tests use
 
@@ -34,8 +35,9 @@ def blob_of(rel: str, size: int) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
-def make_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
-    """A source tree with nested dirs, odd names, empty files and a few multi-block files."""
+def migration_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
+    """A source tree with nested dirs, odd names, empty files and a few multi-block files, made
+    by support.trees.make_tree. Returns {relative path: content} of its files."""
     content: dict[str, bytes] = {}
     dirs = ["docs", "data/sub", "names with spaces", "ünïcødé", "gone"]
     for i in range(files):
@@ -48,10 +50,8 @@ def make_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
     content["top.txt"] = b"top level\n"
     # fpart trims leading blanks from names it is given; the plan must not lose this one.
     content["names with spaces/ leading blank.txt"] = b"blank first\n"
-    for rel, data in content.items():
-        write_file(root, rel, data)
     # Kept out of `content`: a link, not a file, in either kind of destination.
-    os.symlink("../top.txt", root / "docs" / "link-to-top")
+    make_tree(root, {**content, "docs/link-to-top": Link("../top.txt")})
     return content
 
 
