@@ -18,7 +18,7 @@ test: setup
 # The fault suite's slow mode (docs/reliability.md): more seeds, higher rates, 500 kills (≈ 25 min).
 # FERRY_FAULT_SEED=<seed> replays a run; FERRY_FAULTS_REPORT=<file> writes its figures as JSON.
 faults-deep: setup
-	$(PYTEST) -q --deep --timeout 3600 tests/test_faults_network.py tests/test_faults_kills.py tests/test_faults_storage.py
+	$(PYTEST) -q --deep --timeout 3600 tests/faults
 
 demo: setup
 	scripts/demo.sh

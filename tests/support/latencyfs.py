@@ -1,6 +1,6 @@
 """Mount, query and unmount tools/latencyfs (the latency-injecting passthrough) from Python.
 
-Used by tests/test_latencyfs.py and by the benchmark campaigns (benchmarks/campaign.py,
+Used by tests/nfs/ and by the benchmark campaigns (benchmarks/campaign.py,
 benchmarks/opcount.py). Needs root (or fusermount3 rights) and /dev/fuse.
 """
 

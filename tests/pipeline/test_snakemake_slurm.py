@@ -1,6 +1,6 @@
 """The pipeline through `--profile profiles/slurm` on the one-node Slurm of scripts/slurm-up.sh.
 
-Same migration as test_pipeline.py (local tree -> Azurite, checked with the Azure SDK), but every
+Same migration as test_snakemake.py (local tree -> Azurite, checked with the Azure SDK), but every
 non-local job is an sbatch job, and the test confirms Slurm itself saw them: squeue (which keeps
 finished jobs for MinJobAge) and the job-completion log that slurm-up.sh configures.
 """
@@ -9,103 +9,25 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from test_pipeline import (
+from support.pipeline import (
     REPO,
     assert_no_secret,
     base_config,
     blob_snapshot,
     jobs_per_rule,
     local_snapshot,
-    make_tree,
     md5s,
+    migration_tree,
     modify_tree,
     pipeline,
     report,
 )
-
-JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
-SLURM_CONF = Path("/etc/slurm/slurm.conf")
-
-
-def slurm_is_up() -> bool:
-    if not shutil.which("scontrol"):
-        return False
-    proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
-    return proc.returncode == 0 and "is UP" in proc.stdout
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """The one-node cluster of scripts/slurm-up.sh. Each test sets the accounting mode it needs;
-    afterwards a cluster this fixture started is stopped, one that was running gets its mode back."""
-    started = not slurm_is_up()
-    was_accounting = accounting_on() and not started
-    try:
-        yield
-    finally:
-        if not started:
-            slurm_up(accounting=was_accounting)
-        else:
-            subprocess.run(["bash", str(REPO / "scripts" / "slurm-down.sh")], capture_output=True, timeout=60)
-            # A slurm.conf left behind with no controller makes every later Snakemake start wait
-            # ~9 s on the Slurm plugin's import-time probe (docs/pipeline.md, "Start-up cost").
-            assert not SLURM_CONF.exists(), "slurm-down.sh left its slurm.conf behind"
-
-
-def accounting_on() -> bool:
-    return SLURM_CONF.exists() and "accounting_storage/slurmdbd" in SLURM_CONF.read_text()
-
-
-def slurm_up(accounting: bool) -> None:
-    env = {"FERRY_SLURM_ACCOUNTING": "1" if accounting else "0"}
-    proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "slurm-up.sh")], capture_output=True, text=True, timeout=180,
-        env={**os.environ, **env},
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
-
-
-def jobcomp_records() -> list[dict[str, str]]:
-    """Every job Slurm recorded as finished, as {field: value} (JobId, Name, JobState, TimeLimit,
-    Tres, ...), oldest first."""
-    if not JOBCOMP_LOG.exists():
-        return []
-    return [
-        dict(re.findall(r"(\w+)=(\S*)", line)) for line in JOBCOMP_LOG.read_text(errors="replace").splitlines()
-    ]
-
-
-def completed_jobs() -> dict[int, str]:
-    """{job id: job name} of the jobs Slurm recorded as finished."""
-    if not JOBCOMP_LOG.exists():
-        return {}
-    jobs = {}
-    for line in JOBCOMP_LOG.read_text(errors="replace").splitlines():
-        match = re.search(r"JobId=(\d+) .*?Name=(\S+) JobState=(\S+)", line)
-        if match:
-            jobs[int(match.group(1))] = f"{match.group(2)} {match.group(3)}"
-    return jobs
-
-
-def squeue_comments(job_ids) -> dict[int, str]:
-    """{job id: comment} for jobs slurmctld still holds (the executor puts the rule in the comment)."""
-    proc = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--format=%i|%k|%T", "--jobs", ",".join(map(str, job_ids))],
-        capture_output=True, text=True, check=True,
-    )
-    found = {}
-    for line in proc.stdout.splitlines():
-        job, comment, _state = line.strip().split("|")
-        found[int(job)] = comment
-    return found
+from support.slurm import completed_jobs, jobcomp_records, slurm_up, squeue_comments
 
 
 def assert_rules_ran(comments, rules) -> None:
@@ -119,7 +41,7 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     # Accounting off: the case where the executor's default (polling with sacct) hangs.
     slurm_up(accounting=False)
     src = tmp_path / "src"
-    content = make_tree(src, files=40, big=2)
+    content = migration_tree(src, files=40, big=2)
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
     parts = "partition={mode: parts, parts: 2}"
@@ -168,7 +90,7 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     jobs must be in the accounting database."""
     slurm_up(accounting=True)
     src = tmp_path / "src"
-    content = make_tree(src, files=20, big=0)
+    content = migration_tree(src, files=20, big=0)
     dest = tmp_path / "nfs"
     outdir = tmp_path / "results"
     seen_before = set(completed_jobs())

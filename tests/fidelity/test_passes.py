@@ -208,8 +208,8 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     """Baseline, then a live source: a chmod, a chown, a directory's chmod, a file that became a
     directory and a directory that became a file; the final phase converges in one run (it
     used to fail its copy, so verify and prune never ran) and its verify checks metadata."""
-    from test_nextflow import nextflow, params_for
-    from test_pipeline import base_config, pipeline
+    from support.nextflow import nextflow, params_for
+    from support.pipeline import base_config, pipeline
 
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
     lay_out(src, {"dir-to-file": {"a": b"a", "b/c": b"c"}, "file-to-dir": File(data=b"f")}
@@ -249,8 +249,8 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
 def test_a_pipeline_into_its_own_source_is_refused(tmp_path, ferry_bin, engine):
     """The destination inside the source: every copy job refuses with the worker's error, the
     run ends incomplete, and the source is left as it was (no copy nested into itself)."""
-    from test_nextflow import nextflow, params_for
-    from test_pipeline import base_config, pipeline
+    from support.nextflow import nextflow, params_for
+    from support.pipeline import base_config, pipeline
 
     src, outdir = tmp_path / "src", tmp_path / "results"
     make_tree(src, {"a.txt": b"a", "sub/b.txt": b"b"})

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, ContainerURL, describe, ferry_env
+from support.ferry import REPO_ROOT, ContainerURL, describe, ferry_env
 from support.proxy import FaultProxy
 from support.trees import Dir, File, Link, files_only, make_tree, many_files_spec, odd_names_spec, snapshot
-from test_pipeline import pipeline
-from test_pipeline_slurm import slurm_is_up, slurm_up
+from support.pipeline import pipeline
+from support.slurm import slurm_is_up, slurm_up
 
 REPLICATE = REPO_ROOT / "workflow" / "scripts" / "replicate.py"
 CHUNK = 64 * 1024

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ferry_env
+from support.ferry import ferry_env
 from support.blobs import file_blobs
 from support.trees import make_tree, snapshot
 

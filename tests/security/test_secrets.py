@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
-from conftest import ferry_env
+from support.ferry import ferry_env
 from support.azurite import ACCOUNT, KEY
 from support.trees import File, make_tree
-from test_auth import StandIn, tls, token_env  # noqa: F401  (tls is a fixture StandIn needs)
-from test_pipeline import REPO, base_config
-from test_pipeline_slurm import slurm, slurm_up  # noqa: F401  (slurm is a fixture)
+from support.pipeline import REPO, base_config
+from support.slurm import slurm_up
+from support.standin import StandIn, token_env
 
 MiB = 1 << 20
 TOKEN = "tok-imds"  # what the stand-in's IMDS hands out
@@ -172,7 +172,7 @@ def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sa
 def test_no_secret_in_nextflow_work_trace_and_results(tmp_path, ferry_bin, container, sas):
     """The same final phase through Nextflow: its task scripts and logs (.command.*), trace,
     timeline, report and .nextflow.log, and the run directory, hold no secret."""
-    from test_nextflow import nextflow, params_for
+    from support.nextflow import nextflow, params_for
 
     got = Collected()
     src, outdir, launch = tmp_path / "src", tmp_path / "results", tmp_path / "launch"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_nextflow import nextflow, trace, statuses
-from test_pipeline import blob_snapshot, make_tree, md5s, modify_tree, pipeline
+from support.nextflow import nextflow, statuses, trace
+from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, pipeline
 
 # What legitimately differs between two runs of the same phase: when and how long things took.
 TIMING_KEYS = {
@@ -115,7 +115,7 @@ class Engines:
 @pytest.mark.timeout(900)
 def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     eng = Engines(tmp_path, azurite, ferry_bin)
-    content = make_tree(eng.src, files=60, big=2)
+    content = migration_tree(eng.src, files=60, big=2)
 
     # --- baseline ----------------------------------------------------------------------------
     for engine in eng.dest:

@@ -2,168 +2,36 @@
 
 Every test runs the real `snakemake` on the real worker. The destination is checked with the
 Python Azure SDK or by reading files, never with ferry itself, so a worker bug cannot hide a
-pipeline bug. Helpers here are reused by test_pipeline_slurm.py.
+pipeline bug. The helpers are in tests/support/pipeline.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import ferry_env
-from support.azurite import KEY
 from support.latencyfs import LatencyFS
-
-REPO = Path(__file__).resolve().parent.parent
+from support.pipeline import (
+    REPO,
+    assert_no_secret,
+    base_config,
+    blob_snapshot,
+    jobs_per_rule,
+    local_snapshot,
+    md5s,
+    migration_tree,
+    modify_tree,
+    pipeline,
+    report,
+    write_file,
+)
 
 # Few, large partitions: each job has a fixed start-up cost, and the suite runs on 2 cores.
 THREE_PARTS = "partition={mode: parts, parts: 3}"
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-def write_file(root: Path, rel: str, data: bytes, mtime: float | None = None) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
-
-
-def blob_of(rel: str, size: int) -> bytes:
-    """Deterministic, path-dependent content: equal sizes still mean different bytes."""
-    seed = hashlib.sha256(rel.encode()).digest()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def make_tree(root: Path, files: int = 120, big: int = 2) -> dict[str, bytes]:
-    """A source tree with nested dirs, odd names, empty files and a few multi-block files."""
-    content: dict[str, bytes] = {}
-    dirs = ["docs", "data/sub", "names with spaces", "ünïcødé", "gone"]
-    for i in range(files):
-        d = dirs[i % len(dirs)]
-        rel = f"{d}/f{i:03d}.txt"
-        content[rel] = blob_of(rel, (i * 137) % 4096)  # includes empty files (i = 0)
-    for i in range(big):
-        rel = f"data/big{i}.bin"
-        content[rel] = blob_of(rel, 2 * 1024 * 1024 + 12345 * (i + 1))
-    content["top.txt"] = b"top level\n"
-    # fpart trims leading blanks from names it is given; the plan must not lose this one.
-    content["names with spaces/ leading blank.txt"] = b"blank first\n"
-    for rel, data in content.items():
-        write_file(root, rel, data)
-    # Kept out of `content`: a link, not a file, in either kind of destination.
-    os.symlink("../top.txt", root / "docs" / "link-to-top")
-    return content
-
-
-def local_snapshot(root: Path) -> dict[str, str]:
-    """{relative path: md5} of every regular file under root."""
-    snap = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
-            if path.is_file() and not path.is_symlink():
-                snap[path.relative_to(root).as_posix()] = hashlib.md5(path.read_bytes()).hexdigest()
-    return snap
-
-
-def blob_snapshot(container, prefix: str = "") -> dict[str, str]:
-    """{blob name relative to prefix: md5 of the downloaded bytes} of the files' blobs, through
-    the Azure SDK (not the folder stubs and symlink blobs besides them)."""
-    snap = {}
-    for name, props in container.blobs(prefix or None).items():
-        if props.metadata.get("hdi_isfolder") == "true" or props.metadata.get("is_symlink") == "true":
-            continue
-        data = container.client.download_blob(name).readall()
-        snap[name[len(prefix):]] = hashlib.md5(data).hexdigest()
-    return snap
-
-
-def pipeline(
-    *config: str,
-    profile: str = "profiles/local",
-    extra_args: tuple[str, ...] = (),
-    env: dict | None = None,
-    expect: int | None = 0,
-    timeout: float = 280,
-) -> subprocess.CompletedProcess:
-    """Run snakemake from the repository root, as users do; output captured for assertions."""
-    cmd = [sys.executable, "-m", "snakemake", "--profile", profile, *extra_args, "--config", *config]
-    proc = subprocess.run(
-        cmd, cwd=REPO, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    if expect is not None and proc.returncode != expect:
-        pytest.fail(
-            f"snakemake exited {proc.returncode}, expected {expect}\n  {' '.join(cmd)}\n"
-            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-8000:]}",
-            pytrace=False,
-        )
-    return proc
-
-
-def base_config(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t") -> list[str]:
-    return [
-        f"source={source}",
-        f"dest={dest}",
-        f"phase={phase}",
-        f"outdir={outdir}",
-        f"run_name={run_name}",
-        f"ferry_bin={ferry_bin}",
-        # Small blocks so the two big files take several blocks each.
-        "worker={block_size: 1MiB, concurrency: 4, parallel_files: 4}",
-    ]
-
-
-def report(outdir: Path, phase: str, run_name: str = "t", name: str = "report.json") -> dict:
-    return json.loads((outdir / run_name / phase / name).read_text())
-
-
-def jobs_per_rule(rep: dict) -> dict[str, int]:
-    return {rule: stats["jobs"] for rule, stats in rep["time"]["per_rule"].items()}
-
-
-def modify_tree(src: Path, content: dict[str, bytes]) -> tuple[set[str], set[str], set[str]]:
-    """Add, change and delete files the way users do between passes; keeps `content` in step.
-    Returns (added, changed, deleted)."""
-    added = {"new/one.txt", "new/deeper/two.bin", "docs/added.txt"}
-    for rel in added:
-        content[rel] = blob_of(rel + "new", 3000)
-        write_file(src, rel, content[rel])
-    changed = {"docs/f005.txt", "data/sub/f006.txt"}
-    # f005: grows. f006: same size, different bytes, newer mtime (size alone cannot see it).
-    content["docs/f005.txt"] = content["docs/f005.txt"] + b"appended"
-    write_file(src, "docs/f005.txt", content["docs/f005.txt"])
-    old = content["data/sub/f006.txt"]
-    content["data/sub/f006.txt"] = bytes(b ^ 0xFF for b in old)
-    write_file(src, "data/sub/f006.txt", content["data/sub/f006.txt"], mtime=time.time() + 120)
-    deleted = {"docs/f010.txt", "gone/f004.txt", "gone/f009.txt", "data/big1.bin"}
-    for rel in deleted:
-        (src / rel).unlink()
-        del content[rel]
-    return added, changed, deleted
-
-
-def md5s(content: dict[str, bytes]) -> dict[str, str]:
-    return {rel: hashlib.md5(data).hexdigest() for rel, data in content.items()}
-
-
-def assert_no_secret(*roots: Path) -> None:
-    for root in roots:
-        for dirpath, _dirs, names in os.walk(root):
-            for name in names:
-                data = (Path(dirpath) / name).read_bytes()
-                assert KEY.encode() not in data, f"storage key leaked into {Path(dirpath) / name}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +54,7 @@ def test_lint_is_clean(tmp_path):
 
 def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container):
     src = tmp_path / "src"
-    make_tree(src, files=5, big=0)
+    migration_tree(src, files=5, big=0)
     outdir = tmp_path / "results"
     proc = pipeline(*base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",))
     text = proc.stdout + proc.stderr
@@ -216,9 +84,11 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
         ("bogus_key=1", "bogus_key"),
     ],
 )
+
+
 def test_bad_config_is_rejected_before_any_job(tmp_path, ferry_bin, override, field):
     src = tmp_path / "src"
-    make_tree(src, files=3, big=0)
+    migration_tree(src, files=3, big=0)
     outdir = tmp_path / "results"
     cfg = base_config(ferry_bin, outdir, src, tmp_path / "dst", "baseline") + [override]
     proc = pipeline(*cfg, expect=None)
@@ -245,7 +115,7 @@ def test_fpart_with_blob_source_is_rejected(tmp_path, ferry_bin):
 @pytest.mark.timeout(420)
 def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     src = tmp_path / "src"
-    content = make_tree(src)
+    content = migration_tree(src)
     outdir = tmp_path / "results"
     dest = container.at("share")
 
@@ -324,7 +194,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
 @pytest.mark.timeout(300)
 def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=60)
+    content = migration_tree(src, files=60)
     dest = tmp_path / "nfs" / "share"
     outdir = tmp_path / "results"
     fpart = "partition={tool: fpart, mode: max-files, max_files: 25}"
@@ -356,7 +226,7 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
     a phase reads the destination's directories about once between all its jobs, and nothing per
     file: an unchanged incremental phase costs what `ferry ls -r` of the destination costs."""
     src = tmp_path / "src"
-    content = make_tree(src, files=200)
+    content = migration_tree(src, files=200)
     outdir = tmp_path / "results"
     # Parts cut in path order, as the default modes do: a directory falls in one part, or in
     # two where a part ends inside it. (Balanced parts of a tree this small are LPT over single
@@ -411,7 +281,7 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
 @pytest.mark.timeout(240)
 def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40, big=0)
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
@@ -429,7 +299,7 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
 @pytest.mark.timeout(300)
 def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin, read_only_dir):
     src = tmp_path / "src"
-    content = make_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
@@ -480,7 +350,7 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
 @pytest.mark.timeout(240)
 def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     src = tmp_path / "src"
-    content = make_tree(src, files=20, big=0)
+    content = migration_tree(src, files=20, big=0)
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))

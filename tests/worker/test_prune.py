@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import describe, ferry_env
+from support.ferry import describe, ferry_env
 from support.blobs import file_blobs
 from support.manifest import escape_path as escape, parse_manifest
 from support.trees import File, Link, make_tree, snapshot

@@ -423,8 +423,8 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
 def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine):
-    from test_nextflow import nextflow, params_for
-    from test_pipeline import base_config, pipeline, report
+    from support.nextflow import nextflow, params_for
+    from support.pipeline import base_config, pipeline, report
     src, dst, outdir = tmp_path / "src", tmp_path / "nfs" / "share", tmp_path / "results"
     link_groups_tree(src)
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from test_nextflow import nextflow, params_for, report, trace
-from test_pipeline import blob_snapshot, make_tree, md5s, modify_tree
-from test_pipeline_slurm import completed_jobs, slurm, slurm_up  # noqa: F401 - slurm is a fixture
+from support.nextflow import nextflow, params_for, trace
+from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, report
+from support.slurm import completed_jobs, slurm_up
 
 
 def new_jobs(before: set[int]) -> dict[int, str]:
@@ -25,7 +25,7 @@ def new_jobs(before: set[int]) -> dict[int, str]:
 def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container):  # noqa: F811
     slurm_up(accounting=False)
     src = tmp_path / "src"
-    content = make_tree(src, files=30, big=2)  # modify_tree deletes big1
+    content = migration_tree(src, files=30, big=2)  # modify_tree deletes big1
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
     launch = tmp_path / "launch"

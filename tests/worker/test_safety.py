@@ -5,14 +5,13 @@ sources that change while copied. Each test names the promise it holds (docs/rel
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import pytest
 
 from support.proxy import ABSENT
 from support.trees import File, make_tree
-from test_worker_resume import kill_once_blocks_staged, sdk_block_id, wait_alive
+from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 
 MiB = 1 << 20
 
@@ -125,21 +124,6 @@ def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, cont
     resent = {sdk_block_id(r.block_id) for r in proxy.requests("PUT", comp="block")}
     assert len(resent & set(staged)) == 0, "a staged block was sent again"
     run_ferry("verify", src, container, "--checksum")
-
-
-def fail_after_change(proc, proxy, hold, tmp_path, stalled_what, change) -> dict:
-    """Wait until the spawned copy stalls at the proxy, change the data under it, let it go on;
-    the copy must exit 1. Returns its --json summary."""
-    try:
-        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, stalled_what)
-        change()
-        proxy.release(hold)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, (tmp_path / "ferry.stderr").read_text()
-    return json.loads((tmp_path / "ferry.stdout").read_text())
 
 
 def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(tmp_path, container, proxy, run_ferry):

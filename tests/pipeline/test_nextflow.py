@@ -3,82 +3,23 @@
 Every run is the real Nextflow 24.10.0 (scripts/nextflow, or `nextflow` on PATH) on the real
 worker; destinations are checked by reading files (here) or with the Azure SDK
 (test_engines.py), never with ferry. Each Nextflow start costs several seconds, so runs are
-shared between assertions through module-scoped fixtures. Helpers here are reused by
-test_engines.py and test_nextflow_slurm.py.
+shared between assertions through module-scoped fixtures. The helpers are in
+tests/support/nextflow.py.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ferry_env
-from test_pipeline import REPO, local_snapshot, make_tree, md5s, write_file
-
-NEXTFLOW = shutil.which("nextflow") or str(REPO / "scripts" / "nextflow")
-
-
-def nextflow(launch: Path, *args: str, params: dict | None = None, profile: str = "test", expect: int | None = 0,
-             env: dict | None = None, timeout: float = 280) -> subprocess.CompletedProcess:
-    """`nextflow run main.nf` from its own launch directory (which keeps .nextflow/ for -resume),
-    with params written to a -params-file, as users pass a migration's config."""
-    launch.mkdir(parents=True, exist_ok=True)
-    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", profile, "-w", str(launch / "work"), "-ansi-log", "false"]
-    if params is not None:
-        params_file = launch / "params.yaml"
-        params_file.write_text(yaml.safe_dump(params, allow_unicode=True))
-        cmd += ["-params-file", str(params_file)]
-    cmd += list(args)
-    proc = subprocess.run(cmd, cwd=launch, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    if expect is not None and proc.returncode != expect:
-        log = launch / ".nextflow.log"
-        pytest.fail(
-            f"nextflow exited {proc.returncode}, expected {expect}\n  {' '.join(cmd)}\n--- stdout ---\n"
-            f"{proc.stdout[-5000:]}\n--- stderr ---\n{proc.stderr[-3000:]}\n--- .nextflow.log ---\n"
-            f"{log.read_text()[-5000:] if log.exists() else '(none)'}",
-            pytrace=False,
-        )
-    return proc
-
-
-def params_for(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t", **extra) -> dict:
-    """The config keys the Snakemake tests set (test_pipeline.base_config), as a params file."""
-    return {
-        "source": str(source),
-        "dest": str(dest),
-        "phase": phase,
-        "outdir": str(outdir),
-        "run_name": run_name,
-        "ferry_bin": str(ferry_bin),
-        "worker": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
-        **extra,
-    }
-
-
-def run_dir(outdir: Path, phase: str, run_name: str = "t") -> Path:
-    return outdir / run_name / phase
-
-
-def report(outdir: Path, phase: str, run_name: str = "t", name: str = "report.json") -> dict:
-    return json.loads((run_dir(outdir, phase, run_name) / name).read_text())
-
-
-def trace(outdir: Path, phase: str, run_name: str = "t") -> list[dict]:
-    path = run_dir(outdir, phase, run_name) / "pipeline_info" / "trace.txt"
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle, delimiter="\t"))
-
-
-def statuses(rows: list[dict], process: str) -> list[str]:
-    return sorted(r["status"] for r in rows if r["process"].split(":")[-1] == process)
+from support.ferry import ferry_env
+from support.nextflow import NEXTFLOW, nextflow, params_for, statuses, trace
+from support.pipeline import REPO, local_snapshot, md5s, migration_tree, report, run_dir, write_file
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +92,7 @@ def local_runs(tmp_path_factory, ferry_bin):
     root = tmp_path_factory.mktemp("nf-local")
     # The source's own name has a space and quotes: it reaches ferry as a string, never staged.
     src, dest, outdir, launch = root / "src 'a' \"b\"", root / "nfs" / "share", root / "results", root / "launch"
-    content = make_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40, big=0)
     for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
         content[rel] = rel.encode()
         write_file(src, rel, content[rel])
@@ -220,7 +161,7 @@ def test_prune_refused_on_an_empty_source(local_runs):
 @pytest.mark.timeout(300)
 def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_dir):
     src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
-    content = make_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
@@ -267,7 +208,7 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
 
 def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
     src, nodes, outdir = tmp_path / "src", tmp_path / "nodes", tmp_path / "results"
-    content = make_tree(src, files=30, big=1)
+    content = migration_tree(src, files=30, big=1)
     params = {
         "outdir": str(outdir),
         "ferry_bin": str(ferry_bin),

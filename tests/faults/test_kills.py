@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ferry_env
+from support.ferry import ferry_env
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
 from support.proxy import FaultProxy
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import os
 import time
@@ -11,55 +9,13 @@ import time
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 
+from support.interrupt import kill_once_blocks_staged, sdk_block_id, wait_alive
 from support.proxy import ABSENT
 from support.summary import section
 from support.trees import File, make_tree, snapshot
 
 MiB = 1 << 20
 BLOCKS = 12
-
-
-def sdk_block_id(wire_id: str) -> str:
-    """The form in which the Python SDK reports a block id that went over the wire as ``wire_id``.
-
-    The SDK base64-decodes ids and returns the text if it is UTF-8, else the id as sent; applying
-    the same rule to the ids the proxy saw makes the two comparable whatever ids ferry chooses.
-    """
-    try:
-        return base64.b64decode(wire_id, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return wire_id
-
-
-def wait_alive(proxy, proc, predicate, timeout, what):
-    """proxy.wait_for, but give up at once (with ferry's stderr) if ferry exits meanwhile."""
-    def check():
-        if proc.poll() is not None:
-            raise AssertionError(f"ferry exited ({proc.returncode}) before {what}")
-        return predicate()
-    proxy.wait_for(check, timeout, what)
-
-
-def kill_once_blocks_staged(proxy, spawn, staged, most):
-    """Starts a copy (spawn()), lets `staged` Put Block requests through, holds every later one
-    until the copy is killed, then drops them. Returns the block IDs (as the SDK names them) that
-    got through."""
-    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=staged, count=most,
-                     after_stall="drop", stall_timeout=60)
-
-    def good():
-        return [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
-
-    proc = spawn()
-    try:
-        wait_alive(proxy, proc, lambda: len(good()) == staged and proxy.stalled >= 1, 60,
-                   f"{staged} Put Block to succeed and the next to stall")
-    finally:
-        proc.kill()
-        proc.wait(10)
-    proxy.release(hold)
-    proxy.wait_idle(30)
-    return {sdk_block_id(r.block_id) for r in good()}
 
 
 def test_kill_during_multiblock_upload_resumes_without_resending_blocks(tmp_path, container, proxy, run_ferry):

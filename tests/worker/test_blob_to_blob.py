@@ -17,8 +17,7 @@ from support.blobs import file_blobs
 from support.proxy import ABSENT
 from support.summary import section
 from support.trees import File, make_tree, odd_names_spec
-from test_worker_resume import kill_once_blocks_staged, sdk_block_id
-from test_worker_safety import fail_after_change
+from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 
 MiB = 1 << 20
 KiB = 1 << 10

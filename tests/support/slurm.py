@@ -1,0 +1,74 @@
+"""The one-node Slurm of scripts/slurm-up.sh as the tests use it: is it up, start it in an
+accounting mode, and what it recorded (the job-completion log, squeue's comments). The ``slurm``
+fixture (tests/conftest.py) starts and stops it around a module."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.ferry import REPO_ROOT
+
+JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
+SLURM_CONF = Path("/etc/slurm/slurm.conf")
+
+
+def slurm_is_up() -> bool:
+    if not shutil.which("scontrol"):
+        return False
+    proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    return proc.returncode == 0 and "is UP" in proc.stdout
+
+
+def accounting_on() -> bool:
+    return SLURM_CONF.exists() and "accounting_storage/slurmdbd" in SLURM_CONF.read_text()
+
+
+def slurm_up(accounting: bool) -> None:
+    env = {"FERRY_SLURM_ACCOUNTING": "1" if accounting else "0"}
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "slurm-up.sh")], capture_output=True, text=True, timeout=180,
+        env={**os.environ, **env},
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+
+
+def jobcomp_records() -> list[dict[str, str]]:
+    """Every job Slurm recorded as finished, as {field: value} (JobId, Name, JobState, TimeLimit,
+    Tres, ...), oldest first."""
+    if not JOBCOMP_LOG.exists():
+        return []
+    return [
+        dict(re.findall(r"(\w+)=(\S*)", line)) for line in JOBCOMP_LOG.read_text(errors="replace").splitlines()
+    ]
+
+
+def completed_jobs() -> dict[int, str]:
+    """{job id: job name} of the jobs Slurm recorded as finished."""
+    if not JOBCOMP_LOG.exists():
+        return {}
+    jobs = {}
+    for line in JOBCOMP_LOG.read_text(errors="replace").splitlines():
+        match = re.search(r"JobId=(\d+) .*?Name=(\S+) JobState=(\S+)", line)
+        if match:
+            jobs[int(match.group(1))] = f"{match.group(2)} {match.group(3)}"
+    return jobs
+
+
+def squeue_comments(job_ids) -> dict[int, str]:
+    """{job id: comment} for jobs slurmctld still holds (the executor puts the rule in the comment)."""
+    proc = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%k|%T", "--jobs", ",".join(map(str, job_ids))],
+        capture_output=True, text=True, check=True,
+    )
+    found = {}
+    for line in proc.stdout.splitlines():
+        job, comment, _state = line.strip().split("|")
+        found[int(job)] = comment
+    return found
