@@ -159,6 +159,9 @@ SlurmctldLogFile=$log_dir/slurmctld.log
 SlurmdLogFile=$log_dir/slurmd.log
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+# A second partition on the same node: the pipelines' resources.<step>.slurm_partition has
+# somewhere to send a step other than the default (tests/pipeline/test_slurm_requests.py).
+PartitionName=ferry-alt Nodes=localhost Default=NO MaxTime=INFINITE State=UP
 CONF
 conf_changed=0
 if ! cmp -s "$new_conf" "$conf"; then
@@ -202,6 +205,11 @@ if [ "$accounting" = 1 ]; then
         sacctmgr -i add account ferry cluster=ferry description=ferry organization=ferry >/dev/null
     sacctmgr -n list user format=user | grep -qw root ||
         sacctmgr -i add user root account=ferry defaultaccount=ferry >/dev/null
+    # A second account root may charge, for resources.<step>.slurm_account.
+    sacctmgr -n list account format=account | grep -qw ferry-alt ||
+        sacctmgr -i add account ferry-alt cluster=ferry description=ferry-alt organization=ferry >/dev/null
+    sacctmgr -n list assoc user=root account=ferry-alt format=account | grep -qw ferry-alt ||
+        sacctmgr -i add user root account=ferry-alt >/dev/null
 fi
 # -i: start even if saved state from an earlier run does not match the new config.
 alive "$run_dir/slurmctld.pid" || slurmctld -i

@@ -1,5 +1,5 @@
 """Seeded SIGKILL loops: ferry killed at random moments of uploads, downloads, local copies, prunes
-and a pipeline's transfer job, then run again until a run ends on its own.
+and a pipeline's copy job, then run again until a run ends on its own.
 
 After every kill: every blob that exists holds exactly its source's bytes, every local file under
 a final name is complete (only ferry's ``.ferry-*`` temp names may hold partial data), and a prune
@@ -215,7 +215,7 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
 
 
 def ferry_children(pgid: int) -> list[int]:
-    """ferry processes in a process group (the pipeline's transfer jobs)."""
+    """ferry processes in a process group (the pipeline's copy jobs)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -231,7 +231,7 @@ def ferry_children(pgid: int) -> list[int]:
 @pytest.mark.timeout(600)
 def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, faults):
     """The Snakemake pipeline (local profile): each kill takes either the whole process group
-    (snakemake and its jobs, as when a node dies) or only a ferry transfer child (snakemake then
+    (snakemake and its jobs, as when a node dies) or only a ferry copy child (snakemake then
     records the job as failed); the next run starts with --unlock semantics (--nolock) and
     --rerun-incomplete, as after a crash."""
     rng = faults.test_rng
@@ -245,8 +245,8 @@ def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, fau
         outdir = tmp_path / f"results{seq}"
         cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--nolock", "--config",
                f"source={src}", f"dest={container.at(prefix)}", "phase=baseline", f"outdir={outdir}",
-               "run_name=t", f"ferry_bin={ferry_bin}", "partition={mode: parts, parts: 2}",
-               f"worker={{block_size: 256KiB, concurrency: 4, parallel_files: 4, max_bandwidth: {BANDWIDTH}}}"]
+               "run_name=t", f"ferry_bin={ferry_bin}", "plan={mode: parts, parts: 2}",
+               f"copy={{block_size: 256KiB, concurrency: 4, parallel_files: 4, max_bandwidth: {BANDWIDTH}}}"]
         for _ in range(20):
             last = killed >= quota(faults, "pipeline")
             log = open(tmp_path / f"snakemake{seq}.log", "ab")
@@ -298,7 +298,7 @@ def kill_pipeline(proc: subprocess.Popen, rng) -> bool:
     except subprocess.TimeoutExpired:
         os.killpg(pgid, signal.SIGKILL)
         proc.wait(10)
-        raise AssertionError("snakemake did not end after its transfer job was killed")
+        raise AssertionError("snakemake did not end after its copy job was killed")
     return landed
 
 

@@ -430,10 +430,10 @@ def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine
 
     def run(phase: str) -> None:
         if engine == "snakemake":
-            pipeline(*base_config(ferry_bin, outdir, src, dst, phase), "partition={tool: ferry, mode: max-files, max_files: 3}")
+            pipeline(*base_config(ferry_bin, outdir, src, dst, phase), "plan={tool: ferry, mode: max-files, max_files: 3}")
         else:
             nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dst, phase,
-                                                            partition={"mode": "max-files", "max_files": 3}))
+                                                            plan={"mode": "max-files", "max_files": 3}))
 
     run("baseline")
     assert len(report(outdir, "baseline")["partitions"]) >= 3

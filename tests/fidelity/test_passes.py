@@ -214,14 +214,14 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
     lay_out(src, {"dir-to-file": {"a": b"a", "b/c": b"c"}, "file-to-dir": File(data=b"f")}
             | {f"data/{i:02}.txt": File(size=100 + i) for i in range(24)} | {"empty/": Dir()})
-    parts = "partition={mode: parts, parts: 3}"
+    parts = "plan={mode: parts, parts: 3}"
 
     def run(phase: str) -> dict:
         if engine == "snakemake":
             pipeline(*base_config(ferry_bin, outdir, src, dest, phase), parts)
         else:
             nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, phase,
-                                                            partition={"mode": "parts", "parts": 3}))
+                                                            plan={"mode": "parts", "parts": 3}))
         return json.loads((outdir / "t" / phase / "report.json").read_text())
 
     assert run("baseline")["status"] == "complete"

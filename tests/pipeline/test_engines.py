@@ -70,8 +70,8 @@ class Engines:
             "run_name": "eq",
             "ferry_bin": str(ferry_bin),
             "checksum": True,
-            "partition": {"mode": "parts", "parts": 3},
-            "worker": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
+            "plan": {"mode": "parts", "parts": 3},
+            "copy": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
         }))
         self.container = azurite.service_client().get_container_client(f"engines-{uuid.uuid4().hex[:12]}")
         self.container.create_container()
@@ -131,7 +131,7 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     assert relay["status"] == "complete"
     assert relay["totals"]["files"]["planned"] == 0 and relay["partitions"] == []
     assert relay["plan"]["unchanged"] == len(content) + 1  # and the symlink
-    assert statuses(trace(nextflow_over_snakemake, "incremental", "eq"), "TRANSFER") == []
+    assert statuses(trace(nextflow_over_snakemake, "incremental", "eq"), "COPY") == []
     snakemake_over_nextflow = tmp_path / "relay-snakemake"
     eng.run("snakemake", "incremental", dest=eng.dest["nextflow"], outdir=snakemake_over_nextflow)
     relay = json.loads((snakemake_over_nextflow / "eq" / "incremental" / "report.json").read_text())
@@ -155,4 +155,4 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
     assert rep["totals"]["final_check"]["same"] == len(content) + 1  # and the symlink
     assert rep["checksum_verified"] is True
-    assert {r: s["jobs"] for r, s in rep["time"]["per_rule"].items()}.keys() >= {"prune", "final_check", "list_dest"}
+    assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()}.keys() >= {"prune", "final_check", "list_dest"}

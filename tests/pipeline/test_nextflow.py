@@ -37,8 +37,8 @@ def test_nextflow_schema_is_generated_from_the_yaml_schema():
     yaml_schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     grouped = {k for group in schema["$defs"].values() for k in group["properties"]}
     assert grouped == set(yaml_schema["properties"])
-    modes = schema["$defs"]["planning"]["properties"]["partition"]["properties"]["mode"]["enum"]
-    assert modes == yaml_schema["properties"]["partition"]["properties"]["mode"]["enum"]
+    modes = schema["$defs"]["steps"]["properties"]["plan"]["properties"]["mode"]["enum"]
+    assert modes == yaml_schema["properties"]["plan"]["properties"]["mode"]["enum"]
 
 
 def test_bad_config_stops_nextflow_before_any_task(tmp_path, ferry_bin):
@@ -79,8 +79,8 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     ran = {r["process"].split(":")[-1] for r in trace(outdir, "final", "stub")}
-    assert ran == {"LIST", "PLAN", "TRANSFER", "VERIFY", "PRUNE", "FINAL_CHECK", "REPORT"}, ran
-    assert statuses(trace(outdir, "final", "stub"), "TRANSFER") == ["COMPLETED", "COMPLETED"]
+    assert ran == {"LIST", "PLAN", "COPY", "VERIFY", "PRUNE", "FINAL_CHECK", "REPORT"}, ran
+    assert statuses(trace(outdir, "final", "stub"), "COPY") == ["COMPLETED", "COMPLETED"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def local_runs(tmp_path_factory, ferry_bin):
     for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
         content[rel] = rel.encode()
         write_file(src, rel, content[rel])
-    parts = {"partition": {"mode": "max-files", "max_files": 16}}
+    parts = {"plan": {"mode": "max-files", "max_files": 16}}
     runs = {"content": content, "src": src, "dest": dest, "outdir": outdir}
     runs["baseline"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts))
     runs["dest_after_baseline"] = local_snapshot(dest)
@@ -118,15 +118,15 @@ def test_local_baseline_copies_everything(local_runs):
     assert rep["totals"]["verify"]["same"] == len(content) + 1
     assert len(rep["partitions"]) == 3 and all(p["files"] <= 16 for p in rep["partitions"])
     rows = trace(outdir, "baseline")
-    assert statuses(rows, "TRANSFER") == ["COMPLETED"] * 3
+    assert statuses(rows, "COPY") == ["COMPLETED"] * 3
     assert statuses(rows, "VERIFY") == ["COMPLETED"] * 3
     run = run_dir(outdir, "baseline")
     for kept in ("listing/source.tsv", "plan/plan.json", "plan/copy/part-00000.tsv", "copy/part-00000.json",
-                 "verify/part-00002.json", "logs/transfer/part-00001.log", "benchmarks/plan.tsv", "report.md",
+                 "verify/part-00002.json", "logs/copy/part-00001.log", "benchmarks/plan.tsv", "report.md",
                  "pipeline_info/timeline.html", "pipeline_info/report.html"):
         assert (run / kept).is_file(), f"{kept} missing from the run directory"
-    assert {r: s["jobs"] for r, s in rep["time"]["per_rule"].items()} == {
-        "list_source": 1, "plan": 1, "transfer": 3, "verify": 3}
+    assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()} == {
+        "list_source": 1, "plan": 1, "copy": 3, "verify": 3}
 
 
 def test_unchanged_incremental_plans_nothing(local_runs):
@@ -135,7 +135,7 @@ def test_unchanged_incremental_plans_nothing(local_runs):
     assert rep["plan"]["unchanged"] == len(local_runs["content"]) + 1
     assert rep["totals"]["files"]["planned"] == 0 and rep["partitions"] == []
     rows = trace(local_runs["outdir"], "incremental")
-    assert statuses(rows, "TRANSFER") == [] and statuses(rows, "VERIFY") == []
+    assert statuses(rows, "COPY") == [] and statuses(rows, "VERIFY") == []
     assert statuses(rows, "REPORT") == ["COMPLETED"]
 
 
@@ -165,7 +165,7 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
-    params = params_for(ferry_bin, outdir, src, dest, "baseline", partition={"mode": "max-files", "max_files": 8})
+    params = params_for(ferry_bin, outdir, src, dest, "baseline", plan={"mode": "max-files", "max_files": 8})
 
     # The directory blocked/, read-only at the destination (as the source's in every other
     # respect, so nothing but its file needs writing), makes that one copy fail.
@@ -186,15 +186,15 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
     assert verify_status.pop(failed[0]["id"]) == "not run"
     assert set(verify_status.values()) == {"ok"}
-    assert statuses(trace(outdir, "baseline"), "TRANSFER") == ["COMPLETED"] * len(ok) + ["FAILED"]
+    assert statuses(trace(outdir, "baseline"), "COPY") == ["COMPLETED"] * len(ok) + ["FAILED"]
     assert not (run / "report.json").exists()
 
     unblock()
     nextflow(launch, "-resume", params=params)
     assert local_snapshot(dest) == md5s(content)
     rows = trace(outdir, "baseline")
-    assert statuses(rows, "TRANSFER") == ["CACHED"] * len(ok) + ["COMPLETED"], "only the failed partition may run again"
-    redone = [r for r in rows if r["process"].endswith("TRANSFER") and r["status"] == "COMPLETED"]
+    assert statuses(rows, "COPY") == ["CACHED"] * len(ok) + ["COMPLETED"], "only the failed partition may run again"
+    redone = [r for r in rows if r["process"].endswith("COPY") and r["status"] == "COMPLETED"]
     assert redone[0]["tag"] == f"part-{failed[0]['id']}"
     assert statuses(rows, "LIST") == ["CACHED"] and statuses(rows, "PLAN") == ["CACHED"]
     rep = report(outdir, "baseline")

@@ -30,7 +30,7 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     dest = container.at("viaslurm")
     launch = tmp_path / "launch"
     # Four deletions in a small tree are more than the default 10%: allow them.
-    parts = {"partition": {"mode": "parts", "parts": 2}, "delete": {"max_delete": "25%"}}
+    parts = {"plan": {"mode": "parts", "parts": 2}, "prune": {"max_delete": "25%"}}
 
     seen = set(completed_jobs())
     nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts), profile="slurm")
@@ -44,12 +44,12 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     assert {int(r["native_id"]) for r in rows} == set(jobs), (rows, jobs)
     assert all(desc.endswith("COMPLETED") for desc in jobs.values()), jobs
     names = " ".join(jobs.values())
-    for step in ("LIST", "MAKE_DEST", "PLAN", "TRANSFER", "VERIFY", "REPORT"):
+    for step in ("LIST", "MAKE_DEST", "PLAN", "COPY", "VERIFY", "REPORT"):
         assert f"MIGRATE_{step}" in names, (step, names)
     assert len(jobs) == 1 + 1 + 1 + 2 + 2 + 1
-    # Slurm was asked for the transfer's configured resources (config/config.yaml: resources.transfer).
-    transfer = next(r for r in rows if r["process"].endswith("TRANSFER"))
-    script = (Path(transfer["workdir"]) / ".command.run").read_text()
+    # Slurm was asked for the copy's configured resources (config/config.yaml: resources.copy).
+    copy = next(r for r in rows if r["process"].endswith("COPY"))
+    script = (Path(copy["workdir"]) / ".command.run").read_text()
     for request in ("#SBATCH -c 2", "#SBATCH -t 12:00:00", "#SBATCH --mem 2000M"):
         assert request in script, (request, script[:600])
 

@@ -19,7 +19,7 @@ from support.pipeline import (
     assert_no_secret,
     base_config,
     blob_snapshot,
-    jobs_per_rule,
+    jobs_per_step,
     local_snapshot,
     md5s,
     migration_tree,
@@ -44,7 +44,7 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     content = migration_tree(src, files=40, big=2)
     outdir = tmp_path / "results"
     dest = container.at("viaslurm")
-    parts = "partition={mode: parts, parts: 2}"
+    parts = "plan={mode: parts, parts: 2}"
 
     seen_before = set(completed_jobs())
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), parts, profile="profiles/slurm")
@@ -56,13 +56,13 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     assert rep["totals"]["verify"]["same"] == len(content) + 1
 
     new_jobs = {job: desc for job, desc in completed_jobs().items() if job not in seen_before}
-    # One job lists and plans, then one job per partition (its transfer and verify grouped).
+    # One job lists and plans, then one job per partition (its copy and verify grouped).
     assert len(new_jobs) == 3, new_jobs
     assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
     comments = squeue_comments(new_jobs)
     assert set(comments) == set(new_jobs), "squeue no longer knows jobs that just ran"
-    assert_rules_ran(comments.values(), ["list_source", "plan", "transfer", "verify"])
-    assert sum("transfer" in c and "verify" in c for c in comments.values()) == 2, comments
+    assert_rules_ran(comments.values(), ["list_source", "plan", "copy", "verify"])
+    assert sum("copy" in c and "verify" in c for c in comments.values()) == 2, comments
 
     _added, _changed, deleted = modify_tree(src, content)
     seen_before = set(completed_jobs())
@@ -76,11 +76,11 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
     comments = squeue_comments(new_jobs)
     assert_rules_ran(
-        comments.values(), ["list_source", "list_dest", "plan", "transfer", "verify", "prune", "final_check"]
+        comments.values(), ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check"]
     )
-    rules = jobs_per_rule(rep)
-    # Grouped: listing+plan is one job; transfers, verifies, prune and the final check alone.
-    assert len(new_jobs) == 1 + rules["transfer"] + rules["verify"] + 2, (new_jobs, rules)
+    rules = jobs_per_step(rep)
+    # Grouped: listing+plan is one job; copies, verifies, prune and the final check alone.
+    assert len(new_jobs) == 1 + rules["copy"] + rules["verify"] + 2, (new_jobs, rules)
     assert_no_secret(outdir, REPO / ".snakemake" / "slurm_logs")
 
 
@@ -95,7 +95,7 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     outdir = tmp_path / "results"
     seen_before = set(completed_jobs())
     pipeline(
-        *base_config(ferry_bin, outdir, src, dest, "baseline"), "partition={mode: parts, parts: 2}",
+        *base_config(ferry_bin, outdir, src, dest, "baseline"), "plan={mode: parts, parts: 2}",
         profile="profiles/slurm",
     )
     assert local_snapshot(dest) == md5s(content)
@@ -121,7 +121,7 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
 @pytest.mark.timeout(420)
 def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_path, ferry_bin):
     """The time and memory each job asks Slurm for are the configured ones, not the sum over a
-    group's steps; a transfer job Slurm kills at its time limit is retried with twice the time and
+    group's steps; a copy job Slurm kills at its time limit is retried with twice the time and
     memory, and the retry finishes the partition (the files the first attempt completed are not
     copied again)."""
     slurm_up(accounting=False)
@@ -136,11 +136,11 @@ def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_
     pipeline(
         *base_config(ferry_bin, outdir, src, dest, "incremental"),
         # 4 MiB at 32 KiB/s, one file at a time: about two minutes, past the 1-minute limit.
-        "worker={max_bandwidth: 32KiB/s, parallel_files: 1, concurrency: 1}",
-        "partition={mode: parts, parts: 1}",
+        "copy={max_bandwidth: 32KiB/s, parallel_files: 1, concurrency: 1}",
+        "plan={mode: parts, parts: 1}",
         "job_retries=1",
         "resources={list: {runtime: 3, mem_mb: 600}, plan: {runtime: 5, mem_mb: 500}, "
-        "transfer: {runtime: 1, mem_mb: 700}, verify: {runtime: 9, mem_mb: 800}}",
+        "copy: {runtime: 1, mem_mb: 700}, verify: {runtime: 9, mem_mb: 800}}",
         profile="profiles/slurm",
         timeout=400,
     )
@@ -154,7 +154,7 @@ def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_
     jobs = [r for r in jobcomp_records() if r["JobId"] not in seen_before]
     limits = [(r["JobState"], r["TimeLimit"], re.search(r"mem=(\d+)M", r["Tres"]).group(1)) for r in jobs]
     # Listing + plan: list's runtime alone (plan runs after it in the same job and adds no time);
-    # the two listings run side by side, so twice list's memory (plan's is below that). Then the partition job (transfer + verify): transfer's runtime alone, the
+    # the two listings run side by side, so twice list's memory (plan's is below that). Then the partition job (copy + verify): copy's runtime alone, the
     # larger memory of the two; killed at 1 minute, retried with 2 minutes and twice the memory.
     assert limits == [
         ("COMPLETED", "3", "1200"),

@@ -158,7 +158,7 @@ def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sa
     slurm_logs = REPO / ".snakemake" / "slurm_logs"
     started = time.time()
     run_pipeline(got, "profiles/slurm", ferry_bin, outdir, src, container.at("viaslurm"), sas, "baseline",
-                 "partition={mode: parts, parts: 2}")
+                 "plan={mode: parts, parts: 2}")
     assert len(container.blobs("viaslurm/")) == 6
     job_outputs = [p for p in slurm_logs.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1]
     assert job_outputs, "no Slurm job output files were written"

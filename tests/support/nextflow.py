@@ -51,7 +51,7 @@ def params_for(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str 
         "outdir": str(outdir),
         "run_name": run_name,
         "ferry_bin": str(ferry_bin),
-        "worker": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
+        "copy": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
         **extra,
     }
 

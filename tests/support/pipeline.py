@@ -110,7 +110,7 @@ def base_config(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str
         f"run_name={run_name}",
         f"ferry_bin={ferry_bin}",
         # Small blocks so the two big files take several blocks each.
-        "worker={block_size: 1MiB, concurrency: 4, parallel_files: 4}",
+        "copy={block_size: 1MiB, concurrency: 4, parallel_files: 4}",
     ]
 
 
@@ -122,8 +122,8 @@ def report(outdir: Path, phase: str, run_name: str = "t", name: str = "report.js
     return json.loads((run_dir(outdir, phase, run_name) / name).read_text())
 
 
-def jobs_per_rule(rep: dict) -> dict[str, int]:
-    return {rule: stats["jobs"] for rule, stats in rep["time"]["per_rule"].items()}
+def jobs_per_step(rep: dict) -> dict[str, int]:
+    return {rule: stats["jobs"] for rule, stats in rep["time"]["per_step"].items()}
 
 
 def modify_tree(src: Path, content: dict[str, bytes]) -> tuple[set[str], set[str], set[str]]:

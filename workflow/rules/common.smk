@@ -47,8 +47,10 @@ def literal(word):
 
 
 def task(step, root=RUN):
-    """The shell command of a rule that runs a ferry step: ferry_task.py with the step's spec."""
-    part = " --part {wildcards.part}" if "{part}" in ferry_task.RECORDS[step].log else ""
+    """The shell command that runs a ferry step, ferry_task.py with the step's spec."""
+    part = (
+        " --part {wildcards.part}" if "{part}" in ferry_task.RECORDS[step].log else ""
+    )
     return (
         f"{literal(sys.executable)} {literal(TASK)} {step} --records {literal(root)}{part}"
         f" --spec {literal(json.dumps(STEPS[step], ensure_ascii=False))}"

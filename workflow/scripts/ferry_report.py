@@ -212,17 +212,17 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
             if any(final_check[key] for key in VERIFY_KEYS if key != "same"):
                 failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
 
-    per_rule: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
+    per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
     for key, job in bench.items():
         rule = key.split("/", 1)[0]
-        stats = per_rule[rule]
+        stats = per_step[rule]
         stats["jobs"] += 1
         stats["seconds"] += job["seconds"]
         stats["max_seconds"] = max(stats["max_seconds"], job["seconds"])
         stats["cpu_seconds"] += job["cpu_seconds"] or 0.0
         stats["max_rss_mb"] = max(stats["max_rss_mb"], job["max_rss_mb"] or 0.0)
-    ordered = {rule: per_rule[rule] for rule in STEP_ORDER if rule in per_rule}
-    ordered.update({rule: stats for rule, stats in per_rule.items() if rule not in ordered})
+    ordered = {rule: per_step[rule] for rule in STEP_ORDER if rule in per_step}
+    ordered.update({rule: stats for rule, stats in per_step.items() if rule not in ordered})
     for stats in ordered.values():
         for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb"):
             stats[key] = round(stats[key], 3)
@@ -285,7 +285,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
             "job_seconds": round(sum(job["seconds"] for job in bench.values()), 3),
             "worker_copy_seconds": round(worker_copy_seconds, 3),
             "worker_verify_seconds": round(worker_verify_seconds, 3),
-            "per_rule": ordered,
+            "per_step": ordered,
         },
         "partitions": partitions,
         "verify_partitions": verify_rows,
@@ -390,10 +390,10 @@ def markdown(report: dict) -> str:
         f"{fmt(tm['worker_verify_seconds'])} s verifying). The gap between job time and the ferry seconds is "
         "start-up per job; elapsed beyond job time is scheduling (and, on a cluster, queueing).",
         "",
-        "| rule | jobs | wall s | longest s | CPU s | max RSS MiB |",
+        "| step | jobs | wall s | longest s | CPU s | max RSS MiB |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for rule, stats in tm["per_rule"].items():
+    for rule, stats in tm["per_step"].items():
         lines.append(
             f"| {rule} | {stats['jobs']} | {fmt(stats['seconds'])} | {fmt(stats['max_seconds'])} | "
             f"{fmt(stats['cpu_seconds'])} | {fmt(stats['max_rss_mb'])} |"

@@ -28,7 +28,7 @@ def worker_args(phase: str) -> str:
     if "workflow/scripts" not in sys.path:
         sys.path.insert(0, "workflow/scripts")
     import ferry_config
-    cfg = ferry_config.resolve({"source": "/source", "dest": "/dest", "phase": phase})
+    cfg = ferry_config.resolve({"source": "/source", "dest": "/dest", "phase": phase})["config"]
     return " ".join(ferry_config.copy_args(cfg))
 
 
@@ -47,7 +47,7 @@ def tasks(out: Path, engine: str, phase: str) -> int | None:
     """Tasks of the engine's last run, from its own report (jobs per step, and the report itself)."""
     try:
         report = json.loads((out / engine / "bench" / phase / "report.json").read_text())
-        return sum(st["jobs"] for st in report["time"]["per_rule"].values()) + 1
+        return sum(st["jobs"] for st in report["time"]["per_step"].values()) + 1
     except (OSError, ValueError, KeyError):
         return None
 
