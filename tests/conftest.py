@@ -38,7 +38,31 @@ def pytest_configure(config):
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
 
+# The slow suites' markers (registered in pytest.ini), given to every test of a folder or module
+# under tests/; a test elsewhere that needs the same carries the marker itself. A test that uses
+# the `slurm` fixture is marked slurm wherever it is.
+MARKERS = {
+    "faults/": ("faults",),
+    "nfs/": ("fuse",),
+    "pipeline/": ("pipeline",),
+    "pipeline/test_snakemake_slurm.py": ("slurm",),
+    "pipeline/test_nextflow_slurm.py": ("slurm",),
+    "replicate/": ("mpi",),
+}
+MARKERS_BY_FIXTURE = {"slurm": "slurm"}
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
+        for where, names in MARKERS.items():
+            if rel == where or (where.endswith("/") and rel.startswith(where)):
+                for name in names:
+                    item.add_marker(name)
+        for fixture, name in MARKERS_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(name)
     # An explicit --timeout on the command line wins over this default.
     if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout") is not None:
         return

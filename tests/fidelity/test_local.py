@@ -207,6 +207,7 @@ def test_preserve_leaves_out_what_it_is_told(tmp_path, run_ferry, preserve, has_
     assert ("user.project" in attrs(dst / "d")) == has_xattrs
 
 
+@pytest.mark.fuse
 def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_ferry):
     from support.latencyfs import LatencyFS
     src, backing = tmp_path / "src", tmp_path / "backing"
@@ -422,6 +423,7 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+@pytest.mark.pipeline
 def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine):
     from support.nextflow import nextflow, params_for
     from support.pipeline import base_config, pipeline, report
@@ -480,6 +482,7 @@ def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
     assert os.lstat(dst).st_mtime_ns == os.lstat(src).st_mtime_ns
 
 
+@pytest.mark.fuse
 def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry_bin):
     # latencyfs, like an NFS server without xattr support, has none: its first answer tells,
     # and a listing of 40 entries must not ask 40 times (a round trip each on NFS).

@@ -204,6 +204,7 @@ def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nes
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+@pytest.mark.pipeline
 def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, engine):
     """Baseline, then a live source: a chmod, a chown, a directory's chmod, a file that became a
     directory and a directory that became a file; the final phase converges in one run (it
@@ -246,6 +247,7 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+@pytest.mark.pipeline
 def test_a_pipeline_into_its_own_source_is_refused(tmp_path, ferry_bin, engine):
     """The destination inside the source: every copy job refuses with the worker's error, the
     run ends incomplete, and the source is left as it was (no copy nested into itself)."""

@@ -221,6 +221,7 @@ def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.fuse
 def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry_bin):
     """On a mount where every request is a round trip (tools/latencyfs, counting), each step of
     a phase reads the destination's directories about once between all its jobs, and nothing per

@@ -121,7 +121,7 @@ def needs_launcher(kind, request):
         request.getfixturevalue("slurm")
 
 
-@pytest.mark.parametrize("kind,ranks", [("mpirun", 2), ("mpirun", 4), ("srun", 2)])
+@pytest.mark.parametrize("kind,ranks", [("mpirun", 2), ("mpirun", 4), pytest.param("srun", 2, marks=pytest.mark.slurm)])
 def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
     want, total, container, mtimes = dataset
@@ -184,7 +184,7 @@ def find_rank_pid(marker: str, rank: int, deadline: float) -> int:
     raise TimeoutError(f"rank {rank} of run {marker} never appeared")
 
 
-@pytest.mark.parametrize("kind", ["mpirun", "srun"])
+@pytest.mark.parametrize("kind", ["mpirun", pytest.param("srun", marks=pytest.mark.slurm)])
 def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, dataset, azurite, tmp_path, request):
     needs_launcher(kind, request)
     want, total, container, mtimes = dataset
@@ -296,6 +296,7 @@ def test_refusals_are_clear(tmp_path):
     assert proc.stderr.count("--chunk-size must be between") == 1, proc.stderr
 
 
+@pytest.mark.pipeline
 def test_snakemake_replicate_target(tmp_path, ferry_bin):
     src = tmp_path / "src"
     want = {p: hashlib.md5(c).hexdigest() for p, c in make_tree(src, many_files_spec(30)).items()}

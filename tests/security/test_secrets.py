@@ -132,6 +132,7 @@ def run_pipeline(got: Collected, profile: str, ferry_bin, outdir, src, dest, sas
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.pipeline
 def test_no_secret_in_the_pipelines_results_and_logs(tmp_path, ferry_bin, container, sas):
     got = Collected()
     src, outdir = tmp_path / "src", tmp_path / "results"
@@ -149,6 +150,7 @@ def test_no_secret_in_the_pipelines_results_and_logs(tmp_path, ferry_bin, contai
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.pipeline
 def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sas):  # noqa: F811
     """The same through `--profile profiles/slurm`: every sbatch job's output file is searched."""
     slurm_up(accounting=False)
@@ -169,6 +171,7 @@ def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sa
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.pipeline
 def test_no_secret_in_nextflow_work_trace_and_results(tmp_path, ferry_bin, container, sas):
     """The same final phase through Nextflow: its task scripts and logs (.command.*), trace,
     timeline, report and .nextflow.log, and the run directory, hold no secret."""

@@ -1,0 +1,189 @@
+"""workflow/scripts/ferrylib.py, the helpers of the pipelines' scripts: sizes and rates read as the
+worker reads them (worker/src/units.rs), locations made fit for logs, the default run name, the
+worker's JSON documents, and the migration config's cross-field checks. No worker, no engine."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import ferrylib
+from ferrylib import ConfigError, check_config, parse_rate, parse_size, redact, run_name_for
+
+# ---------------------------------------------------------------------------------------------
+# sizes and rates
+
+
+@pytest.mark.parametrize("value,size", [
+    (0, 0), (123, 123), ("123", 123), (" 42 ", 42), ("8B", 8),
+    ("8K", 8 << 10), ("8KiB", 8 << 10), ("8Ki", 8 << 10), ("8M", 8 << 20), ("8MiB", 8 << 20), ("8 MiB", 8 << 20),
+    ("8mib", 8 << 20), ("2G", 2 << 30), ("1T", 1 << 40), ("1.5GiB", 3 << 29),
+    ("8KB", 8000), ("8MB", 8_000_000), ("1.5GB", 1_500_000_000), ("2TB", 2 * 10**12), ("8kb", 8000),
+])
+def test_parse_size_binary_bare_units_decimal_b_units(value, size):
+    assert parse_size(value) == size
+
+
+@pytest.mark.parametrize("value", [True, False, "", "MiB", "-1", "1,5M", "8 MiBs", "8 mbit", "8PiB", "0x10", None, "1e3"])
+def test_parse_size_refuses(value):
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(value)
+
+
+@pytest.mark.parametrize("value,rate", [
+    ("1000", 1000), (1000, 1000), ("1000B", 1000), ("1000B/s", 1000),
+    ("500Mbps", 62_500_000), ("1Gbps", 125_000_000), ("8bps", 1), ("100kbps", 12_500), ("100Kbps", 12_500),
+    ("100MB/s", 100_000_000), ("100 MB/s", 100_000_000), ("1kB/s", 1000), ("2TB", 2 * 10**12),
+    ("64MiB/s", 64 << 20), ("1KiB", 1024), ("1.5GiB/s", 3 << 29),
+])
+def test_parse_rate_bits_decimal_bytes_as_sizes(value, rate):
+    assert parse_rate(value) == rate
+
+
+@pytest.mark.parametrize("value", ["", "fast", "100mb/s", "100 MBps", "100MB/h", "-5MB/s", "10M", "100MiBps"])
+def test_parse_rate_refuses_with_an_example(value):
+    with pytest.raises(ValueError, match=r"not a rate: .*\(e\.g\. 500Mbps"):
+        parse_rate(value)
+
+
+@pytest.mark.parametrize("value", ["0", "0MB/s", "4bps", "0.5"])
+def test_parse_rate_below_one_byte_per_second(value):
+    with pytest.raises(ValueError, match="below one byte per second"):
+        parse_rate(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# locations and names
+
+
+@pytest.mark.parametrize("location,shown", [
+    ("/data/project", "/data/project"),
+    ("az://acct/ctr/prefix", "az://acct/ctr/prefix"),
+    ("https://acct.blob.core.windows.net/ctr/p?sv=2022-11-02&sig=c2VjcmV0", "https://acct.blob.core.windows.net/ctr/p"),
+    ("https://user:pa55@acct.blob.core.windows.net/ctr", "https://acct.blob.core.windows.net/ctr"),
+    ("http://token@127.0.0.1:10000/devstoreaccount1/ctr?se=x&sig=y", "http://127.0.0.1:10000/devstoreaccount1/ctr"),
+    ("/data/odd?name", "/data/odd"),
+])
+def test_redact_drops_query_and_credentials(location, shown):
+    assert redact(location) == shown
+
+
+def test_redact_keeps_an_at_sign_in_the_path():
+    assert redact("https://acct.blob.core.windows.net/ctr/user@example") == "https://acct.blob.core.windows.net/ctr/user@example"
+
+
+def test_run_name_is_stable_readable_and_tells_migrations_apart():
+    name = run_name_for("/data/project", "az://acct/ctr")
+    assert name == run_name_for("/data/project", "az://acct/ctr")
+    assert name.startswith("project-") and len(name) == len("project-") + 8
+    assert run_name_for("/data/project/", "az://acct/ctr").startswith("project-")
+    assert run_name_for("/data/project", "az://acct/other") != name
+    assert run_name_for("/other/project", "az://acct/ctr") != name
+
+
+@pytest.mark.parametrize("source,stem", [
+    ("/", "root"), ("", "root"), ("/data/my project (2024)", "my_project_2024"), ("/data/.hidden", "hidden"),
+    ("/data/..", "src"), ("/data/ünï", "n"), ("/data/é", "src"), ("az://acct/ctr", "ctr"),
+    ("/data/" + "x" * 60, "x" * 40),
+])
+def test_run_name_stem_is_a_safe_name(source, stem):
+    name = run_name_for(source, "/dst")
+    assert name.rsplit("-", 1)[0] == stem
+    assert all(c.isalnum() or c in "._-" for c in name)
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker's JSON documents
+
+
+def test_load_json_reads_only_whole_objects(tmp_path):
+    path = tmp_path / "doc.json"
+    assert ferrylib.load_json(str(path)) is None
+    for text in ("", "  \n", '{"files": {"cop', "[1, 2]", "null"):
+        path.write_text(text)
+        assert ferrylib.load_json(str(path)) is None, text
+    ferrylib.write_json(str(path), {"files": {"copied": 3}, "name": "ünï"})
+    assert ferrylib.load_json(str(path)) == {"files": {"copied": 3}, "name": "ünï"}
+    assert json.loads(path.read_text()) == {"files": {"copied": 3}, "name": "ünï"}
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.json"], "write_json left its temp file"
+
+
+# ---------------------------------------------------------------------------------------------
+# the migration config's cross-field checks
+
+
+def config(tmp_path, **changes) -> dict:
+    """A migration config as the pipeline hands it to check_config (defaults applied), local
+    source and blob destination, with ``changes`` as {"block.key": value} or {"key": value}."""
+    cfg = {
+        "source": str(tmp_path / "src"),
+        "dest": "https://acct.blob.core.windows.net/ctr?sv=1&sig=SECRETSIG",
+        "outdir": str(tmp_path / "results"),
+        "partition": {"tool": "ferry", "mode": "parts", "parts": 4, "max_files": 0, "max_bytes": "0"},
+        "worker": {"block_size": "8MiB"},
+    }
+    cfg = copy.deepcopy(cfg)
+    for key, value in changes.items():
+        *block, field = key.split(".")
+        (cfg[block[0]] if block else cfg)[field] = value
+    return cfg
+
+
+def config_error(cfg) -> str:
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    return str(err.value)
+
+
+def test_a_sound_config_passes(tmp_path):
+    check_config(config(tmp_path))
+    check_config(config(tmp_path, **{"partition.max_bytes": "64GiB", "worker.block_size": 4 << 20}))
+    # outdir beside the source, or under a blob destination's name: not inside anything migrated.
+    check_config(config(tmp_path, outdir=str(tmp_path / "src-results")))
+    check_config(config(tmp_path, source="az://acct/a", dest="az://acct/b", outdir=str(tmp_path)))
+
+
+@pytest.mark.parametrize("missing", ["source", "dest"])
+def test_source_and_dest_are_required(tmp_path, missing):
+    message = config_error(config(tmp_path, **{missing: ""}))
+    assert "'source' and 'dest' are required" in message and "replicate.source" in message
+
+
+@pytest.mark.parametrize("field", ["partition.max_bytes", "worker.block_size"])
+def test_a_bad_size_names_its_field(tmp_path, field):
+    message = config_error(config(tmp_path, **{field: "lots"}))
+    assert message == f"config field '{field}': not a size: 'lots'"
+
+
+def test_fpart_with_a_blob_source_is_refused_without_showing_the_sas(tmp_path):
+    cfg = config(tmp_path, **{"partition.tool": "fpart"})
+    check_config(cfg)  # a local source: fpart is fine
+    cfg["source"], cfg["dest"] = cfg["dest"], str(tmp_path / "dst")
+    message = config_error(cfg)
+    assert message.startswith("config field 'partition.tool': fpart partitions local sources only")
+    assert "https://acct.blob.core.windows.net/ctr" in message and "SECRETSIG" not in message
+
+
+@pytest.mark.parametrize("dest_suffix", ["", "/"])
+def test_source_and_dest_the_same_place(tmp_path, dest_suffix):
+    message = config_error(config(tmp_path, dest=str(tmp_path / "src") + dest_suffix))
+    assert message == "config fields 'source' and 'dest' name the same location"
+
+
+@pytest.mark.parametrize("side", ["source", "dest"])
+@pytest.mark.parametrize("where", ["inside", "equal"])
+def test_outdir_inside_a_local_side_is_refused(tmp_path, side, where):
+    local = tmp_path / side
+    cfg = config(tmp_path, **{side: str(local), ("dest" if side == "source" else "source"): "az://acct/ctr"})
+    cfg["outdir"] = str(local / "results") if where == "inside" else str(local) + "/"
+    message = config_error(cfg)
+    assert message.startswith(f"config field 'outdir': {cfg['outdir']!r} lies inside {side} {str(local)!r}")
+
+
+def test_outdir_inside_the_source_through_a_symlink_is_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "src")
+    message = config_error(config(tmp_path, outdir=str(tmp_path / "link" / "results")))
+    assert "lies inside source" in message

@@ -1,0 +1,152 @@
+"""A pipeline run directory made by hand, as the steps leave it (docs/pipeline.md), for the unit
+tests of the report builder (workflow/scripts/ferry_report.py): plan/plan.json, the worker's JSON
+of each copy and verify partition, what a failed job saved under failed/, logs/, and one timing
+TSV per job under benchmarks/. Every folder and file name of the run directory is written here
+and nowhere else in the tests, so renaming a step touches this module only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+# The copy step's folder under logs/ and benchmarks/; the report names the rule after it.
+COPY_STEP = "transfer"
+VERIFY_STEP = "verify"
+# The folders of the worker's JSON per partition (copy/part-*.json, verify/part-*.json); the
+# name of a failed job's JSON under failed/ starts with the same word.
+COPY_RESULTS = "copy"
+VERIFY_RESULTS = "verify"
+
+
+class RunDir:
+    """``RunDir(tmp_path / "run")``: write the pieces of a run; ``path`` is what the report reads."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, rel: str, text: str) -> Path:
+        target = self.path / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        return target
+
+    # plan -------------------------------------------------------------------------------------
+
+    def plan(self, copy=(), verify=(), **extra) -> dict:
+        """plan/plan.json with copy and verify partitions given as (id, files, bytes)."""
+        doc = {
+            "compare": "size-mtime",
+            "source": {"files": sum(f for _, f, _ in copy), "bytes": sum(b for _, _, b in copy)},
+            "to_copy": {"files": sum(f for _, f, _ in copy), "bytes": sum(b for _, _, b in copy),
+                        "new": sum(f for _, f, _ in copy), "changed": 0, "undecided": 0},
+            "unchanged": 0,
+            "extra_on_dest": {"files": 0, "bytes": 0},
+            "verify_scope": "copied",
+            "copy_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in copy],
+            "verify_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in verify],
+            **extra,
+        }
+        self._json(self.path / "plan" / "plan.json", doc)
+        return doc
+
+    # the worker's JSON per partition ----------------------------------------------------------
+
+    @staticmethod
+    def copy_doc(copied=0, skipped=0, failed=0, bytes_copied=0, bytes_skipped=0, retries=None,
+                 seconds=1.0, failures=(), ignored=(), **files) -> dict:
+        """A `ferry copy --json` summary (docs/worker.md)."""
+        retries = retries or {}
+        return {
+            "files": {"total": copied + skipped + failed, "copied": copied, "skipped": skipped, "failed": failed,
+                      "metadata_only": 0, "replaced": 0, "ignored": len(ignored), **files},
+            "bytes": {"total": bytes_copied + bytes_skipped, "copied": bytes_copied, "skipped": bytes_skipped},
+            "blocks": {"sent": 0, "reused": 0},
+            "retries": {"total": sum(retries.values()), "by_status": retries},
+            "seconds": seconds,
+            "failures": list(failures),
+            "ignored": list(ignored),
+        }
+
+    @staticmethod
+    def verify_doc(same=0, differ=0, missing_on_dst=0, missing_on_src=0, error=0, seconds=0.5, entries=()) -> dict:
+        """A `ferry verify --json` summary (docs/worker.md)."""
+        return {"same": same, "differ": differ, "missing_on_dst": missing_on_dst, "missing_on_src": missing_on_src,
+                "error": error, "seconds": seconds, "entries": list(entries)}
+
+    # where each result lies ------------------------------------------------------------------
+
+    def result(self, step: str, part: str) -> Path:
+        """The worker's JSON of one copy or verify partition."""
+        return self.path / self._results(step) / f"part-{part}.json"
+
+    def failed_result(self, step: str, part: str) -> Path:
+        """What a failed copy or verify job of a partition saved."""
+        return self.path / "failed" / f"{self._results(step)}-part-{part}.json"
+
+    def prune_json(self, failed: bool = False) -> Path:
+        return self.path / ("failed/prune.json" if failed else "prune/prune.json")
+
+    def final_check_json(self, failed: bool = False) -> Path:
+        return self.path / ("failed/final-check.json" if failed else f"{VERIFY_RESULTS}/final-check.json")
+
+    @staticmethod
+    def _results(step: str) -> str:
+        return {"copy": COPY_RESULTS, "verify": VERIFY_RESULTS}[step]
+
+    def _json(self, path: Path, doc) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
+
+    # writing them ------------------------------------------------------------------------------
+
+    def copied(self, part: str, **counts) -> dict:
+        doc = self.copy_doc(**counts)
+        self._json(self.result("copy", part), doc)
+        return doc
+
+    def verified(self, part: str, **counts) -> dict:
+        doc = self.verify_doc(**counts)
+        self._json(self.result("verify", part), doc)
+        return doc
+
+    def copy_failed(self, part: str, doc: dict | str = "") -> None:
+        """What a failed copy job saved: the worker's JSON, or an empty file when it said nothing."""
+        self._json(self.failed_result("copy", part), doc)
+
+    def verify_failed(self, part: str, doc: dict | str = "") -> None:
+        self._json(self.failed_result("verify", part), doc)
+
+    def pruned(self, doc: dict, failed: bool = False) -> None:
+        self._json(self.prune_json(failed), doc)
+
+    def final_check(self, doc: dict, failed: bool = False) -> None:
+        self._json(self.final_check_json(failed), doc)
+
+    # logs and timings --------------------------------------------------------------------------
+
+    @staticmethod
+    def _step(step: str) -> str:
+        return {"copy": COPY_STEP, "verify": VERIFY_STEP}.get(step, step)
+
+    def log(self, step: str, text: str, part: str | None = None) -> None:
+        """logs/<step>.log, or logs/<step>/part-<part>.log for a partition's job."""
+        step = self._step(step)
+        self._write(f"logs/{step}.log" if part is None else f"logs/{step}/part-{part}.log", text)
+
+    def benchmark(self, step: str, seconds: float, end: float, part: str | None = None, cpu="NA", rss="NA",
+                  text: str | None = None) -> None:
+        """benchmarks/<step>.tsv (or <step>/part-<part>.tsv): the columns Snakemake's benchmark files
+        and bin/ferry-task have; its modification time is the job's end."""
+        step = self._step(step)
+        rel = f"benchmarks/{step}.tsv" if part is None else f"benchmarks/{step}/part-{part}.tsv"
+        if text is None:
+            text = f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:01\t{rss}\t{cpu}\n"
+        path = self._write(rel, text)
+        os.utime(path, (end, end))
+
+    @staticmethod
+    def rule(step: str) -> str:
+        """The report's per-rule key for a step."""
+        return RunDir._step(step)
