@@ -126,7 +126,7 @@ def test_local_baseline_copies_everything(local_runs):
                  "pipeline_info/timeline.html", "pipeline_info/report.html"):
         assert (run / kept).is_file(), f"{kept} missing from the run directory"
     assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()} == {
-        "list_source": 1, "plan": 1, "copy": 3, "verify": 3}
+        "list_source": 1, "make_dest": 1, "plan": 1, "copy": 3, "verify": 3}
 
 
 def test_unchanged_incremental_plans_nothing(local_runs):

@@ -104,7 +104,7 @@ def test_fpart_with_blob_source_is_rejected(tmp_path, ferry_bin):
     cfg = base_config(ferry_bin, outdir, "az://archive/share", tmp_path / "dst", "baseline")
     proc = pipeline(*cfg, "plan={tool: fpart}", expect=None)
     assert proc.returncode != 0
-    assert "partition.tool" in proc.stdout + proc.stderr
+    assert "plan.tool" in proc.stdout + proc.stderr
     assert not outdir.exists()
 
 
@@ -144,7 +144,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert sum(p["files"] for p in rep["partitions"]) == entries
     assert rep["plan"]["to_copy"]["dirs"] == 6
     assert all(p["status"] == "ok" and p["worker_seconds"] is not None for p in rep["partitions"])
-    assert jobs_per_step(rep) == {"list_source": 1, "plan": 1, "copy": 3, "verify": 3}
+    assert jobs_per_step(rep) == {"list_source": 1, "make_dest": 1, "plan": 1, "copy": 3, "verify": 3}
     assert rep["failures"] == []
     md = (outdir / "t" / "baseline" / "report.md").read_text()
     assert "Where the time went" in md and "| copy | 3 |" in md

@@ -11,6 +11,7 @@ import json
 import pytest
 
 import ferry_report
+import ferry_task
 from support.rundir import RunDir
 
 T0 = 1_700_000_000.0  # when the first job of a hand-made run started
@@ -71,11 +72,11 @@ def test_a_finished_run_adds_up_the_partitions(finished):
     assert report["plan"]["to_copy"]["files"] == 5 and "copy_partitions" not in report["plan"]
 
 
-def test_time_goes_per_rule_in_the_pipeline_order(finished):
+def test_time_goes_per_step_in_the_pipeline_order(finished):
     tm = build(finished)["time"]
     copy, verify = RunDir.rule("copy"), RunDir.rule("verify")
-    assert list(tm["per_rule"]) == ["list_source", "list_dest", "plan", copy, verify]
-    assert tm["per_rule"][copy] == {"jobs": 2, "seconds": 5.0, "max_seconds": 3.0, "cpu_seconds": 3.5, "max_rss_mb": 50.0}
+    assert list(tm["per_step"]) == ["list_source", "list_dest", "plan", copy, verify]
+    assert tm["per_step"][copy] == {"jobs": 2, "seconds": 5.0, "max_seconds": 3.0, "cpu_seconds": 3.5, "max_rss_mb": 50.0}
     assert tm["job_seconds"] == 9.5
     assert (tm["worker_copy_seconds"], tm["worker_verify_seconds"]) == (3.75, 0.75)
     # A job's start is its timing file's mtime less its seconds; the earliest is list_source's.
@@ -91,9 +92,10 @@ def test_unreadable_and_unknown_timings(run):
     run.benchmark("list_source", 0, end=T0, text="")
     run.benchmark("make_dest", 0.5, end=T0)
     run.benchmark("list_dest", 0.25, end=T0)
-    per_rule = build(run)["time"]["per_rule"]
-    assert list(per_rule) == ["list_dest", "plan", "make_dest"]
-    assert per_rule["plan"] == {"jobs": 1, "seconds": 1.5, "max_seconds": 1.5, "cpu_seconds": 0.0, "max_rss_mb": 0.0}
+    run.benchmark("mystery", 0.5, end=T0)
+    per_step = build(run)["time"]["per_step"]
+    assert list(per_step) == ["list_dest", "make_dest", "plan", "mystery"]
+    assert per_step["plan"] == {"jobs": 1, "seconds": 1.5, "max_seconds": 1.5, "cpu_seconds": 0.0, "max_rss_mb": 0.0}
 
 
 def test_results_of_partitions_the_plan_does_not_name_are_ignored(finished):
@@ -325,26 +327,24 @@ def test_build_command_writes_report_or_report_incomplete(finished, capsys):
 
 
 def test_onerror_and_onsuccess_hooks(finished, tmp_path):
-    ferry_report.write_incomplete(str(finished.path), "r1", "baseline", "/src", "az://acct/ctr")
+    args = ["--run-name", "r1", "--phase", "baseline", "--source", "/src", "--dest", "az://acct/ctr"]
+    ferry_report.write_incomplete(str(finished.path), args)
     assert json.loads((finished.path / "report-incomplete.json").read_text())["status"] == "incomplete"
     assert (finished.path / "report-incomplete.md").read_text().startswith("# ferry baseline run `r1`: incomplete")
     ferry_report.discard_incomplete(str(finished.path))
     assert not any(p.name.startswith("report-incomplete") for p in finished.path.iterdir())
     ferry_report.discard_incomplete(str(finished.path))  # nothing left to remove: no error
-    ferry_report.write_incomplete(str(tmp_path / "never-made"), "r1", "baseline", "/src", "/dst")
+    ferry_report.write_incomplete(str(tmp_path / "never-made"), args)
     assert not (tmp_path / "never-made").exists()
 
 
-def test_verified_lets_prune_run_only_after_every_planned_verify_passed(run, capsys):
-    assert ferry_report.verified(str(run.path)) == ["no plan: the fan-out never happened"]
+def test_prune_guard_lets_prune_run_only_after_every_planned_verify_passed(run):
+    assert ferry_task.prune_guard(str(run.path)) == ["no plan: the fan-out never happened"]
     run.plan(copy=[("00000", 1, 1)], verify=[("00000", 1, 1), ("00001", 1, 1), ("00002", 1, 1)])
     run.verified("00000", same=1)
     run.verified("00001", same=0, missing_on_dst=1)
-    assert ferry_report.verified(str(run.path)) == ["verify partition 00001 found differences",
-                                                    "verify partition 00002 has no result"]
-    assert ferry_report.main(["verified", str(run.path)]) == 1
-    assert "ferry: prune refused: verify partition 00002 has no result" in capsys.readouterr().err
+    assert ferry_task.prune_guard(str(run.path)) == ["verify partition 00001 found differences",
+                                                     "verify partition 00002 has no result"]
     run.verified("00001", same=1, missing_on_src=4)  # extra files on the destination are what prune removes
     run.verified("00002", same=1)
-    assert ferry_report.verified(str(run.path)) == []
-    assert ferry_report.main(["verified", str(run.path)]) == 0
+    assert ferry_task.prune_guard(str(run.path)) == []

@@ -121,8 +121,8 @@ def config(tmp_path, **changes) -> dict:
         "source": str(tmp_path / "src"),
         "dest": "https://acct.blob.core.windows.net/ctr?sv=1&sig=SECRETSIG",
         "outdir": str(tmp_path / "results"),
-        "partition": {"tool": "ferry", "mode": "parts", "parts": 4, "max_files": 0, "max_bytes": "0"},
-        "worker": {"block_size": "8MiB"},
+        "plan": {"tool": "ferry", "mode": "parts", "parts": 4, "max_files": 0, "max_bytes": "0"},
+        "copy": {"block_size": "8MiB"},
     }
     cfg = copy.deepcopy(cfg)
     for key, value in changes.items():
@@ -139,7 +139,7 @@ def config_error(cfg) -> str:
 
 def test_a_sound_config_passes(tmp_path):
     check_config(config(tmp_path))
-    check_config(config(tmp_path, **{"partition.max_bytes": "64GiB", "worker.block_size": 4 << 20}))
+    check_config(config(tmp_path, **{"plan.max_bytes": "64GiB", "copy.block_size": 4 << 20}))
     # outdir beside the source, or under a blob destination's name: not inside anything migrated.
     check_config(config(tmp_path, outdir=str(tmp_path / "src-results")))
     check_config(config(tmp_path, source="az://acct/a", dest="az://acct/b", outdir=str(tmp_path)))
@@ -151,18 +151,18 @@ def test_source_and_dest_are_required(tmp_path, missing):
     assert "'source' and 'dest' are required" in message and "replicate.source" in message
 
 
-@pytest.mark.parametrize("field", ["partition.max_bytes", "worker.block_size"])
+@pytest.mark.parametrize("field", ["plan.max_bytes", "copy.block_size"])
 def test_a_bad_size_names_its_field(tmp_path, field):
     message = config_error(config(tmp_path, **{field: "lots"}))
     assert message == f"config field '{field}': not a size: 'lots'"
 
 
 def test_fpart_with_a_blob_source_is_refused_without_showing_the_sas(tmp_path):
-    cfg = config(tmp_path, **{"partition.tool": "fpart"})
+    cfg = config(tmp_path, **{"plan.tool": "fpart"})
     check_config(cfg)  # a local source: fpart is fine
     cfg["source"], cfg["dest"] = cfg["dest"], str(tmp_path / "dst")
     message = config_error(cfg)
-    assert message.startswith("config field 'partition.tool': fpart partitions local sources only")
+    assert message.startswith("config field 'plan.tool': fpart partitions local sources only")
     assert "https://acct.blob.core.windows.net/ctr" in message and "SECRETSIG" not in message
 
 

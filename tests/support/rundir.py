@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 # The copy step's folder under logs/ and benchmarks/; the report names the rule after it.
-COPY_STEP = "transfer"
+COPY_STEP = "copy"
 VERIFY_STEP = "verify"
 # The folders of the worker's JSON per partition (copy/part-*.json, verify/part-*.json); the
 # name of a failed job's JSON under failed/ starts with the same word.
@@ -148,5 +148,5 @@ class RunDir:
 
     @staticmethod
     def rule(step: str) -> str:
-        """The report's per-rule key for a step."""
+        """The report's per-step key for a step."""
         return RunDir._step(step)

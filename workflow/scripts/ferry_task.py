@@ -184,8 +184,8 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
                 log.write("".join(f"ferry: prune refused: {p}\n" for p in problems).encode())
                 return 1
         tmp = f"{rec.out}.tmp" if rec.out else None
-        with open(tmp, "wb") if tmp else contextlib.nullcontext(log) as out:
-            rc, wall, cpu, rss = run_timed(argv, env, out, log)
+        with open(tmp, "wb") if tmp else contextlib.nullcontext(log) as stdout:
+            rc, wall, cpu, rss = run_timed(argv, env, stdout, log)
     if step == "plan" and rc == 0 and values["plan_dir"] != os.path.join(root, PLAN_DIR):
         # The plan went elsewhere (Nextflow publishes it on its own): the report still finds
         # plan.json among the records.
