@@ -283,7 +283,7 @@ def holdings(job: Job, listing: Listing, dest: bytes) -> np.ndarray:
     return np.unpackbits(everyone, axis=1, count=len(listing)).astype(bool)
 
 
-def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str) -> np.ndarray:
+def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str) -> np.ndarray:
     """The root of every file: the rank it is downloaded by or broadcast from; -1 when every rank
     already has it. Files some rank holds come from the least-loaded holder, never the source."""
     roots = np.full(len(listing), -1, dtype=np.int32)
@@ -418,7 +418,7 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     return stats
 
 
-def verify(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
+def check_replicas(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
     """Every rank hashes every listed file it has. Files with a source MD5 are checked against it;
     the others against the copy of the rank they came from (all copies must agree)."""
     digests = hash_files([os.path.join(dest, p) for p in listing.paths], range(len(listing)))
@@ -466,7 +466,7 @@ def replicate(job: Job) -> int:
 
         job.enter("plan")
         held = holdings(job, listing, dest_b)
-        roots = plan(job, listing, held, workdir, ferry)
+        roots = assign_roots(job, listing, held, workdir, ferry)
         to_download = (roots >= 0) & ~held.any(axis=0)
         summary = {
             "files": len(listing), "bytes": int(listing.sizes.sum()),
@@ -495,7 +495,7 @@ def replicate(job: Job) -> int:
             rank_stats["broadcast"] = {k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")}
             if args.verify:
                 job.enter("verify")
-                verdict = verify(job, listing, roots, held, dest_b)
+                verdict = check_replicas(job, listing, roots, held, dest_b)
         job.enter("report")
         usage, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         rank_stats.update({
