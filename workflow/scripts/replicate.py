@@ -4,9 +4,10 @@
     srun --mpi=pmix -K -n N python -m mpi4py workflow/scripts/replicate.py SRC DEST [options]
 
 Rank 0 lists SRC (`ferry ls -r`, or takes --manifest). Every rank reports which listed files it
-already holds; files no rank holds are split by bytes (`ferry partition --parts K`) over the
-downloading ranks, each of which fetches its share with `ferry copy --files-from`; then every file
-some rank lacks is broadcast from a rank that has it (replicate_bcast.py). See docs/replicate.md.
+already holds; files no rank holds are split by bytes plus a per-file weight (`ferry partition
+--parts K --file-weight W`) over the downloading ranks, each of which fetches its share with
+`ferry copy --files-from`; then every file some rank lacks is broadcast from a rank that has it
+(replicate_bcast.py). See docs/replicate.md.
 """
 
 from __future__ import annotations
@@ -298,18 +299,17 @@ def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, fer
     downloaders = min(job.args.download_ranks or job.size, job.size)
     owner = np.full(len(missing), -1, dtype=np.int32)
     if missing and job.rank == 0:
-        # The worker's LPT partitioner (ferry partition, over single files) splits the download
-        # by bytes.
+        # The worker's LPT partitioner (ferry partition, over single files) splits the download.
         # Each file weighs its bytes plus a per-request cost, so that one rank does not get
         # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")
         with open(manifest, "w", encoding="utf-8", newline="\n") as f:
             f.write(ferrylib.MANIFEST_HEADER + "\n")
             for i in missing:
-                path, kind, size, rest = listing.lines[i].split("\t", 3)
-                f.write(f"{path}\t{kind}\t{int(size) + job.args.file_weight}\t{rest}\n")
+                f.write(listing.lines[i] + "\n")
         parts = os.path.join(workdir, "parts")
-        run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders)],
+        run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders),
+                              "--file-weight", str(job.args.file_weight)],
                         "partitioning the download", relay_stderr=False)
         if run.returncode != 0:
             raise RuntimeError(f"ferry partition failed: {run.stderr[-2000:]}")
