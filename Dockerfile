@@ -1,6 +1,7 @@
 # The image every Azure Batch task runs in (profiles/azurebatch, docs/azure-batch.md): the ferry
-# worker, python3 and fpart, bin/ferry-task and the shared scripts. The worker is built by the
-# same command the project's set-up runs and tests (scripts/setup.sh --worker).
+# worker, python3 and fpart, Open MPI with mpi4py and numpy for the replication, bin/ferry-task and
+# the shared scripts. The worker is built by the same command the project's set-up runs and tests
+# (scripts/setup.sh --worker).
 #
 #   docker build -t <registry>.azurecr.io/ferry:0.1.0 .
 
@@ -11,13 +12,21 @@ COPY scripts/setup.sh scripts/
 RUN scripts/setup.sh --worker
 
 FROM debian:bookworm-slim
-# time: per-task timings (bin/ferry-task); procps: Nextflow's task metrics (ps).
+# procps: Nextflow's task metrics (ps). openmpi-bin,
+# python3-mpi4py, python3-numpy: the REPLICATE process runs `mpirun ... python3 -m mpi4py
+# replicate.py` (workflow/modules/replicate.nf). Debian's builds, not requirements.txt's wheels:
+# its mpi4py is built against this Open MPI and needs no compiler in the image; replicate.py
+# runs on both (mpi4py 3.1 and 4, numpy 1.24 and 2).
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates python3 fpart time procps \
+ && apt-get install -y --no-install-recommends ca-certificates python3 fpart procps \
+      openmpi-bin python3-mpi4py python3-numpy \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/worker/target/release/ferry /usr/local/bin/ferry
 COPY bin/ferry-task /usr/local/bin/ferry-task
 COPY workflow/scripts/ /opt/ferry/workflow/scripts/
 # Where the Nextflow modules look for ferry_report.py (and replicate.py) inside a task.
 ENV FERRY_SCRIPTS=/opt/ferry/workflow/scripts
-RUN ferry --version && python3 /opt/ferry/workflow/scripts/ferry_report.py --help > /dev/null
+# A container's tasks run as root, which mpirun refuses unless told it is meant.
+ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+RUN ferry --version && ferry-task --help > /dev/null \
+ && mpirun --version > /dev/null && python3 -c "import mpi4py.MPI, numpy"

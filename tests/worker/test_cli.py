@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import uuid
 
@@ -13,7 +14,7 @@ from support.azurite import KEY
 from support.blobs import file_blobs, folder_stubs
 from support.manifest import parse_manifest
 from support.summary import section
-from support.trees import files_only, make_tree, snapshot
+from support.trees import files_only, make_tree, odd_names_spec, snapshot
 
 FILTER_TREE = {"a.txt": b"a", "b.log": b"bb", "sub/c.txt": b"ccc", "sub/d.log": b"dddd", "sub/deep/e.txt": b"e"}
 
@@ -197,3 +198,39 @@ def test_verify_json_and_exit_status(tmp_path, container, run_ferry):
     assert statuses.get("gone.txt") in ("missing_on_dst", "-"), bad["entries"]
     assert statuses.get("only-remote.txt") in ("missing_on_src", "+"), bad["entries"]
     json.dumps(bad)  # the whole object is plain JSON
+
+
+def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
+    """`ferry names` (hidden, for the replication): per manifest entry its canonical line, its
+    raw path and, for a file, the names of its temp and journal files, each field NUL-ended."""
+    src = tmp_path / "src"
+    want = make_tree(src, {**odd_names_spec(local_only=True), "sub/plain.txt": b"p"})
+    listing = run_ferry("ls", "-r", src).stdout_bytes
+    manifest = tmp_path / "m.tsv"
+    manifest.write_bytes(listing)
+    out = run_ferry("names", manifest).stdout_bytes
+    fields = out.split(b"\0")
+    assert len(fields) % 4 == 1 and fields[-1] == b""
+    records = [fields[i:i + 4] for i in range(0, len(fields) - 1, 4)]
+    assert [r[0] + b"\n" for r in records] == listing.split(b"\n", 1)[1].splitlines(keepends=True)
+    files = {r[1]: (r[2], r[3]) for r in records if r[0].split(b"\t")[1] == b"f"}
+    assert set(files) == set(want)
+    assert all(not r[2] and not r[3] for r in records if r[1] not in files)
+    temps = [t for pair in files.values() for t in pair]
+    assert len(set(temps)) == len(temps)
+    assert all(t.startswith(b".ferry-") and b"/" not in t for t in temps)
+    # Written beside their file, the names are ones every listing skips.
+    for path, (partial, journal) in files.items():
+        parent = os.path.join(os.fsencode(src), os.path.dirname(path))
+        for name in (partial, journal):
+            with open(os.path.join(parent, name), "wb") as f:
+                f.write(b"half")
+
+    def listed(text: bytes) -> list:
+        return sorted(line.split(b"\t", 1)[0] for line in text.splitlines())
+
+    assert listed(run_ferry("ls", "-r", src).stdout_bytes) == listed(listing)
+
+    manifest.write_text("#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\nok\tf\t1\t-\t-\na/../b\tf\t1\t-\t-\n")
+    r = run_ferry("names", manifest, check=2)
+    assert "m.tsv:3: a/../b: unsafe path" in r.stderr, r.stderr

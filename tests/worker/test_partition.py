@@ -565,3 +565,27 @@ def test_odd_names_survive_partition_and_copy_of_each_part(tmp_path, run_ferry, 
             if (got[p].type, got[p].md5, got[p].target, got[p].mode) != (w.type, w.md5, w.target, w.mode)
             or (w.type == "f" and got[p].mtime_ns != w.mtime_ns)]
     assert not diff, diff[:5]
+
+
+def test_file_weight_counts_each_file_beside_its_bytes(tmp_path, run_ferry):
+    """`--file-weight W` (the replication's download split): LPT balances bytes + W per file, so
+    many small files no longer count as nothing against one large one; the parts keep the real
+    sizes. Only --parts takes it."""
+    sizes = {b"big.bin": MiB, **{f"small/f{i:02d}".encode(): KiB for i in range(64)}}
+    manifest = tmp_path / "m.tsv"
+    manifest.write_text("#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\n"
+                        + "".join(f"{p.decode()}\tf\t{s}\t-\t-\n" for p, s in sizes.items()))
+    _, summary = ferry_partition(run_ferry, manifest, tmp_path / "bytes", "--parts", 2)
+    by_bytes = ferry_parts(tmp_path / "bytes", summary)
+    assert sorted(len(p) for p in by_bytes) == [1, 64], "by bytes alone, the large file has a part to itself"
+
+    weight = 64 * KiB
+    _, summary = ferry_partition(run_ferry, manifest, tmp_path / "weighed", "--parts", 2, "--file-weight", "64KiB")
+    parts = ferry_parts(tmp_path / "weighed", summary)
+    assert_each_file_once(parts, sizes)
+    loads = [sum(s + weight for _, s in p) for p in parts]
+    assert max(loads) - min(loads) <= KiB + weight, loads
+    assert summary["bytes"] == sum(sizes.values())
+
+    r, _ = ferry_partition(run_ferry, manifest, tmp_path / "refused", "--max-files", 4, "--file-weight", "1", check=2)
+    assert "--file-weight balances --parts" in r.stderr

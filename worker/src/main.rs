@@ -68,6 +68,7 @@ fn main() -> ExitCode {
             Plan(a) => commands::plan::run(a),
             Verify(a) => commands::verify::run(a).await,
             Prune(a) => commands::prune::run(a).await,
+            Names(a) => commands::names::run(a),
         }
     });
     match result {

@@ -1,6 +1,6 @@
 """Helpers shared by the pipeline's scripts and the Snakefile: sizes, locations, JSON documents,
-configuration checks, and the manifest's escaping for the replication. Planning (comparing and
-partitioning manifests) is the worker's alone (`ferry plan`)."""
+and configuration checks. Planning (comparing and partitioning manifests) is the worker's alone
+(`ferry plan`), as is reading a manifest's escaped paths (`ferry names`)."""
 
 from __future__ import annotations
 
@@ -72,33 +72,6 @@ def parse_rate(value) -> int:
     if rate < 1:
         raise ValueError(f"rate {value!r} is below one byte per second")
     return rate
-
-
-_UNESCAPES = {"\\": b"\\", "t": b"\t", "n": b"\n", "r": b"\r"}
-
-
-def unescape_path(text: str) -> bytes:
-    """The file name (bytes) behind a manifest path in its escaped form (docs/manifest.md)."""
-    if "\\" not in text:
-        return text.encode("utf-8")
-    out = bytearray()
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\":
-            out += ch.encode("utf-8")
-            i += 1
-            continue
-        nxt = text[i + 1:i + 2]
-        if nxt in _UNESCAPES:
-            out += _UNESCAPES[nxt]
-            i += 2
-        elif nxt == "x" and re.fullmatch(r"[0-9a-f]{2}", text[i + 2:i + 4]):
-            out.append(int(text[i + 2:i + 4], 16))
-            i += 4
-        else:
-            raise ValueError(f"bad escape in manifest path {text!r}")
-    return bytes(out)
 
 
 def is_blob(location: str) -> bool:

@@ -3,10 +3,12 @@
     mpirun -n N python -m mpi4py workflow/scripts/replicate.py SRC DEST [options]
     srun --mpi=pmix -K -n N python -m mpi4py workflow/scripts/replicate.py SRC DEST [options]
 
-Rank 0 lists SRC (`ferry ls -r`, or takes --manifest). Every rank reports which listed files it
-already holds; files no rank holds are split by bytes (`ferry partition --parts K`) over the
-downloading ranks, each of which fetches its share with `ferry copy --files-from`; then every file
-some rank lacks is broadcast from a rank that has it (replicate_bcast.py). See docs/replicate.md.
+Rank 0 lists SRC (`ferry ls -r`, or takes --manifest) and has the worker decode it (`ferry
+names`: raw paths and temp names). Every rank reports which listed files it already holds; files
+no rank holds are split by bytes plus a per-file weight (`ferry partition --parts K --file-weight
+W`) over the downloading ranks, each of which fetches its share with `ferry copy --files-from`;
+then every file some rank lacks is broadcast from a rank that has it (replicate_bcast.py). See
+docs/replicate.md.
 """
 
 from __future__ import annotations
@@ -145,10 +147,11 @@ def find_ferry(explicit: str | None) -> str:
     raise RuntimeError("ferry binary not found: pass --ferry, set FERRY_BIN, or build it (make build)")
 
 
-def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True) -> subprocess.CompletedProcess:
+def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True, stdout=None) -> subprocess.CompletedProcess:
     """Run the worker; its stderr goes to ours prefixed with the rank (unless told not to), and
-    its tail into the error raised when it cannot work at all (exit 2)."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    its tail into the error raised when it cannot work at all (exit 2). Its stdout is returned,
+    or goes to the file `stdout` when given."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE)
     tail = []
 
     def relay():
@@ -161,7 +164,7 @@ def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True) -> subp
 
     t = threading.Thread(target=relay, daemon=True)
     t.start()
-    out = proc.stdout.read()
+    out = proc.stdout.read() if stdout is None else None
     proc.wait()
     t.join()
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, "\n".join(tail))
@@ -171,40 +174,47 @@ def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True) -> subp
 
 
 class Listing:
-    """The files of the manifest, in manifest order, identical on every rank."""
+    """The files of the manifest, in manifest order, identical on every rank. Built from the
+    output of `ferry names` (docs/worker.md): per entry its manifest line, its raw path and the
+    names of the temp and journal files the worker writes beside it, each field ended by NUL."""
 
-    def __init__(self, text: str):
-        self.lines, self.paths, sizes, mtimes, self.md5 = [], [], [], [], []
+    def __init__(self, names: bytes):
+        self.lines, self.paths, partials, journals, sizes, mtimes, self.md5 = [], [], [], [], [], [], []
         self.dirs, self.ignored = [], []
         seen = set()
-        for number, line in enumerate(text.split("\n"), 1):
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) not in (5, 9):
-                raise ValueError(f"manifest line {number}: expected 5 (v1) or 9 (v2) tab-separated fields "
-                                 "(replicate needs sizes; bare path lists are not enough)")
-            path, kind, size, mtime, md5 = fields[:5]
-            raw = ferrylib.unescape_path(path)
-            parts = raw.split(b"/")
-            if raw.startswith(b"/") or any(p in (b"", b".", b"..") for p in parts):
-                raise ValueError(f"manifest line {number}: path {path!r} would leave the destination")
+        fields = names.split(b"\0")
+        if len(fields) % 4 != 1 or fields[-1]:
+            raise ValueError("ferry names: output cut short")
+        for at in range(0, len(fields) - 1, 4):
+            line, raw, partial, journal = fields[at:at + 4]
+            line = line.decode("utf-8")
+            path, kind, size, mtime, md5 = line.split("\t")[:5]
+            # `ferry names` refuses '.' and '..'; an empty component is a legal blob name but
+            # no local one.
+            if b"" in raw.split(b"/"):
+                raise ValueError(f"manifest path {path!r} would leave the destination")
             if kind == "d":
                 self.dirs.append(raw)
             elif kind != "f":
                 what = {"l": "symlink"}.get(kind, "fifo, socket or device node")
                 self.ignored.append({"path": path, "reason": f"{what} (replicate copies files and directories)"})
             elif size == "-":
-                raise ValueError(f"manifest line {number}: {path!r} has no size")
+                raise ValueError(f"manifest path {path!r} has no size (replicate needs sizes; "
+                                 "bare path lists are not enough)")
             elif raw in seen:
-                raise ValueError(f"manifest line {number}: {path!r} is listed twice")
+                raise ValueError(f"manifest path {path!r} is listed twice")
             else:
                 seen.add(raw)
                 self.lines.append(line)
                 self.paths.append(raw)
+                partials.append(partial)
+                journals.append(journal)
                 sizes.append(int(size))
                 mtimes.append(-1 if mtime == "-" else mtime_ns(mtime))
                 self.md5.append(None if md5 == "-" else md5)
+        # Fixed-width arrays: two more Python objects a file would double the listing's memory.
+        self.temps = np.array(partials, dtype=bytes)
+        self.journals = np.array(journals, dtype=bytes)
         self.sizes = np.array(sizes, dtype=np.int64)
         self.mtimes = np.array(mtimes, dtype=np.int64)
 
@@ -242,19 +252,22 @@ def human(n: float) -> str:
 # --- stages --------------------------------------------------------------------------------------
 
 
-def take_listing(job: Job, ferry: str) -> Listing:
-    text = None
+def take_listing(job: Job, ferry: str, workdir: str) -> Listing:
+    names = None
     if job.rank == 0:
-        if job.args.manifest:
-            with open(job.args.manifest, "rb") as f:
-                text = f.read()
-        else:
+        manifest = job.args.manifest
+        if not manifest:
             job.say(f"listing {ferrylib.redact(job.args.src)}")
-            res = run_ferry(job, [ferry, "ls", "-r", job.args.src], "listing the source")
+            manifest = os.path.join(workdir, "listing.tsv")
+            with open(manifest, "wb") as out:
+                res = run_ferry(job, [ferry, "ls", "-r", job.args.src], "listing the source", stdout=out)
             if res.returncode != 0:
                 raise RuntimeError(f"listing the source failed: {res.stderr[-2000:]}")
-            text = res.stdout
-    return Listing(bcast_bytes(job.comm, text).decode("utf-8"))
+        res = run_ferry(job, [ferry, "names", manifest], "reading the manifest")
+        if res.returncode != 0:
+            raise RuntimeError(f"reading the manifest failed: {res.stderr[-2000:]}")
+        names = res.stdout
+    return Listing(bcast_bytes(job.comm, names))
 
 
 def holdings(job: Job, listing: Listing, dest: bytes) -> np.ndarray:
@@ -283,7 +296,7 @@ def holdings(job: Job, listing: Listing, dest: bytes) -> np.ndarray:
     return np.unpackbits(everyone, axis=1, count=len(listing)).astype(bool)
 
 
-def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str) -> np.ndarray:
+def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str) -> np.ndarray:
     """The root of every file: the rank it is downloaded by or broadcast from; -1 when every rank
     already has it. Files some rank holds come from the least-loaded holder, never the source."""
     roots = np.full(len(listing), -1, dtype=np.int32)
@@ -298,18 +311,17 @@ def plan(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str)
     downloaders = min(job.args.download_ranks or job.size, job.size)
     owner = np.full(len(missing), -1, dtype=np.int32)
     if missing and job.rank == 0:
-        # The worker's LPT partitioner (ferry partition, over single files) splits the download
-        # by bytes.
+        # The worker's LPT partitioner (ferry partition, over single files) splits the download.
         # Each file weighs its bytes plus a per-request cost, so that one rank does not get
         # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")
         with open(manifest, "w", encoding="utf-8", newline="\n") as f:
             f.write(ferrylib.MANIFEST_HEADER + "\n")
             for i in missing:
-                path, kind, size, rest = listing.lines[i].split("\t", 3)
-                f.write(f"{path}\t{kind}\t{int(size) + job.args.file_weight}\t{rest}\n")
+                f.write(listing.lines[i] + "\n")
         parts = os.path.join(workdir, "parts")
-        run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders)],
+        run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders),
+                              "--file-weight", str(job.args.file_weight)],
                         "partitioning the download", relay_stderr=False)
         if run.returncode != 0:
             raise RuntimeError(f"ferry partition failed: {run.stderr[-2000:]}")
@@ -377,7 +389,7 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     modes, mtimes = root_metadata(job, listing, roots, dest)
     paths = [os.path.join(dest, p) for p in listing.paths]
     wanted = (roots >= 0) & ~held[job.rank] & (roots != job.rank)
-    writer = Writer(paths, listing.sizes, modes, mtimes, wanted)
+    writer = Writer(paths, listing.temps, listing.journals, listing.sizes, modes, mtimes, wanted)
     sending = np.flatnonzero(roots >= 0)
     empty = [i for i in sending if listing.sizes[i] == 0]
     order = sorted((i for i in sending if listing.sizes[i] > 0), key=lambda i: (roots[i], i))
@@ -418,7 +430,7 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     return stats
 
 
-def verify(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
+def check_replicas(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
     """Every rank hashes every listed file it has. Files with a source MD5 are checked against it;
     the others against the copy of the rank they came from (all copies must agree)."""
     digests = hash_files([os.path.join(dest, p) for p in listing.paths], range(len(listing)))
@@ -461,12 +473,12 @@ def replicate(job: Job) -> int:
     workdir = tempfile.mkdtemp(prefix="ferry-replicate-")
     try:
         job.enter("list")
-        listing = take_listing(job, ferry)
+        listing = take_listing(job, ferry, workdir)
         job.say(f"{len(listing)} files, {human(int(listing.sizes.sum()))} in the listing; {job.size} ranks")
 
         job.enter("plan")
         held = holdings(job, listing, dest_b)
-        roots = plan(job, listing, held, workdir, ferry)
+        roots = assign_roots(job, listing, held, workdir, ferry)
         to_download = (roots >= 0) & ~held.any(axis=0)
         summary = {
             "files": len(listing), "bytes": int(listing.sizes.sum()),
@@ -495,7 +507,7 @@ def replicate(job: Job) -> int:
             rank_stats["broadcast"] = {k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")}
             if args.verify:
                 job.enter("verify")
-                verdict = verify(job, listing, roots, held, dest_b)
+                verdict = check_replicas(job, listing, roots, held, dest_b)
         job.enter("report")
         usage, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         rank_stats.update({

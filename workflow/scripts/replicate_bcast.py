@@ -9,9 +9,10 @@ pickled objects). One I/O thread reads (root) or writes (receivers) while the ma
 inside MPI, so disk and transfer overlap and Open MPI keeps progressing. Memory: depth buffers of
 chunk_size, allocated untouched, so a small run costs what it uses.
 
-Receivers write like the worker: into `.ferry-<fnv1a of the name>.partial` beside the final name
-(so listings skip it), mode and mtime set on the open file, then renamed into place; a file that
-is cut short by a failure never appears under its name.
+Receivers write like the worker: into the temp name it would use for the file (given by `ferry
+names`, so listings skip it and a re-run, by either, takes it over), mode and mtime set on the
+open file, then renamed into place; a file that is cut short by a failure never appears under its
+name.
 """
 
 from __future__ import annotations
@@ -25,19 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
-
-
-def fnv1a(data: bytes) -> int:
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
-def temp_path(final: bytes, suffix: str = "partial") -> bytes:
-    """The worker's temp name for `final` (worker/src/storage/local.rs: temp_path)."""
-    head, name = os.path.split(final)
-    return os.path.join(head, b".ferry-%016x.%s" % (fnv1a(name), suffix.encode()))
 
 
 @dataclass
@@ -103,10 +91,13 @@ class Reader:
 
 
 class Writer:
-    """Writes the segments a rank wants into temp files and renames each file once complete."""
+    """Writes the segments a rank wants into temp files and renames each file once complete.
+    `temps`, `journals`: the names the worker gives, beside each file, to its temp file and to
+    a download's journal (`ferry names`)."""
 
-    def __init__(self, paths: list, sizes, modes, mtimes, wanted):
-        self.paths, self.sizes, self.modes, self.mtimes, self.wanted = paths, sizes, modes, mtimes, wanted
+    def __init__(self, paths: list, temps, journals, sizes, modes, mtimes, wanted):
+        self.paths, self.temps, self.journals, self.wanted = paths, temps, journals, wanted
+        self.sizes, self.modes, self.mtimes = sizes, modes, mtimes
         self.open = {}  # file index -> (fd, temp path)
         self.made_dirs = set()
         self.files = 0
@@ -118,7 +109,7 @@ class Writer:
         if parent not in self.made_dirs:
             os.makedirs(parent, exist_ok=True)
             self.made_dirs.add(parent)
-        tmp = temp_path(final)
+        tmp = os.path.join(parent, bytes(self.temps[i]))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         self.open[i] = (fd, tmp)
         return fd
@@ -133,7 +124,7 @@ class Writer:
         os.rename(tmp, self.paths[i])
         # A download of the same file that a killed worker left behind is moot now.
         try:
-            os.unlink(temp_path(self.paths[i], "journal"))
+            os.unlink(os.path.join(os.path.dirname(self.paths[i]), bytes(self.journals[i])))
         except FileNotFoundError:
             pass
         self.files += 1

@@ -4,6 +4,7 @@ pub mod copy;
 pub mod env;
 pub mod ls;
 pub mod mk;
+pub mod names;
 pub mod partition;
 pub mod plan;
 pub mod prune;

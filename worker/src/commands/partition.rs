@@ -30,9 +30,27 @@ pub struct PartitionArgs {
     /// Parts of about S bytes, in input order: a part closes once it reaches S (fpart -L -s)
     #[arg(long, short = 's', value_parser = crate::units::parse_size)]
     pub max_bytes: Option<u64>,
+    /// With --parts: a cost per file, counted beside its bytes when balancing, so that many
+    /// small files weigh like the requests they take (e.g. 256KiB)
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
+    pub file_weight: Option<u64>,
     /// Print the summary on stdout too
     #[arg(long)]
     pub json: bool,
+}
+
+/// The size LPT sorts and deals `e` by: its bytes plus the per-file weight. A constant added to
+/// every size keeps their order, and `unweighed` takes it off before the entry is written, so
+/// parts and summary carry the real sizes.
+fn weighed(mut e: Entry, weight: u64) -> anyhow::Result<Entry> {
+    let size = e.size();
+    e.size = Some(size.checked_add(weight).with_context(|| format!("{}: size plus --file-weight overflows", e.display_path()))?);
+    Ok(e)
+}
+
+fn unweighed(mut e: Entry, weight: u64) -> Entry {
+    e.size = e.size.map(|s| s - weight);
+    e
 }
 
 fn open_part(dir: &Path, i: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
@@ -81,6 +99,9 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if args.parts.is_none() && args.max_files.is_none() && args.max_bytes.is_none() {
         bail!("say how to split: --parts N, or --max-files F and/or --max-bytes S");
     }
+    if args.file_weight.is_some() && args.parts.is_none() {
+        bail!("--file-weight balances --parts; --max-files and --max-bytes fill parts in input order");
+    }
     if args.parts == Some(0) || args.max_files == Some(0) || args.max_bytes == Some(0) {
         bail!("--parts, --max-files and --max-bytes must be at least 1");
     }
@@ -117,6 +138,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         // LPT wants the entries largest first: an external sort keeps memory bounded.
         let scratch = args.out.join(format!(".partition-sort-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
+        let weight = args.file_weight.unwrap_or(0);
         let mut sorter = Sorter::new(Order::SizeDesc, SORT_MEMORY, scratch.clone(), "parts");
         let mut files = 0u64;
         for e in entries(&args.manifest)? {
@@ -125,13 +147,13 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
                 note_dir(&e, &args.out)?;
             } else {
                 sized(&e)?;
-                sorter.push(&e)?;
+                sorter.push(&weighed(e, weight)?)?;
                 files += 1;
             }
         }
         let runs = sorter.finish()?;
         if files > 0 {
-            parts = distribute(&args.out, n, || lpt(&runs, n))?;
+            parts = distribute(&args.out, n, || Ok(lpt(&runs, n)?.map(|item| item.map(|(e, bin)| (unweighed(e, weight), bin)))))?;
         }
         drop(runs);
         std::fs::remove_dir_all(&scratch)?;
