@@ -8,6 +8,7 @@ slurm-up.sh makes the partition and the account `ferry-alt` for this test."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -24,6 +25,13 @@ RESOURCES = {
     "copy": {"threads": 1, "mem_mb": 900, "runtime": 7, "slurm_partition": "ferry-alt", "slurm_account": "ferry-alt"},
     "verify": {"threads": 1, "mem_mb": 400, "runtime": 6},
 }
+
+
+def default_account() -> str:
+    """The account Slurm charges a job that names none: the user's default."""
+    proc = subprocess.run(["sacctmgr", "-n", "-P", "show", "user", "root", "format=defaultaccount"],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
 
 
 def new_jobs(before: set[str]) -> list[dict[str, str]]:
@@ -43,6 +51,7 @@ def test_each_step_gets_its_partition_account_time_and_memory_in_both_engines(sl
     src = tmp_path / "src"
     migration_tree(src, files=12, big=0)
 
+    account = default_account()
     before = {r["JobId"] for r in jobcomp_records()}
     outdir, dest = tmp_path / "snakemake", tmp_path / "dest-snakemake"
     resources = "resources={" + ", ".join(
@@ -56,7 +65,7 @@ def test_each_step_gets_its_partition_account_time_and_memory_in_both_engines(sl
     # One job lists and plans (two listings side by side: twice list's memory); one job copies
     # and verifies its partition, in the copy's partition and account, with the copy's limits.
     assert jobs == sorted([
-        ("debug", "ferry", "4", "1200"),
+        ("debug", account, "4", "1200"),
         ("ferry-alt", "ferry-alt", "7", "900"),
     ]), jobs
 
@@ -70,10 +79,10 @@ def test_each_step_gets_its_partition_account_time_and_memory_in_both_engines(sl
     by_step = {j["Name"].removeprefix("nf-MIGRATE_").split("_(")[0]: request(j) for j in new_jobs(before)}
     # Nextflow submits every step on its own; the report's request falls back to resources.default.
     assert by_step == {
-        "LIST": ("debug", "ferry", "4", "600"),
-        "MAKE_DEST": ("debug", "ferry", "4", "600"),
-        "PLAN": ("debug", "ferry", "5", "500"),
+        "LIST": ("debug", account, "4", "600"),
+        "MAKE_DEST": ("debug", account, "4", "600"),
+        "PLAN": ("debug", account, "5", "500"),
         "COPY": ("ferry-alt", "ferry-alt", "7", "900"),
-        "VERIFY": ("debug", "ferry", "6", "400"),
-        "REPORT": ("debug", "ferry", "10", "1000"),
+        "VERIFY": ("debug", account, "6", "400"),
+        "REPORT": ("debug", account, "10", "1000"),
     }, by_step
