@@ -36,6 +36,8 @@ pub enum Command {
     Verify(crate::commands::verify::VerifyArgs),
     /// Delete from the destination what the source no longer has (the final pass)
     Prune(crate::commands::prune::PruneArgs),
+    /// How far a pipeline phase is: partitions done, running, failed, pending; throughput, ETA
+    Status(crate::commands::status::StatusArgs),
     /// For scripts: a manifest's entries with their raw paths and temp names, NUL-separated
     #[command(hide = true)]
     Names(crate::commands::names::NamesArgs),

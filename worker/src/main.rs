@@ -69,6 +69,7 @@ fn main() -> ExitCode {
             Verify(a) => commands::verify::run(a).await,
             Prune(a) => commands::prune::run(a).await,
             Names(a) => commands::names::run(a),
+            Status(a) => commands::status::run(a),
         }
     });
     match result {

@@ -9,6 +9,7 @@ pub mod partition;
 pub mod plan;
 pub mod prune;
 pub mod rm;
+pub mod status;
 pub mod verify;
 
 use std::os::unix::ffi::OsStrExt;
