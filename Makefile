@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test demo bench nextflow-schema faults-deep
+.PHONY: setup build test test-fast demo bench nextflow-schema faults-deep
 
 setup:
 	scripts/setup.sh
@@ -14,6 +14,14 @@ build:
 test: setup
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
 	$(PYTEST) -q tests
+
+# The everyday loop (under 3 minutes): the worker's build and Rust unit tests, then every pytest
+# suite but the slow ones, by their markers (pytest.ini): Snakemake/Nextflow runs, Slurm, MPI,
+# FUSE (latencyfs) and the fault suites. `make test` runs everything.
+SLOW_MARKERS := pipeline or slurm or mpi or fuse or faults
+test-fast: setup
+	cargo test --release --manifest-path $(CARGO_MANIFEST)
+	$(PYTEST) -q -m "not ($(SLOW_MARKERS))" tests
 
 # The fault suite's slow mode (docs/reliability.md): more seeds, higher rates, 500 kills (≈ 25 min).
 # FERRY_FAULT_SEED=<seed> replays a run; FERRY_FAULTS_REPORT=<file> writes its figures as JSON.

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from support.ferry import ferry_env
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
+from support.ferry import REPO_ROOT, ferry_env
 from support.proxy import FaultProxy
 
 KiB = 1024
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 # Kills per kind of run: CI totals 100; --deep five times as many, on bigger trees.
 KILLS = {"upload": 37, "download": 37, "local": 12, "prune": 11, "pipeline": 3}

@@ -19,11 +19,12 @@ import pytest
 from support import faults as fault_ledger
 from support.azurite import start_azurite
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
+from support.ferry import REPO_ROOT
 from support.proxy import FaultProxy
 
 KiB = 1024
 MiB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from azure.storage.blob import BlobBlock, ContentSettings
 
+from support.ferry import REPO_ROOT
 from support.trees import File, Link, make_tree, odd_names_spec
 
 MiB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 RCLONE = REPO / ".venv" / "bin" / "rclone"
 
 # The multi-block file is uploaded in 1 MiB blocks: 2.5 MiB + a little is three blocks.
