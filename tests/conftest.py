@@ -55,7 +55,8 @@ TESTS = Path(__file__).resolve().parent
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
+        path = Path(item.path).resolve()
+        rel = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else ""
         for where, names in MARKERS.items():
             if rel == where or (where.endswith("/") and rel.startswith(where)):
                 for name in names:
