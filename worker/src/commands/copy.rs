@@ -150,7 +150,7 @@ fn depth_for(t: &crate::cli::TransferArgs, src: &Location, dst: &Location) -> De
         (Location::Local(s), Location::Local(d)) => match (t.parallel_files, t.concurrency) {
             (Some(n), _) => Depth::fixed(n),
             (None, Some(c)) => Depth::fixed(2 * c),
-            (None, None) if is_remote(s) || is_remote(d) => Depth::adaptive(64, 4, 256),
+            (None, None) if storage::local::is_remote(s) || storage::local::is_remote(d) => Depth::adaptive(64, 4, 256),
             (None, None) => Depth::adaptive(16, 2, 64),
         },
         _ => match t.concurrency {
@@ -160,21 +160,18 @@ fn depth_for(t: &crate::cli::TransferArgs, src: &Location, dst: &Location) -> De
     }
 }
 
-fn is_remote(p: &std::path::Path) -> bool {
-    storage::local::LocalStore::new(p.to_path_buf(), false).is_remote()
-}
 
 /// What the destination already has, from listings rather than a look per file: the whole
 /// destination for a whole tree (nothing, if its root does not exist yet), or for a part of
 /// one (`--files-from`, `--shard`) just the directories that part writes into. None when
 /// nothing is compared and the destination is Blob storage (it is never asked).
 async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, parallel: usize) -> anyhow::Result<Option<Index>> {
-    let local = dst.as_local();
+    let local = dst.local_root();
     if args.compare == Compare::None && local.is_none() {
         return Ok(None);
     }
-    if let Some(l) = local {
-        if !l.full_path(b"").exists() {
+    if let Some(root) = local {
+        if !root.is_dir() {
             return Ok(Some(Index::new()));
         }
         // Nothing is compared: a listing would only tell which names are free.
