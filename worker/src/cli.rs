@@ -70,14 +70,33 @@ pub struct Sorting {
     /// in it and removed at the end [default: $TMPDIR, else /tmp]
     #[arg(long, value_name = "DIR", env = "FERRY_SCRATCH")]
     pub scratch: Option<PathBuf>,
-    /// Memory for sorting a listing before a run is spilled to disk
-    #[arg(long, env = "FERRY_SORT_MEMORY", default_value = "64MiB", value_parser = crate::units::parse_size, hide = true)]
-    pub sort_memory: u64,
+    #[command(flatten)]
+    pub memory: SortMemory,
 }
 
-impl Sorting {
+/// The memory one sort of a listing holds before it spills a run to disk: one budget, the same
+/// for every verb that sorts (`plan`, `partition`, `prune`, `verify`), passed down to each
+/// sort. Hidden: the tests shrink it to force spills.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SortMemory {
+    /// Memory for sorting a listing before a run is spilled to disk [default: 64MiB]
+    #[arg(long = "sort-memory", env = "FERRY_SORT_MEMORY", value_parser = crate::units::parse_size, hide = true)]
+    bytes: Option<u64>,
+}
+
+impl SortMemory {
+    const DEFAULT: u64 = 64 << 20;
+
     pub fn budget(&self) -> usize {
-        self.sort_memory.max(1) as usize
+        self.bytes.unwrap_or(Self::DEFAULT).max(1) as usize
+    }
+
+    /// The budget from `env`, an older name of this knob, where none was given.
+    pub fn or_env(self, env: &str) -> anyhow::Result<SortMemory> {
+        match (self.bytes, std::env::var(env)) {
+            (None, Ok(v)) => Ok(SortMemory { bytes: Some(crate::units::parse_size(&v).map_err(|e| anyhow::anyhow!("{env}={v}: {e}"))?) }),
+            _ => Ok(self),
+        }
     }
 }
 

@@ -264,7 +264,7 @@ const REORDER_WINDOW: usize = 64;
 /// pairs of the reorder window.
 async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
-    let budget = args.sorting.budget();
+    let budget = args.sorting.memory.budget();
     let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
     let dst_runs = sort_store(dst, scratch.path(), "dest", budget).await.with_context(|| format!("listing {} failed", dst.describe()))?;
     let concurrency = default_concurrency();
