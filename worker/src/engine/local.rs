@@ -16,8 +16,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{meta_of_entry, panicked, settled, special_not_held, Compare, Engine, Job, Outcome};
-use crate::same::{self, Verdict};
+use super::{meta_of_entry, panicked, settled, special_not_held, Engine, Job, Outcome};
+use crate::same::{self, Compare, Verdict};
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::stats::Stats;

@@ -24,13 +24,12 @@ use crate::depth::{Depth, Permit};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
 use crate::preserve::Preserve;
-use crate::same::{self, Verdict};
+use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
 use crate::storage::local::{LocalFs, Quirks};
 use crate::storage::{Meta, Store, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
-pub use crate::same::Compare;
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
