@@ -142,22 +142,6 @@ pub struct LsArgs {
     pub common: Common,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct TransferArgs {
-    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
-    #[arg(long, env = "FERRY_CONCURRENCY")]
-    pub concurrency: Option<usize>,
-    /// Files transferred at once (default: 2 × concurrency)
-    #[arg(long, env = "FERRY_PARALLEL_FILES")]
-    pub parallel_files: Option<usize>,
-    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
-    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
-    pub block_size: u64,
-    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
-    #[arg(long, value_parser = crate::units::parse_rate)]
-    pub max_bandwidth: Option<u64>,
-}
-
 fn parse_block_size(s: &str) -> Result<u64, String> {
     let n = crate::units::parse_size(s)?;
     // Azure's limits: blocks up to 4000 MiB; below 64 KiB the request overhead dominates.
@@ -220,8 +204,18 @@ pub struct CopyArgs {
     pub progress: bool,
     #[arg(long)]
     pub no_progress: bool,
-    #[command(flatten)]
-    pub transfer: TransferArgs,
+    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
+    #[arg(long, env = "FERRY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Files transferred at once (default: 2 × concurrency)
+    #[arg(long, env = "FERRY_PARALLEL_FILES")]
+    pub parallel_files: Option<usize>,
+    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
+    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
+    pub block_size: u64,
+    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
+    #[arg(long, value_parser = crate::units::parse_rate)]
+    pub max_bandwidth: Option<u64>,
     #[command(flatten)]
     pub preserve: PreserveArgs,
     #[command(flatten)]
