@@ -70,14 +70,33 @@ pub struct Sorting {
     /// in it and removed at the end [default: $TMPDIR, else /tmp]
     #[arg(long, value_name = "DIR", env = "FERRY_SCRATCH")]
     pub scratch: Option<PathBuf>,
-    /// Memory for sorting a listing before a run is spilled to disk
-    #[arg(long, env = "FERRY_SORT_MEMORY", default_value = "64MiB", value_parser = crate::units::parse_size, hide = true)]
-    pub sort_memory: u64,
+    #[command(flatten)]
+    pub memory: SortMemory,
 }
 
-impl Sorting {
+/// The memory one sort of a listing holds before it spills a run to disk: one budget, the same
+/// for every verb that sorts (`plan`, `partition`, `prune`, `verify`), passed down to each
+/// sort. Hidden: the tests shrink it to force spills.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct SortMemory {
+    /// Memory for sorting a listing before a run is spilled to disk [default: 64MiB]
+    #[arg(long = "sort-memory", env = "FERRY_SORT_MEMORY", value_parser = crate::units::parse_size, hide = true)]
+    bytes: Option<u64>,
+}
+
+impl SortMemory {
+    const DEFAULT: u64 = 64 << 20;
+
     pub fn budget(&self) -> usize {
-        self.sort_memory.max(1) as usize
+        self.bytes.unwrap_or(Self::DEFAULT).max(1) as usize
+    }
+
+    /// The budget from `env`, an older name of this knob, where none was given.
+    pub fn or_env(self, env: &str) -> anyhow::Result<SortMemory> {
+        match (self.bytes, std::env::var(env)) {
+            (None, Ok(v)) => Ok(SortMemory { bytes: Some(crate::units::parse_size(&v).map_err(|e| anyhow::anyhow!("{env}={v}: {e}"))?) }),
+            _ => Ok(self),
+        }
     }
 }
 
@@ -121,22 +140,6 @@ pub struct LsArgs {
     pub filters: Filters,
     #[command(flatten)]
     pub common: Common,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct TransferArgs {
-    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
-    #[arg(long, env = "FERRY_CONCURRENCY")]
-    pub concurrency: Option<usize>,
-    /// Files transferred at once (default: 2 × concurrency)
-    #[arg(long, env = "FERRY_PARALLEL_FILES")]
-    pub parallel_files: Option<usize>,
-    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
-    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
-    pub block_size: u64,
-    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
-    #[arg(long, value_parser = crate::units::parse_rate)]
-    pub max_bandwidth: Option<u64>,
 }
 
 fn parse_block_size(s: &str) -> Result<u64, String> {
@@ -201,8 +204,18 @@ pub struct CopyArgs {
     pub progress: bool,
     #[arg(long)]
     pub no_progress: bool,
-    #[command(flatten)]
-    pub transfer: TransferArgs,
+    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
+    #[arg(long, env = "FERRY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Files transferred at once (default: 2 × concurrency)
+    #[arg(long, env = "FERRY_PARALLEL_FILES")]
+    pub parallel_files: Option<usize>,
+    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
+    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
+    pub block_size: u64,
+    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
+    #[arg(long, value_parser = crate::units::parse_rate)]
+    pub max_bandwidth: Option<u64>,
     #[command(flatten)]
     pub preserve: PreserveArgs,
     #[command(flatten)]

@@ -77,8 +77,10 @@ pub struct Report {
     pub trace: Vec<Step>,
 }
 
+/// Where the controller is in its cycle: ramping up, holding the best limit, or probing
+/// either side of it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Phase {
+enum Stage {
     /// Doubling; the count is of doublings in a row that gained nothing (one may be noise).
     Ramp(u8),
     Hold(u32),
@@ -89,7 +91,7 @@ enum Phase {
 struct Controller {
     min: usize,
     max: usize,
-    phase: Phase,
+    stage: Stage,
     /// The best limit seen and its rate.
     best: Option<(usize, f64)>,
     trial_start: Instant,
@@ -106,12 +108,12 @@ struct Controller {
 }
 
 impl Controller {
-    /// How many times every slot turns over in a trial of the present phase.
+    /// How many times every slot turns over in a trial of the present stage.
     fn turns(&self) -> u64 {
-        match self.phase {
-            Phase::Ramp(_) => 1,
-            Phase::Hold(_) => TURNS,
-            Phase::ProbeUp | Phase::ProbeDown => PROBE_TURNS,
+        match self.stage {
+            Stage::Ramp(_) => 1,
+            Stage::Hold(_) => TURNS,
+            Stage::ProbeUp | Stage::ProbeDown => PROBE_TURNS,
         }
     }
 
@@ -160,73 +162,73 @@ impl Controller {
     fn decide(&mut self, limit: usize, rate: f64, throttled: bool) -> usize {
         if throttled {
             self.best = None;
-            self.phase = Phase::Hold(HOLD_TRIALS);
+            self.stage = Stage::Hold(HOLD_TRIALS);
             return (limit / 2).max(self.min);
         }
         let up = |l: usize| (l + (l / 4).max(1)).min(self.max);
         let down = |l: usize| (l - (l / 5).max(1)).max(self.min);
-        match (self.phase, self.best) {
+        match (self.stage, self.best) {
             (_, None) => {
                 self.best = Some((limit, rate));
-                if matches!(self.phase, Phase::Ramp(_)) && limit < self.max {
+                if matches!(self.stage, Stage::Ramp(_)) && limit < self.max {
                     return (limit * 2).min(self.max);
                 }
-                self.phase = Phase::Hold(HOLD_TRIALS);
+                self.stage = Stage::Hold(HOLD_TRIALS);
                 limit
             }
-            (Phase::Ramp(_), Some((_, best))) if rate >= best * GAIN => {
-                self.phase = Phase::Ramp(0);
+            (Stage::Ramp(_), Some((_, best))) if rate >= best * GAIN => {
+                self.stage = Stage::Ramp(0);
                 self.best = Some((limit, rate));
                 if limit >= self.max {
-                    self.phase = Phase::Hold(HOLD_TRIALS);
+                    self.stage = Stage::Hold(HOLD_TRIALS);
                     return limit;
                 }
                 (limit * 2).min(self.max)
             }
             // One doubling that gained nothing may have met a noisy moment: one more is tried
             // before settling on the best.
-            (Phase::Ramp(0), Some(_)) if limit < self.max => {
-                self.phase = Phase::Ramp(1);
+            (Stage::Ramp(0), Some(_)) if limit < self.max => {
+                self.stage = Stage::Ramp(1);
                 (limit * 2).min(self.max)
             }
-            (Phase::Ramp(_), Some((at, _))) => {
-                self.phase = Phase::Hold(HOLD_TRIALS);
+            (Stage::Ramp(_), Some((at, _))) => {
+                self.stage = Stage::Hold(HOLD_TRIALS);
                 at
             }
-            (Phase::Hold(left), Some((at, best))) => {
+            (Stage::Hold(left), Some((at, best))) => {
                 // Conditions drift (other tenants, a different mix of sizes): the best limit's
                 // rate is re-learnt while holding, so probes are judged against the present.
                 self.best = Some((at, 0.5 * best + 0.5 * rate));
                 if left > 1 {
-                    self.phase = Phase::Hold(left - 1);
+                    self.stage = Stage::Hold(left - 1);
                     return at;
                 }
                 if at < self.max {
-                    self.phase = Phase::ProbeUp;
+                    self.stage = Stage::ProbeUp;
                     up(at)
                 } else {
-                    self.phase = Phase::ProbeDown;
+                    self.stage = Stage::ProbeDown;
                     down(at)
                 }
             }
-            (Phase::ProbeUp, Some((at, best))) => {
+            (Stage::ProbeUp, Some((at, best))) => {
                 if rate >= best * PROBE_GAIN {
                     self.best = Some((limit, rate));
                     if limit < self.max {
                         return up(limit);
                     }
-                    self.phase = Phase::Hold(HOLD_TRIALS);
+                    self.stage = Stage::Hold(HOLD_TRIALS);
                     return limit;
                 }
                 if at > self.min {
-                    self.phase = Phase::ProbeDown;
+                    self.stage = Stage::ProbeDown;
                     return down(at);
                 }
-                self.phase = Phase::Hold(HOLD_TRIALS);
+                self.stage = Stage::Hold(HOLD_TRIALS);
                 at
             }
-            (Phase::ProbeDown, Some((at, best))) => {
-                self.phase = Phase::Hold(HOLD_TRIALS);
+            (Stage::ProbeDown, Some((at, best))) => {
+                self.stage = Stage::Hold(HOLD_TRIALS);
                 if rate >= best * PROBE_KEEP {
                     self.best = Some((limit, rate));
                     return limit;
@@ -290,7 +292,7 @@ impl Depth {
         let ctl = Controller {
             min,
             max,
-            phase: Phase::Ramp(0),
+            stage: Stage::Ramp(0),
             best: None,
             trial_start: Instant::now(),
             trial_ops: 0,

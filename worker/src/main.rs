@@ -7,7 +7,6 @@ mod engine;
 mod error;
 mod filter;
 mod hash;
-mod localcopy;
 mod location;
 mod manifest;
 mod overlap;

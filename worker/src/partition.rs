@@ -1,9 +1,21 @@
-//! Splitting a listing into parts, fpart-style.
+//! Splitting a listing into parts, fpart-style: the rules that cut (LPT, fill by caps) and the
+//! part files they write, for `ferry partition` and `ferry plan` alike.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::path::{Path, PathBuf};
 
-use crate::manifest::Entry;
+use anyhow::Context;
+
+use crate::manifest::{Entry, Writer};
+
+/// What an entry counts for in balancing: its bytes, and at least one, so that empty files
+/// spread out too.
+pub fn weight_of(e: &Entry) -> u64 {
+    e.size().max(1)
+}
 
 /// Longest-processing-time assignment: entries by size descending (name ascending on ties) go
 /// to the least-loaded of `parts` bins (lowest index on ties). Deterministic, so cooperating
@@ -11,21 +23,45 @@ use crate::manifest::Entry;
 pub fn lpt_assign(entries: &[Entry], parts: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_unstable_by(|&a, &b| entries[b].size().cmp(&entries[a].size()).then_with(|| entries[a].path.cmp(&entries[b].path)));
-    // Count every file as at least one byte so empty files still spread out.
-    lpt_in_order(order.into_iter().map(|i| (i, entries[i].size().max(1))), entries.len(), parts)
+    lpt_in_order(order.into_iter().map(|i| (i, weight_of(&entries[i]))), entries.len(), parts)
 }
 
 /// LPT's dealing: each of `items` items, given as (index, weight) in the order to deal them, to
 /// the least-loaded of `parts` parts (lowest index on ties). Returns each item's part.
 pub fn lpt_in_order(order: impl Iterator<Item = (usize, u64)>, items: usize, parts: usize) -> Vec<usize> {
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..parts).map(|i| Reverse((0, i))).collect();
+    let mut lpt = Lpt::new(parts);
     let mut owner = vec![0; items];
     for (i, weight) in order {
-        let Reverse((load, bin)) = heap.pop().expect("at least one part");
-        owner[i] = bin;
-        heap.push(Reverse((load + weight, bin)));
+        owner[i] = lpt.deal(weight);
     }
     owner
+}
+
+/// The dealer of LPT: the parts by load, so that the next item goes to the least loaded.
+pub struct Lpt(BinaryHeap<Reverse<(u64, usize)>>);
+
+impl Lpt {
+    pub fn new(parts: usize) -> Lpt {
+        Lpt((0..parts).map(|i| Reverse((0, i))).collect())
+    }
+
+    /// The part an item of `weight` goes to: the least loaded (lowest index on ties).
+    pub fn deal(&mut self, weight: u64) -> usize {
+        let Reverse((load, part)) = self.0.pop().expect("at least one part");
+        self.0.push(Reverse((load + weight, part)));
+        part
+    }
+}
+
+/// Entries, largest first, with their part by LPT: `ferry partition --parts`.
+pub fn lpt(by_size: impl Iterator<Item = io::Result<Entry>>, parts: usize) -> impl Iterator<Item = io::Result<(Entry, usize)>> {
+    let mut lpt = Lpt::new(parts);
+    by_size.map(move |e| {
+        e.map(|e| {
+            let part = lpt.deal(weight_of(&e));
+            (e, part)
+        })
+    })
 }
 
 /// Parts by count or size, filled in input order in constant memory, by fpart's live-mode
@@ -66,6 +102,92 @@ pub struct PartTotals {
 
 pub fn part_name(i: usize) -> String {
     format!("part-{i:05}.tsv")
+}
+
+/// The `mode` a summary reports for parts cut by caps (`--max-files` and/or `--max-bytes`),
+/// spelt as the pipelines' `partition.mode` is.
+pub fn caps_mode(max_files: bool, max_bytes: bool) -> &'static str {
+    match (max_files, max_bytes) {
+        (true, true) => "max-files-bytes",
+        (false, true) => "max-bytes",
+        _ => "max-files",
+    }
+}
+
+fn create_part(dir: &Path, i: usize, buffer: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
+    let p = dir.join(part_name(i));
+    let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+    Ok(Writer::new(BufWriter::with_capacity(buffer, f))?)
+}
+
+/// Part files written one after another, in input order: the next opens as the last closes.
+pub struct PartWriter {
+    out: PathBuf,
+    current: Option<Writer<BufWriter<File>>>,
+    parts: Vec<PartTotals>,
+}
+
+impl PartWriter {
+    pub fn new(out: &Path) -> PartWriter {
+        PartWriter { out: out.to_path_buf(), current: None, parts: Vec::new() }
+    }
+
+    /// Closes the open part, if any, and opens the next.
+    pub fn next_part(&mut self) -> anyhow::Result<()> {
+        if let Some(w) = self.current.take() {
+            w.finish()?;
+        }
+        self.current = Some(create_part(&self.out, self.parts.len(), 1 << 20)?);
+        self.parts.push(PartTotals::default());
+        Ok(())
+    }
+
+    /// Writes `e` into the open part.
+    pub fn write(&mut self, e: &Entry) -> anyhow::Result<()> {
+        self.current.as_mut().expect("a part is open").write(e)?;
+        let p = self.parts.last_mut().expect("a part is open");
+        p.files += 1;
+        p.bytes += e.size();
+        Ok(())
+    }
+
+    /// Closes the last part; what each part holds, in order.
+    pub fn finish(self) -> anyhow::Result<Vec<PartTotals>> {
+        if let Some(w) = self.current {
+            w.finish()?;
+        }
+        Ok(self.parts)
+    }
+}
+
+/// Parts open at once while distributing: enough for any usual plan, few enough for the
+/// descriptor limit and for 64 KiB of buffer each.
+pub(crate) const MAX_OPEN: usize = 256;
+
+/// Writes `bins` part files from a stream of (entry, part), at most MAX_OPEN parts at a time:
+/// with more parts the stream is made again for each group.
+pub fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<PartTotals>>
+where
+    I: Iterator<Item = io::Result<(Entry, usize)>>,
+    F: FnMut() -> anyhow::Result<I>,
+{
+    let mut parts = vec![PartTotals::default(); bins];
+    for first in (0..bins).step_by(MAX_OPEN) {
+        let group = first..(first + MAX_OPEN).min(bins);
+        let mut writers = group.clone().map(|i| create_part(out, i, 64 * 1024)).collect::<anyhow::Result<Vec<_>>>()?;
+        for item in stream()? {
+            let (e, bin) = item?;
+            if group.contains(&bin) {
+                writers[bin - first].write(&e)?;
+                parts[bin].files += 1;
+                parts[bin].bytes += e.size();
+            }
+        }
+        for w in writers {
+            w.finish()?;
+        }
+    }
+    Ok(parts)
 }
 
 /// The `summary.json` of a set of parts, as `ferry partition` writes it (and `ferry plan` for

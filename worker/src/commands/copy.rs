@@ -8,7 +8,8 @@ use serde_json::json;
 use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_roots, resolve, Root};
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
-use crate::engine::{Compare, Engine, EngineOptions, Index, Job};
+use crate::engine::{Engine, EngineOptions, Index, Job};
+use crate::same::Compare;
 use crate::same::Verdict;
 use crate::location::Location;
 use crate::manifest::escape_path;
@@ -24,8 +25,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let stats = Arc::new(Stats::default());
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let both_local = matches!((&src_loc, &dst_loc), (Location::Local(_), Location::Local(_)));
-    let depth = Arc::new(depth_for(&args.transfer, &src_loc, &dst_loc).watching(stats.clone()));
-    let parallel_files = match (args.transfer.parallel_files, args.transfer.concurrency) {
+    let depth = Arc::new(depth_for(&args, &src_loc, &dst_loc).watching(stats.clone()));
+    let parallel_files = match (args.parallel_files, args.concurrency) {
         (Some(n), _) => n,
         (None, Some(c)) => 2 * c,
         // Tiny files are one request each: enough files in progress to fill any depth.
@@ -98,12 +99,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         EngineOptions {
             compare: args.compare,
             parallel_files,
-            block_size: args.transfer.block_size,
+            block_size: args.block_size,
             put_md5: args.put_md5,
-            max_bandwidth: args.transfer.max_bandwidth,
-            memory: match args.transfer.concurrency {
+            max_bandwidth: args.max_bandwidth,
+            memory: match args.concurrency {
                 // A fixed depth keeps what it always promised: a block per request in flight.
-                Some(c) => c as u64 * args.transfer.block_size,
+                Some(c) => c as u64 * args.block_size,
                 None => ADAPTIVE_MEMORY,
             },
             finish_root: both_local && whole_tree,
@@ -145,36 +146,33 @@ const ADAPTIVE_MEMORY: u64 = 48 << 20;
 /// starting at 16 on local disks and at 64 where either side is a network filesystem, whose
 /// round trips want many more in flight. With Blob storage on either side it is requests in
 /// flight: `--concurrency` fixes it; else it adapts from the CPU-derived default.
-fn depth_for(t: &crate::cli::TransferArgs, src: &Location, dst: &Location) -> Depth {
+fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
     match (src, dst) {
-        (Location::Local(s), Location::Local(d)) => match (t.parallel_files, t.concurrency) {
+        (Location::Local(s), Location::Local(d)) => match (args.parallel_files, args.concurrency) {
             (Some(n), _) => Depth::fixed(n),
             (None, Some(c)) => Depth::fixed(2 * c),
-            (None, None) if is_remote(s) || is_remote(d) => Depth::adaptive(64, 4, 256),
+            (None, None) if storage::local::is_remote(s) || storage::local::is_remote(d) => Depth::adaptive(64, 4, 256),
             (None, None) => Depth::adaptive(16, 2, 64),
         },
-        _ => match t.concurrency {
+        _ => match args.concurrency {
             Some(c) => Depth::fixed(c),
             None => Depth::adaptive(default_concurrency(), 2, 256),
         },
     }
 }
 
-fn is_remote(p: &std::path::Path) -> bool {
-    storage::local::LocalStore::new(p.to_path_buf(), false).is_remote()
-}
 
 /// What the destination already has, from listings rather than a look per file: the whole
 /// destination for a whole tree (nothing, if its root does not exist yet), or for a part of
 /// one (`--files-from`, `--shard`) just the directories that part writes into. None when
 /// nothing is compared and the destination is Blob storage (it is never asked).
 async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, parallel: usize) -> anyhow::Result<Option<Index>> {
-    let local = dst.as_local();
+    let local = dst.local_root();
     if args.compare == Compare::None && local.is_none() {
         return Ok(None);
     }
-    if let Some(l) = local {
-        if !l.full_path(b"").exists() {
+    if let Some(root) = local {
+        if !root.is_dir() {
             return Ok(Some(Index::new()));
         }
         // Nothing is compared: a listing would only tell which names are free.

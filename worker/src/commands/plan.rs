@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use crate::partition::caps_mode;
 use crate::plan::split::{Method, Tool};
 use crate::plan::{self, Options, Partitioning, Phase};
 use crate::same::Compare;
@@ -51,9 +52,8 @@ pub struct PlanArgs {
     /// Print plan.json on stdout too
     #[arg(long)]
     pub json: bool,
-    /// Memory for sorting before runs are spilled to disk
-    #[arg(long, env = "FERRY_PLAN_SORT_MEMORY", default_value = "64MiB", value_parser = crate::units::parse_size, hide = true)]
-    pub sort_memory: u64,
+    #[command(flatten)]
+    pub sort_memory: crate::cli::SortMemory,
 }
 
 fn options(args: &PlanArgs) -> anyhow::Result<Options> {
@@ -74,11 +74,7 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
         (None, None, None) => (Method::Auto { max_files: AUTO_MAX_FILES, max_bytes: AUTO_MAX_BYTES }, "auto"),
         (None, f, s) => (
             Method::Caps { max_files: f, max_bytes: s },
-            match (f, s) {
-                (Some(_), Some(_)) => "max-files-bytes",
-                (Some(_), None) => "max-files",
-                _ => "max-bytes",
-            },
+            caps_mode(f.is_some(), s.is_some()),
         ),
     };
     let (max_files, max_bytes) = match method {
@@ -105,7 +101,8 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
             max_files,
             max_bytes,
         },
-        sort_memory: args.sort_memory.max(1) as usize,
+        // FERRY_PLAN_SORT_MEMORY: the budget's name from when only `plan` had one.
+        sort_memory: args.sort_memory.or_env("FERRY_PLAN_SORT_MEMORY")?.budget(),
     })
 }
 

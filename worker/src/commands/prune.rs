@@ -153,7 +153,7 @@ impl<E: Into<anyhow::Error>> From<E> for Stop {
 /// Sorts both sides and plans the deletions; refuses when the source's listing is doubtful
 /// (failed, empty without --force, naming a path twice) or the destination's failed.
 async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scratch: &Path) -> Result<Deletions, Stop> {
-    let budget = args.sorting.budget();
+    let budget = args.sorting.memory.budget();
     // A source we could not read completely must never be mistaken for one that lost files.
     let source = match sort_source(args, src, scratch, budget).await {
         Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the source listing failed ({e})"))),

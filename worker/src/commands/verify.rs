@@ -78,9 +78,12 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     if let Some(m) = e.md5 {
         return Ok(m);
     }
-    if let Some(local) = store.as_local() {
-        let (local, rel) = (local.clone(), e.path.clone());
-        return tokio::task::spawn_blocking(move || local.md5(&rel).map_err(|err| format!("{}: {err}", local.full_path(&rel).display())))
+    if store.local().is_some() {
+        let (store, rel) = (store.clone(), e.path.clone());
+        return tokio::task::spawn_blocking(move || {
+            let local = store.local().expect("a local store");
+            local.md5(&rel).map_err(|err| format!("{}: {err}", local.path(&rel).display()))
+        })
             .await
             .map_err(|err| err.to_string())?;
     }
@@ -206,7 +209,7 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
 
 /// Where a symlink points: read from the link, or from the blob that holds its target.
 async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
-    match store.as_local() {
+    match store.local() {
         Some(l) => l.readlink(&e.path).map_err(|err| err.to_string()),
         None => store.read(&e.path, 0, e.size(), None).await.map(|c| c.data.to_vec()).map_err(|err| err.to_string()),
     }
@@ -261,7 +264,7 @@ const REORDER_WINDOW: usize = 64;
 /// pairs of the reorder window.
 async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
-    let budget = args.sorting.budget();
+    let budget = args.sorting.memory.budget();
     let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
     let dst_runs = sort_store(dst, scratch.path(), "dest", budget).await.with_context(|| format!("listing {} failed", dst.describe()))?;
     let concurrency = default_concurrency();

@@ -16,14 +16,13 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{meta_of_entry, panicked, settled, special_not_held, Compare, Engine, Job, Outcome};
-use crate::same::{self, Verdict};
+use super::{meta_of_entry, panicked, settled, special_not_held, Engine, Job, Outcome};
+use crate::same::{self, Compare, Verdict};
 use crate::error::{Result, StoreError};
-use crate::localcopy::{self, DirNow, Identity, Staged, TempIn};
 use crate::manifest::Kind;
 use crate::stats::Stats;
-use crate::storage::local::{meta_of, open_files_limit, LocalStore};
-use crate::storage::{Meta, Store};
+use crate::storage::local::{entry_of, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged, TempIn};
+use crate::storage::Meta;
 use crate::xattrs::Wanted;
 
 /// Staged files committed together after one flush: enough to spread its cost, few enough
@@ -35,7 +34,7 @@ const BATCH_BYTES: u64 = 64 << 20;
 const BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Files a run writes into one directory of a network filesystem past which their temp names
-/// are made in staging directories (localcopy::TempIn): a rename into place then holds the
+/// are made in staging directories (storage::local::TempIn): a rename into place then holds the
 /// directory's lock for two round trips where a create and a rename would hold it for four.
 const CROWDED: usize = 256;
 
@@ -196,8 +195,7 @@ impl<'a> Missing<'a> {
 
 /// Directories this run writes at least `CROWDED` files into, on the root's filesystem (a
 /// rename cannot cross into a filesystem mounted below the root), when that is a network one.
-fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job], missing: &Missing, changed: &Changed) -> HashSet<&'a [u8]> {
-    use std::os::unix::fs::MetadataExt;
+fn crowded_dirs<'a>(dst: &dyn LocalFs, files: &'a [Job], missing: &Missing, changed: &Changed) -> HashSet<&'a [u8]> {
     let mut count: HashMap<&[u8], usize> = HashMap::new();
     for f in files {
         *count.entry(crate::storage::beneath::split(&f.dst_path).0).or_default() += 1;
@@ -208,7 +206,7 @@ fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job], missing: &Missing, chang
     }
     let device = |rel: &[u8]| {
         missing.ensure(rel, changed);
-        dst.dir(rel, true).and_then(|d| File::from(d.try_clone()?).metadata()).map(|m| m.dev()).ok()
+        dst.dir_device(rel).ok()
     };
     // Asked once the root exists (a statfs of a missing root is a round trip for nothing).
     let Some(root) = device(b"").filter(|_| dst.is_remote()) else { return HashSet::new() };
@@ -216,8 +214,8 @@ fn crowded_dirs<'a>(dst: &LocalStore, files: &'a [Job], missing: &Missing, chang
 }
 
 impl Engine {
-    fn stores(&self) -> (&LocalStore, &LocalStore) {
-        (self.src.as_local().expect("local source"), self.dst.as_local().expect("local destination"))
+    fn stores(&self) -> (&dyn LocalFs, &dyn LocalFs) {
+        (super::local_of(&self.src), super::local_of(&self.dst))
     }
 
     /// Makes the missing directories no file needed, a level at a time.
@@ -253,7 +251,7 @@ impl Engine {
             if same_inode && !rewritten {
                 return self.record(job, Ok(Outcome::Skipped));
             }
-            let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
+            let dst_err = |e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e);
             if existing.is_some_and(|e| e.kind != Kind::File) {
                 if let Err(e) = dst.remove_all(&job.dst_path) {
                     return self.record(job, Err(dst_err(e)));
@@ -284,8 +282,8 @@ impl Engine {
                 match dst.sync() {
                     Ok(()) => self.commit(st, job, changed),
                     Err(e) => {
-                        localcopy::discard(st);
-                        self.record(job, Err(StoreError::io(dst.describe(), e)));
+                        st.discard();
+                        self.record(job, Err(StoreError::io(self.dst.describe(), e)));
                     }
                 }
             }
@@ -383,13 +381,13 @@ impl Engine {
         if job.src.path == b"panic-here" {
             panic!("a test asked for a panic");
         }
-        let src_err = |e| StoreError::io(src.full_path(&job.src.path).display().to_string(), e);
-        let dst_err = |e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e);
+        let src_err = |e| StoreError::io(src.path(&job.src.path).display().to_string(), e);
+        let dst_err = |e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e);
         let existing = match (&self.dst_index, self.opts.compare) {
             (Some(idx), _) => idx.get(&job.dst_path).cloned(),
             (None, Compare::None) => None,
             // One object named on the command line: its own stat.
-            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| crate::storage::local::entry_of(job.dst_path.clone(), &md)),
+            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| entry_of(job.dst_path.clone(), &md)),
         };
         let attrs = self.opts.preserve.attrs();
         let verdict = match (same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs), &existing) {
@@ -426,14 +424,14 @@ impl Engine {
             return self.make_node(job, id).map_err(dst_err).map(Step::Done);
         }
         if job.src.kind == Kind::Symlink {
-            let refused = localcopy::copy_symlink(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve).map_err(src_err)?;
+            let refused = dst.copy_symlink(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve).map_err(src_err)?;
             refused.kinds().for_each(|k| self.stats.not_kept(k));
             return Ok(Step::Done(Outcome::Copied));
         }
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
-        let stage = |temp_in| localcopy::stage_file(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.quirks, &self.opts.preserve, absent, temp_in);
+        let stage = |temp_in| dst.stage_file(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.quirks, &self.opts.preserve, absent, temp_in);
         let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
             // Another process finished and removed the shared staging directory meanwhile.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
@@ -441,7 +439,7 @@ impl Engine {
             None => stage(TempIn::Final),
         }
         // Staging reads one side and writes the other: the error names both.
-        .map_err(|e| StoreError::io(format!("{} → {}", src.full_path(&job.src.path).display(), dst.full_path(&job.dst_path).display()), e))?;
+        .map_err(|e| StoreError::io(format!("{} → {}", src.path(&job.src.path).display(), dst.path(&job.dst_path).display()), e))?;
         if let Some(t) = &self.throttle {
             rt.block_on(t.take(staged.bytes));
         }
@@ -461,7 +459,7 @@ impl Engine {
         if !self.opts.preserve.specials {
             return Ok(Outcome::Ignored("fifo or device node (--preserve leaves out specials)"));
         }
-        match localcopy::make_node(src, dst, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve) {
+        match dst.make_node(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve) {
             Ok(refused) => {
                 refused.kinds().for_each(|k| self.stats.not_kept(k));
                 Ok(Outcome::Copied)
@@ -484,8 +482,8 @@ impl Engine {
         let _slot = self.depth.acquire_blocking();
         if let Err(e) = dst.sync() {
             for (st, job) in batch {
-                localcopy::discard(st);
-                self.record(job, Err(StoreError::io(dst.describe(), std::io::Error::new(e.kind(), format!("cannot flush to disk: {e}")))));
+                st.discard();
+                self.record(job, Err(StoreError::io(self.dst.describe(), std::io::Error::new(e.kind(), format!("cannot flush to disk: {e}")))));
             }
             return;
         }
@@ -497,7 +495,7 @@ impl Engine {
     fn commit(&self, st: Staged, job: &Job, changed: &Changed) {
         let (_, dst) = self.stores();
         changed.touch(&job.dst_path);
-        let r = localcopy::commit(st).map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.full_path(&job.dst_path).display().to_string(), e));
+        let r = st.commit().map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e));
         if r.is_ok() && job.src.link.is_some() {
             changed.linked.lock().unwrap().insert(job.dst_path.clone(), true);
         }
@@ -511,7 +509,7 @@ impl Engine {
         let (src, dst) = self.stores();
         let entry = match (job.src.mode, job.src.owner, job.src.mtime) {
             (Some(_), Some(_), Some(_)) => job.src.clone(),
-            _ => src.lstat(&job.src.path)?.and_then(|md| crate::storage::local::entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
+            _ => src.lstat(&job.src.path)?.and_then(|md| entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
         };
         dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&entry, self.opts.preserve))?;
         // The attributes only where both listings read them and they differ: the verdict may
@@ -527,13 +525,13 @@ impl Engine {
     fn copy_xattrs(&self, src_rel: &[u8], dst_rel: &[u8]) -> std::io::Result<()> {
         let (src, dst) = self.stores();
         let wanted = Wanted::of(&self.opts.preserve);
-        if !wanted.any() || src.xattrs().none_here() {
+        if !wanted.any() || src.no_xattrs_here() {
             return Ok(());
         }
         let Some(want) = src.read_xattrs(src_rel, wanted)? else { return Ok(()) };
         // Nothing to set, on a destination that holds nothing to remove: no call there (a
         // round trip each on a network filesystem).
-        if want.is_empty() && dst.xattrs().none_here() {
+        if want.is_empty() && dst.no_xattrs_here() {
             return Ok(());
         }
         dst.write_xattrs(dst_rel, &want, wanted)?.kinds().for_each(|k| self.stats.not_kept(k));
@@ -568,7 +566,7 @@ impl Engine {
                     (Some(a), Some(b)) if a == b => Ok(()),
                     _ => self.copy_xattrs(&d.src.path, &d.dst_path),
                 };
-                if let Err(e) = want.and_then(|want| localcopy::finish_dir(dst, &d.dst_path, &want, known)).and_then(|_| xattrs()) {
+                if let Err(e) = want.and_then(|want| dst.finish_dir(&d.dst_path, &want, known)).and_then(|_| xattrs()) {
                     self.stats.failed(d.src.display_path(), format!("directory: {e}"));
                 }
             });
@@ -577,9 +575,9 @@ impl Engine {
 
     fn finish_root(&self) {
         let (src, dst) = self.stores();
-        let r = File::open(src.full_path(b"")).and_then(|f| f.metadata()).and_then(|md| localcopy::finish_root(dst, &meta_of(&md))).and_then(|_| self.copy_xattrs(b"", b""));
+        let r = File::open(src.path(b"")).and_then(|f| f.metadata()).and_then(|md| dst.finish_root(&meta_of(&md))).and_then(|_| self.copy_xattrs(b"", b""));
         if let Err(e) = r {
-            self.stats.failed(dst.describe(), format!("directory: {e}"));
+            self.stats.failed(self.dst.describe(), format!("directory: {e}"));
         }
     }
 }

@@ -22,15 +22,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::depth::{Depth, Permit};
 use crate::error::{Result, StoreError};
-use crate::localcopy::Quirks;
 use crate::manifest::{Entry, Kind};
 use crate::preserve::Preserve;
-use crate::same::{self, Verdict};
+use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
+use crate::storage::local::{LocalFs, Quirks};
 use crate::storage::{Meta, Store, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
-pub use crate::same::Compare;
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -141,9 +140,9 @@ impl Engine {
                 self.dirs(dirs, true).await;
             }
         }
-        if let Some(local) = self.dst.as_local() {
-            let local = local.clone();
-            match tokio::task::spawn_blocking(move || local.sync()).await {
+        if self.dst.local().is_some() {
+            let dst = self.dst.clone();
+            match tokio::task::spawn_blocking(move || local_of(&dst).sync()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => self.stats.failed(self.dst.describe(), format!("cannot flush the destination to disk: {e}")),
                 Err(e) => self.stats.failed(self.dst.describe(), format!("internal error: {e}")),
@@ -194,13 +193,11 @@ impl Engine {
     async fn one_dir(&self, job: &Job) -> Result<Outcome> {
         let verdict = self.decide(job).await?;
         let meta = meta_of_entry(&job.src, self.opts.preserve);
-        if let Some(local) = self.dst.as_local() {
+        if self.dst.local().is_some() {
             // Looked at again whatever the listing said: the files just written into it moved
             // its mtime. Only what differs is set.
-            let (local, rel) = (local.clone(), job.dst_path.clone());
-            tokio::task::spawn_blocking(move || crate::localcopy::finish_dir(&local, &rel, &meta, None).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
-                .await
-                .map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))??;
+            let rel = job.dst_path.clone();
+            blocking_local(&self.dst, move |local| local.finish_dir(&rel, &meta, None).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await?;
             return Ok(if verdict == Verdict::MetaOnly { Outcome::MetaUpdated } else { Outcome::Copied });
         }
         if verdict == Verdict::TypeChanged {
@@ -222,17 +219,20 @@ impl Engine {
     /// blob holding the target (marked `is_symlink`, as azcopy and blobfuse2 do) in Blob
     /// storage.
     async fn symlink(&self, job: &Job) -> Result<()> {
-        let (target, meta) = match self.src.as_local() {
-            Some(local) => {
-                let (local, rel) = (local.clone(), job.src.path.clone());
-                let read = tokio::task::spawn_blocking(move || {
-                    let md = local.lstat(&rel).and_then(|m| m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))?;
-                    if !md.file_type().is_symlink() {
-                        return Err(std::io::Error::other("no longer a symlink"));
-                    }
-                    Ok((local.readlink(&rel)?, crate::storage::local::meta_of(&md)))
-                });
-                read.await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?.map_err(|e| StoreError::io(job.src.display_path(), e))?
+        let (target, meta) = match self.src.local() {
+            Some(_) => {
+                let (rel, what) = (job.src.path.clone(), job.src.display_path());
+                blocking_local(&self.src, move |local| {
+                    let read = || {
+                        let md = local.lstat(&rel).and_then(|m| m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+                        if !md.file_type().is_symlink() {
+                            return Err(std::io::Error::other("no longer a symlink"));
+                        }
+                        Ok((local.readlink(&rel)?, crate::storage::local::meta_of(&md)))
+                    };
+                    read().map_err(|e| StoreError::io(what, e))
+                })
+                .await?
             }
             None => {
                 let chunk = self.src.read(&job.src.path, 0, job.src.size(), None).await?;
@@ -248,12 +248,10 @@ impl Engine {
             return Err(StoreError::Invalid("a symlink's target must be non-empty and hold no NUL byte".into()));
         }
         Stats::add(&self.stats.bytes_copied, target.len() as u64);
-        match self.dst.as_local() {
-            Some(local) => {
-                let (local, rel) = (local.clone(), job.dst_path.clone());
-                tokio::task::spawn_blocking(move || make_symlink(&local, &rel, &target, &meta).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
-                    .await
-                    .map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
+        match self.dst.local() {
+            Some(_) => {
+                let rel = job.dst_path.clone();
+                blocking_local(&self.dst, move |local| local.make_symlink(&rel, &target, &meta).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await
             }
             None => {
                 let md5 = self.opts.put_md5.then(|| hash::digest(&target));
@@ -339,11 +337,11 @@ impl Engine {
     }
 
     async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
-        let Some(local) = store.as_local() else { return Ok(None) };
-        let (local, rel) = (local.clone(), path.to_vec());
-        tokio::task::spawn_blocking(move || local.md5(&rel).map(Some).map_err(|e| StoreError::io(local.full_path(&rel).display().to_string(), e)))
-            .await
-            .map_err(|e| StoreError::Invalid(e.to_string()))?
+        if store.local().is_none() {
+            return Ok(None);
+        }
+        let rel = path.to_vec();
+        blocking_local(store, move |local| local.md5(&rel).map(Some).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await
     }
 
     /// What the destination has at this job's path: from the listing when there is one, else
@@ -382,9 +380,8 @@ impl Engine {
     /// metadata, and the same stat before and after the read (else it changed while read).
     /// None when it has grown past `limit` since it was listed.
     async fn read_local_small(&self, path: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
-        let local = self.src.as_local().expect("a local source").clone();
         let rel = path.to_vec();
-        tokio::task::spawn_blocking(move || local.read_small(&rel, limit)).await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
+        blocking_local(&self.src, move |local| local.read_small(&rel, limit)).await
     }
 
     /// The generic path: blocks read from the source, written to the destination. Every read
@@ -644,19 +641,15 @@ fn merge(meta: &mut Meta, from_read: Meta) {
     meta.md5 = meta.md5.or(from_read.md5);
 }
 
-/// Makes symlink `rel` pointing at `target` (as written), with its owner and mtime, under a temp
-/// name renamed into place: a reader never sees a half-made link.
-fn make_symlink(dst: &crate::storage::local::LocalStore, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()> {
-    use crate::storage::beneath::{self, fd};
-    let (dir, name) = dst.parent(rel, true)?;
-    let tmp = crate::storage::local::temp_name(name, "partial");
-    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-    beneath::symlink_at(target, fd(&dir), &tmp)?;
-    let done = crate::storage::local::apply_link_meta(&dir, &tmp, &Meta { mode: None, ..meta.clone() }).and_then(|_| beneath::rename_at(fd(&dir), &tmp, name));
-    if done.is_err() {
-        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-    }
-    done
+/// The local side of a store the caller knows is local.
+fn local_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
+    store.local().expect("a local store")
+}
+
+/// Runs `f` on the local side of `store` (known to be local) on a thread that may block.
+async fn blocking_local<T: Send + 'static>(store: &Arc<dyn Store>, f: impl FnOnce(&dyn LocalFs) -> Result<T> + Send + 'static) -> Result<T> {
+    let store = store.clone();
+    crate::storage::blocking(move || f(local_of(&store))).await
 }
 
 /// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked

@@ -1,8 +1,6 @@
 //! Cutting one stream of entries into part files, in bounded memory: by caps as the entries
 //! arrive, by LPT over runs of neighbouring entries, or by Debian's fpart fed from a spill file.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::os::fd::AsFd;
@@ -11,9 +9,9 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use crate::sorted::sort::{Runs, Spill};
-use crate::manifest::{Entry, Writer};
-use crate::partition::{lpt_in_order, part_name, summary, Filler};
+use crate::manifest::Entry;
+use crate::partition::{caps_mode, distribute, lpt_in_order, summary, weight_of, Filler, PartWriter};
+use crate::sorted::sort::Spill;
 pub use crate::partition::PartTotals as Part;
 
 /// How a set of entries is cut, as asked on the command line.
@@ -35,9 +33,6 @@ pub enum Tool {
     Fpart,
 }
 
-/// Parts open at once while distributing: enough for any usual plan, few enough for the
-/// descriptor limit and for 64 KiB of buffer each.
-const MAX_OPEN: usize = 256;
 /// Runs a part is dealt, about, by `--parts`, at first: few, so that few parts share a
 /// directory (each cut between runs can put one directory in one more part).
 const RUNS_PER_PART: u64 = 4;
@@ -46,12 +41,6 @@ const RUNS_PER_PART: u64 = 4;
 const BALANCE: f64 = 1.02;
 /// ... down to this many a part, where LPT's worst case is a part over the mean by one run.
 const RUNS_PER_PART_MOST: u64 = 64;
-
-fn create_part(dir: &Path, i: usize, buffer: usize) -> anyhow::Result<Writer<BufWriter<File>>> {
-    let p = dir.join(part_name(i));
-    let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
-    Ok(Writer::new(BufWriter::with_capacity(buffer, f))?)
-}
 
 pub struct Splitter {
     out: PathBuf,
@@ -66,7 +55,7 @@ pub struct Splitter {
 }
 
 enum State {
-    Fill { rule: FillRule, current: Option<Writer<BufWriter<File>>>, parts: Vec<Part> },
+    Fill { rule: FillRule, parts: PartWriter },
     /// The entries in path order, and what they weigh together (`weight`).
     Lpt { spill: Spill, weight: u64 },
     Fpart(Spill),
@@ -107,10 +96,10 @@ impl Splitter {
             (Tool::Fpart, _) => State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?),
             (Tool::Ferry, Method::Parts(_)) => State::Lpt { spill: Spill::create(scratch.join(format!("{name}.lpt-input")))?, weight: 0 },
             (Tool::Ferry, Method::Caps { max_files, max_bytes }) => {
-                State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), current: None, parts: Vec::new() }
+                State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), parts: PartWriter::new(&out) }
             }
             (Tool::Ferry, Method::Auto { max_files, max_bytes }) => {
-                State::Fill { rule: FillRule::Auto { max_files, max_bytes, files: 0, bytes: 0 }, current: None, parts: Vec::new() }
+                State::Fill { rule: FillRule::Auto { max_files, max_bytes, files: 0, bytes: 0 }, parts: PartWriter::new(&out) }
             }
         };
         Ok(Splitter { out, scratch, name, tool, method, state, files: 0, last_link: None })
@@ -124,18 +113,11 @@ impl Splitter {
         let glued = e.link.is_some() && e.link == self.last_link;
         self.last_link = e.link;
         match &mut self.state {
-            State::Fill { rule, current, parts } => {
+            State::Fill { rule, parts } => {
                 if !glued && rule.add(e.size()) {
-                    if let Some(w) = current.take() {
-                        w.finish()?;
-                    }
-                    *current = Some(create_part(&self.out, parts.len(), 1 << 20)?);
-                    parts.push(Part::default());
+                    parts.next_part()?;
                 }
-                current.as_mut().expect("a part is open").write(e)?;
-                let p = parts.last_mut().expect("a part is open");
-                p.files += 1;
-                p.bytes += e.size();
+                parts.write(e)?;
             }
             State::Lpt { spill, weight } => {
                 *weight += weight_of(e);
@@ -150,12 +132,7 @@ impl Splitter {
     /// parts in order.
     pub fn finish(self) -> anyhow::Result<Vec<Part>> {
         let parts = match self.state {
-            State::Fill { current, parts, .. } => {
-                if let Some(w) = current {
-                    w.finish()?;
-                }
-                parts
-            }
+            State::Fill { parts, .. } => parts.finish()?,
             State::Lpt { mut spill, weight } => {
                 let n = match self.method {
                     Method::Parts(n) => n.min(self.files as usize),
@@ -193,9 +170,7 @@ impl Splitter {
                 (Tool::Fpart, _) => "fpart",
                 (_, Method::Parts(_)) => "parts",
                 (_, Method::Auto { .. }) => "auto",
-                (_, Method::Caps { max_files: Some(_), max_bytes: Some(_) }) => "max-files+max-bytes",
-                (_, Method::Caps { max_bytes: Some(_), .. }) => "max-bytes",
-                (_, Method::Caps { .. }) => "max-files",
+                (_, Method::Caps { max_files, max_bytes }) => caps_mode(max_files.is_some(), max_bytes.is_some()),
             }
         };
         let summary = summary(mode, &parts, 0);
@@ -205,12 +180,6 @@ impl Splitter {
         }
         Ok(parts)
     }
-}
-
-/// What an entry counts for in balancing: its bytes, and at least one, so that empty files
-/// spread out too.
-fn weight_of(e: &Entry) -> u64 {
-    e.size().max(1)
 }
 
 /// `--parts` for the pipelines: the entries, in path order, are cut into runs of neighbours of
@@ -264,45 +233,6 @@ fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, 
         }
         per_part *= 2;
     }
-}
-
-/// Entries in LPT order with their part: largest first to the least-loaded part, as
-/// `ferry partition --parts` assigns them.
-pub fn lpt(runs: &Runs, n: usize) -> anyhow::Result<impl Iterator<Item = io::Result<(Entry, usize)>>> {
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n).map(|i| Reverse((0, i))).collect();
-    Ok(runs.merge()?.map(move |e| {
-        e.map(|e| {
-            let Reverse((load, bin)) = heap.pop().expect("at least one part");
-            heap.push(Reverse((load + e.size().max(1), bin)));
-            (e, bin)
-        })
-    }))
-}
-
-/// Writes `bins` part files from a stream of (entry, part), at most MAX_OPEN parts at a time:
-/// with more parts the stream is made again for each group.
-pub fn distribute<I, F>(out: &Path, bins: usize, mut stream: F) -> anyhow::Result<Vec<Part>>
-where
-    I: Iterator<Item = io::Result<(Entry, usize)>>,
-    F: FnMut() -> anyhow::Result<I>,
-{
-    let mut parts = vec![Part::default(); bins];
-    for first in (0..bins).step_by(MAX_OPEN) {
-        let group = first..(first + MAX_OPEN).min(bins);
-        let mut writers = group.clone().map(|i| create_part(out, i, 64 * 1024)).collect::<anyhow::Result<Vec<_>>>()?;
-        for item in stream()? {
-            let (e, bin) = item?;
-            if group.contains(&bin) {
-                writers[bin - first].write(&e)?;
-                parts[bin].files += 1;
-                parts[bin].bytes += e.size();
-            }
-        }
-        for w in writers {
-            w.finish()?;
-        }
-    }
-    Ok(parts)
 }
 
 /// Runs fpart in arbitrary-values mode on the spilled entries and returns each entry's part.
@@ -390,6 +320,7 @@ fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, file
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::partition::{part_name, MAX_OPEN};
 
     #[test]
     fn auto_rule_weighs_files_and_bytes_together() {

@@ -159,7 +159,8 @@ pub trait Store: Send + Sync {
         None
     }
 
-    fn as_local(&self) -> Option<&local::LocalStore> {
+    /// What the local → local engine needs of a local tree beyond this trait.
+    fn local(&self) -> Option<&dyn local::LocalFs> {
         None
     }
 
@@ -288,6 +289,11 @@ pub fn check_relative(path: &[u8]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Runs blocking work (system calls) on a thread that may block.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
 }
 
 /// Stable across runs and builds (unlike std's hasher), for temp names and block IDs.

@@ -18,12 +18,13 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-use crate::storage::beneath::{self, fd};
-use crate::storage::local::{apply_link_meta, apply_meta_fd, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged, LocalStore};
+use super::beneath::{self, fd};
+use super::posix::{apply_link_meta, apply_meta_fd, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged};
+use super::{LocalFs, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
-use crate::xattrs::{self, On, Refused, Wanted};
 use crate::storage::Meta;
+use crate::xattrs::{self, On, Refused, Wanted};
 
 /// Process credentials and umask, read once: they decide which metadata calls are no-ops.
 pub struct Identity {
@@ -191,7 +192,8 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// source's permission bits less the umask, as `cp` without `-p` gives it).
 /// `src_xattrs`: the digest of the source's attributes where its listing read them (an entry
 /// listed without any costs no call here).
-pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
+#[allow(clippy::too_many_arguments)]
+pub(super) fn stage_file(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -201,7 +203,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
     let meta = meta_of(&md);
     let mode = md.mode() & 0o7777;
     let (dir, name) = dst.parent(dst_rel, true)?;
-    let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync();
+    let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync;
     // Created with its final permission bits where the umask allows, saving a chmod.
     let (out, as_) = match absent.then(|| dst.open_unnamed(&dir, mode & 0o777)).transpose()?.flatten() {
         Some(f) => (f, None),
@@ -232,7 +234,7 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
         // After chown (which drops security.capability) and before chmod: an access ACL sets
         // the group bits from its mask, which a set-id bit then goes on top of.
         let wanted = Wanted::as_user(keep, id.euid);
-        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.no_xattrs_here() {
             if let Some(want) = xattrs::read(&On::Fd(input.as_raw_fd()), wanted)? {
                 refused = xattrs::apply(&On::Fd(out.as_raw_fd()), &want, None, wanted)?;
             }
@@ -266,72 +268,86 @@ pub fn stage_file(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &
     match written {
         Ok(()) => Ok(staged),
         Err(e) => {
-            discard(staged);
+            staged.discard();
             Err(e)
         }
     }
 }
 
-/// Puts a staged file under its final name. Its bytes must be on disk first where that is
-/// wanted (`synced`, or the caller flushes the filesystem once for a batch).
-pub fn commit(staged: Staged) -> io::Result<()> {
-    let Staged { dir, name, as_, .. } = staged;
-    match as_ {
-        StagedAs::Temp(at, tmp) => {
-            let r = beneath::rename_between(fd(&at), &tmp, fd(&dir), &name);
-            if r.is_err() {
-                let _ = beneath::unlink_at(fd(&at), &tmp, false);
+impl Staged {
+    /// Puts the file under its final name. Its bytes must be on disk first where that is
+    /// wanted (`synced`, or the caller flushes the filesystem once for a batch).
+    pub fn commit(self) -> io::Result<()> {
+        let Staged { dir, name, as_, .. } = self;
+        match as_ {
+            StagedAs::Temp(at, tmp) => {
+                let r = beneath::rename_between(fd(&at), &tmp, fd(&dir), &name);
+                if r.is_err() {
+                    let _ = beneath::unlink_at(fd(&at), &tmp, false);
+                }
+                r
             }
-            r
+            StagedAs::Unnamed(f) => link_in(&f, &dir, &name),
         }
-        StagedAs::Unnamed(f) => link_in(&f, &dir, &name),
     }
-}
 
-/// Gives up on a staged file: a temp name is removed; an unnamed file vanishes on close.
-pub fn discard(staged: Staged) {
-    if let StagedAs::Temp(at, tmp) = &staged.as_ {
-        let _ = beneath::unlink_at(fd(at), tmp, false);
+    /// Gives up on the file: a temp name is removed; an unnamed file vanishes on close.
+    pub fn discard(self) {
+        if let StagedAs::Temp(at, tmp) = &self.as_ {
+            let _ = beneath::unlink_at(fd(at), tmp, false);
+        }
     }
 }
 
 /// A symlink, with its owner, mtime and the attributes the kernel lets one hold (`trusted.*`
 /// and `security.*`, as root; `src_xattrs` as for `stage_file`).
-pub fn copy_symlink(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
+pub(super) fn copy_symlink(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
     let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     let target = src.readlink(src_rel)?;
     let (dir, name) = dst.parent(dst_rel, true)?;
-    let tmp = temp_name(name, "partial");
-    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-    beneath::symlink_at(&target, fd(&dir), &tmp)?;
     let all = meta_of(&md);
     let meta = Meta { mode: None, uid: all.uid.filter(|_| keep.owner), gid: all.gid.filter(|_| keep.owner), mtime: all.mtime.filter(|_| keep.times), md5: None };
     let wanted = Wanted::as_user(keep, id.euid);
-    let result = (|| {
+    symlink_into_place(&dir, name, &target, |tmp| {
         let mut refused = Refused::default();
         // Owner first: chown drops security.capability, which a symlink may hold.
-        apply_link_meta(&dir, &tmp, &Meta { mtime: None, ..meta.clone() })?;
-        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.xattrs().none_here() {
+        apply_link_meta(&dir, tmp, &Meta { mtime: None, ..meta.clone() })?;
+        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.no_xattrs_here() {
             if let Some(want) = src.read_xattrs(src_rel, wanted)?.filter(|w| !w.is_empty()) {
-                let link = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
+                let link = beneath::open_at(fd(&dir), tmp, libc::O_PATH, 0)?;
                 refused = xattrs::apply(&On::Follow(&xattrs::proc_path(link.as_raw_fd())), &want, None, wanted)?;
             }
         }
-        apply_link_meta(&dir, &tmp, &Meta { mtime: meta.mtime, ..Meta::default() })?;
-        beneath::rename_at(fd(&dir), &tmp, name)?;
+        apply_link_meta(&dir, tmp, &Meta { mtime: meta.mtime, ..Meta::default() })?;
         Ok(refused)
-    })();
-    if result.is_err() {
-        let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    })
+}
+
+/// Makes symlink `rel` pointing at `target` (as written), with the owner and mtime of `meta`.
+pub(super) fn make_symlink(dst: &LocalStore, rel: &[u8], target: &[u8], meta: &Meta) -> io::Result<()> {
+    let (dir, name) = dst.parent(rel, true)?;
+    symlink_into_place(&dir, name, target, |tmp| apply_link_meta(&dir, tmp, &Meta { mode: None, ..meta.clone() }))
+}
+
+/// Makes a symlink to `target` under a temp name in `dir`, lets `finish` set what it keeps
+/// (given the temp name), then renames it to `name`: a reader never sees a half-made link, and
+/// a failure leaves nothing under the temp name.
+fn symlink_into_place<T>(dir: &OwnedFd, name: &[u8], target: &[u8], finish: impl FnOnce(&[u8]) -> io::Result<T>) -> io::Result<T> {
+    let tmp = temp_name(name, "partial");
+    let _ = beneath::unlink_at(fd(dir), &tmp, false);
+    beneath::symlink_at(target, fd(dir), &tmp)?;
+    let r = finish(&tmp).and_then(|v| beneath::rename_at(fd(dir), &tmp, name).map(|_| v));
+    if r.is_err() {
+        let _ = beneath::unlink_at(fd(dir), &tmp, false);
     }
-    result
+    r
 }
 
 /// Makes a fifo or device node like the source's (its type, device number, owner, mode, times
 /// and attributes) under a temp name, then renames it into place, as a file is committed:
 /// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
 /// `stage_file`.
-pub fn make_node(src: &LocalStore, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
+pub(super) fn make_node(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
     // The device number is not in the listing: the node's own lstat gives it, and the rest.
     let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     if !matches!(kind_of(md.file_type()), Some(Kind::Fifo | Kind::CharDev | Kind::BlockDev)) {
@@ -401,7 +417,7 @@ impl DirNow {
 /// Nothing is done through a symlink standing where the directory should be: owner and times
 /// are set on the name without following it, and the mode on the directory opened with
 /// `O_NOFOLLOW`.
-pub fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Option<DirNow>) -> io::Result<()> {
+pub(super) fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Option<DirNow>) -> io::Result<()> {
     let (parent, name) = dst.parent(rel, true)?;
     let refused = |e: io::Error| match e.raw_os_error() {
         Some(libc::ELOOP | libc::ENOTDIR) => io::Error::other("a symlink or a file stands where the directory should be (not followed)"),
@@ -443,7 +459,7 @@ pub fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Option<DirNo
 
 /// The destination root: its metadata from the source root, as `cp -a` and `rsync -a src/`
 /// give it.
-pub fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
+pub(super) fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
     let root = File::from(dst.dir(b"", true)?.try_clone()?);
     let md = root.metadata()?;
     let now = DirNow { mode: md.mode() & 0o7777, owner: (md.uid(), md.gid()), mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }) };
@@ -492,7 +508,7 @@ mod tests {
             let to = format!("d/{name}");
             let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), None, &Identity::current(), &quirks, &Preserve::ALL, absent, TempIn::Final).unwrap();
             assert!(!t.path().join("dst").join(&to).exists());
-            commit(staged).unwrap();
+            staged.commit().unwrap();
             assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
         }
         let mut names: Vec<_> = std::fs::read_dir(t.path().join("dst/d")).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -505,7 +521,7 @@ mod tests {
         let (t, src, dst) = tree();
         let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, true, TempIn::Final).unwrap();
         std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
-        commit(staged).unwrap();
+        staged.commit().unwrap();
         assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
     }
 
@@ -514,7 +530,7 @@ mod tests {
         let (t, src, dst) = tree();
         for absent in [true, false] {
             let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, absent, TempIn::Final).unwrap();
-            discard(staged);
+            staged.discard();
             assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
         }
     }

@@ -1,0 +1,299 @@
+//! `LocalFs`: what the local → local engine and the commands that hash or read links need
+//! of a local tree beyond the `Store` trait, reached through `Store::local`. Each method is
+//! blocking (a system call or a few): callers run it on a thread that may block.
+
+use std::fs::{self, File};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::beneath::{self, fd};
+use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
+use super::posix::{apply_link_meta, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at, remove_tree_at, staging_name, stamp, temp_name, unchanged};
+use super::store::changed;
+use super::LocalStore;
+use crate::error::{Result, StoreError};
+use crate::manifest::Kind;
+use crate::preserve::Preserve;
+use crate::storage::Meta;
+use crate::xattrs::{self, Wanted};
+
+/// A local tree as the local → local engine works on it: by relative path, never through a
+/// symlink below the root. Its operations on two trees take the other one as `src`.
+pub trait LocalFs: Send + Sync {
+    /// Where `rel` is, for messages.
+    fn path(&self, rel: &[u8]) -> PathBuf;
+    /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
+    fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>>;
+    /// Opens a regular file for reading; a symlink in its place is refused, not followed.
+    fn open_file(&self, rel: &[u8]) -> std::io::Result<File>;
+    /// The target of symlink `rel`, as written.
+    fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>>;
+    /// The MD5 of regular file `rel`'s bytes.
+    fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]>;
+    /// A whole small file with one open: its bytes and metadata, the same before and after the
+    /// read (else it changed while read). None when it is now larger than `limit`.
+    fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>>;
+    /// The kept attributes of `rel` (`root` for the root itself), never through a symlink
+    /// below the root; None where the filesystem holds none.
+    fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>>;
+    /// This run learnt that the filesystem holds no extended attributes at all.
+    fn no_xattrs_here(&self) -> bool;
+    /// Whether the root sits on a filesystem where each metadata call is a network round trip
+    /// (NFS, SMB, Lustre, FUSE, ...): such a tree needs many more calls in flight to hide the
+    /// latency. A root that does not exist yet is judged by its nearest existing parent.
+    fn is_remote(&self) -> bool;
+    /// Whether files are flushed to disk before they get their name (not `--no-fsync`).
+    fn fsync(&self) -> bool;
+    /// Makes directory `rel`, whose parent exists or is made: one exclusive create, where
+    /// opening it with its parents made would first look for it (a wasted round trip for a directory the
+    /// listing showed missing). True if this call made it; an existing one is fine.
+    fn make_dir(&self, rel: &[u8]) -> std::io::Result<bool>;
+    /// Removes `rel` and, for a directory, everything below it, never following a symlink.
+    fn remove_all(&self, rel: &[u8]) -> std::io::Result<()>;
+    /// Gives the file at `from` a second name, `to` (made with its parents as needed), never
+    /// following a symlink. `absent`: the listing showed `to` free; otherwise, or where it was
+    /// taken meanwhile, the link is made under a temp name and renamed over it, so `to` is
+    /// never missing.
+    fn hard_link(&self, from: &[u8], to: &[u8], absent: bool) -> std::io::Result<()>;
+    /// Sets owner, mode and times of `rel` in place (a symlink's own owner and times, never its
+    /// target's), checking first that it still is of kind `kind`.
+    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()>;
+    /// Makes the kept attributes of `rel` those of `want`, setting the new and removing the
+    /// gone.
+    fn write_xattrs(&self, rel: &[u8], want: &xattrs::Attrs, wanted: Wanted) -> std::io::Result<xattrs::Refused>;
+    /// A staging directory for temp files (see `copy::TempIn`), one of the few a run's
+    /// threads share: under the root, named so that listings skip it. The names are the same in
+    /// every run and every process: a temp name is unique to its final name, so processes
+    /// copying disjoint parts of a tree may share them, and a re-run finds (and replaces) what
+    /// a killed one left there.
+    fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>>;
+    /// Removes a staging directory once the run is done (left alone while another process
+    /// still has a file in it).
+    fn remove_staging_dir(&self, k: usize);
+    /// Puts on disk everything written to this filesystem before the call, with a `syncfs`
+    /// (not an fsync per file or directory) that is shared: a caller joins the next flush to
+    /// start, and the threads waiting with it return together when it ends.
+    fn sync(&self) -> std::io::Result<()>;
+    /// The device directory `rel` (made, with its parents, where missing) is on.
+    fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64>;
+    /// Stages file `src_rel` of `src` as `dst_rel` here (`copy::stage_file`).
+    #[allow(clippy::too_many_arguments)]
+    fn stage_file(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> std::io::Result<Staged>;
+    /// Copies symlink `src_rel` of `src` as `dst_rel` here (`copy::copy_symlink`).
+    fn copy_symlink(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused>;
+    /// Makes here a fifo or device node like `src_rel` of `src` (`copy::make_node`).
+    fn make_node(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused>;
+    /// Makes symlink `rel` pointing at `target` (`copy::make_symlink`).
+    fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()>;
+    /// Gives directory `rel` the metadata `want` (`copy::finish_dir`).
+    fn finish_dir(&self, rel: &[u8], want: &Meta, known: Option<DirNow>) -> std::io::Result<()>;
+    /// Gives the root the metadata `want` (`copy::finish_root`).
+    fn finish_root(&self, want: &Meta) -> std::io::Result<()>;
+}
+
+impl LocalFs for LocalStore {
+    fn path(&self, rel: &[u8]) -> PathBuf {
+        self.full_path(rel)
+    }
+
+    fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>> {
+        let r = self.parent(rel, false).and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
+        match r {
+            Ok(md) => Ok(Some(md)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_file(&self, rel: &[u8]) -> std::io::Result<File> {
+        let (dir, name) = self.parent(rel, false)?;
+        match beneath::open_at(fd(&dir), name, libc::O_RDONLY, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(std::io::Error::other("is a symlink now, not a file (not followed)")),
+            r => Ok(File::from(r?)),
+        }
+    }
+
+    fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel, false)?;
+        beneath::readlink_at(fd(&dir), name)
+    }
+
+    fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]> {
+        md5_reader(self.open_file(rel)?)
+    }
+
+    fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
+        let io = self.io_err(rel);
+        let f = self.open_file(rel).map_err(&io)?;
+        let md = f.metadata().map_err(&io)?;
+        if !md.is_file() {
+            return Err(StoreError::Invalid("no longer a regular file".into()));
+        }
+        if md.len() > limit {
+            return Ok(None);
+        }
+        let before = stamp(&md);
+        let data = crate::storage::bufpool::filled(md.len() as usize, |buf| read_exact_at(&f, buf, 0).map_err(&io)).map_err(changed)?;
+        f.metadata().and_then(|now| unchanged(&before, &now)).map_err(&io).map_err(changed)?;
+        Ok(Some((data, meta_of(&md))))
+    }
+
+    fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>> {
+        let h = self.handle(rel)?;
+        let r = xattrs::read(&xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h))), wanted);
+        if let Ok(None) = r {
+            self.xattrs.found_none();
+        }
+        r
+    }
+
+    fn no_xattrs_here(&self) -> bool {
+        self.xattrs.none_here()
+    }
+
+    fn is_remote(&self) -> bool {
+        super::posix::is_remote(&self.root)
+    }
+
+    fn fsync(&self) -> bool {
+        self.fsync
+    }
+
+    fn make_dir(&self, rel: &[u8]) -> std::io::Result<bool> {
+        let (parent, name) = self.parent(rel, true)?;
+        let made = match beneath::mkdir_new(fd(&parent), name) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            r => r.map(|_| true)?,
+        };
+        // Something else may stand there: a file or symlink the source has since replaced
+        // with this directory, which `dir` replaces.
+        self.dir(rel, !made)?;
+        Ok(made)
+    }
+
+    fn remove_all(&self, rel: &[u8]) -> std::io::Result<()> {
+        let (dir, name) = self.parent(rel, false)?;
+        self.forget_dir(rel);
+        match remove_tree_at(&dir, name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    fn hard_link(&self, from: &[u8], to: &[u8], absent: bool) -> std::io::Result<()> {
+        let (fdir, fname) = self.parent(from, false)?;
+        let (tdir, tname) = self.parent(to, true)?;
+        if absent {
+            match link_at(fd(&fdir), fname, fd(&tdir), tname) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                r => return r,
+            }
+        }
+        let tmp = temp_name(tname, "partial");
+        let _ = beneath::unlink_at(fd(&tdir), &tmp, false);
+        link_at(fd(&fdir), fname, fd(&tdir), &tmp)?;
+        let r = beneath::rename_at(fd(&tdir), &tmp, tname);
+        if r.is_err() {
+            let _ = beneath::unlink_at(fd(&tdir), &tmp, false);
+        }
+        r
+    }
+
+    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let (dir, name) = self.parent(rel, false)?;
+        let f = File::from(beneath::open_at(fd(&dir), name, libc::O_PATH, 0)?);
+        if kind_of(f.metadata()?.file_type()) != Some(kind) {
+            return Err(std::io::Error::other(format!("is no longer a {} (changed meanwhile)", kind.name())));
+        }
+        if kind == Kind::Symlink {
+            return apply_link_meta(&dir, name, &Meta { mode: None, ..meta.clone() });
+        }
+        // An `O_PATH` handle takes neither fchmod nor futimens: its /proc name does, and
+        // names this very inode, whatever happens to the path meanwhile.
+        let proc = crate::xattrs::proc_path(f.as_raw_fd());
+        if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
+            // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
+            if unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) } != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EPERM) {
+                    return Err(e);
+                }
+            }
+        }
+        if let Some(mode) = meta.mode {
+            // SAFETY: a valid C string. After chown, which clears set-id bits.
+            if unsafe { libc::chmod(proc.as_ptr(), mode as libc::mode_t) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some(m) = meta.mtime {
+            let times = mtime_times(m);
+            // SAFETY: a valid C string and a two-element array.
+            if unsafe { libc::utimensat(libc::AT_FDCWD, proc.as_ptr(), times.as_ptr(), 0) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    fn write_xattrs(&self, rel: &[u8], want: &xattrs::Attrs, wanted: Wanted) -> std::io::Result<xattrs::Refused> {
+        let h = self.handle(rel)?;
+        let on = xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h)));
+        match xattrs::read(&on, wanted)? {
+            Some(now) => xattrs::apply(&on, want, Some(&now), wanted),
+            // Holds none at all: every one wanted is refused.
+            None => Ok(xattrs::Refused::all(want, wanted)),
+        }
+    }
+
+    fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>> {
+        let name = staging_name(k);
+        beneath::mkdir_at(fd(self.root_fd(true)?), &name)?;
+        self.dir(&name, false)
+    }
+
+    fn remove_staging_dir(&self, k: usize) {
+        let name = staging_name(k);
+        self.forget_dir(&name);
+        if let Some(root) = self.root_fd.get() {
+            let _ = beneath::unlink_at(fd(root), &name, true);
+        }
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.flush(std::time::Duration::ZERO)
+    }
+
+    fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        File::from(self.dir(rel, true)?.try_clone()?).metadata().map(|m| m.dev())
+    }
+
+    fn stage_file(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> std::io::Result<Staged> {
+        copy::stage_file(src, self, src_rel, dst_rel, src_xattrs, id, quirks, keep, absent, temp_in)
+    }
+
+    fn copy_symlink(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused> {
+        copy::copy_symlink(src, self, src_rel, dst_rel, src_xattrs, id, keep)
+    }
+
+    fn make_node(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused> {
+        copy::make_node(src, self, src_rel, dst_rel, src_xattrs, id, keep)
+    }
+
+    fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()> {
+        copy::make_symlink(self, rel, target, meta)
+    }
+
+    fn finish_dir(&self, rel: &[u8], want: &Meta, known: Option<DirNow>) -> std::io::Result<()> {
+        copy::finish_dir(self, rel, want, known)
+    }
+
+    fn finish_root(&self, want: &Meta) -> std::io::Result<()> {
+        copy::finish_root(self, want)
+    }
+}

@@ -1,0 +1,158 @@
+//! The local tree as a `Store`: each call runs its system calls on a thread that may block.
+
+use std::fs::{self, File};
+use std::io::Write;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::beneath::{self, fd};
+use super::ops::LocalFs;
+use super::posix::{apply_meta_fd, create_temp, entry_of, link_in, meta_of, read_exact_at, stamp, temp_name, unchanged};
+use super::upload::LocalUpload;
+use super::walk::{walk, walk_threads};
+use super::LocalStore;
+use crate::error::{Result, StoreError};
+use crate::manifest::{Entry, Kind};
+use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
+
+/// A change seen while reading is an integrity failure: retrying cannot help, and the partial
+/// state built from the old bytes must go.
+pub(super) fn changed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::Other => StoreError::Integrity(format!("{path}: {source}")),
+        e => e,
+    }
+}
+
+#[async_trait]
+impl Store for LocalStore {
+    fn describe(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
+        let (root, threads, xattrs) = (self.root.clone(), walk_threads(super::posix::is_remote(&self.root)), self.xattrs.clone());
+        blocking(move || walk(&root, recursive, threads, &xattrs, &tx)).await
+    }
+
+    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
+        let (me, rel) = (self.clone(), dir.to_vec());
+        blocking(move || me.list_dir(&rel).map_err(me.io_err(&rel))).await
+    }
+
+    async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
+            Ok(md.and_then(|md| entry_of(rel.clone(), &md).map(|e| (e, meta_of(&md)))))
+        })
+        .await
+    }
+
+    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || Ok(me.lstat(&rel).map_err(me.io_err(&rel))?.map(|md| (stamp(&md), md.len())))).await
+    }
+
+    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
+        let (me, rel, version) = (self.clone(), path.to_vec(), version.map(str::to_string));
+        blocking(move || {
+            let io = me.io_err(&rel);
+            let f = me.open_file(&rel).map_err(&io)?;
+            let check = |f: &File| match &version {
+                Some(v) => f.metadata().and_then(|md| unchanged(v, &md)),
+                None => Ok(()),
+            };
+            check(&f).map_err(&io).map_err(changed)?;
+            let data = crate::storage::bufpool::filled(len as usize, |buf| read_exact_at(&f, buf, offset).map_err(&io))?;
+            // After the read too: a write during it would otherwise go unseen.
+            check(&f).map_err(&io).map_err(changed)?;
+            Ok(Chunk { data, meta: None })
+        })
+        .await
+    }
+
+    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        blocking(move || {
+            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
+            let written = |mut f: &File| {
+                f.write_all(&data)?;
+                apply_meta_fd(f, &meta)
+            };
+            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
+            // flush shared with the files written beside it, before it gets its name.
+            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
+                return written(&f).and_then(|_| me.sync_one()).and_then(|_| link_in(&f, &dir, name)).map_err(me.io_err(&rel));
+            }
+            let tmp = temp_name(name, "partial");
+            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
+                written(&f)?;
+                me.sync_one()?;
+                beneath::rename_at(fd(&dir), &tmp, name)
+            });
+            if res.is_err() {
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+            }
+            res.map_err(me.io_err(&rel))
+        })
+        .await
+    }
+
+    async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
+        let (me, rel, plan) = (self.clone(), path.to_vec(), plan.clone());
+        let up = blocking(move || LocalUpload::open(me, rel, plan)).await?;
+        Ok(Box::new(up))
+    }
+
+    async fn delete(&self, path: &[u8]) -> Result<()> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let r = me.parent(&rel, false).and_then(|(dir, name)| {
+                // unlink removes a symlink itself, never its target; a directory says EISDIR.
+                match beneath::unlink_at(fd(&dir), name, false) {
+                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                        me.forget_dir(&rel);
+                        beneath::unlink_at(fd(&dir), name, true)
+                    }
+                    r => r,
+                }
+            });
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                r => r.map_err(me.io_err(&rel)),
+            }
+        })
+        .await
+    }
+
+    async fn remove_all(&self, path: &[u8]) -> Result<()> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || LocalFs::remove_all(&me, &rel).map_err(me.io_err(&rel))).await
+    }
+
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        blocking(move || LocalFs::set_meta(&me, &rel, kind, &meta).map_err(me.io_err(&rel))).await
+    }
+
+    async fn create_root(&self) -> Result<bool> {
+        let root = self.root.clone();
+        blocking(move || {
+            let existed = root.is_dir();
+            fs::create_dir_all(&root).map_err(|e| StoreError::io(root.display().to_string(), e))?;
+            Ok(!existed)
+        })
+        .await
+    }
+
+    fn local_root(&self) -> Option<&std::path::Path> {
+        Some(&self.root)
+    }
+
+    fn local(&self) -> Option<&dyn LocalFs> {
+        Some(self)
+    }
+}

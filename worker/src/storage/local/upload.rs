@@ -1,0 +1,129 @@
+//! Downloads into a local file in blocks, resumable: a journal beside the temp file records
+//! the blocks that are complete.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::beneath::{self, fd};
+use super::posix::{apply_meta_fd, create_temp, read_exact_at, temp_name, write_all_vectored_at};
+use super::LocalStore;
+use crate::error::{Result, StoreError};
+use crate::storage::{blocking, Meta, Upload, UploadPlan};
+
+/// A download in progress: blocks land in a temp file; a journal records which are complete,
+/// so a killed run resumes instead of starting over.
+pub(super) struct LocalUpload {
+    store: LocalStore,
+    rel: Vec<u8>,
+    dir: Arc<OwnedFd>,
+    tmp: Vec<u8>,
+    journal_name: Vec<u8>,
+    file: Arc<File>,
+    journal: Mutex<File>,
+    staged: Vec<bool>,
+    plan: UploadPlan,
+}
+
+impl LocalUpload {
+    pub(super) fn open(store: LocalStore, rel: Vec<u8>, plan: UploadPlan) -> Result<Self> {
+        let what = store.full_path(&rel).display().to_string();
+        let io = |e| StoreError::io(what.clone(), e);
+        let (dir, name) = store.parent(&rel, true).map_err(&io)?;
+        let tmp = temp_name(name, "partial");
+        let journal_name = temp_name(name, "journal");
+        let header = format!("{} {} {}\n", plan.fingerprint, plan.size, plan.block_size);
+        let nblocks = plan.blocks() as usize;
+        let mut staged = vec![false; nblocks];
+        let mut previous = String::new();
+        let had_journal = beneath::open_at(fd(&dir), &journal_name, libc::O_RDONLY, 0)
+            .and_then(|j| File::from(j).read_to_string(&mut previous))
+            .is_ok();
+        // The partial file of an earlier run, only if it is still a regular file of ours.
+        let old = beneath::open_at(fd(&dir), &tmp, libc::O_RDWR, 0).map(File::from).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
+        let (file, journal) = match old {
+            Some(f) if had_journal && previous.starts_with(&header) => {
+                for line in previous[header.len()..].lines() {
+                    if let Some(i) = line.trim().parse::<usize>().ok().filter(|&i| i < nblocks) {
+                        staged[i] = true;
+                    }
+                }
+                (f, File::from(beneath::open_at(fd(&dir), &journal_name, libc::O_WRONLY | libc::O_APPEND, 0).map_err(&io)?))
+            }
+            _ => {
+                let mut j = create_temp(&dir, &journal_name, 0o600).map_err(&io)?;
+                j.write_all(header.as_bytes()).map_err(&io)?;
+                (create_temp(&dir, &tmp, 0o600).map_err(&io)?, j)
+            }
+        };
+        file.set_len(plan.size).map_err(&io)?;
+        Ok(LocalUpload { store, rel, dir, tmp, journal_name, file: Arc::new(file), journal: Mutex::new(journal), staged, plan })
+    }
+
+    fn io_err(&self) -> impl Fn(std::io::Error) -> StoreError + '_ {
+        self.store.io_err(&self.rel)
+    }
+}
+
+#[async_trait]
+impl Upload for LocalUpload {
+    fn staged(&self, idx: u64) -> bool {
+        self.staged.get(idx as usize).copied().unwrap_or(false)
+    }
+
+    async fn put_block(&self, idx: u64, data: Bytes, _md5: Option<[u8; 16]>) -> Result<bool> {
+        self.write_at(idx, 0, vec![data]).await?;
+        self.finish_block(idx).await?;
+        Ok(true)
+    }
+
+    fn piecewise(&self) -> bool {
+        true
+    }
+
+    async fn write_at(&self, idx: u64, offset_in_block: u64, data: Vec<Bytes>) -> Result<()> {
+        let file = self.file.clone();
+        let offset = idx * self.plan.block_size + offset_in_block;
+        let what = self.store.full_path(&self.rel).display().to_string();
+        blocking(move || write_all_vectored_at(&file, &data, offset).map_err(|e| StoreError::io(what, e))).await
+    }
+
+    async fn finish_block(&self, idx: u64) -> Result<()> {
+        // Journal after the data: a kill in between costs one block, never a hole.
+        let mut j = self.journal.lock().unwrap();
+        writeln!(j, "{idx}").map_err(self.io_err())
+    }
+
+    async fn read_back(&self, idx: u64) -> Result<Option<Bytes>> {
+        let file = self.file.clone();
+        let offset = idx * self.plan.block_size;
+        let len = self.plan.block_len(idx) as usize;
+        let what = self.store.full_path(&self.rel).display().to_string();
+        blocking(move || Ok(Some(crate::storage::bufpool::filled(len, |buf| read_exact_at(&file, buf, offset).map_err(|e| StoreError::io(&what, e)))?)))
+            .await
+    }
+
+    async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
+        let meta = meta.clone();
+        blocking(move || {
+            let io = self.io_err();
+            let (_, name) = beneath::split(&self.rel);
+            apply_meta_fd(&self.file, &meta).map_err(&io)?;
+            self.store.commit_temp(&self.dir, &self.tmp, name, &self.file).map_err(&io)?;
+            let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn abort(self: Box<Self>, discard: bool) {
+        if discard {
+            let _ = beneath::unlink_at(fd(&self.dir), &self.tmp, false);
+            let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
+        }
+    }
+}
