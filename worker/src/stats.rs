@@ -28,6 +28,8 @@ pub struct Stats {
     /// Retries the far side asked for by being slow or saying so (429, 503, timeouts): the
     /// adaptive depth backs off on these.
     pub throttled: AtomicU64,
+    /// Every HTTP request sent to Blob storage, by kind.
+    pub requests: Requests,
     retries: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<Vec<(String, String)>>,
     ignored: Mutex<Vec<(String, String)>>,
@@ -106,5 +108,96 @@ impl Stats {
     /// A short retry summary for the progress line, e.g. "503x12 429x2".
     pub fn retry_brief(&self) -> String {
         self.retries.lock().unwrap().iter().map(|(k, v)| format!("{k}x{v}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// What a request to Blob storage does, as its cost and a migration's projection see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// List Blobs, one per page.
+    ListPages,
+    /// Put Blob: a whole blob in one request.
+    Puts,
+    /// Put Block, Put Block From URL.
+    Blocks,
+    /// Put Block List.
+    BlockLists,
+    /// Get Blob, whole or a range.
+    Gets,
+    /// Get Blob Properties, Get Container Properties.
+    Heads,
+    /// Delete Blob.
+    Deletes,
+    /// Copy Blob, Put Blob From URL.
+    Copies,
+    /// Everything else: metadata, properties, tags, tiers, block lists read, containers made.
+    Others,
+}
+
+impl RequestKind {
+    pub const ALL: [RequestKind; 9] = [
+        RequestKind::ListPages,
+        RequestKind::Puts,
+        RequestKind::Blocks,
+        RequestKind::BlockLists,
+        RequestKind::Gets,
+        RequestKind::Heads,
+        RequestKind::Deletes,
+        RequestKind::Copies,
+        RequestKind::Others,
+    ];
+
+    /// Its key in `requests` of the JSON reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::ListPages => "list_pages",
+            RequestKind::Puts => "puts",
+            RequestKind::Blocks => "blocks",
+            RequestKind::BlockLists => "block_lists",
+            RequestKind::Gets => "gets",
+            RequestKind::Heads => "heads",
+            RequestKind::Deletes => "deletes",
+            RequestKind::Copies => "copies",
+            RequestKind::Others => "others",
+        }
+    }
+}
+
+/// Requests sent, by kind: each attempt of a retried request counts, as each is billed.
+#[derive(Default)]
+pub struct Requests([AtomicU64; RequestKind::ALL.len()]);
+
+impl Requests {
+    pub fn sent(&self, kind: RequestKind) {
+        self.0[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, kind: RequestKind) -> u64 {
+        self.0[kind as usize].load(Relaxed)
+    }
+
+    /// `{"list_pages": n, "puts": n, ...}`: every kind, zeros included, so a pipeline sums
+    /// reports without asking which keys there are.
+    pub fn to_json(&self) -> serde_json::Value {
+        RequestKind::ALL.iter().map(|&k| (k.name().to_string(), serde_json::Value::from(self.get(k)))).collect::<serde_json::Map<_, _>>().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_report_every_kind() {
+        let r = Requests::default();
+        r.sent(RequestKind::Blocks);
+        r.sent(RequestKind::Blocks);
+        r.sent(RequestKind::Others);
+        let v = r.to_json();
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 9);
+        assert_eq!(o["blocks"], 2);
+        assert_eq!(o["others"], 1);
+        assert_eq!(o["list_pages"], 0);
     }
 }

@@ -290,6 +290,7 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
                       "server_copied": g(&stats.bytes_server_copied)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
             "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
+            "requests": stats.requests.to_json(),
             "concurrency": depth,
             "failures": failures,
             "ignored": ignored,

@@ -147,7 +147,8 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = default_concurrency();
-    let opts = open_options(&args.common, concurrency, Arc::new(Stats::default()));
+    let stats = Arc::new(Stats::default());
+    let opts = open_options(&args.common, concurrency, stats.clone());
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
@@ -159,7 +160,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             let src = open(&loc, &opts)?;
             let dst = open(&dst_loc, &opts)?;
             let Some(m) = args.files_from.as_deref() else {
-                return verify_trees(&args, &src, &dst, started).await;
+                return verify_trees(&args, &src, &dst, &stats, started).await;
             };
             // A partition: both sides are looked at fresh (the manifest may predate the copy),
             // in the directories it names only.
@@ -191,7 +192,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     for row in rows {
         report.add(row)?;
     }
-    report.finish(&src, &dst, started)
+    report.finish(&src, &dst, &stats, started)
 }
 
 /// Rows for the paths in directories whose listing failed: not known, so neither same nor
@@ -259,7 +260,7 @@ const REORDER_WINDOW: usize = 64;
 /// Two whole trees: each listing sorted by path on disk, the two merge-joined, pairs compared
 /// `concurrency` at a time and rows streamed out in path order. Memory: one sort run, and the
 /// pairs of the reorder window.
-async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, started: Instant) -> anyhow::Result<ExitCode> {
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
     let budget = args.sorting.budget();
     let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
@@ -296,7 +297,7 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
         }
     }
     drop(rows);
-    report.finish(src, dst, started)
+    report.finish(src, dst, stats, started)
 }
 
 /// One line of the report.
@@ -368,7 +369,7 @@ impl<'a> Report<'a> {
         self.counts[st as usize]
     }
 
-    fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+    fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, started: Instant) -> anyhow::Result<ExitCode> {
         let bad = self.counts.iter().sum::<usize>() - self.count(Status::Same);
         let (same, differ, missing_on_dst, missing_on_src, error) =
             (self.count(Status::Same), self.count(Status::Differ), self.count(Status::MissingOnDst), self.count(Status::MissingOnSrc), self.count(Status::Error));
@@ -392,6 +393,7 @@ impl<'a> Report<'a> {
                 error,
                 missing_on_dst,
                 missing_on_src,
+                requests: stats.requests.to_json(),
                 same,
                 seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
                 source: src.describe(),
@@ -416,6 +418,7 @@ struct Summary {
     error: usize,
     missing_on_dst: usize,
     missing_on_src: usize,
+    requests: serde_json::Value,
     same: usize,
     seconds: f64,
     source: String,
