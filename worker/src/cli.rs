@@ -115,6 +115,10 @@ pub struct LsArgs {
     pub recursive: bool,
     #[arg(long, value_enum, default_value = "tsv")]
     pub format: Format,
+    /// Also write a JSON summary (entries, seconds, requests by kind) to FILE: the listing has
+    /// stdout
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     #[command(flatten)]
     pub preserve: PreserveArgs,
     #[command(flatten)]
@@ -233,6 +237,9 @@ pub struct MkArgs {
     /// two overlap (the pipelines make their destination so)
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
+    /// Write a JSON summary (created, seconds, requests by kind) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     #[command(flatten)]
     pub common: Common,
 }
