@@ -200,6 +200,10 @@ pub struct CopyArgs {
     /// Print one JSON summary on stdout
     #[arg(long)]
     pub json: bool,
+    /// Keep PATH rewritten with the run's progress as JSON (every 2 seconds and at the end), for
+    /// a pipeline's live status
+    #[arg(long, value_name = "PATH")]
+    pub progress_file: Option<PathBuf>,
     /// Force the progress bar on (default: on when stderr is a terminal)
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,

@@ -1,7 +1,7 @@
 //! Counters shared by the engine, the stores' retry loops and the progress display.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 #[derive(Default)]
@@ -18,10 +18,18 @@ pub struct Stats {
     /// Of `files_copied`, those the service copied itself (Copy Blob); the rest were streamed.
     pub files_server_copied: AtomicU64,
     pub bytes_total: AtomicU64,
+    /// Set once `files_total` and `bytes_total` are the whole run's: before, a progress file
+    /// says the totals are unknown rather than showing a total that is still growing.
+    totals_known: AtomicBool,
     pub bytes_copied: AtomicU64,
     pub bytes_skipped: AtomicU64,
     /// Of `bytes_copied`, those of server-side copies.
     pub bytes_server_copied: AtomicU64,
+    /// verify: files judged the same, and the bytes of every source file judged whatever the
+    /// verdict (those not the same count under `files_failed`), so that a verify's progress
+    /// reads like a copy's.
+    pub files_verified: AtomicU64,
+    pub bytes_verified: AtomicU64,
     pub blocks_sent: AtomicU64,
     pub blocks_reused: AtomicU64,
     pub retries_total: AtomicU64,
@@ -49,6 +57,23 @@ impl Stats {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
+    }
+
+    /// The totals are final from now on.
+    pub fn totals_final(&self) {
+        self.totals_known.store(true, Relaxed);
+    }
+
+    pub fn totals_known(&self) -> bool {
+        self.totals_known.load(Relaxed)
+    }
+
+    /// Files with an outcome, whatever it was (failures included), and the bytes of those
+    /// copied, skipped or judged: what a progress report counts as done.
+    pub fn done(&self) -> (u64, u64) {
+        let g = Stats::get;
+        let files = g(&self.files_copied) + g(&self.files_skipped) + g(&self.files_failed) + g(&self.files_ignored) + g(&self.files_verified);
+        (files, g(&self.bytes_copied) + g(&self.bytes_skipped) + g(&self.bytes_verified))
     }
 
     /// One file the service copied itself: copied, and counted apart.
