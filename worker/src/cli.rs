@@ -134,6 +134,10 @@ pub struct LsArgs {
     pub recursive: bool,
     #[arg(long, value_enum, default_value = "tsv")]
     pub format: Format,
+    /// Also write a JSON summary (entries, seconds, requests by kind) to FILE: the listing has
+    /// stdout
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     #[command(flatten)]
     pub preserve: PreserveArgs,
     #[command(flatten)]
@@ -199,6 +203,10 @@ pub struct CopyArgs {
     /// Print one JSON summary on stdout
     #[arg(long)]
     pub json: bool,
+    /// Keep PATH rewritten with the run's progress as JSON (every 2 seconds and at the end), for
+    /// a pipeline's live status
+    #[arg(long, value_name = "PATH")]
+    pub progress_file: Option<PathBuf>,
     /// Force the progress bar on (default: on when stderr is a terminal)
     #[arg(long, overrides_with = "no_progress")]
     pub progress: bool,
@@ -246,6 +254,9 @@ pub struct MkArgs {
     /// two overlap (the pipelines make their destination so)
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
+    /// Write a JSON summary (created, seconds, requests by kind) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
     #[command(flatten)]
     pub common: Common,
 }

@@ -7,6 +7,7 @@ mod engine;
 mod error;
 mod filter;
 mod hash;
+mod jsonfile;
 mod location;
 mod manifest;
 mod overlap;

@@ -1,7 +1,7 @@
 //! Counters shared by the engine, the stores' retry loops and the progress display.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 #[derive(Default)]
@@ -18,16 +18,26 @@ pub struct Stats {
     /// Of `files_copied`, those the service copied itself (Copy Blob); the rest were streamed.
     pub files_server_copied: AtomicU64,
     pub bytes_total: AtomicU64,
+    /// Set once `files_total` and `bytes_total` are the whole run's: before, a progress file
+    /// says the totals are unknown rather than showing a total that is still growing.
+    totals_known: AtomicBool,
     pub bytes_copied: AtomicU64,
     pub bytes_skipped: AtomicU64,
     /// Of `bytes_copied`, those of server-side copies.
     pub bytes_server_copied: AtomicU64,
+    /// verify: files judged the same, and the bytes of every source file judged whatever the
+    /// verdict (those not the same count under `files_failed`), so that a verify's progress
+    /// reads like a copy's.
+    pub files_verified: AtomicU64,
+    pub bytes_verified: AtomicU64,
     pub blocks_sent: AtomicU64,
     pub blocks_reused: AtomicU64,
     pub retries_total: AtomicU64,
     /// Retries the far side asked for by being slow or saying so (429, 503, timeouts): the
     /// adaptive depth backs off on these.
     pub throttled: AtomicU64,
+    /// Every HTTP request sent to Blob storage, by kind.
+    pub requests: Requests,
     retries: Mutex<BTreeMap<String, u64>>,
     failures: Mutex<Vec<(String, String)>>,
     ignored: Mutex<Vec<(String, String)>>,
@@ -47,6 +57,23 @@ impl Stats {
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
+    }
+
+    /// The totals are final from now on.
+    pub fn totals_final(&self) {
+        self.totals_known.store(true, Relaxed);
+    }
+
+    pub fn totals_known(&self) -> bool {
+        self.totals_known.load(Relaxed)
+    }
+
+    /// Files with an outcome, whatever it was (failures included), and the bytes of those
+    /// copied, skipped or judged: what a progress report counts as done.
+    pub fn done(&self) -> (u64, u64) {
+        let g = Stats::get;
+        let files = g(&self.files_copied) + g(&self.files_skipped) + g(&self.files_failed) + g(&self.files_ignored) + g(&self.files_verified);
+        (files, g(&self.bytes_copied) + g(&self.bytes_skipped) + g(&self.bytes_verified))
     }
 
     /// One file the service copied itself: copied, and counted apart.
@@ -106,5 +133,96 @@ impl Stats {
     /// A short retry summary for the progress line, e.g. "503x12 429x2".
     pub fn retry_brief(&self) -> String {
         self.retries.lock().unwrap().iter().map(|(k, v)| format!("{k}x{v}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// What a request to Blob storage does, as its cost and a migration's projection see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    /// List Blobs, one per page.
+    ListPages,
+    /// Put Blob: a whole blob in one request.
+    Puts,
+    /// Put Block, Put Block From URL.
+    Blocks,
+    /// Put Block List.
+    BlockLists,
+    /// Get Blob, whole or a range.
+    Gets,
+    /// Get Blob Properties, Get Container Properties.
+    Heads,
+    /// Delete Blob.
+    Deletes,
+    /// Copy Blob, Put Blob From URL.
+    Copies,
+    /// Everything else: metadata, properties, tags, tiers, block lists read, containers made.
+    Others,
+}
+
+impl RequestKind {
+    pub const ALL: [RequestKind; 9] = [
+        RequestKind::ListPages,
+        RequestKind::Puts,
+        RequestKind::Blocks,
+        RequestKind::BlockLists,
+        RequestKind::Gets,
+        RequestKind::Heads,
+        RequestKind::Deletes,
+        RequestKind::Copies,
+        RequestKind::Others,
+    ];
+
+    /// Its key in `requests` of the JSON reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::ListPages => "list_pages",
+            RequestKind::Puts => "puts",
+            RequestKind::Blocks => "blocks",
+            RequestKind::BlockLists => "block_lists",
+            RequestKind::Gets => "gets",
+            RequestKind::Heads => "heads",
+            RequestKind::Deletes => "deletes",
+            RequestKind::Copies => "copies",
+            RequestKind::Others => "others",
+        }
+    }
+}
+
+/// Requests sent, by kind: each attempt of a retried request counts, as each is billed.
+#[derive(Default)]
+pub struct Requests([AtomicU64; RequestKind::ALL.len()]);
+
+impl Requests {
+    pub fn sent(&self, kind: RequestKind) {
+        self.0[kind as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn get(&self, kind: RequestKind) -> u64 {
+        self.0[kind as usize].load(Relaxed)
+    }
+
+    /// `{"list_pages": n, "puts": n, ...}`: every kind, zeros included, so a pipeline sums
+    /// reports without asking which keys there are.
+    pub fn to_json(&self) -> serde_json::Value {
+        RequestKind::ALL.iter().map(|&k| (k.name().to_string(), serde_json::Value::from(self.get(k)))).collect::<serde_json::Map<_, _>>().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_report_every_kind() {
+        let r = Requests::default();
+        r.sent(RequestKind::Blocks);
+        r.sent(RequestKind::Blocks);
+        r.sent(RequestKind::Others);
+        let v = r.to_json();
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 9);
+        assert_eq!(o["blocks"], 2);
+        assert_eq!(o["others"], 1);
+        assert_eq!(o["list_pages"], 0);
     }
 }

@@ -15,7 +15,7 @@ use crate::location::Location;
 use crate::manifest::escape_path;
 use crate::filter;
 use crate::manifest::{Entry, Kind};
-use crate::progress::{self, Progress};
+use crate::progress::{self, Progress, ProgressFile};
 use crate::stats::Stats;
 use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
@@ -23,6 +23,8 @@ use crate::units::human_bytes;
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
+    // From the start: a status should see a long listing as a live run, its totals not yet known.
+    let progress_file = args.progress_file.clone().map(|p| ProgressFile::start(p, "copy", stats.clone()));
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let both_local = matches!((&src_loc, &dst_loc), (Location::Local(_), Location::Local(_)));
     let depth = Arc::new(depth_for(&args, &src_loc, &dst_loc).watching(stats.clone()));
@@ -85,6 +87,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     entries.sort_by(|a, b| b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)));
     Stats::add(&stats.files_total, entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64);
     Stats::add(&stats.bytes_total, entries.iter().map(Entry::size).sum());
+    stats.totals_final();
 
     let jobs: Vec<Job> = entries.into_iter().map(|e| Job { dst_path: rename.clone().unwrap_or_else(|| e.path.clone()), src: e }).collect();
     let dst_index = match rename {
@@ -131,6 +134,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let accounted = g(&stats.files_copied) + g(&stats.files_skipped) + g(&stats.files_failed) + g(&stats.files_ignored);
     if accounted < g(&stats.files_total) {
         stats.failed(dst.describe(), format!("internal error: {} files have no outcome", g(&stats.files_total) - accounted));
+    }
+    if let Some(p) = progress_file {
+        p.finish().await;
     }
     report(&args, &src, &dst, &stats, &depth.report(), started.elapsed().as_secs_f64());
     Ok(if Stats::get(&stats.files_failed) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
@@ -288,6 +294,7 @@ fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &S
                       "server_copied": g(&stats.bytes_server_copied)},
             "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
             "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
+            "requests": stats.requests.to_json(),
             "concurrency": depth,
             "failures": failures,
             "ignored": ignored,

@@ -1,7 +1,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
+use anyhow::Context;
 use tokio::sync::mpsc;
 
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
@@ -10,13 +12,17 @@ use crate::manifest::{self, Entry};
 use crate::stats::Stats;
 
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let opts = crate::storage::OpenOptions { xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve), ..open_options(&args.common, default_concurrency(), Arc::new(Stats::default())) };
+    let started = Instant::now();
+    let stats = Arc::new(Stats::default());
+    let opts = crate::storage::OpenOptions { xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve), ..open_options(&args.common, default_concurrency(), stats.clone()) };
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut line = String::new();
+    let mut entries = 0u64;
     let mut emit = |e: &Entry, out: &mut dyn Write| -> std::io::Result<()> {
+        entries += 1;
         match args.format {
             Format::Tsv => {
                 line.clear();
@@ -46,5 +52,10 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     out.flush()?;
+    drop(out);
+    if let Some(path) = &args.summary {
+        let summary = serde_json::json!({"command": "ls", "entries": entries, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
+        crate::jsonfile::replace(path, &summary).with_context(|| format!("cannot write the summary {}", path.display()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }

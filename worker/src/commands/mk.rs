@@ -1,21 +1,31 @@
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
 
 use super::{open, open_options, parse_location, parse_roots};
 use crate::cli::MkArgs;
 use crate::stats::Stats;
 
 pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
-    let opts = open_options(&args.common, 1, Arc::new(Stats::default()));
+    let started = Instant::now();
+    let stats = Arc::new(Stats::default());
+    let opts = open_options(&args.common, 1, stats.clone());
     let loc = match &args.source {
         Some(src) => parse_roots(src, &args.location)?.1,
         None => parse_location(&args.location)?,
     };
     let store = open(&loc, &opts)?;
-    if store.create_root().await? {
+    let created = store.create_root().await?;
+    if created {
         eprintln!("created {}", store.describe());
     } else {
         eprintln!("{} already exists", store.describe());
+    }
+    if let Some(path) = &args.summary {
+        let summary = serde_json::json!({"command": "mk", "created": created, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
+        crate::jsonfile::replace(path, &summary).with_context(|| format!("cannot write the summary {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

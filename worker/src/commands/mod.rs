@@ -238,6 +238,11 @@ pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], con
     Ok(())
 }
 
+/// Seconds since `started`, to the millisecond, as the reports give them.
+pub fn seconds(started: std::time::Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
+}
+
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("JSON values always serialise"));
 }

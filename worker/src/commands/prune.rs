@@ -108,7 +108,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
 
     let refuse = |why: String| -> anyhow::Result<ExitCode> {
         if args.json {
-            super::print_json(&json!({"command": "prune", "dry_run": args.dry_run, "deleted": 0, "would_delete": 0, "refused": why, "log": null}));
+            super::print_json(&json!({"command": "prune", "dry_run": args.dry_run, "deleted": 0, "would_delete": 0, "refused": why, "log": null, "requests": stats.requests.to_json()}));
         }
         eprintln!("prune refused, nothing deleted: {why}");
         Ok(ExitCode::from(1))
@@ -189,7 +189,7 @@ fn report(args: &PruneArgs, plan: &Deletions, deleted: u64, over_limit: Option<S
         super::print_json(&json!({
             "command": "prune", "dry_run": args.dry_run, "deleted": deleted, "would_delete": n,
             "dirs": plan.dir_count, "failed": failed, "failures": failures, "refused": null,
-            "warning": over_limit, "log": log_path.display().to_string(),
+            "warning": over_limit, "log": log_path.display().to_string(), "requests": stats.requests.to_json(),
         }));
     } else if args.dry_run {
         eprintln!("would delete {n} of {dest_files} destination files and {} directories; list in {}", plan.dir_count, log_path.display());

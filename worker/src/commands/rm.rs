@@ -62,7 +62,7 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let failed = Stats::get(&stats.files_failed);
     if args.json {
         let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
-        super::print_json(&json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures}));
+        super::print_json(&json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures, "requests": stats.requests.to_json()}));
     } else if args.dry_run {
         eprintln!("would delete {would_delete} (listed above)");
     } else {

@@ -16,6 +16,7 @@ use super::{default_concurrency, object_destination, open, open_options, parse_r
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
+use crate::progress::ProgressFile;
 use crate::sorted::{sort_store, Join, Pair, Scratch};
 use crate::stats::Stats;
 use crate::storage::{self, Store};
@@ -44,6 +45,10 @@ pub struct VerifyArgs {
     pub all: bool,
     #[arg(long)]
     pub json: bool,
+    /// Keep PATH rewritten with the run's progress as JSON (every 2 seconds and at the end), for
+    /// a pipeline's live status
+    #[arg(long, value_name = "PATH")]
+    pub progress_file: Option<PathBuf>,
     #[command(flatten)]
     pub sorting: Sorting,
     #[command(flatten)]
@@ -150,7 +155,9 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = default_concurrency();
-    let opts = open_options(&args.common, concurrency, Arc::new(Stats::default()));
+    let stats = Arc::new(Stats::default());
+    let progress = args.progress_file.clone().map(|p| ProgressFile::start(p, "verify", stats.clone()));
+    let opts = open_options(&args.common, concurrency, stats.clone());
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
@@ -162,7 +169,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             let src = open(&loc, &opts)?;
             let dst = open(&dst_loc, &opts)?;
             let Some(m) = args.files_from.as_deref() else {
-                return verify_trees(&args, &src, &dst, started).await;
+                return verify_trees(&args, &src, &dst, &stats, progress, started).await;
             };
             // A partition: both sides are looked at fresh (the manifest may predate the copy),
             // in the directories it names only.
@@ -187,14 +194,32 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     // Paths already judged (their directory could not be listed) are not judged again.
     let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
-    let src_entries = src_entries.into_iter().filter(|e| judged.is_empty() || !judged.contains(&e.display_path())).collect();
-    rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index).await);
+    let blob_side = blob_side(&src, &dst);
+    let src_entries: Vec<Entry> = src_entries.into_iter().filter(|e| (judged.is_empty() || !judged.contains(&e.display_path())) && compared(e, blob_side, args.metadata)).collect();
+    // Every row is known to come now: those already judged and one per entry left.
+    for row in &rows {
+        tally(&stats, row.status, 0);
+    }
+    Stats::add(&stats.files_total, (rows.len() + src_entries.len()) as u64);
+    Stats::add(&stats.bytes_total, src_entries.iter().map(Entry::size).sum());
+    stats.totals_final();
+    rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index, &stats).await);
     rows.sort_by(|a, b| a.path.cmp(&b.path));
     let mut report = Report::new(&args, None)?;
     for row in rows {
         report.add(row)?;
     }
-    report.finish(&src, &dst, started)
+    report.finish(&src, &dst, &stats, progress, started).await
+}
+
+/// Counts a row as decided, for the progress file: the same, or not (differ, missing, error);
+/// `bytes` are the source file's.
+fn tally(stats: &Stats, status: Status, bytes: u64) {
+    match status {
+        Status::Same => Stats::add(&stats.files_verified, 1),
+        _ => Stats::add(&stats.files_failed, 1),
+    }
+    Stats::add(&stats.bytes_verified, bytes);
 }
 
 /// Rows for the paths in directories whose listing failed: not known, so neither same nor
@@ -232,19 +257,23 @@ fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
 
 /// The rows of a manifest's entries (or of one object) against what was found of them at the
 /// destination; nothing else at the destination is looked at, so nothing is missing on the source.
-async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>) -> Vec<Row> {
+async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>, stats: &Stats) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
     let blob_side = blob_side(src, dst);
     for s in src_entries.into_iter().filter(|e| compared(e, blob_side, args.metadata)) {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
-            None => rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new())),
+            None => {
+                tally(stats, Status::MissingOnDst, s.size());
+                rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new()))
+            }
         }
     }
     let done: Vec<Row> = futures::stream::iter(pairs)
         .map(|(s, d)| async move {
             let (st, why) = compare(src, dst, &s, &d, args).await;
+            tally(stats, st, s.size());
             Row::new(st, s.display_path(), why)
         })
         .buffer_unordered(default_concurrency())
@@ -262,7 +291,7 @@ const REORDER_WINDOW: usize = 64;
 /// Two whole trees: each listing sorted by path on disk, the two merge-joined, pairs compared
 /// `concurrency` at a time and rows streamed out in path order. Memory: one sort run, and the
 /// pairs of the reorder window.
-async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, progress: Option<ProgressFile>, started: Instant) -> anyhow::Result<ExitCode> {
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
     let budget = args.sorting.memory.budget();
     let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
@@ -275,18 +304,21 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
         .map(|pair| {
             let permits = permits.clone();
             async move {
-                let row = match pair? {
-                    Pair::Source(s) => compared(&s, blob_side, args.metadata).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())),
-                    Pair::Dest(d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
+                let (row, bytes) = match pair? {
+                    Pair::Source(s) => (compared(&s, blob_side, args.metadata).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())), s.size()),
+                    Pair::Dest(d) => ((d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())), 0),
                     Pair::Both(s, d) if compared(&s, blob_side, args.metadata) => {
                         let _running = permits.acquire().await.expect("never closed");
                         let (st, why) = compare(src, dst, &s, &d, args).await;
-                        Some(Row::new(st, s.display_path(), why))
+                        (Some(Row::new(st, s.display_path(), why)), s.size())
                     }
                     // The source's side is not compared (a directory; a symlink beside blob
                     // storage): the destination's entry stands alone.
-                    Pair::Both(_, d) => (d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())),
+                    Pair::Both(_, d) => ((d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())), 0),
                 };
+                if let Some(r) = &row {
+                    tally(stats, r.status, bytes);
+                }
                 anyhow::Ok(row)
             }
         })
@@ -299,7 +331,7 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
         }
     }
     drop(rows);
-    report.finish(src, dst, started)
+    report.finish(src, dst, stats, progress, started).await
 }
 
 /// One line of the report.
@@ -371,7 +403,11 @@ impl<'a> Report<'a> {
         self.counts[st as usize]
     }
 
-    fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, started: Instant) -> anyhow::Result<ExitCode> {
+    /// Prints the report, once the progress file (if any) says finished with the same counts.
+    async fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, progress: Option<ProgressFile>, started: Instant) -> anyhow::Result<ExitCode> {
+        if let Some(p) = progress {
+            p.finish().await;
+        }
         let bad = self.counts.iter().sum::<usize>() - self.count(Status::Same);
         let (same, differ, missing_on_dst, missing_on_src, error) =
             (self.count(Status::Same), self.count(Status::Differ), self.count(Status::MissingOnDst), self.count(Status::MissingOnSrc), self.count(Status::Error));
@@ -395,6 +431,7 @@ impl<'a> Report<'a> {
                 error,
                 missing_on_dst,
                 missing_on_src,
+                requests: stats.requests.to_json(),
                 same,
                 seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
                 source: src.describe(),
@@ -419,6 +456,7 @@ struct Summary {
     error: usize,
     missing_on_dst: usize,
     missing_on_src: usize,
+    requests: serde_json::Value,
     same: usize,
     seconds: f64,
     source: String,

@@ -296,8 +296,9 @@ impl HttpClient for ImdsRedirect {
 }
 
 /// Signs every try with SharedKey (azure_storage_blob ships Entra ID auth only). It runs last
-/// among the per-try policies, so the signature covers every header actually sent, and per try
-/// so a retry gets a fresh x-ms-date.
+/// among the per-try policies that change the request (only the request counter, which changes
+/// nothing, comes after), so the signature covers every header actually sent, and per try so a
+/// retry gets a fresh x-ms-date.
 #[derive(Debug)]
 pub struct SharedKeyPolicy {
     pub account: String,

@@ -8,6 +8,7 @@ pub mod auth;
 mod copy;
 pub mod mime;
 pub mod posix;
+mod requests;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -317,6 +318,7 @@ impl Inner {
                 }
             }
         }
+        per_try.push(Arc::new(requests::CountingPolicy { stats: self.stats.clone() }));
         let client_options = ClientOptions {
             transport: Some(Transport::new(self.http.clone())),
             retry: RetryOptions::none(),
