@@ -2,10 +2,12 @@
 
 One command for both engines (docs/pipeline.md, "The report"):
 
-    ferry_report.py build RUN_DIR --run-name N --phase P --source S --dest D [--checksum] [--final-check]
-                          [--json FILE --md FILE | --by-status]
+    ferry_report.py build RUN_DIR --run-name N --phase P [--pass K] --source S --dest D [--checksum]
+                          [--final-check] [--history DIR] [--json FILE --md FILE | --by-status]
 
-(the options after RUN_DIR: ferry_config.py's run.report_args).
+(the options after RUN_DIR: ferry_config.py's run.report_args). With --history (the run
+directory as it is on disk), the run's record is appended to the migration's history and the
+report carries the history and the projection of the final pass (ferry_history.py).
 
 Built by scanning the run directory rather than from a list of inputs, so the same code serves a
 finished run (everything present) and a failed one (whatever it left: then the report is
@@ -29,6 +31,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+import ferry_history
 from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
 from ferrylib import load_json, write_json
 
@@ -498,6 +501,10 @@ def markdown(report: dict) -> str:
             lines.append(f"- `{item.get('path')}`: {item.get('reason', '')}")
         if len(report["ignored"]) > 50:
             lines.append(f"- ... and {len(report['ignored']) - 50} more in report.json")
+    if report.get("projection") is not None:
+        lines += ["", "## Projection of the final pass", "", *ferry_history.projection_markdown(report["projection"])]
+    if report.get("history") is not None:
+        lines += ["", "## History of the migration", "", *ferry_history.history_markdown(report["history"])]
     lines += ["", "## Failures", ""]
     if report["failures"]:
         shown = report["failures"][:200]
@@ -528,10 +535,28 @@ def write_incomplete(run_dir: str, report_args: list[str]) -> None:
             return
         args = parser().parse_args(["build", run_dir, *report_args])
         report = build(run_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
+        report["checksum_verified"] = args.checksum
+        add_history(report, args, ended_in_error=True)
         write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE))
         print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
         print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
+
+
+def add_history(report: dict, args, ended_in_error: bool = False) -> None:
+    """Append this run's record to the migration's history (--history) and put the history and
+    the final pass's projection into the report. A history that cannot be written (a run
+    directory this machine does not see) costs the report nothing but these sections."""
+    if not args.history:
+        return
+    try:
+        ferry_history.record_run(args.history, report, ended_in_error=ended_in_error, pass_=args.pass_)
+        records = ferry_history.load(ferry_history.run_root(args.history))
+    except OSError as err:
+        print(f"ferry: no history: {err}", file=sys.stderr)
+        return
+    report["history"] = records
+    report["projection"] = ferry_history.project(records, checksum=args.checksum if args.phase == "final" else None)
 
 
 def discard_incomplete(run_dir: str) -> None:
@@ -550,10 +575,13 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("run_dir")
     b.add_argument("--run-name", required=True)
     b.add_argument("--phase", required=True, choices=["baseline", "incremental", "final"])
+    b.add_argument("--pass", dest="pass_", type=int, default=1, help="the pass of the phase")
     b.add_argument("--source", required=True, help="as it may be shown (no query string)")
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
     b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
     b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
+    b.add_argument("--history", metavar="DIR",
+                   help="the run directory on disk (absolute): the run's record goes to its run root's history")
     b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
     b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
     b.add_argument("--by-status", action="store_true",
@@ -566,6 +594,7 @@ def main(argv=None) -> int:
     report = build(args.run_dir, args.run_name, args.phase, args.source, args.dest, complete=True,
                    final_check_expected=args.final_check)
     report["checksum_verified"] = args.checksum
+    add_history(report, args)
     names = INCOMPLETE if args.by_status and report["status"] != "complete" else ("report.json", "report.md")
     write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]))
     print(f"ferry: report {report['status']}, {len(report['failures'])} failures", file=sys.stderr)
