@@ -3,7 +3,7 @@ final pass from it (docs/pipeline.md, "History" and "Projection").
 
     ferry_history.py project RUN_ROOT [--json]   # "a final pass started now would take ≈ …"
     ferry_history.py show RUN_ROOT [--json]      # the history table
-    ferry_history.py start RUN_DIR --engine E [--pid N]   # the engines' start hook (below)
+    ferry_history.py start RUN_DIR --engine E [--pid N] -- REPORT_ARGS...   # the engines' start hook
 
 RUN_ROOT is `<outdir>/<run_name>`, above the phase directories; its `history.jsonl` holds the
 records, oldest first. The two functions other code calls return plain dicts and lists:
@@ -649,11 +649,13 @@ def main(argv=None) -> int:
     st.add_argument("run_dir")
     st.add_argument("--engine", required=True)
     st.add_argument("--pid", type=int, help="the engine's process id (default: this process's parent)")
-    st.add_argument("report_args", nargs=argparse.REMAINDER, help="-- then ferry_report.py build's options")
-    args = parser.parse_args(argv)
+    st.epilog = "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The report's options follow `--` as they are; argparse would read them as this command's.
+    report_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
 
     if args.command == "start":
-        report_args = args.report_args[1:] if args.report_args[:1] == ["--"] else args.report_args
         start(args.run_dir, args.engine, report_args, args.pid or os.getppid())
         return 0
     records = load(args.run_root)
