@@ -172,14 +172,26 @@ def read(root: str) -> list[dict]:
     return out
 
 
+def ends_with_newline(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+    except OSError:  # missing or empty
+        return True
+
+
 def append(root: str, record: dict) -> bool:
     """One line, in one write (O_APPEND: lines of concurrent writers do not interleave); a run
     already recorded is not recorded twice. False when it was."""
     if any(r.get("run_id") == record["run_id"] for r in read(root)):
         return False
     os.makedirs(root, exist_ok=True)
-    line = (json.dumps(record, ensure_ascii=False, sort_keys=False) + "\n").encode()
-    fd = os.open(os.path.join(root, HISTORY), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    path = os.path.join(root, HISTORY)
+    line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    if not ends_with_newline(path):
+        line = b"\n" + line  # a line cut short stays alone, and this one whole
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
     finally:
@@ -251,6 +263,8 @@ def last_activity(run_dir: str) -> float | None:
     latest = None
     for dirpath, _dirs, files in os.walk(run_dir):
         for name in files:
+            if dirpath == run_dir and name == RUN_STARTED:
+                continue  # written at the start, not by the work
             try:
                 latest = max(latest or 0.0, os.path.getmtime(os.path.join(dirpath, name)))
             except OSError:
