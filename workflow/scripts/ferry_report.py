@@ -549,6 +549,11 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
     directory this machine does not see) costs the report nothing but these sections."""
     if not args.history:
         return
+    if not os.path.isdir(args.history):
+        # The report runs where the run directory is not (an Azure Batch node): a history made
+        # here would be lost with the node.
+        print(f"ferry: no history: the run directory {args.history} is not on this machine", file=sys.stderr)
+        return
     try:
         ferry_history.record_run(args.history, report, ended_in_error=ended_in_error, pass_=args.pass_)
         records = ferry_history.load(ferry_history.run_root(args.history))
