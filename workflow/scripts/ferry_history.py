@@ -243,7 +243,8 @@ def record(report: dict, marker: dict | None, run_dir_name: str, status: str, en
         "copied": {"files": _int(totals["files"].get("copied")), "bytes": _int(totals["bytes"].get("copied"))},
         "verified": {"files": sum(_int(v) for v in verify.values()), **{k: _int(v) for k, v in verify.items()}},
         "checksum": bool(report.get("checksum_verified")),
-        "failed": _int(totals["files"].get("failed")) + len(report.get("failures") or []),
+        # What the report lists as failed: files, verify differences, jobs without a result.
+        "failed": len(report.get("failures") or []),
         "retries": _int((totals.get("retries") or {}).get("total")),
         "requests": {
             "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
@@ -511,6 +512,7 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
     if len(moves) < 2:
         return "unknown", "two incremental passes are needed to see a trend"
     recent = moves[-RECENT:]
+    # The latest pass's change rate against the copy's: the present, not the mean of the past.
     copy_bph = (r.get("copy_bytes_per_s") or 0) * 3600
     copy_fph = (r.get("copy_files_per_s") or 0) * 3600
     bph = recent[-1]["bytes_per_hour"]

@@ -3,7 +3,7 @@
 One command for both engines (docs/pipeline.md, "The report"):
 
     ferry_report.py build RUN_DIR --run-name N --phase P [--pass K] --source S --dest D [--checksum]
-                          [--final-check] [--history DIR] [--json FILE --md FILE | --by-status]
+                          [--final-check] [--final-checksum] [--history DIR] [--json FILE --md FILE | --by-status]
 
 (the options after RUN_DIR: ferry_config.py's run.report_args). With --history (the run
 directory as it is on disk), the run's record is appended to the migration's history and the
@@ -561,7 +561,7 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
         print(f"ferry: no history: {err}", file=sys.stderr)
         return
     report["history"] = records
-    report["projection"] = ferry_history.project(records, checksum=args.checksum if args.phase == "final" else None)
+    report["projection"] = ferry_history.project(records, checksum=args.checksum or args.final_checksum)
 
 
 def discard_incomplete(run_dir: str) -> None:
@@ -585,6 +585,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
     b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
     b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
+    b.add_argument("--final-checksum", action="store_true",
+                   help="the final pass verifies by MD5 (config checksum): the projection's assumption")
     b.add_argument("--history", metavar="DIR",
                    help="the run directory on disk (absolute): the run's record goes to its run root's history")
     b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
