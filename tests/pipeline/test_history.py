@@ -1,8 +1,8 @@
 """The migration's history (workflow/scripts/ferry_history.py) as both engines write it: a baseline
 and an incremental pass of a small local tree append one record each to <outdir>/<run_name>/
 history.jsonl, read back with what the passes planned and copied; the report carries the history
-and the projection; and a Snakemake run killed mid-copy (SIGKILL of its process group, no report)
-is recorded as `killed` by the run after it."""
+and the projection; and a run killed mid-copy (SIGKILL of the engine's process group, no report),
+Snakemake's or Nextflow's, is recorded as `killed` by the run after it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from support.ferry import ferry_env
-from support.nextflow import nextflow, params_for
+from support.nextflow import NEXTFLOW, nextflow, params_for
 from support.pipeline import REPO, base_config, migration_tree, modify_tree, pipeline, report
 
 HISTORY_SCRIPT = REPO / "workflow" / "scripts" / "ferry_history.py"
@@ -142,3 +143,34 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     rep = report(outdir, "baseline")
     assert [r["status"] for r in rep["history"]] == ["killed", "complete"]
     assert rep["projection"]["passes"] == 1 and rep["projection"]["records"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
+    src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
+    migration_tree(src, files=20, big=2)
+    params = params_for(ferry_bin, outdir, src, dest, "baseline",
+                        copy={"block_size": "1MiB", "concurrency": 2, "parallel_files": 2, "max_bandwidth": "1MiB/s"})
+    launch.mkdir()
+    (launch / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
+    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "test", "-w", str(launch / "work"), "-ansi-log", "false",
+           "-params-file", str(launch / "params.yaml")]
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=launch, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not ferry_copies(proc.pid):
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()
+        assert time.monotonic() < deadline, "no copy task started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    marker = json.loads((outdir / "t" / "baseline" / "run_started.json").read_text())
+    assert marker["engine"] == "nextflow"
+    assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
+
+    nextflow(launch, "-resume", params=params)
+    killed, done = history(outdir)
+    assert (killed["run_id"], killed["status"], killed["engine"]) == (marker["run_id"], "killed", "nextflow")
+    assert (done["status"], done["engine"]) == ("complete", "nextflow") and done["run_id"] != killed["run_id"]
