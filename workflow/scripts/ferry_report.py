@@ -174,12 +174,11 @@ def depth_used(docs: list[dict]) -> dict:
     """The copies' depth (the worker's `concurrency`): its mode and the largest limit settled on
     and tried over the partitions."""
     depths = [d.get("concurrency") for d in docs if isinstance(d.get("concurrency"), dict)]
-    ints = lambda key: [int(c[key]) for c in depths if isinstance(c.get(key), (int, float))]  # noqa: E731
-    return {
-        "mode": depths[0].get("mode") if depths else None,
-        "final": max(ints("final"), default=None),
-        "peak": max(ints("peak"), default=None),
-    }
+
+    def largest(key):
+        return max((int(c[key]) for c in depths if isinstance(c.get(key), (int, float))), default=None)
+
+    return {"mode": depths[0].get("mode") if depths else None, "final": largest("final"), "peak": largest("peak")}
 
 
 def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
@@ -271,7 +270,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
 
     per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
-    spans: dict[str, list[float]] = {}
+    spans: dict[str, tuple[float, float]] = {}
     for key, job in bench.items():
         rule = key.split("/", 1)[0]
         stats = per_step[rule]
