@@ -173,6 +173,16 @@ fn epoch(t: SystemTime) -> f64 {
     (s * 1000.0).round() / 1000.0
 }
 
+/// This machine's name: with the pid, it lets `ferry status` on the same machine tell a job
+/// that was killed from one that is only slow to rewrite its file.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length, which is what gethostname is given.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if ok { String::from_utf8_lossy(&buf[..end]).into_owned() } else { String::new() }
+}
+
 /// The progress file's document.
 fn snapshot(command: &str, stats: &Stats, (files, bytes): (u64, u64), started: f64, finished: bool, bytes_per_second: f64) -> serde_json::Value {
     let g = Stats::get;
@@ -181,6 +191,7 @@ fn snapshot(command: &str, stats: &Stats, (files, bytes): (u64, u64), started: f
     serde_json::json!({
         "command": command,
         "pid": std::process::id(),
+        "host": hostname(),
         "started": started,
         "updated": epoch(SystemTime::now()),
         "finished": finished,

@@ -256,7 +256,8 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     replaced by small local trees in a stub run."""
     ends = ["{source}", "{dest}"]
     if step in ("list_source", "list_dest"):
-        return [ferry, "ls", ends[step == "list_dest"], "--recursive", "--format", "tsv", *list_args(cfg)]
+        return [ferry, "ls", ends[step == "list_dest"], "--recursive", "--format", "tsv", *list_args(cfg),
+                "--summary", "{summary}"]
     if step == "make_dest":
         # ferry copy refuses to create a missing container (a typo would otherwise create a new
         # one silently); the baseline is where a migration legitimately starts from nothing.
@@ -266,9 +267,11 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         return [ferry, "plan", "{source_listing}", *dest_listing, "--out", "{plan_dir}",
                 "--phase", cfg["phase"], "--compare", cfg["compare"], "{cut}"]
     if step == "copy":
-        return [ferry, "copy", *ends, "--files-from", "{manifest}", *copy_args(cfg), "--no-progress", "--json"]
+        return [ferry, "copy", *ends, "--files-from", "{manifest}", *copy_args(cfg), "--no-progress",
+                "--progress-file", "{progress}", "--json"]
     if step == "verify":
-        return [ferry, "verify", *ends, "--files-from", "{manifest}", *verify_args(cfg), "--json"]
+        return [ferry, "verify", *ends, "--files-from", "{manifest}", *verify_args(cfg),
+                "--progress-file", "{progress}", "--json"]
     if step == "prune":
         # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
         # counted against the job's memory.
@@ -307,6 +310,10 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
+    if step in ("copy", "verify"):
+        # Written by the job as it goes, straight into the run directory, where `ferry status`
+        # reads it (a Nextflow task's own records reach the run directory only at the end).
+        spec["values"]["run_dir"] = os.path.abspath(run_dir(cfg))
     return spec
 
 

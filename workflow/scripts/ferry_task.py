@@ -61,6 +61,8 @@ LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": 
 # in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
 # in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
 RUN_STARTED = "run_started.json"
+# What a copy or verify job rewrites every few seconds while it runs (`ferry status` reads it).
+PROGRESS = "progress/{step}-part-{part}.json"
 HISTORY = "history.jsonl"
 BENCH_HEADER = "s\tcpu_time\tmax_rss\n"
 
@@ -176,6 +178,10 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
         "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
         **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
     })
+    if step in LISTING_SUMMARIES:
+        values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
+    if "run_dir" in values:
+        values["progress"] = os.path.join(values["run_dir"], PROGRESS.format(step=step, part=part))
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT

@@ -61,6 +61,13 @@ fn num(v: &Value, path: &[&str]) -> f64 {
     path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_f64).unwrap_or(0.0)
 }
 
+/// The job wrote its progress on this machine and its process is no more: killed, without
+/// waiting for its file to go stale.
+fn gone_here(progress: &Value) -> bool {
+    let (Some(host), Some(pid)) = (progress["host"].as_str(), progress["pid"].as_u64()) else { return false };
+    host == crate::progress::hostname() && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// One partition of a step: where it stands and how much of it is done.
 fn partition(dir: &Path, step: &str, spec: &Value, at: f64) -> Value {
     let id = spec["id"].as_str().unwrap_or_default();
@@ -72,7 +79,7 @@ fn partition(dir: &Path, step: &str, spec: &Value, at: f64) -> Value {
         (Some(_), _) => ("done", files, bytes, 0.0),
         (None, _) if failed.exists() => ("failed", 0.0, 0.0, 0.0),
         (None, Some(p)) => {
-            let fresh = at - num(p, &["updated"]) < STALE && p["finished"] != true;
+            let fresh = at - num(p, &["updated"]) < STALE && p["finished"] != true && !gone_here(p);
             let state = if fresh { "running" } else { "stopped" };
             let rate = if fresh { num(p, &["bytes_per_second"]) } else { 0.0 };
             (state, num(p, &["files", "done"]), num(p, &["bytes", "done"]), rate)
