@@ -35,10 +35,11 @@ COLOURS = {
     "list": "#7f8fa6", "list_source": "#7f8fa6", "list_dest": "#a4b0be", "make_dest": "#c8d0da",
     "plan": "#6ab04c", "copy": "#2e86de", "verify": "#f39c12", "prune": "#c0392b",
     "final_check": "#8e44ad", "replicate": "#16a085", "report": "#95a5a6", "planned": "#2e86de",
+    "listing": "#7f8fa6",
 }
 OTHER_COLOUR = "#576574"
-# The parts of a projected final pass (ferry_history.project), in the order they happen.
-PROJECTION_PARTS = ("list", "plan", "copy", "verify", "prune")
+# The steps of a projected final pass (ferry_history.project), in the order they happen.
+PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
 # Progress files the worker rewrites while a job runs (docs/worker.md, "Progress file"); a job
 # still running has no timing file yet, so its bar on the timeline comes from here.
 PROGRESS_GLOB_DIR = "progress"
@@ -187,24 +188,36 @@ def stacked_bars(name: str, title: str, columns: list[tuple[str, dict]], fmt) ->
 
 
 def single_run_history(report: dict) -> list[dict]:
-    """The current run as the history's only record, for a run whose output directory has no
-    history yet: the page then shows this pass alone rather than nothing."""
+    """The current run as the history's only record (ferry_history's shape), for a run whose
+    output directory has no history yet: the page then shows this pass alone rather than nothing."""
     t = report.get("totals", {})
+    tm = report.get("time", {})
     plan = (report.get("plan") or {}).get("to_copy") or {}
-    steps = {}
-    for step, stats in (report.get("time", {}).get("per_step") or {}).items():
-        steps[step] = stats.get("max_seconds") if step in ("copy", "verify") else stats.get("seconds")
     return [{
         "phase": report.get("phase"), "pass": report.get("pass", 1), "status": report.get("status"),
-        "started": report.get("time", {}).get("first_job_started_at"), "ended": report.get("generated_at"),
-        "seconds": report.get("time", {}).get("elapsed_seconds"),
+        "started": tm.get("first_job_started_at"), "ended": report.get("generated_at"),
+        "wall_seconds": tm.get("elapsed_seconds"),
         "source": {"files": t.get("files", {}).get("source"), "bytes": t.get("bytes", {}).get("source")},
-        "planned": {"files": plan.get("files"), "bytes": plan.get("bytes"), "new": plan.get("new"),
-                    "changed": plan.get("changed"), "metadata_only": plan.get("metadata_only")},
+        "planned": {key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")},
         "copied": {"files": t.get("files", {}).get("copied"), "bytes": t.get("bytes", {}).get("copied")},
         "failed": t.get("files", {}).get("failed"),
-        "steps": steps,
+        # Summed job seconds: a single run has no spans of its own beside the timeline.
+        "steps": {step: {"seconds": stats.get("seconds")} for step, stats in (tm.get("per_step") or {}).items()},
     }]
+
+
+def step_seconds(value) -> float:
+    """A step's time in a history record: its wall span (first start to last end), which adds
+    up to the pass's time where jobs of one step ran side by side; else its summed seconds."""
+    if isinstance(value, dict):
+        return value.get("span") or value.get("seconds") or 0.0
+    return value or 0.0
+
+
+def request_total(rec: dict):
+    """All Blob requests of a record (requests.total is {kind: count})."""
+    total = (rec.get("requests") or {}).get("total")
+    return sum(total.values()) if isinstance(total, dict) and total else None
 
 
 def load_history(root: str) -> tuple[list[dict], dict | None]:
@@ -370,7 +383,7 @@ def throughput_curve(spans: list[dict]) -> str | None:
 
 
 def projection_bar(projection: dict) -> str | None:
-    parts = projection.get("parts") or {}
+    parts = projection.get("steps") or {}
     total = sum(v or 0 for v in parts.values())
     if total <= 0:
         return None
@@ -392,7 +405,9 @@ def projection_bar(projection: dict) -> str | None:
 
 def backtest_bars(backtest: list[dict]) -> str | None:
     """Projected against actual seconds of every pass that had a predecessor."""
-    rows = [b for b in backtest if b.get("actual") is not None and b.get("projected") is not None]
+    rows = [{"pass": b.get("pass"), "projected": b.get("projected_seconds"), "actual": b.get("actual_seconds")}
+            for b in backtest]
+    rows = [b for b in rows if b["projected"] is not None and b["actual"] is not None]
     if not rows:
         return None
     top = nice_max(max(max(b["projected"], b["actual"]) for b in rows))
@@ -422,7 +437,8 @@ def table(head: list[str], rows: list[list], numeric_from: int = 1, cls: str = "
     out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for row in rows:
         out.append("<tr>" + "".join(
-            f'<td class="{"num" if i >= numeric_from else ""}">{esc(c)}</td>' for i, c in enumerate(row)) + "</tr>")
+            f'<td class="num">{esc(c)}</td>' if i >= numeric_from else f"<td>{esc(c)}</td>"
+            for i, c in enumerate(row)) + "</tr>")
     if not rows:
         out.append(f'<tr><td colspan="{len(head)}" class="none">none</td></tr>')
     return "\n".join(out + ["</tbody></table>"])
@@ -432,13 +448,12 @@ def history_section(history: list[dict], own: bool) -> str:
     rows = []
     for rec in history:
         planned = rec.get("planned") or {}
-        requests = rec.get("requests") or {}
         rows.append([
-            pass_label(rec), rec.get("status", "-"), fmt_time(rec.get("started")), fmt_seconds(rec.get("seconds")),
+            pass_label(rec), rec.get("status", "-"), fmt_time(rec.get("started")), fmt_seconds(rec.get("wall_seconds")),
             fmt_count(files_of(rec.get("source"))), fmt_bytes(bytes_of(rec.get("source"))),
             fmt_count(files_of(planned)), fmt_bytes(bytes_of(planned)),
             fmt_count(files_of(rec.get("copied"))), fmt_count(files_of(rec.get("failed"))),
-            fmt_count(sum(v or 0 for v in requests.values())) if requests else "-",
+            fmt_count(request_total(rec)),
         ])
     note = ("" if not own else '<p class="note">No migration history beside this run yet (it is written by '
             "every phase into the run's output directory): this pass is shown alone.</p>")
@@ -448,7 +463,8 @@ def history_section(history: list[dict], own: bool) -> str:
 
 def per_pass_plots(history: list[dict]) -> str:
     delta = [(pass_label(r), {"planned": files_of(r.get("planned")) or 0}) for r in history]
-    times = [(pass_label(r), {k: v for k, v in (r.get("steps") or {}).items() if v}) for r in history]
+    times = [(pass_label(r), {k: step_seconds(v) for k, v in (r.get("steps") or {}).items() if step_seconds(v)})
+             for r in history]
     parts = ['<div class="plots">',
              "<figure>" + stacked_bars("delta", "files planned per pass", delta, fmt_count)
              + "<figcaption>The delta: files each pass found new or changed.</figcaption></figure>"]
@@ -460,25 +476,18 @@ def per_pass_plots(history: list[dict]) -> str:
 
 def projection_section(projection: dict | None) -> str:
     if not projection:
-        return ('<p class="note">No projection: it needs the migration history of at least one pass '
+        return ('<p class="note">No projection: it needs the migration history of earlier passes '
                 "(workflow/scripts/ferry_history.py).</p>")
-    parts = projection.get("parts") or {}
-    shown = " + ".join(f"{name} {fmt_seconds(parts[name])}" for name in parts if parts.get(name) is not None)
-    requests = projection.get("requests")
-    n_requests = sum(requests.values()) if isinstance(requests, dict) else requests
-    out = [f'<p class="headline" id="projection-line">A final pass started now would take '
-           f"≈ <b>{esc(fmt_seconds(projection.get('final_seconds')))}</b> ({esc(shown)})"
-           + (f", with {esc(fmt_count(n_requests))} Blob requests" if n_requests else "") + ".</p>"]
-    converging = projection.get("converging")
-    verdict = "converging" if converging else "not converging" if converging is not None else "too early to tell"
-    out.append(f'<p class="{"ok" if converging else "warn"}">The passes are {esc(verdict)}'
-               + (f": {esc(projection['why'])}" if projection.get("why") else "") + ".</p>")
+    if not projection.get("ok", True):
+        return f'<p class="note">No projection yet: {esc(projection.get("why_not") or "too few passes")}.</p>'
+    out = [f'<p class="headline" id="projection-line">{esc(projection_line(projection))}</p>']
+    converging = projection.get("converging") or "unknown"
+    out.append(f'<p class="{"ok" if converging in ("converging", "steady") else "warn"}">The passes: '
+               f"<b>{esc(converging)}</b>" + (f" ({esc(projection['why'])})" if projection.get("why") else "") + ".</p>")
     bar = projection_bar(projection)
     if bar:
         out.append(f"<figure>{bar}</figure>")
     assumptions = projection.get("assumptions") or []
-    if isinstance(assumptions, str):
-        assumptions = [assumptions]
     if assumptions:
         out.append("<details open><summary>Assumptions</summary><ul>"
                    + "".join(f"<li>{esc(a)}</li>" for a in assumptions) + "</ul></details>")
@@ -488,11 +497,24 @@ def projection_section(projection: dict | None) -> str:
         plot = backtest_bars(backtest)
         if plot:
             out.append(f"<figure>{plot}</figure>")
-        out.append(table(["pass", "projected", "actual", "error"], [
-            [b.get("pass"), fmt_seconds(b.get("projected")), fmt_seconds(b.get("actual")),
-             f"{b['error'] * 100:+.0f} %" if isinstance(b.get("error"), (int, float)) else b.get("error", "-")]
-            for b in backtest]))
+        out.append(table(["pass", "phase", "projected", "actual", "error", "requests projected", "requests actual"], [
+            [b.get("pass"), b.get("phase", "-"), fmt_seconds(b.get("projected_seconds")),
+             fmt_seconds(b.get("actual_seconds")),
+             f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-",
+             fmt_count(b.get("projected_requests")), fmt_count(b.get("actual_requests"))]
+            for b in backtest], numeric_from=2))
     return "\n".join(out)
+
+
+def projection_line(projection: dict) -> str:
+    """The projection in one sentence: ferry_history's own line, else made from its parts."""
+    if projection.get("line"):
+        return projection["line"]
+    steps = projection.get("steps") or {}
+    shown = " + ".join(f"{name} {fmt_seconds(steps[name])}" for name in steps if steps.get(name))
+    requests = projection.get("requests")
+    return (f"A final pass started now would take ≈ {fmt_seconds(projection.get('seconds'))} ({shown})"
+            + (f", with {fmt_count(requests)} Blob requests" if requests else "") + ".")
 
 
 def totals_section(report: dict) -> str:
