@@ -201,8 +201,8 @@ def single_run_history(report: dict) -> list[dict]:
         "planned": {key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")},
         "copied": {"files": t.get("files", {}).get("copied"), "bytes": t.get("bytes", {}).get("copied")},
         "failed": t.get("files", {}).get("failed"),
-        # Summed job seconds: a single run has no spans of its own beside the timeline.
-        "steps": {step: {"seconds": stats.get("seconds")} for step, stats in (tm.get("per_step") or {}).items()},
+        "steps": {step: {"seconds": stats.get("seconds"), "span": stats.get("span_seconds")}
+                  for step, stats in (tm.get("per_step") or {}).items()},
     }]
 
 
