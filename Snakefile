@@ -42,6 +42,13 @@ rule all:
         migration_report,
 
 
+onstart:
+    # Not on --dry-run, nor when nothing is to be done: a run of the phase begins. Its marker
+    # lets the next run record it as killed should it end before its report (ferry_history.py).
+    if any(job.rule.name == "report" for job in workflow.dag.needrun_jobs()):
+        ferry_history.start(RUN, "snakemake", RUN_INFO["report_args"])
+
+
 onsuccess:
     ferry_report.discard_incomplete(RUN)
 

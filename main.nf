@@ -15,6 +15,7 @@ resolved.warnings.each { log.warn "ferry: ${it}" }
 workflow {
     if (resolved.run.replicate_only)
         error "ferry: no migration configured (config fields 'source' and 'dest' are empty); for the replication, run -entry REPLICATE"
+    FerryConfig.started(resolved.run, projectDir)
     MIGRATE(resolved.run, resolved.steps)
     MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved.run.dir) }
 }

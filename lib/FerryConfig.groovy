@@ -18,6 +18,23 @@ class FerryConfig {
     }
 
     /**
+     * A run of the phase begins: its start marker in the run directory (ferry_history.py start,
+     * the code Snakemake's onstart runs), so that a run killed before its report is recorded in
+     * the migration's history by the next one. Written here, on the head, because tasks run in
+     * work directories (or on other machines) that do not see the run directory.
+     */
+    static void started(Map run, Path projectDir) {
+        def pid = ProcessHandle.current().pid()
+        def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
+                   run.dir as String, '--engine', 'nextflow', '--pid', pid as String, '--'] + (run.report_args as List<String>)
+        def proc = cmd.execute()
+        def out = new StringBuilder(), err = new StringBuilder()
+        proc.waitForProcessOutput(out, err)
+        if (proc.exitValue() != 0)
+            System.err.println("ferry: no start marker, a kill of this run would go unrecorded: ${err.toString().trim()}")
+    }
+
+    /**
      * After the report: a complete run clears what an earlier failed attempt left in the run
      * directory; an incomplete one ends the run in an error that names its report.
      */

@@ -94,6 +94,16 @@ def test_the_final_check_and_report_follow_the_phase():
     assert args[args.index("--phase") + 1] == "final" and "--checksum" in args and "--final-check" in args
 
 
+def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
+    """Nextflow builds the report on a copy of the records in a work directory: it appends the
+    run's record to the history beside the real run directory, named absolute."""
+    resolved = resolve(phase="incremental", **{"pass": 3}, outdir="out", run_name="m")
+    args = resolved["run"]["report_args"]
+    assert args[args.index("--pass") + 1] == "3"
+    history = args[args.index("--history") + 1]
+    assert history.startswith("/") and history.endswith("/out/m/incremental-pass3")
+
+
 def test_cli_prints_the_resolution_or_a_named_error(tmp_path, capsys):
     params = tmp_path / "params.json"
     params.write_text(json.dumps({"phase": "final"}))

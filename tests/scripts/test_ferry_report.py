@@ -76,7 +76,9 @@ def test_time_goes_per_step_in_the_pipeline_order(finished):
     tm = build(finished)["time"]
     copy, verify = RunDir.rule("copy"), RunDir.rule("verify")
     assert list(tm["per_step"]) == ["list_source", "list_dest", "plan", copy, verify]
-    assert tm["per_step"][copy] == {"jobs": 2, "seconds": 5.0, "max_seconds": 3.0, "cpu_seconds": 3.5, "max_rss_mb": 50.0}
+    # The two partitions ran side by side: 5 s of jobs in a 3 s span.
+    assert tm["per_step"][copy] == {"jobs": 2, "seconds": 5.0, "max_seconds": 3.0, "cpu_seconds": 3.5, "max_rss_mb": 50.0,
+                                    "span_seconds": 3.0}
     assert tm["job_seconds"] == 9.5
     assert (tm["worker_copy_seconds"], tm["worker_verify_seconds"]) == (3.75, 0.75)
     # A job's start is its timing file's mtime less its seconds; the earliest is list_source's.
@@ -95,7 +97,8 @@ def test_unreadable_and_unknown_timings(run):
     run.benchmark("mystery", 0.5, end=T0)
     per_step = build(run)["time"]["per_step"]
     assert list(per_step) == ["list_dest", "make_dest", "plan", "mystery"]
-    assert per_step["plan"] == {"jobs": 1, "seconds": 1.5, "max_seconds": 1.5, "cpu_seconds": 0.0, "max_rss_mb": 0.0}
+    assert per_step["plan"] == {"jobs": 1, "seconds": 1.5, "max_seconds": 1.5, "cpu_seconds": 0.0, "max_rss_mb": 0.0,
+                                "span_seconds": 1.5}
 
 
 def test_results_of_partitions_the_plan_does_not_name_are_ignored(finished):

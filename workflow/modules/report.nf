@@ -4,6 +4,9 @@
 
 process REPORT {
     label 'ferry'
+    // Every run of the phase appends its record to the history (--history in report_args), so
+    // the report is never taken from the cache of an earlier run (-resume).
+    cache false
     publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : name }
 
     input:

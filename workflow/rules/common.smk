@@ -10,6 +10,7 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
 import ferry_config  # noqa: E402
+import ferry_history  # noqa: E402
 import ferry_report  # noqa: E402
 import ferry_task  # noqa: E402
 

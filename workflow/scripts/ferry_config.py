@@ -314,10 +314,13 @@ def report_args(cfg: dict) -> list[str]:
     """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
     final = cfg["phase"] == "final"
     return [
-        "--run-name", run_name(cfg), "--phase", cfg["phase"],
+        "--run-name", run_name(cfg), "--phase", cfg["phase"], "--pass", str(cfg["pass"]),
         "--source", redact(cfg["source"]), "--dest", redact(cfg["dest"]),
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--final-check"] if final_check(cfg) else []),
+        # The run directory on disk, absolute: Nextflow builds the report on a copy of the
+        # records in a work directory, and the history lives beside the real one.
+        "--history", os.path.abspath(run_dir(cfg)),
     ]
 
 

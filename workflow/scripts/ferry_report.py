@@ -2,10 +2,12 @@
 
 One command for both engines (docs/pipeline.md, "The report"):
 
-    ferry_report.py build RUN_DIR --run-name N --phase P --source S --dest D [--checksum] [--final-check]
-                          [--json FILE --md FILE | --by-status]
+    ferry_report.py build RUN_DIR --run-name N --phase P [--pass K] --source S --dest D [--checksum]
+                          [--final-check] [--history DIR] [--json FILE --md FILE | --by-status]
 
-(the options after RUN_DIR: ferry_config.py's run.report_args).
+(the options after RUN_DIR: ferry_config.py's run.report_args). With --history (the run
+directory as it is on disk), the run's record is appended to the migration's history and the
+report carries the history and the projection of the final pass (ferry_history.py).
 
 Built by scanning the run directory rather than from a list of inputs, so the same code serves a
 finished run (everything present) and a failed one (whatever it left: then the report is
@@ -29,11 +31,15 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+import ferry_history
 import ferry_html
-from ferry_task import PLAN_DIR, RECORDS, records
+from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
 from ferrylib import load_json, write_json
 
 STEP_ORDER = list(RECORDS)
+# The kinds of Blob requests the worker counts in its --json output's `requests` (per side or
+# not); a worker that does not count them yet reads as zeros.
+REQUEST_KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
 INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
 INCOMPLETE_HTML = "report-incomplete.html"  # beside the .md, as report.html is beside report.md
@@ -128,6 +134,56 @@ def add_counts(total: dict, doc: dict, keys) -> None:
         total[key] = total.get(key, 0) + int(doc.get(key, 0) or 0)
 
 
+def request_counts(doc: dict | None) -> dict[str, int]:
+    """A worker document's Blob requests by kind, summed over whatever sides it splits them into
+    ({"puts": 3, ...} or {"source": {...}, "dest": {...}}); missing or malformed counts as 0."""
+    counts = dict.fromkeys(REQUEST_KINDS, 0)
+
+    def add(node):
+        for key, value in (node or {}).items():
+            if isinstance(value, dict):
+                add(value)
+            elif key in counts and isinstance(value, (int, float)) and not isinstance(value, bool):
+                counts[key] += int(value)
+
+    add((doc or {}).get("requests") if isinstance(doc, dict) else None)
+    return counts
+
+
+def requests_by_step(run_dir: str, plan: dict | None) -> dict:
+    """{"total": {kind: n}, "by_step": {step: {kind: n}}} over every worker JSON the run left,
+    failed jobs' included (their requests were made too), and the listings' summaries."""
+    docs: list[tuple[str, dict | None]] = []
+    for step in ("list_source", "list_dest"):
+        docs.append((step, load_json(os.path.join(run_dir, LISTING_SUMMARIES[step]))))
+    for step, key in (("copy", "copy_partitions"), ("verify", "verify_partitions")):
+        for spec in (plan or {}).get(key, []):
+            rec = records(step, spec["id"], run_dir)
+            docs.append((step, load_json(rec.out) or load_json(rec.failed)))
+    for step in ("prune", "final_check"):
+        rec = records(step, root=run_dir)
+        docs.append((step, load_json(rec.out) or load_json(rec.failed)))
+    by_step: dict[str, dict[str, int]] = {}
+    for step, doc in docs:
+        counts = request_counts(doc)
+        if doc is not None:
+            by_step[step] = {k: by_step.get(step, {}).get(k, 0) + n for k, n in counts.items()}
+    total = {k: sum(c[k] for c in by_step.values()) for k in REQUEST_KINDS}
+    return {"total": total, "by_step": by_step}
+
+
+def depth_used(docs: list[dict]) -> dict:
+    """The copies' depth (the worker's `concurrency`): its mode and the largest limit settled on
+    and tried over the partitions."""
+    depths = [d.get("concurrency") for d in docs if isinstance(d.get("concurrency"), dict)]
+    ints = lambda key: [int(c[key]) for c in depths if isinstance(c.get(key), (int, float))]  # noqa: E731
+    return {
+        "mode": depths[0].get("mode") if depths else None,
+        "final": max(ints("final"), default=None),
+        "peak": max(ints("peak"), default=None),
+    }
+
+
 def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
           final_check_expected: bool = False) -> dict:
     plan = load_json(os.path.join(run_dir, PLAN_DIR, "plan.json"))
@@ -142,11 +198,13 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
     retries_total = 0
     retries_by_status: Counter = Counter()
     partitions = []
+    copy_docs = []
     for spec in (plan or {}).get("copy_partitions", []):
         part = spec["id"]
         status, doc = stage_result(run_dir, "copy", part)
         row = {"id": part, "files": spec["files"], "bytes": spec["bytes"], "status": status}
         if doc:
+            copy_docs.append(doc)
             add_counts(files, doc.get("files", {}), files.keys())
             add_counts(byts, doc.get("bytes", {}), byts.keys())
             retries = doc.get("retries", {}) or {}
@@ -215,6 +273,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
 
     per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
+    spans: dict[str, list[float]] = {}
     for key, job in bench.items():
         rule = key.split("/", 1)[0]
         stats = per_step[rule]
@@ -223,10 +282,16 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         stats["max_seconds"] = max(stats["max_seconds"], job["seconds"])
         stats["cpu_seconds"] += job["cpu_seconds"] or 0.0
         stats["max_rss_mb"] = max(stats["max_rss_mb"], job["max_rss_mb"] or 0.0)
+        first, last = spans.get(rule, (job["start"], job["start"] + job["seconds"]))
+        spans[rule] = (min(first, job["start"]), max(last, job["start"] + job["seconds"]))
+    for rule, (first, last) in spans.items():
+        # The step's wall time with its jobs side by side (first start to last end): what a
+        # pass waits for, where `seconds` adds the partitions up.
+        per_step[rule]["span_seconds"] = last - first
     ordered = {rule: per_step[rule] for rule in STEP_ORDER if rule in per_step}
     ordered.update({rule: stats for rule, stats in per_step.items() if rule not in ordered})
     for stats in ordered.values():
-        for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb"):
+        for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb", "span_seconds"):
             stats[key] = round(stats[key], 3)
 
     now = time.time()
@@ -278,6 +343,8 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
             "verify": verify_totals,
             "prune": prune,
             "final_check": final_check,
+            "requests": requests_by_step(run_dir, plan),
+            "depth": depth_used(copy_docs),
         },
         "time": {
             "elapsed_seconds": round(now - first_start, 3) if first_start else None,
@@ -436,6 +503,10 @@ def markdown(report: dict) -> str:
             lines.append(f"- `{item.get('path')}`: {item.get('reason', '')}")
         if len(report["ignored"]) > 50:
             lines.append(f"- ... and {len(report['ignored']) - 50} more in report.json")
+    if report.get("projection") is not None:
+        lines += ["", "## Projection of the final pass", "", *ferry_history.projection_markdown(report["projection"])]
+    if report.get("history") is not None:
+        lines += ["", "## History of the migration", "", *ferry_history.history_markdown(report["history"])]
     lines += ["", "## Failures", ""]
     if report["failures"]:
         shown = report["failures"][:200]
@@ -468,10 +539,28 @@ def write_incomplete(run_dir: str, report_args: list[str]) -> None:
             return
         args = parser().parse_args(["build", run_dir, *report_args])
         report = build(run_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
+        report["checksum_verified"] = args.checksum
+        add_history(report, args, ended_in_error=True)
         write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE), run_dir)
         print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
         print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
+
+
+def add_history(report: dict, args, ended_in_error: bool = False) -> None:
+    """Append this run's record to the migration's history (--history) and put the history and
+    the final pass's projection into the report. A history that cannot be written (a run
+    directory this machine does not see) costs the report nothing but these sections."""
+    if not args.history:
+        return
+    try:
+        ferry_history.record_run(args.history, report, ended_in_error=ended_in_error, pass_=args.pass_)
+        records = ferry_history.load(ferry_history.run_root(args.history))
+    except OSError as err:
+        print(f"ferry: no history: {err}", file=sys.stderr)
+        return
+    report["history"] = records
+    report["projection"] = ferry_history.project(records, checksum=args.checksum if args.phase == "final" else None)
 
 
 def discard_incomplete(run_dir: str) -> None:
@@ -490,10 +579,13 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("run_dir")
     b.add_argument("--run-name", required=True)
     b.add_argument("--phase", required=True, choices=["baseline", "incremental", "final"])
+    b.add_argument("--pass", dest="pass_", type=int, default=1, help="the pass of the phase")
     b.add_argument("--source", required=True, help="as it may be shown (no query string)")
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
     b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
     b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
+    b.add_argument("--history", metavar="DIR",
+                   help="the run directory on disk (absolute): the run's record goes to its run root's history")
     b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
     b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
     b.add_argument("--by-status", action="store_true",
@@ -506,6 +598,7 @@ def main(argv=None) -> int:
     report = build(args.run_dir, args.run_name, args.phase, args.source, args.dest, complete=True,
                    final_check_expected=args.final_check)
     report["checksum_verified"] = args.checksum
+    add_history(report, args)
     names = INCOMPLETE if args.by_status and report["status"] != "complete" else ("report.json", "report.md")
     write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]),
           args.run_dir)

@@ -54,6 +54,14 @@ RECORDS = {
 PLAN_DIR = "plan"
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
 DELETED_LOG = "prune/deleted.txt"
+# Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
+# listing step writes one.
+LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": "listing/dest-summary.json"}
+# A run of the phase, from its start to its record: the engine's start hook leaves RUN_STARTED
+# in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
+# in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
+RUN_STARTED = "run_started.json"
+HISTORY = "history.jsonl"
 BENCH_HEADER = "s\tcpu_time\tmax_rss\n"
 
 # A stub run's ends: the same two files on both sides where the step checks a finished copy, an

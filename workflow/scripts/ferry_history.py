@@ -1,0 +1,685 @@
+"""A migration's history (one JSON line per phase run, either engine) and the projection of its
+final pass from it (docs/pipeline.md, "History" and "Projection").
+
+    ferry_history.py project RUN_ROOT [--json]   # "a final pass started now would take ≈ …"
+    ferry_history.py show RUN_ROOT [--json]      # the history table
+    ferry_history.py start RUN_DIR --engine E [--pid N] -- REPORT_ARGS...   # the engines' start hook
+
+RUN_ROOT is `<outdir>/<run_name>`, above the phase directories; its `history.jsonl` holds the
+records, oldest first. The two functions other code calls return plain dicts and lists:
+
+load(run_root) -> list[record], ordered by `started`; runs that started and never recorded
+their end (killed: the engine got SIGKILL, no report ran) appear as `killed` records built from
+what they left, or `running` while their engine is still alive on this host. A record:
+
+    {"version": 1, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
+     "pass": int, "run_dir": str (the phase directory's name under the run root),
+     "status": "complete"|"incomplete"|"failed"|"killed"|"running",
+     "engine": "snakemake"|"nextflow"|"unknown",
+     "started": ISO str|None, "ended": ISO str|None, "wall_seconds": float|None,
+     "source": {"files": int|None, "bytes": int|None},
+     "dest": {"files": int|None, "bytes": int|None},           # the destination's listing
+     "planned": {"files", "bytes", "new", "changed", "metadata_only", "type_changed",
+                 "undecided", "deleted", "deleted_bytes"},      # ints (0 when unknown)
+     "copied": {"files": int, "bytes": int},
+     "verified": {"files", "same", "differ", "missing_on_dst", "missing_on_src", "error"},
+     "checksum": bool,                                          # verify compared MD5s
+     "failed": int, "retries": int,
+     "requests": {"total": {kind: int}, "by_step": {step: {kind: int}}},
+         # kinds: list_pages, puts, blocks, block_lists, gets, heads, deletes, copies, others
+     "steps": {step: {"seconds": float, "span": float}},       # list_source, list_dest, plan,
+         # copy, verify, prune, final_check: summed job seconds, and wall span first start→last end
+     "partitions": int, "depth": {"mode": str|None, "final": int|None, "peak": int|None}}
+
+project(records, now=None, phase="final") -> dict: the pass `phase` started at `now` (epoch
+seconds; default the current time), from the records' measured rates and delta trend:
+
+    {"phase": str, "at": ISO str, "ok": bool, "why_not": str|None,   # ok False: too few records
+     "seconds": float, "steps": {"listing", "plan", "copy", "verify", "prune", "final_check": float},
+     "delta": {"files": int, "bytes": int, "deleted": int},          # expected to copy / delete
+     "requests": int, "requests_by_kind": {kind: int},
+     "rates": {...the measured rates used...},
+     "trend": [{"run_id", "pass", "phase", "started", "hours_since_previous",
+                "files", "bytes", "files_per_hour", "bytes_per_hour"}],
+     "converging": "converging"|"steady"|"diverging"|"unknown", "why": str,
+     "assumptions": [str],
+     "backtest": [{"run_id", "pass", "phase", "projected_seconds", "actual_seconds",
+                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}],
+     "line": str}                                                     # the one-line summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import sys
+import time
+
+from ferry_task import HISTORY, RUN_STARTED
+from ferrylib import load_json, write_json
+
+VERSION = 1
+KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
+STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
+# How many of the latest passes the rates and the delta trend are taken over: recent enough to
+# follow a change of load, several so one odd pass does not decide.
+RECENT = 3
+
+
+# --- time ----------------------------------------------------------------------------------------
+
+def iso(epoch: float | None) -> str | None:
+    if epoch is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+# --- the start marker --------------------------------------------------------------------------
+
+def run_root(run_dir: str) -> str:
+    """<outdir>/<run_name>: the phase directories' parent, where the history lives."""
+    return os.path.dirname(os.path.abspath(run_dir))
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    one process for certain, so a pid the kernel reused later is not taken for the engine."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(marker: dict) -> bool:
+    """Is the marker's engine still running? Known only on the host it runs on."""
+    pid = marker.get("pid")
+    if marker.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    start = process_start(pid)
+    return start is not None and start == marker.get("pid_start", start)
+
+
+def start(run_dir: str, engine: str, report_args: list[str], pid: int | None = None,
+          now: float | None = None) -> dict:
+    """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
+    killed whatever earlier run of the migration left a marker and no record, then leave this
+    run's marker. The engine writes it, not a step: only the engine knows that one run began
+    (a re-run redoes some steps only, and Nextflow's steps run away from the run directory)."""
+    now = time.time() if now is None else now
+    pid = os.getpid() if pid is None else pid
+    settle(run_root(run_dir), everything=True, skip=None)
+    os.makedirs(run_dir, exist_ok=True)
+    marker = {
+        "run_id": f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
+        "engine": engine,
+        "host": socket.gethostname(),
+        "pid": pid,
+        "pid_start": process_start(pid),
+        "started": iso(now),
+        "report_args": report_args,
+    }
+    write_json(os.path.join(run_dir, RUN_STARTED), marker)
+    return marker
+
+
+def markers(root: str) -> list[tuple[str, dict]]:
+    """(phase directory, marker) of every run directory under the run root that has one."""
+    found = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    for name in names:
+        if not os.path.isdir(os.path.join(root, name)):
+            continue
+        marker = load_json(os.path.join(root, name, RUN_STARTED))
+        if isinstance(marker, dict) and marker.get("run_id"):
+            found.append((os.path.join(root, name), marker))
+    return found
+
+
+# --- the records ---------------------------------------------------------------------------------
+
+def read(root: str) -> list[dict]:
+    """The records as appended, the first of each run_id (a record is never rewritten)."""
+    out, seen = [], set()
+    try:
+        with open(os.path.join(root, HISTORY), encoding="utf-8") as handle:
+            lines = handle.readlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a full disk or a kill: the others still count
+        if isinstance(rec, dict) and rec.get("run_id") not in seen:
+            seen.add(rec.get("run_id"))
+            out.append(rec)
+    return out
+
+
+def ends_with_newline(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+    except OSError:  # missing or empty
+        return True
+
+
+def append(root: str, record: dict) -> bool:
+    """One line, in one write (O_APPEND: lines of concurrent writers do not interleave); a run
+    already recorded is not recorded twice. False when it was."""
+    if any(r.get("run_id") == record["run_id"] for r in read(root)):
+        return False
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, HISTORY)
+    line = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    if not ends_with_newline(path):
+        line = b"\n" + line  # a line cut short stays alone, and this one whole
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    return True
+
+
+def status_of(report: dict, ended_in_error: bool) -> str:
+    if report.get("status") == "complete" and not ended_in_error:
+        return "complete"
+    return "failed" if report.get("failures") or ended_in_error else "incomplete"
+
+
+def _int(value) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def record(report: dict, marker: dict | None, run_dir_name: str, status: str, ended: float,
+           pass_: int = 1) -> dict:
+    """A run's record from its report (ferry_report.build) and its start marker."""
+    marker = marker or {}
+    plan = report.get("plan") or {}
+    to_copy = plan.get("to_copy") or {}
+    extra = plan.get("extra_on_dest") or {}
+    totals = report["totals"]
+    started = epoch(marker.get("started")) or epoch(report["time"].get("first_job_started_at"))
+    verify = totals.get("verify") or {}
+    requests = totals.get("requests") or {}
+    per_step = report["time"].get("per_step") or {}
+    return {
+        "version": VERSION,
+        "run_id": marker.get("run_id") or f"{iso(started or ended)}-{run_dir_name}-unmarked",
+        "run_name": report["run_name"],
+        "phase": report["phase"],
+        "pass": pass_,
+        "run_dir": run_dir_name,
+        "status": status,
+        "engine": marker.get("engine", "unknown"),
+        "started": iso(started),
+        "ended": iso(ended),
+        "wall_seconds": round(ended - started, 3) if started else None,
+        "source": {"files": (plan.get("source") or {}).get("files"), "bytes": (plan.get("source") or {}).get("bytes")},
+        "dest": {"files": (plan.get("dest") or {}).get("files"), "bytes": (plan.get("dest") or {}).get("bytes")},
+        "planned": {
+            "files": _int(to_copy.get("files")), "bytes": _int(to_copy.get("bytes")),
+            **{k: _int(to_copy.get(k)) for k in ("new", "changed", "metadata_only", "type_changed", "undecided")},
+            "deleted": _int(extra.get("files")), "deleted_bytes": _int(extra.get("bytes")),
+        },
+        "copied": {"files": _int(totals["files"].get("copied")), "bytes": _int(totals["bytes"].get("copied"))},
+        "verified": {"files": sum(_int(v) for v in verify.values()), **{k: _int(v) for k, v in verify.items()}},
+        "checksum": bool(report.get("checksum_verified")),
+        "failed": _int(totals["files"].get("failed")) + len(report.get("failures") or []),
+        "retries": _int((totals.get("retries") or {}).get("total")),
+        "requests": {
+            "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
+            "by_step": {s: {k: _int(c.get(k)) for k in KINDS} for s, c in (requests.get("by_step") or {}).items()},
+        },
+        "steps": {
+            s: {"seconds": per_step[s].get("seconds", 0.0), "span": per_step[s].get("span_seconds", per_step[s].get("seconds", 0.0))}
+            for s in STEPS if s in per_step
+        },
+        "partitions": len(report.get("partitions") or []),
+        "depth": totals.get("depth") or {"mode": None, "final": None, "peak": None},
+    }
+
+
+def last_activity(run_dir: str) -> float | None:
+    """When a run that left no record last wrote anything in its run directory."""
+    latest = None
+    for dirpath, _dirs, files in os.walk(run_dir):
+        for name in files:
+            if dirpath == run_dir and name == RUN_STARTED:
+                continue  # written at the start, not by the work
+            try:
+                latest = max(latest or 0.0, os.path.getmtime(os.path.join(dirpath, name)))
+            except OSError:
+                continue
+    return latest
+
+
+def unrecorded(root: str, marker_dir: str, marker: dict, status: str) -> dict:
+    """The record of a run that never reported (killed), from what it left in its directory."""
+    import ferry_report  # here: ferry_report appends records through this module
+
+    args = ferry_report.parser().parse_args(["build", marker_dir, *marker.get("report_args", [])])
+    report = ferry_report.build(marker_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
+    report["checksum_verified"] = args.checksum
+    ended = last_activity(marker_dir) or epoch(marker.get("started")) or time.time()
+    return record(report, marker, os.path.basename(marker_dir), status, ended, args.pass_)
+
+
+def settle(root: str, everything: bool = False, skip: str | None = None) -> list[dict]:
+    """Record as killed each run whose marker has no record and whose engine is gone: its engine
+    process is not alive on this host, or (everything: a new run starts, so any older one is
+    over) it ran elsewhere. skip: the run_id being recorded now. Returns the records added."""
+    recorded = {r.get("run_id") for r in read(root)}
+    added = []
+    for marker_dir, marker in markers(root):
+        if marker["run_id"] in recorded or marker["run_id"] == skip:
+            continue
+        if alive(marker) or not (everything or marker.get("host") == socket.gethostname()):
+            continue
+        try:
+            rec = unrecorded(root, marker_dir, marker, "killed")
+        except Exception as err:  # noqa: BLE001 - a broken leftover must not stop the new run
+            print(f"ferry: could not record the run in {marker_dir}: {err}", file=sys.stderr)
+            continue
+        if append(root, rec):
+            added.append(rec)
+    return added
+
+
+def record_run(run_dir: str, report: dict, ended_in_error: bool = False, pass_: int = 1,
+               now: float | None = None) -> dict:
+    """The report step's part: settle the runs killed before this one, append this run's record
+    (its marker names it), and return it. run_dir is the run directory on disk, where the marker is."""
+    root = run_root(run_dir)
+    marker = load_json(os.path.join(run_dir, RUN_STARTED))
+    if ended_in_error and marker is None:
+        # Snakemake's onerror also fires when no phase run began (a failure while building the
+        # graph, another target): nothing of the phase ran, there is nothing to record.
+        return {}
+    now = time.time() if now is None else now
+    rec = record(report, marker, os.path.basename(os.path.abspath(run_dir)), status_of(report, ended_in_error), now, pass_)
+    settle(root, skip=rec["run_id"])
+    append(root, rec)
+    return rec
+
+
+def load(run_root: str) -> list[dict]:
+    """Every run of the migration, oldest first: the records, and a `killed` or `running` one
+    made (not written) for each run that left a marker and no record."""
+    records = read(run_root)
+    recorded = {r.get("run_id") for r in records}
+    for marker_dir, marker in markers(run_root):
+        if marker["run_id"] in recorded:
+            continue
+        try:
+            records.append(unrecorded(run_root, marker_dir, marker, "running" if alive(marker) else "killed"))
+        except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
+            continue
+    return sorted(records, key=lambda r: epoch(r.get("started")) or 0.0)
+
+
+# --- the projection ------------------------------------------------------------------------------
+
+def span(rec: dict, step: str) -> float:
+    return float((rec.get("steps") or {}).get(step, {}).get("span") or 0.0)
+
+
+def files_of(rec: dict, side: str) -> int:
+    return _int((rec.get(side) or {}).get("files"))
+
+
+def pooled(passes: list[dict], units, seconds) -> float | None:
+    """Units per second over the passes that did some of it: total units / total seconds, so a
+    big pass weighs more than a small one. None: never measured."""
+    pairs = [(units(r), seconds(r)) for r in passes]
+    pairs = [(u, s) for u, s in pairs if u > 0 and s > 0]
+    if not pairs:
+        return None
+    return sum(u for u, _ in pairs) / sum(s for _, s in pairs)
+
+
+def overhead(rec: dict) -> float:
+    """What a pass's wall time holds beyond its steps' spans: engine start-up, scheduling between
+    steps, the report. Measured per pass so the projection of a pass like the last one is its
+    wall time, not just its steps'."""
+    steps = max(span(rec, "list_source"), span(rec, "list_dest")) + sum(
+        span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check"))
+    return max(0.0, float(rec.get("wall_seconds") or 0.0) - steps)
+
+
+def delta_of(rec: dict) -> tuple[int, int]:
+    planned = rec.get("planned") or {}
+    return _int(planned.get("files")), _int(planned.get("bytes"))
+
+
+def trend(passes: list[dict]) -> list[dict]:
+    """The delta each pass found, per hour since the pass before it started (what changed at the
+    source in that time, as far as a pass can see it). A baseline's delta is the whole tree."""
+    out = []
+    for prev, rec in zip(passes, passes[1:]):
+        hours = ((epoch(rec.get("started")) or 0) - (epoch(prev.get("started")) or 0)) / 3600
+        if rec.get("phase") == "baseline" or hours <= 0:
+            continue
+        files, byts = delta_of(rec)
+        # Incremental passes never delete: extra_on_dest grows from pass to pass, and only what
+        # is new since the previous pass is this interval's share.
+        before = 0 if prev.get("phase") == "final" else _int((prev.get("planned") or {}).get("deleted"))
+        deleted = max(0, _int((rec.get("planned") or {}).get("deleted")) - before)
+        out.append({
+            "run_id": rec.get("run_id"), "pass": rec.get("pass"), "phase": rec.get("phase"),
+            "started": rec.get("started"), "hours_since_previous": round(hours, 4),
+            "files": files, "bytes": byts, "deleted": deleted,
+            "files_per_hour": files / hours, "bytes_per_hour": byts / hours, "deleted_per_hour": deleted / hours,
+        })
+    return out
+
+
+def rates(passes: list[dict]) -> dict:
+    """The measured rates, over the latest passes that ran each step (None: never measured)."""
+    recent = passes[-RECENT:]
+    with_copies = [r for r in passes if (r.get("copied") or {}).get("files")][-RECENT:]
+    size_verifies = [r for r in passes if not r.get("checksum")][-RECENT:]
+    md5_verifies = [r for r in passes if r.get("checksum")][-RECENT:]
+    return {
+        "list_source_files_per_s": pooled(recent, lambda r: files_of(r, "source"), lambda r: span(r, "list_source")),
+        "list_dest_files_per_s": pooled(recent, lambda r: files_of(r, "dest"), lambda r: span(r, "list_dest")),
+        "plan_entries_per_s": pooled(recent, lambda r: files_of(r, "source") + files_of(r, "dest"), lambda r: span(r, "plan")),
+        "copy_files_per_s": pooled(with_copies, lambda r: r["copied"]["files"], lambda r: span(r, "copy")),
+        "copy_bytes_per_s": pooled(with_copies, lambda r: r["copied"]["bytes"], lambda r: span(r, "copy")),
+        "verify_files_per_s": pooled(size_verifies, lambda r: _int((r.get("verified") or {}).get("files")), lambda r: span(r, "verify")),
+        "verify_md5_bytes_per_s": pooled(md5_verifies, lambda r: _int((r.get("source") or {}).get("bytes")), lambda r: span(r, "verify")),
+        "prune_entries_per_s": pooled(passes[-RECENT:], lambda r: _int((r.get("planned") or {}).get("deleted")), lambda r: span(r, "prune")),
+        "final_check_entries_per_s": pooled(passes[-RECENT:], lambda r: files_of(r, "source") + files_of(r, "dest"),
+                                            lambda r: span(r, "final_check")),
+        "overhead_seconds": sum(overhead(r) for r in recent) / len(recent) if recent else 0.0,
+    }
+
+
+def requests_per_unit(passes: list[dict], step: str, units) -> dict[str, float]:
+    """A step's Blob requests of each kind per unit of its work (entry listed, file copied, ...)."""
+    recent = [r for r in passes if step in ((r.get("requests") or {}).get("by_step") or {}) and units(r) > 0][-RECENT:]
+    total_units = sum(units(r) for r in recent)
+    if not total_units:
+        return {}
+    return {k: sum(_int(r["requests"]["by_step"][step].get(k)) for r in recent) / total_units for k in KINDS}
+
+
+def seconds_for(units: float, rate: float | None) -> float:
+    return units / rate if units and rate else 0.0
+
+
+def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
+    """The pass `phase` started at `at`, from the complete passes before it (oldest first)."""
+    assumptions = []
+    last = passes[-1]
+    r = rates(passes)
+    moves = trend(passes)
+    recent_moves = moves[-RECENT:]
+    hours = max(0.0, (at - (epoch(last.get("started")) or at)) / 3600)
+    if recent_moves:
+        per_hour = {k: sum(m[k] for m in recent_moves) / len(recent_moves) for k in ("files_per_hour", "bytes_per_hour", "deleted_per_hour")}
+        assumptions.append(f"the source changes at the rate the last {len(recent_moves)} passes found: "
+                           f"{per_hour['files_per_hour']:,.0f} files and {fmt_bytes(per_hour['bytes_per_hour'])} per hour")
+    else:
+        per_hour = {"files_per_hour": 0.0, "bytes_per_hour": 0.0, "deleted_per_hour": 0.0}
+        assumptions.append("no incremental pass yet: the rate of change is unknown and taken as none")
+    delta_files = per_hour["files_per_hour"] * hours
+    delta_bytes = per_hour["bytes_per_hour"] * hours
+    pending_deletes = 0 if last.get("phase") == "final" else _int((last.get("planned") or {}).get("deleted"))
+    deletes = pending_deletes + per_hour["deleted_per_hour"] * hours
+    source = files_of(last, "source")
+    dest = files_of(last, "dest") or source  # after the baseline the destination holds the source
+    assumptions.append(f"the trees are as large as the last pass listed them ({source:,} files at the source)")
+
+    listing = max(seconds_for(source, r["list_source_files_per_s"]),
+                  seconds_for(dest, r["list_dest_files_per_s"] or r["list_source_files_per_s"]))
+    if not r["list_dest_files_per_s"]:
+        assumptions.append("the destination lists as fast as the source (no destination listing measured)")
+    plan = seconds_for(source + dest, r["plan_entries_per_s"])
+    copy = max(seconds_for(delta_files, r["copy_files_per_s"]), seconds_for(delta_bytes, r["copy_bytes_per_s"]))
+    if (delta_files or delta_bytes) and not r["copy_files_per_s"]:
+        assumptions.append("no copy measured yet: the copy's time is unknown")
+    final = phase == "final"
+    verified = source if final else delta_files
+    verify = seconds_for(verified, r["verify_files_per_s"])
+    if final and checksum:
+        md5_rate = r["verify_md5_bytes_per_s"] or r["copy_bytes_per_s"]
+        verify = max(verify, seconds_for(_int((last.get("source") or {}).get("bytes")), md5_rate))
+        if not r["verify_md5_bytes_per_s"]:
+            assumptions.append("verifying by MD5 reads every byte at the copy's measured bytes/s (no MD5 verify measured)")
+    if final:
+        assumptions.append(f"the final pass verifies every source file ({'by MD5' if checksum else 'by size'})")
+    prune = seconds_for(deletes, r["prune_entries_per_s"] or r["copy_files_per_s"]) if final else 0.0
+    if final and deletes and not r["prune_entries_per_s"]:
+        assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
+    final_check = 0.0
+    if final:
+        final_check = seconds_for(source + dest, r["final_check_entries_per_s"]) if r["final_check_entries_per_s"] else listing
+        if not r["final_check_entries_per_s"]:
+            assumptions.append("the final check takes as long as the listing (none measured)")
+    steps = {"listing": listing, "plan": plan, "copy": copy, "verify": verify, "prune": prune,
+             "final_check": final_check, "overhead": r["overhead_seconds"]}
+    assumptions.append("each step's time grows in proportion to its work; the overhead (engine start-up, "
+                       "scheduling, the report) stays what the last passes measured")
+
+    units = {"list_source": source, "list_dest": dest, "copy": delta_files, "verify": verified,
+             "prune": deletes if final else 0, "final_check": (source + dest) if final else 0}
+    measured_units = {
+        "list_source": lambda x: files_of(x, "source"), "list_dest": lambda x: files_of(x, "dest"),
+        "copy": lambda x: _int((x.get("copied") or {}).get("files")),
+        "verify": lambda x: _int((x.get("verified") or {}).get("files")),
+        "prune": lambda x: _int((x.get("planned") or {}).get("deleted")),
+        "final_check": lambda x: files_of(x, "source") + files_of(x, "dest"),
+    }
+    by_kind = dict.fromkeys(KINDS, 0.0)
+    for step, n in units.items():
+        for kind, per in requests_per_unit(passes, step, measured_units[step]).items():
+            by_kind[kind] += per * n
+    return {
+        "seconds": round(sum(steps.values()), 3),
+        "steps": {k: round(v, 3) for k, v in steps.items()},
+        "delta": {"files": round(delta_files), "bytes": round(delta_bytes), "deleted": round(deletes)},
+        "requests": round(sum(by_kind.values())),
+        "requests_by_kind": {k: round(v) for k, v in by_kind.items()},
+        "rates": r,
+        "trend": moves,
+        "per_hour": per_hour,
+        "assumptions": assumptions,
+    }
+
+
+def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
+    """Are the passes' deltas shrinking, and can a pass keep up with the change at all?"""
+    if len(moves) < 2:
+        return "unknown", "two incremental passes are needed to see a trend"
+    recent = moves[-RECENT:]
+    copy_bph = (r.get("copy_bytes_per_s") or 0) * 3600
+    copy_fph = (r.get("copy_files_per_s") or 0) * 3600
+    bph = recent[-1]["bytes_per_hour"]
+    fph = recent[-1]["files_per_hour"]
+    if (copy_bph and bph > copy_bph) or (copy_fph and fph > copy_fph):
+        return "diverging", (f"the delta grows faster than a pass can copy it: {fmt_bytes(bph)} and {fph:,.0f} files "
+                             f"change per hour, a pass copies {fmt_bytes(copy_bph)} and {copy_fph:,.0f} files per hour")
+    files = [m["files"] for m in recent]
+    if all(b < a for a, b in zip(files, files[1:])):
+        return "converging", f"each of the last {len(files)} passes found a smaller delta ({', '.join(f'{f:,}' for f in files)} files)"
+    if files[-1] > files[-2] * 1.1:
+        return "diverging", (f"the passes' deltas are not decreasing ({', '.join(f'{f:,}' for f in files)} files): "
+                             "the source changes faster between passes than the passes get shorter")
+    return "steady", (f"the passes' deltas no longer shrink ({', '.join(f'{f:,}' for f in files)} files): more "
+                      "incremental passes will not make the final pass shorter; what remains is listing and verifying")
+
+
+def actual_requests(rec: dict) -> int:
+    return sum(_int(v) for v in ((rec.get("requests") or {}).get("total") or {}).values())
+
+
+def backtest(passes: list[dict]) -> list[dict]:
+    """Each pass that had a predecessor, projected from the passes before it, against what it took."""
+    out = []
+    for i in range(1, len(passes)):
+        rec = passes[i]
+        at = epoch(rec.get("started"))
+        if at is None or rec.get("phase") == "baseline" or not rec.get("wall_seconds"):
+            continue
+        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")))
+        actual = float(rec["wall_seconds"])
+        out.append({
+            "run_id": rec.get("run_id"), "pass": rec.get("pass"), "phase": rec.get("phase"),
+            "projected_seconds": est["seconds"], "actual_seconds": round(actual, 3),
+            "error_seconds": round(est["seconds"] - actual, 3),
+            "error_pct": round(100 * (est["seconds"] - actual) / actual, 1) if actual else None,
+            "projected_requests": est["requests"], "actual_requests": actual_requests(rec),
+        })
+    return out
+
+
+def project(records: list[dict], now: float | None = None, phase: str = "final",
+            checksum: bool | None = None) -> dict:
+    """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
+    records (load()'s list; failed, killed and running ones are not measures of a pass).
+    checksum: whether that pass verifies by MD5 (default: as the last final pass did, else not)."""
+    now = time.time() if now is None else now
+    passes = sorted((r for r in records if r.get("status") == "complete" and epoch(r.get("started"))),
+                    key=lambda r: epoch(r["started"]))
+    base = {"phase": phase, "at": iso(now), "records": len(records), "passes": len(passes)}
+    if not passes:
+        return {**base, "ok": False, "why_not": "no complete pass recorded yet", "line": "no projection: no complete pass recorded yet"}
+    if checksum is None:
+        checksum = next((bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False)
+    est = estimate(passes, now, phase, checksum)
+    state, why = convergence(est["trend"], est["rates"])
+    result = {**base, "ok": True, "why_not": None, "checksum": checksum, **est,
+              "converging": state, "why": why, "backtest": backtest(passes)}
+    result["line"] = line(result)
+    return result
+
+
+# --- words ---------------------------------------------------------------------------------------
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {seconds % 3600 / 60:.0f} min"
+
+
+STEP_WORDS = [("listing", "listing"), ("plan", "plan"), ("copy", "copy"), ("verify", "verify"),
+              ("prune", "prune"), ("final_check", "final check"), ("overhead", "overhead")]
+
+
+def line(p: dict) -> str:
+    """'a final pass started now would take ≈ 14 min (listing 6 min + ...), with ≈ 12,400 Blob requests'"""
+    if not p.get("ok"):
+        return p.get("line") or f"no projection: {p.get('why_not')}"
+    parts = " + ".join(f"{word} {duration(p['steps'][key])}" for key, word in STEP_WORDS
+                       if key in p["steps"] and (p["steps"][key] or key in ("listing", "copy", "verify")))
+    return (f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
+            f"with ≈ {p['requests']:,} Blob requests; passes {p.get('converging', 'unknown')}")
+
+
+def history_markdown(records: list[dict]) -> list[str]:
+    lines = [
+        "| run | pass | status | engine | started | wall | source files | planned files | planned bytes | "
+        "deleted | copied files | copied bytes | verified | failed | retries | Blob requests | partitions |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        planned, copied = r.get("planned") or {}, r.get("copied") or {}
+        lines.append(
+            f"| {r.get('run_dir') or r.get('phase')} | {r.get('pass')} | {r.get('status')} | {r.get('engine')} | "
+            f"{r.get('started') or '-'} | {duration(r.get('wall_seconds'))} | {(r.get('source') or {}).get('files') or '-'} | "
+            f"{planned.get('files', 0)} | {fmt_bytes(planned.get('bytes'))} | {planned.get('deleted', 0)} | "
+            f"{copied.get('files', 0)} | {fmt_bytes(copied.get('bytes'))} | {(r.get('verified') or {}).get('files', 0)} | "
+            f"{r.get('failed', 0)} | {r.get('retries', 0)} | {actual_requests(r):,} | {r.get('partitions', 0)} |"
+        )
+    if not records:
+        lines.append("| (no run recorded) |" + " |" * 16)
+    return lines
+
+
+def projection_markdown(p: dict) -> list[str]:
+    if not p.get("ok"):
+        return [f"No projection: {p.get('why_not')}."]
+    lines = [f"**{line(p)[0].upper() + line(p)[1:]}.**", "",
+             f"Passes: **{p['converging']}** — {p['why']}.", "", "Assumptions:", ""]
+    lines += [f"- {a}" for a in p["assumptions"]]
+    lines += ["", "Projected against measured, for every pass that had a predecessor (projected from the passes before it):", "",
+              "| pass | phase | projected | actual | error | projected requests | actual requests |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
+    for b in p["backtest"]:
+        pct = f"{b['error_pct']:+.0f} %" if b["error_pct"] is not None else "-"
+        lines.append(f"| {b['pass']} | {b['phase']} | {duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
+                     f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |")
+    if not p["backtest"]:
+        lines.append("| (no pass with a predecessor yet) | | | | | | |")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ferry_history.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    proj = sub.add_parser("project", help="project the final pass started now from RUN_ROOT's history")
+    proj.add_argument("run_root", help="<outdir>/<run_name>, above the phase directories")
+    proj.add_argument("--phase", default="final", choices=["incremental", "final"])
+    proj.add_argument("--checksum", action="store_true", default=None, help="the final pass verifies by MD5")
+    proj.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="the history of RUN_ROOT")
+    show.add_argument("run_root")
+    show.add_argument("--json", action="store_true")
+    st = sub.add_parser("start", help="the engines' start hook: leave RUN_DIR's start marker")
+    st.add_argument("run_dir")
+    st.add_argument("--engine", required=True)
+    st.add_argument("--pid", type=int, help="the engine's process id (default: this process's parent)")
+    st.epilog = "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The report's options follow `--` as they are; argparse would read them as this command's.
+    report_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+
+    if args.command == "start":
+        start(args.run_dir, args.engine, report_args, args.pid or os.getppid())
+        return 0
+    records = load(args.run_root)
+    if args.command == "show":
+        print(json.dumps(records, indent=2, ensure_ascii=False) if args.json else "\n".join(history_markdown(records)))
+        return 0
+    result = project(records, phase=args.phase, checksum=args.checksum)
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["line"])
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
