@@ -55,8 +55,10 @@ PROJECTION = {
 
 @pytest.fixture
 def history(monkeypatch):
-    """A stand-in ferry_history module; set .records / .projection / .error per test."""
-    module = types.SimpleNamespace(records=HISTORY, projection=PROJECTION, error=None, roots=[])
+    """The history and projection the report carries (ferry_report.py --history puts them there);
+    set .records / .projection per test. For a report without them the page reads the history
+    itself, through a stand-in ferry_history module here (.error makes it fail)."""
+    module = types.SimpleNamespace(records=HISTORY, projection=PROJECTION, error=None, roots=[], in_report=True)
 
     def load(root):
         module.roots.append(root)
@@ -65,7 +67,7 @@ def history(monkeypatch):
         return module.records
 
     module.load = load
-    module.project = lambda records: module.projection
+    module.project = lambda records, **kw: module.projection
     monkeypatch.setitem(sys.modules, "ferry_history", module)
     return module
 
@@ -89,6 +91,9 @@ def finished(tmp_path) -> RunDir:
 
 def page_of(run: RunDir, phase: str = "final") -> str:
     report = ferry_report.build(str(run.path), "r1", phase, "/src", "az://acct/ctr", True)
+    module = sys.modules.get("ferry_history")
+    if getattr(module, "in_report", False):
+        report["history"], report["projection"] = module.records, module.projection
     out = run.path / "page.html"
     ferry_html.write(report, str(out), str(run.path))
     return out.read_text(encoding="utf-8")
@@ -118,7 +123,14 @@ def test_every_section_and_plot_is_there(finished, history):
     for label in ("baseline", "incremental 2", "incremental 3"):
         assert f"<td>{label}</td>" in page
     assert '<td class="num">1,002</td>' in page
+    assert history.roots == [], "the report's own history is shown, not read again"
+
+
+def test_a_report_without_history_has_it_read_from_the_run_root(finished, history):
+    history.in_report = False
+    page = page_of(finished)
     assert history.roots == [str(finished.path.parent)], "the history is read from the run's output directory"
+    assert set(plots(page)) == set(PLOTS) and PROJECTION["line"] in page
 
 
 def test_the_page_fetches_nothing_and_escapes_text(finished, history):
@@ -161,7 +173,7 @@ def test_a_job_still_running_shows_from_its_progress_file(finished, history):
 
 
 def test_a_single_run_without_history_shows_itself(finished, history):
-    history.records = []
+    history.records, history.projection = [], None
     page = page_of(finished)
     assert "No migration history beside this run yet" in page
     assert "No projection" in page
@@ -172,12 +184,14 @@ def test_a_single_run_without_history_shows_itself(finished, history):
 
 
 def test_without_the_history_module_the_page_is_still_written(finished, monkeypatch):
+    """A report rebuilt where ferry_history.py is not (an archive of the run, another checkout)."""
     monkeypatch.setitem(sys.modules, "ferry_history", None)  # import fails
     page = page_of(finished)
     assert "No migration history beside this run yet" in page and "timeline" in plots(page)
 
 
 def test_a_broken_history_costs_the_page_nothing_else(finished, history, capsys):
+    history.in_report = False
     history.error = ValueError("line 3 is not JSON")
     page = page_of(finished)
     assert "No migration history beside this run yet" in page
@@ -213,3 +227,31 @@ def test_an_incomplete_run_gets_report_incomplete_html_and_the_rerun_removes_it(
     assert not (finished.path / "report.html").exists()
     ferry_report.discard_incomplete(str(finished.path))
     assert not page.exists()
+
+
+def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
+    """ferry_report.py --history appends each pass to the real ferry_history and hands the
+    history and its projection to the page: two passes, two rows, and the projection's line."""
+    import ferry_history
+
+    root = tmp_path / "r1"
+    for phase, end in (("baseline", T0 + 8), ("incremental", T0 + 3600)):
+        run = RunDir(root / phase)
+        run.plan(copy=[("00000", 3, 3_000_000)], verify=[("00000", 3, 3_000_000)])
+        run.copied("00000", copied=3, bytes_copied=3_000_000, seconds=1.0)
+        run.verified("00000", same=3, seconds=0.5)
+        run.benchmark("list_source", 1.0, end=end - 6)
+        run.benchmark("plan", 0.5, end=end - 5)
+        run.benchmark("copy", 2.0, end=end - 2, part="00000")
+        run.benchmark("verify", 1.0, end=end, part="00000")
+        ferry_report.main(["build", str(run.path), "--run-name", "r1", "--phase", phase, "--source", "/s",
+                           "--dest", "/d", "--history", str(run.path)])
+    report = json.loads((root / "incremental" / "report.json").read_text())
+    assert [r["phase"] for r in report["history"]] == ["baseline", "incremental"]
+    page = (root / "incremental" / "report.html").read_text(encoding="utf-8")
+    assert "<td>baseline</td>" in page and "<td>incremental</td>" in page
+    assert "No migration history beside this run yet" not in page
+    if report["projection"].get("ok"):
+        assert html.escape(ferry_history.line(report["projection"])) in page
+    else:
+        assert "No projection yet" in page

@@ -4,8 +4,8 @@ the same code for both engines: ferry_report.py writes it where it writes the ot
     ferry_html.py RUN_DIR [--out FILE]     (re)build the page from RUN_DIR/report.json
 
 What the page shows: the phase's totals; the migration history of every pass and its projection
-of the final pass (workflow/scripts/ferry_history.py, when the run's output directory has a
-history; a single run without one shows itself as the only pass); delta and time per step per
+of the final pass (workflow/scripts/ferry_history.py, as ferry_report.py put them in the report;
+a run without a history shows itself as the only pass); delta and time per step per
 pass; every copy and verify job on a timeline with its throughput; the failures.
 
 Self-contained because it is read where it was made, often on a cluster's login node or from an
@@ -235,7 +235,7 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
     projection = None
     if history:
         try:
-            projection = ferry_history.project(history)
+            projection = ferry_history.project(history, phase="final")
         except Exception as err:  # noqa: BLE001
             print(f"ferry: report.html without the projection: {err}", file=sys.stderr)
     return history, projection
@@ -639,7 +639,13 @@ def history_root(run_dir: str) -> str:
 
 
 def write(report: dict, html_path: str, run_dir: str, root: str | None = None) -> None:
-    history, projection = load_history(root or history_root(run_dir))
+    """The page of `report`. Its history and projection are the report's own (ferry_report.py
+    puts them there with --history, for either engine); a report without them (an older one,
+    rebuilt by hand) has them read from the run's output directory."""
+    if "history" in report:
+        history, projection = report.get("history") or [], report.get("projection")
+    else:
+        history, projection = load_history(root or history_root(run_dir))
     tmp = f"{html_path}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(page(report, history, projection, run_dir))
