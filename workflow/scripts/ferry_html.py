@@ -509,7 +509,8 @@ def projection_section(projection: dict | None) -> str:
 def projection_line(projection: dict) -> str:
     """The projection in one sentence: ferry_history's own line, else made from its parts."""
     if projection.get("line"):
-        return projection["line"]
+        # ferry_history's line continues a sentence ("a final pass …"); here it starts one.
+        return projection["line"][:1].upper() + projection["line"][1:]
     steps = projection.get("steps") or {}
     shown = " + ".join(f"{name} {fmt_seconds(steps[name])}" for name in steps if steps.get(name))
     requests = projection.get("requests")
