@@ -249,7 +249,7 @@ def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
     report = json.loads((root / "incremental" / "report.json").read_text())
     assert [r["phase"] for r in report["history"]] == ["baseline", "incremental"]
     page = (root / "incremental" / "report.html").read_text(encoding="utf-8")
-    assert "<td>baseline</td>" in page and "<td>incremental</td>" in page
+    assert "<td>baseline</td>" in page and "<td>incremental 1</td>" in page
     assert "No migration history beside this run yet" not in page
     if report["projection"].get("ok"):
         assert html.escape(ferry_history.line(report["projection"])[1:]) in page

@@ -405,7 +405,7 @@ def projection_bar(projection: dict) -> str | None:
 
 def backtest_bars(backtest: list[dict]) -> str | None:
     """Projected against actual seconds of every pass that had a predecessor."""
-    rows = [{"pass": b.get("pass"), "projected": b.get("projected_seconds"), "actual": b.get("actual_seconds")}
+    rows = [{"label": pass_label(b), "projected": b.get("projected_seconds"), "actual": b.get("actual_seconds")}
             for b in backtest]
     rows = [b for b in rows if b["projected"] is not None and b["actual"] is not None]
     if not rows:
@@ -420,8 +420,8 @@ def backtest_bars(backtest: list[dict]) -> str | None:
         x = x0 + slot * i + slot / 2 - bar
         for j, (key, fill) in enumerate((("projected", "#b2bec3"), ("actual", colour("copy")))):
             h = (y0 - y1) * b[key] / top
-            out.append(rect(x + j * bar, y0 - h, bar - 2, h, fill, f"pass {b.get('pass')}: {key} {fmt_seconds(b[key])}"))
-        out.append(text(x + bar, y0 + 16, f"pass {b.get('pass')}", "middle"))
+            out.append(rect(x + j * bar, y0 - h, bar - 2, h, fill, f"{b['label']}: {key} {fmt_seconds(b[key])}"))
+        out.append(text(x + bar, y0 + 16, b["label"], "middle"))
     out += [f'<rect x="{x0}" y="{height - 17}" width="10" height="10" fill="#b2bec3"/>',
             text(x0 + 14, height - 8, "projected"),
             f'<rect x="{x0 + 90}" y="{height - 17}" width="10" height="10" fill="{colour("copy")}"/>',
@@ -497,12 +497,12 @@ def projection_section(projection: dict | None) -> str:
         plot = backtest_bars(backtest)
         if plot:
             out.append(f"<figure>{plot}</figure>")
-        out.append(table(["pass", "phase", "projected", "actual", "error", "requests projected", "requests actual"], [
-            [b.get("pass"), b.get("phase", "-"), fmt_seconds(b.get("projected_seconds")),
+        out.append(table(["pass", "projected", "actual", "error", "requests projected", "requests actual"], [
+            [pass_label(b), fmt_seconds(b.get("projected_seconds")),
              fmt_seconds(b.get("actual_seconds")),
              f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-",
              fmt_count(b.get("projected_requests")), fmt_count(b.get("actual_requests"))]
-            for b in backtest], numeric_from=2))
+            for b in backtest], numeric_from=1))
     return "\n".join(out)
 
 
