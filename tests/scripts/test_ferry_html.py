@@ -17,6 +17,7 @@ import pytest
 
 import ferry_html
 import ferry_report
+import ferry_task
 from support.rundir import RunDir
 
 T0 = 1_700_000_000.0
@@ -163,7 +164,7 @@ def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
 
 
 def test_a_job_still_running_shows_from_its_progress_file(finished, history):
-    progress = finished.path / ferry_html.PROGRESS_GLOB_DIR / "verify-part-00001.json"
+    progress = finished.path / ferry_task.PROGRESS.format(step="verify", part="00001")
     progress.parent.mkdir()
     progress.write_text(json.dumps({"command": "verify", "started": T0 + 7, "updated": T0 + 9, "finished": False,
                                     "bytes": {"done": 1000, "total": None}}))

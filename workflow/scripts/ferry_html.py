@@ -26,7 +26,7 @@ import os
 import re
 import sys
 
-from ferry_task import RECORDS, records
+from ferry_task import PROGRESS, RECORDS, records
 from ferrylib import load_json
 
 # One colour per step, in the pipeline's order (ferry_task.RECORDS), so a step looks the same in
@@ -40,10 +40,11 @@ COLOURS = {
 OTHER_COLOUR = "#576574"
 # The steps of a projected final pass (ferry_history.project), in the order they happen.
 PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
-# Progress files the worker rewrites while a job runs (docs/worker.md, "Progress file"); a job
-# still running has no timing file yet, so its bar on the timeline comes from here.
-PROGRESS_GLOB_DIR = "progress"
-PROGRESS_NAME = re.compile(r"(?P<step>[a-z_]+)-part-(?P<part>[^.]+)\.json$")
+# Progress files the worker rewrites while a job runs (ferry_task.PROGRESS); a job still running
+# has no timing file yet, so its bar on the timeline comes from there.
+PROGRESS_DIR, PROGRESS_FILE = os.path.split(PROGRESS)
+PROGRESS_NAME = re.compile(re.escape(PROGRESS_FILE).replace(re.escape("{step}"), r"(?P<step>[a-z_]+)").replace(
+    re.escape("{part}"), r"(?P<part>[^/]+?)") + "$")
 
 WIDTH = 860  # every plot's drawing width, px (the page is read at about 1400 px)
 
@@ -280,7 +281,7 @@ def job_spans(report: dict, run_dir: str) -> list[dict]:
 
 def progress_docs(run_dir: str):
     """(document, step, partition) of each progress file under the run directory."""
-    where = os.path.join(run_dir, PROGRESS_GLOB_DIR)
+    where = os.path.join(run_dir, PROGRESS_DIR)
     try:
         names = sorted(os.listdir(where))
     except OSError:
