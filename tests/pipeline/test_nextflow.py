@@ -200,6 +200,9 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     rep = report(outdir, "baseline")
     assert rep["status"] == "complete" and rep["failures"] == []
     assert not (run / "report-incomplete.json").exists() and not (run / "failed").exists()
+    # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
+    runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -346,6 +346,9 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
     text = proc.stdout + proc.stderr
     assert text.count("rule copy:") == 1, "only the failed partition may be copied again"
     assert not (run / "report-incomplete.json").exists()
+    # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
+    runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]
 
 
 @pytest.mark.timeout(240)

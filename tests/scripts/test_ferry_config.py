@@ -102,6 +102,10 @@ def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
     assert args[args.index("--pass") + 1] == "3"
     history = args[args.index("--history") + 1]
     assert history.startswith("/") and history.endswith("/out/m/incremental-pass3")
+    # The projection of the final pass in an incremental pass's report verifies as the final will.
+    assert "--final-checksum" not in args and "--checksum" not in args
+    args = resolve(phase="incremental", checksum=True)["run"]["report_args"]
+    assert "--final-checksum" in args and "--checksum" not in args
 
 
 def test_cli_prints_the_resolution_or_a_named_error(tmp_path, capsys):

@@ -318,6 +318,8 @@ def report_args(cfg: dict) -> list[str]:
         "--source", redact(cfg["source"]), "--dest", redact(cfg["dest"]),
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--final-check"] if final_check(cfg) else []),
+        # Every phase's report projects the final pass, which verifies as configured.
+        *(["--final-checksum"] if cfg["checksum"] else []),
         # The run directory on disk, absolute: Nextflow builds the report on a copy of the
         # records in a work directory, and the history lives beside the real one.
         "--history", os.path.abspath(run_dir(cfg)),

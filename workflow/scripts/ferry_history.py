@@ -31,21 +31,32 @@ what they left, or `running` while their engine is still alive on this host. A r
          # copy, verify, prune, final_check: summed job seconds, and wall span first start→last end
      "partitions": int, "depth": {"mode": str|None, "final": int|None, "peak": int|None}}
 
-project(records, now=None, phase="final") -> dict: the pass `phase` started at `now` (epoch
-seconds; default the current time), from the records' measured rates and delta trend:
+project(records, now=None, phase="final", checksum=None) -> dict: the pass `phase` started at
+`now` (epoch seconds; default the current time), from the complete records' measured rates and
+delta trend (checksum: that pass verifies by MD5; default as the last final pass did):
 
-    {"phase": str, "at": ISO str, "ok": bool, "why_not": str|None,   # ok False: too few records
-     "seconds": float, "steps": {"listing", "plan", "copy", "verify", "prune", "final_check": float},
+    {"phase": str, "at": ISO str, "records": int, "passes": int (the complete ones used),
+     "ok": bool, "why_not": str|None, "line": str,        # ok False (no complete pass): no more keys
+     "checksum": bool,
+     "seconds": float,
+     "steps": {"listing", "plan", "copy", "verify", "prune", "final_check", "overhead": float},
      "delta": {"files": int, "bytes": int, "deleted": int},          # expected to copy / delete
+     "per_hour": {"files_per_hour", "bytes_per_hour", "deleted_per_hour": float},
      "requests": int, "requests_by_kind": {kind: int},
-     "rates": {...the measured rates used...},
-     "trend": [{"run_id", "pass", "phase", "started", "hours_since_previous",
-                "files", "bytes", "files_per_hour", "bytes_per_hour"}],
+     "rates": {"list_source_files_per_s", "list_dest_files_per_s", "plan_entries_per_s",
+               "copy_files_per_s", "copy_bytes_per_s", "verify_files_per_s",
+               "verify_md5_bytes_per_s", "prune_entries_per_s", "final_check_entries_per_s":
+               float|None (None: never measured), "overhead_seconds": float},
+     "trend": [{"run_id", "pass", "phase", "started", "hours_since_previous", "files", "bytes",
+                "deleted", "files_per_hour", "bytes_per_hour", "deleted_per_hour"}],
      "converging": "converging"|"steady"|"diverging"|"unknown", "why": str,
      "assumptions": [str],
      "backtest": [{"run_id", "pass", "phase", "projected_seconds", "actual_seconds",
-                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}],
-     "line": str}                                                     # the one-line summary
+                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}]}
+
+`line` is the one-line summary ("a final pass started now would take ≈ 14 min (listing 6 min +
+…), with ≈ 12,400 Blob requests; passes converging"); history_markdown(records) and
+projection_markdown(projection) are report.md's sections, as lists of lines.
 """
 
 from __future__ import annotations
@@ -243,7 +254,8 @@ def record(report: dict, marker: dict | None, run_dir_name: str, status: str, en
         "copied": {"files": _int(totals["files"].get("copied")), "bytes": _int(totals["bytes"].get("copied"))},
         "verified": {"files": sum(_int(v) for v in verify.values()), **{k: _int(v) for k, v in verify.items()}},
         "checksum": bool(report.get("checksum_verified")),
-        "failed": _int(totals["files"].get("failed")) + len(report.get("failures") or []),
+        # What the report lists as failed: files, verify differences, jobs without a result.
+        "failed": len(report.get("failures") or []),
         "retries": _int((totals.get("retries") or {}).get("total")),
         "requests": {
             "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
@@ -272,7 +284,7 @@ def last_activity(run_dir: str) -> float | None:
     return latest
 
 
-def unrecorded(root: str, marker_dir: str, marker: dict, status: str) -> dict:
+def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     """The record of a run that never reported (killed), from what it left in its directory."""
     import ferry_report  # here: ferry_report appends records through this module
 
@@ -295,7 +307,7 @@ def settle(root: str, everything: bool = False, skip: str | None = None) -> list
         if alive(marker) or not (everything or marker.get("host") == socket.gethostname()):
             continue
         try:
-            rec = unrecorded(root, marker_dir, marker, "killed")
+            rec = unrecorded(marker_dir, marker, "killed")
         except Exception as err:  # noqa: BLE001 - a broken leftover must not stop the new run
             print(f"ferry: could not record the run in {marker_dir}: {err}", file=sys.stderr)
             continue
@@ -330,7 +342,7 @@ def load(run_root: str) -> list[dict]:
         if marker["run_id"] in recorded:
             continue
         try:
-            records.append(unrecorded(run_root, marker_dir, marker, "running" if alive(marker) else "killed"))
+            records.append(unrecorded(marker_dir, marker, "running" if alive(marker) else "killed"))
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
     return sorted(records, key=lambda r: epoch(r.get("started")) or 0.0)
@@ -511,6 +523,7 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
     if len(moves) < 2:
         return "unknown", "two incremental passes are needed to see a trend"
     recent = moves[-RECENT:]
+    # The latest pass's change rate against the copy's: the present, not the mean of the past.
     copy_bph = (r.get("copy_bytes_per_s") or 0) * 3600
     copy_fph = (r.get("copy_files_per_s") or 0) * 3600
     bph = recent[-1]["bytes_per_hour"]

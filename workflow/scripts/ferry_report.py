@@ -3,7 +3,7 @@
 One command for both engines (docs/pipeline.md, "The report"):
 
     ferry_report.py build RUN_DIR --run-name N --phase P [--pass K] --source S --dest D [--checksum]
-                          [--final-check] [--history DIR] [--json FILE --md FILE | --by-status]
+                          [--final-check] [--final-checksum] [--history DIR] [--json FILE --md FILE | --by-status]
 
 (the options after RUN_DIR: ferry_config.py's run.report_args). With --history (the run
 directory as it is on disk), the run's record is appended to the migration's history and the
@@ -176,12 +176,11 @@ def depth_used(docs: list[dict]) -> dict:
     """The copies' depth (the worker's `concurrency`): its mode and the largest limit settled on
     and tried over the partitions."""
     depths = [d.get("concurrency") for d in docs if isinstance(d.get("concurrency"), dict)]
-    ints = lambda key: [int(c[key]) for c in depths if isinstance(c.get(key), (int, float))]  # noqa: E731
-    return {
-        "mode": depths[0].get("mode") if depths else None,
-        "final": max(ints("final"), default=None),
-        "peak": max(ints("peak"), default=None),
-    }
+
+    def largest(key):
+        return max((int(c[key]) for c in depths if isinstance(c.get(key), (int, float))), default=None)
+
+    return {"mode": depths[0].get("mode") if depths else None, "final": largest("final"), "peak": largest("peak")}
 
 
 def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
@@ -273,7 +272,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
 
     per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
-    spans: dict[str, list[float]] = {}
+    spans: dict[str, tuple[float, float]] = {}
     for key, job in bench.items():
         rule = key.split("/", 1)[0]
         stats = per_step[rule]
@@ -553,6 +552,11 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
     directory this machine does not see) costs the report nothing but these sections."""
     if not args.history:
         return
+    if not os.path.isdir(args.history):
+        # The report runs where the run directory is not (an Azure Batch node): a history made
+        # here would be lost with the node.
+        print(f"ferry: no history: the run directory {args.history} is not on this machine", file=sys.stderr)
+        return
     try:
         ferry_history.record_run(args.history, report, ended_in_error=ended_in_error, pass_=args.pass_)
         records = ferry_history.load(ferry_history.run_root(args.history))
@@ -560,7 +564,7 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
         print(f"ferry: no history: {err}", file=sys.stderr)
         return
     report["history"] = records
-    report["projection"] = ferry_history.project(records, checksum=args.checksum if args.phase == "final" else None)
+    report["projection"] = ferry_history.project(records, checksum=args.checksum or args.final_checksum)
 
 
 def discard_incomplete(run_dir: str) -> None:
@@ -584,6 +588,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
     b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
     b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
+    b.add_argument("--final-checksum", action="store_true",
+                   help="the final pass verifies by MD5 (config checksum): the projection's assumption")
     b.add_argument("--history", metavar="DIR",
                    help="the run directory on disk (absolute): the run's record goes to its run root's history")
     b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")

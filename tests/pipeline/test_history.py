@@ -1,0 +1,176 @@
+"""The migration's history (workflow/scripts/ferry_history.py) as both engines write it: a baseline
+and an incremental pass of a small local tree append one record each to <outdir>/<run_name>/
+history.jsonl, read back with what the passes planned and copied; the report carries the history
+and the projection; and a run killed mid-copy (SIGKILL of the engine's process group, no report),
+Snakemake's or Nextflow's, is recorded as `killed` by the run after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support.ferry import ferry_env
+from support.nextflow import NEXTFLOW, nextflow, params_for
+from support.pipeline import REPO, base_config, migration_tree, modify_tree, pipeline, report
+
+HISTORY_SCRIPT = REPO / "workflow" / "scripts" / "ferry_history.py"
+
+
+def history(outdir: Path, run_name: str = "t") -> list[dict]:
+    """The records as written, line by line (not through the loader)."""
+    lines = (outdir / run_name / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def project(outdir: Path, run_name: str = "t") -> dict:
+    proc = subprocess.run([sys.executable, str(HISTORY_SCRIPT), "project", str(outdir / run_name), "--json"],
+                          capture_output=True, text=True, check=True, env=ferry_env())
+    return json.loads(proc.stdout)
+
+
+def check_two_passes(outdir: Path, engine: str, added: set, changed: set, deleted: set, content: dict) -> None:
+    baseline, incremental = history(outdir)
+    assert [(r["phase"], r["pass"], r["status"], r["engine"]) for r in (baseline, incremental)] == [
+        ("baseline", 1, "complete", engine), ("incremental", 1, "complete", engine)]
+    assert baseline["copied"]["files"] == baseline["planned"]["files"] == baseline["source"]["files"]
+    assert incremental["planned"]["new"] == len(added)
+    # A changed file the listings cannot judge is the copy's to decide (undecided).
+    assert incremental["planned"]["changed"] + incremental["planned"]["undecided"] == len(changed)
+    assert incremental["planned"]["files"] == len(added) + len(changed)
+    assert incremental["planned"]["deleted"] == len(deleted)
+    assert incremental["copied"]["files"] == len(added) + len(changed)
+    assert incremental["source"]["files"] == len(content) + 1  # the symlink too
+    assert incremental["verified"]["same"] == len(added) + len(changed)
+    assert incremental["failed"] == 0 and incremental["partitions"] >= 1
+    for rec in (baseline, incremental):
+        assert rec["started"] <= rec["ended"] and rec["wall_seconds"] > 0
+        assert {"list_source", "plan", "copy", "verify"} <= set(rec["steps"])
+        assert set(rec["requests"]["total"]) >= {"puts", "list_pages", "gets"}
+    assert "list_dest" in incremental["steps"] and incremental["run_id"] != baseline["run_id"]
+    # The report carries the history and the projection; the loader reads the same records back.
+    rep = report(outdir, "incremental")
+    assert [r["run_id"] for r in rep["history"]] == [baseline["run_id"], incremental["run_id"]]
+    proj = rep["projection"]
+    assert proj["ok"] and proj["passes"] == 2 and len(proj["backtest"]) == 1
+    md = (outdir / "t" / "incremental" / "report.md").read_text()
+    assert "## Projection of the final pass" in md and "## History of the migration" in md
+    on_demand = project(outdir)
+    assert on_demand["ok"] and on_demand["line"].startswith("a final pass started now would take ≈")
+    assert on_demand["backtest"] == proj["backtest"]
+
+
+@pytest.mark.timeout(240)
+def test_snakemake_appends_a_record_per_phase_run(tmp_path, ferry_bin):
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    content = migration_tree(src, files=30, big=2)
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
+    added, changed, deleted = modify_tree(src, content)
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"))
+    check_two_passes(outdir, "snakemake", added, changed, deleted, content)
+    # A dry run starts no run of the phase: no marker, no record.
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=2", extra_args=("--dry-run",))
+    assert len(history(outdir)) == 2 and not (outdir / "t" / "incremental-pass2").exists()
+
+
+@pytest.mark.timeout(300)
+def test_nextflow_appends_a_record_per_phase_run(tmp_path, ferry_bin):
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    content = migration_tree(src, files=30, big=2)
+    nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, "baseline"))
+    added, changed, deleted = modify_tree(src, content)
+    # -resume: the report is never taken from the cache, the new run is recorded.
+    nextflow(tmp_path / "launch", "-resume", params=params_for(ferry_bin, outdir, src, dest, "incremental"))
+    check_two_passes(outdir, "nextflow", added, changed, deleted, content)
+
+
+def ferry_copies(pgid: int) -> list[int]:
+    """`ferry copy` processes of a process group (the pipeline's copy jobs)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            if os.getpgid(int(entry)) == pgid and os.path.basename(argv[0]) == b"ferry" and argv[1:2] == [b"copy"]:
+                found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    migration_tree(src, files=20, big=2)
+    # About 4 MiB at 1 MiB/s: the copy is still going when the kill lands.
+    cfg = [*base_config(ferry_bin, outdir, src, dest, "baseline"),
+           "copy={block_size: 1MiB, concurrency: 2, parallel_files: 2, max_bandwidth: 1MiB/s}"]
+    # Killed mid-run, Snakemake leaves its lock and incomplete markers: the next run is told, as
+    # after a crash.
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--nolock", "--config", *cfg]
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not ferry_copies(proc.pid):
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()
+        assert time.monotonic() < deadline, "no copy job started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    run = outdir / "t" / "baseline"
+    marker = json.loads((run / "run_started.json").read_text())
+    assert marker["engine"] == "snakemake" and marker["pid"] == proc.pid
+    assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
+
+    pipeline(*cfg, extra_args=("--nolock", "--rerun-incomplete"))
+    killed, done = history(outdir)
+    assert (killed["run_id"], killed["status"], killed["engine"]) == (marker["run_id"], "killed", "snakemake")
+    assert killed["started"] == marker["started"] and killed["wall_seconds"] > 0
+    assert "list_source" in killed["steps"] and "copy" not in killed["steps"], "killed mid-copy"
+    assert (done["status"], done["phase"]) == ("complete", "baseline") and done["run_id"] != killed["run_id"]
+    assert done["copied"]["files"] > 0
+    # A killed run is no measure of a pass: the projection stands on the complete one.
+    rep = report(outdir, "baseline")
+    assert [r["status"] for r in rep["history"]] == ["killed", "complete"]
+    assert rep["projection"]["passes"] == 1 and rep["projection"]["records"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
+    src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
+    migration_tree(src, files=20, big=2)
+    params = params_for(ferry_bin, outdir, src, dest, "baseline",
+                        copy={"block_size": "1MiB", "concurrency": 2, "parallel_files": 2, "max_bandwidth": "1MiB/s"})
+    launch.mkdir()
+    (launch / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
+    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "test", "-w", str(launch / "work"), "-ansi-log", "false",
+           "-params-file", str(launch / "params.yaml")]
+    with open(tmp_path / "killed.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=launch, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not ferry_copies(proc.pid):
+        assert proc.poll() is None, (tmp_path / "killed.log").read_text()
+        assert time.monotonic() < deadline, "no copy task started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    marker = json.loads((outdir / "t" / "baseline" / "run_started.json").read_text())
+    assert marker["engine"] == "nextflow"
+    assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
+
+    nextflow(launch, "-resume", params=params)
+    killed, done = history(outdir)
+    assert (killed["run_id"], killed["status"], killed["engine"]) == (marker["run_id"], "killed", "nextflow")
+    assert (done["status"], done["engine"]) == ("complete", "nextflow") and done["run_id"] != killed["run_id"]
