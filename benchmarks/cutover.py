@@ -25,7 +25,6 @@ Scratch: benchmarks/.data/cutover/ (git-ignored), removed at the start of each r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil

@@ -155,7 +155,7 @@ def test_time_per_step_stacks_each_pass(finished, history):
 
 def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
     spans = ferry_html.job_spans(ferry_report.build(str(finished.path), "r1", "final", "/s", "/d", True),
-                                 str(finished.path))
+                                 str(finished.path), ferry_html.timings(str(finished.path)))
     copy1 = next(s for s in spans if (s["step"], s["part"]) == ("copy", "00001"))
     assert (copy1["start"], copy1["end"], copy1["bytes"]) == (T0 + 3, T0 + 7, 4_000_000)
     timeline = plots(page_of(finished))["timeline"]

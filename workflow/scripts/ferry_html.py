@@ -252,13 +252,17 @@ def bench_key(path: str) -> str:
     return path.split("/", 1)[1][: -len(".tsv")]
 
 
-def job_spans(report: dict, run_dir: str) -> list[dict]:
+def timings(run_dir: str) -> dict[str, dict]:
+    """Every job's timing file, read as the report reads them (start, seconds)."""
+    import ferry_report  # noqa: PLC0415 - ferry_report imports this module; the reading is its
+
+    return ferry_report.benchmarks(run_dir)
+
+
+def job_spans(report: dict, run_dir: str, bench: dict[str, dict]) -> list[dict]:
     """Every copy and verify job of the phase: partition, step, start, end, bytes, running?
     From each job's timing file (its end is the file's time) and its bytes from the report (the
     worker's JSON); a job still running has only its progress file, read up to its last update."""
-    import ferry_report  # noqa: PLC0415 - ferry_report imports this module; the reading is its
-
-    bench = ferry_report.benchmarks(run_dir)
     spans = []
     for step, rows, bytes_key in (("copy", report.get("partitions", []), "bytes_copied"),
                                   ("verify", report.get("verify_partitions", []), "bytes")):
@@ -293,12 +297,9 @@ def progress_docs(run_dir: str):
             yield doc, match.group("step"), match.group("part")
 
 
-def other_jobs(run_dir: str) -> list[dict]:
+def other_jobs(bench: dict[str, dict]) -> list[dict]:
     """The phase's single jobs (listings, plan, prune, final check) as spans, for the timeline's
     top lanes: where the time before and after the copies went."""
-    import ferry_report  # noqa: PLC0415
-
-    bench = ferry_report.benchmarks(run_dir)
     spans = []
     for step in RECORDS:
         rec = RECORDS[step]
@@ -537,8 +538,9 @@ def totals_section(report: dict) -> str:
 
 
 def timeline_section(report: dict, run_dir: str | None) -> str:
-    spans = job_spans(report, run_dir) if run_dir else []
-    singles = other_jobs(run_dir) if run_dir else []
+    bench = timings(run_dir) if run_dir else {}
+    spans = job_spans(report, run_dir, bench) if run_dir else []
+    singles = other_jobs(bench)
     if not spans and not singles:
         return '<p class="note">No job timings in the run directory: no timeline.</p>'
     out = [f"<figure>{timeline(spans, singles)}<figcaption>Each job from its start to its end (copy above, verify "
