@@ -262,6 +262,17 @@ def test_a_running_engine_is_not_taken_for_killed(tmp_path):
     assert ferry_history.settle(str(tmp_path / "m")) == []
 
 
+def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
+    root = tmp_path / "m"
+    marker = ferry_history.start(str(root / "baseline"), "snakemake", REPORT_ARGS, now=T0)
+    marker["host"] = "elsewhere"  # its process cannot be seen from here
+    (root / "baseline" / ferry_task.RUN_STARTED).write_text(json.dumps(marker))
+    assert [r["status"] for r in ferry_history.load(str(root))] == ["running"]
+    assert ferry_history.settle(str(root)) == []
+    ferry_history.start(str(root / "incremental"), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0 + HOUR)
+    assert [(r["run_dir"], r["status"]) for r in ferry_history.read(str(root))] == [("baseline", "killed")]
+
+
 def test_onerror_without_a_started_run_records_nothing(tmp_path):
     run_dir = tmp_path / "m" / "baseline"
     run_dir.mkdir(parents=True)

@@ -10,7 +10,8 @@ records, oldest first. The two functions other code calls return plain dicts and
 
 load(run_root) -> list[record], ordered by `started`; runs that started and never recorded
 their end (killed: the engine got SIGKILL, no report ran) appear as `killed` records built from
-what they left, or `running` while their engine is still alive on this host. A record:
+what they left, or `running` while their engine is alive on this host (from another host: until
+a later run starts). A record:
 
     {"version": 1, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
      "pass": int, "run_dir": str (the phase directory's name under the run root),
@@ -123,6 +124,22 @@ def alive(marker: dict) -> bool:
     return start is not None and start == marker.get("pid_start", start)
 
 
+def gone(marker: dict, starts: list[float]) -> bool:
+    """Has the marker's run ended (without a record)? On its own host, when its engine process
+    is gone; from another host, once a later run of the migration started (passes follow one
+    another), since its process cannot be seen from here."""
+    if marker.get("host") == socket.gethostname() and isinstance(marker.get("pid"), int):
+        return not alive(marker)
+    began = epoch(marker.get("started")) or 0.0
+    return any(s > began for s in starts)
+
+
+def starts(root: str) -> list[float]:
+    """When each run of the migration began, recorded or not."""
+    found = [epoch(r.get("started")) for r in read(root)] + [epoch(m.get("started")) for _, m in markers(root)]
+    return [s for s in found if s is not None]
+
+
 def start(run_dir: str, engine: str, report_args: list[str], pid: int | None = None,
           now: float | None = None) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
@@ -131,7 +148,7 @@ def start(run_dir: str, engine: str, report_args: list[str], pid: int | None = N
     (a re-run redoes some steps only, and Nextflow's steps run away from the run directory)."""
     now = time.time() if now is None else now
     pid = os.getpid() if pid is None else pid
-    settle(run_root(run_dir), everything=True, skip=None)
+    settle(run_root(run_dir), starting=now)
     os.makedirs(run_dir, exist_ok=True)
     marker = {
         "run_id": f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
@@ -295,16 +312,15 @@ def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     return record(report, marker, os.path.basename(marker_dir), status, ended, args.pass_)
 
 
-def settle(root: str, everything: bool = False, skip: str | None = None) -> list[dict]:
-    """Record as killed each run whose marker has no record and whose engine is gone: its engine
-    process is not alive on this host, or (everything: a new run starts, so any older one is
-    over) it ran elsewhere. skip: the run_id being recorded now. Returns the records added."""
+def settle(root: str, starting: float | None = None, skip: str | None = None) -> list[dict]:
+    """Record as killed each run that left a marker and no record and is gone (gone()).
+    starting: a run begins now (the start hook), later than any. skip: the run_id being recorded
+    now. Returns the records added."""
     recorded = {r.get("run_id") for r in read(root)}
+    began = starts(root) + ([starting] if starting is not None else [])
     added = []
     for marker_dir, marker in markers(root):
-        if marker["run_id"] in recorded or marker["run_id"] == skip:
-            continue
-        if alive(marker) or not (everything or marker.get("host") == socket.gethostname()):
+        if marker["run_id"] in recorded or marker["run_id"] == skip or not gone(marker, began):
             continue
         try:
             rec = unrecorded(marker_dir, marker, "killed")
@@ -338,11 +354,12 @@ def load(run_root: str) -> list[dict]:
     made (not written) for each run that left a marker and no record."""
     records = read(run_root)
     recorded = {r.get("run_id") for r in records}
+    began = starts(run_root)
     for marker_dir, marker in markers(run_root):
         if marker["run_id"] in recorded:
             continue
         try:
-            records.append(unrecorded(marker_dir, marker, "running" if alive(marker) else "killed"))
+            records.append(unrecorded(marker_dir, marker, "killed" if gone(marker, began) else "running"))
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
     return sorted(records, key=lambda r: epoch(r.get("started")) or 0.0)
