@@ -3,7 +3,8 @@
 # Azurite container with the Snakemake pipeline in its three phases (baseline; incremental after
 # the source changed; final with checksums and the deletion of what the source lost), then
 # download the container again and compare it with the source.
-# Output stays in .ferry-demo/ (sample tree, pipeline reports, downloaded copy, Azurite log).
+# Output stays in .ferry-demo/ (sample tree, pipeline reports, downloaded copy, Azurite log); it
+# ends with where the HTML report is and the history's projection of a final pass started now.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -120,6 +121,11 @@ echo "  identical: $(find "$demo/roundtrip" -type f | wc -l) files"
 
 say "results"
 echo "  sample tree (the source):  $src"
-echo "  reports, one per phase:    $results/demo/{baseline,incremental,final}/report.md (and report.json)"
+echo "  reports, one per phase:    $results/demo/{baseline,incremental,final}/report.md (and report.json, report.html)"
 echo "  the destination, downloaded again: $demo/roundtrip"
 echo "  Azurite log:               $demo/azurite.log (Azurite is stopped and its data removed on exit)"
+
+# What a reader opens first, and what the history says a final pass would take if started now.
+say "the report as one page, and the projection"
+echo "  HTML report (open it in a browser): $results/demo/final/report.html"
+echo "  projection: $("$python" workflow/scripts/ferry_history.py project "$results/demo")"

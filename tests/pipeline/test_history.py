@@ -62,6 +62,10 @@ def check_two_passes(outdir: Path, engine: str, added: set, changed: set, delete
     assert proj["ok"] and proj["passes"] == 2 and len(proj["backtest"]) == 1
     md = (outdir / "t" / "incremental" / "report.md").read_text()
     assert "## Projection of the final pass" in md and "## History of the migration" in md
+    # report.html (ferry_html.py) shows the same history and projection, whichever engine ran.
+    page = (outdir / "t" / "incremental" / "report.html").read_text(encoding="utf-8")
+    assert "<td>baseline</td>" in page and "<td>incremental 1</td>" in page
+    assert 'id="projection-line">A final pass started now would take ≈' in page
     on_demand = project(outdir)
     assert on_demand["ok"] and on_demand["line"].startswith("a final pass started now would take ≈")
     assert on_demand["backtest"] == proj["backtest"]

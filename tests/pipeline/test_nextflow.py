@@ -123,7 +123,7 @@ def test_local_baseline_copies_everything(local_runs):
     run = run_dir(outdir, "baseline")
     for kept in ("listing/source.tsv", "plan/plan.json", "plan/copy/part-00000.tsv", "copy/part-00000.json",
                  "verify/part-00002.json", "logs/copy/part-00001.log", "benchmarks/plan.tsv", "report.md",
-                 "pipeline_info/timeline.html", "pipeline_info/report.html"):
+                 "report.html", "pipeline_info/timeline.html", "pipeline_info/report.html"):
         assert (run / kept).is_file(), f"{kept} missing from the run directory"
     assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()} == {
         "list_source": 1, "make_dest": 1, "plan": 1, "copy": 3, "verify": 3}

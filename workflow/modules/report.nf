@@ -1,6 +1,6 @@
 // The run report, by the same command as the Snakemake pipeline's (workflow/scripts/ferry_report.py),
 // over the records every step left (failed steps' too): always made, also after failures.
-// report.{json,md} when the phase is complete, report-incomplete.{json,md} otherwise.
+// report.{json,md,html} when the phase is complete, report-incomplete.{json,md,html} otherwise.
 
 process REPORT {
     label 'ferry'
@@ -16,6 +16,7 @@ process REPORT {
     output:
     path 'run/report*.json', emit: json
     path 'run/report*.md', emit: md
+    path 'run/report*.html', emit: html      // beside the .md, by the same command (ferry_html.py)
     // Files, not directories: publishing a directory would replace the run's one (plan/ is PLAN's).
     path 'run/{copy,verify,prune,failed,logs,benchmarks}/**', emit: records, optional: true
 

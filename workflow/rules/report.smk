@@ -9,6 +9,8 @@ rule report:
     output:
         json=f"{RUN}/report.json",
         md=f"{RUN}/report.md",
+        # Written beside report.md by the same command (workflow/scripts/ferry_html.py).
+        html=f"{RUN}/report.html",
     log:
         f"{RUN}/logs/report.log",
     conda:

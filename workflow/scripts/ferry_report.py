@@ -32,6 +32,7 @@ import time
 from collections import Counter, defaultdict
 
 import ferry_history
+import ferry_html
 from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
 from ferrylib import load_json, write_json
 
@@ -41,6 +42,7 @@ STEP_ORDER = list(RECORDS)
 REQUEST_KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
 INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
+INCOMPLETE_HTML = "report-incomplete.html"  # beside the .md, as report.html is beside report.md
 
 
 def read_benchmark(path: str) -> dict | None:
@@ -519,12 +521,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(report: dict, json_path: str, md_path: str) -> None:
+def write(report: dict, json_path: str, md_path: str, run_dir: str | None = None) -> None:
     write_json(json_path, report)
     tmp = f"{md_path}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(markdown(report))
     os.replace(tmp, md_path)
+    # The page people open: report.html beside report.md (ferry_html.py).
+    ferry_html.write(report, os.path.splitext(md_path)[0] + ".html", run_dir or os.path.dirname(md_path))
 
 
 def write_incomplete(run_dir: str, report_args: list[str]) -> None:
@@ -536,7 +540,7 @@ def write_incomplete(run_dir: str, report_args: list[str]) -> None:
         report = build(run_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
         report["checksum_verified"] = args.checksum
         add_history(report, args, ended_in_error=True)
-        write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE))
+        write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE), run_dir)
         print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
         print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
@@ -565,7 +569,7 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
 
 def discard_incomplete(run_dir: str) -> None:
     """onsuccess hook: a partial report from an earlier failed attempt is now misleading."""
-    for name in INCOMPLETE:
+    for name in (*INCOMPLETE, INCOMPLETE_HTML):
         try:
             os.remove(os.path.join(run_dir, name))
         except FileNotFoundError:
@@ -602,7 +606,8 @@ def main(argv=None) -> int:
     report["checksum_verified"] = args.checksum
     add_history(report, args)
     names = INCOMPLETE if args.by_status and report["status"] != "complete" else ("report.json", "report.md")
-    write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]))
+    write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]),
+          args.run_dir)
     print(f"ferry: report {report['status']}, {len(report['failures'])} failures", file=sys.stderr)
     return 0
 

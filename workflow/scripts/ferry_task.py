@@ -54,6 +54,9 @@ RECORDS = {
 PLAN_DIR = "plan"
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
 DELETED_LOG = "prune/deleted.txt"
+# Where a copy or verify job's progress file goes (the worker's --progress-file, rewritten while
+# the job runs): a job still running shows from it on report.html's timeline.
+PROGRESS = "progress/{step}-part-{part}.json"
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
 # listing step writes one.
 LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": "listing/dest-summary.json"}
