@@ -69,7 +69,7 @@ def test_old_key_names_still_work_with_a_warning_each():
     assert "config field 'worker.block_size'" not in " ".join(res["warnings"])
     assert any(w.startswith("config field 'worker' is now 'copy'") for w in res["warnings"])
     assert res["steps"]["copy"]["env"] == {"FERRY_AUTH": "key"}
-    assert res["steps"]["list_source"]["argv"][-2:] == ["--include", "*.txt"]
+    assert res["steps"]["list_source"]["argv"][-4:-2] == ["--include", "*.txt"]
 
 
 @pytest.mark.parametrize(("params", "field"), [

@@ -421,11 +421,18 @@ def trend(passes: list[dict]) -> list[dict]:
     return out
 
 
+def verified_most(rec: dict) -> bool:
+    return _int((rec.get("verified") or {}).get("files")) * 2 >= files_of(rec, "source") > 0
+
+
 def rates(passes: list[dict]) -> dict:
     """The measured rates, over the latest passes that ran each step (None: never measured)."""
     recent = passes[-RECENT:]
     with_copies = [r for r in passes if (r.get("copied") or {}).get("files")][-RECENT:]
-    size_verifies = [r for r in passes if not r.get("checksum")][-RECENT:]
+    # A verify's time is mostly its jobs' start-up when it checks a few files (an incremental's
+    # delta): only passes that verified most of the tree (a baseline, a final) measure the rate
+    # a final pass's whole-tree verify runs at.
+    size_verifies = [r for r in passes if not r.get("checksum") and verified_most(r)][-RECENT:]
     md5_verifies = [r for r in passes if r.get("checksum")][-RECENT:]
     return {
         "list_source_files_per_s": pooled(recent, lambda r: files_of(r, "source"), lambda r: span(r, "list_source")),
@@ -489,6 +496,10 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     final = phase == "final"
     verified = source if final else delta_files
     verify = seconds_for(verified, r["verify_files_per_s"])
+    if verified and not r["verify_files_per_s"]:
+        # A verify by size reads what a listing of both sides reads.
+        verify = listing
+        assumptions.append("verifying takes as long as listing both sides (no verify of most of the tree measured)")
     if final and checksum:
         md5_rate = r["verify_md5_bytes_per_s"] or r["copy_bytes_per_s"]
         verify = max(verify, seconds_for(_int((last.get("source") or {}).get("bytes")), md5_rate))

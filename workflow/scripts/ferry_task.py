@@ -54,9 +54,6 @@ RECORDS = {
 PLAN_DIR = "plan"
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
 DELETED_LOG = "prune/deleted.txt"
-# Where a copy or verify job's progress file goes (the worker's --progress-file, rewritten while
-# the job runs): a job still running shows from it on report.html's timeline.
-PROGRESS = "progress/{step}-part-{part}.json"
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
 # listing step writes one.
 LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": "listing/dest-summary.json"}
@@ -64,7 +61,8 @@ LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": 
 # in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
 # in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
 RUN_STARTED = "run_started.json"
-# What a copy or verify job rewrites every few seconds while it runs (`ferry status` reads it).
+# What a copy or verify job rewrites every few seconds while it runs (the worker's
+# --progress-file): `ferry status` reads it, and report.html's timeline shows a running job from it.
 PROGRESS = "progress/{step}-part-{part}.json"
 HISTORY = "history.jsonl"
 BENCH_HEADER = "s\tcpu_time\tmax_rss\n"
