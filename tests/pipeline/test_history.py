@@ -2,7 +2,8 @@
 and an incremental pass of a small local tree append one record each to <outdir>/<run_name>/
 history.jsonl, read back with what the passes planned and copied; the report carries the history
 and the projection; and a run killed mid-copy (SIGKILL of the engine's process group, no report),
-Snakemake's or Nextflow's, is recorded as `killed` by the run after it."""
+Snakemake's or Nextflow's, is recorded as `killed` by the run after it. `ferry status` reads the
+same runs: running while the copy goes, stopped once killed, complete after the next run."""
 
 from __future__ import annotations
 
@@ -95,6 +96,50 @@ def test_nextflow_appends_a_record_per_phase_run(tmp_path, ferry_bin):
     check_two_passes(outdir, "nextflow", added, changed, deleted, content)
 
 
+def copy_source(src: Path) -> None:
+    """A tree that takes a throttled copy several seconds, many files completing along the way
+    (a job's progress counts the bytes of files done)."""
+    migration_tree(src, files=20, big=2)
+    for i in range(60):
+        (src / "bulk").mkdir(exist_ok=True)
+        (src / "bulk" / f"f{i:02}.bin").write_bytes(os.urandom(64 << 10))
+
+
+def status(ferry_bin, run: Path) -> dict:
+    proc = subprocess.run([str(ferry_bin), "status", str(run), "--json"], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def status_while_copying(ferry_bin, run: Path) -> dict:
+    """`ferry status` once a copy job's progress file shows bytes moving (the jobs rewrite theirs
+    every two seconds)."""
+    deadline = time.monotonic() + 30
+    while True:
+        st = status(ferry_bin, run)
+        if st["state"] == "running" and st["bytes"]["done"] > 0:
+            return st
+        assert time.monotonic() < deadline, st
+        time.sleep(0.3)
+
+
+def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
+    st = status_while_copying(ferry_bin, run)
+    assert st["copy"]["running"] >= 1, st["copy"]
+    assert st["bytes_per_second"] > 0 and st["eta_seconds"] > 0
+    assert 0 < st["bytes"]["done"] < st["bytes"]["planned"]
+    assert st["slowest_running"] in {p["id"] for p in st["partitions"]["copy"]}
+    kill()
+    deadline = time.monotonic() + 10  # the killed jobs' processes gone from this machine
+    while (st := status(ferry_bin, run))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert st["state"] == "stopped" and st["copy"]["running"] == 0, st
+    tally = st["copy"]
+    assert tally["stopped"] >= 1 and tally["done"] + tally["stopped"] + tally["pending"] == tally["planned"], tally
+    assert st["eta_seconds"] is None
+    text = subprocess.run([str(ferry_bin), "status", str(run)], capture_output=True, text=True, check=True).stdout
+    assert text.startswith(f"ferry status {run}: stopped") and "copy partitions:" in text
+
+
 def ferry_copies(pgid: int) -> list[int]:
     """`ferry copy` processes of a process group (the pipeline's copy jobs)."""
     found = []
@@ -113,8 +158,8 @@ def ferry_copies(pgid: int) -> list[int]:
 @pytest.mark.timeout(300)
 def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
-    migration_tree(src, files=20, big=2)
-    # About 4 MiB at 1 MiB/s: the copy is still going when the kill lands.
+    copy_source(src)
+    # About 8 MiB at 1 MiB/s: the copy is still going when the kill lands.
     cfg = [*base_config(ferry_bin, outdir, src, dest, "baseline"),
            "copy={block_size: 1MiB, concurrency: 2, parallel_files: 2, max_bandwidth: 1MiB/s}"]
     # Killed mid-run, Snakemake leaves its lock and incomplete markers: the next run is told, as
@@ -128,10 +173,8 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
         assert proc.poll() is None, (tmp_path / "killed.log").read_text()
         assert time.monotonic() < deadline, "no copy job started"
         time.sleep(0.05)
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
     run = outdir / "t" / "baseline"
+    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
     marker = json.loads((run / "run_started.json").read_text())
     assert marker["engine"] == "snakemake" and marker["pid"] == proc.pid
     assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
@@ -147,12 +190,13 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     rep = report(outdir, "baseline")
     assert [r["status"] for r in rep["history"]] == ["killed", "complete"]
     assert rep["projection"]["passes"] == 1 and rep["projection"]["records"] == 2
+    assert status(ferry_bin, run)["state"] == "complete"
 
 
 @pytest.mark.timeout(300)
 def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
     src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
-    migration_tree(src, files=20, big=2)
+    copy_source(src)
     params = params_for(ferry_bin, outdir, src, dest, "baseline",
                         copy={"block_size": "1MiB", "concurrency": 2, "parallel_files": 2, "max_bandwidth": "1MiB/s"})
     launch.mkdir()
@@ -167,10 +211,9 @@ def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_pa
         assert proc.poll() is None, (tmp_path / "killed.log").read_text()
         assert time.monotonic() < deadline, "no copy task started"
         time.sleep(0.05)
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    marker = json.loads((outdir / "t" / "baseline" / "run_started.json").read_text())
+    run = outdir / "t" / "baseline"
+    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
+    marker = json.loads((run / "run_started.json").read_text())
     assert marker["engine"] == "nextflow"
     assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
 

@@ -183,6 +183,9 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
     if "run_dir" in values:
         values["progress"] = os.path.join(values["run_dir"], PROGRESS.format(step=step, part=part))
+    for side_file in ("summary", "progress"):
+        if side_file in values:
+            os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT

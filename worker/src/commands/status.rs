@@ -65,7 +65,10 @@ fn num(v: &Value, path: &[&str]) -> f64 {
 /// waiting for its file to go stale.
 fn gone_here(progress: &Value) -> bool {
     let (Some(host), Some(pid)) = (progress["host"].as_str(), progress["pid"].as_u64()) else { return false };
-    host == crate::progress::hostname() && !Path::new(&format!("/proc/{pid}")).exists()
+    // A killed process may linger a moment as a zombie, state Z, until it is reaped.
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')));
+    host == crate::progress::hostname() && !alive
 }
 
 /// One partition of a step: where it stands and how much of it is done.
