@@ -25,6 +25,7 @@ import pytest
 
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
 from support.ferry import REPO_ROOT, ferry_env
+from support.interrupt import ferry_processes
 from support.proxy import FaultProxy
 
 KiB = 1024
@@ -214,20 +215,6 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
         tcp.delete()
 
 
-def ferry_children(pgid: int) -> list[int]:
-    """ferry processes in a process group (the pipeline's copy jobs)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry)) == pgid and os.path.basename(os.readlink(f"/proc/{entry}/exe")) == "ferry":
-                found.append(int(entry))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.timeout(600)
 def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, faults):
     """The Snakemake pipeline (local profile): each kill takes either the whole process group
@@ -282,7 +269,7 @@ def kill_pipeline(proc: subprocess.Popen, rng) -> bool:
         landed = False
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and proc.poll() is None:
-            children = ferry_children(pgid)
+            children = ferry_processes(pgid)
             copying = [c for c in children if b"copy" in Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")[1:2]]
             if copying:
                 time.sleep(rng.uniform(0.05, 0.5))

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from support.ferry import ferry_env
+from support.interrupt import ferry_processes
 from support.nextflow import NEXTFLOW, nextflow, params_for
 from support.pipeline import REPO, base_config, migration_tree, modify_tree, pipeline, report
 
@@ -140,19 +141,19 @@ def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
     assert text.startswith(f"ferry status {run}: stopped") and "copy partitions:" in text
 
 
-def ferry_copies(pgid: int) -> list[int]:
-    """`ferry copy` processes of a process group (the pipeline's copy jobs)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            if os.getpgid(int(entry)) == pgid and os.path.basename(argv[0]) == b"ferry" and argv[1:2] == [b"copy"]:
-                found.append(int(entry))
-        except (OSError, IndexError):
-            continue
-    return found
+def kill_mid_copy(cmd: list, cwd: Path, log_path: Path, ferry_bin, run: Path) -> int:
+    """Start an engine in its own process group, check `ferry status` while a copy job runs,
+    SIGKILL the whole group, check the status again; the engine's pid."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not ferry_processes(proc.pid, "copy"):
+        assert proc.poll() is None, log_path.read_text()
+        assert time.monotonic() < deadline, "no copy job started"
+        time.sleep(0.05)
+    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
+    return proc.pid
 
 
 @pytest.mark.timeout(300)
@@ -165,18 +166,10 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     # Killed mid-run, Snakemake leaves its lock and incomplete markers: the next run is told, as
     # after a crash.
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--nolock", "--config", *cfg]
-    with open(tmp_path / "killed.log", "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not ferry_copies(proc.pid):
-        assert proc.poll() is None, (tmp_path / "killed.log").read_text()
-        assert time.monotonic() < deadline, "no copy job started"
-        time.sleep(0.05)
     run = outdir / "t" / "baseline"
-    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
+    pid = kill_mid_copy(cmd, REPO, tmp_path / "killed.log", ferry_bin, run)
     marker = json.loads((run / "run_started.json").read_text())
-    assert marker["engine"] == "snakemake" and marker["pid"] == proc.pid
+    assert marker["engine"] == "snakemake" and marker["pid"] == pid
     assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"
 
     pipeline(*cfg, extra_args=("--nolock", "--rerun-incomplete"))
@@ -203,16 +196,8 @@ def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_pa
     (launch / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
     cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "test", "-w", str(launch / "work"), "-ansi-log", "false",
            "-params-file", str(launch / "params.yaml")]
-    with open(tmp_path / "killed.log", "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=launch, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not ferry_copies(proc.pid):
-        assert proc.poll() is None, (tmp_path / "killed.log").read_text()
-        assert time.monotonic() < deadline, "no copy task started"
-        time.sleep(0.05)
     run = outdir / "t" / "baseline"
-    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
+    kill_mid_copy(cmd, launch, tmp_path / "killed.log", ferry_bin, run)
     marker = json.loads((run / "run_started.json").read_text())
     assert marker["engine"] == "nextflow"
     assert not (outdir / "t" / "history.jsonl").exists(), "a killed run writes no record itself"

@@ -1,11 +1,13 @@
 """Interrupting a running copy at the fault proxy (tests/support/proxy.py): kill it once some
-blocks are staged, or hold it while its data changes; and block ids as the Python SDK names them."""
+blocks are staged, or hold it while its data changes; block ids as the Python SDK names them; and
+the ferry processes of a pipeline's process group, to kill one."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
+import os
 
 
 def sdk_block_id(wire_id: str) -> str:
@@ -64,3 +66,21 @@ def fail_after_change(proc, proxy, hold, tmp_path, stalled_what, change) -> dict
             proc.kill()
     assert proc.returncode == 1, (tmp_path / "ferry.stderr").read_text()
     return json.loads((tmp_path / "ferry.stdout").read_text())
+
+
+def ferry_processes(pgid: int, verb: str | None = None) -> list[int]:
+    """The ferry processes of a process group (a pipeline's jobs), those running `ferry VERB` only
+    when a verb is given."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            if os.getpgid(int(entry)) != pgid or os.path.basename(os.readlink(f"/proc/{entry}/exe")) != "ferry":
+                continue
+            if verb is None or argv[1:2] == [verb.encode()]:
+                found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
