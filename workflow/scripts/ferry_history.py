@@ -71,7 +71,7 @@ import sys
 import time
 
 from ferry_task import HISTORY, RUN_STARTED
-from ferrylib import load_json, write_json
+from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
 KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
@@ -615,17 +615,6 @@ def project(records: list[dict], now: float | None = None, phase: str = "final",
 
 
 # --- words ---------------------------------------------------------------------------------------
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
 
 def duration(seconds: float | None) -> str:
     if seconds is None:

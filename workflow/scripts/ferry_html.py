@@ -27,7 +27,7 @@ import re
 import sys
 
 from ferry_task import PROGRESS, RECORDS, records
-from ferrylib import load_json
+from ferrylib import fmt_bytes, load_json
 
 # One colour per step, in the pipeline's order (ferry_task.RECORDS), so a step looks the same in
 # every plot; "list" stands for both listings and making the destination.
@@ -66,17 +66,6 @@ def fmt_seconds(s) -> str:
     if s < 3600:
         return f"{s / 60:.1f} min"
     return f"{s / 3600:.2f} h"
-
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def fmt_count(n) -> str:

@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 import ferry_history
 import ferry_html
 from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
-from ferrylib import load_json, write_json
+from ferrylib import fmt_bytes as human_bytes, load_json, write_json
 
 STEP_ORDER = list(RECORDS)
 # The kinds of Blob requests the worker counts in its --json output's `requests` (per side or
@@ -364,14 +364,7 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
 
 
 def fmt_bytes(n) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"
+    return human_bytes(n, decimals=2)
 
 
 def fmt(value) -> str:

@@ -174,3 +174,15 @@ def coerce_cli_strings(cfg: dict, schema: dict) -> None:
                 cfg[key] = int(text)
             elif "boolean" in types and text.lower() in ("true", "false"):
                 cfg[key] = text.lower() == "true"
+
+
+def fmt_bytes(n, decimals: int = 1) -> str:
+    """A byte count for people, in binary units ("-" for unknown)."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.{decimals}f} {unit}"
+        value /= 1024
+    return f"{n} B"
