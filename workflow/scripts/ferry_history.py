@@ -71,10 +71,9 @@ import sys
 import time
 
 from ferry_task import HISTORY, RUN_STARTED
-from ferrylib import fmt_bytes, load_json, write_json
+from ferrylib import REQUEST_KINDS as KINDS, fmt_bytes, load_json, write_json
 
 VERSION = 1
-KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
 STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
 # How many of the latest passes the rates and the delta trend are taken over: recent enough to
 # follow a change of load, several so one odd pass does not decide.

@@ -34,12 +34,9 @@ from collections import Counter, defaultdict
 import ferry_history
 import ferry_html
 from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
-from ferrylib import fmt_bytes as human_bytes, load_json, write_json
+from ferrylib import REQUEST_KINDS, fmt_bytes as human_bytes, load_json, write_json
 
 STEP_ORDER = list(RECORDS)
-# The kinds of Blob requests the worker counts in its --json output's `requests` (per side or
-# not); a worker that does not count them yet reads as zeros.
-REQUEST_KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "copies", "others")
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
 INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
 INCOMPLETE_HTML = "report-incomplete.html"  # beside the .md, as report.html is beside report.md
@@ -274,21 +271,21 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
     per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
     spans: dict[str, tuple[float, float]] = {}
     for key, job in bench.items():
-        rule = key.split("/", 1)[0]
-        stats = per_step[rule]
+        step = key.split("/", 1)[0]
+        stats = per_step[step]
         stats["jobs"] += 1
         stats["seconds"] += job["seconds"]
         stats["max_seconds"] = max(stats["max_seconds"], job["seconds"])
         stats["cpu_seconds"] += job["cpu_seconds"] or 0.0
         stats["max_rss_mb"] = max(stats["max_rss_mb"], job["max_rss_mb"] or 0.0)
-        first, last = spans.get(rule, (job["start"], job["start"] + job["seconds"]))
-        spans[rule] = (min(first, job["start"]), max(last, job["start"] + job["seconds"]))
-    for rule, (first, last) in spans.items():
+        first, last = spans.get(step, (job["start"], job["start"] + job["seconds"]))
+        spans[step] = (min(first, job["start"]), max(last, job["start"] + job["seconds"]))
+    for step, (first, last) in spans.items():
         # The step's wall time with its jobs side by side (first start to last end): what a
         # pass waits for, where `seconds` adds the partitions up.
-        per_step[rule]["span_seconds"] = last - first
-    ordered = {rule: per_step[rule] for rule in STEP_ORDER if rule in per_step}
-    ordered.update({rule: stats for rule, stats in per_step.items() if rule not in ordered})
+        per_step[step]["span_seconds"] = last - first
+    ordered = {step: per_step[step] for step in STEP_ORDER if step in per_step}
+    ordered.update({step: stats for step, stats in per_step.items() if step not in ordered})
     for stats in ordered.values():
         for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb", "span_seconds"):
             stats[key] = round(stats[key], 3)
@@ -454,9 +451,9 @@ def markdown(report: dict) -> str:
         "| step | jobs | wall s | longest s | CPU s | max RSS MiB |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for rule, stats in tm["per_step"].items():
+    for step, stats in tm["per_step"].items():
         lines.append(
-            f"| {rule} | {stats['jobs']} | {fmt(stats['seconds'])} | {fmt(stats['max_seconds'])} | "
+            f"| {step} | {stats['jobs']} | {fmt(stats['seconds'])} | {fmt(stats['max_seconds'])} | "
             f"{fmt(stats['cpu_seconds'])} | {fmt(stats['max_rss_mb'])} |"
         )
     lines += [
