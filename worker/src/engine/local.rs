@@ -277,24 +277,22 @@ impl Engine {
     /// Copies one file by itself, committed at once.
     fn copy_alone(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle, changed: &Changed) {
         match self.stage_one(job, id, rt, None) {
-            Ok(Step::Staged(st)) => {
-                let (_, dst) = self.stores();
-                match dst.sync() {
-                    Ok(()) => self.commit(st, job, changed),
-                    Err(e) => {
-                        st.discard();
-                        self.record(job, Err(StoreError::io(self.dst.describe(), e)));
-                    }
-                }
-            }
-            Ok(Step::Done(outcome)) => {
-                if matches!(outcome, Outcome::Copied) {
-                    changed.touch(&job.dst_path);
-                }
-                self.record(job, Ok(outcome));
-            }
+            Ok(Step::Staged(st)) => self.flush_and_commit(vec![(st, job)], changed),
+            Ok(Step::Done(outcome)) => self.done(job, outcome, changed),
             Err(e) => self.record(job, Err(e)),
         }
+    }
+
+    /// Records a file that needed no commit: skipped, its metadata set, or made at once (a
+    /// symlink, a node).
+    fn done(&self, job: &Job, outcome: Outcome, changed: &Changed) {
+        if matches!(outcome, Outcome::Copied) {
+            changed.touch(&job.dst_path);
+        }
+        if job.src.link.is_some() && matches!(outcome, Outcome::Skipped | Outcome::MetaUpdated) {
+            changed.linked.lock().unwrap().insert(job.dst_path.clone(), false);
+        }
+        self.record(job, Ok(outcome));
     }
 
     fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
@@ -349,15 +347,7 @@ impl Engine {
                                 batch_bytes += st.bytes;
                                 batch.push((st, job));
                             }
-                            Ok(Step::Done(outcome)) => {
-                                if matches!(outcome, Outcome::Copied) {
-                                    changed.touch(&job.dst_path);
-                                }
-                                if job.src.link.is_some() && matches!(outcome, Outcome::Skipped | Outcome::MetaUpdated) {
-                                    changed.linked.lock().unwrap().insert(job.dst_path.clone(), false);
-                                }
-                                self.record(job, Ok(outcome));
-                            }
+                            Ok(Step::Done(outcome)) => self.done(job, outcome, changed),
                             Err(e) => self.record(job, Err(e)),
                         }
                         drop(permit);
@@ -477,9 +467,15 @@ impl Engine {
         if batch.is_empty() {
             return;
         }
-        let (_, dst) = self.stores();
         // Committing costs round trips too (a rename each): it takes a slot like a copy.
         let _slot = self.depth.acquire_blocking();
+        self.flush_and_commit(batch, changed);
+    }
+
+    /// Flushes the filesystem (when the run is durable) and commits the staged files; when the
+    /// flush fails, none is committed.
+    fn flush_and_commit(&self, batch: Vec<(Staged, &Job)>, changed: &Changed) {
+        let (_, dst) = self.stores();
         if let Err(e) = dst.sync() {
             for (st, job) in batch {
                 st.discard();
@@ -511,7 +507,7 @@ impl Engine {
             (Some(_), Some(_), Some(_)) => job.src.clone(),
             _ => src.lstat(&job.src.path)?.and_then(|md| entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
         };
-        dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&entry, self.opts.preserve))?;
+        dst.set_meta(&job.dst_path, job.src.kind, &self.opts.preserve.keep(meta_of_entry(&entry)))?;
         // The attributes only where both listings read them and they differ: the verdict may
         // have been the mode's alone.
         match (job.src.xattrs, existing.and_then(|e| e.xattrs)) {

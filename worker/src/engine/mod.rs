@@ -192,7 +192,7 @@ impl Engine {
     /// in its way went first: `clear_way`).
     async fn one_dir(&self, job: &Job) -> Result<Outcome> {
         let verdict = self.decide(job).await?;
-        let meta = meta_of_entry(&job.src, self.opts.preserve);
+        let meta = self.opts.preserve.keep(meta_of_entry(&job.src));
         if self.dst.local().is_some() {
             // Looked at again whatever the listing said: the files just written into it moved
             // its mtime. Only what differs is set.
@@ -236,7 +236,7 @@ impl Engine {
             }
             None => {
                 let chunk = self.src.read(&job.src.path, 0, job.src.size(), None).await?;
-                let mut meta = meta_of_entry(&job.src, Preserve::ALL);
+                let mut meta = meta_of_entry(&job.src);
                 if let Some(m) = chunk.meta {
                     merge(&mut meta, m);
                 }
@@ -296,7 +296,7 @@ impl Engine {
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                self.dst.set_meta(&job.dst_path, job.src.kind, &meta_of_entry(&job.src, self.opts.preserve)).await?;
+                self.dst.set_meta(&job.dst_path, job.src.kind, &self.opts.preserve.keep(meta_of_entry(&job.src))).await?;
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
@@ -318,15 +318,10 @@ impl Engine {
     /// source says nothing of its mode gets the mode any new file gets (0666 less the umask),
     /// not the private one its temp file was made with.
     pub(super) fn kept(&self, meta: Meta) -> Meta {
-        let keep = self.opts.preserve;
-        let mode = meta.mode.filter(|_| keep.mode);
-        let local = self.dst.local_root().is_some();
-        Meta {
-            mtime: meta.mtime.filter(|_| keep.times),
-            mode: if local { Some(mode.unwrap_or(0o666 & !umask())) } else { mode },
-            uid: meta.uid.filter(|_| keep.owner),
-            gid: meta.gid.filter(|_| keep.owner),
-            md5: meta.md5,
+        let kept = self.opts.preserve.keep(meta);
+        match self.dst.local_root() {
+            Some(_) => Meta { mode: Some(kept.mode.unwrap_or(0o666 & !umask())), ..kept },
+            None => kept,
         }
     }
 
@@ -435,7 +430,7 @@ impl Engine {
                 },
                 (false, None) => None,
             };
-            (version, size, Meta { md5: job.src.md5, ..meta_of_entry(&job.src, Preserve::ALL) })
+            (version, size, Meta { md5: job.src.md5, ..meta_of_entry(&job.src) })
         };
         let version = version.as_deref();
         let props = props.map(|(_, p)| p);
@@ -606,15 +601,9 @@ fn settled(v: Verdict) -> Verdict {
     }
 }
 
-/// The metadata a source entry's listing gives, as much of it as `--preserve` keeps.
-pub fn meta_of_entry(e: &Entry, keep: Preserve) -> Meta {
-    Meta {
-        mtime: e.mtime.filter(|_| keep.times),
-        mode: e.mode.filter(|_| keep.mode),
-        uid: e.owner.filter(|_| keep.owner).map(|o| o.0),
-        gid: e.owner.filter(|_| keep.owner).map(|o| o.1),
-        md5: None,
-    }
+/// The metadata a source entry's listing gives (what of it a copy keeps: `Preserve::keep`).
+pub fn meta_of_entry(e: &Entry) -> Meta {
+    Meta { mtime: e.mtime, mode: e.mode, uid: e.owner.map(|o| o.0), gid: e.owner.map(|o| o.1), md5: None }
 }
 
 /// Why a fifo, socket or device node is not copied to this destination.

@@ -305,8 +305,7 @@ pub(super) fn copy_symlink(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], 
     let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     let target = src.readlink(src_rel)?;
     let (dir, name) = dst.parent(dst_rel, true)?;
-    let all = meta_of(&md);
-    let meta = Meta { mode: None, uid: all.uid.filter(|_| keep.owner), gid: all.gid.filter(|_| keep.owner), mtime: all.mtime.filter(|_| keep.times), md5: None };
+    let meta = Meta { mode: None, ..keep.keep(meta_of(&md)) };
     let wanted = Wanted::as_user(keep, id.euid);
     symlink_into_place(&dir, name, &target, |tmp| {
         let mut refused = Refused::default();
