@@ -11,7 +11,6 @@ use bytes::Bytes;
 use super::{list_all, Meta, OpenOptions, Store, UploadPlan};
 use crate::location::BlobLocation;
 use crate::manifest::{Kind, Mtime};
-use crate::retry::RetryPolicy;
 use crate::stats::Stats;
 
 const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -45,26 +44,16 @@ impl Azurite {
         Azurite { child, port, _dir: dir }
     }
 
+    /// What the commands open a store with, but for Azurite's account and key.
     pub fn options() -> OpenOptions {
+        let common = crate::cli::Common { auth: crate::storage::azure::auth::AuthMode::Key, max_retries: 2, block_md5: true, io_timeout: 30, fsync: true };
         OpenOptions {
-            auth: crate::storage::azure::auth::AuthMode::Key,
-            retry: RetryPolicy { max_retries: 2, ..RetryPolicy::default() },
-            stats: Arc::new(Stats::default()),
-            concurrency: 8,
-            block_md5: true,
-            io_timeout: Duration::from_secs(30),
-            fsync: true,
-            copy_wait: None,
-            xattrs: crate::xattrs::Wanted::NONE,
-            posix_style: Default::default(),
-            guess_mime: true,
-            keep_tier: false,
-            keep_tags: false,
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
                 "AZURE_STORAGE_KEY" => Some(DEV_KEY.to_string()),
                 _ => None,
             }),
+            ..crate::commands::open_options(&common, 8, Arc::new(Stats::default()))
         }
     }
 

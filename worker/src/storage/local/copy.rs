@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::beneath::{self, fd};
-use super::posix::{apply_link_meta, apply_meta_fd, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged};
+use super::posix::{apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged};
 use super::{LocalFs, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
@@ -224,12 +224,7 @@ pub(super) fn stage_file(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], ds
         let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
         if chown {
             // SAFETY: valid fd.
-            if unsafe { libc::fchown(out.as_raw_fd(), md.uid(), md.gid()) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EPERM) {
-                    return Err(e);
-                }
-            }
+            chowned(unsafe { libc::fchown(out.as_raw_fd(), md.uid(), md.gid()) })?;
         }
         // After chown (which drops security.capability) and before chmod: an access ACL sets
         // the group bits from its mask, which a set-id bit then goes on top of.

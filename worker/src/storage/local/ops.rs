@@ -11,7 +11,7 @@ use bytes::Bytes;
 
 use super::beneath::{self, fd};
 use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
-use super::posix::{apply_link_meta, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at, remove_tree_at, staging_name, stamp, temp_name, unchanged};
+use super::posix::{apply_link_meta, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at, remove_tree_at, staging_name, stamp, temp_name, unchanged};
 use super::store::changed;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
@@ -217,12 +217,7 @@ impl LocalFs for LocalStore {
         let proc = crate::xattrs::proc_path(f.as_raw_fd());
         if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
             // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
-            if unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) } != 0 {
-                let e = std::io::Error::last_os_error();
-                if e.raw_os_error() != Some(libc::EPERM) {
-                    return Err(e);
-                }
-            }
+            chowned(unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })?;
         }
         if let Some(mode) = meta.mode {
             // SAFETY: a valid C string. After chown, which clears set-id bits.

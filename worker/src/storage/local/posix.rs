@@ -220,13 +220,7 @@ pub(super) fn apply_meta_fd(f: &File, meta: &Meta) -> std::io::Result<()> {
     let fd = f.as_raw_fd();
     if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
         // SAFETY: fd is a valid open descriptor for the duration of the call.
-        let rc = unsafe { libc::fchown(fd, uid, gid) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EPERM) {
-                return Err(e);
-            }
-        }
+        chowned(unsafe { libc::fchown(fd, uid, gid) })?;
     }
     if let Some(mode) = meta.mode {
         // After chown: chown clears set-id bits.
@@ -245,6 +239,18 @@ pub(super) fn apply_meta_fd(f: &File, meta: &Meta) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The result of a chown: a refusal (EPERM: only root gives a file away) is no error, and the
+/// owner is then kept only where it already matches, as rsync keeps it.
+pub(super) fn chowned(rc: libc::c_int) -> std::io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+            e => Err(e),
+        },
+    }
+}
+
 /// Owner and times of a symlink (never its target), by name in its directory.
 pub(super) fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -252,12 +258,7 @@ pub(super) fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::i
     let d = dir.as_raw_fd();
     if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
         // SAFETY: valid descriptor and C string.
-        if unsafe { libc::fchownat(d, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EPERM) {
-                return Err(e);
-            }
-        }
+        chowned(unsafe { libc::fchownat(d, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })?;
     }
     if let Some(m) = meta.mtime {
         let times = mtime_times(m);
