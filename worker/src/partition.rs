@@ -190,9 +190,15 @@ where
     Ok(parts)
 }
 
-/// The `summary.json` of a set of parts, as `ferry partition` writes it (and `ferry plan` for
-/// each of its sets).
-pub fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> serde_json::Value {
+/// Writes the `summary.json` of a set of parts into `out`, as `ferry partition` and `ferry plan`
+/// (for each of its sets) do; returns its text.
+pub fn write_summary(out: &Path, mode: &str, parts: &[PartTotals], dirs: u64) -> anyhow::Result<String> {
+    let text = serde_json::to_string_pretty(&summary(mode, parts, dirs))?;
+    std::fs::write(out.join("summary.json"), format!("{text}\n"))?;
+    Ok(text)
+}
+
+fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> serde_json::Value {
     let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
     serde_json::json!({
         "mode": mode,

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::manifest::{self, Entry, Kind, Writer};
-use crate::partition::{caps_mode, distribute, imbalance_pct, lpt, summary, Filler, PartTotals as Part, PartWriter};
+use crate::partition::{caps_mode, distribute, imbalance_pct, lpt, write_summary, Filler, PartTotals as Part, PartWriter};
 use crate::sorted::sort::{Order, Sorter};
 
 #[derive(Args, Debug)]
@@ -177,9 +177,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     }
 
     let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-    let summary = summary(mode, &parts, dir_count);
-    let text = serde_json::to_string_pretty(&summary)?;
-    std::fs::write(args.out.join("summary.json"), format!("{text}\n"))?;
+    let text = write_summary(&args.out, mode, &parts, dir_count)?;
     if args.json {
         println!("{text}");
     }

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context};
 
 use crate::manifest::Entry;
-use crate::partition::{caps_mode, distribute, lpt_in_order, summary, weight_of, Filler, PartWriter};
+use crate::partition::{caps_mode, distribute, lpt_in_order, weight_of, write_summary, Filler, PartWriter};
 use crate::sorted::sort::Spill;
 pub use crate::partition::PartTotals as Part;
 
@@ -173,8 +173,7 @@ impl Splitter {
                 (_, Method::Caps { max_files, max_bytes }) => caps_mode(max_files.is_some(), max_bytes.is_some()),
             }
         };
-        let summary = summary(mode, &parts, 0);
-        std::fs::write(self.out.join("summary.json"), format!("{}\n", serde_json::to_string_pretty(&summary)?))?;
+        write_summary(&self.out, mode, &parts, 0)?;
         if parts.iter().map(|p| p.files).sum::<u64>() != self.files {
             bail!("{}: parts hold {} entries, expected {}", self.out.display(), parts.iter().map(|p| p.files).sum::<u64>(), self.files);
         }
