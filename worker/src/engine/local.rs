@@ -301,7 +301,7 @@ impl Engine {
         let (_, dst) = self.stores();
         // Each thread keeps a source and a destination file open, and its batch's staged
         // files stay open until committed: threads take a quarter of the open-files limit,
-        // batches another (the directory caches take a quarter, storage::local).
+        // batches another (the directory caches take a quarter, storage::local::limits).
         let fds = open_files_limit();
         let threads = self.depth.ceiling().min((fds / 8).max(1) as usize).clamp(1, files.len().max(1));
         // Without fsync nothing is gained by waiting: each file is committed at once.

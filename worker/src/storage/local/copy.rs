@@ -9,6 +9,7 @@
 //!   free (local filesystems: no temp name to create and rename);
 //! - else a temp name (`.ferry-<hash>.partial`), renamed over the final name (NFS, FUSE, and
 //!   any name that already exists).
+//!
 //! Staging and committing are apart so that many staged files can share one flush to disk.
 
 use std::fs::File;
