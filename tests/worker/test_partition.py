@@ -246,7 +246,7 @@ def test_max_bytes_meets_its_limits(tmp_path, run_ferry, n, seed, limits):
     manifest = ls_manifest(run_ferry, tree, tmp_path / "m.tsv")
     _, summary = ferry_partition(run_ferry, manifest, tmp_path / "out", *limits)
     parts = ferry_parts(tmp_path / "out", summary)
-    assert summary["mode"] == ("max-bytes" if not max_files else "max-files+max-bytes")
+    assert summary["mode"] == ("max-bytes" if not max_files else "max-files-bytes")
     assert_each_file_once(parts, sizes)
     assert all(parts), "an empty part"
 

@@ -150,12 +150,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         drop(runs);
         std::fs::remove_dir_all(&scratch)?;
     } else {
-        mode = match caps_mode(args.max_files.is_some(), args.max_bytes.is_some()) {
-            // This verb has always spelt it so, and tests/worker/test_partition.py asserts it: kept
-            // until that test moves to the one spelling.
-            "max-files-bytes" => "max-files+max-bytes",
-            m => m,
-        };
+        mode = caps_mode(args.max_files.is_some(), args.max_bytes.is_some());
         let mut filler = Filler::new(args.max_files, args.max_bytes);
         let mut writer = PartWriter::new(&args.out);
         for e in entries(&args.manifest)? {
