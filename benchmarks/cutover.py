@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
 
 from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log, rel  # noqa: E402
+from campaign.services import spawn_azurite  # noqa: E402
 from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
 
 import ferry_history  # noqa: E402
@@ -145,17 +146,7 @@ class Azurite:
     def __init__(self, where: Path):
         self.where, self.port = where, free_port()
         where.mkdir(parents=True, exist_ok=True)
-        logf = open(where / "azurite.log", "ab")
-        self.proc = subprocess.Popen(
-            [str(REPO / "node_modules" / ".bin" / "azurite-blob"), "--blobHost", "127.0.0.1", "--blobPort",
-             str(self.port), "--location", rel(where), "--skipApiVersionCheck", "--loose", "--disableTelemetry",
-             "--silent"], stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        logf.close()
-        deadline = time.monotonic() + 60
-        while not self.answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Azurite did not start; see {rel(where / 'azurite.log')}")
-            time.sleep(0.1)
+        self.proc = spawn_azurite(self.port, where, where / "azurite.log", self.answers)
 
     def answers(self) -> bool:
         try:

@@ -88,6 +88,26 @@ class ControlledHost:
             self.stop()
 
 
+def spawn_azurite(port: int, location: Path, log: Path, answers) -> subprocess.Popen:
+    """Azurite's blob service on a loopback port, its own process group, once `answers()` says
+    it is up."""
+    binary = REPO / "node_modules" / ".bin" / "azurite-blob"
+    if not binary.exists():
+        raise RuntimeError("node_modules/.bin/azurite-blob is missing: run `make setup`")
+    env = {k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"}
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(
+            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", rel(location),
+             "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"],
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not answers():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Azurite did not start on port {port}; see {rel(log)}")
+        time.sleep(0.05)
+    return proc
+
+
 class AzuriteHost(ControlledHost):
     """Runs Azurite as a child of this process and restarts it on request from hyperfine's
     --prepare (through a Unix socket), so that every measured run meets a fresh emulator with
@@ -131,21 +151,7 @@ class AzuriteHost(ControlledHost):
 
     def start(self, location: Path, slot: str | None = None) -> None:
         self.stop()
-        binary = REPO / "node_modules" / ".bin" / "azurite-blob"
-        if not binary.exists():
-            raise RuntimeError("node_modules/.bin/azurite-blob is missing: run `make setup`")
-        logf = open(self.root / "azurite.log", "ab")
-        env = {k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"}
-        self.proc = subprocess.Popen(
-            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", rel(location),
-             "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"],
-            stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        logf.close()
-        deadline = time.monotonic() + 60
-        while not self._answers():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Azurite did not start on port {self.port}; see {rel(self.root / 'azurite.log')}")
-            time.sleep(0.05)
+        self.proc = spawn_azurite(self.port, location, self.root / "azurite.log", self._answers)
         self.current = slot
         self.cpu_at_ready = self._cpu()
 
