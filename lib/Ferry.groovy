@@ -64,6 +64,20 @@ class Ferry {
         return task([:], step, run)
     }
 
+    /**
+     * The report task's command: every step's records gathered into `run/`, then
+     * workflow/scripts/ferry_report.py over them, as the Snakemake rule runs it (its stub too: the
+     * stub steps' records are the worker's own).
+     */
+    static String report(Map run, Object projectDir) {
+        def args = run.report_args.collect { q(it) }.join(' ')
+        return """\
+            mkdir run
+            for rec in rec*; do cp -RLp "\$rec/." run/; done
+            python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run ${args} --by-status
+            """.stripIndent()
+    }
+
     /** A word for bash: single-quoted, so spaces, quotes, tabs and newlines pass unchanged. */
     static String q(Object value) {
         return "'" + value.toString().replace("'", "'\\''") + "'"

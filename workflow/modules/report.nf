@@ -21,18 +21,8 @@ process REPORT {
     path 'run/{copy,verify,prune,failed,logs,benchmarks}/**', emit: records, optional: true
 
     script:
-    """
-    mkdir run
-    for rec in rec*; do cp -RLp "\$rec/." run/; done
-    python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run \\
-        ${run.report_args.collect { Ferry.q(it) }.join(' ')} --by-status
-    """
+    Ferry.report(run, projectDir)
 
     stub:
-    """
-    mkdir run
-    for rec in rec*; do cp -RLp "\$rec/." run/; done
-    python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run \\
-        ${run.report_args.collect { Ferry.q(it) }.join(' ')} --by-status
-    """
+    Ferry.report(run, projectDir)
 }
