@@ -32,15 +32,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
 
 from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log, rel  # noqa: E402
-from campaign.services import spawn_azurite  # noqa: E402
+from campaign.services import azurite_answers, end_process, spawn_azurite  # noqa: E402
 from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
 
 import ferry_history  # noqa: E402
@@ -149,24 +147,13 @@ class Azurite:
         self.proc = spawn_azurite(self.port, where, where / "azurite.log", self.answers)
 
     def answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}?comp=list", timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True  # refused without a signature: it is up
-        except OSError:
-            return False
+        return azurite_answers(self.port)
 
     def url(self, container: str) -> str:
         return f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}/{container}/share"
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        end_process(self.proc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -88,6 +88,28 @@ class ControlledHost:
             self.stop()
 
 
+def azurite_answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/{AZ_ACCOUNT}?comp=list", timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True  # 403 without a signature still means it is up
+    except OSError:
+        return False
+
+
+def end_process(proc: subprocess.Popen) -> None:
+    """Terminate, and kill what does not end within 20 s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def spawn_azurite(port: int, location: Path, log: Path, answers) -> subprocess.Popen:
     """Azurite's blob service on a loopback port, its own process group, once `answers()` says
     it is up."""
@@ -141,13 +163,7 @@ class AzuriteHost(ControlledHost):
 
     # -- process ------------------------------------------------------------------------------
     def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint}?comp=list", timeout=1):
-                return True
-        except urllib.error.HTTPError:
-            return True  # 403 without a signature still means it is up
-        except OSError:
-            return False
+        return azurite_answers(self.port)
 
     def start(self, location: Path, slot: str | None = None) -> None:
         self.stop()
@@ -169,13 +185,7 @@ class AzuriteHost(ControlledHost):
         if self.current is not None and self.proc.poll() is None:
             # What this instance spent serving its one measured run (start-up excluded).
             self.server_cpu.setdefault(self.current, []).append(round(self._cpu() - self.cpu_at_ready, 3))
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         self.proc = None
         self.current = None
 
