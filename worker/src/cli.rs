@@ -61,6 +61,13 @@ pub struct Common {
     /// many small files, but a power loss may then lose or empty the last files written
     #[arg(long = "no-fsync", action = clap::ArgAction::SetFalse, global = true)]
     pub fsync: bool,
+    /// List Blobs requests in flight while one recursive listing of a container is cut into key
+    /// ranges; 1 lists it as one sequential stream
+    #[arg(long, env = "FERRY_LIST_CONCURRENCY", default_value_t = 16, global = true)]
+    pub list_concurrency: usize,
+    /// Entries per List Blobs page (hidden: the tests shrink it to cut small containers)
+    #[arg(long, env = "FERRY_LIST_PAGE_SIZE", default_value_t = 5000, global = true, hide = true)]
+    pub list_page_size: u32,
 }
 
 /// Where and in how much memory `prune` and `verify` sort their listings (docs/worker.md).

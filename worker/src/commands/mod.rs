@@ -62,6 +62,8 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
         guess_mime: true,
         keep_tier: false,
         keep_tags: false,
+        list_concurrency: common.list_concurrency.max(1),
+        list_page: common.list_page_size.clamp(1, 5000),
         env: env(),
     }
 }

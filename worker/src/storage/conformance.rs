@@ -46,7 +46,7 @@ impl Azurite {
 
     /// What the commands open a store with, but for Azurite's account and key.
     pub fn options() -> OpenOptions {
-        let common = crate::cli::Common { auth: crate::storage::azure::auth::AuthMode::Key, max_retries: 2, block_md5: true, io_timeout: 30, fsync: true };
+        let common = crate::cli::Common { auth: crate::storage::azure::auth::AuthMode::Key, max_retries: 2, block_md5: true, io_timeout: 30, fsync: true, list_concurrency: 4, list_page_size: 5000 };
         OpenOptions {
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),

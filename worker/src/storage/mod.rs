@@ -192,6 +192,10 @@ pub struct OpenOptions {
     /// Blob → blob: the source's access tier and index tags go along.
     pub keep_tier: bool,
     pub keep_tags: bool,
+    /// Blob: List Blobs requests one recursive listing keeps in flight; 1 is one stream.
+    pub list_concurrency: usize,
+    /// Blob: entries asked for per List Blobs page (the service's maximum is 5,000).
+    pub list_page: u32,
     pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
 }
 

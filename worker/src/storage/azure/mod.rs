@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod copy;
+mod list;
 pub mod mime;
 pub mod posix;
 mod requests;
@@ -70,6 +71,10 @@ struct Inner {
     /// A source blob's access tier and index tags go along to its copy.
     keep_tier: bool,
     keep_tags: bool,
+    /// List Blobs requests one recursive listing keeps in flight (`list.rs`); 1: one stream.
+    list_concurrency: usize,
+    /// Entries asked for per List Blobs page.
+    list_page: u32,
 }
 
 /// What a blob carries besides its bytes and POSIX attributes: its user metadata and content
@@ -209,6 +214,8 @@ impl AzureStore {
             guess_mime: opts.guess_mime,
             keep_tier: opts.keep_tier,
             keep_tags: opts.keep_tags,
+            list_concurrency: opts.list_concurrency,
+            list_page: opts.list_page,
         };
         Ok(AzureStore { inner: Arc::new(inner) })
     }
@@ -396,33 +403,40 @@ impl Inner {
         Ok((headers, body))
     }
 
+    /// One page of List Blobs under `prefix`: all names (`recursive`) or one level, from
+    /// `marker` or from the key `start_from`.
+    async fn list_page(&self, recursive: bool, prefix: &str, marker: Option<&str>, start_from: Option<&str>, page: u32) -> Result<xml::ListPage> {
+        let clients = self.clients().await?;
+        let client = if recursive { &clients.container } else { &clients.by_level };
+        // One page per call, so a failed page is retried from its own marker.
+        let body = retry(&self.retry, &self.stats, || async {
+            let opts = BlobContainerClientListBlobsOptions {
+                include: Some(vec![ListBlobsIncludeItem::Metadata]),
+                marker: marker.map(str::to_string),
+                start_from: start_from.map(str::to_string),
+                maxresults: Some(page as i32),
+                prefix: (!prefix.is_empty()).then(|| prefix.to_string()),
+                ..Default::default()
+            };
+            let mut pages = client.list_blobs(Some(opts)).map_err(map_err)?.into_pages();
+            match pages.next().await {
+                Some(page) => Ok(Bytes::from(page.map_err(map_err)?.into_body())),
+                None => Ok(Bytes::new()),
+            }
+        })
+        .await?;
+        // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
+        xml::parse_list(&body)
+    }
+
     /// Streams the entries under `root` + `sub` (`sub` empty or ending in '/'): all of them,
     /// or one level with `recursive` false. Paths stay relative to the root.
     async fn list_under(&self, sub: &str, recursive: bool, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
         let s = self;
         let prefix = format!("{}{sub}", s.root);
-        let clients = s.clients().await?;
-        let client = if recursive { &clients.container } else { &clients.by_level };
         let mut marker: Option<String> = None;
         loop {
-            // One page per call, so a failed page is retried from its own marker.
-            let body = retry(&s.retry, &s.stats, || async {
-                let opts = BlobContainerClientListBlobsOptions {
-                    include: Some(vec![ListBlobsIncludeItem::Metadata]),
-                    marker: marker.clone(),
-                    maxresults: Some(5000),
-                    prefix: (!prefix.is_empty()).then(|| prefix.clone()),
-                    ..Default::default()
-                };
-                let mut pages = client.list_blobs(Some(opts)).map_err(map_err)?.into_pages();
-                match pages.next().await {
-                    Some(page) => Ok(Bytes::from(page.map_err(map_err)?.into_body())),
-                    None => Ok(Bytes::new()),
-                }
-            })
-            .await?;
-            // ferry reads the page itself: the SDK's model has no BlobPrefix entries.
-            let page = xml::parse_list(&body)?;
+            let page = s.list_page(recursive, &prefix, marker.as_deref(), None, s.list_page).await?;
             // A folder stub and the prefix of the blobs under it are one directory: listed once,
             // as the stub, which has the metadata.
             let mut stubs = std::collections::HashSet::new();
@@ -549,7 +563,11 @@ impl Store for AzureStore {
     }
 
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
-        self.inner.list_under("", recursive, &tx).await
+        let s = &self.inner;
+        match recursive && s.list_concurrency > 1 {
+            true => list::list(s.clone(), s.list_concurrency, s.list_page, &tx).await,
+            false => s.list_under("", recursive, &tx).await,
+        }
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {

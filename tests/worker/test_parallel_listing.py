@@ -1,0 +1,119 @@
+"""A container listed in key ranges, many List Blobs requests in flight (`--list-concurrency`),
+gives the listing of one sequential stream byte for byte, for every layout; the requests are
+counted as the proxy saw them, and the ranges cost a bounded number of pages beyond the stream's.
+Pages are shrunk (`--list-page-size`) so that a container of a few thousand blobs is cut as one of
+millions would be."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+
+from support.ferry import new_container
+from support.proxy import FaultProxy
+from support.trees import ODD_NAMES, make_tree
+
+PAGE = 40
+
+
+def hashed(n: int) -> dict:
+    """A flat container of content-addressed names: no '/' to cut at."""
+    return {hashlib.sha1(b"%d" % i).hexdigest(): b"" for i in range(n)}
+
+
+def deep(n: int) -> dict:
+    return {f"proj{i % 3}/d{i // 40:03d}/sub{i % 5}/f{i:05d}.dat": b"" for i in range(n)}
+
+
+def tiny_dirs(n: int) -> dict:
+    """azcopy #1131's trap: a directory for every file or two."""
+    return {f"t/{i // 2:05d}/f{i % 2}": b"" for i in range(n)}
+
+
+def odd(n: int) -> dict:
+    # Names beside each other in UTF-8 but not in UTF-16 order (U+FFxx against U+1Fxxx), spaces,
+    # percent signs, and every odd name the other suites use.
+    spec = {f"odd/{name}": b"" for name in ODD_NAMES}
+    marks = ["\ufb01", "\uff21", "😀", "\ue000", "é", "~", " ", "%20", "a"]
+    for i in range(n):
+        spec[f"odd/{marks[i % len(marks)]}{i:04d}{marks[(i * 7) % len(marks)]}"] = b""
+    return spec
+
+
+LAYOUTS = {"hashed": hashed(1200), "deep": deep(1200), "tiny-dirs": tiny_dirs(1200), "odd": odd(900)}
+
+
+@pytest.fixture(scope="module")
+def listed(azurite, tmp_path_factory, run_ferry, request):
+    """Each layout uploaded once, to a container of its own."""
+    containers = {}
+    for name, spec in LAYOUTS.items():
+        src = tmp_path_factory.mktemp(f"src-{name}")
+        make_tree(src, spec)
+        c = new_container(azurite, request)
+        run_ferry("copy", "--recursive", src, c, "--concurrency", "32")
+        containers[name] = c
+    return containers
+
+
+def ls(run_ferry, url, tmp_path, *flags):
+    summary = tmp_path / f"summary-{'-'.join(flags) or 'default'}.json"
+    out = run_ferry("ls", "--recursive", url, "--list-page-size", str(PAGE), "--summary", summary, *flags)
+    return out.stdout_bytes, json.loads(summary.read_text())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_parallel_listing_equals_one_stream_byte_for_byte(layout, listed, azurite, run_ferry, tmp_path):
+    url = listed[layout]
+    with FaultProxy(azurite.port) as proxy:
+        via = url.via(proxy.port)
+        one, one_summary = ls(run_ferry, via, tmp_path, "--list-concurrency", "1")
+        sequential = proxy.requests("GET", comp="list")
+        proxy.clear_log()
+        many, many_summary = ls(run_ferry, via, tmp_path, "--list-concurrency", "8")
+        parallel = proxy.requests("GET", comp="list")
+
+    lines = one.splitlines()
+    assert len(lines) - 1 == one_summary["entries"] >= len(LAYOUTS[layout]), one_summary
+    assert many == one, "the parallel listing differs from the sequential one"
+    assert many_summary["entries"] == one_summary["entries"]
+
+    # Counted as sent; one stream is one page after another, never from a key.
+    pages = math.ceil(one_summary["entries"] / PAGE)
+    assert one_summary["requests"]["list_pages"] == len(sequential)
+    # (A last page that is exactly full may or may not come with a marker.)
+    assert pages <= len(sequential) <= pages + 1, (pages, len(sequential))
+    assert not any("startFrom" in r.query for r in sequential)
+    assert many_summary["requests"]["list_pages"] == len(parallel)
+    # Cut into ranges indeed, and at a bounded cost: a page per range beyond the stream's pages.
+    ranges = [r for r in parallel if "startFrom" in r.query]
+    assert len(ranges) >= 4, f"{layout}: only {len(ranges)} ranges were listed from a key"
+    assert len(parallel) <= len(sequential) + len(ranges) + 1, (len(parallel), len(sequential), len(ranges))
+
+
+def test_a_listing_of_fewer_entries_than_a_page_is_one_request(container, tmp_path, run_ferry, azurite):
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}": b"" for i in range(PAGE - 5)})
+    run_ferry("copy", "--recursive", src, container)
+    with FaultProxy(azurite.port) as proxy:
+        out, summary = ls(run_ferry, container.via(proxy.port), tmp_path)
+        assert summary["requests"]["list_pages"] == 1 == len(proxy.requests("GET", comp="list"))
+    assert summary["entries"] == PAGE - 5
+
+
+def test_verbs_that_list_a_container_agree_with_one_stream(listed, run_ferry, tmp_path):
+    """copy, verify and prune list through the same ranges: a verify of the deep layout against
+    its own download passes, and a prune finds nothing to delete, at both settings."""
+    url = listed["deep"]
+    down = tmp_path / "down"
+    run_ferry("copy", "--recursive", url, down, "--list-page-size", str(PAGE))
+    for flags in (["--list-concurrency", "1"], ["--list-concurrency", "8"]):
+        v = run_ferry("verify", down, url, "--list-page-size", str(PAGE), "--json", *flags)
+        j = v.json
+        assert (j["differ"], j["missing_on_dst"], j["missing_on_src"], j["error"]) == (0, 0, 0, 0), j
+        assert j["same"] >= len(LAYOUTS["deep"]), j
+        p = run_ferry("prune", down, url, "--list-page-size", str(PAGE), "--json", *flags)
+        assert p.json["deleted"] == 0, p.json

@@ -1,0 +1,315 @@
+//! A recursive listing of a container cut into key ranges as it goes, up to `--list-concurrency`
+//! List Blobs requests in flight, and put back together in the service's order: the same entries,
+//! in the same order, as one sequential stream gives.
+//!
+//! A range is `[lo, hi)` in the container's key order. Its first page is asked for with
+//! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); if that page is full, the rest
+//! of the range is cut at boundaries estimated from the page (`boundaries`), each piece expected to
+//! hold about one page, and every piece is a range of its own, listed at once and cut again in
+//! turn. Coverage never depends on the estimate: the pieces are contiguous, the first continues
+//! from the page's marker, the last ends at the parent's `hi`. So a flat container of hashed names
+//! and a deep tree are both cut, and a tree of tiny directories costs what any tree of its size
+//! does: ranges follow keys, not directories.
+//!
+//! The order is kept by a tree of channels: a range sends its pages, then one receiver per piece,
+//! in key order; the reader drains them depth first. Each channel holds one item, so a range
+//! listed ahead of the reader waits with one page in memory. A range ends with `Piece::End`: a
+//! channel closed without it is a task that died, and fails the listing instead of shortening it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Semaphore};
+
+use super::xml::BlobItem;
+use super::Inner;
+use crate::error::{Result, StoreError};
+use crate::manifest::Entry;
+
+/// What one range hands the reader, in key order.
+enum Piece {
+    Entries(Vec<Entry>),
+    /// A piece of the range's remainder: drained whole before the next item.
+    Range(mpsc::Receiver<Result<Piece>>),
+    End,
+}
+
+struct Lister {
+    inner: Arc<Inner>,
+    /// The full names' common start: the store's root.
+    prefix: String,
+    requests: Semaphore,
+    /// Ranges alive; cutting stops at `max_live`, which bounds the pages held in memory.
+    live: AtomicUsize,
+    max_live: usize,
+    /// Cleared for good when the service turns out to ignore `startFrom`.
+    cutting: AtomicBool,
+    page: u32,
+}
+
+/// Decrements the live count however a range task ends.
+struct Alive(Arc<Lister>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Every entry under the store's root, in the service's order, listed with up to `concurrency`
+/// requests in flight.
+pub(super) async fn list(inner: Arc<Inner>, concurrency: usize, page: u32, out: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+    let lister = Arc::new(Lister {
+        prefix: inner.root.clone(),
+        inner,
+        requests: Semaphore::new(concurrency.max(1)),
+        live: AtomicUsize::new(0),
+        max_live: 2 * concurrency.max(1),
+        cutting: AtomicBool::new(concurrency > 1),
+        page,
+    });
+    let mut stack = vec![lister.spawn(None, None, None)];
+    while let Some(top) = stack.last_mut() {
+        match top.recv().await {
+            Some(Ok(Piece::Entries(entries))) => {
+                for e in entries {
+                    if out.send(Ok(e)).await.is_err() {
+                        // The reader has gone: dropping the stack ends every range at its next send.
+                        return Ok(());
+                    }
+                }
+            }
+            Some(Ok(Piece::Range(rx))) => stack.push(rx),
+            Some(Ok(Piece::End)) => {
+                stack.pop();
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Err(StoreError::Invalid("a listing task ended before its range was listed".into())),
+        }
+    }
+    Ok(())
+}
+
+impl Lister {
+    fn spawn(self: &Arc<Self>, lo: Option<String>, marker: Option<String>, hi: Option<String>) -> mpsc::Receiver<Result<Piece>> {
+        let (tx, rx) = mpsc::channel(1);
+        self.live.fetch_add(1, Ordering::SeqCst);
+        let alive = Alive(self.clone());
+        tokio::spawn(async move {
+            let lister = alive.0.clone();
+            if let Err(e) = lister.range(lo, marker, hi, &tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+            drop(alive);
+        });
+        rx
+    }
+
+    /// Lists `[lo, hi)`, from `marker` if given (a continuation), else from `lo`.
+    async fn range(self: &Arc<Self>, lo: Option<String>, mut marker: Option<String>, hi: Option<String>, tx: &mpsc::Sender<Result<Piece>>) -> Result<()> {
+        let mut start_from = if marker.is_none() { lo.clone() } else { None };
+        loop {
+            let page = {
+                let _permit = self.requests.acquire().await.expect("never closed");
+                self.inner.list_page(true, &self.prefix, marker.as_deref(), start_from.as_deref(), self.page).await?
+            };
+            let mut blobs = page.blobs;
+            if let Some(lo) = &start_from {
+                if blobs.first().is_some_and(|b| b.name.as_str() < lo.as_str()) {
+                    // An older service, or an emulator, that lists from the start: what lies
+                    // before `lo` is another range's. Nothing more is cut; this range still ends
+                    // right, only slower.
+                    self.cutting.store(false, Ordering::SeqCst);
+                    blobs.retain(|b| b.name.as_str() >= lo.as_str());
+                }
+            }
+            let mut ended = page.next_marker.is_none();
+            if let Some(hi) = &hi {
+                if let Some(at) = blobs.iter().position(|b| b.name.as_str() >= hi.as_str()) {
+                    blobs.truncate(at);
+                    ended = true;
+                }
+            }
+            let cut = match (&page.next_marker, ended) {
+                (Some(_), false) => self.cut(&blobs, hi.as_deref()),
+                _ => Vec::new(),
+            };
+            let entries: Vec<Entry> = blobs.into_iter().filter_map(|b| self.inner.entry_of(b)).collect();
+            if !entries.is_empty() && tx.send(Ok(Piece::Entries(entries))).await.is_err() {
+                return Ok(());
+            }
+            if ended {
+                break;
+            }
+            marker = page.next_marker;
+            start_from = None;
+            if !cut.is_empty() {
+                // The remainder as pieces: [marker, b1), [b1, b2), …, [bn, hi).
+                let mut pieces = vec![self.spawn(None, marker.take(), Some(cut[0].clone()))];
+                for (i, b) in cut.iter().enumerate() {
+                    pieces.push(self.spawn(Some(b.clone()), None, cut.get(i + 1).cloned().or_else(|| hi.clone())));
+                }
+                for rx in pieces {
+                    if tx.send(Ok(Piece::Range(rx))).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                break;
+            }
+        }
+        let _ = tx.send(Ok(Piece::End)).await;
+        Ok(())
+    }
+
+    /// Where to cut what follows a full page, as many pieces as the live ranges allow.
+    fn cut(&self, page: &[BlobItem], hi: Option<&str>) -> Vec<String> {
+        if !self.cutting.load(Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let room = self.max_live.saturating_sub(self.live.load(Ordering::SeqCst));
+        match (page.first(), page.last()) {
+            (Some(first), Some(last)) if room > 1 => {
+                boundaries(&self.prefix, page.iter().map(|b| b.name.as_str()), &first.name, &last.name, hi, room - 1)
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Digits read of each name after the cut position: enough for f64 and for any page's spread.
+const DIGITS: usize = 10;
+
+/// Up to `want` keys in `(last, hi)`, increasing, spaced so that each gap holds about as many
+/// keys as the page `first..=last` did, were the names spread as they are on that page.
+///
+/// Names are read as numbers: from the last character `first` and `last` share (so the next value
+/// of that character is in reach), each character is a digit, its rank among the characters the
+/// page's names use there. The service orders names by UTF-16 code units, Rust by UTF-8 bytes;
+/// the two disagree only between a character above U+FFFF and one in U+E000..=U+FFFF, so a
+/// boundary holds no character from U+E000 up after `prefix` (which every name shares), and a
+/// name falls in the same range whichever order decides.
+pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>, first: &str, last: &str, hi: Option<&str>, want: usize) -> Vec<String> {
+    const SAFE: char = '\u{e000}';
+    let rest = &last[prefix.len()..];
+    let safe_end = prefix.len() + rest.char_indices().find(|(_, c)| *c >= SAFE).map_or(rest.len(), |(i, _)| i);
+    // Where the last shared character starts: the first digit.
+    let mut at = prefix.len();
+    for ((i, a), b) in last.char_indices().zip(first.chars()) {
+        if a != b {
+            break;
+        }
+        at = i;
+    }
+    let at = at.max(prefix.len()).min(safe_end);
+    let mut alphabet: Vec<char> = names.flat_map(|n| n.get(at..).unwrap_or("").chars().take(DIGITS)).filter(|c| *c < SAFE).collect();
+    alphabet.sort_unstable();
+    alphabet.dedup();
+    if alphabet.len() < 2 {
+        return Vec::new();
+    }
+    // Digit 0 is a name's end (a shorter name sorts first); 1..=n the alphabet.
+    let base = (alphabet.len() + 1) as f64;
+    let value = |name: &str| -> f64 {
+        let mut chars = name.get(at..).unwrap_or("").chars();
+        let mut x = 0.0;
+        let mut unit = 1.0;
+        for _ in 0..DIGITS {
+            unit /= base;
+            let digit = match chars.next() {
+                None => 0.0,
+                Some(c) => match alphabet.binary_search(&c) {
+                    Ok(r) => r as f64 + 1.0,
+                    Err(r) => r as f64 + 0.5,
+                },
+            };
+            x += digit * unit;
+        }
+        x
+    };
+    let stem = &last[..at];
+    let key_of = |x: f64| -> String {
+        let mut s = String::from(stem);
+        let mut rest = x;
+        for _ in 0..DIGITS {
+            rest *= base;
+            let digit = (rest.floor() as usize).min(alphabet.len());
+            rest -= digit as f64;
+            if digit == 0 {
+                break;
+            }
+            s.push(alphabet[digit - 1]);
+        }
+        s
+    };
+    let (from, to) = (value(first), value(last));
+    let width = to - from;
+    // A `hi` outside this stem lies past every value here.
+    let end = match hi {
+        Some(h) if h.starts_with(stem) => value(h),
+        _ => 1.0,
+    };
+    let mut out: Vec<String> = Vec::new();
+    if width <= 0.0 {
+        return out;
+    }
+    let mut step = 1.0;
+    while out.len() < want {
+        let x = to + step * width;
+        step += 1.0;
+        if x >= end {
+            break;
+        }
+        let key = key_of(x);
+        let after = out.last().map_or(last, String::as_str);
+        if key.as_str() > after && hi.is_none_or(|h| key.as_str() < h) {
+            out.push(key);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(prefix: &str, page: &[String], hi: Option<&str>, want: usize) -> Vec<String> {
+        boundaries(prefix, page.iter().map(String::as_str), &page[0], page.last().unwrap(), hi, want)
+    }
+
+    #[test]
+    fn hashed_names_are_cut_across_the_alphabet() {
+        // The first page of 16^4 hex names in order: 0000..0fff.
+        let page: Vec<String> = (0..0x1000).map(|i| format!("{i:04x}")).collect();
+        let b = cut("", &page, None, 20);
+        assert!((14..=16).contains(&b.len()), "{b:?}");
+        assert!(b[0] > *page.last().unwrap() && b[0].starts_with('1'), "{b:?}");
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+        assert!(b.last().unwrap().starts_with('f'), "{b:?}");
+    }
+
+    #[test]
+    fn a_deep_tree_is_cut_after_the_page_at_the_level_that_moves() {
+        let page: Vec<String> = (0..100).flat_map(|d| (0..50).map(move |f| format!("data/d{d:05}/f{f:03}"))).collect();
+        let b = cut("data/", &page, None, 8);
+        assert_eq!(b.len(), 8, "{b:?}");
+        assert!(b.iter().all(|k| k.starts_with("data/d00") && k.as_str() > "data/d00099/f049"), "{b:?}");
+        assert!(b.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn boundaries_stay_below_hi_and_below_u_e000() {
+        let page: Vec<String> = (0..300).map(|i| format!("ü/é{i:03}")).collect();
+        let b = cut("ü/", &page, Some("ü/é9"), 50);
+        assert!(!b.is_empty());
+        assert!(b.iter().all(|k| k.as_str() < "ü/é9" && k.as_str() > "ü/é299"), "{b:?}");
+        assert!(b.iter().all(|k| k.chars().all(|c| c < '\u{e000}')), "{b:?}");
+    }
+
+    #[test]
+    fn nothing_is_cut_from_a_page_that_does_not_spread() {
+        let page = vec!["same".to_string(), "same".to_string()];
+        assert!(cut("", &page, None, 4).is_empty());
+        let one_char: Vec<String> = vec!["a".into(), "aa".into(), "aaa".into()];
+        assert!(cut("", &one_char, None, 4).iter().all(|k| k.as_str() > "aaa"));
+    }
+}
