@@ -192,10 +192,12 @@ pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>,
     const SAFE: char = '\u{e000}';
     let rest = &last[prefix.len()..];
     let safe_end = prefix.len() + rest.char_indices().find(|(_, c)| *c >= SAFE).map_or(rest.len(), |(i, _)| i);
-    // Where the last shared character starts: the first digit.
+    // Where the last character `first`, `last` and `hi` share starts: the first digit.
     let mut at = prefix.len();
+    let mut above = hi.map(str::chars);
     for ((i, a), b) in last.char_indices().zip(first.chars()) {
-        if a != b {
+        let c = above.as_mut().map(|h| h.next());
+        if a != b || c.is_some_and(|c| c != Some(a)) {
             break;
         }
         at = i;
@@ -243,19 +245,24 @@ pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>,
     };
     let (from, to) = (value(first), value(last));
     let width = to - from;
-    // A `hi` outside this stem lies past every value here.
-    let end = match hi {
-        Some(h) if h.starts_with(stem) => value(h),
-        _ => 1.0,
-    };
     let mut out: Vec<String> = Vec::new();
     if width <= 0.0 {
         return out;
     }
-    let mut step = 1.0;
+    // A remainder known to end (at `hi`) is shared out evenly, each piece at least
+    // a page: few long ranges cost fewer requests than many short ones. An open one is cut a page
+    // at a time, as far as `want` reaches; its last piece cuts again when it starts.
+    let (end, step) = match hi {
+        Some(h) => {
+            let end = value(h);
+            (end, width.max((end - to) / (want + 1) as f64))
+        }
+        None => (1.0, width),
+    };
+    let mut n = 1.0;
     while out.len() < want {
-        let x = to + step * width;
-        step += 1.0;
+        let x = to + n * step;
+        n += 1.0;
         if x >= end {
             break;
         }
@@ -303,6 +310,18 @@ mod tests {
         assert!(!b.is_empty());
         assert!(b.iter().all(|k| k.as_str() < "ü/é9" && k.as_str() > "ü/é299"), "{b:?}");
         assert!(b.iter().all(|k| k.chars().all(|c| c < '\u{e000}')), "{b:?}");
+    }
+
+    #[test]
+    fn a_bounded_remainder_is_shared_out_evenly() {
+        // 40 names a page out of d0000..d9999: the rest up to d8 is about 200 pages, cut in four.
+        let page: Vec<String> = (0..40).map(|i| format!("d{i:04}")).collect();
+        let b = cut("", &page, Some("d8"), 3);
+        assert_eq!(b.len(), 3, "{b:?}");
+        let at = |k: &str| format!("{:0<4}", &k[1..])[..4].parse::<u32>().unwrap();
+        for (k, want) in b.iter().zip([2000, 4000, 6000]) {
+            assert!(at(k).abs_diff(want) < 300, "{b:?}");
+        }
     }
 
     #[test]
