@@ -54,6 +54,8 @@ class Rule:
                      (a body that short passes untouched; ``cut`` tells whether it was flipped).
       ``set_headers`` forward, but send ``headers`` in place of the upstream's headers of those
                      names (added if upstream had none).
+      ``drop_query`` forward without the query parameters named in ``drop`` (a server that does
+                     not know them; with a SAS, which signs no other parameter).
     A request matches when ``method`` equals, ``path`` (a regex searched in the percent-decoded
     path) matches and every ``query`` item holds (value equal; ``None``: present; ``ABSENT``:
     missing). The first ``skip`` matches pass untouched; the next ``count`` get the action, each
@@ -68,6 +70,7 @@ class Rule:
     count: int = 1
     status: int = 503
     headers: dict = field(default_factory=dict)
+    drop: tuple = ()
     body_bytes: int = 0
     stall_timeout: float = 30.0
     after_stall: str = "forward"
@@ -79,7 +82,7 @@ class Rule:
     _rng: random.Random = field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.action not in ("status", "truncate", "stall", "stall_body", "corrupt", "set_headers"):
+        if self.action not in ("status", "truncate", "stall", "stall_body", "corrupt", "set_headers", "drop_query"):
             raise ValueError(f"unknown action {self.action!r}")
         if self.after_stall not in ("forward", "drop"):
             raise ValueError(f"unknown after_stall {self.after_stall!r}")
@@ -225,7 +228,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if rule is not None and rule.action == "status":
             self._reply_fault(record, rule)
             return
-        resp = self._forward(body, chunked)
+        path = self.path
+        if rule is not None and rule.action == "drop_query":
+            split = urllib.parse.urlsplit(path)
+            kept = [(k, v) for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True) if k not in rule.drop]
+            path = urllib.parse.urlunsplit(split._replace(query=urllib.parse.urlencode(kept, quote_via=urllib.parse.quote)))
+        resp = self._forward(path, body, chunked)
         record.status = resp.status
         self._relay(resp, rule, record)
 
@@ -246,11 +254,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(payload)
         record.status = rule.status
 
-    def _forward(self, body: bytes, chunked: bool) -> http.client.HTTPResponse:
+    def _forward(self, path: str, body: bytes, chunked: bool) -> http.client.HTTPResponse:
         for attempt in (1, 2):
             conn = self._upstream_conn()
             try:
-                conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                conn.putrequest(self.command, path, skip_host=True, skip_accept_encoding=True)
                 for name, value in self.headers.items():
                     lname = name.lower()
                     if lname in _HOP_BY_HOP:

@@ -94,6 +94,22 @@ def test_parallel_listing_equals_one_stream_byte_for_byte(layout, listed, azurit
     assert len(parallel) <= len(sequential) + len(ranges) + 1, (len(parallel), len(sequential), len(ranges))
 
 
+def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(listed, azurite, run_ferry, tmp_path):
+    """An older service version (or another emulator) lists a range from the container's start:
+    what comes before the range is dropped, no more ranges are cut, and the listing is still
+    exactly the one stream's."""
+    url = listed["hashed"]
+    with FaultProxy(azurite.port) as proxy:
+        signed = url.signed(port=proxy.port)
+        sas_only = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None}
+        one = run_ferry("ls", "--recursive", signed, "--list-page-size", str(PAGE), "--list-concurrency", "1", env=sas_only)
+        proxy.add("drop_query", method="GET", query={"comp": "list", "startFrom": None}, drop=("startFrom",), count=10_000)
+        many = run_ferry("ls", "--recursive", signed, "--list-page-size", str(PAGE), "--list-concurrency", "8", env=sas_only)
+        cut = [r for r in proxy.requests("GET", comp="list") if "startFrom" in r.query]
+    assert many.stdout_bytes == one.stdout_bytes
+    assert 0 < len(cut) < 16, f"{len(cut)} ranges listed from a key: cutting went on after the service ignored it"
+
+
 def test_a_listing_of_fewer_entries_than_a_page_is_one_request(container, tmp_path, run_ferry, azurite):
     src = tmp_path / "src"
     make_tree(src, {f"f{i}": b"" for i in range(PAGE - 5)})

@@ -114,11 +114,11 @@ impl Lister {
                 self.inner.list_page(true, &self.prefix, marker.as_deref(), start_from.as_deref(), self.page).await?
             };
             let mut blobs = page.blobs;
-            if let Some(lo) = &start_from {
+            if let Some(lo) = &lo {
                 if blobs.first().is_some_and(|b| b.name.as_str() < lo.as_str()) {
                     // An older service, or an emulator, that lists from the start: what lies
-                    // before `lo` is another range's. Nothing more is cut; this range still ends
-                    // right, only slower.
+                    // before `lo` is another range's, on this page and the next ones. Nothing
+                    // more is cut; this range still ends right, only slower.
                     self.cutting.store(false, Ordering::SeqCst);
                     blobs.retain(|b| b.name.as_str() >= lo.as_str());
                 }
