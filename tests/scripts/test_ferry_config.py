@@ -44,6 +44,13 @@ def test_baseline_copies_without_comparing_and_plans_from_one_listing():
     assert "{dest_listing}" in resolve(phase="final")["steps"]["plan"]["argv"]
 
 
+def test_list_concurrency_reaches_every_step_that_lists():
+    assert all("FERRY_LIST_CONCURRENCY" not in spec["env"] for spec in resolve()["steps"].values())
+    steps = resolve(list={"concurrency": 4}, auth="key")["steps"]
+    for step in ("list_source", "list_dest", "copy", "verify", "prune", "final_check"):
+        assert steps[step]["env"] == {"FERRY_AUTH": "key", "FERRY_LIST_CONCURRENCY": "4"}, step
+
+
 def test_requests_fall_back_to_default_and_carry_slurm_settings():
     res = resolve(resources={"default": {"threads": 1, "mem_mb": 500, "runtime": 9},
                              "copy": {"mem_mb": 3000, "slurm_partition": "big", "slurm_account": "lab"},

@@ -300,8 +300,12 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec = {
         "resources": requests(cfg, step),
         "retries": cfg["job_retries"],
-        # Every ferry command honours FERRY_AUTH, while only `ferry copy` takes --auth.
-        "env": {"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {},
+        # Every ferry command honours FERRY_AUTH (only `ferry copy` takes --auth), and every one
+        # that lists a container FERRY_LIST_CONCURRENCY.
+        "env": {
+            **({"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {}),
+            **({"FERRY_LIST_CONCURRENCY": str(cfg["list"]["concurrency"])} if cfg["list"]["concurrency"] else {}),
+        },
     }
     if step == "report":
         return spec
