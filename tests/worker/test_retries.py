@@ -52,3 +52,25 @@ def test_max_retries_zero_fails_that_file_and_copies_the_rest(tmp_path, containe
     assert failures[0]["error"], "a failure must say what went wrong"
     assert sorted(container.blobs()) == ["a.txt", "c.txt"]
     assert len(proxy.requests("PUT", path=r"/b\.txt$")) == 1, "--max-retries 0 must not retry"
+
+
+def test_waiting_on_the_bandwidth_cap_is_no_stalled_link(tmp_path, container, run_ferry):
+    """--io-timeout gives up on a response that delivers nothing while ferry waits for it; the
+    time ferry itself holds a response back under --max-bandwidth is not that. At 16 KiB/s a
+    chunk of the body waits a second or more before ferry asks for the next (hyper's reads grow
+    to 32 KiB and more), past an --io-timeout of 1 s: a clock that ran through that wait would
+    cut the GET and send it again. So: one GET, no retry, both ways (an upload holds its block
+    back before it sends it, and must stay so)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    contents = make_tree(src, {"a.bin": 72 * 1024})
+    container.client.upload_blob("a.bin", contents[b"a.bin"])
+    capped = ("--block-size", "64KiB", "--max-bandwidth", "16KiB/s", "--io-timeout", "1", "--max-retries", "3", "--json")
+
+    down = run_ferry("copy", container, dst, "--recursive", *capped)
+    assert down.json["retries"] == {"by_status": {}, "total": 0}, down.json["retries"]
+    assert down.json["requests"]["gets"] == 1, down.json["requests"]
+    assert files_only(snapshot(dst)) == files_only(snapshot(src))
+
+    up = run_ferry("copy", src, container.at("again/"), "--recursive", *capped)
+    assert up.json["retries"] == {"by_status": {}, "total": 0}, up.json["retries"]
+    assert up.json["requests"]["blocks"] == 2, up.json["requests"]

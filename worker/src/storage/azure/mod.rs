@@ -9,6 +9,7 @@ mod copy;
 pub mod mime;
 pub mod posix;
 mod requests;
+mod stall;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -139,11 +140,11 @@ fn http_client(opts: &OpenOptions) -> Result<Arc<dyn HttpClient>> {
         .tcp_nodelay(true)
         .pool_max_idle_per_host(opts.concurrency.max(1))
         .connect_timeout(Duration::from_secs(10))
-        .read_timeout(opts.io_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| StoreError::Invalid(format!("HTTP client: {e}")))?;
-    Ok(Arc::new(http))
+    // Not reqwest's read_timeout: see stall.rs.
+    Ok(Arc::new(stall::StallTimeout { inner: Arc::new(http), timeout: opts.io_timeout }))
 }
 
 fn map_err(e: azure_core::Error) -> StoreError {
