@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import signal
+import time
 
 from support.summary import section
 from support.trees import files_only, make_tree, snapshot
@@ -74,3 +78,30 @@ def test_waiting_on_the_bandwidth_cap_is_no_stalled_link(tmp_path, container, ru
     up = run_ferry("copy", src, container.at("again/"), "--recursive", *capped)
     assert up.json["retries"] == {"by_status": {}, "total": 0}, up.json["retries"]
     assert up.json["requests"]["blocks"] == 2, up.json["requests"]
+
+
+def test_a_connection_left_idle_past_the_servers_keep_alive_is_not_reused(tmp_path, container, run_ferry):
+    """Under --max-bandwidth a copy's connections sit idle between blocks; a server closes one
+    idle for its keep-alive (Azurite: 5 s, Node's). A busy machine may not run ferry for a
+    while, so ferry has not yet noticed the close when its pool hands that connection out: the
+    block goes to a closed socket and is sent again (the failure of
+    test_progress_file_is_rewritten_while_an_upload_runs on a loaded machine: 26 blocks for 24).
+    Here ferry is stopped outright for 6 s early on, past the keep-alive of every connection it
+    opened; no block may be sent twice."""
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}.bin": 768 * 1024 for i in range(8)})
+    proc = run_ferry.spawn("copy", src, container, "--recursive", "--block-size", "256KiB", "--max-bandwidth", "1MiB/s",
+                           "--json", log_dir=tmp_path)
+    try:
+        time.sleep(1)
+        assert proc.poll() is None, (tmp_path / "ferry.stderr").read_text()
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(6)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "ferry.stderr").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads((tmp_path / "ferry.stdout").read_text())
+    assert report["retries"] == {"by_status": {}, "total": 0}, report["retries"]
+    assert report["requests"]["blocks"] == 8 * 3, report["requests"]
