@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import signal
+import time
 
 from support.summary import section
 from support.trees import files_only, make_tree, snapshot
@@ -52,3 +56,52 @@ def test_max_retries_zero_fails_that_file_and_copies_the_rest(tmp_path, containe
     assert failures[0]["error"], "a failure must say what went wrong"
     assert sorted(container.blobs()) == ["a.txt", "c.txt"]
     assert len(proxy.requests("PUT", path=r"/b\.txt$")) == 1, "--max-retries 0 must not retry"
+
+
+def test_waiting_on_the_bandwidth_cap_is_no_stalled_link(tmp_path, container, run_ferry):
+    """--io-timeout gives up on a response that delivers nothing while ferry waits for it; the
+    time ferry itself holds a response back under --max-bandwidth is not that. At 16 KiB/s a
+    chunk of the body waits a second or more before ferry asks for the next (hyper's reads grow
+    to 32 KiB and more), past an --io-timeout of 1 s: a clock that ran through that wait would
+    cut the GET and send it again. So: one GET, no retry, both ways (an upload holds its block
+    back before it sends it, and must stay so)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    contents = make_tree(src, {"a.bin": 72 * 1024})
+    container.client.upload_blob("a.bin", contents[b"a.bin"])
+    capped = ("--block-size", "64KiB", "--max-bandwidth", "16KiB/s", "--io-timeout", "1", "--max-retries", "3", "--json")
+
+    down = run_ferry("copy", container, dst, "--recursive", *capped)
+    assert down.json["retries"] == {"by_status": {}, "total": 0}, down.json["retries"]
+    assert down.json["requests"]["gets"] == 1, down.json["requests"]
+    assert files_only(snapshot(dst)) == files_only(snapshot(src))
+
+    up = run_ferry("copy", src, container.at("again/"), "--recursive", *capped)
+    assert up.json["retries"] == {"by_status": {}, "total": 0}, up.json["retries"]
+    assert up.json["requests"]["blocks"] == 2, up.json["requests"]
+
+
+def test_a_connection_left_idle_past_the_servers_keep_alive_is_not_reused(tmp_path, container, run_ferry):
+    """Under --max-bandwidth a copy's connections sit idle between blocks; a server closes one
+    idle for its keep-alive (Azurite: 5 s, Node's). A busy machine may not run ferry for a
+    while, so ferry has not yet noticed the close when its pool hands that connection out: the
+    block goes to a closed socket and is sent again (the failure of
+    test_progress_file_is_rewritten_while_an_upload_runs on a loaded machine: 26 blocks for 24).
+    Here ferry is stopped outright for 6 s early on, past the keep-alive of every connection it
+    opened; no block may be sent twice."""
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}.bin": 768 * 1024 for i in range(8)})
+    proc = run_ferry.spawn("copy", src, container, "--recursive", "--block-size", "256KiB", "--max-bandwidth", "1MiB/s",
+                           "--json", log_dir=tmp_path)
+    try:
+        time.sleep(1)
+        assert proc.poll() is None, (tmp_path / "ferry.stderr").read_text()
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(6)
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "ferry.stderr").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads((tmp_path / "ferry.stdout").read_text())
+    assert report["retries"] == {"by_status": {}, "total": 0}, report["retries"]
+    assert report["requests"]["blocks"] == 8 * 3, report["requests"]

@@ -122,6 +122,8 @@ struct tally {
 	_Atomic uint64_t ops[OP_COUNT];
 	_Atomic uint64_t finished;   /* requests whose span ended */
 	_Atomic uint64_t request_ns; /* their summed durations: the integral of inflight dt */
+	_Atomic uint64_t held;       /* delayed replies queued, their thread free at once */
+	_Atomic uint64_t slept;      /* delays a thread slept through (see hold_reply) */
 	struct tally *next;
 };
 
@@ -161,7 +163,7 @@ static struct {
 	_Atomic uint64_t window_start_ns; /* last reset */
 	uint64_t busy_since_ns;           /* when inflight last went 0 -> 1 */
 	uint64_t busy_ns;                 /* time with at least one request in flight, closed intervals */
-	struct { uint64_t ops[OP_COUNT], finished, request_ns; } base; /* the sums at the last reset */
+	struct { uint64_t ops[OP_COUNT], finished, request_ns, held, slept; } base; /* the sums at the last reset */
 } flight = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -306,6 +308,7 @@ static struct {
 	pthread_cond_t wake;
 	struct held **heap; /* a binary heap, earliest due first */
 	size_t n, cap;
+	size_t peak;            /* most replies queued at once since the last reset */
 	uint64_t waiting_until; /* when the sender will look again unless woken; 0: it is sending */
 	bool stop;
 	bool running;
@@ -370,12 +373,16 @@ static bool hold_reply(int fd, const struct iovec *iov, int iovcnt, size_t len)
 		return false;
 	}
 	size_t i = held.n++;
+	if (held.n > held.peak)
+		held.peak = held.n;
 	held.heap[i] = h;
 	for (; i > 0 && held.heap[(i - 1) / 2]->due > h->due; i = (i - 1) / 2)
 		heap_swap(i, (i - 1) / 2);
 	/* With one delay for all, a new reply is due last and the sender need not hear of it. */
 	if (h->due < held.waiting_until)
 		pthread_cond_signal(&held.wake);
+	/* Counted before the sender can send it: a client answered must find it counted. */
+	bump(&tally()->held, 1);
 	pthread_mutex_unlock(&held.lock);
 	span_start = 0;
 	return true;
@@ -460,8 +467,8 @@ static void stop_sender(void)
  * that a snapshot-and-reset loses no request between the two. */
 static char *stats_json(bool reset)
 {
-	uint64_t counts[OP_COUNT] = {0}, finished = 0, req_ns = 0;
-	uint64_t now, window, busy, inflight, peak;
+	uint64_t counts[OP_COUNT] = {0}, finished = 0, req_ns = 0, queued = 0, slept = 0;
+	uint64_t now, window, busy, inflight, peak, held_now, held_peak;
 
 	pthread_mutex_lock(&flight.lock);
 	now = now_ns();
@@ -470,6 +477,8 @@ static char *stats_json(bool reset)
 			counts[i] += atomic_load_explicit(&t->ops[i], memory_order_relaxed);
 		finished += atomic_load_explicit(&t->finished, memory_order_relaxed);
 		req_ns += atomic_load_explicit(&t->request_ns, memory_order_relaxed);
+		queued += atomic_load_explicit(&t->held, memory_order_relaxed);
+		slept += atomic_load_explicit(&t->slept, memory_order_relaxed);
 	}
 	for (int i = 0; i < OP_COUNT; i++) {
 		uint64_t sum = counts[i];
@@ -479,13 +488,24 @@ static char *stats_json(bool reset)
 	}
 	finished -= flight.base.finished;
 	req_ns -= flight.base.request_ns;
+	queued -= flight.base.held;
+	slept -= flight.base.slept;
 	window = now - flight.window_start_ns;
 	inflight = atomic_load(&flight.now);
 	peak = atomic_load(&flight.peak);
 	busy = flight.busy_ns + (inflight > 0 ? now - since_reset(flight.busy_since_ns) : 0);
+	/* flight.lock, then held.lock: the one order the two are ever taken in together. */
+	pthread_mutex_lock(&held.lock);
+	held_now = held.n;
+	held_peak = held.peak;
+	if (reset)
+		held.peak = held.n;
+	pthread_mutex_unlock(&held.lock);
 	if (reset) {
 		flight.base.finished += finished;
 		flight.base.request_ns += req_ns;
+		flight.base.held += queued;
+		flight.base.slept += slept;
 		atomic_store(&flight.window_start_ns, now);
 		flight.busy_ns = 0;
 		flight.busy_since_ns = now;
@@ -508,9 +528,11 @@ static char *stats_json(bool reset)
 	n += snprintf(out + n, cap - n,
 		      "},\"total\":%" PRIu64 ",\"finished\":%" PRIu64 ",\"inflight_now\":%" PRIu64
 		      ",\"inflight_max\":%" PRIu64 ",\"inflight_avg\":%.4f,\"inflight_avg_busy\":%.4f"
-		      ",\"window_s\":%.6f,\"busy_s\":%.6f,\"request_s\":%.6f}\n",
+		      ",\"window_s\":%.6f,\"busy_s\":%.6f,\"request_s\":%.6f"
+		      ",\"held\":%" PRIu64 ",\"held_now\":%" PRIu64 ",\"held_max\":%" PRIu64 ",\"slept\":%" PRIu64 "}\n",
 		      total, finished, inflight, peak, window ? (double)req_ns / (double)window : 0.0,
-		      busy ? (double)req_ns / (double)busy : 0.0, window / 1e9, busy / 1e9, req_ns / 1e9);
+		      busy ? (double)req_ns / (double)busy : 0.0, window / 1e9, busy / 1e9, req_ns / 1e9,
+		      queued, held_now, held_peak, slept);
 	return out;
 }
 
@@ -1441,6 +1463,7 @@ ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 			len += iov[i].iov_len;
 		if (len <= HOLD_MAX && hold_reply(fd, iov, iovcnt, len))
 			return (ssize_t)len;
+		bump(&tally()->slept, 1);
 		sleep_until(now_ns() + span_delay);
 	}
 	span_end();

@@ -10,6 +10,7 @@ mod list;
 pub mod mime;
 pub mod posix;
 mod requests;
+mod stall;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -135,6 +136,9 @@ fn b64(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
+/// How long an idle connection is kept for reuse (see `http_client`).
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
 /// One HTTP client for every request of a run, tuned for bulk transfer.
 fn http_client(opts: &OpenOptions) -> Result<Arc<dyn HttpClient>> {
     // ring is the provider rustls already builds; installing it twice is harmless.
@@ -143,12 +147,18 @@ fn http_client(opts: &OpenOptions) -> Result<Arc<dyn HttpClient>> {
         .http1_only()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(opts.concurrency.max(1))
+        // Below the shortest keep-alive of the servers ferry meets (5 s: Node's, so Azurite's).
+        // Kept longer, a connection the server has closed can be handed out before ferry has
+        // seen the close (a busy machine not running it meanwhile), and the request it carries
+        // is lost and sent again; under --max-bandwidth connections sit idle that long. A new
+        // connection after 4 s of idling costs a handshake, not a request.
+        .pool_idle_timeout(POOL_IDLE)
         .connect_timeout(Duration::from_secs(10))
-        .read_timeout(opts.io_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| StoreError::Invalid(format!("HTTP client: {e}")))?;
-    Ok(Arc::new(http))
+    // Not reqwest's read_timeout: see stall.rs.
+    Ok(Arc::new(stall::StallTimeout { inner: Arc::new(http), timeout: opts.io_timeout }))
 }
 
 fn map_err(e: azure_core::Error) -> StoreError {
