@@ -224,7 +224,7 @@ mod tests {
         r.sent(RequestKind::Others);
         let v = r.to_json();
         let o = v.as_object().unwrap();
-        assert_eq!(o.len(), 10);
+        assert_eq!(o.len(), RequestKind::ALL.len());
         assert_eq!(o["blocks"], 2);
         assert_eq!(o["others"], 1);
         assert_eq!(o["list_pages"], 0);
