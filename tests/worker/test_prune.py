@@ -413,6 +413,9 @@ def test_a_deletion_refused_inside_a_batch_fails_that_path_alone(tmp_path, conta
         assert sorted(file_blobs(container)) == sorted([*KEEP, "gone01/f007"])
         logged = {p.decode() for p in log_paths(log)}
         assert "gone01/f007" not in logged and set(files) - logged == {"gone01/f007"}
+        # Alone, it is one Delete Blob, refused for the same reason, and said so.
+        alone = run_ferry("rm", container.at("gone01/f007"), "--json", check=1).json
+        assert "LeaseIdMissing" in alone["failures"][0]["error"], alone
     finally:
         lease.release()
 

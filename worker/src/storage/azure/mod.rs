@@ -169,8 +169,9 @@ fn map_err(e: azure_core::Error) -> StoreError {
             if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
                 return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
             }
-            if *status == StatusCode::PreconditionFailed {
-                // Only reads send If-Match: the blob was rewritten since this copy began.
+            if *status == StatusCode::PreconditionFailed && !code.as_deref().is_some_and(|c| c.starts_with("Lease")) {
+                // Only reads send If-Match: the blob was rewritten since this copy began. (A
+                // lease held on the blob is a 412 too, LeaseIdMissing and the like.)
                 return StoreError::Integrity("the blob changed while being copied (its ETag no longer matches); not committed".into());
             }
             let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
