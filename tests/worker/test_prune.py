@@ -17,6 +17,7 @@ import pytest
 from support.ferry import describe, ferry_env
 from support.blobs import file_blobs
 from support.manifest import escape_path as escape, parse_manifest
+from support.requests import assert_counted
 from support.trees import File, Link, make_tree, snapshot
 
 # ---------------------------------------------------------------------------------------------
@@ -350,6 +351,102 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
         assert "refused" in r.stderr and status in r.stderr, r.stderr
         assert sorted(container.blobs()) == everything
     assert not (tmp_path / "never.tsv").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# blob destination at scale: deletions in Blob Batch requests of up to 256
+
+SAS_ONLY = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None}
+KEEP = {"keep/k0.txt": b"k0", "keep/k1.txt": b"k1", "top.txt": b"t"}
+
+
+def blob_dest_with_extras(tmp_path: Path, container, run_ferry, dirs: int, per_dir: int) -> tuple[Path, list[str], list[str]]:
+    """SRC holds KEEP; the container holds KEEP and ``dirs`` directories of ``per_dir`` files each
+    beyond it, every directory a folder stub (ferry's copy writes them), the first one nested in
+    another that holds nothing else. Returns SRC, the extra files and the extra directories."""
+    src, full = tmp_path / "src", tmp_path / "full"
+    make_tree(src, KEEP)
+    names = ["gone00/inner", *(f"gone{d:02d}" for d in range(1, dirs))]
+    extra = {f"{d}/f{i:03d}": b"x" for d in names for i in range(per_dir)}
+    make_tree(full, {**KEEP, **extra})
+    run_ferry("copy", full, container, "--recursive")
+    return src, sorted(extra), sorted([*names, "gone00"])
+
+
+def test_prune_blobs_in_batches_counted(tmp_path, container, proxy, run_ferry):
+    src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=12, per_dir=50)
+    assert len(files) == 600 and len(dirs) == 13
+    log = tmp_path / "prune.tsv"
+    j = run_ferry("prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json").json
+    assert (j["deleted"], j["dirs"], j["failed"], j["refused"]) == (600, 13, 0, None), j
+    assert sorted(file_blobs(container)) == sorted(KEEP)
+    assert sorted(container.blobs()) == sorted([*KEEP, "keep"]), "the emptied directories' stubs went too"
+
+    # 600 files in batches of 256, 256 and 88; then the stubs: "gone00/inner" alone (its parent
+    # must wait for it), then the other twelve in one batch. A group of one goes as a plain
+    # Delete Blob: the same one request.
+    assert_counted(j["requests"], proxy, "prune in batches")
+    assert (j["requests"]["batches"], j["requests"]["deletes"]) == (3 + 1, 1), j["requests"]
+    assert len(proxy.requests("POST", comp="batch")) == 4
+
+    # The log holds every deletion once, each directory after everything inside it.
+    logged = [p.decode() for p in log_paths(log)]
+    assert sorted(logged) == sorted([*files, *dirs])
+    at = {p: i for i, p in enumerate(logged)}
+    for p in logged:
+        parent = p.rsplit("/", 1)[0] if "/" in p else None
+        if parent is not None:
+            assert at[p] < at[parent], (p, parent)
+
+
+def test_a_deletion_refused_inside_a_batch_fails_that_path_alone(tmp_path, container, run_ferry):
+    src, files, _ = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=2, per_dir=150)
+    leased = container.client.get_blob_client("gone01/f007")
+    lease = leased.acquire_lease()
+    try:
+        log = tmp_path / "prune.tsv"
+        r = run_ferry("prune", src, container, "--max-delete", "100%", "--log", log, "--json", check=1)
+        j = r.json
+        assert (j["deleted"], j["failed"]) == (299, 1), j
+        assert [f["path"] for f in j["failures"]] == ["gone01/f007"], j["failures"]
+        assert "412" in j["failures"][0]["error"] and "LeaseIdMissing" in j["failures"][0]["error"], j["failures"]
+        assert sorted(file_blobs(container)) == sorted([*KEEP, "gone01/f007"])
+        logged = {p.decode() for p in log_paths(log)}
+        assert "gone01/f007" not in logged and set(files) - logged == {"gone01/f007"}
+        # Alone, it is one Delete Blob, refused for the same reason, and said so.
+        alone = run_ferry("rm", container.at("gone01/f007"), "--json", check=1).json
+        assert "LeaseIdMissing" in alone["failures"][0]["error"], alone
+    finally:
+        lease.release()
+
+
+def test_a_batch_that_failed_on_the_way_is_sent_again(tmp_path, container, proxy, run_ferry):
+    src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=4, per_dir=100)
+    # One batch answered 503 without reaching the service; another done by the service but its
+    # answer cut short, so that its second attempt finds its blobs gone (404: deleted all the same).
+    busy = proxy.add("status", method="POST", query={"comp": "batch"}, status=503, headers={"Retry-After": "0"}, count=1)
+    cut = proxy.add("truncate", method="POST", query={"comp": "batch"}, skip=1, body_bytes=64, count=1)
+    log = tmp_path / "prune.tsv"
+    j = run_ferry("prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json").json
+    assert busy.fired == 1 and cut.fired == 1
+    assert (j["deleted"], j["failed"]) == (400, 0), j
+    assert sorted(file_blobs(container)) == sorted(KEEP)
+    assert_counted(j["requests"], proxy, "prune with a batch sent again")
+    # 400 files: two batches; the stubs: "gone00/inner" alone, then four; and the two sent again.
+    assert (j["requests"]["batches"], j["requests"]["deletes"]) == (2 + 1 + 2, 1), j["requests"]
+    assert sorted(p.decode() for p in log_paths(log)) == sorted([*files, *dirs])
+
+
+def test_prune_blobs_in_batches_with_a_sas_only(tmp_path, container, proxy, run_ferry):
+    src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=3, per_dir=100)
+    dest = container.signed(write=True, port=proxy.port)
+    j = run_ferry("prune", src, dest, "--max-delete", "100%", "--log", tmp_path / "prune.tsv", "--json", env=SAS_ONLY).json
+    assert (j["deleted"], j["failed"]) == (300, 0), j
+    assert sorted(container.blobs()) == sorted([*KEEP, "keep"])
+    assert_counted(j["requests"], proxy, "prune with a SAS")
+    assert j["requests"]["batches"] == 2 + 1 and j["requests"]["deletes"] == 1, j["requests"]
+    # The service checked each part's own SAS (in its request line): with a key in the
+    # environment instead, a part without authorization would have been refused.
 
 
 def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_current_one(tmp_path, run_ferry):

@@ -261,7 +261,7 @@ mod tests {
         let v = snapshot("copy", &stats, stats.done(), 1.0, true, 0.0);
         assert_eq!(v["files"]["total"], 3);
         assert_eq!(v["finished"], true);
-        assert_eq!(v["requests"].as_object().unwrap().len(), 9);
+        assert_eq!(v["requests"].as_object().unwrap().len(), crate::stats::RequestKind::ALL.len());
     }
 
     #[tokio::test]

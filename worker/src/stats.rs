@@ -153,6 +153,8 @@ pub enum RequestKind {
     Heads,
     /// Delete Blob.
     Deletes,
+    /// Blob Batch: up to 256 Delete Blob in one request.
+    Batches,
     /// Copy Blob, Put Blob From URL.
     Copies,
     /// Everything else: metadata, properties, tags, tiers, block lists read, containers made.
@@ -160,7 +162,7 @@ pub enum RequestKind {
 }
 
 impl RequestKind {
-    pub const ALL: [RequestKind; 9] = [
+    pub const ALL: [RequestKind; 10] = [
         RequestKind::ListPages,
         RequestKind::Puts,
         RequestKind::Blocks,
@@ -168,6 +170,7 @@ impl RequestKind {
         RequestKind::Gets,
         RequestKind::Heads,
         RequestKind::Deletes,
+        RequestKind::Batches,
         RequestKind::Copies,
         RequestKind::Others,
     ];
@@ -182,6 +185,7 @@ impl RequestKind {
             RequestKind::Gets => "gets",
             RequestKind::Heads => "heads",
             RequestKind::Deletes => "deletes",
+            RequestKind::Batches => "batches",
             RequestKind::Copies => "copies",
             RequestKind::Others => "others",
         }
@@ -220,7 +224,7 @@ mod tests {
         r.sent(RequestKind::Others);
         let v = r.to_json();
         let o = v.as_object().unwrap();
-        assert_eq!(o.len(), 9);
+        assert_eq!(o.len(), RequestKind::ALL.len());
         assert_eq!(o["blocks"], 2);
         assert_eq!(o["others"], 1);
         assert_eq!(o["list_pages"], 0);

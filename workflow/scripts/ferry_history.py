@@ -27,7 +27,7 @@ a later run starts). A record:
      "checksum": bool,                                          # verify compared MD5s
      "failed": int, "retries": int,
      "requests": {"total": {kind: int}, "by_step": {step: {kind: int}}},
-         # kinds: list_pages, puts, blocks, block_lists, gets, heads, deletes, copies, others
+         # kinds: list_pages, puts, blocks, block_lists, gets, heads, deletes, batches, copies, others
      "steps": {step: {"seconds": float, "span": float}},       # list_source, list_dest, plan,
          # copy, verify, prune, final_check: summed job seconds, and wall span first start→last end
      "partitions": int, "depth": {"mode": str|None, "final": int|None, "peak": int|None}}

@@ -293,42 +293,87 @@ impl Deletions {
         Ok(0)
     }
 
-    /// Deletes the files, `2 × concurrency` at a time, then the directories one by one in
-    /// their order (each after those inside it). The log holds what was deleted, written as it
-    /// happens: a run cut short still says what it did.
+    /// Deletes the files, then the directories in their order (each after those inside it).
+    /// Where the destination takes many deletions in one request (Blob Batch), they go so, up
+    /// to `concurrency` requests at a time; else one by one, `2 × concurrency` at a time. The
+    /// log holds what was deleted, as the destination confirms it: a run cut short still says
+    /// what it did, and a deletion refused inside a batch is that path's failure alone.
     async fn delete(&mut self, dst: &Arc<dyn Store>, log: &mut Writer<BufWriter<std::fs::File>>, stats: &Stats, concurrency: usize) -> anyhow::Result<u64> {
+        let batch = dst.delete_batch().max(1);
+        let in_flight = if batch > 1 { concurrency } else { concurrency * 2 };
         let mut deleted = 0u64;
         let mut results = futures::stream::iter(self.files.read()?)
-            .map(|e| {
+            .chunks(batch)
+            .map(|chunk| {
                 let dst = dst.clone();
                 async move {
-                    let e = e?;
-                    let r = dst.delete(&e.path).await;
-                    Ok::<_, io::Error>((e, r))
+                    let entries = chunk.into_iter().collect::<io::Result<Vec<Entry>>>()?;
+                    let done = dst.delete_many(&paths(&entries)).await;
+                    Ok::<_, io::Error>(entries.into_iter().zip(done))
                 }
             })
-            .buffer_unordered(concurrency * 2);
+            .buffer_unordered(in_flight.max(1));
         while let Some(done) = results.next().await {
-            let (e, r) = done.map_err(PlanError::Scratch)?;
-            match r {
-                Ok(()) => {
-                    deleted += 1;
-                    log.write(&e)?;
+            for (e, r) in done.map_err(PlanError::Scratch)? {
+                match r {
+                    Ok(()) => {
+                        deleted += 1;
+                        log.write(&e)?;
+                    }
+                    Err(err) => stats.failed(e.display_path(), err.to_string()),
                 }
-                Err(err) => stats.failed(e.display_path(), err.to_string()),
             }
         }
-        for d in self.dirs.read()? {
-            let d = d.map_err(PlanError::Scratch)?;
+        for dirs in DirBatches::new(self.dirs.read()?, batch) {
+            let dirs = dirs.map_err(PlanError::Scratch)?;
             // A directory still holding something (a file whose deletion failed, or one that
             // appeared since the listing) stays, and is reported: the destination is not what
             // the source says it should be.
-            match dst.delete(&d.path).await {
-                Ok(()) => log.write(&d)?,
-                Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
+            for (d, r) in dirs.iter().zip(dst.delete_many(&paths(&dirs)).await) {
+                match r {
+                    Ok(()) => log.write(d)?,
+                    Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
+                }
             }
         }
         Ok(deleted)
+    }
+}
+
+fn paths(entries: &[Entry]) -> Vec<Vec<u8>> {
+    entries.iter().map(|e| e.path.clone()).collect()
+}
+
+/// The emptied directories, in their order, cut into groups of up to `max` that may go at
+/// once: a group closes before a directory with one of the group inside it, so that each
+/// still goes after everything inside it, though the parts of one request go in any order.
+struct DirBatches<I: Iterator> {
+    dirs: std::iter::Peekable<I>,
+    max: usize,
+}
+
+impl<I: Iterator<Item = io::Result<Entry>>> DirBatches<I> {
+    fn new(dirs: I, max: usize) -> Self {
+        DirBatches { dirs: dirs.peekable(), max: max.max(1) }
+    }
+}
+
+impl<I: Iterator<Item = io::Result<Entry>>> Iterator for DirBatches<I> {
+    type Item = io::Result<Vec<Entry>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut group: Vec<Entry> = Vec::new();
+        while group.len() < self.max {
+            match self.dirs.peek() {
+                None => break,
+                // An unreadable spill ends the deletions; what was grouped before it goes first.
+                Some(Err(_)) if !group.is_empty() => break,
+                Some(Err(_)) => return self.dirs.next().map(|r| r.map(|_| group)),
+                Some(Ok(d)) if group.iter().any(|g| under(&d.path, &g.path)) => break,
+                Some(Ok(_)) => group.extend(self.dirs.next().and_then(Result::ok)),
+            }
+        }
+        (!group.is_empty()).then_some(Ok(group))
     }
 }
 
@@ -372,7 +417,7 @@ impl EmptiedDirs {
     /// A destination entry the source has: the directories it is in stay.
     fn keep(&mut self, path: &[u8]) {
         for (dir, occupied) in self.open.iter_mut() {
-            if path.len() > dir.path.len() && path.starts_with(&dir.path) && path[dir.path.len()] == b'/' {
+            if under(&dir.path, path) {
                 *occupied = true;
             }
         }
@@ -393,6 +438,11 @@ impl EmptiedDirs {
         }
         Ok((self.out, self.count))
     }
+}
+
+/// Whether `path` is inside directory `dir`.
+fn under(dir: &[u8], path: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
 }
 
 /// Whether `path`, which sorts after `dir`, is still within the range of `dir` and what is
@@ -477,6 +527,28 @@ mod tests {
         let (files, dirs, _) = plan(&["d/\\", "d\tx"], &["d/", "d/\\", "d/\t", "d\tx", "d\\/", "d\\/y"]);
         assert_eq!(files, ["d/\\t", "d\\\\/y"]);
         assert_eq!(dirs, ["d\\\\"]);
+    }
+
+    fn groups(dirs: Vec<io::Result<Entry>>, max: usize) -> Vec<Result<Vec<String>, String>> {
+        DirBatches::new(dirs.into_iter(), max).map(|g| g.map(|g| g.iter().map(Entry::display_path).collect()).map_err(|e| e.to_string())).collect()
+    }
+
+    #[test]
+    fn directories_go_in_groups_none_holding_another() {
+        let dirs = ["a/b/c", "a/b/d", "a/x", "a/b", "a", "a.b", "e"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
+        let want: Vec<Result<Vec<String>, String>> = vec![Ok(vec!["a/b/c".into(), "a/b/d".into(), "a/x".into()]), Ok(vec!["a/b".into()]), Ok(vec!["a".into(), "a.b".into(), "e".into()])];
+        assert_eq!(groups(dirs, 256), want);
+        let flat = ["e", "f", "g"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
+        assert_eq!(groups(flat, 2), vec![Ok(vec!["e".to_string(), "f".into()]), Ok(vec!["g".to_string()])]);
+        // One at a time (a local tree): the order is the plan's.
+        let one = ["a/b", "a", "c"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
+        assert_eq!(groups(one, 1), vec![Ok(vec!["a/b".to_string()]), Ok(vec!["a".to_string()]), Ok(vec!["c".to_string()])]);
+    }
+
+    #[test]
+    fn an_unreadable_spill_ends_a_group_and_is_reported() {
+        let dirs = vec![Ok(entry("a/")), Err(io::Error::other("bad spill")), Ok(entry("b/"))];
+        assert_eq!(groups(dirs, 256), vec![Ok(vec!["a".to_string()]), Err("bad spill".into()), Ok(vec!["b".to_string()])]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! every call, so `--max-retries`, the time budget and the counts by status in `--json` hold.
 
 pub mod auth;
+mod batch;
 mod copy;
 mod list;
 pub mod mime;
@@ -129,6 +130,9 @@ struct Clients {
     /// The same container listed one level at a time (`delimiter=/`), which the SDK's
     /// `list_blobs` has no option for; it keeps any query the URL already has.
     by_level: BlobContainerClient,
+    /// The token source the pipeline signs with, for the parts of a Blob Batch, which carry
+    /// their own authorization.
+    token: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
 }
 
 fn b64(data: &[u8]) -> String {
@@ -175,8 +179,9 @@ fn map_err(e: azure_core::Error) -> StoreError {
             if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
                 return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
             }
-            if *status == StatusCode::PreconditionFailed {
-                // Only reads send If-Match: the blob was rewritten since this copy began.
+            if *status == StatusCode::PreconditionFailed && !code.as_deref().is_some_and(|c| c.starts_with("Lease")) {
+                // Only reads send If-Match: the blob was rewritten since this copy began. (A
+                // lease held on the blob is a 412 too, LeaseIdMissing and the like.)
                 return StoreError::Integrity("the blob changed while being copied (its ETag no longer matches); not committed".into());
             }
             let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
@@ -318,6 +323,7 @@ impl Inner {
             .pop_if_empty()
             .push(&self.loc.container);
         let mut per_try: Vec<Arc<dyn Policy>> = Vec::new();
+        let mut bearer = None;
         match &self.cred {
             Credential::Anonymous => {}
             Credential::Sas(q) => url.set_query((!q.is_empty()).then_some(q.as_str())),
@@ -331,6 +337,7 @@ impl Inner {
                             self.loc.display()
                         )));
                     }
+                    bearer = Some(token.clone());
                     per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(token, [auth::STORAGE_SCOPE])));
                 }
             }
@@ -348,7 +355,7 @@ impl Inner {
         let mut level_url = url.clone();
         level_url.query_pairs_mut().append_pair("delimiter", "/");
         let client = |u: Url| BlobContainerClient::new(u, None, Some(container_options.clone())).map_err(map_err);
-        Ok(Clients { options, pipeline, container: client(url.clone())?, by_level: client(level_url)?, base: url })
+        Ok(Clients { options, pipeline, container: client(url.clone())?, by_level: client(level_url)?, base: url, token: bearer })
     }
 
     /// One blob's URL, with the SAS query when the credential is one. Built here, not by the
@@ -688,6 +695,14 @@ impl Store for AzureStore {
         }
     }
 
+    fn delete_batch(&self) -> usize {
+        batch::MAX
+    }
+
+    async fn delete_many(&self, paths: &[Vec<u8>]) -> Vec<Result<()>> {
+        batch::delete_paths(self, paths).await
+    }
+
     /// A blob stands for a directory either as a folder stub at its own name or as the prefix
     /// of the blobs below it: both go.
     async fn remove_all(&self, path: &[u8]) -> Result<()> {
@@ -697,16 +712,23 @@ impl Store for AzureStore {
         let (tx, mut rx) = mpsc::channel(1024);
         let inner = self.inner.clone();
         let lister = tokio::spawn(async move { inner.list_under(&below, true, &tx).await });
+        // What is listed goes in batches as it comes, the last one short.
         let mut deletes = futures::stream::FuturesUnordered::new();
+        let (mut chunk, mut listed) = (Vec::new(), true);
         let mut first_error = None;
         loop {
             tokio::select! {
-                Some(e) = rx.recv() => match e {
-                    Ok(e) => deletes.push(async move { self.delete(&e.path).await }),
-                    Err(e) => { first_error.get_or_insert(e); }
+                e = rx.recv(), if listed => match e {
+                    Some(Ok(e)) => chunk.push(e.path),
+                    Some(Err(e)) => { first_error.get_or_insert(e); }
+                    None => listed = false,
                 },
-                Some(r) = deletes.next(), if !deletes.is_empty() => if let Err(e) = r { first_error.get_or_insert(e); },
+                Some(r) = deletes.next(), if !deletes.is_empty() => if let Some(e) = batch::first_err(r) { first_error.get_or_insert(e); },
                 else => break,
+            }
+            if chunk.len() >= batch::MAX || (!listed && !chunk.is_empty()) {
+                let paths = std::mem::take(&mut chunk);
+                deletes.push(async move { self.delete_many(&paths).await });
             }
         }
         match lister.await {

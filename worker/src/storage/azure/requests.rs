@@ -28,6 +28,7 @@ pub fn classify(method: &Method, comp: Option<&str>, restype: Option<&str>, copy
         (Method::Put, None) if copy_source => Copies,
         (Method::Put, None) => Puts,
         (Method::Delete, None) if !container => Deletes,
+        (Method::Post, Some("batch")) => Batches,
         _ => Others,
     }
 }
@@ -99,6 +100,7 @@ mod tests {
         assert_eq!(kind(Method::Put, &format!("{b}?comp=copy&copyid=x"), false), Others);
         assert_eq!(kind(Method::Put, &format!("{c}?restype=container"), false), Others);
         assert_eq!(kind(Method::Delete, &format!("{c}?restype=container"), false), Others);
+        assert_eq!(kind(Method::Post, &format!("{c}?restype=container&comp=batch"), false), Batches);
         assert_eq!(kind(Method::Get, &format!("{b}?comp=blocklist&blocklisttype=uncommitted"), false), Others);
         assert_eq!(kind(Method::Get, &format!("{b}?comp=tags"), false), Others);
     }
