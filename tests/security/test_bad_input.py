@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.ferry import ferry_env
-from support.blobs import file_blobs
+from support.blobs import blob_name, file_blobs
 from support.trees import make_tree, snapshot
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -135,7 +135,7 @@ def test_odd_names_round_trip_through_blob_storage(tmp_path, container, run_ferr
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, NAMES)
     run_ferry("copy", "-r", src, container)
-    assert sorted(file_blobs(container)) == sorted(NAMES)  # (and a folder stub per directory)
+    assert sorted(file_blobs(container)) == sorted(map(blob_name, NAMES))  # (and a folder stub per directory)
     run_ferry("copy", "-r", container, dst)
     got = {p.decode(): (dst / p.decode()).read_bytes() for p, e in snapshot(dst).items() if e.type == "f"}
     assert got == NAMES

@@ -66,8 +66,8 @@ ODD_NAMES = [
     "dots...txt",
 ]
 
-# Only local filesystems can hold these: blob names must be valid UTF-8, and Azure (like Azurite)
-# turns a backslash in a blob name into '/'.
+# Names for local trees: ferry refuses to put names that are not UTF-8 into Blob storage, and the
+# others go there only mapped (docs/worker.md, "Names in Blob storage").
 NON_UTF8_NAMES = [b"latin1-\xe9t\xe9.txt", b"bare-\xff\xfe-bytes.bin"]
 LOCAL_ONLY_NAMES = [b"back\\slash.txt", b"cr\rreturn.txt", *NON_UTF8_NAMES]
 

@@ -51,7 +51,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             if args.files_from.is_some() {
                 anyhow::bail!("--files-from needs a directory or prefix as SOURCE, not a single file");
             }
-            let (dst_parent, dst_name) = object_destination(&dst_loc, &name);
+            let (dst_parent, dst_name) = object_destination(&dst_loc, &name)?;
             (open(&parent, &opts)?, open(&dst_parent, &opts)?, vec![entry], Some(dst_name))
         }
         Root::Tree(loc) => {

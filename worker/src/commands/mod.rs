@@ -79,8 +79,8 @@ pub enum Root {
     Object { parent: Location, entry: Entry, name: Vec<u8> },
 }
 
-fn parent_and_name(loc: &Location) -> (Location, Vec<u8>) {
-    match loc {
+fn parent_and_name(loc: &Location) -> anyhow::Result<(Location, Vec<u8>)> {
+    Ok(match loc {
         Location::Local(p) => {
             let name = p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
             let parent = match p.parent() {
@@ -91,9 +91,10 @@ fn parent_and_name(loc: &Location) -> (Location, Vec<u8>) {
         }
         Location::Blob(b) => {
             let (dir, name) = b.prefix.rsplit_once('/').unwrap_or(("", &b.prefix));
-            (Location::Blob(BlobLocation { prefix: dir.to_string(), ..b.clone() }), name.as_bytes().to_vec())
+            // A URL spells the blob's name; the store below takes the path it stands for.
+            (Location::Blob(BlobLocation { prefix: dir.to_string(), ..b.clone() }), storage::azure::names::decode(name)?)
         }
-    }
+    })
 }
 
 /// Whether `loc` is a tree or one object. With `follow`, a local symlink named on the command
@@ -107,10 +108,10 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
             if md.is_dir() {
                 return Ok(Root::Tree(loc.clone()));
             }
-            let (parent, name) = parent_and_name(loc);
+            let (parent, name) = parent_and_name(loc)?;
             let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
             let (parent, target_name) = match follow && is_link {
-                true => parent_and_name(&Location::Local(std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?)),
+                true => parent_and_name(&Location::Local(std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?))?,
                 false => (parent, name.clone()),
             };
             let entry = storage::local::entry_of(target_name, &md).with_context(|| format!("{}: not a regular file, symlink or directory", p.display()))?;
@@ -118,7 +119,7 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
         }
         Location::Blob(b) => match AzureStore::blob_exists_at_prefix(b, opts).await? {
             Some(_) => {
-                let (parent, name) = parent_and_name(loc);
+                let (parent, name) = parent_and_name(loc)?;
                 let store = open(&parent, opts)?;
                 let (entry, _) = store.head(&name).await?.context("blob vanished while resolving it")?;
                 Ok(Root::Object { parent, entry, name })
@@ -129,13 +130,13 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
 }
 
 /// Where a single object goes: into DST if it is a directory (or ends in '/'), else as DST.
-pub fn object_destination(dst: &Location, name: &[u8]) -> (Location, Vec<u8>) {
+pub fn object_destination(dst: &Location, name: &[u8]) -> anyhow::Result<(Location, Vec<u8>)> {
     let into_dir = match dst {
         Location::Local(p) => p.is_dir() || p.as_os_str().as_bytes().ends_with(b"/"),
         Location::Blob(b) => b.prefix.is_empty() || b.prefix.ends_with('/'),
     };
     if into_dir {
-        (dst.clone(), name.to_vec())
+        Ok((dst.clone(), name.to_vec()))
     } else {
         parent_and_name(dst)
     }

@@ -162,7 +162,7 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
         Root::Object { parent, entry, name } => {
-            let (dp, name) = object_destination(&dst_loc, &name);
+            let (dp, name) = object_destination(&dst_loc, &name)?;
             (open(&parent, &opts)?, open(&dp, &opts)?, vec![entry], Some(name))
         }
         Root::Tree(loc) => {

@@ -35,7 +35,7 @@ use crate::manifest::Entry;
 pub(super) trait Pages: Send + Sync + 'static {
     fn prefix(&self) -> &str;
     async fn page(&self, marker: Option<&str>, start_from: Option<&str>, max: u32) -> Result<ListPage>;
-    fn entry(&self, blob: BlobItem) -> Option<Entry>;
+    fn entry(&self, blob: BlobItem) -> Option<Result<Entry>>;
 }
 
 #[async_trait]
@@ -48,14 +48,15 @@ impl Pages for Inner {
         self.list_page(true, &self.root, marker, start_from, max).await
     }
 
-    fn entry(&self, blob: BlobItem) -> Option<Entry> {
+    fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
         self.entry_of(blob)
     }
 }
 
 /// What one range hands the reader, in key order.
 enum Piece {
-    Entries(Vec<Entry>),
+    /// In order, with the names that stand for no path (`names.rs`) as errors where they fall.
+    Entries(Vec<Result<Entry>>),
     /// A piece of the range's remainder: drained whole before the next item.
     Range(mpsc::Receiver<Result<Piece>>),
     End,
@@ -103,7 +104,7 @@ pub(super) async fn list(pages: Arc<dyn Pages>, concurrency: usize, page: u32, o
         match top.recv().await {
             Some(Ok(Piece::Entries(entries))) => {
                 for e in entries {
-                    if out.send(Ok(e)).await.is_err() {
+                    if out.send(e).await.is_err() {
                         // The reader has gone: dropping the stack ends every range at its next send.
                         return Ok(());
                     }
@@ -164,7 +165,7 @@ impl Lister {
                 (Some(_), false) => self.cut(&blobs, hi.as_deref()),
                 _ => Vec::new(),
             };
-            let entries: Vec<Entry> = blobs.into_iter().filter_map(|b| self.pages.entry(b)).collect();
+            let entries: Vec<Result<Entry>> = blobs.into_iter().filter_map(|b| self.pages.entry(b)).collect();
             if !entries.is_empty() && tx.send(Ok(Piece::Entries(entries))).await.is_err() {
                 return Ok(());
             }
@@ -359,8 +360,8 @@ mod tests {
             Ok(ListPage { blobs, prefixes: Vec::new(), next_marker })
         }
 
-        fn entry(&self, blob: BlobItem) -> Option<Entry> {
-            Some(Entry { path: blob.name.into_bytes(), ..Default::default() })
+        fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
+            Some(Ok(Entry { path: blob.name.into_bytes(), ..Default::default() }))
         }
     }
 

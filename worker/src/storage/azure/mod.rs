@@ -9,6 +9,7 @@ mod batch;
 mod copy;
 mod list;
 pub mod mime;
+pub mod names;
 pub mod posix;
 mod requests;
 mod stall;
@@ -257,7 +258,7 @@ impl AzureStore {
         parent.prefix = dir;
         let store = AzureStore::new(parent, opts)?;
         // A folder stub names a tree: what is under it is meant, not the stub.
-        Ok(store.head(name.as_bytes()).await?.filter(|(e, _)| e.kind != Kind::Dir).map(|(e, _)| e.size()))
+        Ok(store.head(&names::decode(&name)?).await?.filter(|(e, _)| e.kind != Kind::Dir).map(|(e, _)| e.size()))
     }
 }
 
@@ -293,10 +294,17 @@ impl AzureStore {
 
 impl Inner {
     fn name(&self, rel: &[u8]) -> Result<String> {
-        let rel = std::str::from_utf8(rel).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
-        let name = format!("{}{}", self.root, rel);
-        blob_name_checked(&name)?;
-        Ok(name)
+        let encoded = names::encode(rel)?;
+        // Checked as the path was given: encoding would hide a '.' segment as '．'.
+        blob_name_checked(&format!("{}{}", self.root, String::from_utf8_lossy(rel)))?;
+        Ok(format!("{}{encoded}", self.root))
+    }
+
+    /// The relative path a listed blob name (the root included) stands for; None outside the
+    /// root or at the root itself.
+    fn rel_of(&self, name: &str) -> Option<Result<Vec<u8>>> {
+        let rel = name.strip_prefix(&self.root)?;
+        (!rel.is_empty()).then(|| names::decode(rel).map_err(StoreError::from))
     }
 
     /// One SDK call under ferry's retry policy, its error mapped to a `StoreError`.
@@ -459,20 +467,20 @@ impl Inner {
             let mut stubs = std::collections::HashSet::new();
             for b in page.blobs {
                 if let Some(e) = s.entry_of(b) {
-                    if e.kind == Kind::Dir {
-                        stubs.insert(e.path.clone());
+                    if let Ok(e) = &e {
+                        if e.kind == Kind::Dir {
+                            stubs.insert(e.path.clone());
+                        }
                     }
-                    if tx.send(Ok(e)).await.is_err() {
+                    if tx.send(e).await.is_err() {
                         return Ok(());
                     }
                 }
             }
             for p in page.prefixes {
-                if let Some(rel) = p.strip_prefix(&s.root) {
-                    let rel = rel.trim_end_matches('/');
-                    if !rel.is_empty() && !stubs.contains(rel.as_bytes()) {
-                        let e = Entry { path: rel.as_bytes().to_vec(), kind: Kind::Dir, size: Some(0), mtime: None, md5: None, ..Default::default() };
-                        if tx.send(Ok(e)).await.is_err() {
+                if let Some(e) = s.prefix_entry(&p) {
+                    if e.as_ref().map_or(true, |e| !stubs.contains(&e.path)) {
+                        if tx.send(e).await.is_err() {
                             return Ok(());
                         }
                     }
@@ -485,13 +493,19 @@ impl Inner {
         }
     }
 
-    fn entry_of(&self, b: xml::BlobItem) -> Option<Entry> {
-        let rel = b.name.strip_prefix(&self.root)?.to_string();
-        if rel.is_empty() {
-            return None;
-        }
+    fn entry_of(&self, b: xml::BlobItem) -> Option<Result<Entry>> {
+        let path = match self.rel_of(&b.name)? {
+            Ok(path) => path,
+            Err(e) => return Some(Err(e)),
+        };
         let p = posix::read(&b.metadata);
-        Some(Entry { path: rel.into_bytes(), kind: p.kind, size: Some(b.size), mtime: p.mtime.or(b.last_modified), md5: b.md5, mode: p.mode, owner: p.owner, ..Default::default() })
+        Some(Ok(Entry { path, kind: p.kind, size: Some(b.size), mtime: p.mtime.or(b.last_modified), md5: b.md5, mode: p.mode, owner: p.owner, ..Default::default() }))
+    }
+
+    /// The directory a listed prefix (`root/dir/`) stands for.
+    fn prefix_entry(&self, prefix: &str) -> Option<Result<Entry>> {
+        let dir = self.rel_of(prefix.trim_end_matches('/'))?;
+        Some(dir.map(|path| Entry { path, kind: Kind::Dir, size: Some(0), mtime: None, md5: None, ..Default::default() }))
     }
 
     /// The metadata a blob standing for a node of `kind` with attributes `meta` gets.
@@ -588,8 +602,7 @@ impl Store for AzureStore {
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
-        let dir = std::str::from_utf8(dir).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
-        let sub = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let sub = if dir.is_empty() { String::new() } else { format!("{}/", names::encode(dir)?) };
         let (tx, mut rx) = mpsc::channel(1024);
         let lister = async move {
             let r = self.inner.list_under(&sub, false, &tx).await;
@@ -707,7 +720,7 @@ impl Store for AzureStore {
     /// of the blobs below it: both go.
     async fn remove_all(&self, path: &[u8]) -> Result<()> {
         self.delete(path).await?;
-        let mut below = String::from_utf8(path.to_vec()).map_err(|_| StoreError::Invalid("name is not valid UTF-8; blob names must be Unicode".into()))?;
+        let mut below = names::encode(path)?;
         below.push('/');
         let (tx, mut rx) = mpsc::channel(1024);
         let inner = self.inner.clone();
