@@ -268,3 +268,66 @@ def test_a_pipeline_into_its_own_source_is_refused(tmp_path, ferry_bin, engine):
     errors = [f.get("error", "") for f in partial["failures"]]
     assert errors and all("overlap" in e for e in errors), partial["failures"]
     assert comparable(src) == before
+
+
+def retarget(link, target: str, mtime_ns: int) -> None:
+    """What a package manager does to `libfoo.so.1`: a new target of the same length, and (as
+    often) the same second."""
+    os.unlink(link)
+    os.symlink(target, link)
+    os.utime(link, ns=(mtime_ns, mtime_ns), follow_symlinks=False)
+
+
+@pytest.mark.parametrize("compare", ["size-mtime", "md5"])
+def test_a_retargeted_symlink_is_carried_whatever_its_length_and_mtime(tmp_path, run_ferry, compare):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"libfoo.so.1.2.3": b"old", "libfoo.so.1.2.4": b"new", "libfoo.so.1": Link("libfoo.so.1.2.3")})
+    link = src / "libfoo.so.1"
+    mtime = os.lstat(link).st_mtime_ns
+    copy_json(run_ferry, "-r", src, dst, "--compare", compare)
+    assert os.readlink(dst / "libfoo.so.1") == "libfoo.so.1.2.3"
+
+    retarget(link, "libfoo.so.1.2.4", mtime)
+    out = copy_json(run_ferry, "-r", src, dst, "--compare", compare)
+    assert os.readlink(dst / "libfoo.so.1") == "libfoo.so.1.2.4", out
+    assert out["files"]["failed"] == 0, out
+    same_tree(src, dst)
+    # The listings tell it too: a verify of the old link against the new one differs.
+    retarget(link, "libfoo.so.1.2.3", mtime)
+    assert json.loads(run_ferry("verify", src, dst, "--json", check=1).stdout)["differ"] == 1
+
+
+def test_a_retargeted_symlink_is_carried_through_blob(tmp_path, run_ferry, container):
+    src, back = tmp_path / "src", tmp_path / "back"
+    make_tree(src, {"libfoo.so.1": Link("libfoo.so.1.2.3")})
+    link = src / "libfoo.so.1"
+    mtime = os.lstat(link).st_mtime_ns
+    copy_json(run_ferry, "-r", src, container)
+    retarget(link, "libfoo.so.1.2.4", mtime)
+    out = copy_json(run_ferry, "-r", src, container)
+    assert out["files"]["copied"] == 1, out
+    copy_json(run_ferry, "-r", container, back)
+    assert os.readlink(back / "libfoo.so.1") == "libfoo.so.1.2.4"
+    # And back down: the local copy's link is retargeted too.
+    retarget(link, "libfoo.so.1.2.3", mtime)
+    copy_json(run_ferry, "-r", src, container)
+    out = copy_json(run_ferry, "-r", container, back)
+    assert os.readlink(back / "libfoo.so.1") == "libfoo.so.1.2.3", out
+
+
+def test_compare_md5_reruns_symlinks_and_carries_an_mtime_alone(tmp_path, run_ferry, container):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a.txt": File(size=3000), "link": Link("a.txt"), "sub/b.txt": b"b"})
+    for target in (dst, container):
+        copy_json(run_ferry, "-r", src, target, "--compare", "md5")
+        out = copy_json(run_ferry, "-r", src, target, "--compare", "md5")
+        assert out["files"]["failed"] == 0 and out["files"]["copied"] == 0, out
+    os.utime(src / "a.txt", ns=(1_500_000_000_123_456_789,) * 2)
+    for target in (dst, container):
+        out = copy_json(run_ferry, "-r", src, target, "--compare", "md5")
+        assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (0, 1, 0), out
+        out = copy_json(run_ferry, "-r", src, target, "--compare", "md5")
+        assert (out["files"]["copied"], out["files"]["metadata_only"]) == (0, 0), out
+    assert os.stat(dst / "a.txt").st_mtime_ns == 1_500_000_000_123_456_789
+    listed = run_ferry("ls", container).stdout
+    assert "1500000000.123456789" in listed, listed

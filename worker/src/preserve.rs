@@ -61,7 +61,7 @@ impl Preserve {
     pub fn attrs(&self) -> Attrs {
         // SAFETY: no arguments, no failure.
         let root = unsafe { libc::geteuid() } == 0;
-        Attrs { mode: self.mode, owner: self.owner && root, xattrs: self.xattrs || self.acls }
+        Attrs { mode: self.mode, owner: self.owner && root, xattrs: self.xattrs || self.acls, times: self.times }
     }
 }
 

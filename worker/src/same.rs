@@ -60,11 +60,14 @@ pub struct Attrs {
     pub mode: bool,
     pub owner: bool,
     pub xattrs: bool,
+    /// A file's or symlink's mtime, where the bytes are told apart by something else (MD5,
+    /// a symlink's target): then a newer mtime alone is set, not ignored.
+    pub times: bool,
 }
 
 impl Attrs {
     #[cfg(test)]
-    pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false };
+    pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false, times: false };
 }
 
 /// Below this the difference is noise from printing or storing fewer digits (other tools keep
@@ -84,6 +87,14 @@ fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
 
 /// Whether the bytes of two entries of one kind are the same, as far as listings tell.
 fn bytes(src: &Entry, dst: &Entry, compare: Compare) -> Verdict {
+    // A symlink's `md5` is its target's (local listings read it; a symlink blob holds the target):
+    // it decides whatever the length and mtime, so `libfoo.so.1.2.3` → `.1.2.4`, written in the
+    // same second, is carried.
+    if src.kind == Kind::Symlink && compare != Compare::None {
+        if let (Some(a), Some(b)) = (src.md5, dst.md5) {
+            return if a == b { Verdict::Same } else { Verdict::Changed };
+        }
+    }
     let (Some(s), Some(d)) = (src.size, dst.size) else {
         return Verdict::Undecided;
     };
@@ -153,15 +164,25 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs
     };
     match verdict {
         Verdict::Same if meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        Verdict::Same if attrs.times && mtime_alone_differs(src, dst, compare) => Verdict::MetaOnly,
         v => v,
     }
+}
+
+/// Whether bytes told the same by their MD5 (or a symlink's target) carry another mtime: size
+/// and size-mtime comparisons never see one (the first by choice, the second calls it a change).
+fn mtime_alone_differs(src: &Entry, dst: &Entry, compare: Compare) -> bool {
+    let by_digest = compare == Compare::Md5 || (src.kind == Kind::Symlink && src.md5.is_some() && dst.md5.is_some());
+    by_digest && matches!(src.kind, Kind::File | Kind::Symlink) && same_mtime(src.mtime, dst.mtime) == Some(false)
 }
 
 /// An undecided verdict settled by the two sides' content hashes: unknown on either side is
 /// copied, since copying is the only way to be sure.
 pub fn by_hashes(src: &Entry, dst: &Entry, src_md5: Option<[u8; 16]>, dst_md5: Option<[u8; 16]>, attrs: Attrs) -> Verdict {
     match (src_md5, dst_md5) {
-        (Some(a), Some(b)) if a == b && meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        (Some(a), Some(b)) if a == b && (meta_differs(src, dst, attrs) || (attrs.times && same_mtime(src.mtime, dst.mtime) == Some(false))) => {
+            Verdict::MetaOnly
+        }
         (Some(a), Some(b)) if a == b => Verdict::Same,
         _ => Verdict::Changed,
     }
@@ -175,7 +196,7 @@ mod tests {
         Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]), ..Default::default() }
     }
 
-    const ALL: Attrs = Attrs { mode: true, owner: true, xattrs: true };
+    const ALL: Attrs = Attrs { mode: true, owner: true, xattrs: true, times: true };
 
     #[test]
     fn bytes_follow_the_comparison() {
@@ -202,6 +223,35 @@ mod tests {
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5, ALL), Same);
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5, ALL), Changed);
         assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5, ALL), Undecided);
+    }
+
+    #[test]
+    fn a_symlink_is_told_by_its_target() {
+        use Verdict::*;
+        let link = |target: &[u8], mtime: &str| Entry { kind: Kind::Symlink, md5: Some(crate::hash::digest(target)), ..f("l", Some(target.len() as u64), Some(mtime), None) };
+        let old = link(b"libfoo.so.1.2.3", "100");
+        for c in [Compare::Size, Compare::SizeMtime, Compare::Md5] {
+            assert_eq!(classify(&link(b"libfoo.so.1.2.4", "100"), Some(&old), c, ALL), Changed, "{c:?}");
+            assert_eq!(classify(&old.clone(), Some(&old), c, ALL), Same, "{c:?}");
+            assert_eq!(classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, ALL), MetaOnly, "{c:?}: a touched link");
+            assert_eq!(classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, Attrs::NONE), Same, "{c:?}");
+        }
+        // A target not read on one side: the size and mtime rules, as for a file.
+        let unread = Entry { md5: None, ..old.clone() };
+        assert_eq!(classify(&link(b"libfoo.so.1.2.4", "100"), Some(&unread), Compare::SizeMtime, ALL), Same);
+    }
+
+    #[test]
+    fn an_mtime_alone_is_set_when_md5_tells_the_bytes() {
+        use Verdict::*;
+        let src = f("a", Some(5), Some("200"), Some(1));
+        let dst = f("a", Some(5), Some("100"), Some(1));
+        assert_eq!(classify(&src, Some(&dst), Compare::Md5, ALL), MetaOnly);
+        assert_eq!(classify(&src, Some(&dst), Compare::Md5, Attrs::NONE), Same, "times not kept");
+        assert_eq!(classify(&src, Some(&dst), Compare::Size, ALL), Same, "size alone, by choice");
+        assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, ALL), Undecided);
+        assert_eq!(by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), ALL), MetaOnly);
+        assert_eq!(by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), Attrs::NONE), Same);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::same::{self, Compare, Verdict};
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::stats::Stats;
-use crate::storage::local::{entry_of, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged, TempIn};
+use crate::storage::local::{entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged, TempIn};
 use crate::storage::Meta;
 use crate::xattrs::Wanted;
 
@@ -377,7 +377,7 @@ impl Engine {
             (Some(idx), _) => idx.get(&job.dst_path).cloned(),
             (None, Compare::None) => None,
             // One object named on the command line: its own stat.
-            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| entry_of(job.dst_path.clone(), &md)),
+            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| entry_with_target(job.dst_path.clone(), &md, || dst.readlink(&job.dst_path))),
         };
         let attrs = self.opts.preserve.attrs();
         let verdict = match (same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs), &existing) {

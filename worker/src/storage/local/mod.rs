@@ -35,7 +35,7 @@ pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
 pub use limits::raise_open_files_limit;
 pub(crate) use limits::open_files_limit;
 pub use ops::LocalFs;
-pub(crate) use posix::{entry_of, is_remote, meta_of, temp_name};
+pub(crate) use posix::{entry_of, entry_with_target, is_remote, meta_of, temp_name};
 use walk::XattrLister;
 
 /// Cheap to clone: blocking work takes its own handle to another thread.

@@ -31,7 +31,7 @@ pub trait LocalFs: Send + Sync {
     fn open_file(&self, rel: &[u8]) -> std::io::Result<File>;
     /// The target of symlink `rel`, as written.
     fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>>;
-    /// The MD5 of regular file `rel`'s bytes.
+    /// The MD5 of regular file `rel`'s bytes; of a symlink, of its target (`posix::link_md5`).
     fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]>;
     /// A whole small file with one open: its bytes and metadata, the same before and after the
     /// read (else it changed while read). None when it is now larger than `limit`.
@@ -122,7 +122,11 @@ impl LocalFs for LocalStore {
     }
 
     fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]> {
-        md5_reader(self.open_file(rel)?)
+        let (dir, name) = self.parent(rel, false)?;
+        match beneath::open_at(fd(&dir), name, libc::O_RDONLY, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(super::posix::link_md5(&beneath::readlink_at(fd(&dir), name)?)),
+            r => md5_reader(File::from(r?)),
+        }
     }
 
     fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {

@@ -189,6 +189,23 @@ pub(super) fn kind_of(ft: fs::FileType) -> Option<Kind> {
     kinds.into_iter().find_map(|(is, kind)| is.then_some(kind))
 }
 
+/// What a symlink's `md5` is, in a local listing as in Blob (whose symlink blob holds the
+/// target, and so has its MD5 as Content-MD5): the MD5 of its target, so that two listings tell
+/// a retargeted link whatever its length and mtime.
+pub(crate) fn link_md5(target: &[u8]) -> [u8; 16] {
+    crate::hash::digest(target)
+}
+
+/// `entry_of`, and a symlink's target digest from `target`, which is asked for only for a
+/// symlink. A target that cannot be read leaves it unknown (the size and mtime rules then apply).
+pub(crate) fn entry_with_target(rel: Vec<u8>, md: &fs::Metadata, target: impl FnOnce() -> std::io::Result<Vec<u8>>) -> Option<Entry> {
+    let mut e = entry_of(rel, md)?;
+    if e.kind == Kind::Symlink {
+        e.md5 = target().ok().map(|t| link_md5(&t));
+    }
+    Some(e)
+}
+
 pub(crate) fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
     let kind = kind_of(md.file_type())?;
     let size = if kind == Kind::File || kind == Kind::Symlink { md.len() } else { 0 };

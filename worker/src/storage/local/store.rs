@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
 use super::ops::LocalFs;
-use super::posix::{apply_meta_fd, create_temp, entry_of, link_in, meta_of, read_exact_at, stamp, temp_name, unchanged};
+use super::posix::{apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp, temp_name, unchanged};
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
 use super::LocalStore;
@@ -46,7 +46,7 @@ impl Store for LocalStore {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
-            Ok(md.and_then(|md| entry_of(rel.clone(), &md).map(|e| (e, meta_of(&md)))))
+            Ok(md.and_then(|md| entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))))
         })
         .await
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::mpsc;
 
-use super::posix::{entry_of, is_partial_name};
+use super::posix::{entry_with_target, is_partial_name};
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
@@ -102,7 +102,7 @@ pub(super) fn walk(root: &Path, recursive: bool, threads: usize, xattrs: &XattrL
                     continue;
                 }
             };
-            if let Some(mut entry) = entry_of(child.clone(), &md) {
+            if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path())) {
                 entry.xattrs = xattrs.digest(&de.path());
                 if entry.kind == Kind::Dir && recursive {
                     subdirs.push(child);
@@ -188,8 +188,13 @@ impl LocalStore {
                 Err(e) => return Err(e),
             };
             let path = if rel.is_empty() { name.as_bytes().to_vec() } else { [rel, b"/", name.as_bytes()].concat() };
-            out.extend(entry_of(path, &md).map(|e| Entry { xattrs: self.xattrs.digest(&de.path()), ..e }));
+            out.extend(entry_with_target(path, &md, || read_link(&de.path())).map(|e| Entry { xattrs: self.xattrs.digest(&de.path()), ..e }));
         }
         Ok(Some(out))
     }
+}
+
+fn read_link(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStringExt;
+    fs::read_link(path).map(|t| t.into_os_string().into_vec())
 }
