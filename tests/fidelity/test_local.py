@@ -505,3 +505,30 @@ def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry
     subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr", ferry_bin, "ls", "-r", backing],
                    check=True, capture_output=True)
     assert len([l for l in trace.read_text().splitlines() if "llistxattr(" in l]) >= 44
+
+
+def test_an_attribute_the_destination_has_no_room_for_never_costs_the_file(tmp_path, run_ferry):
+    """tmpfs holds a 60 KiB value, ext4 without `ea_inode` does not (ENOSPC): the file is written
+    without it and the attribute counted, as for a filesystem without attributes."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(src)], check=True)
+    try:
+        (src / "big").write_bytes(b"data\n")
+        os.setxattr(src / "big", "user.big", b"x" * 60 * 1024)
+        (src / "small").write_bytes(b"small\n")
+        os.setxattr(src / "small", "user.small", b"y")
+        dst.mkdir()
+        try:
+            os.setxattr(dst, "user.probe", b"x" * 60 * 1024)
+            pytest.fail("this filesystem holds a 60 KiB attribute: the case needs one that does not")
+        except OSError:
+            pass
+        r = run_ferry("copy", "-r", src, dst, "--json", check=True)
+        assert r.json["files"]["copied"] == 2 and r.json["files"]["failed"] == 0, r.json
+        assert r.json["not_kept"] == {"xattrs": 1}, r.json["not_kept"]
+        assert (dst / "big").read_bytes() == b"data\n"
+        assert os.getxattr(dst / "small", "user.small") == b"y"
+        assert "user.big" not in os.listxattr(dst / "big")
+    finally:
+        subprocess.run(["umount", str(src)], check=True)

@@ -242,11 +242,14 @@ impl Refused {
 
 /// Makes the kept attributes of `to` equal to `want`: sets those missing or different and, when
 /// `now` (what `to` holds, read by the caller) is given, removes those `want` lacks. A
-/// destination that cannot hold one (no support on the filesystem, or not on this kind of
-/// inode) is noted in the answer, never an error: the entry is written without it.
+/// destination that cannot hold one is noted in the answer, never an error: the entry is written
+/// without it. It cannot when the filesystem has no support (or not on this kind of inode), may
+/// not be asked (EPERM), or has no room for this value: ENOSPC and E2BIG where a value outgrows
+/// what one inode holds (a 60 KiB value on ext4 without `ea_inode`), ERANGE past a name's or
+/// value's limit.
 pub fn apply(to: &On, want: &Attrs, now: Option<&Attrs>, wanted: Wanted) -> io::Result<Refused> {
     let mut refused = Refused::default();
-    let refusal = |e: &io::Error| unsupported(e) || e.raw_os_error() == Some(libc::EPERM);
+    let refusal = |e: &io::Error| unsupported(e) || matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSPC | libc::E2BIG | libc::ERANGE));
     for (name, value) in want {
         if now.is_some_and(|n| n.iter().any(|(k, v)| k == name && v == value)) {
             continue;
