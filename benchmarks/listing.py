@@ -1,0 +1,230 @@
+"""Listing at a distance: how long a whole container takes to list when every response comes back
+late, as from a storage account across a region.
+
+    .venv/bin/python benchmarks/listing.py [--blobs 25000] [--latency-ms 1000] [--runs 3]
+                                           [--layouts deep,hashed,tiny] [--azcopy PATH] [--no-docs]
+
+Each layout is seeded once into an Azurite of its own (Azurite is one Node thread and slows as a
+container grows: a layout per instance keeps one from taxing another), with zero-byte blobs:
+`deep` (projects / directories / subdirectories / files, 40 files a directory), `hashed` (a flat
+container of SHA-1 names, no '/'), `tiny` (a directory for every two files: azcopy #1131's trap).
+toxiproxy sits in front of each Azurite and holds every response for `--latency-ms` (a stand-in for
+the service's ≈ 1.2 s a 5,000-entry page), so distance, not Azurite, dominates.
+
+The tools, in an order rotated every round: ferry `ls -r` with `--list-concurrency 1` (one
+sequential stream, as before key ranges) and with its default; rclone `lsf -R` with `--checkers 16`
+(a listing per directory) and with `--fast-list` (one recursive stream); azcopy `copy --dry-run`
+(its default parallel scan; `azcopy list` cannot read an emulator URL), when `--azcopy` names a
+build of it (docs/benchmarks.md says how to build one). Every run's entry count is checked against
+the seeded count; ferry's List Blobs requests come from its `--summary`.
+
+Results: benchmarks/results/listing.json and .md, and the table in docs/benchmarks.md.
+Scratch: benchmarks/.data/listing/ (git-ignored), removed at the start of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log  # noqa: E402
+from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
+from campaign.services import azurite_answers, end_process, spawn_azurite  # noqa: E402
+from support.toxiproxy import start_toxiproxy  # noqa: E402
+
+SCRATCH = REPO / "benchmarks" / ".data" / "listing"
+# The build measured, copied aside first: a rebuild during the campaign must not change it.
+FERRY = SCRATCH / "bin" / "ferry"
+RCLONE = REPO / ".venv" / "bin" / "rclone"
+CONTAINER = "listing"
+
+
+def names(layout: str, n: int) -> list[str]:
+    if layout == "deep":
+        return [f"proj{i % 4}/d{i // 160:05d}/sub{(i // 40) % 4}/f{i:07d}.dat" for i in range(n)]
+    if layout == "hashed":
+        return [hashlib.sha1(b"%d" % i).hexdigest() for i in range(n)]
+    if layout == "tiny":
+        return [f"t/{i // 2:07d}/f{i % 2}" for i in range(n)]
+    raise ValueError(layout)
+
+
+class Site:
+    """One layout in its own Azurite, behind a toxiproxy that delays every response."""
+
+    def __init__(self, layout: str, n: int, work: Path, toxi, latency_ms: int):
+        self.layout, self.work = layout, work
+        (work / "azurite").mkdir(parents=True)
+        self.port = free_port()
+        self.azurite = spawn_azurite(self.port, work / "azurite", work / "azurite.log", lambda: azurite_answers(self.port))
+        self.seed(n)
+        self.proxy = toxi.proxy(self.port, name=f"az-{layout}")
+        self.proxy.toxic("latency", latency=latency_ms)
+
+    def url(self, port: int | None = None) -> str:
+        return f"http://127.0.0.1:{port or self.port}/{AZ_ACCOUNT}/{CONTAINER}"
+
+    def seed(self, n: int) -> None:
+        # Blobs only, put straight through the SDK: no folder stubs, so every tool sees n files.
+        from concurrent.futures import ThreadPoolExecutor
+
+        from azure.storage.blob import BlobServiceClient
+
+        started = time.monotonic()
+        service = BlobServiceClient(f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}",
+                                    credential={"account_name": AZ_ACCOUNT, "account_key": AZ_KEY})
+        container = service.get_container_client(CONTAINER)
+        container.create_container()
+        with ThreadPoolExecutor(64) as pool:
+            for _ in pool.map(lambda name: container.upload_blob(name, b""), names(self.layout, n)):
+                pass
+        self.count = self.listed_count()
+        log(f"{self.layout}: {n} blobs seeded in {time.monotonic() - started:.0f} s; the container holds {self.count}")
+
+    def listed_count(self) -> int:
+        out = subprocess.run([str(FERRY), "ls", "-r", self.url()], env=ferry_env(), check=True, capture_output=True)
+        return len(out.stdout.splitlines()) - 1
+
+    def stop(self) -> None:
+        end_process(self.azurite)
+
+
+def ferry_env() -> dict:
+    return bench_env({"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"})
+
+
+def sas() -> str:
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+    import datetime
+
+    return generate_container_sas(AZ_ACCOUNT, CONTAINER, account_key=AZ_KEY,
+                                  permission=ContainerSasPermissions(read=True, list=True),
+                                  expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=6))
+
+
+def tools(azcopy: Path | None) -> dict:
+    """name → (argv for a container URL through the proxy, environment, how to count its output)."""
+    def ferry(*flags):
+        def argv(site, port, scratch):
+            return [str(FERRY), "ls", "-r", site.url(port), "--summary", str(scratch / "summary.json"), *flags]
+        return argv, ferry_env(), lambda out: len(out.splitlines()) - 1
+
+    def rclone(*flags):
+        def argv(site, port, scratch):
+            return [str(RCLONE), "lsf", "-R", "--files-only", f"az:{CONTAINER}", *flags]
+        env = {"RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT, "RCLONE_CONFIG_AZ_KEY": AZ_KEY}
+        return argv, env, lambda out: len(out.splitlines())
+
+    table = {
+        "ferry --list-concurrency 1": ferry("--list-concurrency", "1"),
+        "ferry (default)": ferry(),
+        "rclone --checkers 16": rclone("--checkers", "16"),
+        "rclone --fast-list": rclone("--fast-list"),
+    }
+    if azcopy is not None:
+        def argv(site, port, scratch):
+            return [str(azcopy), "copy", f"{site.url(port)}/*?{sas()}", str(scratch / "down"), "--recursive",
+                    "--dry-run", "--from-to=BlobLocal"]
+        table["azcopy (default scan)"] = (argv, {}, lambda out: sum(1 for line in out.splitlines() if line.startswith("DRYRUN: copy")))
+    return table
+
+
+def run_one(name: str, spec, site: Site, scratch: Path) -> dict:
+    argv_of, extra_env, count = spec
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    env = ferry_env() if name.startswith("ferry") else bench_env(extra_env)
+    if name.startswith("rclone"):
+        env["RCLONE_CONFIG_AZ_ENDPOINT"] = f"http://127.0.0.1:{site.proxy.port}/{AZ_ACCOUNT}"
+    if name.startswith("azcopy"):
+        env.update({"AZCOPY_LOG_LOCATION": str(scratch / "logs"), "AZCOPY_JOB_PLAN_LOCATION": str(scratch / "plans")})
+    argv = argv_of(site, site.proxy.port, scratch)
+    started = time.monotonic()
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=scratch)
+    seconds = time.monotonic() - started
+    if r.returncode != 0:
+        raise RuntimeError(f"{name} on {site.layout} failed ({r.returncode}): {r.stderr[-2000:]}{r.stdout[-1000:]}")
+    listed = count(r.stdout)
+    if listed != site.count:
+        raise RuntimeError(f"{name} listed {listed} of the {site.count} blobs of {site.layout}")
+    row = {"seconds": round(seconds, 2)}
+    summary = scratch / "summary.json"
+    if summary.exists():
+        row["list_requests"] = json.loads(summary.read_text())["requests"]["list_pages"]
+    return row
+
+
+def measure(args) -> dict:
+    shutil.rmtree(SCRATCH, ignore_errors=True)
+    FERRY.parent.mkdir(parents=True)
+    shutil.copy2(REPO / "worker" / "target" / "release" / "ferry", FERRY)
+    load_start = os.getloadavg()[0]
+    toxi = start_toxiproxy(REPO, SCRATCH)
+    table = tools(args.azcopy)
+    results = []
+    try:
+        for layout in args.layouts:
+            site = Site(layout, args.blobs, SCRATCH / layout, toxi, args.latency_ms)
+            try:
+                runs: dict[str, list[dict]] = {name: [] for name in table}
+                order = list(table)
+                for rnd in range(args.runs):
+                    for name in order[rnd % len(order):] + order[:rnd % len(order)]:
+                        row = run_one(name, table[name], site, SCRATCH / "run")
+                        runs[name].append(row)
+                        log(f"{layout} round {rnd + 1}: {name}: {row}")
+                for name, rows in runs.items():
+                    secs = [r["seconds"] for r in rows]
+                    results.append({"layout": layout, "blobs": site.count, "tool": name, "runs": len(rows),
+                                    "seconds": statistics.median(secs), "seconds_range": [min(secs), max(secs)],
+                                    **({"list_requests": rows[0]["list_requests"]} if "list_requests" in rows[0] else {})})
+            finally:
+                site.stop()
+    finally:
+        toxi.stop()
+    command = "benchmarks/listing.py " + " ".join(sys.argv[1:])
+    res = record(command.strip(), load_start, [])
+    res.update({"latency_ms": args.latency_ms, "rows": results})
+    return res
+
+
+def render(res: dict) -> str:
+    lines = [f"Listing a whole container, each response delayed {res['latency_ms']} ms (toxiproxy in front of Azurite); "
+             "median of the rotated runs (range), and the ratio to ferry's one stream on the same layout.", "",
+             "| layout | blobs | tool | seconds | × one stream | List Blobs requests |", "|---|---:|---|---:|---:|---:|"]
+    base = {r["layout"]: r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"}
+    for r in res["rows"]:
+        lo, hi = r["seconds_range"]
+        lines.append(f"| {r['layout']} | {r['blobs']:,} | {r['tool']} | {r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
+                     f"{r['seconds'] / base[r['layout']]:.2f} | {r.get('list_requests', '')} |")
+    lines += ["", measured_on(res, "; the ratios hold better than the seconds")]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--blobs", type=int, default=25000)
+    p.add_argument("--latency-ms", type=int, default=1000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--layouts", default="deep,hashed,tiny", type=lambda s: s.split(","))
+    p.add_argument("--azcopy", type=Path, help="an azcopy binary built from its public source")
+    p.add_argument("--no-docs", action="store_true")
+    p.add_argument("--render", action="store_true", help="redo the table from the recorded results")
+    args = p.parse_args()
+    res = None if args.render else measure(args)
+    print(publish("listing", "listing", res, render, not args.no_docs))
+
+
+if __name__ == "__main__":
+    main()
