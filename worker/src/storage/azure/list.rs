@@ -3,10 +3,11 @@
 //! in the same order, as one sequential stream gives.
 //!
 //! A range is `[lo, hi)` in the container's key order. Its first page is asked for with
-//! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); if that page is full, the rest
-//! of the range is cut at boundaries estimated from the page (`boundaries`), each piece expected to
-//! hold about one page, and every piece is a range of its own, listed at once and cut again in
-//! turn. Coverage never depends on the estimate: the pieces are contiguous, the first continues
+//! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); once a page of it is full, the
+//! rest of the range is cut at boundaries estimated from the page (`boundaries`), and every piece
+//! is a range of its own, listed at once and cut again in turn. The whole listing's first
+//! `FIRST_PAGES` pages are one stream: a small container costs what it always did. Coverage never
+//! depends on the estimate: the pieces are contiguous, the first continues
 //! from the page's marker, the last ends at the parent's `hi`. So a flat container of hashed names
 //! and a deep tree are both cut, and a tree of tiny directories costs what any tree of its size
 //! does: ranges follow keys, not directories.
