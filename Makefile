@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build test test-fast demo bench nextflow-schema faults-deep
+.PHONY: setup build lint test test-fast demo bench nextflow-schema faults-deep
 
 setup:
 	scripts/setup.sh
@@ -11,7 +11,17 @@ setup:
 build:
 	cargo build --release --manifest-path $(CARGO_MANIFEST)
 
-test: setup
+# Formatting and lints, each a gate: rustfmt, clippy (warnings denied), ruff (ruff.toml), snakefmt.
+# Nextflow 24.10 has no linter (`nextflow lint` arrived in 25.04).
+
+lint: setup
+	cargo fmt --manifest-path $(CARGO_MANIFEST) --check
+	cargo clippy --release --all-targets --quiet --manifest-path $(CARGO_MANIFEST) -- -D warnings
+	.venv/bin/ruff check --quiet .
+	.venv/bin/ruff format --check --quiet .
+	.venv/bin/snakefmt --check Snakefile workflow/rules
+
+test: lint
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
 	$(PYTEST) -q tests
 
@@ -19,7 +29,7 @@ test: setup
 # suite but the slow ones, by their markers (pytest.ini): Snakemake/Nextflow runs, Slurm, MPI,
 # FUSE (latencyfs) and the fault suites. `make test` runs everything.
 SLOW_MARKERS := pipeline or slurm or mpi or fuse or faults
-test-fast: setup
+test-fast: lint
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
 	$(PYTEST) -q -m "not ($(SLOW_MARKERS))" tests
 

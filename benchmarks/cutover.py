@@ -37,11 +37,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
 
-from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log, rel  # noqa: E402
-from campaign.services import azurite_answers, end_process, spawn_azurite  # noqa: E402
-from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
-
 import ferry_history  # noqa: E402
+from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log, rel  # noqa: E402
+from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
+from campaign.services import azurite_answers, end_process, spawn_azurite  # noqa: E402
 
 SCRATCH = REPO / "benchmarks" / ".data" / "cutover"
 SCREENSHOT = REPO / "docs" / "img" / "cutover-report.png"
@@ -102,7 +101,9 @@ class Churn(threading.Thread):
     def change(self) -> None:
         roll = self.rng.random()
         if roll < 0.1:
-            path = self.root / f"d{self.rng.randrange(20):02d}" / f"new-{self.counts['added']:06d}.dat"
+            path = (
+                self.root / f"d{self.rng.randrange(20):02d}" / f"new-{self.counts['added']:06d}.dat"
+            )
             write(path, self.rng.randint(1, 64) << 10, self.rng)
             self.files.append(path)
             self.counts["added"] += 1
@@ -160,15 +161,29 @@ class Azurite:
 # the passes
 
 
-def run_pass(src: Path, dest: str, outdir: Path, phase: str, number: int, parts: int, env: dict) -> float:
+def run_pass(
+    src: Path, dest: str, outdir: Path, phase: str, number: int, parts: int, env: dict
+) -> float:
     """One phase through Snakemake, as a user runs it; returns the command's wall seconds."""
-    cmd = [".venv/bin/snakemake", "--profile", "profiles/local", "--config", f"source={rel(src)}", f"dest={dest}",
-           f"phase={phase}", f"pass={number}", f"outdir={rel(outdir)}", f"run_name={RUN_NAME}",
-           f"plan={{mode: parts, parts: {parts}}}"]
+    cmd = [
+        ".venv/bin/snakemake",
+        "--profile",
+        "profiles/local",
+        "--config",
+        f"source={rel(src)}",
+        f"dest={dest}",
+        f"phase={phase}",
+        f"pass={number}",
+        f"outdir={rel(outdir)}",
+        f"run_name={RUN_NAME}",
+        f"plan={{mode: parts, parts: {parts}}}",
+    ]
     logf = outdir.parent / f"snakemake-{phase}-{number}.log"
     started = time.monotonic()
     with open(logf, "wb") as out:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"the {phase} pass {number} failed; see {rel(logf)}")
@@ -178,10 +193,16 @@ def run_pass(src: Path, dest: str, outdir: Path, phase: str, number: int, parts:
 
 def summary(rec: dict) -> dict:
     planned = rec.get("planned") or {}
-    return {"phase": rec.get("phase"), "pass": rec.get("pass"), "status": rec.get("status"),
-            "wall_seconds": rec.get("wall_seconds"), "planned_files": planned.get("files"),
-            "planned_bytes": planned.get("bytes"), "deleted": planned.get("deleted"),
-            "copied_files": (rec.get("copied") or {}).get("files")}
+    return {
+        "phase": rec.get("phase"),
+        "pass": rec.get("pass"),
+        "status": rec.get("status"),
+        "wall_seconds": rec.get("wall_seconds"),
+        "planned_files": planned.get("files"),
+        "planned_bytes": planned.get("bytes"),
+        "deleted": planned.get("deleted"),
+        "copied_files": (rec.get("copied") or {}).get("files"),
+    }
 
 
 def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
@@ -191,7 +212,9 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
     rng = random.Random(SEED)
     source_bytes = make_tree(src, args.files, rng)
     dest = azurite.url(f"cutover-{target}") if azurite else rel(work / "dest")
-    log(f"{target}: {args.files} files ({source_bytes / 2**20:.0f} MiB) to {'Azurite' if azurite else 'a local directory'}")
+    log(
+        f"{target}: {args.files} files ({source_bytes / 2**20:.0f} MiB) to {'Azurite' if azurite else 'a local directory'}"
+    )
     churn = Churn(src, args.rate, SEED + 1)
     command_seconds = {}
     churn.start()
@@ -220,13 +243,34 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
     error = (projected - measured) / measured if projected is not None and measured else None
     log(f"  final pass: projected {projected} s, measured {measured} s, error {error}")
     return {
-        "target": target, "dest": "azurite" if azurite else "local", "files": args.files, "bytes": source_bytes,
-        "churn": churned, "passes": [summary(r) for r in history], "command_seconds": command_seconds,
-        "projection": {k: projection.get(k) for k in ("ok", "why_not", "seconds", "steps", "delta", "requests",
-                                                       "converging", "why", "assumptions", "line")},
+        "target": target,
+        "dest": "azurite" if azurite else "local",
+        "files": args.files,
+        "bytes": source_bytes,
+        "churn": churned,
+        "passes": [summary(r) for r in history],
+        "command_seconds": command_seconds,
+        "projection": {
+            k: projection.get(k)
+            for k in (
+                "ok",
+                "why_not",
+                "seconds",
+                "steps",
+                "delta",
+                "requests",
+                "converging",
+                "why",
+                "assumptions",
+                "line",
+            )
+        },
         "backtest": ferry_history.project(history).get("backtest"),
-        "final": {"projected_seconds": projected, "measured_seconds": measured,
-                  "error_pct": round(100 * error, 1) if error is not None else None},
+        "final": {
+            "projected_seconds": projected,
+            "measured_seconds": measured,
+            "error_pct": round(100 * error, 1) if error is not None else None,
+        },
         "report_html": str(outdir / RUN_NAME / "final" / "report.html"),
     }
 
@@ -234,9 +278,22 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
 def screenshot(page: Path, png: Path) -> None:
     """The page as a reader sees it, by the same headless chromium as the report's tests."""
     png.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1400,2400", f"--screenshot={png}", page.resolve().as_uri()],
-                   check=True, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,2400",
+            f"--screenshot={png}",
+            page.resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     log(f"screenshot: {rel(png)}")
 
 
@@ -245,52 +302,94 @@ def screenshot(page: Path, png: Path) -> None:
 
 
 def fmt(v, digits=1) -> str:
-    return "-" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+    return (
+        "-"
+        if v is None
+        else f"{v:.{digits}f}"
+        if isinstance(v, float)
+        else f"{v:,}"
+        if isinstance(v, int)
+        else str(v)
+    )
 
 
 def render(res: dict) -> str:
     s = res["settings"]
-    lines = ["| destination | pass | delta (files planned) | deleted | wall s (history) |", "|---|---|---:|---:|---:|"]
+    lines = [
+        "| destination | pass | delta (files planned) | deleted | wall s (history) |",
+        "|---|---|---:|---:|---:|",
+    ]
     for t in res["targets"]:
         for p in t["passes"]:
             label = p["phase"] if p["phase"] != "incremental" else f"incremental {p['pass']}"
-            lines.append(f"| {t['dest']} | {label} | {fmt(p['planned_files'])} | {fmt(p['deleted'])} | "
-                         f"{fmt(p['wall_seconds'])} |")
-    lines += ["", "| destination | projected final pass s | measured final pass s | error | passes | churn "
-              "(changed / added / deleted) |", "|---|---:|---:|---:|---|---|"]
+            lines.append(
+                f"| {t['dest']} | {label} | {fmt(p['planned_files'])} | {fmt(p['deleted'])} | "
+                f"{fmt(p['wall_seconds'])} |"
+            )
+    lines += [
+        "",
+        "| destination | projected final pass s | measured final pass s | error | passes | churn "
+        "(changed / added / deleted) |",
+        "|---|---:|---:|---:|---|---|",
+    ]
     for t in res["targets"]:
         f, c = t["final"], t["churn"]
         err = f"{f['error_pct']:+.1f} %" if f["error_pct"] is not None else "-"
-        lines.append(f"| {t['dest']} | {fmt(f['projected_seconds'])} | {fmt(f['measured_seconds'])} | {err} | "
-                     f"{t['projection'].get('converging') or '-'} | {c['changed']} / {c['added']} / {c['deleted']} |")
-    lines += ["", "Backtest (the history's projection of each earlier pass from the passes before it):", "",
-              "| destination | pass | projected s | actual s | error |", "|---|---|---:|---:|---:|"]
+        lines.append(
+            f"| {t['dest']} | {fmt(f['projected_seconds'])} | {fmt(f['measured_seconds'])} | {err} | "
+            f"{t['projection'].get('converging') or '-'} | {c['changed']} / {c['added']} / {c['deleted']} |"
+        )
+    lines += [
+        "",
+        "Backtest (the history's projection of each earlier pass from the passes before it):",
+        "",
+        "| destination | pass | projected s | actual s | error |",
+        "|---|---|---:|---:|---:|",
+    ]
     for t in res["targets"]:
         for b in t.get("backtest") or []:
-            err = f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-"
-            lines.append(f"| {t['dest']} | {b.get('phase')} {b.get('pass')} | {fmt(b.get('projected_seconds'))} | "
-                         f"{fmt(b.get('actual_seconds'))} | {err} |")
-    lines += ["", f"{s['files']:,} files at the start, {s['rate']} files a minute changed, passes "
-              f"{s['interval']} s apart, {s['parts']} partitions. " + measured_on(
-                  res, "; the error is (projected − measured) ÷ measured, on the history's wall time of the pass)")]
+            err = (
+                f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-"
+            )
+            lines.append(
+                f"| {t['dest']} | {b.get('phase')} {b.get('pass')} | {fmt(b.get('projected_seconds'))} | "
+                f"{fmt(b.get('actual_seconds'))} | {err} |"
+            )
+    lines += [
+        "",
+        f"{s['files']:,} files at the start, {s['rate']} files a minute changed, passes "
+        f"{s['interval']} s apart, {s['parts']} partitions. "
+        + measured_on(
+            res,
+            "; the error is (projected − measured) ÷ measured, on the history's wall time of the pass)",
+        ),
+    ]
     return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=1500, help="files in the tree at the start")
-    p.add_argument("--rate", type=float, default=60, help="files changed a minute while the passes run")
-    p.add_argument("--interval", type=float, default=30, help="seconds from one pass's start to the next's")
+    p.add_argument(
+        "--rate", type=float, default=60, help="files changed a minute while the passes run"
+    )
+    p.add_argument(
+        "--interval", type=float, default=30, help="seconds from one pass's start to the next's"
+    )
     p.add_argument("--passes", type=int, default=3, help="incremental passes before the final one")
     p.add_argument("--parts", type=int, default=2, help="partitions of each pass")
     p.add_argument("--targets", default="local,azurite")
-    p.add_argument("--no-docs", action="store_true", help="results only: no docs block, no screenshot")
+    p.add_argument(
+        "--no-docs", action="store_true", help="results only: no docs block, no screenshot"
+    )
     args = p.parse_args()
     targets = [t for t in args.targets.split(",") if t]
     shutil.rmtree(SCRATCH, ignore_errors=True)
     SCRATCH.mkdir(parents=True)
     load_start = os.getloadavg()[0]
-    env = bench_env({"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"})
+    env = bench_env(
+        {"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"}
+    )
     results = []
     for target in targets:
         azurite = Azurite(SCRATCH / "azurite") if target == "azurite" else None
@@ -299,12 +398,27 @@ def main() -> int:
         finally:
             if azurite:
                 azurite.stop()
-    flags = " ".join(f"--{k} {v}" for k, v in (("files", args.files), ("rate", args.rate), ("interval", args.interval),
-                                               ("passes", args.passes), ("parts", args.parts)))
-    res = record(f".venv/bin/python benchmarks/cutover.py {flags} --targets {args.targets}", load_start, [])
+    flags = " ".join(
+        f"--{k} {v}"
+        for k, v in (
+            ("files", args.files),
+            ("rate", args.rate),
+            ("interval", args.interval),
+            ("passes", args.passes),
+            ("parts", args.parts),
+        )
+    )
+    res = record(
+        f".venv/bin/python benchmarks/cutover.py {flags} --targets {args.targets}", load_start, []
+    )
     del res["sizes"]
-    res["settings"] = {"files": args.files, "rate": args.rate, "interval": args.interval, "passes": args.passes,
-                       "parts": args.parts}
+    res["settings"] = {
+        "files": args.files,
+        "rate": args.rate,
+        "interval": args.interval,
+        "passes": args.passes,
+        "parts": args.parts,
+    }
     res["targets"] = [{k: v for k, v in t.items() if k != "report_html"} for t in results]
     print(publish("cutover", "cutover", res, render, docs=not args.no_docs))
     if not args.no_docs and results:

@@ -35,7 +35,18 @@ from support.azurite import start_azurite  # noqa: E402
 
 MTIME_NS = 1_700_000_000_123_456_789
 SPARSE = 64 << 20
-ATTRS = ("type", "bytes", "mode", "owner", "mtime", "target", "hard link", "holes", "xattrs", "acls")
+ATTRS = (
+    "type",
+    "bytes",
+    "mode",
+    "owner",
+    "mtime",
+    "target",
+    "hard link",
+    "holes",
+    "xattrs",
+    "acls",
+)
 SPECIALS = ("fifo", "socket", "null-device")
 PASS2 = ("chmod", "chown", "xattr change", "file → directory", "directory → file", "exit 0")
 
@@ -45,10 +56,16 @@ def make_source(root: Path, specials: bool) -> None:
     (root / "hard").mkdir()
     (root / "becomes-file").mkdir()
     (root / "acl-dir").mkdir()
-    files = {"plain.txt": (b"plain\n", 0o644), "private.txt": (b"private\n", 0o600),
-             "dir/tool.sh": (b"#!/bin/sh\necho hi\n", 0o755), "dir/deeper/setuid": (b"s" * 4000, 0o4755),
-             "hard/a": (b"one inode, two names\n", 0o644), "xattr.txt": (b"tagged\n", 0o644),
-             "becomes-dir": (b"a file now\n", 0o644), "becomes-file/inner": (b"in a directory now\n", 0o644)}
+    files = {
+        "plain.txt": (b"plain\n", 0o644),
+        "private.txt": (b"private\n", 0o600),
+        "dir/tool.sh": (b"#!/bin/sh\necho hi\n", 0o755),
+        "dir/deeper/setuid": (b"s" * 4000, 0o4755),
+        "hard/a": (b"one inode, two names\n", 0o644),
+        "xattr.txt": (b"tagged\n", 0o644),
+        "becomes-dir": (b"a file now\n", 0o644),
+        "becomes-file/inner": (b"in a directory now\n", 0o644),
+    }
     for rel, (data, mode) in files.items():
         (root / rel).write_bytes(data)
         (root / rel).chmod(mode)
@@ -59,7 +76,9 @@ def make_source(root: Path, specials: bool) -> None:
         f.seek(SPARSE // 2)
         f.write(b"x")
     os.setxattr(root / "xattr.txt", "user.project", b"apollo")
-    subprocess.run(["setfacl", "-m", "u:1234:rwx", "-d", "-m", "u:1234:rx", root / "acl-dir"], check=True)
+    subprocess.run(
+        ["setfacl", "-m", "u:1234:rwx", "-d", "-m", "u:1234:rx", root / "acl-dir"], check=True
+    )
     (root / "link-to-plain").symlink_to("plain.txt")
     (root / "empty").mkdir(mode=0o700)
     (root / "empty").chmod(0o700)
@@ -85,8 +104,14 @@ def change_source(root: Path) -> None:
 
 
 def kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISDIR, "dir"), (stat.S_ISREG, "file"),
-                       (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char device")):
+    for test, name in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISDIR, "dir"),
+        (stat.S_ISREG, "file"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "char device"),
+    ):
         if test(mode):
             return name
     return "other"
@@ -95,8 +120,10 @@ def kind_of(mode: int) -> str:
 def attributes(p: Path) -> tuple[dict, dict]:
     names = os.listxattr(p, follow_symlinks=False) if not p.is_symlink() else []
     values = {n: os.getxattr(p, n, follow_symlinks=False).hex() for n in names}
-    return ({n: v for n, v in values.items() if n.startswith("user.")},
-            {n: v for n, v in values.items() if n.startswith("system.posix_acl")})
+    return (
+        {n: v for n, v in values.items() if n.startswith("user.")},
+        {n: v for n, v in values.items() if n.startswith("system.posix_acl")},
+    )
 
 
 def describe(root: Path) -> dict[str, dict]:
@@ -146,7 +173,9 @@ def kept(src: dict, got: dict) -> dict[str, dict]:
                 row[a] = have["allocated"] < SPARSE // 2
             elif a == "mtime":
                 off = abs(have[a] - want[a]) if have[a] is not None else None
-                row[a] = off is not None and (off < 1000 or ("s" if have[a] == want[a] // 10**9 * 10**9 else False))
+                row[a] = off is not None and (
+                    off < 1000 or ("s" if have[a] == want[a] // 10**9 * 10**9 else False)
+                )
             else:
                 row[a] = have[a] == want[a]
         rows[path] = row
@@ -156,18 +185,30 @@ def kept(src: dict, got: dict) -> dict[str, dict]:
 def after_changes(src: dict, got: dict, rc: int) -> dict:
     def same(path, attr):
         return path in got and got[path][attr] == src[path][attr]
-    return {"chmod": same("plain.txt", "mode"), "chown": same("dir/tool.sh", "owner"),
-            "xattr change": same("xattr.txt", "xattrs"),
-            "file → directory": same("becomes-dir", "type") and same("becomes-dir/inner", "bytes"),
-            "directory → file": same("becomes-file", "type") and "becomes-file/inner" not in got,
-            "exit 0": rc == 0}
+
+    return {
+        "chmod": same("plain.txt", "mode"),
+        "chown": same("dir/tool.sh", "owner"),
+        "xattr change": same("xattr.txt", "xattrs"),
+        "file → directory": same("becomes-dir", "type") and same("becomes-dir/inner", "bytes"),
+        "directory → file": same("becomes-file", "type") and "becomes-file/inner" not in got,
+        "exit 0": rc == 0,
+    }
 
 
 def run(cmd: list, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     if check and proc.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, cmd[:3]))} … failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{' '.join(map(str, cmd[:3]))} … failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc
 
 
@@ -177,8 +218,11 @@ def filesystems(work: Path, ferry: Path, env: dict) -> dict:
         "ferry": lambda s, d: [ferry, "copy", "-r", f"{s}/", d],
         "cp -a": lambda s, d: ["sh", "-c", f'mkdir -p "{d}" && cp -a "{s}/." "{d}"'],
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", f"{s}/", f"{d}/"],
-        "fpsync (rsync -lptgoD)": lambda s, d: ["sh", "-c", f'mkdir -p "{d}" && fpsync -n 2 -t "{work}/fpsync-{d.name}" '
-                                                           f'"{s}/" "{d}/"'],
+        "fpsync (rsync -lptgoD)": lambda s, d: [
+            "sh",
+            "-c",
+            f'mkdir -p "{d}" && fpsync -n 2 -t "{work}/fpsync-{d.name}" "{s}/" "{d}/"',
+        ],
     }
     out = {}
     for name, cmd in tools.items():
@@ -189,26 +233,47 @@ def filesystems(work: Path, ferry: Path, env: dict) -> dict:
         first = kept(want, describe(dst))
         change_source(src)
         rc = run(cmd(src, dst), env, check=False).returncode
-        out[name] = {"first pass": first, "second pass": after_changes(describe(src), describe(dst), rc)}
+        out[name] = {
+            "first pass": first,
+            "second pass": after_changes(describe(src), describe(dst), rc),
+        }
     return out
 
 
 def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, dict, str | None]:
-    from azure.storage.blob import BlobServiceClient, ContainerSasPermissions, generate_container_sas
+    from azure.storage.blob import (
+        BlobServiceClient,
+        ContainerSasPermissions,
+        generate_container_sas,
+    )
 
     az = start_azurite(REPO)
     try:
-        service = BlobServiceClient(az.endpoint, credential={"account_name": az.account, "account_key": az.key})
+        service = BlobServiceClient(
+            az.endpoint, credential={"account_name": az.account, "account_key": az.key}
+        )
         container = service.create_container("fidelity")
-        sas = generate_container_sas(az.account, "fidelity", account_key=az.key,
-                                     permission=ContainerSasPermissions(read=True, list=True, add=True, create=True,
-                                                                        write=True, delete=True),
-                                     expiry=dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1))
+        sas = generate_container_sas(
+            az.account,
+            "fidelity",
+            account_key=az.key,
+            permission=ContainerSasPermissions(
+                read=True, list=True, add=True, create=True, write=True, delete=True
+            ),
+            expiry=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+        )
         url = az.url("fidelity")
-        env = {**os.environ, "AZURE_STORAGE_ACCOUNT": az.account, "AZURE_STORAGE_KEY": az.key,
-               "AZCOPY_LOG_LOCATION": str(work / "azlogs"), "AZCOPY_JOB_PLAN_LOCATION": str(work / "azplans"),
-               "RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": az.account,
-               "RCLONE_CONFIG_AZ_KEY": az.key, "RCLONE_CONFIG_AZ_ENDPOINT": az.endpoint}
+        env = {
+            **os.environ,
+            "AZURE_STORAGE_ACCOUNT": az.account,
+            "AZURE_STORAGE_KEY": az.key,
+            "AZCOPY_LOG_LOCATION": str(work / "azlogs"),
+            "AZCOPY_JOB_PLAN_LOCATION": str(work / "azplans"),
+            "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+            "RCLONE_CONFIG_AZ_ACCOUNT": az.account,
+            "RCLONE_CONFIG_AZ_KEY": az.key,
+            "RCLONE_CONFIG_AZ_ENDPOINT": az.endpoint,
+        }
         # No fifos, sockets or devices: a copier that opens a fifo to read it waits for ever.
         src = work / "blob-src"
         make_source(src, specials=False)
@@ -217,20 +282,62 @@ def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, di
         az_posix = ["--preserve-posix-properties", "--preserve-symlinks"]
         up = {
             "ferry": lambda p, s: [ferry, "copy", "-r", f"{src}/", f"{url}/{p}", *s],
-            "rclone": lambda p, s: [rclone, "copy", "-M", "--links", "--create-empty-src-dirs", src, f"az:fidelity/{p}"],
-            "azcopy": lambda p, s: [azcopy, "copy", f"{src}/*", f"{url}/{p}?{sas}", "--recursive",
-                                    "--from-to=LocalBlob", *az_posix, *s],
+            "rclone": lambda p, s: [
+                rclone,
+                "copy",
+                "-M",
+                "--links",
+                "--create-empty-src-dirs",
+                src,
+                f"az:fidelity/{p}",
+            ],
+            "azcopy": lambda p, s: [
+                azcopy,
+                "copy",
+                f"{src}/*",
+                f"{url}/{p}?{sas}",
+                "--recursive",
+                "--from-to=LocalBlob",
+                *az_posix,
+                *s,
+            ],
         }
         down = {
             "ferry": lambda p, d, s: [ferry, "copy", "-r", f"{url}/{p}", d],
-            "rclone": lambda p, d, s: [rclone, "copy", "-M", "--links", "--create-empty-src-dirs", f"az:fidelity/{p}", d],
-            "azcopy": lambda p, d, s: ["sh", "-c", f'mkdir -p "{d}" && exec "$0" "$@"', azcopy, "copy",
-                                       f"{url}/{p}/*?{sas}", d, "--recursive", "--from-to=BlobLocal", *az_posix, *s],
+            "rclone": lambda p, d, s: [
+                rclone,
+                "copy",
+                "-M",
+                "--links",
+                "--create-empty-src-dirs",
+                f"az:fidelity/{p}",
+                d,
+            ],
+            "azcopy": lambda p, d, s: [
+                "sh",
+                "-c",
+                f'mkdir -p "{d}" && exec "$0" "$@"',
+                azcopy,
+                "copy",
+                f"{url}/{p}/*?{sas}",
+                d,
+                "--recursive",
+                "--from-to=BlobLocal",
+                *az_posix,
+                *s,
+            ],
         }
-        styles = {"ferry": {"default": ([], []), "amlfs": (["--posix-style", "amlfs"], ["--posix-properties-style=amlfs"])},
-                  "azcopy": {"standard": (["--posix-properties-style=standard"], []),
-                             "amlfs": (["--posix-properties-style=amlfs"], ["--posix-properties-style=amlfs"])},
-                  "rclone": {"": ([], [])}}
+        styles = {
+            "ferry": {
+                "default": ([], []),
+                "amlfs": (["--posix-style", "amlfs"], ["--posix-properties-style=amlfs"]),
+            },
+            "azcopy": {
+                "standard": (["--posix-properties-style=standard"], []),
+                "amlfs": (["--posix-properties-style=amlfs"], ["--posix-properties-style=amlfs"]),
+            },
+            "rclone": {"": ([], [])},
+        }
         routes, written = {}, {}
         for writer, by_style in styles.items():
             if writer == "azcopy" and azcopy is None:
@@ -240,11 +347,20 @@ def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, di
                 run(up[writer](prefix, up_flags), env)
                 blob = container.get_blob_client(f"{prefix}/dir/deeper/setuid")
                 written[prefix] = dict(blob.get_blob_properties().metadata) if blob.exists() else {}
-                readers = [writer] + ([r for r in ("ferry", "azcopy") if r != writer and azcopy is not None]
-                                      if writer != "rclone" else [])
+                readers = [writer] + (
+                    [r for r in ("ferry", "azcopy") if r != writer and azcopy is not None]
+                    if writer != "rclone"
+                    else []
+                )
                 for reader in readers:
                     dst = work / f"{prefix}-to-{reader}"
-                    flags = azcopy_down_flags if reader == "azcopy" and writer == "ferry" else up_flags if reader == "azcopy" else []
+                    flags = (
+                        azcopy_down_flags
+                        if reader == "azcopy" and writer == "ferry"
+                        else up_flags
+                        if reader == "azcopy"
+                        else []
+                    )
                     run(down[reader](prefix, dst, flags), env)
                     label = f"{writer}{f' ({style})' if style else ''} → Blob → {reader}"
                     routes[label] = kept(want, describe(dst))
@@ -255,8 +371,14 @@ def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, di
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--azcopy", type=Path, help="an azcopy binary built from its public source (else no azcopy rows)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--azcopy",
+        type=Path,
+        help="an azcopy binary built from its public source (else no azcopy rows)",
+    )
     ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     a = ap.parse_args(argv)
@@ -268,13 +390,22 @@ def main(argv: list[str]) -> int:
         fs = filesystems(work, a.ferry, env)
         blob, written, version = through_blob(work, a.ferry, a.azcopy)
         rclone = run([REPO / ".venv" / "bin" / "rclone", "version"], env).stdout.splitlines()[0]
-        result = {"measured": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "tools": {"azcopy": version, "rclone": rclone,
-                            "rsync": run(["rsync", "--version"], env).stdout.splitlines()[0],
-                            "cp": run(["cp", "--version"], env).stdout.splitlines()[0]},
-                  "filesystems": fs, "blob": blob, "blob_metadata_of_setuid_file": written}
+        result = {
+            "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "tools": {
+                "azcopy": version,
+                "rclone": rclone,
+                "rsync": run(["rsync", "--version"], env).stdout.splitlines()[0],
+                "cp": run(["cp", "--version"], env).stdout.splitlines()[0],
+            },
+            "filesystems": fs,
+            "blob": blob,
+            "blob_metadata_of_setuid_file": written,
+        }
         a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / "fidelity.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        (a.out / "fidelity.json").write_text(
+            json.dumps(result, indent=2, ensure_ascii=False) + "\n"
+        )
         (a.out / "fidelity.md").write_text(markdown(result))
         print(markdown(result))
     finally:
@@ -295,34 +426,57 @@ def table(rows: dict[str, dict]) -> list[str]:
 def markdown(result: dict) -> str:
     t = result["tools"]
     lines = [
-        "# Fidelity: what each tool keeps of a tree", "",
+        "# Fidelity: what each tool keeps of a tree",
+        "",
         f"- Measured {result['measured']}, as root, ferry at this commit; {t['cp']}; {t['rsync']}; {t['rclone']}"
-        + (f"; azcopy {t['azcopy']} (built from its public source)" if t["azcopy"] else "") + ".",
-        "- Reproduce: `.venv/bin/python benchmarks/fidelity.py --azcopy PATH` (as root; docs/worker.md, \"Fidelity\").",
+        + (f"; azcopy {t['azcopy']} (built from its public source)" if t["azcopy"] else "")
+        + ".",
+        '- Reproduce: `.venv/bin/python benchmarks/fidelity.py --azcopy PATH` (as root; docs/worker.md, "Fidelity").',
         f"- The source: files of several modes (one set-uid), another owner, mtimes to the nanosecond, a hard-linked "
         f"pair, a {SPARSE >> 20} MiB file with one byte written, a user xattr, access and default ACLs on a "
         "directory, a symlink, an empty directory of mode 0700, and between filesystems a fifo, a socket and a "
-        "character device.", "",
-        "## Between filesystems: after one pass", "",
-        "| tool | " + " | ".join(ATTRS) + " |", "|---|" + "---|" * len(ATTRS),
+        "character device.",
+        "",
+        "## Between filesystems: after one pass",
+        "",
+        "| tool | " + " | ".join(ATTRS) + " |",
+        "|---|" + "---|" * len(ATTRS),
     ]
     for tool, res in result["filesystems"].items():
         summary = {}
         for a in ATTRS:
             vals = [row[a] for row in res["first pass"].values() if row[a] is not None]
             lost = [p for p, row in res["first pass"].items() if row[a] is False]
-            summary[a] = "kept" if vals and not lost else ("lost: " + ", ".join(f"`{p}`" for p in lost)) if lost else "–"
+            summary[a] = (
+                "kept"
+                if vals and not lost
+                else ("lost: " + ", ".join(f"`{p}`" for p in lost))
+                if lost
+                else "–"
+            )
         lines.append(f"| {tool} | " + " | ".join(summary[a] for a in ATTRS) + " |")
-    lines += ["", "## Between filesystems: a second pass after changes at the source", "",
-              "| tool | " + " | ".join(PASS2) + " |", "|---|" + "---|" * len(PASS2)]
+    lines += [
+        "",
+        "## Between filesystems: a second pass after changes at the source",
+        "",
+        "| tool | " + " | ".join(PASS2) + " |",
+        "|---|" + "---|" * len(PASS2),
+    ]
     for tool, res in result["filesystems"].items():
-        lines.append(f"| {tool} | " + " | ".join("yes" if res["second pass"][k] else "**no**" for k in PASS2) + " |")
+        lines.append(
+            f"| {tool} | "
+            + " | ".join("yes" if res["second pass"][k] else "**no**" for k in PASS2)
+            + " |"
+        )
     lines += ["", "## Through Blob storage, entry by entry", ""]
     for route, rows in result["blob"].items():
         lines += [f"### {route}", "", *table(rows)]
     lines += ["## What each writes (the blob metadata of `dir/deeper/setuid`, mode 4755)", ""]
     for prefix, meta in result["blob_metadata_of_setuid_file"].items():
-        lines.append(f"- {prefix}: " + (", ".join(f"`{k}={v}`" for k, v in sorted(meta.items())) or "(no blob)"))
+        lines.append(
+            f"- {prefix}: "
+            + (", ".join(f"`{k}={v}`" for k, v in sorted(meta.items())) or "(no blob)")
+        )
     for tool, res in result["filesystems"].items():
         lines += ["", f"## {tool}, first pass, entry by entry", "", *table(res["first pass"])]
     return "\n".join(lines) + "\n"

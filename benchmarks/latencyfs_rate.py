@@ -60,12 +60,16 @@ def cpu_seconds(pid: int) -> float:
 
 def machine_busy_seconds() -> float:
     """CPU time the whole machine has not been idle, steal (the hypervisor's) included."""
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(
+        int, Path("/proc/stat").read_text().split()[1:9]
+    )
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=REPO, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def build_at(rev: str, scratch: Path) -> tuple[str, Path]:
@@ -83,7 +87,9 @@ def build_at(rev: str, scratch: Path) -> tuple[str, Path]:
 def this_build() -> tuple[str, Path]:
     build()
     sources = ["tools/latencyfs/latencyfs.c", "tools/latencyfs/Makefile"]
-    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *sources], cwd=REPO).returncode
+    changed = subprocess.run(
+        ["git", "diff", "--quiet", "HEAD", "--", *sources], cwd=REPO
+    ).returncode
     return git("rev-parse", "--short", "HEAD") + (" + changes" if changed else ""), BINARY
 
 
@@ -99,21 +105,34 @@ def measure(fs: LatencyFS, target: str, clients: int, seconds: float) -> dict:
     # The load average counts this benchmark's own clients; what the rest of the machine took
     # while it ran is the busy time the daemon and the clients did not use.
     others = max(0.0, busy - cpu - client_cpu) / st["window_s"]
-    return {"requests": st["total"], "window_s": round(st["window_s"], 3),
-            "requests_per_s": round(st["total"] / st["window_s"]),
-            "daemon_cpu_us_per_request": round(cpu / st["total"] * 1e6, 2),
-            "inflight_max": st["inflight_max"], "load1": round(load, 2), "other_cpus": round(others, 2)}
+    return {
+        "requests": st["total"],
+        "window_s": round(st["window_s"], 3),
+        "requests_per_s": round(st["total"] / st["window_s"]),
+        "daemon_cpu_us_per_request": round(cpu / st["total"] * 1e6, 2),
+        "inflight_max": st["inflight_max"],
+        "load1": round(load, 2),
+        "other_cpus": round(others, 2),
+    }
 
 
 def summarize(build: str, clients: int, runs: list[dict]) -> dict:
     rates = [r["requests_per_s"] for r in runs]
-    return {"build": build, "clients": clients, "requests_per_s": round(statistics.median(rates)),
-            "min": min(rates), "max": max(rates),
-            "daemon_cpu_us_per_request": round(statistics.median(r["daemon_cpu_us_per_request"] for r in runs), 2),
-            "inflight_max": max(r["inflight_max"] for r in runs),
-            "other_cpus": round(statistics.median(r["other_cpus"] for r in runs), 2),
-            "other_cpus_max": max(r["other_cpus"] for r in runs),
-            "load1": round(statistics.median(r["load1"] for r in runs), 1), "runs": runs}
+    return {
+        "build": build,
+        "clients": clients,
+        "requests_per_s": round(statistics.median(rates)),
+        "min": min(rates),
+        "max": max(rates),
+        "daemon_cpu_us_per_request": round(
+            statistics.median(r["daemon_cpu_us_per_request"] for r in runs), 2
+        ),
+        "inflight_max": max(r["inflight_max"] for r in runs),
+        "other_cpus": round(statistics.median(r["other_cpus"] for r in runs), 2),
+        "other_cpus_max": max(r["other_cpus"] for r in runs),
+        "load1": round(statistics.median(r["load1"] for r in runs), 1),
+        "runs": runs,
+    }
 
 
 def name(delay_ms: float) -> str:
@@ -124,41 +143,67 @@ def render(res: dict) -> str:
     m = res["machine"]
     threads = f"--threads {res['threads']}" if res["threads"] else "default threads"
     delay = res.get("delay_ms", 0)
-    lines = [f"Measured {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}, a machine shared with "
-             f"other work; each stat with caches off is a lookup and a getattr request"
-             f"{f', each delayed {delay:g} ms' if delay else ''}; {threads}; "
-             f"{res['runs']} runs of {res['seconds']:g} s per row, builds in turns; median (range). Other work: "
-             f"the CPUs' worth the rest of the machine used meanwhile (median / most); the load average "
-             f"counts the clients too. Reproduce: `{res['command']}`.", "",
-             "| build | client processes | requests/s | range | daemon CPU µs a request | most in flight | "
-             "other work, CPUs | load (1 min) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['build']} | {r['clients']} | {r['requests_per_s']:,} | {r['min']:,}–{r['max']:,} | "
-              f"{r['daemon_cpu_us_per_request']} | {r['inflight_max']} | {r['other_cpus']:.2f} / "
-              f"{r['other_cpus_max']:.2f} | {r['load1']} |" for r in res["rows"]]
+    lines = [
+        f"Measured {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}, a machine shared with "
+        f"other work; each stat with caches off is a lookup and a getattr request"
+        f"{f', each delayed {delay:g} ms' if delay else ''}; {threads}; "
+        f"{res['runs']} runs of {res['seconds']:g} s per row, builds in turns; median (range). Other work: "
+        f"the CPUs' worth the rest of the machine used meanwhile (median / most); the load average "
+        f"counts the clients too. Reproduce: `{res['command']}`.",
+        "",
+        "| build | client processes | requests/s | range | daemon CPU µs a request | most in flight | "
+        "other work, CPUs | load (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['build']} | {r['clients']} | {r['requests_per_s']:,} | {r['min']:,}–{r['max']:,} | "
+        f"{r['daemon_cpu_us_per_request']} | {r['inflight_max']} | {r['other_cpus']:.2f} / "
+        f"{r['other_cpus_max']:.2f} | {r['load1']} |"
+        for r in res["rows"]
+    ]
     return "\n".join(lines) + "\n"
 
 
 def write(results: Path, res: dict, docs: bool) -> None:
     block, delay = render(res), res.get("delay_ms", 0)
-    title = f"{delay:g} ms a request: requests a second and their CPU" if delay else "zero delay: requests a second"
+    title = (
+        f"{delay:g} ms a request: requests a second and their CPU"
+        if delay
+        else "zero delay: requests a second"
+    )
     (results / f"{name(delay)}.md").write_text(f"# latencyfs at {title}\n\n" + block)
     if docs:
         update_block(REPO / "docs" / "nfs.md", name(delay), block)
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="benchmarks/latencyfs_rate.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=3, help="length of one measurement (default %(default)s)")
-    ap.add_argument("--clients", default="1,2,4,8", help="client processes, one row each (default %(default)s)")
-    ap.add_argument("--runs", type=int, default=5, help="measurements per row (default %(default)s)")
-    ap.add_argument("--against", metavar="REV", help="also measure tools/latencyfs as of this git revision")
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/latencyfs_rate.py", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=3, help="length of one measurement (default %(default)s)"
+    )
+    ap.add_argument(
+        "--clients", default="1,2,4,8", help="client processes, one row each (default %(default)s)"
+    )
+    ap.add_argument(
+        "--runs", type=int, default=5, help="measurements per row (default %(default)s)"
+    )
+    ap.add_argument(
+        "--against", metavar="REV", help="also measure tools/latencyfs as of this git revision"
+    )
     ap.add_argument("--threads", type=int, help="latencyfs --threads (default: its own default)")
-    ap.add_argument("--delay", type=float, default=0, metavar="MS", help="latencyfs --delay (default 0)")
+    ap.add_argument(
+        "--delay", type=float, default=0, metavar="MS", help="latencyfs --delay (default 0)"
+    )
     ap.add_argument("--scratch", default="benchmarks/.data")
     ap.add_argument("--results", default="benchmarks/results")
-    ap.add_argument("--no-docs", action="store_true", help="don't rewrite the matching block of docs/nfs.md")
-    ap.add_argument("--report", action="store_true", help="only redo the table and docs from the results' JSON")
+    ap.add_argument(
+        "--no-docs", action="store_true", help="don't rewrite the matching block of docs/nfs.md"
+    )
+    ap.add_argument(
+        "--report", action="store_true", help="only redo the table and docs from the results' JSON"
+    )
     a = ap.parse_args(argv)
     results = Path(a.results)
     if a.report:
@@ -174,21 +219,38 @@ def main(argv: list[str]) -> int:
     runs: dict[tuple[str, int], list[dict]] = {}
     for i in range(a.runs):
         for label, binary in builds if i % 2 == 0 else builds[::-1]:
-            with LatencyFS(base / "backing", base / "mnt", attr_timeout=0, entry_timeout=0, threads=a.threads,
-                           delay_ms=a.delay, binary=binary) as fs:
+            with LatencyFS(
+                base / "backing",
+                base / "mnt",
+                attr_timeout=0,
+                entry_timeout=0,
+                threads=a.threads,
+                delay_ms=a.delay,
+                binary=binary,
+            ) as fs:
                 for c in clients:
                     r = measure(fs, str(base / "mnt" / "file"), c, a.seconds)
                     runs.setdefault((label, c), []).append(r)
-                    log(f"run {i + 1}, {label}, {c} clients: {r['requests_per_s']:,} requests/s, daemon "
+                    log(
+                        f"run {i + 1}, {label}, {c} clients: {r['requests_per_s']:,} requests/s, daemon "
                         f"{r['daemon_cpu_us_per_request']} µs CPU a request, other work {r['other_cpus']} CPUs, "
-                        f"load {r['load1']}")
+                        f"load {r['load1']}"
+                    )
     shutil.rmtree(base, ignore_errors=True)
-    res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine(),
-           "seconds": a.seconds, "runs": a.runs, "threads": a.threads, "delay_ms": a.delay,
-           "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/latencyfs_rate.py", *argv]),
-           "rows": [summarize(label, c, runs[label, c]) for label, _ in builds for c in clients]}
+    res = {
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "seconds": a.seconds,
+        "runs": a.runs,
+        "threads": a.threads,
+        "delay_ms": a.delay,
+        "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/latencyfs_rate.py", *argv]),
+        "rows": [summarize(label, c, runs[label, c]) for label, _ in builds for c in clients],
+    }
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"{name(a.delay)}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    (results / f"{name(a.delay)}.json").write_text(
+        json.dumps(res, indent=1, ensure_ascii=False) + "\n"
+    )
     write(results, res, not a.no_docs)
     log(f"results in {rel(results)}/{name(a.delay)}.md")
     return 0

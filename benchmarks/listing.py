@@ -70,7 +70,9 @@ class Site:
         self.layout, self.work = layout, work
         (work / "azurite").mkdir(parents=True)
         self.port = free_port()
-        self.azurite = spawn_azurite(self.port, work / "azurite", work / "azurite.log", lambda: azurite_answers(self.port))
+        self.azurite = spawn_azurite(
+            self.port, work / "azurite", work / "azurite.log", lambda: azurite_answers(self.port)
+        )
         self.seed(n)
         self.proxy = toxi.proxy(self.port, name=f"az-{layout}")
         self.proxy.toxic("latency", latency=latency_ms)
@@ -85,18 +87,24 @@ class Site:
         from azure.storage.blob import BlobServiceClient
 
         started = time.monotonic()
-        service = BlobServiceClient(f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}",
-                                    credential={"account_name": AZ_ACCOUNT, "account_key": AZ_KEY})
+        service = BlobServiceClient(
+            f"http://127.0.0.1:{self.port}/{AZ_ACCOUNT}",
+            credential={"account_name": AZ_ACCOUNT, "account_key": AZ_KEY},
+        )
         container = service.get_container_client(CONTAINER)
         container.create_container()
         with ThreadPoolExecutor(64) as pool:
             for _ in pool.map(lambda name: container.upload_blob(name, b""), names(self.layout, n)):
                 pass
         self.count = self.listed_count()
-        log(f"{self.layout}: {n} blobs seeded in {time.monotonic() - started:.0f} s; the container holds {self.count}")
+        log(
+            f"{self.layout}: {n} blobs seeded in {time.monotonic() - started:.0f} s; the container holds {self.count}"
+        )
 
     def listed_count(self) -> int:
-        out = subprocess.run([str(FERRY), "ls", "-r", self.url()], env=ferry_env(), check=True, capture_output=True)
+        out = subprocess.run(
+            [str(FERRY), "ls", "-r", self.url()], env=ferry_env(), check=True, capture_output=True
+        )
         return len(out.stdout.splitlines()) - 1
 
     def stop(self) -> None:
@@ -104,29 +112,51 @@ class Site:
 
 
 def ferry_env() -> dict:
-    return bench_env({"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"})
+    return bench_env(
+        {"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"}
+    )
 
 
 def sas() -> str:
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
     import datetime
 
-    return generate_container_sas(AZ_ACCOUNT, CONTAINER, account_key=AZ_KEY,
-                                  permission=ContainerSasPermissions(read=True, list=True),
-                                  expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=6))
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    return generate_container_sas(
+        AZ_ACCOUNT,
+        CONTAINER,
+        account_key=AZ_KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=6),
+    )
 
 
 def tools(azcopy: Path | None) -> dict:
     """name → (argv for a container URL through the proxy, environment, how to count its output)."""
+
     def ferry(*flags):
         def argv(site, port, scratch):
-            return [str(FERRY), "ls", "-r", site.url(port), "--summary", str(scratch / "summary.json"), *flags]
+            return [
+                str(FERRY),
+                "ls",
+                "-r",
+                site.url(port),
+                "--summary",
+                str(scratch / "summary.json"),
+                *flags,
+            ]
+
         return argv, ferry_env(), lambda out: len(out.splitlines()) - 1
 
     def rclone(*flags):
         def argv(site, port, scratch):
             return [str(RCLONE), "lsf", "-R", "--files-only", f"az:{CONTAINER}", *flags]
-        env = {"RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT, "RCLONE_CONFIG_AZ_KEY": AZ_KEY}
+
+        env = {
+            "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+            "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT,
+            "RCLONE_CONFIG_AZ_KEY": AZ_KEY,
+        }
         return argv, env, lambda out: len(out.splitlines())
 
     table = {
@@ -136,10 +166,23 @@ def tools(azcopy: Path | None) -> dict:
         "rclone --fast-list": rclone("--fast-list"),
     }
     if azcopy is not None:
+
         def argv(site, port, scratch):
-            return [str(azcopy), "copy", f"{site.url(port)}/*?{sas()}", str(scratch / "down"), "--recursive",
-                    "--dry-run", "--from-to=BlobLocal"]
-        table["azcopy (default scan)"] = (argv, {}, lambda out: sum(1 for line in out.splitlines() if line.startswith("DRYRUN: copy")))
+            return [
+                str(azcopy),
+                "copy",
+                f"{site.url(port)}/*?{sas()}",
+                str(scratch / "down"),
+                "--recursive",
+                "--dry-run",
+                "--from-to=BlobLocal",
+            ]
+
+        table["azcopy (default scan)"] = (
+            argv,
+            {},
+            lambda out: sum(1 for line in out.splitlines() if line.startswith("DRYRUN: copy")),
+        )
     return table
 
 
@@ -151,16 +194,25 @@ def run_one(name: str, spec, site: Site, scratch: Path, limit: float | None = No
     if name.startswith("rclone"):
         env["RCLONE_CONFIG_AZ_ENDPOINT"] = f"http://127.0.0.1:{site.proxy.port}/{AZ_ACCOUNT}"
     if name.startswith("azcopy"):
-        env.update({"AZCOPY_LOG_LOCATION": str(scratch / "logs"), "AZCOPY_JOB_PLAN_LOCATION": str(scratch / "plans")})
+        env.update(
+            {
+                "AZCOPY_LOG_LOCATION": str(scratch / "logs"),
+                "AZCOPY_JOB_PLAN_LOCATION": str(scratch / "plans"),
+            }
+        )
     argv = argv_of(site, site.proxy.port, scratch)
     started = time.monotonic()
     try:
-        r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=scratch, timeout=limit)
+        r = subprocess.run(
+            argv, env=env, capture_output=True, text=True, cwd=scratch, timeout=limit
+        )
     except subprocess.TimeoutExpired:
         return {"seconds": round(time.monotonic() - started, 2), "given_up": True}
     seconds = time.monotonic() - started
     if r.returncode != 0:
-        raise RuntimeError(f"{name} on {site.layout} failed ({r.returncode}): {r.stderr[-2000:]}{r.stdout[-1000:]}")
+        raise RuntimeError(
+            f"{name} on {site.layout} failed ({r.returncode}): {r.stderr[-2000:]}{r.stdout[-1000:]}"
+        )
     listed = count(r.stdout)
     if listed != site.count:
         raise RuntimeError(f"{name} listed {listed} of the {site.count} blobs of {site.layout}")
@@ -186,19 +238,37 @@ def measure(args) -> dict:
                 runs: dict[str, list[dict]] = {name: [] for name in table}
                 order = list(table)
                 for rnd in range(args.runs):
-                    for name in order[rnd % len(order):] + order[:rnd % len(order)]:
+                    for name in order[rnd % len(order) :] + order[: rnd % len(order)]:
                         azcopy = name.startswith("azcopy")
                         if azcopy and rnd > 0:
                             continue
-                        row = run_one(name, table[name], site, SCRATCH / "run", args.azcopy_limit if azcopy else None)
+                        row = run_one(
+                            name,
+                            table[name],
+                            site,
+                            SCRATCH / "run",
+                            args.azcopy_limit if azcopy else None,
+                        )
                         runs[name].append(row)
                         log(f"{layout} round {rnd + 1}: {name}: {row}")
                 for name, rows in runs.items():
                     secs = [r["seconds"] for r in rows]
-                    results.append({"layout": layout, "blobs": site.count, "tool": name, "runs": len(rows),
-                                    "seconds": statistics.median(secs), "seconds_range": [min(secs), max(secs)],
-                                    "given_up": any(r.get("given_up") for r in rows),
-                                    **({"list_requests": rows[0]["list_requests"]} if "list_requests" in rows[0] else {})})
+                    results.append(
+                        {
+                            "layout": layout,
+                            "blobs": site.count,
+                            "tool": name,
+                            "runs": len(rows),
+                            "seconds": statistics.median(secs),
+                            "seconds_range": [min(secs), max(secs)],
+                            "given_up": any(r.get("given_up") for r in rows),
+                            **(
+                                {"list_requests": rows[0]["list_requests"]}
+                                if "list_requests" in rows[0]
+                                else {}
+                            ),
+                        }
+                    )
             finally:
                 site.stop()
     finally:
@@ -212,15 +282,23 @@ def measure(args) -> dict:
 
 
 def render(res: dict) -> str:
-    lines = [f"Listing a whole container, each response delayed {res['latency_ms']} ms (toxiproxy in front of Azurite); "
-             "median of the rotated runs (range), and the ratio to ferry's one stream on the same layout.", "",
-             "| layout | blobs | tool | seconds | × one stream | List Blobs requests |", "|---|---:|---|---:|---:|---:|"]
-    base = {r["layout"]: r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"}
+    lines = [
+        f"Listing a whole container, each response delayed {res['latency_ms']} ms (toxiproxy in front of Azurite); "
+        "median of the rotated runs (range), and the ratio to ferry's one stream on the same layout.",
+        "",
+        "| layout | blobs | tool | seconds | × one stream | List Blobs requests |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    base = {
+        r["layout"]: r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"
+    }
     for r in res["rows"]:
         lo, hi = r["seconds_range"]
         more = "> " if r.get("given_up") else ""
-        lines.append(f"| {r['layout']} | {r['blobs']:,} | {r['tool']} | {more}{r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
-                     f"{more}{r['seconds'] / base[r['layout']]:.2f} | {r.get('list_requests', '')} |")
+        lines.append(
+            f"| {r['layout']} | {r['blobs']:,} | {r['tool']} | {more}{r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
+            f"{more}{r['seconds'] / base[r['layout']]:.2f} | {r.get('list_requests', '')} |"
+        )
     lines += ["", measured_on(res, "; the ratios hold better than the seconds")]
     return "\n".join(lines)
 
@@ -232,11 +310,19 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--layouts", default="deep,hashed,tiny", type=lambda s: s.split(","))
     p.add_argument("--azcopy", type=Path, help="an azcopy binary built from its public source")
-    p.add_argument("--azcopy-limit", type=float, default=240, help="seconds after which azcopy's run is given up")
+    p.add_argument(
+        "--azcopy-limit",
+        type=float,
+        default=240,
+        help="seconds after which azcopy's run is given up",
+    )
     p.add_argument("--no-docs", action="store_true")
     p.add_argument("--render", action="store_true", help="redo the table from the recorded results")
-    p.add_argument("--name", default="listing",
-                   help="results/NAME.json and .md, and the docs block of that name (a second size beside the first)")
+    p.add_argument(
+        "--name",
+        default="listing",
+        help="results/NAME.json and .md, and the docs block of that name (a second size beside the first)",
+    )
     args = p.parse_args()
     res = None if args.render else measure(args)
     print(publish(args.name, args.name, res, render, not args.no_docs))

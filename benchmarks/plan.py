@@ -35,11 +35,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
+
 # The last commit with workflow/scripts/plan.py, the Python plan step.
 OLD_COMMIT = "af39b4bfc9fa18010f6130e88aba1e6dedaaf54d"
 GENERATOR_VERSION = 1
 PER_DIR = 1000
-DEFAULT_PARTITION = {"tool": "ferry", "mode": "max-files-bytes", "parts": 16, "max_files": 50000, "max_bytes": "64GiB"}
+DEFAULT_PARTITION = {
+    "tool": "ferry",
+    "mode": "max-files-bytes",
+    "parts": 16,
+    "max_files": 50000,
+    "max_bytes": "64GiB",
+}
 
 
 def log(msg: str) -> None:
@@ -61,7 +68,12 @@ def _gcd(a: int, b: int) -> int:
 def generate(scratch: Path, entries: int) -> tuple[Path, Path]:
     root = scratch / f"listings-{entries}"
     source, dest, stamp = root / "source.tsv", root / "dest.tsv", root / "stamp"
-    if stamp.exists() and stamp.read_text() == f"{GENERATOR_VERSION}\n" and source.exists() and dest.exists():
+    if (
+        stamp.exists()
+        and stamp.read_text() == f"{GENERATOR_VERSION}\n"
+        and source.exists()
+        and dest.exists()
+    ):
         return source, dest
     root.mkdir(parents=True, exist_ok=True)
     log(f"generating {entries:,}-entry listings in {root}")
@@ -83,7 +95,9 @@ def generate(scratch: Path, entries: int) -> tuple[Path, Path]:
                     size = (i * 2654435761) % 3_000_000
                     if side == "dst" and i % 100 == 0:
                         size += 1  # 1% changed
-                    chunk.append(f"{dpath}/f{i:09d}.dat\tf\t{size}\t{1_700_000_000 + i % 86400}.{(i * 7) % 10**9:09d}\t-\n")
+                    chunk.append(
+                        f"{dpath}/f{i:09d}.dat\tf\t{size}\t{1_700_000_000 + i % 86400}.{(i * 7) % 10**9:09d}\t-\n"
+                    )
                 out.write("".join(chunk))
     stamp.write_text(f"{GENERATOR_VERSION}\n")
     return source, dest
@@ -110,19 +124,32 @@ OLD_FILES = ("plan.py", "ferrylib.py")
 def check_old_step_in_history() -> None:
     """The old step comes from git history, which a shallow clone (or a copy without .git) does
     not have: say so before minutes of generating listings, and how to get it."""
-    missing = [name for name in OLD_FILES
-               if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{OLD_COMMIT}:workflow/scripts/{name}"],
-                                 capture_output=True).returncode != 0]
+    missing = [
+        name
+        for name in OLD_FILES
+        if subprocess.run(
+            ["git", "-C", str(REPO), "cat-file", "-e", f"{OLD_COMMIT}:workflow/scripts/{name}"],
+            capture_output=True,
+        ).returncode
+        != 0
+    ]
     if not missing:
         return
-    shallow = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"],
-                             capture_output=True, text=True).stdout.strip() == "true"
+    shallow = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        == "true"
+    )
     why = "this clone is shallow" if shallow else "this checkout does not have that commit"
     raise SystemExit(
         f"plan.py: the old Python step ({', '.join(missing)} at commit {OLD_COMMIT[:12]}) is read from git "
         f"history, and {why}.\n"
         f"  Fetch it:            git fetch --depth 1 origin {OLD_COMMIT}   (or: git fetch --unshallow)\n"
-        "  Or time ferry alone: benchmarks/plan.py --no-old")
+        "  Or time ferry alone: benchmarks/plan.py --no-old"
+    )
 
 
 def old_step(work: Path) -> Path:
@@ -130,8 +157,12 @@ def old_step(work: Path) -> Path:
     lib = work / "old-plan"
     lib.mkdir(parents=True, exist_ok=True)
     for name in OLD_FILES:
-        text = subprocess.run(["git", "-C", str(REPO), "show", f"{OLD_COMMIT}:workflow/scripts/{name}"],
-                              check=True, capture_output=True, text=True).stdout
+        text = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{OLD_COMMIT}:workflow/scripts/{name}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         if name == "ferrylib.py":
             # The old step reads back the parts `ferry partition` writes, and the worker's lines
             # have four more columns (manifest v2) since: its parser is shown the five it knew,
@@ -148,25 +179,40 @@ def copied_set(plan_dir: Path) -> set[str]:
     found = set()
     for part in sorted((plan_dir / "copy").glob("part-*.tsv")):
         with open(part) as f:
-            found.update(line.split("\t", 1)[0] for line in f if line.strip() and not line.startswith("#"))
+            found.update(
+                line.split("\t", 1)[0] for line in f if line.strip() and not line.startswith("#")
+            )
     return found
 
 
 def agree(new: Path, old: Path) -> dict:
     a, b = json.loads((new / "plan.json").read_text()), json.loads((old / "plan.json").read_text())
-    keys = ("phase", "compare", "source", "dest", "to_copy", "unchanged", "extra_on_dest", "verify_scope")
+    keys = (
+        "phase",
+        "compare",
+        "source",
+        "dest",
+        "to_copy",
+        "unchanged",
+        "extra_on_dest",
+        "verify_scope",
+    )
 
     def same(x, y) -> bool:
         # Counts ferry plan added since (specials, linked, ...) must be zero on these listings,
         # which hold none of what they count; the rest must be equal.
         if isinstance(x, dict) and isinstance(y, dict):
-            return all(x.get(k) == v for k, v in y.items()) and not any(x[k] for k in x.keys() - y.keys())
+            return all(x.get(k) == v for k, v in y.items()) and not any(
+                x[k] for k in x.keys() - y.keys()
+            )
         return x == y
 
     differ = [k for k in keys if not same(a[k], b[k])]
     same_files = copied_set(new) == copied_set(old)
     if differ or not same_files:
-        raise RuntimeError(f"ferry plan and the old step disagree: keys {differ}, same files to copy: {same_files}")
+        raise RuntimeError(
+            f"ferry plan and the old step disagree: keys {differ}, same files to copy: {same_files}"
+        )
     return {"plan_json_counts_equal": True, "files_to_copy_equal": True, "to_copy": a["to_copy"]}
 
 
@@ -182,28 +228,70 @@ def bench(entries: int, scratch: Path, ferry: Path, with_old: bool, repeat: int)
     rows = []
     try:
         part16 = {**DEFAULT_PARTITION, "mode": "parts"}
-        cases = [("incremental", DEFAULT_PARTITION), ("incremental", part16), ("final", DEFAULT_PARTITION)]
+        cases = [
+            ("incremental", DEFAULT_PARTITION),
+            ("incremental", part16),
+            ("final", DEFAULT_PARTITION),
+        ]
         for phase, partition in cases:
             out = work / f"ferry-{phase}-{partition['mode']}"
-            cmd = [str(ferry), "plan", str(source), str(dest), "--out", str(out), "--phase", phase, *ferry_args(partition)]
+            cmd = [
+                str(ferry),
+                "plan",
+                str(source),
+                str(dest),
+                "--out",
+                str(out),
+                "--phase",
+                phase,
+                *ferry_args(partition),
+            ]
             log(f"{entries:,}: {' '.join(cmd[1:2] + cmd[4:])}")
-            rows.append({"tool": "ferry plan", "phase": phase, "partition": partition["mode"], "entries": entries,
-                         "command": "ferry plan SOURCE DEST --out DIR --phase " + phase + " " + " ".join(ferry_args(partition)),
-                         **median_of([timed(cmd, work)[0] for _ in range(repeat)])})
+            rows.append(
+                {
+                    "tool": "ferry plan",
+                    "phase": phase,
+                    "partition": partition["mode"],
+                    "entries": entries,
+                    "command": "ferry plan SOURCE DEST --out DIR --phase "
+                    + phase
+                    + " "
+                    + " ".join(ferry_args(partition)),
+                    **median_of([timed(cmd, work)[0] for _ in range(repeat)]),
+                }
+            )
         if with_old:
             lib = old_step(work)
             out = work / "old-incremental"
-            args = {"lib": str(lib), "phase": "incremental", "partition": DEFAULT_PARTITION, "ferry": str(ferry),
-                    "source": str(source), "dest": str(dest), "out": str(out), "log": str(work / "old.log")}
+            args = {
+                "lib": str(lib),
+                "phase": "incremental",
+                "partition": DEFAULT_PARTITION,
+                "ferry": str(ferry),
+                "source": str(source),
+                "dest": str(dest),
+                "out": str(out),
+                "log": str(work / "old.log"),
+            }
             log(f"{entries:,}: the old Python step (plan.py at {OLD_COMMIT[:8]})")
-            row = {"tool": "plan.py (old step)", "phase": "incremental", "partition": DEFAULT_PARTITION["mode"],
-                   "entries": entries, "command": f"python3 plan.py (git show {OLD_COMMIT[:8]}) via a stand-in snakemake object",
-                   **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work)[0], "runs": 1}
+            row = {
+                "tool": "plan.py (old step)",
+                "phase": "incremental",
+                "partition": DEFAULT_PARTITION["mode"],
+                "entries": entries,
+                "command": f"python3 plan.py (git show {OLD_COMMIT[:8]}) via a stand-in snakemake object",
+                **timed([sys.executable, str(lib / "driver.py"), json.dumps(args)], work)[0],
+                "runs": 1,
+            }
             row["agreement"] = agree(work / "ferry-incremental-max-files-bytes", out)
             rows.append(row)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"entries": entries, "listing_bytes": source.stat().st_size + dest.stat().st_size, "rows": rows}
+    return {
+        "entries": entries,
+        "listing_bytes": source.stat().st_size + dest.stat().st_size,
+        "rows": rows,
+    }
 
 
 def render(res: dict) -> str:
@@ -213,38 +301,67 @@ def render(res: dict) -> str:
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
-            lines.append(f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f}{spread(r)} | "
-                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
-    lines += ["", "| entries | ferry plan ÷ old step: wall time | CPU time | peak RSS |", "|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {r['entries']:,} | {r['tool']} | {r['phase']} | {r['partition']} | {r['seconds']:.1f}{spread(r)} | "
+                f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |"
+            )
+    lines += [
+        "",
+        "| entries | ferry plan ÷ old step: wall time | CPU time | peak RSS |",
+        "|---:|---:|---:|---:|",
+    ]
     for size in res["sizes"]:
         rows = {(r["tool"], r["phase"], r["partition"]): r for r in size["rows"]}
-        new, old = rows.get(("ferry plan", "incremental", "max-files-bytes")), rows.get(("plan.py (old step)", "incremental", "max-files-bytes"))
+        new, old = (
+            rows.get(("ferry plan", "incremental", "max-files-bytes")),
+            rows.get(("plan.py (old step)", "incremental", "max-files-bytes")),
+        )
         if new and old:
-            lines.append(f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | "
-                         f"{new['cpu_seconds'] / old['cpu_seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |")
-    lines += ["", measured_on(res, ", CPU times much less). ferry rows: the median of the runs by wall time "
-                              "(range in brackets); the old step runs once")]
+            lines.append(
+                f"| {size['entries']:,} | {new['seconds'] / old['seconds']:.3f} | "
+                f"{new['cpu_seconds'] / old['cpu_seconds']:.3f} | {new['peak_rss_mib'] / old['peak_rss_mib']:.3f} |"
+            )
+    lines += [
+        "",
+        measured_on(
+            res,
+            ", CPU times much less). ferry rows: the median of the runs by wall time "
+            "(range in brackets); the old step runs once",
+        ),
+    ]
     return "\n".join(lines)
 
 
-
-
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--entries", default="1000000,10000000", help="comma-separated listing sizes")
-    ap.add_argument("--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-plan-bench",
-                    help="where listings and plans go (not the repository: 10 M entries are ~2 GB)")
+    ap.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-plan-bench",
+        help="where listings and plans go (not the repository: 10 M entries are ~2 GB)",
+    )
     ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
     ap.add_argument("--no-old", action="store_true", help="only ferry plan")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each ferry row (the median is reported)")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs of each ferry row (the median is reported)"
+    )
+    ap.add_argument(
+        "--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md"
+    )
     a = ap.parse_args(argv)
     if not a.no_old:
         check_old_step_in_history()
     a.scratch.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()[0]
-    sizes = [bench(int(n), a.scratch, a.ferry, not a.no_old, a.repeat) for n in a.entries.split(",")]
-    command = "nice .venv/bin/python benchmarks/plan.py" + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+    sizes = [
+        bench(int(n), a.scratch, a.ferry, not a.no_old, a.repeat) for n in a.entries.split(",")
+    ]
+    command = "nice .venv/bin/python benchmarks/plan.py" + (
+        f" --entries {a.entries}" if a.entries != "1000000,10000000" else ""
+    )
     table = publish("plan", "plan", record(command, load_start, sizes), render, not a.no_docs)
     print(table)
     return 0

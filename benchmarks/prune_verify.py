@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
+
 GENERATOR_VERSION = 1
 PER_DIR = 1000
 # Pool files: the source's and the destination's links to one pool file stay under ext4's 65,000
@@ -75,7 +76,7 @@ def layout(entries: int):
 def expected(entries: int) -> dict:
     """What prune and verify must find, counted from the layout."""
     n = {"src": 0, "dst_only": 0, "src_only": 0, "differ": 0, "same": 0, "dirs_only_on_dst": 0}
-    for dpath, src, dst in layout(entries):
+    for _dpath, src, dst in layout(entries):
         s, d = dict(src), dict(dst)
         n["src"] += len(s)
         n["dst_only"] += sum(1 for k in d if k not in s)
@@ -138,25 +139,47 @@ def check_prune(out: str, want: dict) -> dict:
     j = json.loads(out)
     files = want["dst_only"]
     if (j["would_delete"], j["dirs"], j["refused"]) != (files, want["dirs_only_on_dst"], None):
-        raise RuntimeError(f"prune found {j['would_delete']} files and {j['dirs']} directories, want {files} "
-                           f"and {want['dirs_only_on_dst']}: {out[:2000]}")
+        raise RuntimeError(
+            f"prune found {j['would_delete']} files and {j['dirs']} directories, want {files} "
+            f"and {want['dirs_only_on_dst']}: {out[:2000]}"
+        )
     return {"would_delete": j["would_delete"], "dirs": j["dirs"]}
 
 
 def check_verify(out: str, want: dict) -> dict:
     j = json.loads(out)
     got = {k: j[k] for k in ("same", "differ", "missing_on_dst", "missing_on_src", "error")}
-    need = {"same": want["same"], "differ": want["differ"], "missing_on_dst": want["src_only"],
-            "missing_on_src": want["dst_only"], "error": 0}
+    need = {
+        "same": want["same"],
+        "differ": want["differ"],
+        "missing_on_dst": want["src_only"],
+        "missing_on_src": want["dst_only"],
+        "error": 0,
+    }
     if got != need or len(j["entries"]) != sum(v for k, v in need.items() if k != "same"):
         raise RuntimeError(f"verify counted {got} with {len(j['entries'])} entries, want {need}")
     return got
 
 
-def cases(src: Path, dst: Path, manifest: Path, work: Path) -> list[tuple[str, list[str], tuple[int, ...]]]:
+def cases(
+    src: Path, dst: Path, manifest: Path, work: Path
+) -> list[tuple[str, list[str], tuple[int, ...]]]:
     return [
-        ("prune --dry-run --files-from", ["prune", str(src), str(dst), "--dry-run", "--files-from", str(manifest),
-                                          "--log", str(work / "prune.tsv"), "--json"], (0,)),
+        (
+            "prune --dry-run --files-from",
+            [
+                "prune",
+                str(src),
+                str(dst),
+                "--dry-run",
+                "--files-from",
+                str(manifest),
+                "--log",
+                str(work / "prune.tsv"),
+                "--json",
+            ],
+            (0,),
+        ),
         ("verify", ["verify", str(src), str(dst), "--json"], (1,)),
     ]
 
@@ -174,14 +197,30 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
                 log(f"{entries:,}: {build} {name} × {n}")
                 runs = []
                 for _ in range(n):
-                    stats, out = timed([str(binary), *args, "--scratch", str(work)] if build == "ferry" else
-                                       [str(binary), *args], work, ok)
-                    stats["found"] = (check_prune if name.startswith("prune") else check_verify)(out, want)
+                    stats, out = timed(
+                        [str(binary), *args, "--scratch", str(work)]
+                        if build == "ferry"
+                        else [str(binary), *args],
+                        work,
+                        ok,
+                    )
+                    stats["found"] = (check_prune if name.startswith("prune") else check_verify)(
+                        out, want
+                    )
                     runs.append(stats)
-                rows.append({"build": build, "step": name, "entries": entries,
-                             "command": f"ferry {name.split(' ')[0]} SRC DST" + (" --dry-run --files-from SOURCE" if name.startswith("prune") else ""),
-                             **median_of(runs)})
-        leftovers = [p.name for p in work.iterdir() if p.name not in ("time.txt", "stdout", "prune.tsv")]
+                rows.append(
+                    {
+                        "build": build,
+                        "step": name,
+                        "entries": entries,
+                        "command": f"ferry {name.split(' ')[0]} SRC DST"
+                        + (" --dry-run --files-from SOURCE" if name.startswith("prune") else ""),
+                        **median_of(runs),
+                    }
+                )
+        leftovers = [
+            p.name for p in work.iterdir() if p.name not in ("time.txt", "stdout", "prune.tsv")
+        ]
         if leftovers:
             raise RuntimeError(f"scratch files left behind in {work}: {leftovers}")
     finally:
@@ -196,27 +235,49 @@ def render(res: dict) -> str:
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
-            lines.append(f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread(r)} | "
-                         f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |")
-    lines += ["", measured_on(res, "). Rows of several runs: the median by wall time (range in brackets)")]
+            lines.append(
+                f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread(r)} | "
+                f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |"
+            )
+    lines += [
+        "",
+        measured_on(res, "). Rows of several runs: the median by wall time (range in brackets)"),
+    ]
     return "\n".join(lines)
 
 
-
-
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--entries", default="1000000,10000000", help="comma-separated tree sizes (files in the source)")
-    ap.add_argument("--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-prune-verify-bench",
-                    help="where the trees go (not the repository); must allow hard links")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--entries",
+        default="1000000,10000000",
+        help="comma-separated tree sizes (files in the source)",
+    )
+    ap.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path(os.environ.get("TMPDIR", "/tmp")) / "ferry-prune-verify-bench",
+        help="where the trees go (not the repository); must allow hard links",
+    )
     ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
-    ap.add_argument("--old-ferry", type=Path, help="another build to run once per size, for comparison")
-    ap.add_argument("--repeat", type=int, default=3, help=f"runs of each row below {ONCE_FROM:,} entries")
+    ap.add_argument(
+        "--old-ferry", type=Path, help="another build to run once per size, for comparison"
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=3, help=f"runs of each row below {ONCE_FROM:,} entries"
+    )
     ap.add_argument("--keep-trees", action="store_true", help="keep the trees for another run")
     ap.add_argument("--generate-only", action="store_true", help="build the trees and stop")
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md")
-    ap.add_argument("--docs-from-results", action="store_true",
-                    help="measure nothing: rewrite the .md and the docs table from results/prune_verify.json")
+    ap.add_argument(
+        "--no-docs", action="store_true", help="do not rewrite the table in docs/benchmarks.md"
+    )
+    ap.add_argument(
+        "--docs-from-results",
+        action="store_true",
+        help="measure nothing: rewrite the .md and the docs table from results/prune_verify.json",
+    )
     a = ap.parse_args(argv)
     if a.docs_from_results:
         print(publish("prune_verify", "prune-verify", None, render, True))
@@ -234,10 +295,14 @@ def main(argv: list[str]) -> int:
         if not a.keep_trees:
             for n in sizes:
                 shutil.rmtree(a.scratch / f"trees-{n}", ignore_errors=True)
-    command = ("nice .venv/bin/python benchmarks/prune_verify.py"
-               + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
-               + (" --old-ferry OLD_BUILD" if a.old_ferry else ""))
-    table = publish("prune_verify", "prune-verify", record(command, load_start, results), render, not a.no_docs)
+    command = (
+        "nice .venv/bin/python benchmarks/prune_verify.py"
+        + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+        + (" --old-ferry OLD_BUILD" if a.old_ferry else "")
+    )
+    table = publish(
+        "prune_verify", "prune-verify", record(command, load_start, results), render, not a.no_docs
+    )
     print(table)
     return 0
 

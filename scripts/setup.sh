@@ -15,11 +15,16 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 build_worker() {
   command -v cargo >/dev/null || die "cargo not found: install a Rust toolchain (rustup) first"
+  if [[ ${1:-} != --worker ]] && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+    say "adding rustfmt and clippy (make lint)"
+    rustup component add rustfmt clippy >/dev/null ||
+      die "make lint needs rustfmt and clippy: rustup component add rustfmt clippy"
+  fi
   say "building the worker (cargo build --release)"
   cargo build --release --quiet --manifest-path worker/Cargo.toml
 }
 if [[ ${1:-} == --worker ]]; then
-  build_worker
+  build_worker --worker
   exit 0
 fi
 

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from support import faults as _faults
 from support.azurite import Azurite, start_azurite
 from support.ferry import REPO_ROOT, ContainerURL, FerryRunner, new_container
@@ -74,10 +73,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def ferry_bin() -> Path:
-    path = Path(os.environ.get("FERRY_BIN") or REPO_ROOT / "worker" / "target" / "release" / "ferry")
+    path = Path(
+        os.environ.get("FERRY_BIN") or REPO_ROOT / "worker" / "target" / "release" / "ferry"
+    )
     if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"ferry binary not found at {path}: build it with `make build` "
-                    f"(cargo build --release --manifest-path worker/Cargo.toml)", pytrace=False)
+        pytest.fail(
+            f"ferry binary not found at {path}: build it with `make build` "
+            f"(cargo build --release --manifest-path worker/Cargo.toml)",
+            pytrace=False,
+        )
     return path
 
 
@@ -99,7 +103,9 @@ def azurite() -> Azurite:
 def azurite2() -> Azurite:
     """A second emulator standing for a second storage account: another name, another key, so
     a request signed with the first account's credential fails here."""
-    az = start_azurite(REPO_ROOT, account=SECOND_ACCOUNT, key=base64.b64encode(os.urandom(64)).decode())
+    az = start_azurite(
+        REPO_ROOT, account=SECOND_ACCOUNT, key=base64.b64encode(os.urandom(64)).decode()
+    )
     try:
         yield az
     finally:
@@ -134,7 +140,6 @@ def proxy2(azurite2) -> FaultProxy:
     """A fault proxy in front of the second account's emulator."""
     with FaultProxy(azurite2.port) as p:
         yield p
-
 
 
 @pytest.fixture
@@ -192,7 +197,11 @@ def slurm():
         if not started:
             slurm_up(accounting=was_accounting)
         else:
-            subprocess.run(["bash", str(REPO_ROOT / "scripts" / "slurm-down.sh")], capture_output=True, timeout=60)
+            subprocess.run(
+                ["bash", str(REPO_ROOT / "scripts" / "slurm-down.sh")],
+                capture_output=True,
+                timeout=60,
+            )
             # A slurm.conf left behind with no controller makes every later Snakemake start wait
             # ~9 s on the Slurm plugin's import-time probe (docs/pipeline.md, "Start-up cost").
             assert not SLURM_CONF.exists(), "slurm-down.sh left its slurm.conf behind"

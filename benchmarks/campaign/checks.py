@@ -12,7 +12,6 @@ from pathlib import Path
 from .common import AZ_ACCOUNT, AZ_KEY, CONTAINER, MiB, rel
 from .datasets import md5_tree
 
-
 READ_BACK_SAMPLE = 300
 
 
@@ -26,12 +25,14 @@ def verify_blobs(endpoint: str, prefix: str, src: Path, require_md5: bool = True
     from azure.storage.blob import BlobServiceClient  # only the azurite scenario needs the SDK
 
     expected = md5_tree(src)
-    svc = BlobServiceClient(endpoint, credential={"account_name": AZ_ACCOUNT, "account_key": AZ_KEY})
+    svc = BlobServiceClient(
+        endpoint, credential={"account_name": AZ_ACCOUNT, "account_key": AZ_KEY}
+    )
     cc = svc.get_container_client(CONTAINER)
     sizes = {str(p.relative_to(src)): p.stat().st_size for p in src.rglob("*") if p.is_file()}
     seen, problems, missing_md5 = {}, [], 0
     for b in cc.list_blobs(name_starts_with=prefix):
-        name = b.name[len(prefix):]
+        name = b.name[len(prefix) :]
         seen[name] = b.size
         if name in sizes and b.size != sizes[name]:
             problems.append(f"{name}: size {b.size} != {sizes[name]}")
@@ -57,16 +58,27 @@ def verify_blobs(endpoint: str, prefix: str, src: Path, require_md5: bool = True
     missing = sorted(set(expected) - set(seen))
     extra = sorted(set(seen) - set(expected))
     ok = not problems and not missing and not extra and (missing_md5 == 0 or not require_md5)
-    return {"ok": ok, "blobs": len(seen), "missing": missing[:5], "extra": extra[:5],
-            "without_content_md5": missing_md5, "problems": problems[:5], "read_back": len(big) + len(small)}
+    return {
+        "ok": ok,
+        "blobs": len(seen),
+        "missing": missing[:5],
+        "extra": extra[:5],
+        "without_content_md5": missing_md5,
+        "problems": problems[:5],
+        "read_back": len(big) + len(small),
+    }
 
 
 def diff_trees(a: Path, b: Path) -> dict:
-    proc = subprocess.run(["diff", "-rq", "--no-dereference", rel(a), rel(b)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["diff", "-rq", "--no-dereference", rel(a), rel(b)], capture_output=True, text=True
+    )
     return {"ok": proc.returncode == 0, "diff": (proc.stdout + proc.stderr)[:800]}
 
 
-def check_partition(out: Path, fpart_out: Path, lines: int, total: int, mode: str, limit: int) -> dict:
+def check_partition(
+    out: Path, fpart_out: Path, lines: int, total: int, mode: str, limit: int
+) -> dict:
     """ferry's parts against the documented rules (docs/worker.md): all entries and bytes, N
     parts for --parts; for the input-order modes fpart's live-mode rule — a part closes as soon as
     it holds F entries or S bytes — so the same parts as `fpart -L` on the same input."""
@@ -93,9 +105,17 @@ def check_partition(out: Path, fpart_out: Path, lines: int, total: int, mode: st
     same = [p["files"] for p in parts] == theirs
     if mode != "parts":
         ok &= same
-    return {"ok": ok, "parts": len(parts), "files": summary["files"], "lines_in_parts": counted,
-            "parts_breaking_the_rule": rule_broken, "fpart_parts": len(theirs), "fpart_lines": sum(theirs),
-            "same_parts_as_fpart": same, "imbalance_pct": summary.get("imbalance_pct")}
+    return {
+        "ok": ok,
+        "parts": len(parts),
+        "files": summary["files"],
+        "lines_in_parts": counted,
+        "parts_breaking_the_rule": rule_broken,
+        "fpart_parts": len(theirs),
+        "fpart_lines": sum(theirs),
+        "same_parts_as_fpart": same,
+        "imbalance_pct": summary.get("imbalance_pct"),
+    }
 
 
 def fpart_part_counts(out: Path) -> list[int]:

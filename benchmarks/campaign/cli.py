@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from . import __doc__ as PACKAGE_DOC
-from .common import SCENARIOS, Settings, TIME, log, purge_trash, rel, rmtree, snapshot_ferry
+from .common import SCENARIOS, TIME, Settings, log, purge_trash, rel, rmtree, snapshot_ferry
 from .report import machine, update_docs, versions, write_results
 from .scenarios.azurite import scenario_azurite
 from .scenarios.discard import scenario_discard
@@ -23,7 +23,6 @@ from .scenarios.pipeline import scenario_pipeline
 from .scenarios.sweep import scenario_sweep
 from .services import AzuriteHost, DelayedAzuriteHost, DiscardServer, LatencyHost, ctl_client
 from .timing import run_group
-
 
 TRASH_LIMIT = 500_000  # files a group may have set aside before they are deleted right after it
 
@@ -71,11 +70,18 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
         if g["load1"]:
             loads += [g["load1"]["min"], g["load1"]["max"]]
     res = {
-        "scenario": scenario, "quick": s.quick, "scale": s.scale, "runs": s.runs, "command": command,
+        "scenario": scenario,
+        "quick": s.quick,
+        "scale": s.scale,
+        "runs": s.runs,
+        "command": command,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": machine(), "ferry": ferry, "versions": versions(scenario, s),
+        "machine": machine(),
+        "ferry": ferry,
+        "versions": versions(scenario, s),
         "load1": {"min": round(min(loads), 2), "max": round(max(loads), 2)},
-        "seconds": round(time.monotonic() - started, 1), "groups": groups_out,
+        "seconds": round(time.monotonic() - started, 1),
+        "groups": groups_out,
     }
     # A partial campaign (--only) refreshes its groups and keeps the others from the last run,
     # whatever their scale: each group carries its own (its dataset line says it).
@@ -87,17 +93,24 @@ def run_scenario(s: Settings, scenario: str, command: str, partial: str | None =
             g.setdefault("ferry_sha256", prev["ferry"]["sha256"])
             g.setdefault("scale", prev.get("scale", "full"))
         fresh = {g["id"] for g in groups_out}
-        order = [g["id"] for g in prev["groups"]] + [g["id"] for g in groups_out if g["id"] not in
-                                                    {p["id"] for p in prev["groups"]}]
-        merged = {g["id"]: g for g in prev["groups"] if g["id"] not in fresh} | {g["id"]: g for g in groups_out}
+        order = [g["id"] for g in prev["groups"]] + [
+            g["id"] for g in groups_out if g["id"] not in {p["id"] for p in prev["groups"]}
+        ]
+        merged = {g["id"]: g for g in prev["groups"] if g["id"] not in fresh} | {
+            g["id"]: g for g in groups_out
+        }
         res["groups"] = [merged[i] for i in order]
         res["scale"] = ", ".join(dict.fromkeys(g["scale"] for g in res["groups"]))
-        res["load1"] = {"min": min(res["load1"]["min"], prev["load1"]["min"]),
-                        "max": max(res["load1"]["max"], prev["load1"]["max"])}
+        res["load1"] = {
+            "min": min(res["load1"]["min"], prev["load1"]["min"]),
+            "max": max(res["load1"]["max"], prev["load1"]["max"]),
+        }
     write_results(s, res)
     failed = [g["id"] for g in groups_out if not (g.get("verification") or {}).get("ok", True)]
-    log(f"{scenario}: done in {res['seconds']:.0f} s; results in {rel(s.results)}/{scenario}.md"
-        + (f"; VERIFICATION FAILED for {failed}" if failed else ""))
+    log(
+        f"{scenario}: done in {res['seconds']:.0f} s; results in {rel(s.results)}/{scenario}.md"
+        + (f"; VERIFICATION FAILED for {failed}" if failed else "")
+    )
     return res
 
 
@@ -119,41 +132,110 @@ def hide_outside_builds(args: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["_ctl"]:  # hyperfine's --prepare talks to the running campaign through this
         return ctl_client(argv[1], argv[2:])
-    ap = argparse.ArgumentParser(prog="benchmarks/campaign.py", description=PACKAGE_DOC.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/campaign.py", description=PACKAGE_DOC.split("\n\n")[0]
+    )
     ap.add_argument("scenario", choices=[*SCENARIOS, "all", "report", "clean"])
     ap.add_argument("--runs", type=int, help="measured runs per row (default 3; 1 with --quick)")
-    ap.add_argument("--quick", action="store_true", help="one run, smaller datasets; results go to the scratch dir")
-    ap.add_argument("--fraction", type=float, default=1.0,
-                    help="nfs, pipeline: this fraction of the full-scale file counts (labelled in the results)")
-    ap.add_argument("--rounds", type=int,
-                    help="fewer rounds than whole rotations (at least --runs is then not guaranteed; labelled)")
-    ap.add_argument("--only", action="append", default=[], metavar="GLOB",
-                    help="only groups whose id matches (repeatable), e.g. --only 'up-*'")
-    ap.add_argument("--scratch", default="benchmarks/.data", help="datasets and workspaces (default: %(default)s)")
-    ap.add_argument("--results", help="where results go (default benchmarks/results; <scratch>/results-quick with --quick)")
-    ap.add_argument("--ferry", default="worker/target/release/ferry", help="worker binary to snapshot and time")
-    ap.add_argument("--azcp", metavar="PATH",
-                    help="azure: also time azcp, this binary built for the measurement (never part of the repo)")
-    ap.add_argument("--mpifileutils", metavar="DIR",
-                    help="nfs: also time dcp and dsync from this build directory (never part of the repo)")
-    ap.add_argument("--keep", action="store_true", help="keep destinations and Azurite workspaces after verifying")
-    ap.add_argument("--no-docs", action="store_true", help="don't refresh the results blocks in docs/benchmarks.md")
-    ap.add_argument("--docs", action="store_true",
-                    help="refresh them even with --quick or --results (a small-scale campaign on purpose)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="one run, smaller datasets; results go to the scratch dir",
+    )
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=1.0,
+        help="nfs, pipeline: this fraction of the full-scale file counts (labelled in the results)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="fewer rounds than whole rotations (at least --runs is then not guaranteed; labelled)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only groups whose id matches (repeatable), e.g. --only 'up-*'",
+    )
+    ap.add_argument(
+        "--scratch",
+        default="benchmarks/.data",
+        help="datasets and workspaces (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--results",
+        help="where results go (default benchmarks/results; <scratch>/results-quick with --quick)",
+    )
+    ap.add_argument(
+        "--ferry", default="worker/target/release/ferry", help="worker binary to snapshot and time"
+    )
+    ap.add_argument(
+        "--azcp",
+        metavar="PATH",
+        help="azure: also time azcp, this binary built for the measurement (never part of the repo)",
+    )
+    ap.add_argument(
+        "--mpifileutils",
+        metavar="DIR",
+        help="nfs: also time dcp and dsync from this build directory (never part of the repo)",
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep destinations and Azurite workspaces after verifying",
+    )
+    ap.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="don't refresh the results blocks in docs/benchmarks.md",
+    )
+    ap.add_argument(
+        "--docs",
+        action="store_true",
+        help="refresh them even with --quick or --results (a small-scale campaign on purpose)",
+    )
     a = ap.parse_args(argv)
     scratch = Path(a.scratch)
-    results = Path(a.results) if a.results else (scratch / "results-quick" if a.quick else Path("benchmarks/results"))
-    s = Settings(scratch=scratch, results=results, runs=a.runs or (1 if a.quick else 3), quick=a.quick,
-                 only=a.only, keep=a.keep,
-                 update_docs=not a.no_docs and (a.docs or (not a.quick and not a.results)),
-                 ferry_source=Path(a.ferry), mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None,
-                 azcp=Path(a.azcp) if a.azcp else None, fraction=a.fraction, rounds=a.rounds)
+    results = (
+        Path(a.results)
+        if a.results
+        else (scratch / "results-quick" if a.quick else Path("benchmarks/results"))
+    )
+    s = Settings(
+        scratch=scratch,
+        results=results,
+        runs=a.runs or (1 if a.quick else 3),
+        quick=a.quick,
+        only=a.only,
+        keep=a.keep,
+        update_docs=not a.no_docs and (a.docs or (not a.quick and not a.results)),
+        ferry_source=Path(a.ferry),
+        mpifileutils=Path(a.mpifileutils) if a.mpifileutils else None,
+        azcp=Path(a.azcp) if a.azcp else None,
+        fraction=a.fraction,
+        rounds=a.rounds,
+    )
     if not 0 < s.fraction <= 1:
         ap.error("--fraction is in (0, 1]")
     if a.scenario == "clean":
         # Only what the campaigns make: other benchmarks (plan.py, replicate.py) share the dir.
-        for name in ("data", "data-quick", "work", "azurite", "azurite-quick", "bin", "runs", "trash",
-                     "results-quick", "rclone.conf", "azurite-ctl.sock", "latencyfs-ctl.sock"):
+        for name in (
+            "data",
+            "data-quick",
+            "work",
+            "azurite",
+            "azurite-quick",
+            "bin",
+            "runs",
+            "trash",
+            "results-quick",
+            "rclone.conf",
+            "azurite-ctl.sock",
+            "latencyfs-ctl.sock",
+        ):
             p = scratch / name
             if p.exists():
                 log(f"removing {rel(p)}")
@@ -184,7 +266,9 @@ def main(argv: list[str]) -> int:
                 continue
             opts.append(arg)
         cmd = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *opts])
-        partial = " ".join([".venv/bin/python benchmarks/campaign.py", sc, *shown]) if a.only else None
+        partial = (
+            " ".join([".venv/bin/python benchmarks/campaign.py", sc, *shown]) if a.only else None
+        )
         res = run_scenario(s, sc, cmd, partial)
         failed |= any(not (g.get("verification") or {}).get("ok", True) for g in res["groups"])
         if s.update_docs:

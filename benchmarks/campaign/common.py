@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
 os.chdir(REPO)  # every path written into commands and results is relative to the repo root
 
@@ -67,7 +66,7 @@ def rmtree(p: Path) -> None:
 MANY_FILES = 1000
 
 
-def trash_dir(s: "Settings") -> Path:
+def trash_dir(s: Settings) -> Path:
     return s.scratch / "trash"
 
 
@@ -87,16 +86,21 @@ def set_aside(p: Path, trash: Path) -> None:
 
 def set_aside_cmd(p: Path, trash: Path) -> str:
     """set_aside as a shell command for hyperfine's --prepare; it leaves an empty p behind."""
-    return (f"mkdir -p {q(trash)} && {{ [ ! -e {q(p)} ] || mv {q(p)} {q(trash)}/{p.name}-$(date +%s%N); }} "
-            f"&& mkdir -p {q(p)}")
+    return (
+        f"mkdir -p {q(trash)} && {{ [ ! -e {q(p)} ] || mv {q(p)} {q(trash)}/{p.name}-$(date +%s%N); }} "
+        f"&& mkdir -p {q(p)}"
+    )
 
 
-def purge_trash(s: "Settings", settle: bool = False) -> None:
+def purge_trash(s: Settings, settle: bool = False) -> None:
     """Delete what was set aside. With settle, then wait out the minute in which ext4 (without a
     journal) skips the freed inodes (see set_aside), so the next group's runs don't pay for it."""
     t = trash_dir(s)
     if t.exists():
-        log(f"deleting the outputs set aside during the runs ({rel(t)})" + (", then a minute's wait" if settle else ""))
+        log(
+            f"deleting the outputs set aside during the runs ({rel(t)})"
+            + (", then a minute's wait" if settle else "")
+        )
         rmtree(t)
         if settle:
             subprocess.run(["sync", "-f", rel(s.scratch)], check=False)
@@ -122,8 +126,11 @@ def bench_env(extra: dict | None = None) -> dict:
     """The environment the measured commands see: nothing inherited that names Azure, ferry or
     rclone, no proxies, and loopback excluded from proxying in any case."""
     drop = ("AZURE_", "FERRY_", "RCLONE_", "AZCOPY_")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(drop) and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(drop) and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     # If ferry ever fell through to managed identity it would hit a closed port, not a real IMDS.
     env["FERRY_IMDS_ENDPOINT"] = "http://127.0.0.1:9"
@@ -143,9 +150,11 @@ class Settings:
     ferry_source: Path
     ferry_sha256: str = ""
     mpifileutils: Path | None = None  # a build of mpifileutils (dcp, dsync) made elsewhere, or None
-    azcp: Path | None = None          # an azcp binary built elsewhere (docs/benchmarks.md), or None
-    fraction: float = 1.0             # of the full-scale file counts where a scenario allows it (nfs, pipeline)
-    rounds: int | None = None         # fewer rounds than whole rotations (--rounds), labelled in notes
+    azcp: Path | None = None  # an azcp binary built elsewhere (docs/benchmarks.md), or None
+    fraction: float = (
+        1.0  # of the full-scale file counts where a scenario allows it (nfs, pipeline)
+    )
+    rounds: int | None = None  # fewer rounds than whole rotations (--rounds), labelled in notes
 
     @property
     def data(self) -> Path:
@@ -185,8 +194,10 @@ def snapshot_ferry(s: Settings) -> dict:
     run of a campaign must time the same bytes."""
     src = s.ferry_source
     if not src.exists():
-        sys.exit(f"campaign: {rel(src)} is missing; build it first: "
-                 "cargo build --release --manifest-path worker/Cargo.toml")
+        sys.exit(
+            f"campaign: {rel(src)} is missing; build it first: "
+            "cargo build --release --manifest-path worker/Cargo.toml"
+        )
     s.bin.mkdir(parents=True, exist_ok=True)
     dst = s.bin / "ferry"
     tmp = s.bin / "ferry.tmp"
@@ -194,12 +205,21 @@ def snapshot_ferry(s: Settings) -> dict:
     os.replace(tmp, dst)
     digest = hashlib.sha256(dst.read_bytes()).hexdigest()
     version = subprocess.run([str(dst), "--version"], capture_output=True, text=True).stdout.strip()
-    head = subprocess.run(["git", "log", "-1", "--format=%h %s", "--", "worker"], capture_output=True,
-                          text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "worker/src", "worker/Cargo.toml"],
-                           capture_output=True, text=True).stdout.strip()
-    return {"version": version, "sha256": digest[:16], "worker_commit": head,
-            "worker_tree_modified": bool(dirty), "snapshot": rel(dst)}
+    head = subprocess.run(
+        ["git", "log", "-1", "--format=%h %s", "--", "worker"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "worker/src", "worker/Cargo.toml"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "version": version,
+        "sha256": digest[:16],
+        "worker_commit": head,
+        "worker_tree_modified": bool(dirty),
+        "snapshot": rel(dst),
+    }
 
 
 def slug(name: str) -> str:

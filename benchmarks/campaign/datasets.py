@@ -7,9 +7,9 @@ import json
 import os
 import random
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .common import GENERATOR_VERSION, GiB, MiB, Settings, human_bytes, log, rel, rmtree
 
@@ -33,7 +33,7 @@ class Pool:
         while left:
             n = min(left, MiB)
             off = rng.randrange(self.SIZE - n + 1)
-            f.write(self.data[off:off + n])
+            f.write(self.data[off : off + n])
             left -= n
 
 
@@ -66,7 +66,9 @@ class Dataset:
         return len(self.entries)
 
     def stamp_text(self) -> str:
-        h = hashlib.sha256(json.dumps([GENERATOR_VERSION, self.seed, self.entries]).encode()).hexdigest()
+        h = hashlib.sha256(
+            json.dumps([GENERATOR_VERSION, self.seed, self.entries]).encode()
+        ).hexdigest()
         return f"{self.name} {h}\n"
 
     def materialize(self, root: Path) -> Path:
@@ -91,8 +93,14 @@ class Dataset:
         return path
 
 
-def files_dataset(name: str, desc: str, count: int, size_of: Callable[[random.Random], int],
-                  per_dir: int = 200, seed: int = 1) -> Dataset:
+def files_dataset(
+    name: str,
+    desc: str,
+    count: int,
+    size_of: Callable[[random.Random], int],
+    per_dir: int = 200,
+    seed: int = 1,
+) -> Dataset:
     rng = random.Random(seed * 7919 + count)
     entries = [(f"d{i // per_dir:03d}/f{i:06d}.bin", size_of(rng)) for i in range(count)]
     return Dataset(name, desc, entries, seed)
@@ -150,7 +158,9 @@ def make_manifest(s: Settings, lines: int) -> tuple[Path, Path, int]:
             size = min(int(rng.lognormvariate(11, 2.5)), 50 * GiB)
             total += size
             path = f"proj{i % 37:02d}/d{(i // 1000):04d}/file-{i:07d}.dat"
-            fm.write(f"{path}\tf\t{size}\t{1_700_000_000 + rng.randrange(10**8)}.{rng.randrange(10**9):09d}\t-\n")
+            fm.write(
+                f"{path}\tf\t{size}\t{1_700_000_000 + rng.randrange(10**8)}.{rng.randrange(10**9):09d}\t-\n"
+            )
             fs.write(f"{size} {path}\n")
     stamp.write_text(f"{' '.join(want)} {total}\n")
     return man, sizes, total
@@ -161,8 +171,10 @@ def make_tree(s: Settings, dirs: int, per_dir: int) -> Path:
     stamp = s.data / f"tree-{dirs}x{per_dir}.stamp"
     if stamp.exists() and root.is_dir():
         return root
-    log(f"creating {dirs * per_dir:,} empty files in {dirs} directories: {dirs * per_dir:,} inodes "
-        "(see `df -i`); kept for later campaigns, `campaign.py clean` removes it")
+    log(
+        f"creating {dirs * per_dir:,} empty files in {dirs} directories: {dirs * per_dir:,} inodes "
+        "(see `df -i`); kept for later campaigns, `campaign.py clean` removes it"
+    )
     rmtree(root)
     for d in range(dirs):
         dp = root / f"d{d:04d}"
@@ -170,7 +182,9 @@ def make_tree(s: Settings, dirs: int, per_dir: int) -> Path:
         dfd = os.open(dp, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for f in range(per_dir):
-                os.close(os.open(f"f{f:05d}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644, dir_fd=dfd))
+                os.close(
+                    os.open(f"f{f:05d}", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644, dir_fd=dfd)
+                )
         finally:
             os.close(dfd)
     stamp.write_text(f"{dirs} {per_dir}\n")

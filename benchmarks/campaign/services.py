@@ -17,12 +17,23 @@ from pathlib import Path
 
 from support.latencyfs import LatencyFS
 from support.toxiproxy import start_toxiproxy
+
 from .common import (
-    AZ_ACCOUNT, AZ_KEY, CONTAINER, REPO, Settings, bench_env, free_port, log, q, rel, rmtree,
-    set_aside, trash_dir
+    AZ_ACCOUNT,
+    AZ_KEY,
+    CONTAINER,
+    REPO,
+    Settings,
+    bench_env,
+    free_port,
+    log,
+    q,
+    rel,
+    rmtree,
+    set_aside,
+    trash_dir,
 )
 from .datasets import Dataset
-
 
 # azcp takes only https://ACCOUNT.blob.core.windows.net URLs; its measured build sends every request
 # to AZCP_BLOB_ENDPOINT instead (docs/benchmarks.md), set to the loopback Azurite in tools_env.
@@ -119,9 +130,25 @@ def spawn_azurite(port: int, location: Path, log: Path, answers) -> subprocess.P
     env = {k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"}
     with open(log, "ab") as logf:
         proc = subprocess.Popen(
-            [str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", rel(location),
-             "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"],
-            stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [
+                str(binary),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                rel(location),
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableTelemetry",
+                "--silent",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 60
     while not answers():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -184,7 +211,9 @@ class AzuriteHost(ControlledHost):
             return
         if self.current is not None and self.proc.poll() is None:
             # What this instance spent serving its one measured run (start-up excluded).
-            self.server_cpu.setdefault(self.current, []).append(round(self._cpu() - self.cpu_at_ready, 3))
+            self.server_cpu.setdefault(self.current, []).append(
+                round(self._cpu() - self.cpu_at_ready, 3)
+            )
         end_process(self.proc)
         self.proc = None
         self.current = None
@@ -193,7 +222,7 @@ class AzuriteHost(ControlledHost):
     @staticmethod
     def restore(seed: Path, run: Path) -> None:
         rmtree(run)
-        for dirpath, dirnames, filenames in os.walk(seed):
+        for dirpath, _dirnames, filenames in os.walk(seed):
             d = Path(dirpath)
             target = run / d.relative_to(seed)
             target.mkdir(parents=True, exist_ok=True)
@@ -203,9 +232,15 @@ class AzuriteHost(ControlledHost):
                 else:
                     shutil.copy2(d / n, target / n)
 
-    def add_slot(self, name: str, seed: Path, clear: list[Path] = (), many_files: bool = False) -> str:
-        self.slots[name] = {"seed": seed, "run": self.root / "run" / name, "clear": list(clear),
-                            "many_files": many_files}
+    def add_slot(
+        self, name: str, seed: Path, clear: list[Path] = (), many_files: bool = False
+    ) -> str:
+        self.slots[name] = {
+            "seed": seed,
+            "run": self.root / "run" / name,
+            "clear": list(clear),
+            "many_files": many_files,
+        }
         self.server_cpu.pop(name, None)
         return name
 
@@ -240,8 +275,12 @@ class AzuriteHost(ControlledHost):
         rmtree(seed)
         self.start(seed)
         try:
-            subprocess.run([self.s.ferry, "mk", self.url("").rstrip("/")], env=self.ferry_env(),
-                           check=True, capture_output=True)
+            subprocess.run(
+                [self.s.ferry, "mk", self.url("").rstrip("/")],
+                env=self.ferry_env(),
+                check=True,
+                capture_output=True,
+            )
         finally:
             self.stop()
         stamp.write_text("container bench\n")
@@ -261,36 +300,54 @@ class AzuriteHost(ControlledHost):
         shutil.copytree(empty, seed)
         self.start(seed)
         try:
-            proc = subprocess.run([self.s.ferry, "copy", "-r", rel(src) + "/", self.url(f"data/{ds.name}/"), "--json"],
-                                  env=self.ferry_env(), capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    self.s.ferry,
+                    "copy",
+                    "-r",
+                    rel(src) + "/",
+                    self.url(f"data/{ds.name}/"),
+                    "--json",
+                ],
+                env=self.ferry_env(),
+                capture_output=True,
+                text=True,
+            )
             summary = json.loads(proc.stdout or "{}")
             if proc.returncode != 0 or summary.get("files", {}).get("copied") != ds.files:
-                raise RuntimeError(f"seeding {ds.name} failed: {proc.stderr[-2000:]} {proc.stdout[-2000:]}")
+                raise RuntimeError(
+                    f"seeding {ds.name} failed: {proc.stderr[-2000:]} {proc.stdout[-2000:]}"
+                )
         finally:
             self.stop()
         stamp.write_text(ds.stamp_text())
         return seed
 
     def ferry_env(self) -> dict:
-        return bench_env({"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"})
+        return bench_env(
+            {"AZURE_STORAGE_ACCOUNT": AZ_ACCOUNT, "AZURE_STORAGE_KEY": AZ_KEY, "FERRY_AUTH": "key"}
+        )
 
     def tools_env(self) -> dict:
         conf = self.s.scratch / "rclone.conf"
         conf.touch()
         env = self.ferry_env()
-        env.update({
-            # An empty config file of our own: rclone then reads the remote from the environment
-            # only, and never a user's ~/.config/rclone.
-            "RCLONE_CONFIG": rel(conf),
-            "RCLONE_CONFIG_AZ_TYPE": "azureblob",
-            "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT,
-            "RCLONE_CONFIG_AZ_KEY": AZ_KEY,
-            "RCLONE_CONFIG_AZ_ENDPOINT": self.endpoint,
-            "AZCP_BLOB_ENDPOINT": f"http://127.0.0.1:{self.port}",
-            # Should an azcp without that change be given, its https requests go to a closed
-            # loopback port (the proxy) and fail, rather than anywhere else.
-            "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
-        })
+        env.update(
+            {
+                # An empty config file of our own: rclone then reads the remote from the environment
+                # only, and never a user's ~/.config/rclone.
+                "RCLONE_CONFIG": rel(conf),
+                "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+                "RCLONE_CONFIG_AZ_ACCOUNT": AZ_ACCOUNT,
+                "RCLONE_CONFIG_AZ_KEY": AZ_KEY,
+                "RCLONE_CONFIG_AZ_ENDPOINT": self.endpoint,
+                "AZCP_BLOB_ENDPOINT": f"http://127.0.0.1:{self.port}",
+                # Should an azcp without that change be given, its https requests go to a closed
+                # loopback port (the proxy) and fail, rather than anywhere else.
+                "HTTPS_PROXY": "http://127.0.0.1:9",
+                "https_proxy": "http://127.0.0.1:9",
+            }
+        )
         return env
 
 
@@ -315,9 +372,15 @@ class DiscardServer:
         out = self.s.bin / "discard"
         # GOPROXY=off and GOTOOLCHAIN=local: the server uses the standard library only, and a
         # build must never reach for the network.
-        env = dict(os.environ, GOPROXY="off", GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0")
-        subprocess.run(["go", "build", "-o", str(out.resolve()), "."], cwd=REPO / "benchmarks" / "discard",
-                       env=env, check=True)
+        env = dict(
+            os.environ, GOPROXY="off", GOTOOLCHAIN="local", GOFLAGS="-mod=mod", CGO_ENABLED="0"
+        )
+        subprocess.run(
+            ["go", "build", "-o", str(out.resolve()), "."],
+            cwd=REPO / "benchmarks" / "discard",
+            env=env,
+            check=True,
+        )
         return out
 
     def serve(self) -> None:
@@ -329,8 +392,13 @@ class DiscardServer:
     def start(self) -> None:
         binary = self.build()
         self.port = free_port()
-        self.proc = subprocess.Popen([rel(binary), "-addr", f"127.0.0.1:{self.port}"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [rel(binary), "-addr", f"127.0.0.1:{self.port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         first = self.proc.stdout.readline()
         if not first.startswith("listening"):
             raise RuntimeError(f"discard server did not start: {first!r}")
@@ -365,7 +433,9 @@ class LatencyHost(ControlledHost):
         self.counts: dict[str, list] = {}
         self.delays: dict[str, float] = {}  # slots mounted with a delay of their own
 
-    def add_slot(self, name: str, seed: Path | None, many_files: bool, delay_ms: float | None = None) -> str:
+    def add_slot(
+        self, name: str, seed: Path | None, many_files: bool, delay_ms: float | None = None
+    ) -> str:
         self.seeds[name] = seed
         self.many_files[name] = many_files
         self.counts.pop(name, None)
@@ -395,7 +465,9 @@ class LatencyHost(ControlledHost):
         else:
             self.backing.mkdir(parents=True, exist_ok=True)
             subprocess.run(["cp", "-a", rel(seed), rel(d)], check=True)
-        self.fs = LatencyFS(self.backing, self.mnt, delay_ms=self.delays.get(slot, self.delay_ms)).mount()
+        self.fs = LatencyFS(
+            self.backing, self.mnt, delay_ms=self.delays.get(slot, self.delay_ms)
+        ).mount()
         self.current = slot
 
     def stop(self) -> None:

@@ -47,10 +47,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefix", default="")
     ap.add_argument("--concurrency", type=int, help="files at once and requests per large file")
     a = ap.parse_args(argv)
-    tuned = {"max_single_put_size": 4 * MiB, "max_block_size": 4 * MiB, "max_chunk_get_size": 4 * MiB,
-             "max_single_get_size": 4 * MiB} if a.concurrency else {}
-    svc = BlobServiceClient(a.account_url, credential={"account_name": os.environ["AZURE_STORAGE_ACCOUNT"],
-                                                       "account_key": os.environ["AZURE_STORAGE_KEY"]}, **tuned)
+    tuned = (
+        {
+            "max_single_put_size": 4 * MiB,
+            "max_block_size": 4 * MiB,
+            "max_chunk_get_size": 4 * MiB,
+            "max_single_get_size": 4 * MiB,
+        }
+        if a.concurrency
+        else {}
+    )
+    svc = BlobServiceClient(
+        a.account_url,
+        credential={
+            "account_name": os.environ["AZURE_STORAGE_ACCOUNT"],
+            "account_key": os.environ["AZURE_STORAGE_KEY"],
+        },
+        **tuned,
+    )
     cc = svc.get_container_client(a.container)
     per_file = a.concurrency or 1
     root = Path(a.local)
@@ -59,11 +73,17 @@ def main(argv: list[str]) -> int:
         name = a.prefix + path.relative_to(root).as_posix()
         settings = ContentSettings(content_md5=bytearray(md5_file(path)))
         with open(path, "rb") as f:
-            cc.upload_blob(name, f, length=path.stat().st_size, overwrite=True, content_settings=settings,
-                           max_concurrency=per_file)
+            cc.upload_blob(
+                name,
+                f,
+                length=path.stat().st_size,
+                overwrite=True,
+                content_settings=settings,
+                max_concurrency=per_file,
+            )
 
     def download(blob) -> None:
-        path = root / blob.name[len(a.prefix):]
+        path = root / blob.name[len(a.prefix) :]
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as f:
             cc.download_blob(blob.name, max_concurrency=per_file).readinto(f)

@@ -48,13 +48,28 @@ def main(argv):
             f"{size / med(wall):.0f} | {med(cpu):.2f} | {med(cpu) / size * 1024:.2f} | {med(rss):.0f} | {med(srv):.2f} |"
         )
     loads = [float(r["load1"]) for r in rows]
-    out += ["", f"Load average (1 min) when each run started: median {med(loads):.2f}, range {min(loads):.2f}–{max(loads):.2f}."]
+    out += [
+        "",
+        f"Load average (1 min) when each run started: median {med(loads):.2f}, range {min(loads):.2f}–{max(loads):.2f}.",
+    ]
     if builds:
-        cols = ["project", "clean_build_s", "build_cpu_s", "load1_before", "binary_bytes", "stripped_bytes",
-                "crates_brief_cmd", "crates_unique", "crates_normal_unique"]
-        out += ["", "| project | clean release build s | build CPU s | load before | binary bytes | stripped bytes | "
-                "crates (brief's command) | crates (unique) | crates (normal deps, unique) |",
-                "|" + "---|" * len(cols)]
+        cols = [
+            "project",
+            "clean_build_s",
+            "build_cpu_s",
+            "load1_before",
+            "binary_bytes",
+            "stripped_bytes",
+            "crates_brief_cmd",
+            "crates_unique",
+            "crates_normal_unique",
+        ]
+        out += [
+            "",
+            "| project | clean release build s | build CPU s | load before | binary bytes | stripped bytes | "
+            "crates (brief's command) | crates (unique) | crates (normal deps, unique) |",
+            "|" + "---|" * len(cols),
+        ]
         for b in read(builds):
             out.append("| " + " | ".join(b.get(k, "") for k in cols) + " |")
     print("\n".join(out))

@@ -22,7 +22,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
 from support.ferry import REPO_ROOT, ferry_env
 from support.interrupt import ferry_processes
@@ -71,8 +70,9 @@ def kill_at_random(proc: subprocess.Popen, rng, longest: float) -> bool:
         return True
 
 
-def run_until_done(faults, what: str, start, after_kill, longest: float, kills_left: int,
-                   max_runs: int = 40) -> tuple[int, int]:
+def run_until_done(
+    faults, what: str, start, after_kill, longest: float, kills_left: int, max_runs: int = 40
+) -> tuple[int, int]:
     """Start, kill at random, check, start again, until a run ends by itself (the run after
     ``kills_left`` kills is left alone); returns its exit status and the number of kills. Every
     kill and run goes into the ledger."""
@@ -95,7 +95,12 @@ def stderr_of(log_dir: Path) -> str:
 
 
 def leftovers(root: Path) -> list[str]:
-    return [os.path.join(d, n) for d, _, names in os.walk(root) for n in names if n.startswith(PARTIAL_PREFIX)]
+    return [
+        os.path.join(d, n)
+        for d, _, names in os.walk(root)
+        for n in names
+        if n.startswith(PARTIAL_PREFIX)
+    ]
 
 
 def test_upload_killed_at_random_converges(tmp_path, azurite, container, run_ferry, faults):
@@ -112,24 +117,38 @@ def test_upload_killed_at_random_converges(tmp_path, azurite, container, run_fer
             proxy.clear_log()
 
             def start():
-                return run_ferry.spawn("copy", src, dest, "--recursive", "--block-size", "256KiB",
-                                       "--max-bandwidth", BANDWIDTH, log_dir=tmp_path)
+                return run_ferry.spawn(
+                    "copy",
+                    src,
+                    dest,
+                    "--recursive",
+                    "--block-size",
+                    "256KiB",
+                    "--max-bandwidth",
+                    BANDWIDTH,
+                    log_dir=tmp_path,
+                )
 
             def after_kill():
                 # Requests the dead run had sent land before anything is judged or re-run.
                 proxy.wait_idle(30)
                 assert not faults.check_blobs(container, files, complete=False, prefix=prefix)
 
-            rc, kills = run_until_done(faults, "upload", start, after_kill, window(files),
-                                          quota(faults, "upload") - killed)
+            rc, kills = run_until_done(
+                faults, "upload", start, after_kill, window(files), quota(faults, "upload") - killed
+            )
             killed += kills
             assert rc == 0, stderr_of(tmp_path)
             assert not faults.check_blobs(container, files, complete=True, prefix=prefix)
             run_ferry("verify", "--checksum", src, container.at(prefix))
-            staged = Counter((r.path, r.block_id) for r in proxy.requests("PUT", comp="block") if r.status == 201)
+            staged = Counter(
+                (r.path, r.block_id) for r in proxy.requests("PUT", comp="block") if r.status == 201
+            )
             again = {k: n for k, n in staged.items() if n > 1}
             assert not again, f"blocks staged before a kill were sent again: {list(again)[:5]}"
-            assert seq < max_sequences(faults), "kills are not landing: runs finish before the random moment"
+            assert seq < max_sequences(faults), (
+                "kills are not landing: runs finish before the random moment"
+            )
 
 
 def converge_to_local(what: str, source_of, tmp_path, run_ferry, faults):
@@ -143,18 +162,24 @@ def converge_to_local(what: str, source_of, tmp_path, run_ferry, faults):
         dst = tmp_path / f"dst{seq}"
 
         def start():
-            return run_ferry.spawn("copy", source, dst, "--recursive", "--max-bandwidth", BANDWIDTH, log_dir=tmp_path)
+            return run_ferry.spawn(
+                "copy", source, dst, "--recursive", "--max-bandwidth", BANDWIDTH, log_dir=tmp_path
+            )
 
         def after_kill():
             assert not faults.check_local(dst, files, complete=False)
 
-        rc, kills = run_until_done(faults, what, start, after_kill, window(files), quota(faults, what) - killed)
+        rc, kills = run_until_done(
+            faults, what, start, after_kill, window(files), quota(faults, what) - killed
+        )
         killed += kills
         assert rc == 0, stderr_of(tmp_path)
         assert not faults.check_local(dst, files, complete=True)
         assert leftovers(dst) == [], "temp files left behind after the run that completed"
         run_ferry("verify", "--checksum", source, dst)
-        assert seq < max_sequences(faults), "kills are not landing: runs finish before the random moment"
+        assert seq < max_sequences(faults), (
+            "kills are not landing: runs finish before the random moment"
+        )
 
 
 def test_download_killed_at_random_converges(tmp_path, container, run_ferry, faults):
@@ -173,8 +198,9 @@ def test_local_copy_killed_at_random_converges(tmp_path, run_ferry, faults):
     converge_to_local("local", source_of, tmp_path, run_ferry, faults)
 
 
-def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azurite, container, toxiproxy,
-                                                                   run_ferry, faults):
+def test_prune_killed_at_random_deletes_only_what_the_source_lost(
+    tmp_path, azurite, container, toxiproxy, run_ferry, faults
+):
     rng = faults.test_rng
     tcp = toxiproxy.proxy(azurite.port)
     # Every request a little late, so that deleting a few hundred blobs takes about a second.
@@ -184,7 +210,10 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
         while killed < quota(faults, "prune"):
             seq += 1
             keep = random_files(rng, small=8, big=0, big_size=0, prefix="keep/")
-            extra = {f"gone/{i // 50}/x{i:04d}": b"%d" % i for i in range(150 if not faults.deep else 400)}
+            extra = {
+                f"gone/{i // 50}/x{i:04d}": b"%d" % i
+                for i in range(150 if not faults.deep else 400)
+            }
             prefix = f"seq{seq}/"
             src = tmp_path / f"src{seq}"
             write_files(src, keep)
@@ -193,8 +222,18 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
 
             def start():
                 # A SIGKILL leaves prune's scratch directory behind: keep it out of /tmp.
-                return run_ferry.spawn("prune", src, dest, "--max-delete", "100%", "--scratch", tmp_path,
-                                       "--log", tmp_path / f"prune{seq}.tsv", log_dir=tmp_path)
+                return run_ferry.spawn(
+                    "prune",
+                    src,
+                    dest,
+                    "--max-delete",
+                    "100%",
+                    "--scratch",
+                    tmp_path,
+                    "--log",
+                    tmp_path / f"prune{seq}.tsv",
+                    log_dir=tmp_path,
+                )
 
             def after_kill():
                 # Deletes the dead run had sent are still crossing toxiproxy's latency: let them land.
@@ -203,14 +242,20 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(tmp_path, azur
                 left = container.blobs(prefix)
                 lost = [rel for rel in keep if prefix + rel not in left]
                 assert not lost, f"prune deleted files the source still has: {lost}"
-                assert not faults.check_blobs(container, {**keep, **extra}, complete=False, prefix=prefix)
+                assert not faults.check_blobs(
+                    container, {**keep, **extra}, complete=False, prefix=prefix
+                )
 
-            rc, kills = run_until_done(faults, "prune", start, after_kill, 1.0, quota(faults, "prune") - killed)
+            rc, kills = run_until_done(
+                faults, "prune", start, after_kill, 1.0, quota(faults, "prune") - killed
+            )
             killed += kills
             assert rc == 0, stderr_of(tmp_path)
             assert not faults.check_blobs(container, keep, complete=True, prefix=prefix)
             run_ferry("verify", "--checksum", src, container.at(prefix))
-            assert seq < max_sequences(faults), "kills are not landing: runs finish before the random moment"
+            assert seq < max_sequences(faults), (
+                "kills are not landing: runs finish before the random moment"
+            )
     finally:
         tcp.delete()
 
@@ -230,15 +275,35 @@ def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, fau
         write_files(src, files)
         prefix = f"seq{seq}"
         outdir = tmp_path / f"results{seq}"
-        cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--nolock", "--config",
-               f"source={src}", f"dest={container.at(prefix)}", "phase=baseline", f"outdir={outdir}",
-               "run_name=t", f"ferry_bin={ferry_bin}", "plan={mode: parts, parts: 2}",
-               f"copy={{block_size: 256KiB, concurrency: 4, parallel_files: 4, max_bandwidth: {BANDWIDTH}}}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            "profiles/local",
+            "--nolock",
+            "--config",
+            f"source={src}",
+            f"dest={container.at(prefix)}",
+            "phase=baseline",
+            f"outdir={outdir}",
+            "run_name=t",
+            f"ferry_bin={ferry_bin}",
+            "plan={mode: parts, parts: 2}",
+            f"copy={{block_size: 256KiB, concurrency: 4, parallel_files: 4, max_bandwidth: {BANDWIDTH}}}",
+        ]
         for _ in range(20):
             last = killed >= quota(faults, "pipeline")
             log = open(tmp_path / f"snakemake{seq}.log", "ab")
-            proc = subprocess.Popen(cmd, cwd=REPO, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=ferry_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             log.close()
             faults.ran()
             if last:
@@ -254,8 +319,13 @@ def test_pipeline_killed_at_random_converges(tmp_path, ferry_bin, container, fau
         log_text = (tmp_path / f"snakemake{seq}.log").read_text(errors="replace")
         assert proc.returncode == 0, log_text[-5000:]
         assert not faults.check_blobs(container, files, complete=True, prefix=prefix + "/")
-        subprocess.run([str(ferry_bin), "verify", "--checksum", src, container.at(prefix)], env=ferry_env(),
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(ferry_bin), "verify", "--checksum", src, container.at(prefix)],
+            env=ferry_env(),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         assert seq < 20, "kills are not landing"
 
 
@@ -270,7 +340,11 @@ def kill_pipeline(proc: subprocess.Popen, rng) -> bool:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and proc.poll() is None:
             children = ferry_processes(pgid)
-            copying = [c for c in children if b"copy" in Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")[1:2]]
+            copying = [
+                c
+                for c in children
+                if b"copy" in Path(f"/proc/{c}/cmdline").read_bytes().split(b"\0")[1:2]
+            ]
             if copying:
                 time.sleep(rng.uniform(0.05, 0.5))
                 try:
@@ -285,7 +359,7 @@ def kill_pipeline(proc: subprocess.Popen, rng) -> bool:
     except subprocess.TimeoutExpired:
         os.killpg(pgid, signal.SIGKILL)
         proc.wait(10)
-        raise AssertionError("snakemake did not end after its copy job was killed")
+        raise AssertionError("snakemake did not end after its copy job was killed") from None
     return landed
 
 

@@ -15,12 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support import faults as fault_ledger
 from support.azurite import start_azurite
 from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
 from support.ferry import REPO_ROOT
-from support.proxy import FaultProxy
 
 KiB = 1024
 MiB = 1 << 20
@@ -50,7 +48,9 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("direction,restart_while", cases, ids=[f"{d}-{r}" for d, r in cases])
 
 
-def test_azurite_killed_mid_run_then_rerun_completes(direction, restart_while, tmp_path, own_azurite, run_ferry, faults):
+def test_azurite_killed_mid_run_then_rerun_completes(
+    direction, restart_while, tmp_path, own_azurite, run_ferry, faults
+):
     """``ferry-gave-up``: Azurite stays down until ferry has exited, then the re-run must finish
     the job. ``ferry-retries``: Azurite comes back within ferry's retries, and the run itself
     (or at worst its re-run) completes."""
@@ -63,7 +63,16 @@ def test_azurite_killed_mid_run_then_rerun_completes(direction, restart_while, t
     url = az.url("restarts")
     if direction == "upload":
         write_files(src, files)
-        args = ("copy", src, url, "--recursive", "--block-size", "256KiB", "--max-bandwidth", "2MiB/s")
+        args = (
+            "copy",
+            src,
+            url,
+            "--recursive",
+            "--block-size",
+            "256KiB",
+            "--max-bandwidth",
+            "2MiB/s",
+        )
     else:
         upload_with_sdk(_Container(container), files)
         args = ("copy", url, dst, "--recursive", "--max-bandwidth", "2MiB/s")
@@ -71,9 +80,13 @@ def test_azurite_killed_mid_run_then_rerun_completes(direction, restart_while, t
     # container itself. What the run then writes is fair game.
     az.restart(graceful=True)
     retries = "2" if restart_while == "ferry-gave-up" else "8"
-    proc = run_ferry.spawn(*args, "--max-retries", retries, "--json", env={"FERRY_IO_TIMEOUT": "3"}, log_dir=tmp_path)
+    proc = run_ferry.spawn(
+        *args, "--max-retries", retries, "--json", env={"FERRY_IO_TIMEOUT": "3"}, log_dir=tmp_path
+    )
     time.sleep(rng.uniform(0.4, 1.2))
-    assert proc.poll() is None, "ferry finished before Azurite could be killed; the test needs a slower copy"
+    assert proc.poll() is None, (
+        "ferry finished before Azurite could be killed; the test needs a slower copy"
+    )
     az.kill()
     faults.fault("azurite kill")
     if restart_while == "ferry-gave-up":
@@ -102,7 +115,9 @@ class _Container:
         self.name = client.container_name
 
     def blobs(self, prefix=None):
-        return {b.name: b for b in self.client.list_blobs(name_starts_with=prefix, include=["metadata"])}
+        return {
+            b.name: b for b in self.client.list_blobs(name_starts_with=prefix, include=["metadata"])
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,14 +140,28 @@ def mutate(path: Path, how: str, rng) -> bytes:
 
 
 @pytest.mark.parametrize("how", ["grow", "shrink", "rewrite"])
-def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, container, proxy, run_ferry, faults):
+def test_source_changed_during_upload_is_failed_or_recopied(
+    how, tmp_path, container, proxy, run_ferry, faults
+):
     rng = faults.test_rng
     src = tmp_path / "src"
     files = {"big.bin": rng.randbytes(2 * MiB + 1234), "other.txt": rng.randbytes(5000)}
     write_files(src, files)
     old = files["big.bin"]
-    proc = run_ferry.spawn("copy", src, container.via(proxy.port), "--recursive", "--block-size", "256KiB",
-                           "--concurrency", "2", "--max-bandwidth", "1MiB/s", "--json", log_dir=tmp_path)
+    proc = run_ferry.spawn(
+        "copy",
+        src,
+        container.via(proxy.port),
+        "--recursive",
+        "--block-size",
+        "256KiB",
+        "--concurrency",
+        "2",
+        "--max-bandwidth",
+        "1MiB/s",
+        "--json",
+        log_dir=tmp_path,
+    )
 
     def staged_some():
         if proc.poll() is not None:
@@ -142,7 +171,9 @@ def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, conta
     proxy.wait_for(staged_some, 30, "the first block of big.bin to be staged")
     new = mutate(src / "big.bin", how, rng)
     committed_before = proxy.requests("PUT", comp="blocklist", path="big.bin")
-    assert not committed_before, "big.bin was committed before the change: the change did not land mid-copy"
+    assert not committed_before, (
+        "big.bin was committed before the change: the change did not land mid-copy"
+    )
     faults.fault(f"source {how}")
     proc.wait(60)
     faults.ran()
@@ -155,8 +186,11 @@ def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, conta
     else:
         got = container.client.download_blob("big.bin").readall()
         assert faults.check_version(f"upload, source {how} mid-copy", got, (old, new)), (
-            f"{how}: committed bytes match neither the old nor the new version")
-        assert got == new, f"{how}: the file changed mid-copy but the old bytes were committed and reported as copied"
+            f"{how}: committed bytes match neither the old nor the new version"
+        )
+        assert got == new, (
+            f"{how}: the file changed mid-copy but the old bytes were committed and reported as copied"
+        )
     # The next pass copies the new version.
     files["big.bin"] = new
     run_ferry("copy", src, container, "--recursive", "--block-size", "256KiB")
@@ -164,7 +198,9 @@ def test_source_changed_during_upload_is_failed_or_recopied(how, tmp_path, conta
     assert not faults.check_blobs(container, files, complete=True)
 
 
-def test_blob_rewritten_during_download_is_failed_or_refetched(tmp_path, container, proxy, run_ferry, faults):
+def test_blob_rewritten_during_download_is_failed_or_refetched(
+    tmp_path, container, proxy, run_ferry, faults
+):
     """The blob changes between two GETs of one download (the first cut short, so ferry resumes
     mid-file): ferry must not stitch the old head to the new tail. The blob carries no
     Content-MD5 (as block-list uploads by other tools often do), so only the version check
@@ -177,16 +213,28 @@ def test_blob_rewritten_during_download_is_failed_or_refetched(tmp_path, contain
         ids = []
         for i in range(0, len(data), 512 * KiB):
             ids.append(f"{i:012d}")
-            blob.stage_block(ids[-1], data[i:i + 512 * KiB])
+            blob.stage_block(ids[-1], data[i : i + 512 * KiB])
         blob.commit_block_list(ids)
 
     put_without_md5(old)
     assert not blob.get_blob_properties().content_settings.content_md5
-    hold = proxy.add("stall_body", method="GET", path="big.bin", body_bytes=768 * KiB, stall_timeout=30)
+    hold = proxy.add(
+        "stall_body", method="GET", path="big.bin", body_bytes=768 * KiB, stall_timeout=30
+    )
     dst = tmp_path / "dst"
-    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", "--block-size", "1MiB", "--json",
-                           log_dir=tmp_path)
-    proxy.wait_for(lambda: proxy.stalled >= 1 or proc.poll() is not None, 30, "the first GET to stall")
+    proc = run_ferry.spawn(
+        "copy",
+        container.via(proxy.port),
+        dst,
+        "--recursive",
+        "--block-size",
+        "1MiB",
+        "--json",
+        log_dir=tmp_path,
+    )
+    proxy.wait_for(
+        lambda: proxy.stalled >= 1 or proc.poll() is not None, 30, "the first GET to stall"
+    )
     assert proc.poll() is None
     put_without_md5(new)
     faults.fault("source rewrite")
@@ -195,8 +243,9 @@ def test_blob_rewritten_during_download_is_failed_or_refetched(tmp_path, contain
     faults.ran()
     final = dst / "big.bin"
     if final.exists():
-        assert faults.check_version("download, blob rewritten mid-copy", final.read_bytes(), (old, new)), (
-            "the download stitched two versions of the blob together")
+        assert faults.check_version(
+            "download, blob rewritten mid-copy", final.read_bytes(), (old, new)
+        ), "the download stitched two versions of the blob together"
     else:
         assert proc.returncode == 1, "no file and no failure reported"
     run_ferry("copy", container, dst, "--recursive", "--compare", "md5")
@@ -204,7 +253,9 @@ def test_blob_rewritten_during_download_is_failed_or_refetched(tmp_path, contain
 
 
 @pytest.mark.parametrize("dest_kind", ["blob", "local"])
-def test_source_vanished_between_listing_and_copy_is_reported(dest_kind, tmp_path, container, run_ferry, faults):
+def test_source_vanished_between_listing_and_copy_is_reported(
+    dest_kind, tmp_path, container, run_ferry, faults
+):
     rng = faults.test_rng
     src = tmp_path / "src"
     files = random_files(rng, small=6, big=1, big_size=600 * KiB)
@@ -215,7 +266,17 @@ def test_source_vanished_between_listing_and_copy_is_reported(dest_kind, tmp_pat
     (src / gone).unlink()
     faults.fault("source vanished")
     dest = container if dest_kind == "blob" else tmp_path / "dst"
-    run = run_ferry("copy", src, dest, "--files-from", tmp_path / "plan.tsv", "--block-size", "256KiB", "--json", check=1)
+    run = run_ferry(
+        "copy",
+        src,
+        dest,
+        "--files-from",
+        tmp_path / "plan.tsv",
+        "--block-size",
+        "256KiB",
+        "--json",
+        check=1,
+    )
     faults.ran()
     assert [f["path"] for f in run.json["failures"]] == [gone], run.json["failures"]
     del files[gone]
@@ -234,10 +295,15 @@ def test_source_vanished_between_listing_and_copy_is_reported(dest_kind, tmp_pat
 def small_disk(path: Path, size_mib: int):
     """A tmpfs of ``size_mib`` at ``path`` (needs root, as the test machines run)."""
     path.mkdir(parents=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs for the disk-full test (run the suite as root): {r.stderr.strip()}")
+        pytest.fail(
+            f"cannot mount a tmpfs for the disk-full test (run the suite as root): {r.stderr.strip()}"
+        )
     try:
         yield path
     finally:
@@ -245,8 +311,9 @@ def small_disk(path: Path, size_mib: int):
 
 
 @pytest.mark.parametrize("source_kind", ["local", "blob"])
-def test_disk_full_fails_clearly_leaves_nothing_half_written_and_rerun_completes(source_kind, tmp_path, container,
-                                                                                  run_ferry, faults):
+def test_disk_full_fails_clearly_leaves_nothing_half_written_and_rerun_completes(
+    source_kind, tmp_path, container, run_ferry, faults
+):
     rng = faults.test_rng
     files = {f"d/f{i}.bin": rng.randbytes(1536 * KiB + i) for i in range(5)}
     files["small.txt"] = b"small\n"
@@ -269,8 +336,12 @@ def test_disk_full_fails_clearly_leaves_nothing_half_written_and_rerun_completes
         reasons = " ".join(f["error"] for f in run.json["failures"])
         assert "No space left on device" in reasons, run.json["failures"]
         # The full side is named: the destination, not only the source it was copied from.
-        assert all(str(dst) in f["error"] for f in run.json["failures"] if "No space" in f["error"]), run.json["failures"]
-        assert not faults.check_local(dst, files, complete=False), "a half-written file under its final name"
+        assert all(
+            str(dst) in f["error"] for f in run.json["failures"] if "No space" in f["error"]
+        ), run.json["failures"]
+        assert not faults.check_local(dst, files, complete=False), (
+            "a half-written file under its final name"
+        )
         filler.unlink()
         run_ferry(*args)
         faults.ran()

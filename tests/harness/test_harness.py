@@ -13,20 +13,32 @@ import time
 
 import pytest
 from azure.storage.blob import BlobServiceClient, ContentSettings, LinearRetry
-
 from support.azurite import ACCOUNT, KEY
 from support.manifest import escape_path, parse_manifest, unescape_path
 from support.proxy import ABSENT
-from support.trees import (LOCAL_ONLY_NAMES, ODD_NAMES, Dir, File, Link, files_only, make_tree,
-                           many_files_spec, odd_names_spec, over_blocks, snapshot)
+from support.trees import (
+    LOCAL_ONLY_NAMES,
+    ODD_NAMES,
+    Dir,
+    File,
+    Link,
+    files_only,
+    make_tree,
+    many_files_spec,
+    odd_names_spec,
+    over_blocks,
+    snapshot,
+)
 
 
 def sdk_via(port: int, **kwargs) -> BlobServiceClient:
     # The SDK's default retry waits 15 s before retrying; faults here are injected on purpose.
-    return BlobServiceClient(f"http://127.0.0.1:{port}/{ACCOUNT}",
-                             credential={"account_name": ACCOUNT, "account_key": KEY},
-                             retry_policy=LinearRetry(backoff=0.05, random_jitter_range=0, retry_total=5),
-                             **kwargs)
+    return BlobServiceClient(
+        f"http://127.0.0.1:{port}/{ACCOUNT}",
+        credential={"account_name": ACCOUNT, "account_key": KEY},
+        retry_policy=LinearRetry(backoff=0.05, random_jitter_range=0, retry_total=5),
+        **kwargs,
+    )
 
 
 def test_azurite_serves_the_sdk(container):
@@ -35,7 +47,10 @@ def test_azurite_serves_the_sdk(container):
     assert container.client.download_blob("hello/world.txt").readall() == b"hello"
     props = container.blobs()
     assert list(props) == ["hello/world.txt"]
-    assert bytes(props["hello/world.txt"].content_settings.content_md5) == hashlib.md5(b"hello").digest()
+    assert (
+        bytes(props["hello/world.txt"].content_settings.content_md5)
+        == hashlib.md5(b"hello").digest()
+    )
 
 
 def test_azurite_keeps_odd_blob_names(container):
@@ -53,8 +68,11 @@ def test_proxy_forwards_signed_multiblock_upload(container, proxy):
     data = os.urandom(over_blocks(64 * 1024))
     sdk = sdk_via(proxy.port, max_single_put_size=64 * 1024, max_block_size=64 * 1024)
     blob = sdk.get_blob_client(container.name, "via proxy/blob ü.bin")
-    blob.upload_blob(data, max_concurrency=2,
-                     content_settings=ContentSettings(content_md5=hashlib.md5(data).digest()))
+    blob.upload_blob(
+        data,
+        max_concurrency=2,
+        content_settings=ContentSettings(content_md5=hashlib.md5(data).digest()),
+    )
     blocks = proxy.requests("PUT", comp="block")
     assert len(blocks) == 4
     assert len({r.block_id for r in blocks}) == 4
@@ -63,7 +81,9 @@ def test_proxy_forwards_signed_multiblock_upload(container, proxy):
     assert blocks[0].path == f"/{ACCOUNT}/{container.name}/via proxy/blob ü.bin"
     assert blob.download_blob().readall() == data
     # Azurite saw what the proxy saw: the block ids it holds are the ones the proxy logged.
-    committed, _ = container.client.get_blob_client("via proxy/blob ü.bin").get_block_list("committed")
+    committed, _ = container.client.get_blob_client("via proxy/blob ü.bin").get_block_list(
+        "committed"
+    )
     assert len(committed) == 4
 
 
@@ -202,24 +222,29 @@ def test_tree_builder_and_snapshot(tmp_path):
     assert sum(1 for p in files if p.startswith(b"many/")) == 50
 
 
-@pytest.mark.parametrize("raw, escaped", [
-    (b"plain/name.txt", "plain/name.txt"),
-    (b"tab\there", "tab\\there"),
-    (b"new\nline", "new\\nline"),
-    (b"cr\rx", "cr\\rx"),
-    (b"back\\slash", "back\\\\slash"),
-    (b"#first", "\\x23first"),
-    (b"not#first", "not#first"),
-    (b"bad-\xff.bin", "bad-\\xff.bin"),
-    ("ünï/名前".encode(), "ünï/名前"),
-])
+@pytest.mark.parametrize(
+    "raw, escaped",
+    [
+        (b"plain/name.txt", "plain/name.txt"),
+        (b"tab\there", "tab\\there"),
+        (b"new\nline", "new\\nline"),
+        (b"cr\rx", "cr\\rx"),
+        (b"back\\slash", "back\\\\slash"),
+        (b"#first", "\\x23first"),
+        (b"not#first", "not#first"),
+        (b"bad-\xff.bin", "bad-\\xff.bin"),
+        ("ünï/名前".encode(), "ünï/名前"),
+    ],
+)
 def test_manifest_escaping_reference(raw, escaped):
     assert escape_path(raw) == escaped
     assert unescape_path(escaped) == raw
 
 
 def test_manifest_parser_rejects_bad_lines():
-    comments, entries = parse_manifest("#ferry-manifest v1\na\\tb\tf\t3\t1700000000.123456789\t" + "0" * 32 + "\n")
+    comments, entries = parse_manifest(
+        "#ferry-manifest v1\na\\tb\tf\t3\t1700000000.123456789\t" + "0" * 32 + "\n"
+    )
     assert comments == ["#ferry-manifest v1"]
     assert entries[0].path == b"a\tb" and entries[0].mtime_ns == 1_700_000_000_123_456_789
     with pytest.raises(AssertionError):

@@ -9,7 +9,6 @@ import os
 import subprocess
 
 import pytest
-
 from support.latencyfs import LatencyFS, build
 
 FILES, DIRS = 240, 6
@@ -53,7 +52,10 @@ def test_verify_and_prune_read_the_destination_once(copied, source, run_ferry, t
     # One READDIRPLUS page holds tens of entries: a listing is far below one request a file.
     assert DIRS * 3 <= listing < FILES / 4
     assert requests(copied, run_ferry, "verify", f"{source}/", dst) <= 1.2 * listing
-    assert requests(copied, run_ferry, "prune", "--log", tmp_path / "prune.tsv", f"{source}/", dst) <= 1.2 * listing
+    assert (
+        requests(copied, run_ferry, "prune", "--log", tmp_path / "prune.tsv", f"{source}/", dst)
+        <= 1.2 * listing
+    )
     assert (tmp_path / "prune.tsv").exists()
 
 
@@ -64,8 +66,11 @@ def counted(fs: LatencyFS, cmd: list) -> dict:
     fs.reset()
     subprocess.run([str(c) for c in cmd], check=True, capture_output=True)
     snap = fs.snapshot()
-    return {**{k: v for k, v in snap["ops"].items() if v}, "total": snap["total"],
-            "inflight_max": snap["inflight_max"]}
+    return {
+        **{k: v for k, v in snap["ops"].items() if v},
+        "total": snap["total"],
+        "inflight_max": snap["inflight_max"],
+    }
 
 
 @pytest.fixture
@@ -77,7 +82,9 @@ def empty_mount(tmp_path):
     fs.unmount()
 
 
-def test_a_copied_file_costs_what_cp_costs_plus_the_temp_names_rename(empty_mount, source, ferry_bin):
+def test_a_copied_file_costs_what_cp_costs_plus_the_temp_names_rename(
+    empty_mount, source, ferry_bin
+):
     # A new file must never be seen under its final name half-written, and NFS has no
     # O_TMPFILE: ferry writes a temp name and renames it, which costs the final name's LOOKUP
     # and the RENAME over `cp -a`. (FUSE with the writeback cache also writes the ctime back
@@ -114,14 +121,32 @@ def test_partitions_verify_and_copy_from_their_own_directories(copied, source, f
     dst = copied.mountpoint / "dst"
     listing = counted(copied, [ferry_bin, "ls", "-r", dst])["total"]
     manifest = tmp_path / "all.tsv"
-    manifest.write_bytes(subprocess.run([str(ferry_bin), "ls", "-r", source], check=True, capture_output=True).stdout)
+    manifest.write_bytes(
+        subprocess.run([str(ferry_bin), "ls", "-r", source], check=True, capture_output=True).stdout
+    )
     plan = tmp_path / "plan"
-    subprocess.run([str(ferry_bin), "plan", manifest, "--out", plan, "--phase", "baseline", "--max-files", str(FILES // 3)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(ferry_bin),
+            "plan",
+            manifest,
+            "--out",
+            plan,
+            "--phase",
+            "baseline",
+            "--max-files",
+            str(FILES // 3),
+        ],
+        check=True,
+        capture_output=True,
+    )
     part_files = sorted((plan / "copy").glob("part-*.tsv"))
     assert len(part_files) >= 3
     for verb in (["verify"], ["copy", "--compare", "size-mtime"]):
-        total = sum(counted(copied, [ferry_bin, *verb, f"{source}/", dst, "--files-from", p])["total"] for p in part_files)
+        total = sum(
+            counted(copied, [ferry_bin, *verb, f"{source}/", dst, "--files-from", p])["total"]
+            for p in part_files
+        )
         assert total <= 1.2 * listing + 3 * len(part_files), (verb, total, listing)
 
 
@@ -138,8 +163,12 @@ def test_a_slow_mount_gets_many_requests_in_flight(tmp_path, ferry_bin):
     backing.mkdir()
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=2, attr_timeout=30, entry_timeout=30) as fs:
         fs.reset()
-        out = subprocess.run([str(ferry_bin), "copy", "-r", "--json", f"{src}/", fs.mountpoint / "dst"],
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [str(ferry_bin), "copy", "-r", "--json", f"{src}/", fs.mountpoint / "dst"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         depth = json.loads(out.stdout)["concurrency"]
         assert depth["mode"] == "adaptive" and depth["initial"] == 64, depth
         assert fs.stats()["inflight_max"] >= 32
@@ -157,7 +186,9 @@ def flat_tree(tmp_path, files: int):
     return src, backing
 
 
-def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_left(tmp_path, ferry_bin):
+def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_left(
+    tmp_path, ferry_bin
+):
     # Hundreds of files into one directory of a network filesystem: their temp names are made
     # in staging directories under the root (only the rename into place holds the crowded
     # directory's lock), a few shared by all threads, and those go once the copy is done. In a
@@ -166,17 +197,23 @@ def test_a_crowded_directory_is_written_through_staging_directories_and_none_is_
     with LatencyFS(backing, tmp_path / "mnt", attr_timeout=30, entry_timeout=30) as fs:
         dst = fs.mountpoint / "dst"
         fs.reset()
-        subprocess.run([str(ferry_bin), "copy", "-r", f"{src.parent}/", dst], check=True, capture_output=True)
+        subprocess.run(
+            [str(ferry_bin), "copy", "-r", f"{src.parent}/", dst], check=True, capture_output=True
+        )
         ops = fs.stats()["ops"]
         got = {p.name: p.read_bytes() for p in (dst / "flat").iterdir()}
         assert got == {p.name: p.read_bytes() for p in src.iterdir()}
-        assert sorted(os.listdir(backing / "dst")) == ["flat"], "a staging directory was left behind"
+        assert sorted(os.listdir(backing / "dst")) == ["flat"], (
+            "a staging directory was left behind"
+        )
     # dst and flat, then the staging directories: made, and removed as many.
     assert 2 < ops["mkdir"] <= 2 + 16 and ops["rmdir"] == ops["mkdir"] - 2, ops
     assert ops["rename"] == ops["fsync"] == 300, ops
 
 
-def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_name_is_forgotten(tmp_path, ferry_bin):
+def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_name_is_forgotten(
+    tmp_path, ferry_bin
+):
     # Each file into a crowded directory costs two LOOKUPs: its final name there (absent, so
     # never cached) and its staged name at its create. Renames into that directory go one at a
     # time under its lock, so with hundreds of files at once a file would wait there longer
@@ -185,10 +222,24 @@ def test_files_bound_for_a_crowded_directory_are_renamed_before_their_staged_nam
     src, backing = flat_tree(tmp_path, 300)
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=5, attr_timeout=1, entry_timeout=1) as fs:
         fs.reset()
-        subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--parallel-files", "256", f"{src.parent}/",
-                        fs.mountpoint / "dst"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                str(ferry_bin),
+                "copy",
+                "-r",
+                "--no-fsync",
+                "--parallel-files",
+                "256",
+                f"{src.parent}/",
+                fs.mountpoint / "dst",
+            ],
+            check=True,
+            capture_output=True,
+        )
         ops = fs.stats()["ops"]
-        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())
+        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(
+            p.name for p in src.iterdir()
+        )
     assert ops["rename"] == 300 and ops["lookup"] <= 2.2 * 300, ops
 
 
@@ -198,11 +249,26 @@ def test_a_crowded_directory_without_fsync_at_the_adaptive_depth_completes(tmp_p
     # thread whose turn it is can never get the slot its commit takes (a deadlock, seen once).
     src, backing = flat_tree(tmp_path, 600)
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=1, attr_timeout=30, entry_timeout=30) as fs:
-        out = subprocess.run([str(ferry_bin), "copy", "-r", "--no-fsync", "--json", f"{src.parent}/", fs.mountpoint / "dst"],
-                             check=True, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                str(ferry_bin),
+                "copy",
+                "-r",
+                "--no-fsync",
+                "--json",
+                f"{src.parent}/",
+                fs.mountpoint / "dst",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         depth = json.loads(out.stdout)["concurrency"]
         assert depth["mode"] == "adaptive" and depth["initial"] < 256, depth
-        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(p.name for p in src.iterdir())
+        assert sorted(p.name for p in (fs.mountpoint / "dst" / "flat").iterdir()) == sorted(
+            p.name for p in src.iterdir()
+        )
 
 
 def test_files_are_copied_while_later_directories_are_still_being_made(tmp_path, ferry_bin):
@@ -221,11 +287,35 @@ def test_files_are_copied_while_later_directories_are_still_being_made(tmp_path,
     trace = tmp_path / "trace"
     with LatencyFS(backing, tmp_path / "mnt", delay_ms=2, attr_timeout=30, entry_timeout=30) as fs:
         dst = fs.mountpoint / "dst"
-        subprocess.run(["strace", "-f", "-qq", "-o", trace, "-e", "trace=mkdirat,openat",
-                        ferry_bin, "copy", "-r", "--parallel-files", "4", f"{src}/", dst], check=True, capture_output=True)
-        assert sorted(p.relative_to(dst) for p in dst.rglob("*")) == sorted(p.relative_to(src) for p in src.rglob("*"))
+        subprocess.run(
+            [
+                "strace",
+                "-f",
+                "-qq",
+                "-o",
+                trace,
+                "-e",
+                "trace=mkdirat,openat",
+                ferry_bin,
+                "copy",
+                "-r",
+                "--parallel-files",
+                "4",
+                f"{src}/",
+                dst,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        assert sorted(p.relative_to(dst) for p in dst.rglob("*")) == sorted(
+            p.relative_to(src) for p in src.rglob("*")
+        )
     calls = trace.read_text().splitlines()
     mkdirs = [n for n, line in enumerate(calls) if "mkdirat(" in line and '"d' in line]
-    creates = [n for n, line in enumerate(calls) if "openat(" in line and "O_CREAT" in line and "partial" in line]
+    creates = [
+        n
+        for n, line in enumerate(calls)
+        if "openat(" in line and "O_CREAT" in line and "partial" in line
+    ]
     assert len(mkdirs) == 24 and len(creates) == 24 * 6, (len(mkdirs), len(creates))
     assert creates[0] < mkdirs[-1], "every directory was made before the first file"

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support.latencyfs import NO_ROUND_TRIP, LatencyFS, build, mounted_here
 
 
@@ -107,7 +106,11 @@ def test_a_known_sequence_of_calls_gives_known_counts(mount):
     assert os.readlink(fs.source / "link") == "f01"
 
     st = fs.stats()
-    assert st["total"] == sum(v for k, v in st["ops"].items() if k not in NO_ROUND_TRIP) == st["finished"]
+    assert (
+        st["total"]
+        == sum(v for k, v in st["ops"].items() if k not in NO_ROUND_TRIP)
+        == st["finished"]
+    )
 
 
 def requests(st: dict) -> dict:
@@ -148,8 +151,15 @@ def test_counts_by_kind_are_exact(mount, writeback):
     os.utime(m / "renamed", ns=(1, 2))  # a tool's own SETATTR of times, after the flush
     assert requests(fs.snapshot()) == {"setattr": 1}
 
-    os.listdir(m / "dir1")  # readdirplus while the kernel has no entries to revalidate, then readdir
-    assert requests(settle(fs, "releasedir", 1)) == {"opendir": 1, "readdirplus": 1, "readdir": 1, "releasedir": 1}
+    os.listdir(
+        m / "dir1"
+    )  # readdirplus while the kernel has no entries to revalidate, then readdir
+    assert requests(settle(fs, "releasedir", 1)) == {
+        "opendir": 1,
+        "readdirplus": 1,
+        "readdir": 1,
+        "releasedir": 1,
+    }
 
 
 def test_the_kernels_ctime_flush_is_no_round_trip(mount):
@@ -206,7 +216,11 @@ def test_counts_stay_exact_with_concurrent_requests_and_snapshots(mount):
     assert len(snapshots) > 2
     total = {k: sum(s["ops"][k] for s in snapshots) for k in ("lookup", "getattr")}
     assert total == {"lookup": clients * n, "getattr": clients * n}
-    assert sum(s["total"] for s in snapshots) == sum(s["finished"] for s in snapshots) == 2 * clients * n
+    assert (
+        sum(s["total"] for s in snapshots)
+        == sum(s["finished"] for s in snapshots)
+        == 2 * clients * n
+    )
     # At zero delay latencyfs serves with a thread per CPU (two at least), not one per request.
     assert max(s["inflight_max"] for s in snapshots) <= max(2, os.cpu_count())
 
@@ -262,7 +276,9 @@ def test_requests_run_in_parallel_and_each_is_delayed(mount, kind):
     slowly a busy machine starts the 16 threads: they need only all ask within it."""
     delay, k = 1.0, 16
     names = [f"f{i:02d}" for i in range(k)]
-    fs = mount(delay_ops={kind: delay * 1000}, entry_timeout=60, attr_timeout=60 if kind == "lookup" else 0)
+    fs = mount(
+        delay_ops={kind: delay * 1000}, entry_timeout=60, attr_timeout=60 if kind == "lookup" else 0
+    )
     if kind == "getattr":
         for n in names:
             os.stat(fs.mountpoint / n)
@@ -365,7 +381,12 @@ def file_digests(root: Path) -> dict:
             elif p.is_dir():
                 out[rel] = ("dir", st.st_mode)
             else:
-                out[rel] = ("file", st.st_mode, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+                out[rel] = (
+                    "file",
+                    st.st_mode,
+                    st.st_mtime_ns,
+                    hashlib.sha256(p.read_bytes()).hexdigest(),
+                )
     return out
 
 
@@ -389,12 +410,15 @@ def test_copies_through_it_are_byte_identical(mount, tmp_path, run_ferry):
     # One LINK each: cp -a's and ferry's for the second name of the hard-linked file.
     assert ops["write"] > 0 and ops["link"] == 2
     for name in ("by-cp", "by-ferry"):
-        assert os.lstat(fs.mountpoint / name / "hard link").st_ino == os.lstat(fs.mountpoint / name / "dir2" / "file 2 ü.bin").st_ino, name
+        assert (
+            os.lstat(fs.mountpoint / name / "hard link").st_ino
+            == os.lstat(fs.mountpoint / name / "dir2" / "file 2 ü.bin").st_ino
+        ), name
     fs.unmount()  # read back through a mount with nothing cached: every byte a read request
     fs.mount()
     for name in ("by-cp", "by-ferry"):
         assert file_digests(fs.mountpoint / name) == want, name  # read back through the mount
-        assert file_digests(fs.source / name) == want, name      # and what landed underneath
+        assert file_digests(fs.source / name) == want, name  # and what landed underneath
     assert fs.stats()["ops"]["read"] > 0
     assert os.stat(fs.source / "by-cp" / "hard link").st_nlink == 2
 
@@ -413,7 +437,7 @@ def test_a_large_random_file_round_trips(mount, tmp_path, writeback):
     fd = os.open(fs.mountpoint / "big", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     pos = 0
     while pos < len(data):
-        pos += os.write(fd, data[pos:pos + rng.randint(1, 3 * 2**20)])
+        pos += os.write(fd, data[pos : pos + rng.randint(1, 3 * 2**20)])
     os.fsync(fd)
     os.close(fd)
     assert fs.stats()["ops"]["write"] > 0
@@ -424,7 +448,7 @@ def test_a_large_random_file_round_trips(mount, tmp_path, writeback):
     with open(fresh.mountpoint / "big", "rb", buffering=0) as f:
         for _ in range(64):
             off, size = rng.randrange(len(data)), rng.randint(1, 2**20 + 3)
-            assert os.pread(f.fileno(), size, off) == data[off:off + size], (off, size)
+            assert os.pread(f.fileno(), size, off) == data[off : off + size], (off, size)
     assert fresh.stats()["ops"]["read"] > 0
     subprocess.run(["cmp", original, fresh.mountpoint / "big"], check=True)
 
@@ -466,7 +490,9 @@ def test_more_inodes_than_the_hard_limit_on_open_files(tmp_path, limit):
     with fs:
         mnt = fs.mountpoint
         for _ in range(2):
-            assert {rel: os.stat(mnt / rel).st_size for rel in want} == {rel: len(b) for rel, b in want.items()}
+            assert {rel: os.stat(mnt / rel).st_size for rel in want} == {
+                rel: len(b) for rel, b in want.items()
+            }
         assert {rel: (mnt / rel).read_bytes() for rel in want} == want
         for n, rel in enumerate(sorted(want)[::5]):
             want[rel] += b"appended %d" % n
@@ -482,7 +508,9 @@ def test_more_inodes_than_the_hard_limit_on_open_files(tmp_path, limit):
         assert {rel: (mnt / rel).read_bytes() for rel in want} == want
         assert {str(p.relative_to(mnt)) for p in mnt.rglob("f*")} == set(want)
         st = fs.stats()
-        hard = int(limit.split(":")[1])  # raised to: the soft limit is the hard one, half of it cached
+        hard = int(
+            limit.split(":")[1]
+        )  # raised to: the soft limit is the hard one, half of it cached
         assert len(os.listdir(f"/proc/{fs.proc.pid}/fd")) <= min(hard, hard // 2 + 64) < len(want)
     assert {rel: (src / rel).read_bytes() for rel in want} == want
     # The kernel kept most inodes (it forgot few): it knew far more at once than the limit.
@@ -497,8 +525,16 @@ def test_without_file_handles_a_descriptor_per_inode(tmp_path):
     src = tmp_path / "many"
     want = many_files(src, 6, 100)
     fs = LatencyFS(src, tmp_path / "mnt", attr_timeout=60, entry_timeout=60)
-    fs.args = ["prlimit", "--nofile=128:4096", "--", "setpriv", "--bounding-set", "-dac_read_search", "--",
-               *fs.args]
+    fs.args = [
+        "prlimit",
+        "--nofile=128:4096",
+        "--",
+        "setpriv",
+        "--bounding-set",
+        "-dac_read_search",
+        "--",
+        *fs.args,
+    ]
     with fs:
         assert {rel: (fs.mountpoint / rel).read_bytes() for rel in want} == want
         assert len(os.listdir(f"/proc/{fs.proc.pid}/fd")) > len(want)
@@ -548,7 +584,9 @@ def test_files_renamed_over_or_unlinked_past_the_descriptor_cache_leave_syncfs_c
     fs.args = ["prlimit", "--nofile=64:64", "--", *fs.args]
     with fs:
         mnt = fs.mountpoint
-        assert {rel: os.stat(mnt / rel).st_size for rel in want} == {rel: len(b) for rel, b in want.items()}
+        assert {rel: os.stat(mnt / rel).st_size for rel in want} == {
+            rel: len(b) for rel, b in want.items()
+        }
         for n, rel in enumerate(sorted(want)):
             if n % 3 == 0:
                 (mnt / f"{rel}.new").write_bytes(b"new")

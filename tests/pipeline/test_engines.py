@@ -16,17 +16,30 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support.nextflow import nextflow, statuses, trace
 from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, pipeline
 
 # What legitimately differs between two runs of the same phase: when and how long things took.
 TIMING_KEYS = {
-    "generated_at", "elapsed_seconds", "first_job_started_at", "job_seconds", "worker_copy_seconds",
-    "worker_verify_seconds", "seconds", "max_seconds", "cpu_seconds", "max_rss_mb", "worker_seconds",
+    "generated_at",
+    "elapsed_seconds",
+    "first_job_started_at",
+    "job_seconds",
+    "worker_copy_seconds",
+    "worker_verify_seconds",
+    "seconds",
+    "max_seconds",
+    "cpu_seconds",
+    "max_rss_mb",
+    "worker_seconds",
     "span_seconds",
     # The history's records: which run, which engine, when, and each step's span.
-    "run_id", "engine", "started", "ended", "wall_seconds", "span",
+    "run_id",
+    "engine",
+    "started",
+    "ended",
+    "wall_seconds",
+    "span",
     # The depth the copies settled on follows the rates they measured.
     "depth",
     # The projection is made of timings through and through.
@@ -63,7 +76,9 @@ def plan_files(run: Path) -> dict:
             text = path.read_text()
             # A parallel listing has no fixed order, and a part keeps its listing's order: compare
             # what each part holds.
-            files[path.relative_to(run).as_posix()] = json.loads(text) if path.suffix == ".json" else sorted(text.splitlines())
+            files[path.relative_to(run).as_posix()] = (
+                json.loads(text) if path.suffix == ".json" else sorted(text.splitlines())
+            )
     return files
 
 
@@ -75,27 +90,49 @@ class Engines:
         self.src = root / "src"
         self.names = {}
         self.config = root / "migration.yaml"
-        self.config.write_text(yaml.safe_dump({
-            "source": str(self.src),
-            "run_name": "eq",
-            "ferry_bin": str(ferry_bin),
-            "checksum": True,
-            "plan": {"mode": "parts", "parts": 3},
-            "copy": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
-        }))
-        self.container = azurite.service_client().get_container_client(f"engines-{uuid.uuid4().hex[:12]}")
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "source": str(self.src),
+                    "run_name": "eq",
+                    "ferry_bin": str(ferry_bin),
+                    "checksum": True,
+                    "plan": {"mode": "parts", "parts": 3},
+                    "copy": {"block_size": "1MiB", "concurrency": 4, "parallel_files": 4},
+                }
+            )
+        )
+        self.container = azurite.service_client().get_container_client(
+            f"engines-{uuid.uuid4().hex[:12]}"
+        )
         self.container.create_container()
-        self.dest = {engine: azurite.url(self.container.container_name, engine) for engine in ("snakemake", "nextflow")}
+        self.dest = {
+            engine: azurite.url(self.container.container_name, engine)
+            for engine in ("snakemake", "nextflow")
+        }
         self.outdir = {engine: root / f"results-{engine}" for engine in self.dest}
 
     def run(self, engine: str, phase: str, dest: str | None = None, outdir: Path | None = None):
         dest = dest or self.dest[engine]
         outdir = outdir or self.outdir[engine]
         if engine == "snakemake":
-            return pipeline(f"dest={dest}", f"phase={phase}", f"outdir={outdir}",
-                            extra_args=("--configfile", str(self.config)))
-        return nextflow(self.root / "launch", "-params-file", str(self.config), "--dest", dest, "--phase", phase,
-                        "--outdir", str(outdir))
+            return pipeline(
+                f"dest={dest}",
+                f"phase={phase}",
+                f"outdir={outdir}",
+                extra_args=("--configfile", str(self.config)),
+            )
+        return nextflow(
+            self.root / "launch",
+            "-params-file",
+            str(self.config),
+            "--dest",
+            dest,
+            "--phase",
+            phase,
+            "--outdir",
+            str(outdir),
+        )
 
     def blobs(self, engine: str) -> dict[str, str]:
         class View:  # blob_snapshot wants .blobs() and .client
@@ -103,7 +140,12 @@ class Engines:
 
             @staticmethod
             def blobs(prefix):
-                return {b.name: b for b in self.container.list_blobs(name_starts_with=prefix, include=["metadata"])}
+                return {
+                    b.name: b
+                    for b in self.container.list_blobs(
+                        name_starts_with=prefix, include=["metadata"]
+                    )
+                }
 
         return blob_snapshot(View, f"{engine}/")
 
@@ -114,11 +156,16 @@ class Engines:
         sm, nf = self.run_dir("snakemake", phase), self.run_dir("nextflow", phase)
         assert self.blobs("snakemake") == self.blobs("nextflow")
         assert plan_files(sm) == plan_files(nf), "the engines planned differently"
-        reports = {e: json.loads((self.run_dir(e, phase) / "report.json").read_text()) for e in self.dest}
+        reports = {
+            e: json.loads((self.run_dir(e, phase) / "report.json").read_text()) for e in self.dest
+        }
         assert reports["snakemake"]["status"] == "complete"
-        assert masked(reports["snakemake"], self.dest["snakemake"]) == masked(reports["nextflow"], self.dest["nextflow"])
+        assert masked(reports["snakemake"], self.dest["snakemake"]) == masked(
+            reports["nextflow"], self.dest["nextflow"]
+        )
         assert masked_md((sm / "report.md").read_text(), self.dest["snakemake"]) == masked_md(
-            (nf / "report.md").read_text(), self.dest["nextflow"])
+            (nf / "report.md").read_text(), self.dest["nextflow"]
+        )
         return reports["nextflow"]
 
 
@@ -132,7 +179,9 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
         eng.run(engine, "baseline")
     assert eng.blobs("nextflow") == md5s(content)
     rep = eng.assert_same("baseline")
-    assert rep["totals"]["files"]["copied"] == len(content) + 1 and len(rep["partitions"]) == 3  # and the symlink
+    assert (
+        rep["totals"]["files"]["copied"] == len(content) + 1 and len(rep["partitions"]) == 3
+    )  # and the symlink
 
     # --- relays: each engine's incremental over the other's baseline finds nothing to do ------
     nextflow_over_snakemake = tmp_path / "relay-nextflow"
@@ -153,7 +202,10 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     _added, _changed, deleted = modify_tree(eng.src, content)
     for engine in eng.dest:
         eng.run(engine, "incremental")
-    assert eng.blobs("nextflow") == {**{k: v for k, v in before.items() if k in deleted}, **md5s(content)}
+    assert eng.blobs("nextflow") == {
+        **{k: v for k, v in before.items() if k in deleted},
+        **md5s(content),
+    }
     rep = eng.assert_same("incremental")
     assert rep["plan"]["extra_on_dest"]["files"] == len(deleted)
 
@@ -165,4 +217,8 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
     assert rep["totals"]["final_check"]["same"] == len(content) + 1  # and the symlink
     assert rep["checksum_verified"] is True
-    assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()}.keys() >= {"prune", "final_check", "list_dest"}
+    assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()}.keys() >= {
+        "prune",
+        "final_check",
+        "list_dest",
+    }

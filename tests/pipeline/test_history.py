@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from support.ferry import ferry_env
 from support.interrupt import ferry_processes
 from support.nextflow import NEXTFLOW, nextflow, params_for
@@ -33,16 +32,27 @@ def history(outdir: Path, run_name: str = "t") -> list[dict]:
 
 
 def project(outdir: Path, run_name: str = "t") -> dict:
-    proc = subprocess.run([sys.executable, str(HISTORY_SCRIPT), "project", str(outdir / run_name), "--json"],
-                          capture_output=True, text=True, check=True, env=ferry_env())
+    proc = subprocess.run(
+        [sys.executable, str(HISTORY_SCRIPT), "project", str(outdir / run_name), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ferry_env(),
+    )
     return json.loads(proc.stdout)
 
 
-def check_two_passes(outdir: Path, engine: str, added: set, changed: set, deleted: set, content: dict) -> None:
+def check_two_passes(
+    outdir: Path, engine: str, added: set, changed: set, deleted: set, content: dict
+) -> None:
     baseline, incremental = history(outdir)
     assert [(r["phase"], r["pass"], r["status"], r["engine"]) for r in (baseline, incremental)] == [
-        ("baseline", 1, "complete", engine), ("incremental", 1, "complete", engine)]
-    assert baseline["copied"]["files"] == baseline["planned"]["files"] == baseline["source"]["files"]
+        ("baseline", 1, "complete", engine),
+        ("incremental", 1, "complete", engine),
+    ]
+    assert (
+        baseline["copied"]["files"] == baseline["planned"]["files"] == baseline["source"]["files"]
+    )
     assert incremental["planned"]["new"] == len(added)
     # A changed file the listings cannot judge is the copy's to decide (undecided).
     assert incremental["planned"]["changed"] + incremental["planned"]["undecided"] == len(changed)
@@ -82,7 +92,11 @@ def test_snakemake_appends_a_record_per_phase_run(tmp_path, ferry_bin):
     pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"))
     check_two_passes(outdir, "snakemake", added, changed, deleted, content)
     # A dry run starts no run of the phase: no marker, no record.
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=2", extra_args=("--dry-run",))
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "incremental"),
+        "pass=2",
+        extra_args=("--dry-run",),
+    )
     assert len(history(outdir)) == 2 and not (outdir / "t" / "incremental-pass2").exists()
 
 
@@ -93,7 +107,11 @@ def test_nextflow_appends_a_record_per_phase_run(tmp_path, ferry_bin):
     nextflow(tmp_path / "launch", params=params_for(ferry_bin, outdir, src, dest, "baseline"))
     added, changed, deleted = modify_tree(src, content)
     # -resume: the report is never taken from the cache, the new run is recorded.
-    nextflow(tmp_path / "launch", "-resume", params=params_for(ferry_bin, outdir, src, dest, "incremental"))
+    nextflow(
+        tmp_path / "launch",
+        "-resume",
+        params=params_for(ferry_bin, outdir, src, dest, "incremental"),
+    )
     check_two_passes(outdir, "nextflow", added, changed, deleted, content)
 
 
@@ -107,7 +125,9 @@ def copy_source(src: Path) -> None:
 
 
 def status(ferry_bin, run: Path) -> dict:
-    proc = subprocess.run([str(ferry_bin), "status", str(run), "--json"], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [str(ferry_bin), "status", str(run), "--json"], capture_output=True, text=True, check=True
+    )
     return json.loads(proc.stdout)
 
 
@@ -135,9 +155,14 @@ def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
         time.sleep(0.2)
     assert st["state"] == "stopped" and st["copy"]["running"] == 0, st
     tally = st["copy"]
-    assert tally["stopped"] >= 1 and tally["done"] + tally["stopped"] + tally["pending"] == tally["planned"], tally
+    assert (
+        tally["stopped"] >= 1
+        and tally["done"] + tally["stopped"] + tally["pending"] == tally["planned"]
+    ), tally
     assert st["eta_seconds"] is None
-    text = subprocess.run([str(ferry_bin), "status", str(run)], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        [str(ferry_bin), "status", str(run)], capture_output=True, text=True, check=True
+    ).stdout
     assert text.startswith(f"ferry status {run}: stopped") and "copy partitions:" in text
 
 
@@ -145,14 +170,23 @@ def kill_mid_copy(cmd: list, cwd: Path, log_path: Path, ferry_bin, run: Path) ->
     """Start an engine in its own process group, check `ferry status` while a copy job runs,
     SIGKILL the whole group, check the status again; the engine's pid."""
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=ferry_env(), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=ferry_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 120
     while not ferry_processes(proc.pid, "copy"):
         assert proc.poll() is None, log_path.read_text()
         assert time.monotonic() < deadline, "no copy job started"
         time.sleep(0.05)
-    check_running_then_stopped(ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30)))
+    check_running_then_stopped(
+        ferry_bin, run, lambda: (os.killpg(proc.pid, signal.SIGKILL), proc.wait(30))
+    )
     return proc.pid
 
 
@@ -161,11 +195,22 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
     copy_source(src)
     # About 8 MiB at 1 MiB/s: the copy is still going when the kill lands.
-    cfg = [*base_config(ferry_bin, outdir, src, dest, "baseline"),
-           "copy={block_size: 1MiB, concurrency: 2, parallel_files: 2, max_bandwidth: 1MiB/s}"]
+    cfg = [
+        *base_config(ferry_bin, outdir, src, dest, "baseline"),
+        "copy={block_size: 1MiB, concurrency: 2, parallel_files: 2, max_bandwidth: 1MiB/s}",
+    ]
     # Killed mid-run, Snakemake leaves its lock and incomplete markers: the next run is told, as
     # after a crash.
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/local", "--nolock", "--config", *cfg]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        "profiles/local",
+        "--nolock",
+        "--config",
+        *cfg,
+    ]
     run = outdir / "t" / "baseline"
     pid = kill_mid_copy(cmd, REPO, tmp_path / "killed.log", ferry_bin, run)
     marker = json.loads((run / "run_started.json").read_text())
@@ -174,10 +219,16 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
 
     pipeline(*cfg, extra_args=("--nolock", "--rerun-incomplete"))
     killed, done = history(outdir)
-    assert (killed["run_id"], killed["status"], killed["engine"]) == (marker["run_id"], "killed", "snakemake")
+    assert (killed["run_id"], killed["status"], killed["engine"]) == (
+        marker["run_id"],
+        "killed",
+        "snakemake",
+    )
     assert killed["started"] == marker["started"] and killed["wall_seconds"] > 0
     assert "list_source" in killed["steps"] and "copy" not in killed["steps"], "killed mid-copy"
-    assert (done["status"], done["phase"]) == ("complete", "baseline") and done["run_id"] != killed["run_id"]
+    assert (done["status"], done["phase"]) == ("complete", "baseline") and done["run_id"] != killed[
+        "run_id"
+    ]
     assert done["copied"]["files"] > 0
     # A killed run is no measure of a pass: the projection stands on the complete one.
     rep = report(outdir, "baseline")
@@ -188,14 +239,41 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
 
 @pytest.mark.timeout(300)
 def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry_bin):
-    src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
+    src, dest, outdir, launch = (
+        tmp_path / "src",
+        tmp_path / "dst",
+        tmp_path / "results",
+        tmp_path / "launch",
+    )
     copy_source(src)
-    params = params_for(ferry_bin, outdir, src, dest, "baseline",
-                        copy={"block_size": "1MiB", "concurrency": 2, "parallel_files": 2, "max_bandwidth": "1MiB/s"})
+    params = params_for(
+        ferry_bin,
+        outdir,
+        src,
+        dest,
+        "baseline",
+        copy={
+            "block_size": "1MiB",
+            "concurrency": 2,
+            "parallel_files": 2,
+            "max_bandwidth": "1MiB/s",
+        },
+    )
     launch.mkdir()
     (launch / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
-    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "test", "-w", str(launch / "work"), "-ansi-log", "false",
-           "-params-file", str(launch / "params.yaml")]
+    cmd = [
+        NEXTFLOW,
+        "run",
+        str(REPO / "main.nf"),
+        "-profile",
+        "test",
+        "-w",
+        str(launch / "work"),
+        "-ansi-log",
+        "false",
+        "-params-file",
+        str(launch / "params.yaml"),
+    ]
     run = outdir / "t" / "baseline"
     kill_mid_copy(cmd, launch, tmp_path / "killed.log", ferry_bin, run)
     marker = json.loads((run / "run_started.json").read_text())
@@ -204,5 +282,11 @@ def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_pa
 
     nextflow(launch, "-resume", params=params)
     killed, done = history(outdir)
-    assert (killed["run_id"], killed["status"], killed["engine"]) == (marker["run_id"], "killed", "nextflow")
-    assert (done["status"], done["engine"]) == ("complete", "nextflow") and done["run_id"] != killed["run_id"]
+    assert (killed["run_id"], killed["status"], killed["engine"]) == (
+        marker["run_id"],
+        "killed",
+        "nextflow",
+    )
+    assert (done["status"], done["engine"]) == ("complete", "nextflow") and done[
+        "run_id"
+    ] != killed["run_id"]

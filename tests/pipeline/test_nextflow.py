@@ -16,11 +16,9 @@ import subprocess
 
 import pytest
 import yaml
-
 from support.ferry import ferry_env
 from support.nextflow import NEXTFLOW, nextflow, params_for, statuses, trace
 from support.pipeline import REPO, local_snapshot, md5s, migration_tree, report, run_dir, write_file
-
 
 # ---------------------------------------------------------------------------------------------
 # configuration: no task runs
@@ -28,11 +26,19 @@ from support.pipeline import REPO, local_snapshot, md5s, migration_tree, report,
 
 def test_nextflow_schema_is_generated_from_the_yaml_schema():
     proc = subprocess.run(
-        [str(REPO / ".venv" / "bin" / "python"), str(REPO / "workflow" / "scripts" / "ferry_config.py"), "nextflow-schema"],
-        capture_output=True, text=True, check=True,
+        [
+            str(REPO / ".venv" / "bin" / "python"),
+            str(REPO / "workflow" / "scripts" / "ferry_config.py"),
+            "nextflow-schema",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     committed = (REPO / "nextflow_schema.json").read_text()
-    assert proc.stdout == committed, "nextflow_schema.json is stale: regenerate it with `make nextflow-schema`"
+    assert proc.stdout == committed, (
+        "nextflow_schema.json is stale: regenerate it with `make nextflow-schema`"
+    )
     schema = json.loads(committed)
     yaml_schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     grouped = {k for group in schema["$defs"].values() for k in group["properties"]}
@@ -57,8 +63,15 @@ def test_bad_config_stops_nextflow_before_any_task(tmp_path, ferry_bin):
 def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
     """`nextflow config -profile azurebatch` shows where tasks would go; `-stub-run` with a local
     override walks the final phase's whole DAG (every process has a stub:) without Azure."""
-    proc = subprocess.run([NEXTFLOW, "config", str(REPO), "-profile", "azurebatch"], cwd=tmp_path, env=ferry_env(),
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [NEXTFLOW, "config", str(REPO), "-profile", "azurebatch"],
+        cwd=tmp_path,
+        env=ferry_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     text = proc.stdout
     assert "executor = 'azurebatch'" in text
     assert "container = 'ferryregistry.azurecr.io/ferry:0.1.0'" in text
@@ -68,14 +81,38 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
     assert "sku = 'batch.node.ubuntu 24.04'" in text
 
     local = tmp_path / "local.config"
-    local.write_text("process.executor = 'local'\nprocess.container = null\n"
-                     f"workDir = '{tmp_path / 'work'}'\n")
+    local.write_text(
+        f"process.executor = 'local'\nprocess.container = null\nworkDir = '{tmp_path / 'work'}'\n"
+    )
     outdir = tmp_path / "results"
     proc = subprocess.run(
-        [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", "azurebatch", "-c", str(local), "-stub-run",
-         "-ansi-log", "false", "--source", "/data/share", "--dest", "az://archive/share", "--phase", "final",
-         "--outdir", str(outdir), "--run_name", "stub"],
-        cwd=tmp_path, env=ferry_env(), capture_output=True, text=True, timeout=200,
+        [
+            NEXTFLOW,
+            "run",
+            str(REPO / "main.nf"),
+            "-profile",
+            "azurebatch",
+            "-c",
+            str(local),
+            "-stub-run",
+            "-ansi-log",
+            "false",
+            "--source",
+            "/data/share",
+            "--dest",
+            "az://archive/share",
+            "--phase",
+            "final",
+            "--outdir",
+            str(outdir),
+            "--run_name",
+            "stub",
+        ],
+        cwd=tmp_path,
+        env=ferry_env(),
+        capture_output=True,
+        text=True,
+        timeout=200,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     ran = {r["process"].split(":")[-1] for r in trace(outdir, "final", "stub")}
@@ -91,20 +128,36 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
 def local_runs(tmp_path_factory, ferry_bin):
     root = tmp_path_factory.mktemp("nf-local")
     # The source's own name has a space and quotes: it reaches ferry as a string, never staged.
-    src, dest, outdir, launch = root / "src 'a' \"b\"", root / "nfs" / "share", root / "results", root / "launch"
+    src, dest, outdir, launch = (
+        root / "src 'a' \"b\"",
+        root / "nfs" / "share",
+        root / "results",
+        root / "launch",
+    )
     content = migration_tree(src, files=40, big=0)
-    for rel in ("odd/tab\there.txt", "odd/new\nline.txt", "odd/quote's \"both\".txt", "odd/$(dollar) `tick`.txt"):
+    for rel in (
+        "odd/tab\there.txt",
+        "odd/new\nline.txt",
+        'odd/quote\'s "both".txt',
+        "odd/$(dollar) `tick`.txt",
+    ):
         content[rel] = rel.encode()
         write_file(src, rel, content[rel])
     parts = {"plan": {"mode": "max-files", "max_files": 16}}
     runs = {"content": content, "src": src, "dest": dest, "outdir": outdir}
-    runs["baseline"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts))
+    runs["baseline"] = nextflow(
+        launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts)
+    )
     runs["dest_after_baseline"] = local_snapshot(dest)
-    runs["incremental"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "incremental", **parts))
+    runs["incremental"] = nextflow(
+        launch, params=params_for(ferry_bin, outdir, src, dest, "incremental", **parts)
+    )
     # Everything at the source is gone (an unmounted share looks like this): prune must refuse.
     shutil.rmtree(src)
     src.mkdir()
-    runs["final"] = nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), expect=None)
+    runs["final"] = nextflow(
+        launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), expect=None
+    )
     return runs
 
 
@@ -121,12 +174,27 @@ def test_local_baseline_copies_everything(local_runs):
     assert statuses(rows, "COPY") == ["COMPLETED"] * 3
     assert statuses(rows, "VERIFY") == ["COMPLETED"] * 3
     run = run_dir(outdir, "baseline")
-    for kept in ("listing/source.tsv", "plan/plan.json", "plan/copy/part-00000.tsv", "copy/part-00000.json",
-                 "verify/part-00002.json", "logs/copy/part-00001.log", "benchmarks/plan.tsv", "report.md",
-                 "report.html", "pipeline_info/timeline.html", "pipeline_info/report.html"):
+    for kept in (
+        "listing/source.tsv",
+        "plan/plan.json",
+        "plan/copy/part-00000.tsv",
+        "copy/part-00000.json",
+        "verify/part-00002.json",
+        "logs/copy/part-00001.log",
+        "benchmarks/plan.tsv",
+        "report.md",
+        "report.html",
+        "pipeline_info/timeline.html",
+        "pipeline_info/report.html",
+    ):
         assert (run / kept).is_file(), f"{kept} missing from the run directory"
     assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()} == {
-        "list_source": 1, "make_dest": 1, "plan": 1, "copy": 3, "verify": 3}
+        "list_source": 1,
+        "make_dest": 1,
+        "plan": 1,
+        "copy": 3,
+        "verify": 3,
+    }
 
 
 def test_unchanged_incremental_plans_nothing(local_runs):
@@ -143,7 +211,9 @@ def test_prune_refused_on_an_empty_source(local_runs):
     proc = local_runs["final"]
     assert proc.returncode != 0, "a final pass that could not prune must fail"
     assert "report-incomplete.md" in proc.stdout + proc.stderr
-    assert local_snapshot(local_runs["dest"]) == md5s(local_runs["content"]), "prune deleted from the destination"
+    assert local_snapshot(local_runs["dest"]) == md5s(local_runs["content"]), (
+        "prune deleted from the destination"
+    )
     run = run_dir(local_runs["outdir"], "final")
     partial = json.loads((run / "report-incomplete.json").read_text())
     assert partial["status"] == "incomplete"
@@ -160,12 +230,19 @@ def test_prune_refused_on_an_empty_source(local_runs):
 
 @pytest.mark.timeout(300)
 def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_dir):
-    src, dest, outdir, launch = tmp_path / "src", tmp_path / "dst", tmp_path / "results", tmp_path / "launch"
+    src, dest, outdir, launch = (
+        tmp_path / "src",
+        tmp_path / "dst",
+        tmp_path / "results",
+        tmp_path / "launch",
+    )
     content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
     content["blocked/only.txt"] = b"needs a directory the destination cannot have yet\n"
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
-    params = params_for(ferry_bin, outdir, src, dest, "baseline", plan={"mode": "max-files", "max_files": 8})
+    params = params_for(
+        ferry_bin, outdir, src, dest, "baseline", plan={"mode": "max-files", "max_files": 8}
+    )
 
     # The directory blocked/, read-only at the destination (as the source's in every other
     # respect, so nothing but its file needs writing), makes that one copy fail.
@@ -182,7 +259,9 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     ok = [p for p in partial["partitions"] if p["status"] == "ok"]
     assert len(ok) == len(partial["partitions"]) - 1 >= 2
     copy_failures = [f for f in partial["failures"] if f["stage"] == "copy"]
-    assert [(f["partition"], f["path"]) for f in copy_failures] == [(failed[0]["id"], "blocked/only.txt")]
+    assert [(f["partition"], f["path"]) for f in copy_failures] == [
+        (failed[0]["id"], "blocked/only.txt")
+    ]
     verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
     assert verify_status.pop(failed[0]["id"]) == "not run"
     assert set(verify_status.values()) == {"ok"}
@@ -193,7 +272,9 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     nextflow(launch, "-resume", params=params)
     assert local_snapshot(dest) == md5s(content)
     rows = trace(outdir, "baseline")
-    assert statuses(rows, "COPY") == ["CACHED"] * len(ok) + ["COMPLETED"], "only the failed partition may run again"
+    assert statuses(rows, "COPY") == ["CACHED"] * len(ok) + ["COMPLETED"], (
+        "only the failed partition may run again"
+    )
     redone = [r for r in rows if r["process"].endswith("COPY") and r["status"] == "COMPLETED"]
     assert redone[0]["tag"] == f"part-{failed[0]['id']}"
     assert statuses(rows, "LIST") == ["CACHED"] and statuses(rows, "PLAN") == ["CACHED"]
@@ -215,13 +296,25 @@ def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
     params = {
         "outdir": str(outdir),
         "ferry_bin": str(ferry_bin),
-        "replicate": {"source": str(src), "dest": f"{nodes}/{{rank}}", "ranks": 2,
-                      "launcher": "mpirun --oversubscribe", "verify": True, "chunk_size": "256KiB"},
+        "replicate": {
+            "source": str(src),
+            "dest": f"{nodes}/{{rank}}",
+            "ranks": 2,
+            "launcher": "mpirun --oversubscribe",
+            "verify": True,
+            "chunk_size": "256KiB",
+        },
     }
-    mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_mpi_yield_when_idle": "1"}
+    mpi_env = {
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "OMPI_MCA_mpi_yield_when_idle": "1",
+    }
     nextflow(tmp_path / "launch", "-entry", "REPLICATE", params=params, env=mpi_env)
     for rank in (0, 1):
         assert local_snapshot(nodes / str(rank)) == md5s(content), f"rank {rank} lacks the dataset"
     (rep,) = outdir.glob("replicate/*/report.json")
     assert json.loads(rep.read_text())["verify"]["mismatch_count"] == 0
-    assert (rep.parent / "replicate.log").is_file() and (rep.parent / "pipeline_info" / "trace.txt").is_file()
+    assert (rep.parent / "replicate.log").is_file() and (
+        rep.parent / "pipeline_info" / "trace.txt"
+    ).is_file()

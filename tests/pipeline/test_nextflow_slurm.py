@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from support.nextflow import nextflow, params_for, trace
 from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, report
 from support.slurm import completed_jobs, slurm_up
@@ -33,7 +32,11 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     parts = {"plan": {"mode": "parts", "parts": 2}, "prune": {"max_delete": "25%"}}
 
     seen = set(completed_jobs())
-    nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts), profile="slurm")
+    nextflow(
+        launch,
+        params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts),
+        profile="slurm",
+    )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
     rep = report(outdir, "baseline")
     # Every file and the symlink, which blob storage holds too.
@@ -55,7 +58,9 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
 
     _added, _changed, deleted = modify_tree(src, content)
     seen = set(completed_jobs())
-    nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), profile="slurm")
+    nextflow(
+        launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), profile="slurm"
+    )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
     rep = report(outdir, "final")
     assert rep["status"] == "complete"

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-
 from support.latencyfs import LatencyFS
 from support.pipeline import (
     REPO,
@@ -38,17 +36,10 @@ THREE_PARTS = "plan={mode: parts, parts: 3}"
 # static checks: no worker call, nothing touched
 
 
-def test_rules_are_snakefmt_clean():
-    """The Snakemake workflow catalog's formatting convention, checked like --lint."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def test_lint_is_clean(tmp_path):
-    proc = pipeline(f"source={tmp_path / 'src'}", f"dest={tmp_path / 'dst'}", extra_args=("--lint",))
+    proc = pipeline(
+        f"source={tmp_path / 'src'}", f"dest={tmp_path / 'dst'}", extra_args=("--lint",)
+    )
     assert "Congratulations, your workflow is in a good condition" in proc.stdout + proc.stderr
 
 
@@ -56,7 +47,9 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
     src = tmp_path / "src"
     migration_tree(src, files=5, big=0)
     outdir = tmp_path / "results"
-    proc = pipeline(*base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",))
+    proc = pipeline(
+        *base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",)
+    )
     text = proc.stdout + proc.stderr
     for job in ("rule list_source:", "rule list_dest:", "checkpoint plan:", "rule report:"):
         assert job in text, f"{job} missing from the dry-run plan"
@@ -65,7 +58,9 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
     assert not outdir.exists(), "a dry run wrote run records"
 
     local_dest = tmp_path / "nfs"
-    pipeline(*base_config(ferry_bin, outdir, src, local_dest, "baseline"), extra_args=("--dry-run",))
+    pipeline(
+        *base_config(ferry_bin, outdir, src, local_dest, "baseline"), extra_args=("--dry-run",)
+    )
     assert not local_dest.exists()
     assert not outdir.exists()
 
@@ -84,8 +79,6 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
         ("bogus_key=1", "bogus_key"),
     ],
 )
-
-
 def test_bad_config_is_rejected_before_any_job(tmp_path, ferry_bin, override, field):
     src = tmp_path / "src"
     migration_tree(src, files=3, big=0)
@@ -123,12 +116,20 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), THREE_PARTS)
     assert blob_snapshot(container, "share/") == md5s(content)
     rep = report(outdir, "baseline")
-    total_bytes = sum(len(d) for d in content.values()) + len("../top.txt")  # the link holds its target
+    total_bytes = sum(len(d) for d in content.values()) + len(
+        "../top.txt"
+    )  # the link holds its target
     assert rep["status"] == "complete"
     entries = len(content) + 1  # and the symlink
     assert rep["totals"]["files"] == {
-        "source": entries, "planned": entries, "copied": entries, "skipped": 0, "ignored": 0, "failed": 0,
-        "metadata_only": 0, "replaced": 0,
+        "source": entries,
+        "planned": entries,
+        "copied": entries,
+        "skipped": 0,
+        "ignored": 0,
+        "failed": 0,
+        "metadata_only": 0,
+        "replaced": 0,
     }
     assert rep["plan"]["source"]["symlinks_not_migrated"] == 0
     link = container.client.get_blob_client("share/docs/link-to-top")
@@ -137,14 +138,26 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert rep["totals"]["bytes"]["source"] == total_bytes
     assert rep["totals"]["bytes"]["copied"] == total_bytes
     assert rep["totals"]["verify"]["same"] == entries, "every file and the symlink"
-    assert sum(rep["totals"]["verify"][k] for k in ("differ", "missing_on_dst", "missing_on_src", "error")) == 0
+    assert (
+        sum(
+            rep["totals"]["verify"][k]
+            for k in ("differ", "missing_on_dst", "missing_on_src", "error")
+        )
+        == 0
+    )
     assert len(rep["partitions"]) == 3
     # Every file and the symlink in the parts; the six directories (docs, data, data/sub, names
     # with spaces, ünïcødé, gone), which a blob destination keeps as folder stubs, besides them.
     assert sum(p["files"] for p in rep["partitions"]) == entries
     assert rep["plan"]["to_copy"]["dirs"] == 6
     assert all(p["status"] == "ok" and p["worker_seconds"] is not None for p in rep["partitions"])
-    assert jobs_per_step(rep) == {"list_source": 1, "make_dest": 1, "plan": 1, "copy": 3, "verify": 3}
+    assert jobs_per_step(rep) == {
+        "list_source": 1,
+        "make_dest": 1,
+        "plan": 1,
+        "copy": 3,
+        "verify": 3,
+    }
     assert rep["failures"] == []
     md = (outdir / "t" / "baseline" / "report.md").read_text()
     assert "Where the time went" in md and "| copy | 3 |" in md
@@ -178,7 +191,9 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert rep["status"] == "complete"
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
     assert not rep["totals"]["prune"]["refused"]
-    assert rep["totals"]["verify"]["same"] == len(content) + 1, "final verifies every file (and the link), not just changes"
+    assert rep["totals"]["verify"]["same"] == len(content) + 1, (
+        "final verifies every file (and the link), not just changes"
+    )
     assert rep["totals"]["final_check"]["same"] == len(content) + 1
     assert rep["totals"]["final_check"]["missing_on_src"] == 0
     assert rep["totals"]["files"]["failed"] == 0
@@ -251,7 +266,9 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
 
     try:
         baseline = phase("baseline")
-        listing = counted(lambda: subprocess.run([ferry_bin, "ls", "-r", dest], check=True, capture_output=True))
+        listing = counted(
+            lambda: subprocess.run([ferry_bin, "ls", "-r", dest], check=True, capture_output=True)
+        )
         dirs = listing["opendir"]
         assert dirs == 1 + sum(1 for p in src.rglob("*") if p.is_dir() and not p.is_symlink())
         parts = len(report(outdir, "baseline")["partitions"])
@@ -298,7 +315,9 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
 
 
 @pytest.mark.timeout(300)
-def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry_bin, read_only_dir):
+def test_rerun_after_failed_partition_redoes_only_that_partition(
+    tmp_path, ferry_bin, read_only_dir
+):
     src = tmp_path / "src"
     content = migration_tree(src, files=30, big=0)
     # The only file under blocked/ lands in exactly one partition.
@@ -306,7 +325,9 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
     write_file(src, "blocked/only.txt", content["blocked/only.txt"])
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
-    cfg = base_config(ferry_bin, outdir, src, dest, "baseline") + ["plan={mode: max-files, max_files: 8}"]
+    cfg = base_config(ferry_bin, outdir, src, dest, "baseline") + [
+        "plan={mode: max-files, max_files: 8}"
+    ]
 
     # The directory blocked/, read-only at the destination (as the source's in every other
     # respect, so nothing but its file needs writing), makes that one copy fail.
@@ -341,7 +362,9 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(tmp_path, ferry
     assert rep["status"] == "complete"
     assert jobs_per_step(rep)["copy"] == len(partial["partitions"])  # one benchmark per partition
     for part, mtime in good_outputs.items():
-        assert (run / "copy" / f"part-{part}.json").stat().st_mtime_ns == mtime, f"partition {part} was redone"
+        assert (run / "copy" / f"part-{part}.json").stat().st_mtime_ns == mtime, (
+            f"partition {part} was redone"
+        )
     assert "rule copy:" in proc.stdout + proc.stderr
     text = proc.stdout + proc.stderr
     assert text.count("rule copy:") == 1, "only the failed partition may be copied again"
@@ -361,7 +384,9 @@ def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     victims = sorted(content)[:6]
     for rel in victims:
         (src / rel).unlink()
-    proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), "prune={max_delete: 2}", expect=None)
+    proc = pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "final"), "prune={max_delete: 2}", expect=None
+    )
     assert proc.returncode != 0
     for rel in victims:
         assert (dest / rel).exists(), "prune deleted past max_delete"

@@ -13,7 +13,6 @@ import subprocess
 import time
 
 import pytest
-
 from support.pipeline import (
     REPO,
     assert_no_secret,
@@ -47,7 +46,9 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     parts = "plan={mode: parts, parts: 2}"
 
     seen_before = set(completed_jobs())
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), parts, profile="profiles/slurm")
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "baseline"), parts, profile="profiles/slurm"
+    )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
     rep = report(outdir, "baseline")
     assert rep["status"] == "complete"
@@ -76,7 +77,8 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
     comments = squeue_comments(new_jobs)
     assert_rules_ran(
-        comments.values(), ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check"]
+        comments.values(),
+        ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check"],
     )
     rules = jobs_per_step(rep)
     # Grouped: listing+plan is one job; copies, verifies, prune and the final check alone.
@@ -95,7 +97,8 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     outdir = tmp_path / "results"
     seen_before = set(completed_jobs())
     pipeline(
-        *base_config(ferry_bin, outdir, src, dest, "baseline"), "plan={mode: parts, parts: 2}",
+        *base_config(ferry_bin, outdir, src, dest, "baseline"),
+        "plan={mode: parts, parts: 2}",
         profile="profiles/slurm",
     )
     assert local_snapshot(dest) == md5s(content)
@@ -109,7 +112,9 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     while True:
         proc = subprocess.run(
             ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, new_jobs))],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         states = dict(line.split("|") for line in proc.stdout.split())
         if states == want or time.monotonic() > deadline:
@@ -152,7 +157,9 @@ def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_
     assert files["skipped"] > 0 and files["copied"] + files["skipped"] == 16, files
 
     jobs = [r for r in jobcomp_records() if r["JobId"] not in seen_before]
-    limits = [(r["JobState"], r["TimeLimit"], re.search(r"mem=(\d+)M", r["Tres"]).group(1)) for r in jobs]
+    limits = [
+        (r["JobState"], r["TimeLimit"], re.search(r"mem=(\d+)M", r["Tres"]).group(1)) for r in jobs
+    ]
     # Listing + plan: list's runtime alone (plan runs after it in the same job and adds no time);
     # the two listings run side by side, so twice list's memory (plan's is below that). Then the partition job (copy + verify): copy's runtime alone, the
     # larger memory of the two; killed at 1 minute, retried with 2 minutes and twice the memory.

@@ -18,12 +18,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from support.ferry import REPO_ROOT, ContainerURL, describe, ferry_env
-from support.proxy import FaultProxy
-from support.trees import Dir, File, Link, files_only, make_tree, many_files_spec, odd_names_spec, snapshot
 from support.pipeline import pipeline
+from support.proxy import FaultProxy
 from support.slurm import slurm_is_up, slurm_up
+from support.trees import (
+    Dir,
+    File,
+    Link,
+    files_only,
+    make_tree,
+    many_files_spec,
+    odd_names_spec,
+    snapshot,
+)
 
 REPLICATE = REPO_ROOT / "workflow" / "scripts" / "replicate.py"
 CHUNK = 64 * 1024
@@ -42,18 +50,37 @@ def launcher(kind: str, ranks: int) -> list:
 
 
 def replicate_cmd(kind, ranks, src, dest, *opts) -> list:
-    return [*launcher(kind, ranks), sys.executable, "-m", "mpi4py", str(REPLICATE), str(src), str(dest), *opts]
+    return [
+        *launcher(kind, ranks),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        str(REPLICATE),
+        str(src),
+        str(dest),
+        *opts,
+    ]
 
 
 def replicate(kind, ranks, src, dest, tmp_path, *opts, check=0, timeout=90):
     """Run replicate; returns (CompletedProcess, report dict or None)."""
     report = tmp_path / f"report-{uuid.uuid4().hex[:8]}.json"
     cmd = replicate_cmd(kind, ranks, src, dest, "--json", str(report), *opts)
-    proc = subprocess.run(cmd, env=ferry_env(MPI_ENV), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    proc = subprocess.run(
+        cmd,
+        env=ferry_env(MPI_ENV),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     if check is not None and proc.returncode != check:
-        pytest.fail(f"{describe(cmd)}\n  expected exit {check}, got {proc.returncode}\n"
-                    f"  stdout: {proc.stdout[-3000:]}\n  stderr: {proc.stderr[-5000:]}", pytrace=False)
+        pytest.fail(
+            f"{describe(cmd)}\n  expected exit {check}, got {proc.returncode}\n"
+            f"  stdout: {proc.stdout[-3000:]}\n  stderr: {proc.stderr[-5000:]}",
+            pytrace=False,
+        )
     return proc, json.loads(report.read_text()) if report.exists() else None
 
 
@@ -73,8 +100,13 @@ def dataset(azurite, tmp_path_factory, ferry_bin):
     contents = make_tree(src, dataset_spec())
     container = ContainerURL(azurite, f"replicate-{uuid.uuid4().hex[:12]}")
     container.client.create_container()
-    subprocess.run([str(ferry_bin), "copy", "-r", str(src), container.at("data"), "--no-progress"],
-                   env=ferry_env(), check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [str(ferry_bin), "copy", "-r", str(src), container.at("data"), "--no-progress"],
+        env=ferry_env(),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     want = {p: hashlib.md5(c).hexdigest() for p, c in contents.items()}
     mtimes = {p: e.mtime_ns for p, e in snapshot(src).items() if e.type == "f"}
     return want, sum(len(c) for c in contents.values()), container, mtimes
@@ -90,7 +122,11 @@ def slurm():
         yield
     finally:
         if started:
-            subprocess.run(["bash", str(REPO_ROOT / "scripts" / "slurm-down.sh")], capture_output=True, timeout=60)
+            subprocess.run(
+                ["bash", str(REPO_ROOT / "scripts" / "slurm-down.sh")],
+                capture_output=True,
+                timeout=60,
+            )
 
 
 def rank_dirs(root: Path, ranks: int) -> list:
@@ -104,14 +140,20 @@ def assert_replicas(root: Path, ranks: int, want: dict, mtimes: dict | None = No
     for d in rank_dirs(root, ranks):
         snap = snapshot(d)
         got = files_only(snap)
-        assert got == want, f"{d}: {len(set(want) - set(got))} missing, " \
-                            f"{sum(1 for p in want if p in got and got[p] != want[p])} differ"
-        assert not [p for p in snap if os.path.basename(p).startswith(b".ferry-")], f"temp files left in {d}"
+        assert got == want, (
+            f"{d}: {len(set(want) - set(got))} missing, "
+            f"{sum(1 for p in want if p in got and got[p] != want[p])} differ"
+        )
+        assert not [p for p in snap if os.path.basename(p).startswith(b".ferry-")], (
+            f"temp files left in {d}"
+        )
         meta = {p: (e.mode, e.mtime_ns) for p, e in snap.items() if e.type == "f"}
         if first is None:
             first = meta
             if mtimes is not None:
-                assert {p: m for p, (_, m) in meta.items()} == mtimes, f"{d}: mtimes differ from the source's"
+                assert {p: m for p, (_, m) in meta.items()} == mtimes, (
+                    f"{d}: mtimes differ from the source's"
+                )
         else:
             assert meta == first, f"{d}: mode/mtime differ from rank 0's"
 
@@ -121,14 +163,28 @@ def needs_launcher(kind, request):
         request.getfixturevalue("slurm")
 
 
-@pytest.mark.parametrize("kind,ranks", [("mpirun", 2), ("mpirun", 4), pytest.param("srun", 2, marks=pytest.mark.slurm)])
-def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azurite, tmp_path, request):
+@pytest.mark.parametrize(
+    "kind,ranks", [("mpirun", 2), ("mpirun", 4), pytest.param("srun", 2, marks=pytest.mark.slurm)]
+)
+def test_every_rank_gets_the_dataset_reading_blob_once(
+    kind, ranks, dataset, azurite, tmp_path, request
+):
     needs_launcher(kind, request)
     want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
     with FaultProxy(azurite.port) as proxy:
         src = container.via(proxy.port, "data")
-        _, rep = replicate(kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), "--depth", "3")
+        _, rep = replicate(
+            kind,
+            ranks,
+            src,
+            f"{dest}/{{rank}}",
+            tmp_path,
+            "--chunk-size",
+            str(CHUNK),
+            "--depth",
+            "3",
+        )
         assert_replicas(dest, ranks, want, mtimes)
         # Blob was read exactly once in all, each rank reading only its share.
         assert proxy.bytes_served() == total
@@ -140,14 +196,16 @@ def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azu
 
         # A re-run finds everything on every rank: nothing read, nothing broadcast.
         proxy.clear_log()
-        _, rep = replicate(kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK))
+        _, rep = replicate(
+            kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK)
+        )
         assert proxy.bytes_served() == 0
         assert rep["bytes"] == {"read_from_source": 0, "broadcast": 0, "written_by_receivers": 0}
         assert rep["plan"]["held_by_all"] == len(want)
 
         # One rank lost files, another has a stale one: they come from the other ranks, not Blob.
         last = dest / str(ranks - 1)
-        lost = [b"big/over-several-chunks.bin", b"many/d003/f00301.txt", "odd/tab\there.txt".encode()]
+        lost = [b"big/over-several-chunks.bin", b"many/d003/f00301.txt", b"odd/tab\there.txt"]
         moved = sum(os.path.getsize(last / os.fsdecode(p)) for p in lost)
         for p in lost:
             os.unlink(last / os.fsdecode(p))
@@ -155,7 +213,9 @@ def test_every_rank_gets_the_dataset_reading_blob_once(kind, ranks, dataset, azu
         os.utime(stale, ns=(0, 0))
         moved += stale.stat().st_size
         proxy.clear_log()
-        _, rep = replicate(kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), "--verify")
+        _, rep = replicate(
+            kind, ranks, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), "--verify"
+        )
         assert proxy.bytes_served() == 0
         assert rep["bytes"]["broadcast"] == moved
         assert rep["verify"]["mismatch_count"] == 0
@@ -185,7 +245,9 @@ def find_rank_pid(marker: str, rank: int, deadline: float) -> int:
 
 
 @pytest.mark.parametrize("kind", ["mpirun", pytest.param("srun", marks=pytest.mark.slurm)])
-def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, dataset, azurite, tmp_path, request):
+def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(
+    kind, dataset, azurite, tmp_path, request
+):
     needs_launcher(kind, request)
     want, total, container, mtimes = dataset
     dest = tmp_path / "nodes"
@@ -193,12 +255,28 @@ def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, datas
     with FaultProxy(azurite.port) as proxy:
         src = container.via(proxy.port, "data")
         # A slow broadcast (about 4 s) so that the kill lands in the middle of it.
-        cmd = replicate_cmd(kind, 3, src, f"{dest}/{{rank}}", "--chunk-size", str(CHUNK),
-                            "--max-broadcast-bandwidth", "128KiB/s", "--progress-interval", "0.5")
+        cmd = replicate_cmd(
+            kind,
+            3,
+            src,
+            f"{dest}/{{rank}}",
+            "--chunk-size",
+            str(CHUNK),
+            "--max-broadcast-bandwidth",
+            "128KiB/s",
+            "--progress-interval",
+            "0.5",
+        )
         err_path = tmp_path / "killed.stderr"
         with open(err_path, "wb") as err:
-            job = subprocess.Popen(cmd, env=ferry_env({**MPI_ENV, "FERRY_TEST_RUN": marker}), cwd=tmp_path,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            job = subprocess.Popen(
+                cmd,
+                env=ferry_env({**MPI_ENV, "FERRY_TEST_RUN": marker}),
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         try:
             deadline = time.monotonic() + 60
             while not BROADCAST_UNDER_WAY.search(err_path.read_bytes()) and job.poll() is None:
@@ -217,11 +295,15 @@ def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(kind, datas
         assert rc != 0, stderr
         assert took < 30
         # The launcher names the rank that died.
-        assert ("rank 1" in stderr if kind == "mpirun" else "task 1" in stderr), stderr
+        assert "rank 1" in stderr if kind == "mpirun" else "task 1" in stderr, stderr
         # Whatever carries a final name is complete; the rest is only under temp names.
         for d in rank_dirs(dest, 3):
             got = files_only(snapshot(d))
-            assert all(want.get(p) == m for p, m in got.items() if not os.path.basename(p).startswith(b".ferry-"))
+            assert all(
+                want.get(p) == m
+                for p, m in got.items()
+                if not os.path.basename(p).startswith(b".ferry-")
+            )
 
         # Every file reached some rank before the kill, so the re-run reads nothing from Blob.
         proxy.clear_log()
@@ -263,19 +345,42 @@ def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry
     assert not dest.exists()
     assert rep["dry_run"] and rep["plan"]["download_files"] == len(want)
 
-    _, rep = replicate("mpirun", 3, src, f"{dest}/{{rank}}", tmp_path, "--download-ranks", "1",
-                       "--max-bandwidth", "4GiB/s", "--chunk-size", str(CHUNK), "--verify")
+    _, rep = replicate(
+        "mpirun",
+        3,
+        src,
+        f"{dest}/{{rank}}",
+        tmp_path,
+        "--download-ranks",
+        "1",
+        "--max-bandwidth",
+        "4GiB/s",
+        "--chunk-size",
+        str(CHUNK),
+        "--verify",
+    )
     assert rep["max_bandwidth_per_download_rank"] == 4 << 30
     assert_replicas(dest, 3, want)
-    assert [r["download"]["bytes"] for r in rep["per_rank"]] == [sum(os.path.getsize(src / os.fsdecode(p))
-                                                                     for p in want), 0, 0]
-    assert rep["ignored"] == [{"path": "link", "reason": "symlink (replicate copies files and directories)"}]
+    assert [r["download"]["bytes"] for r in rep["per_rank"]] == [
+        sum(os.path.getsize(src / os.fsdecode(p)) for p in want),
+        0,
+        0,
+    ]
+    assert rep["ignored"] == [
+        {"path": "link", "reason": "symlink (replicate copies files and directories)"}
+    ]
     # --manifest: the given listing, not the source's, is what gets replicated.
     manifest = tmp_path / "subset.tsv"
-    listing = subprocess.run([str(ferry_bin), "ls", "-r", str(src)],
-                             capture_output=True, text=True, check=True).stdout.splitlines()
-    manifest.write_text("\n".join(line for line in listing if line.startswith(("#", "many/d000/", "big.bin"))) + "\n")
-    _, sub = replicate("mpirun", 2, src, f"{tmp_path}/subset/{{rank}}", tmp_path, "--manifest", str(manifest))
+    listing = subprocess.run(
+        [str(ferry_bin), "ls", "-r", str(src)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    manifest.write_text(
+        "\n".join(line for line in listing if line.startswith(("#", "many/d000/", "big.bin")))
+        + "\n"
+    )
+    _, sub = replicate(
+        "mpirun", 2, src, f"{tmp_path}/subset/{{rank}}", tmp_path, "--manifest", str(manifest)
+    )
     subset = {p: m for p, m in want.items() if p.startswith(b"many/d000/") or p == b"big.bin"}
     assert sub["plan"]["files"] == len(subset)
     assert_replicas(tmp_path / "subset", 2, subset)
@@ -292,7 +397,9 @@ def test_refusals_are_clear(tmp_path):
     proc, _ = replicate("mpirun", 2, src, tmp_path / "shared", tmp_path, check=None)
     assert proc.returncode != 0
     assert "failed in stage 'setup'" in proc.stderr and "share DEST" in proc.stderr, proc.stderr
-    proc, _ = replicate("mpirun", 2, src, f"{tmp_path}/n/{{rank}}", tmp_path, "--chunk-size", "2GiB", check=2)
+    proc, _ = replicate(
+        "mpirun", 2, src, f"{tmp_path}/n/{{rank}}", tmp_path, "--chunk-size", "2GiB", check=2
+    )
     assert proc.stderr.count("--chunk-size must be between") == 1, proc.stderr
 
 
@@ -302,9 +409,17 @@ def test_snakemake_replicate_target(tmp_path, ferry_bin):
     want = {p: hashlib.md5(c).hexdigest() for p, c in make_tree(src, many_files_spec(30)).items()}
     dest = tmp_path / "nodes"
     outdir = tmp_path / "results"
-    settings = (f"replicate={{source: {src}, dest: '{dest}/{{rank}}', ranks: 2, "
-                f"launcher: 'mpirun --oversubscribe', verify: true}}")
-    pipeline(settings, f"outdir={outdir}", f"ferry_bin={ferry_bin}", extra_args=("replicate",), env=MPI_ENV)
+    settings = (
+        f"replicate={{source: {src}, dest: '{dest}/{{rank}}', ranks: 2, "
+        f"launcher: 'mpirun --oversubscribe', verify: true}}"
+    )
+    pipeline(
+        settings,
+        f"outdir={outdir}",
+        f"ferry_bin={ferry_bin}",
+        extra_args=("replicate",),
+        env=MPI_ENV,
+    )
     assert_replicas(dest, 2, want)
     (rep,) = outdir.glob("replicate/*/report.json")
     assert json.loads(rep.read_text())["verify"]["mismatch_count"] == 0

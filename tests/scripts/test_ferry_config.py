@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import ferry_config
 import ferry_task
+import pytest
 from ferrylib import ConfigError
 
 MIGRATION = {"source": "/data/share", "dest": "az://archive/share"}
@@ -24,16 +23,30 @@ def test_every_step_has_its_command_requests_and_retries():
     assert set(res["steps"]) == set(ferry_config.STEPS)
     for step, spec in res["steps"].items():
         assert spec["retries"] == 2, step
-        assert set(spec["resources"]) == {"threads", "mem_mb", "runtime", "slurm_partition", "slurm_account"}, step
+        assert set(spec["resources"]) == {
+            "threads",
+            "mem_mb",
+            "runtime",
+            "slurm_partition",
+            "slurm_account",
+        }, step
         if step not in ("report", "replicate"):
             assert {k: spec["values"][k] for k in MIGRATION} == MIGRATION, step
     copy = res["steps"]["copy"]["argv"]
-    assert copy[:5] == ["/opt/ferry/worker/target/release/ferry", "copy", "{source}", "{dest}", "--files-from"]
+    assert copy[:5] == [
+        "/opt/ferry/worker/target/release/ferry",
+        "copy",
+        "{source}",
+        "{dest}",
+        "--files-from",
+    ]
     assert copy[copy.index("--compare") + 1] == "size-mtime"
     # make_dest asks for what the listings ask for, final_check for what verify asks for.
     assert res["steps"]["make_dest"]["resources"] == res["steps"]["list_source"]["resources"]
     assert res["steps"]["final_check"]["resources"] == res["steps"]["verify"]["resources"]
-    assert res["run"]["dir"] == "results/share-" + res["run"]["name"].split("-")[-1] + "/incremental"
+    assert (
+        res["run"]["dir"] == "results/share-" + res["run"]["name"].split("-")[-1] + "/incremental"
+    )
 
 
 def test_baseline_copies_without_comparing_and_plans_from_one_listing():
@@ -52,25 +65,41 @@ def test_list_concurrency_reaches_every_step_that_lists():
 
 
 def test_requests_fall_back_to_default_and_carry_slurm_settings():
-    res = resolve(resources={"default": {"threads": 1, "mem_mb": 500, "runtime": 9},
-                             "copy": {"mem_mb": 3000, "slurm_partition": "big", "slurm_account": "lab"},
-                             "list": {}})
+    res = resolve(
+        resources={
+            "default": {"threads": 1, "mem_mb": 500, "runtime": 9},
+            "copy": {"mem_mb": 3000, "slurm_partition": "big", "slurm_account": "lab"},
+            "list": {},
+        }
+    )
     assert res["steps"]["copy"]["resources"] == {
-        "threads": 2, "mem_mb": 3000, "runtime": 720, "slurm_partition": "big", "slurm_account": "lab"}
+        "threads": 2,
+        "mem_mb": 3000,
+        "runtime": 720,
+        "slurm_partition": "big",
+        "slurm_account": "lab",
+    }
     # An empty table takes every value from the configured list table merged with the defaults.
     assert res["steps"]["list_source"]["resources"]["slurm_partition"] == ""
     assert res["steps"]["report"]["resources"]["mem_mb"] == 1000
 
 
 def test_old_key_names_still_work_with_a_warning_each():
-    res = resolve(worker={"block_size": "4MiB", "auth": "key", "include": ["*.txt"]},
-                  partition={"mode": "parts", "parts": 3}, delete={"max_delete": 7},
-                  resources={"transfer": {"mem_mb": 1234}}, replicate={"runtime": 99})
+    res = resolve(
+        worker={"block_size": "4MiB", "auth": "key", "include": ["*.txt"]},
+        partition={"mode": "parts", "parts": 3},
+        delete={"max_delete": 7},
+        resources={"transfer": {"mem_mb": 1234}},
+        replicate={"runtime": 99},
+    )
     cfg = res["config"]
     assert cfg["copy"]["block_size"] == "4MiB" and cfg["copy"]["max_retries"] == 5
     assert cfg["auth"] == "key" and cfg["list"]["include"] == ["*.txt"]
     assert cfg["plan"]["parts"] == 3 and cfg["prune"]["max_delete"] == 7
-    assert cfg["resources"]["copy"]["mem_mb"] == 1234 and cfg["resources"]["replicate"]["runtime"] == 99
+    assert (
+        cfg["resources"]["copy"]["mem_mb"] == 1234
+        and cfg["resources"]["replicate"]["runtime"] == 99
+    )
     assert not {"worker", "partition", "delete"} & set(cfg)
     assert len(res["warnings"]) == 7
     assert "config field 'worker.block_size'" not in " ".join(res["warnings"])
@@ -79,15 +108,18 @@ def test_old_key_names_still_work_with_a_warning_each():
     assert res["steps"]["list_source"]["argv"][-4:-2] == ["--include", "*.txt"]
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"phase": "sideways"}, "phase"),
-    ({"plan": {"parts": 0}}, "plan.parts"),
-    ({"copy": {"concurrency": "lots"}}, "copy.concurrency"),
-    ({"copy": {"speed": 3}}, "copy.speed"),
-    ({"plan": {"max_bytes": "12 parsecs"}}, "plan.max_bytes"),
-    ({"resources": {"copy": {"mem_mb": -5}}}, "resources.copy.mem_mb"),
-    ({"dest": "/data/share/"}, "source' and 'dest"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"phase": "sideways"}, "phase"),
+        ({"plan": {"parts": 0}}, "plan.parts"),
+        ({"copy": {"concurrency": "lots"}}, "copy.concurrency"),
+        ({"copy": {"speed": 3}}, "copy.speed"),
+        ({"plan": {"max_bytes": "12 parsecs"}}, "plan.max_bytes"),
+        ({"resources": {"copy": {"mem_mb": -5}}}, "resources.copy.mem_mb"),
+        ({"dest": "/data/share/"}, "source' and 'dest"),
+    ],
+)
 def test_one_error_format_naming_the_field(params, field):
     with pytest.raises(ConfigError, match=f"config field.? '{field}'"):
         resolve(**params)
@@ -98,7 +130,11 @@ def test_the_final_check_and_report_follow_the_phase():
     assert not resolve(phase="final", list={"include": ["a*"], "exclude": []})["run"]["final_check"]
     assert not resolve(phase="final", prune={"dry_run": True})["run"]["final_check"]
     args = resolve(phase="final", checksum=True)["run"]["report_args"]
-    assert args[args.index("--phase") + 1] == "final" and "--checksum" in args and "--final-check" in args
+    assert (
+        args[args.index("--phase") + 1] == "final"
+        and "--checksum" in args
+        and "--final-check" in args
+    )
 
 
 def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
@@ -119,7 +155,10 @@ def test_cli_prints_the_resolution_or_a_named_error(tmp_path, capsys):
     params = tmp_path / "params.json"
     params.write_text(json.dumps({"phase": "final"}))
     assert ferry_config.main(["resolve", str(params)]) == 2
-    assert "ferry: invalid configuration: config fields 'source' and 'dest' are required" in capsys.readouterr().err
+    assert (
+        "ferry: invalid configuration: config fields 'source' and 'dest' are required"
+        in capsys.readouterr().err
+    )
     params.write_text(json.dumps({**MIGRATION, "dest": "rel/dest", "pass": "3"}))
     assert ferry_config.main(["resolve", str(params), "--absolute"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -130,25 +169,49 @@ def test_cli_prints_the_resolution_or_a_named_error(tmp_path, capsys):
 def test_fill_replaces_whole_arguments_only():
     argv = ["ferry", "ls", "{source}", "{cut}", "a{source}", "{not an id}"]
     assert ferry_task.fill(argv, {"source": "/s p", "cut": ["--parts", "2"]}) == [
-        "ferry", "ls", "/s p", "--parts", "2", "a{source}", "{not an id}"]
+        "ferry",
+        "ls",
+        "/s p",
+        "--parts",
+        "2",
+        "a{source}",
+        "{not an id}",
+    ]
     with pytest.raises(SystemExit, match="no value for {dest}"):
         ferry_task.fill(["{dest}"], {})
 
 
 def test_records_layout():
     rec = ferry_task.records("copy", "00003", "run")
-    assert rec == ("run/copy/part-00003.json", "run/logs/copy/part-00003.log",
-                   "run/benchmarks/copy/part-00003.tsv", "run/failed/copy-part-00003.json")
+    assert rec == (
+        "run/copy/part-00003.json",
+        "run/logs/copy/part-00003.log",
+        "run/benchmarks/copy/part-00003.tsv",
+        "run/failed/copy-part-00003.json",
+    )
     assert ferry_task.records("plan", root="run").out is None
 
 
 def _spec(script: str) -> str:
-    return json.dumps({"argv": ["sh", "-c", script, "sh", "{manifest}"], "values": {}, "env": {"GREETING": "hi"}})
+    return json.dumps(
+        {"argv": ["sh", "-c", script, "sh", "{manifest}"], "values": {}, "env": {"GREETING": "hi"}}
+    )
 
 
 def test_a_step_that_succeeds_leaves_its_output_log_and_timing(tmp_path):
-    rc = ferry_task.main(["copy", "--records", str(tmp_path), "--part", "00001", "--set", "manifest=m.tsv",
-                          "--spec", _spec('echo "{\\"got\\": \\"$1 $GREETING\\"}"; echo said >&2')])
+    rc = ferry_task.main(
+        [
+            "copy",
+            "--records",
+            str(tmp_path),
+            "--part",
+            "00001",
+            "--set",
+            "manifest=m.tsv",
+            "--spec",
+            _spec('echo "{\\"got\\": \\"$1 $GREETING\\"}"; echo said >&2'),
+        ]
+    )
     rec = ferry_task.records("copy", "00001", str(tmp_path))
     assert rc == 0
     assert json.loads(open(rec.out).read()) == {"got": "m.tsv hi"}
@@ -160,21 +223,57 @@ def test_a_step_that_succeeds_leaves_its_output_log_and_timing(tmp_path):
 
 def test_a_failed_step_keeps_its_report_under_failed_and_passes_the_status_on(tmp_path):
     rec = ferry_task.records("copy", "00002", str(tmp_path))
-    rc = ferry_task.main(["copy", "--records", str(tmp_path), "--part", "00002", "--set", "manifest=m.tsv",
-                          "--spec", _spec('echo "{\\"failed\\": 1}"; exit 1')])
+    rc = ferry_task.main(
+        [
+            "copy",
+            "--records",
+            str(tmp_path),
+            "--part",
+            "00002",
+            "--set",
+            "manifest=m.tsv",
+            "--spec",
+            _spec('echo "{\\"failed\\": 1}"; exit 1'),
+        ]
+    )
     assert rc == 1
     assert not (tmp_path / "copy" / "part-00002.json").exists()
     assert json.loads(open(rec.failed).read()) == {"failed": 1}
     assert (tmp_path / "benchmarks" / "copy" / "part-00002.tsv").exists()
     # A later success clears the earlier failure.
-    assert ferry_task.main(["copy", "--records", str(tmp_path), "--part", "00002", "--set", "manifest=m.tsv",
-                            "--spec", _spec("echo '{}'")]) == 0
+    assert (
+        ferry_task.main(
+            [
+                "copy",
+                "--records",
+                str(tmp_path),
+                "--part",
+                "00002",
+                "--set",
+                "manifest=m.tsv",
+                "--spec",
+                _spec("echo '{}'"),
+            ]
+        )
+        == 0
+    )
     assert not (tmp_path / "failed" / "copy-part-00002.json").exists()
 
 
 def test_a_signal_reads_as_the_shell_reports_it(tmp_path):
-    rc = ferry_task.main(["copy", "--records", str(tmp_path), "--part", "0", "--set", "manifest=m",
-                          "--spec", _spec("kill -9 $$")])
+    rc = ferry_task.main(
+        [
+            "copy",
+            "--records",
+            str(tmp_path),
+            "--part",
+            "0",
+            "--set",
+            "manifest=m",
+            "--spec",
+            _spec("kill -9 $$"),
+        ]
+    )
     assert rc == 137
 
 

@@ -12,11 +12,10 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import ferry_history
 import ferry_report
 import ferry_task
+import pytest
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
@@ -24,21 +23,27 @@ MIB = 1024 * 1024
 KIND_ZERO = dict.fromkeys(ferry_history.KINDS, 0)
 
 # The rates every hand-made pass runs at, so the projection's arithmetic can be redone by hand.
-SOURCE = 10_000                # files at the source (1 MiB each), and as many at the destination
-LIST_SOURCE_FPS = 100.0        # files listed per second at the source
-LIST_DEST_FPS = 200.0          # ... at the destination
-PLAN_EPS = 1000.0              # entries (source + destination) planned per second
-COPY_FPS = 10.0                # files copied per second (and so 10 MiB/s)
-VERIFY_FPS = 100.0             # files verified (by size) per second
-OVERHEAD = 5.0                 # engine start-up, scheduling, report: the wall time beyond the steps
+SOURCE = 10_000  # files at the source (1 MiB each), and as many at the destination
+LIST_SOURCE_FPS = 100.0  # files listed per second at the source
+LIST_DEST_FPS = 200.0  # ... at the destination
+PLAN_EPS = 1000.0  # entries (source + destination) planned per second
+COPY_FPS = 10.0  # files copied per second (and so 10 MiB/s)
+VERIFY_FPS = 100.0  # files verified (by size) per second
+OVERHEAD = 5.0  # engine start-up, scheduling, report: the wall time beyond the steps
 
 
 def iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
 
 
-def measured(phase: str, started: float, delta: int, pass_: int = 1, status: str = "complete",
-             copy_fps: float = COPY_FPS) -> dict:
+def measured(
+    phase: str,
+    started: float,
+    delta: int,
+    pass_: int = 1,
+    status: str = "complete",
+    copy_fps: float = COPY_FPS,
+) -> dict:
     """A record of a pass that copied `delta` files of 1 MiB at the rates above: every step's span
     is its work divided by its rate; the wall time is the steps' plus OVERHEAD."""
     dest = 0 if phase == "baseline" else SOURCE
@@ -50,19 +55,48 @@ def measured(phase: str, started: float, delta: int, pass_: int = 1, status: str
         **({"copy": delta / copy_fps} if delta else {}),
         **({"verify": verified / VERIFY_FPS} if verified else {}),
     }
-    wall = max(steps["list_source"], steps.get("list_dest", 0)) + sum(
-        v for k, v in steps.items() if k not in ("list_source", "list_dest")) + OVERHEAD
+    wall = (
+        max(steps["list_source"], steps.get("list_dest", 0))
+        + sum(v for k, v in steps.items() if k not in ("list_source", "list_dest"))
+        + OVERHEAD
+    )
     return {
-        "version": 1, "run_id": f"{phase}-{pass_}-{started}", "run_name": "m", "phase": phase, "pass": pass_,
-        "run_dir": phase if pass_ == 1 else f"{phase}-pass{pass_}", "status": status, "engine": "snakemake",
-        "started": iso(started), "ended": iso(started + wall), "wall_seconds": wall,
+        "version": 1,
+        "run_id": f"{phase}-{pass_}-{started}",
+        "run_name": "m",
+        "phase": phase,
+        "pass": pass_,
+        "run_dir": phase if pass_ == 1 else f"{phase}-pass{pass_}",
+        "status": status,
+        "engine": "snakemake",
+        "started": iso(started),
+        "ended": iso(started + wall),
+        "wall_seconds": wall,
         "source": {"files": SOURCE, "bytes": SOURCE * MIB},
         "dest": {"files": dest or None, "bytes": dest * MIB or None},
-        "planned": {"files": delta, "bytes": delta * MIB, "new": delta, "changed": 0, "metadata_only": 0,
-                    "type_changed": 0, "undecided": 0, "deleted": 0, "deleted_bytes": 0},
+        "planned": {
+            "files": delta,
+            "bytes": delta * MIB,
+            "new": delta,
+            "changed": 0,
+            "metadata_only": 0,
+            "type_changed": 0,
+            "undecided": 0,
+            "deleted": 0,
+            "deleted_bytes": 0,
+        },
         "copied": {"files": delta, "bytes": delta * MIB},
-        "verified": {"files": verified, "same": verified, "differ": 0, "missing_on_dst": 0, "missing_on_src": 0, "error": 0},
-        "checksum": False, "failed": 0, "retries": 0,
+        "verified": {
+            "files": verified,
+            "same": verified,
+            "differ": 0,
+            "missing_on_dst": 0,
+            "missing_on_src": 0,
+            "error": 0,
+        },
+        "checksum": False,
+        "failed": 0,
+        "retries": 0,
         # One listing page per 5,000 entries, one put per file copied, one HEAD per file verified.
         "requests": {
             "total": {**KIND_ZERO, "list_pages": dest // 5000, "puts": delta, "heads": verified},
@@ -73,7 +107,8 @@ def measured(phase: str, started: float, delta: int, pass_: int = 1, status: str
             },
         },
         "steps": {k: {"seconds": v, "span": v} for k, v in steps.items()},
-        "partitions": 1, "depth": {"mode": "adaptive", "final": 16, "peak": 32},
+        "partitions": 1,
+        "depth": {"mode": "adaptive", "final": 16, "peak": 32},
     }
 
 
@@ -115,7 +150,9 @@ def test_the_final_pass_projected_step_by_step(converging):
     assert p["requests"] == 2 + round(rate * 0.5) + SOURCE
     assert p["converging"] == "converging", p["why"]
     assert "400, 150, 60" in p["why"]
-    assert p["line"].startswith("a final pass started now would take ≈ 6 min (listing 2 min + plan 20 s + copy 8 s")
+    assert p["line"].startswith(
+        "a final pass started now would take ≈ 6 min (listing 2 min + plan 20 s + copy 8 s"
+    )
     assert "with ≈ 10,080 Blob requests" in p["line"]
     assert any("every source file (by size)" in a for a in p["assumptions"])
 
@@ -133,14 +170,22 @@ def test_the_backtest_projects_each_pass_from_the_ones_before(converging):
     # Pass 2 from the baseline and pass 1: 200 files an hour for the hour since pass 1 started,
     # where it found 150. An incremental pass verifies only what it copied.
     second = p["backtest"][1]
-    projected = max(SOURCE / LIST_SOURCE_FPS, SOURCE / LIST_DEST_FPS) + 2 * SOURCE / PLAN_EPS \
-        + 200 / COPY_FPS + 200 / VERIFY_FPS + OVERHEAD
+    projected = (
+        max(SOURCE / LIST_SOURCE_FPS, SOURCE / LIST_DEST_FPS)
+        + 2 * SOURCE / PLAN_EPS
+        + 200 / COPY_FPS
+        + 200 / VERIFY_FPS
+        + OVERHEAD
+    )
     actual = converging[2]["wall_seconds"]
     assert second["projected_seconds"] == pytest.approx(projected, abs=1e-3)
     assert second["actual_seconds"] == pytest.approx(actual, abs=1e-3)
     assert second["error_seconds"] == pytest.approx(projected - actual, abs=1e-2)
     assert second["error_pct"] == round(100 * (projected - actual) / actual, 1)
-    assert (second["projected_requests"], second["actual_requests"]) == (2 + 200 + 200, 2 + 150 + 150)
+    assert (second["projected_requests"], second["actual_requests"]) == (
+        2 + 200 + 200,
+        2 + 150 + 150,
+    )
     # Pass 1 had only the baseline before it: no change rate known yet, so no copy foreseen.
     first = p["backtest"][0]
     assert first["projected_seconds"] < first["actual_seconds"]
@@ -174,7 +219,8 @@ def test_a_change_rate_above_what_a_pass_copies_is_diverging():
 
 def test_equal_deltas_are_steady():
     history = [measured("baseline", T0, SOURCE)] + [
-        measured("incremental", T0 + n * HOUR, 500, n) for n in range(1, 4)]
+        measured("incremental", T0 + n * HOUR, 500, n) for n in range(1, 4)
+    ]
     p = ferry_history.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "steady" and "no longer shrink" in p["why"]
 
@@ -197,7 +243,9 @@ def test_no_projection_without_a_complete_pass():
 
 def test_the_report_markdown_has_the_projection_and_the_history(converging):
     p = ferry_history.project(converging, now=T0 + 4 * HOUR)
-    text = "\n".join(ferry_history.projection_markdown(p) + ferry_history.history_markdown(converging))
+    text = "\n".join(
+        ferry_history.projection_markdown(p) + ferry_history.history_markdown(converging)
+    )
     assert "**A final pass started now would take ≈ 6 min" in text
     assert "| 2 | incremental | 2 min | 2 min |" in text
     assert text.count("| complete | snakemake |") == 4
@@ -205,7 +253,18 @@ def test_the_report_markdown_has_the_projection_and_the_history(converging):
 
 # --- records on disk, markers, killed runs -------------------------------------------------------
 
-REPORT_ARGS = ["--run-name", "m", "--phase", "incremental", "--pass", "2", "--source", "/s", "--dest", "/d"]
+REPORT_ARGS = [
+    "--run-name",
+    "m",
+    "--phase",
+    "incremental",
+    "--pass",
+    "2",
+    "--source",
+    "/s",
+    "--dest",
+    "/d",
+]
 
 
 def dead_pid() -> int:
@@ -240,7 +299,11 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     assert not (root / ferry_task.HISTORY).exists()
     killed = loaded[0]
     assert (killed["phase"], killed["pass"], killed["engine"]) == ("incremental", 2, "snakemake")
-    assert killed["started"] == iso(T0) and killed["ended"] == iso(T0 + 20) and killed["wall_seconds"] == 20
+    assert (
+        killed["started"] == iso(T0)
+        and killed["ended"] == iso(T0 + 20)
+        and killed["wall_seconds"] == 20
+    )
     assert killed["steps"]["list_source"]["seconds"] == 12.0
 
     # The next run of the phase starts: the killed one gets its record first.
@@ -269,8 +332,12 @@ def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
     (root / "baseline" / ferry_task.RUN_STARTED).write_text(json.dumps(marker))
     assert [r["status"] for r in ferry_history.load(str(root))] == ["running"]
     assert ferry_history.settle(str(root)) == []
-    ferry_history.start(str(root / "incremental"), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0 + HOUR)
-    assert [(r["run_dir"], r["status"]) for r in ferry_history.read(str(root))] == [("baseline", "killed")]
+    ferry_history.start(
+        str(root / "incremental"), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0 + HOUR
+    )
+    assert [(r["run_dir"], r["status"]) for r in ferry_history.read(str(root))] == [
+        ("baseline", "killed")
+    ]
 
 
 def test_onerror_without_a_started_run_records_nothing(tmp_path):
@@ -292,8 +359,22 @@ def test_the_cli_projects_from_a_run_root(tmp_path, converging, capsys):
 
 
 def test_requests_are_summed_over_sides_and_missing_ones_are_zeros():
-    both = {"requests": {"source": {"gets": 2, "list_pages": 1}, "dest": {"puts": 3, "gets": 1, "blocks": 4}}}
-    assert ferry_report.request_counts(both) == {**KIND_ZERO, "gets": 3, "list_pages": 1, "puts": 3, "blocks": 4}
-    assert ferry_report.request_counts({"requests": {"heads": 7, "weird": "x"}}) == {**KIND_ZERO, "heads": 7}
+    both = {
+        "requests": {
+            "source": {"gets": 2, "list_pages": 1},
+            "dest": {"puts": 3, "gets": 1, "blocks": 4},
+        }
+    }
+    assert ferry_report.request_counts(both) == {
+        **KIND_ZERO,
+        "gets": 3,
+        "list_pages": 1,
+        "puts": 3,
+        "blocks": 4,
+    }
+    assert ferry_report.request_counts({"requests": {"heads": 7, "weird": "x"}}) == {
+        **KIND_ZERO,
+        "heads": 7,
+    }
     assert ferry_report.request_counts({"files": {}}) == KIND_ZERO
     assert ferry_report.request_counts(None) == KIND_ZERO

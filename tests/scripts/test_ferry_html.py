@@ -13,11 +13,10 @@ import re
 import sys
 import types
 
-import pytest
-
 import ferry_html
 import ferry_report
 import ferry_task
+import pytest
 from support.rundir import RunDir
 
 T0 = 1_700_000_000.0
@@ -27,30 +26,84 @@ PLOTS = ("delta", "steps", "timeline", "throughput", "projection", "backtest")
 def record(pass_, phase, started, wall, planned, steps, status="complete", requests=None):
     """A history record as ferry_history.load returns it (the fields the page reads)."""
     return {
-        "version": 1, "run_name": "r1", "phase": phase, "pass": pass_, "status": status,
-        "started": started, "ended": None, "wall_seconds": wall,
-        "source": {"files": 1000, "bytes": 10**9}, "planned": {"files": planned, "bytes": planned * 1000},
-        "copied": {"files": planned, "bytes": planned * 1000}, "failed": 0,
+        "version": 1,
+        "run_name": "r1",
+        "phase": phase,
+        "pass": pass_,
+        "status": status,
+        "started": started,
+        "ended": None,
+        "wall_seconds": wall,
+        "source": {"files": 1000, "bytes": 10**9},
+        "planned": {"files": planned, "bytes": planned * 1000},
+        "copied": {"files": planned, "bytes": planned * 1000},
+        "failed": 0,
         "requests": {"total": requests or {"puts": planned, "list_pages": 2}, "by_step": {}},
         "steps": {step: {"seconds": s, "span": s} for step, s in steps.items()},
     }
 
 
 HISTORY = [
-    record(1, "baseline", "2026-11-27T06:00:00+00:00", 1000, 1000, {"list_source": 20, "plan": 3, "copy": 900}),
-    record(2, "incremental", "2026-11-27T07:00:00+00:00", 200, 80, {"list_source": 20, "list_dest": 15, "copy": 100}),
-    record(3, "incremental", "2026-11-27T08:00:00+00:00", 90, 30, {"list_source": 20, "list_dest": 15, "copy": 40},
-           status="failed"),
+    record(
+        1,
+        "baseline",
+        "2026-11-27T06:00:00+00:00",
+        1000,
+        1000,
+        {"list_source": 20, "plan": 3, "copy": 900},
+    ),
+    record(
+        2,
+        "incremental",
+        "2026-11-27T07:00:00+00:00",
+        200,
+        80,
+        {"list_source": 20, "list_dest": 15, "copy": 100},
+    ),
+    record(
+        3,
+        "incremental",
+        "2026-11-27T08:00:00+00:00",
+        90,
+        30,
+        {"list_source": 20, "list_dest": 15, "copy": 40},
+        status="failed",
+    ),
 ]
 PROJECTION = {
-    "phase": "final", "ok": True, "why_not": None, "seconds": 95.0,
-    "steps": {"listing": 35.0, "plan": 3.0, "copy": 30.0, "verify": 22.0, "prune": 5.0, "final_check": 0.0},
-    "requests": 26, "converging": "converging", "why": "the delta shrinks by 60 % a pass",
-    "assumptions": ["the last pass's rates", "the delta grows linearly with the time since the last pass"],
-    "backtest": [{"pass": 2, "phase": "incremental", "projected_seconds": 180, "actual_seconds": 200,
-                  "error_seconds": -20, "error_pct": -10.0, "projected_requests": 90, "actual_requests": 86}],
+    "phase": "final",
+    "ok": True,
+    "why_not": None,
+    "seconds": 95.0,
+    "steps": {
+        "listing": 35.0,
+        "plan": 3.0,
+        "copy": 30.0,
+        "verify": 22.0,
+        "prune": 5.0,
+        "final_check": 0.0,
+    },
+    "requests": 26,
+    "converging": "converging",
+    "why": "the delta shrinks by 60 % a pass",
+    "assumptions": [
+        "the last pass's rates",
+        "the delta grows linearly with the time since the last pass",
+    ],
+    "backtest": [
+        {
+            "pass": 2,
+            "phase": "incremental",
+            "projected_seconds": 180,
+            "actual_seconds": 200,
+            "error_seconds": -20,
+            "error_pct": -10.0,
+            "projected_requests": 90,
+            "actual_requests": 86,
+        }
+    ],
     "line": "A final pass started now would take ≈ 1.6 min (listing 35 s + plan 3 s + copy 30 s + verify 22 s "
-            "+ prune 5 s), with 26 Blob requests.",
+    "+ prune 5 s), with 26 Blob requests.",
 }
 
 
@@ -59,7 +112,9 @@ def history(monkeypatch):
     """The history and projection the report carries (ferry_report.py --history puts them there);
     set .records / .projection per test. For a report without them the page reads the history
     itself, through a stand-in ferry_history module here (.error makes it fail)."""
-    module = types.SimpleNamespace(records=HISTORY, projection=PROJECTION, error=None, roots=[], in_report=True)
+    module = types.SimpleNamespace(
+        records=HISTORY, projection=PROJECTION, error=None, roots=[], in_report=True
+    )
 
     def load(root):
         module.roots.append(root)
@@ -77,10 +132,18 @@ def history(monkeypatch):
 def finished(tmp_path) -> RunDir:
     """A final pass that went through but for one file: two copy partitions, one verify, timed."""
     run = RunDir(tmp_path / "r1" / "final")
-    run.plan(copy=[("00000", 3, 3_000_000), ("00001", 2, 5_000_000)], verify=[("00000", 5, 8_000_000)])
+    run.plan(
+        copy=[("00000", 3, 3_000_000), ("00001", 2, 5_000_000)], verify=[("00000", 5, 8_000_000)]
+    )
     run.copied("00000", copied=3, bytes_copied=3_000_000, seconds=1.25)
-    run.copied("00001", copied=1, failed=1, bytes_copied=4_000_000, seconds=2.5,
-               failures=[{"path": "a/<b>&c.txt", "error": "403 <forbidden>"}])
+    run.copied(
+        "00001",
+        copied=1,
+        failed=1,
+        bytes_copied=4_000_000,
+        seconds=2.5,
+        failures=[{"path": "a/<b>&c.txt", "error": "403 <forbidden>"}],
+    )
     run.verified("00000", same=5, seconds=0.75)
     run.benchmark("list_source", 1.0, end=T0 + 1)
     run.benchmark("plan", 0.5, end=T0 + 3)
@@ -102,7 +165,10 @@ def page_of(run: RunDir, phase: str = "final") -> str:
 
 def plots(page: str) -> dict[str, str]:
     """{plot id: its SVG} of every svg.plot of the page."""
-    return {m.group(1): m.group(0) for m in re.finditer(r'<svg class="plot" id="plot-([a-z]+)".*?</svg>', page, re.S)}
+    return {
+        m.group(1): m.group(0)
+        for m in re.finditer(r'<svg class="plot" id="plot-([a-z]+)".*?</svg>', page, re.S)
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,8 +180,13 @@ def test_every_section_and_plot_is_there(finished, history):
     assert set(found) == set(PLOTS)
     for name, svg in found.items():
         assert 'class="mark' in svg, f"plot {name} has no marks"
-    for heading in ("The final pass, projected", "Migration history", "This pass over time", "Copy partitions",
-                    "Failures (1)"):
+    for heading in (
+        "The final pass, projected",
+        "Migration history",
+        "This pass over time",
+        "Copy partitions",
+        "Failures (1)",
+    ):
         assert f"<h2>{heading}</h2>" in page
     assert PROJECTION["line"] in page
     assert "converging" in page and "the delta shrinks by 60 % a pass" in page
@@ -130,7 +201,9 @@ def test_every_section_and_plot_is_there(finished, history):
 def test_a_report_without_history_has_it_read_from_the_run_root(finished, history):
     history.in_report = False
     page = page_of(finished)
-    assert history.roots == [str(finished.path.parent)], "the history is read from the run's output directory"
+    assert history.roots == [str(finished.path.parent)], (
+        "the history is read from the run's output directory"
+    )
     assert set(plots(page)) == set(PLOTS) and PROJECTION["line"] in page
 
 
@@ -138,7 +211,9 @@ def test_the_page_fetches_nothing_and_escapes_text(finished, history):
     page = page_of(finished)
     assert page.startswith("<!DOCTYPE html>")
     for outside in ("<link", " src=", " href=", "url(", "@import", "@font-face"):
-        assert outside not in page, f"{outside!r} would make the page depend on something outside it"
+        assert outside not in page, (
+            f"{outside!r} would make the page depend on something outside it"
+        )
     assert "a/&lt;b&gt;&amp;c.txt" in page and "403 &lt;forbidden&gt;" in page
     assert "<b>&c" not in page
     # Its checks are inline and write their verdict where the browser test reads it.
@@ -154,8 +229,11 @@ def test_time_per_step_stacks_each_pass(finished, history):
 
 
 def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
-    spans = ferry_html.job_spans(ferry_report.build(str(finished.path), "r1", "final", "/s", "/d", True),
-                                 str(finished.path), ferry_html.timings(str(finished.path)))
+    spans = ferry_html.job_spans(
+        ferry_report.build(str(finished.path), "r1", "final", "/s", "/d", True),
+        str(finished.path),
+        ferry_html.timings(str(finished.path)),
+    )
     copy1 = next(s for s in spans if (s["step"], s["part"]) == ("copy", "00001"))
     assert (copy1["start"], copy1["end"], copy1["bytes"]) == (T0 + 3, T0 + 7, 4_000_000)
     timeline = plots(page_of(finished))["timeline"]
@@ -166,8 +244,17 @@ def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
 def test_a_job_still_running_shows_from_its_progress_file(finished, history):
     progress = finished.path / ferry_task.PROGRESS.format(step="verify", part="00001")
     progress.parent.mkdir()
-    progress.write_text(json.dumps({"command": "verify", "started": T0 + 7, "updated": T0 + 9, "finished": False,
-                                    "bytes": {"done": 1000, "total": None}}))
+    progress.write_text(
+        json.dumps(
+            {
+                "command": "verify",
+                "started": T0 + 7,
+                "updated": T0 + 9,
+                "finished": False,
+                "bytes": {"done": 1000, "total": None},
+            }
+        )
+    )
     timeline = plots(page_of(finished))["timeline"]
     assert 'class="mark running"' in timeline
     assert "verify part 00001: 2.0 s, 1000 B, 500 B/s (running)" in timeline
@@ -207,22 +294,54 @@ def test_a_projection_not_possible_yet_says_why(finished, history):
 
 
 def test_a_diverging_migration_is_flagged(finished, history):
-    history.projection = {**PROJECTION, "converging": "diverging", "why": "the delta grows faster than a pass copies"}
+    history.projection = {
+        **PROJECTION,
+        "converging": "diverging",
+        "why": "the delta grows faster than a pass copies",
+    }
     page = page_of(finished)
-    assert '<p class="warn">The passes: <b>diverging</b> (the delta grows faster than a pass copies).</p>' in page
+    assert (
+        '<p class="warn">The passes: <b>diverging</b> (the delta grows faster than a pass copies).</p>'
+        in page
+    )
 
 
 def test_the_report_writes_the_page_beside_report_md(finished, history):
-    ferry_report.main(["build", str(finished.path), "--run-name", "r1", "--phase", "incremental", "--source", "/s",
-                       "--dest", "/d"])
+    ferry_report.main(
+        [
+            "build",
+            str(finished.path),
+            "--run-name",
+            "r1",
+            "--phase",
+            "incremental",
+            "--source",
+            "/s",
+            "--dest",
+            "/d",
+        ]
+    )
     assert (finished.path / "report.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 def test_an_incomplete_run_gets_report_incomplete_html_and_the_rerun_removes_it(finished, history):
     finished.result("copy", "00001").unlink()
     finished.copy_failed("00001", "")
-    ferry_report.main(["build", str(finished.path), "--run-name", "r1", "--phase", "incremental", "--source", "/s",
-                       "--dest", "/d", "--by-status"])
+    ferry_report.main(
+        [
+            "build",
+            str(finished.path),
+            "--run-name",
+            "r1",
+            "--phase",
+            "incremental",
+            "--source",
+            "/s",
+            "--dest",
+            "/d",
+            "--by-status",
+        ]
+    )
     page = finished.path / "report-incomplete.html"
     assert "incomplete" in page.read_text(encoding="utf-8")
     assert not (finished.path / "report.html").exists()
@@ -245,8 +364,22 @@ def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
         run.benchmark("plan", 0.5, end=end - 5)
         run.benchmark("copy", 2.0, end=end - 2, part="00000")
         run.benchmark("verify", 1.0, end=end, part="00000")
-        ferry_report.main(["build", str(run.path), "--run-name", "r1", "--phase", phase, "--source", "/s",
-                           "--dest", "/d", "--history", str(run.path)])
+        ferry_report.main(
+            [
+                "build",
+                str(run.path),
+                "--run-name",
+                "r1",
+                "--phase",
+                phase,
+                "--source",
+                "/s",
+                "--dest",
+                "/d",
+                "--history",
+                str(run.path),
+            ]
+        )
     report = json.loads((root / "incremental" / "report.json").read_text())
     assert [r["phase"] for r in report["history"]] == ["baseline", "incremental"]
     page = (root / "incremental" / "report.html").read_text(encoding="utf-8")

@@ -8,10 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-import pytest
-
 import ferry_report
 import ferry_task
+import pytest
 from support.rundir import RunDir
 
 T0 = 1_700_000_000.0  # when the first job of a hand-made run started
@@ -31,8 +30,15 @@ def finished(run) -> RunDir:
     """A baseline that went through: two copy partitions, one verify partition, every job timed."""
     run.plan(copy=[("00000", 3, 3000), ("00001", 2, 5000)], verify=[("00000", 5, 8000)])
     run.copied("00000", copied=3, bytes_copied=3000, retries={"503": 2}, seconds=1.25)
-    run.copied("00001", copied=1, skipped=1, bytes_copied=4000, bytes_skipped=1000, retries={"500": 1, "503": 1},
-               seconds=2.5)
+    run.copied(
+        "00001",
+        copied=1,
+        skipped=1,
+        bytes_copied=4000,
+        bytes_skipped=1000,
+        retries={"500": 1, "503": 1},
+        seconds=2.5,
+    )
     run.verified("00000", same=5, seconds=0.75)
     run.benchmark("list_source", 1.0, end=T0 + 1, cpu=0.5, rss=20)
     run.benchmark("list_dest", 2.0, end=T0 + 2.5, cpu=0.25, rss=30)
@@ -52,23 +58,58 @@ def test_a_finished_run_adds_up_the_partitions(finished):
     assert report["status"] == "complete"
     assert report["failures"] == []
     t = report["totals"]
-    assert t["files"] == {"source": 5, "planned": 5, "copied": 4, "skipped": 1, "metadata_only": 0, "replaced": 0,
-                          "ignored": 0, "failed": 0}
+    assert t["files"] == {
+        "source": 5,
+        "planned": 5,
+        "copied": 4,
+        "skipped": 1,
+        "metadata_only": 0,
+        "replaced": 0,
+        "ignored": 0,
+        "failed": 0,
+    }
     assert t["bytes"] == {"source": 8000, "planned": 8000, "copied": 7000, "skipped": 1000}
     assert t["retries"] == {"total": 4, "by_status": {"500": 1, "503": 3}}
     assert t["partitions"] == {"copy": 2, "copy_ok": 2, "verify": 1, "verify_ok": 1}
-    assert t["verify"] == {"same": 5, "differ": 0, "missing_on_dst": 0, "missing_on_src": 0, "error": 0}
-    assert t["prune"] is None and t["final_check"] is None, "prune and the final check belong to the final phase"
+    assert t["verify"] == {
+        "same": 5,
+        "differ": 0,
+        "missing_on_dst": 0,
+        "missing_on_src": 0,
+        "error": 0,
+    }
+    assert t["prune"] is None and t["final_check"] is None, (
+        "prune and the final check belong to the final phase"
+    )
     assert [p["id"] for p in report["partitions"]] == ["00000", "00001"]
     first = report["partitions"][0]
-    assert (first["status"], first["files"], first["bytes"], first["copied"], first["retries"]) == ("ok", 3, 3000, 3, 2)
+    assert (first["status"], first["files"], first["bytes"], first["copied"], first["retries"]) == (
+        "ok",
+        3,
+        3000,
+        3,
+        2,
+    )
     assert (first["worker_seconds"], first["job_seconds"]) == (1.25, 2.0)
     assert report["verify_partitions"][0] == {
-        "id": "00000", "files": 5, "bytes": 8000, "status": "ok", "same": 5, "differ": 0, "missing_on_dst": 0,
-        "missing_on_src": 0, "error": 0, "worker_seconds": 0.75, "job_seconds": 1.0,
+        "id": "00000",
+        "files": 5,
+        "bytes": 8000,
+        "status": "ok",
+        "same": 5,
+        "differ": 0,
+        "missing_on_dst": 0,
+        "missing_on_src": 0,
+        "error": 0,
+        "worker_seconds": 0.75,
+        "job_seconds": 1.0,
     }
-    assert (report["run_name"], report["phase"], report["source"], report["dest"]) == ("r1", "baseline", "/src",
-                                                                                      "az://acct/ctr")
+    assert (report["run_name"], report["phase"], report["source"], report["dest"]) == (
+        "r1",
+        "baseline",
+        "/src",
+        "az://acct/ctr",
+    )
     assert report["plan"]["to_copy"]["files"] == 5 and "copy_partitions" not in report["plan"]
 
 
@@ -77,12 +118,20 @@ def test_time_goes_per_step_in_the_pipeline_order(finished):
     copy, verify = RunDir.rule("copy"), RunDir.rule("verify")
     assert list(tm["per_step"]) == ["list_source", "list_dest", "plan", copy, verify]
     # The two partitions ran side by side: 5 s of jobs in a 3 s span.
-    assert tm["per_step"][copy] == {"jobs": 2, "seconds": 5.0, "max_seconds": 3.0, "cpu_seconds": 3.5, "max_rss_mb": 50.0,
-                                    "span_seconds": 3.0}
+    assert tm["per_step"][copy] == {
+        "jobs": 2,
+        "seconds": 5.0,
+        "max_seconds": 3.0,
+        "cpu_seconds": 3.5,
+        "max_rss_mb": 50.0,
+        "span_seconds": 3.0,
+    }
     assert tm["job_seconds"] == 9.5
     assert (tm["worker_copy_seconds"], tm["worker_verify_seconds"]) == (3.75, 0.75)
     # A job's start is its timing file's mtime less its seconds; the earliest is list_source's.
-    assert tm["first_job_started_at"] == dt.datetime.fromtimestamp(T0, dt.timezone.utc).isoformat(timespec="seconds")
+    assert tm["first_job_started_at"] == dt.datetime.fromtimestamp(T0, dt.UTC).isoformat(
+        timespec="seconds"
+    )
     assert tm["elapsed_seconds"] > 0
 
 
@@ -97,8 +146,14 @@ def test_unreadable_and_unknown_timings(run):
     run.benchmark("mystery", 0.5, end=T0)
     per_step = build(run)["time"]["per_step"]
     assert list(per_step) == ["list_dest", "make_dest", "plan", "mystery"]
-    assert per_step["plan"] == {"jobs": 1, "seconds": 1.5, "max_seconds": 1.5, "cpu_seconds": 0.0, "max_rss_mb": 0.0,
-                                "span_seconds": 1.5}
+    assert per_step["plan"] == {
+        "jobs": 1,
+        "seconds": 1.5,
+        "max_seconds": 1.5,
+        "cpu_seconds": 0.0,
+        "max_rss_mb": 0.0,
+        "span_seconds": 1.5,
+    }
 
 
 def test_results_of_partitions_the_plan_does_not_name_are_ignored(finished):
@@ -114,7 +169,9 @@ def test_an_empty_plan_is_a_complete_run(run):
     report = build(run)
     assert report["status"] == "complete"
     assert report["partitions"] == [] and report["verify_partitions"] == []
-    assert report["time"]["elapsed_seconds"] is None and report["time"]["first_job_started_at"] is None
+    assert (
+        report["time"]["elapsed_seconds"] is None and report["time"]["first_job_started_at"] is None
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,12 +180,16 @@ def test_an_empty_plan_is_a_complete_run(run):
 
 def test_a_copy_partition_the_worker_failed_names_its_files(finished):
     failures = [{"path": "a/b.txt", "error": "HTTP 403"}]
-    finished.copy_failed("00001", RunDir.copy_doc(copied=1, failed=1, bytes_copied=10, failures=failures))
+    finished.copy_failed(
+        "00001", RunDir.copy_doc(copied=1, failed=1, bytes_copied=10, failures=failures)
+    )
     finished.result("copy", "00001").unlink()
     report = build(finished)
     assert report["status"] == "incomplete"
     assert [p["status"] for p in report["partitions"]] == ["ok", "failed"]
-    assert report["failures"] == [{"stage": "copy", "partition": "00001", "path": "a/b.txt", "error": "HTTP 403"}]
+    assert report["failures"] == [
+        {"stage": "copy", "partition": "00001", "path": "a/b.txt", "error": "HTTP 403"}
+    ]
     assert report["totals"]["files"]["failed"] == 1 and report["totals"]["files"]["copied"] == 4
     assert report["totals"]["partitions"]["copy_ok"] == 1
 
@@ -137,7 +198,9 @@ def test_a_job_that_died_without_json_is_told_by_its_log(run):
     run.plan(copy=[("00000", 1, 1), ("00001", 1, 1), ("00002", 1, 1)], verify=[("00000", 3, 3)])
     run.copy_failed("00000")  # empty: the job saved what the worker wrote, which was nothing
     run.log("copy", "starting\nferry: cannot reach the account\n\n", part="00000")
-    run.log("copy", "worker killed\n", part="00001")  # no JSON anywhere, but the worker said something
+    run.log(
+        "copy", "worker killed\n", part="00001"
+    )  # no JSON anywhere, but the worker said something
     run.log("copy", "", part="00002")  # scheduled, never started
     report = build(run)
     assert [p["status"] for p in report["partitions"]] == ["failed", "failed", "not run"]
@@ -160,13 +223,25 @@ def test_a_failed_job_with_no_log_still_gets_a_reason(run):
 def test_differences_found_by_verify_are_failures(run):
     run.plan(copy=[("00000", 3, 30)], verify=[("00000", 3, 30)])
     run.copied("00000", copied=3, bytes_copied=30)
-    entries = [{"path": "x", "status": "same"}, {"path": "y", "status": "differ"}, {"path": "z", "status": "="},
-               {"path": "w", "status": "missing_on_dst"}]
+    entries = [
+        {"path": "x", "status": "same"},
+        {"path": "y", "status": "differ"},
+        {"path": "z", "status": "="},
+        {"path": "w", "status": "missing_on_dst"},
+    ]
     run.verified("00000", same=2, differ=1, missing_on_dst=1, entries=entries)
     report = build(run)
-    assert report["totals"]["verify"] == {"same": 2, "differ": 1, "missing_on_dst": 1, "missing_on_src": 0, "error": 0}
+    assert report["totals"]["verify"] == {
+        "same": 2,
+        "differ": 1,
+        "missing_on_dst": 1,
+        "missing_on_src": 0,
+        "error": 0,
+    }
     assert [(f["stage"], f["path"], f["status"]) for f in report["failures"]] == [
-        ("verify", "y", "differ"), ("verify", "w", "missing_on_dst")]
+        ("verify", "y", "differ"),
+        ("verify", "w", "missing_on_dst"),
+    ]
     assert report["status"] == "incomplete"
 
 
@@ -203,10 +278,26 @@ def test_a_run_with_every_result_but_a_truncated_one_is_incomplete(finished):
 
 @pytest.fixture
 def final(finished) -> RunDir:
-    finished.pruned({"deleted": 2, "would_delete": 0, "dry_run": False, "log": "/scratch/elsewhere/prune-deleted.log",
-                     "failures": []})
-    finished.final_check({"same": 5, "differ": 0, "missing_on_dst": 0, "missing_on_src": 0, "error": 0,
-                          "seconds": 0.5, "entries": []})
+    finished.pruned(
+        {
+            "deleted": 2,
+            "would_delete": 0,
+            "dry_run": False,
+            "log": "/scratch/elsewhere/prune-deleted.log",
+            "failures": [],
+        }
+    )
+    finished.final_check(
+        {
+            "same": 5,
+            "differ": 0,
+            "missing_on_dst": 0,
+            "missing_on_src": 0,
+            "error": 0,
+            "seconds": 0.5,
+            "entries": [],
+        }
+    )
     return finished
 
 
@@ -214,9 +305,17 @@ def test_a_final_run_reports_prune_and_the_final_check(final):
     report = build(final, phase="final", final_check_expected=True)
     assert report["status"] == "complete", report["failures"]
     assert report["totals"]["prune"]["deleted"] == 2
-    assert report["totals"]["prune"]["log"] == "prune/prune-deleted.log", "the list is named inside the run directory"
-    assert report["totals"]["final_check"] == {"same": 5, "differ": 0, "missing_on_dst": 0, "missing_on_src": 0,
-                                               "error": 0, "seconds": 0.5}
+    assert report["totals"]["prune"]["log"] == "prune/prune-deleted.log", (
+        "the list is named inside the run directory"
+    )
+    assert report["totals"]["final_check"] == {
+        "same": 5,
+        "differ": 0,
+        "missing_on_dst": 0,
+        "missing_on_src": 0,
+        "error": 0,
+        "seconds": 0.5,
+    }
 
 
 def test_a_final_run_without_prune_is_incomplete(finished):
@@ -225,29 +324,48 @@ def test_a_final_run_without_prune_is_incomplete(finished):
 
 def test_a_final_run_whose_final_check_is_missing_is_incomplete(final):
     final.final_check_json().unlink()
-    assert build(final, phase="final")["status"] == "complete", "a final check that was not asked for"
+    assert build(final, phase="final")["status"] == "complete", (
+        "a final check that was not asked for"
+    )
     assert build(final, phase="final", final_check_expected=True)["status"] == "incomplete"
 
 
 def test_prune_refused_failed_or_partly_failed(finished):
-    finished.pruned({"deleted": 0, "would_delete": 900, "refused": "would delete 900 files, over max_delete 10"},
-                    failed=True)
+    finished.pruned(
+        {
+            "deleted": 0,
+            "would_delete": 900,
+            "refused": "would delete 900 files, over max_delete 10",
+        },
+        failed=True,
+    )
     report = build(finished, phase="final")
-    assert report["failures"] == [{"stage": "prune", "error": "prune refused: would delete 900 files, over max_delete 10"}]
+    assert report["failures"] == [
+        {"stage": "prune", "error": "prune refused: would delete 900 files, over max_delete 10"}
+    ]
     assert report["status"] == "incomplete"
 
     finished.prune_json(failed=True).unlink()
     finished.log("prune", "ferry: prune refused: verify partition 00000 has no result\n")
     assert build(finished, phase="final")["failures"] == [
-        {"stage": "prune", "error": "ferry: prune refused: verify partition 00000 has no result"}]
+        {"stage": "prune", "error": "ferry: prune refused: verify partition 00000 has no result"}
+    ]
 
-    finished.pruned({"deleted": 1, "would_delete": 0, "failures": [{"path": "d/e", "error": "Directory not empty"}]})
+    finished.pruned(
+        {
+            "deleted": 1,
+            "would_delete": 0,
+            "failures": [{"path": "d/e", "error": "Directory not empty"}],
+        }
+    )
     report = build(finished, phase="final")
     assert report["failures"] == [{"stage": "prune", "path": "d/e", "error": "Directory not empty"}]
 
 
 def test_a_final_check_that_differs_is_a_failure(final):
-    final.final_check({"same": 4, "differ": 0, "missing_on_dst": 0, "missing_on_src": 1, "error": 0, "seconds": 1})
+    final.final_check(
+        {"same": 4, "differ": 0, "missing_on_dst": 0, "missing_on_src": 1, "error": 0, "seconds": 1}
+    )
     (failure,) = build(final, phase="final", final_check_expected=True)["failures"]
     assert failure["stage"] == "final_check" and failure["missing_on_src"] == 1
 
@@ -263,7 +381,10 @@ def test_markdown_of_a_finished_run(finished):
     assert "| copied | 4 | 6.84 KiB |" in md
     assert "| at source | 5 | 7.81 KiB |" in md
     assert "Retries: 4 (500: 1, 503: 3)." in md
-    assert "Verify (copied files): 5 same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors." in md
+    assert (
+        "Verify (copied files): 5 same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors."
+        in md
+    )
     assert "| 00001 | ok | 2 | 4.88 KiB | 1 | 1 | 0 | 2 | 2.50 | 3.00 |" in md
     assert f"| {RunDir.rule('copy')} | 2 | 5.00 | 3.00 | 3.50 | 50.00 |" in md
     assert md.endswith("## Failures\n\nNone.\n")
@@ -294,14 +415,28 @@ def test_markdown_without_a_plan_or_partitions(run):
 
 
 def test_markdown_of_the_final_phase(final):
-    final.pruned({"deleted": 0, "would_delete": 3, "dry_run": True, "log": "prune/prune-deleted.log"})
+    final.pruned(
+        {"deleted": 0, "would_delete": 3, "dry_run": True, "log": "prune/prune-deleted.log"}
+    )
     md = ferry_report.markdown(build(final, phase="final"))
     assert "Prune: 0 deleted, 3 would delete (dry run); list in `prune/prune-deleted.log`." in md
-    assert "Final check of the whole trees: 5 same, 0 differ, 0 missing on destination, 0 extra on destination." in md
+    assert (
+        "Final check of the whole trees: 5 same, 0 differ, 0 missing on destination, 0 extra on destination."
+        in md
+    )
 
 
-@pytest.mark.parametrize("n,text", [(None, "-"), (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"),
-                                    (5 * 1024**3, "5.00 GiB"), (3 * 1024**5, "3072.00 TiB")])
+@pytest.mark.parametrize(
+    "n,text",
+    [
+        (None, "-"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (5 * 1024**3, "5.00 GiB"),
+        (3 * 1024**5, "3072.00 TiB"),
+    ],
+)
 def test_fmt_bytes(n, text):
     assert ferry_report.fmt_bytes(n) == text
 
@@ -311,8 +446,19 @@ def test_fmt_bytes(n, text):
 
 
 def test_build_command_writes_report_or_report_incomplete(finished, capsys):
-    args = ["build", str(finished.path), "--run-name", "r1", "--phase", "baseline", "--source", "/src",
-            "--dest", "az://acct/ctr", "--by-status"]
+    args = [
+        "build",
+        str(finished.path),
+        "--run-name",
+        "r1",
+        "--phase",
+        "baseline",
+        "--source",
+        "/src",
+        "--dest",
+        "az://acct/ctr",
+        "--by-status",
+    ]
     assert ferry_report.main(args) == 0
     report = json.loads((finished.path / "report.json").read_text())
     assert report["status"] == "complete" and report["checksum_verified"] is False
@@ -330,10 +476,25 @@ def test_build_command_writes_report_or_report_incomplete(finished, capsys):
 
 
 def test_onerror_and_onsuccess_hooks(finished, tmp_path):
-    args = ["--run-name", "r1", "--phase", "baseline", "--source", "/src", "--dest", "az://acct/ctr"]
+    args = [
+        "--run-name",
+        "r1",
+        "--phase",
+        "baseline",
+        "--source",
+        "/src",
+        "--dest",
+        "az://acct/ctr",
+    ]
     ferry_report.write_incomplete(str(finished.path), args)
-    assert json.loads((finished.path / "report-incomplete.json").read_text())["status"] == "incomplete"
-    assert (finished.path / "report-incomplete.md").read_text().startswith("# ferry baseline run `r1`: incomplete")
+    assert (
+        json.loads((finished.path / "report-incomplete.json").read_text())["status"] == "incomplete"
+    )
+    assert (
+        (finished.path / "report-incomplete.md")
+        .read_text()
+        .startswith("# ferry baseline run `r1`: incomplete")
+    )
     ferry_report.discard_incomplete(str(finished.path))
     assert not any(p.name.startswith("report-incomplete") for p in finished.path.iterdir())
     ferry_report.discard_incomplete(str(finished.path))  # nothing left to remove: no error
@@ -346,8 +507,12 @@ def test_prune_guard_lets_prune_run_only_after_every_planned_verify_passed(run):
     run.plan(copy=[("00000", 1, 1)], verify=[("00000", 1, 1), ("00001", 1, 1), ("00002", 1, 1)])
     run.verified("00000", same=1)
     run.verified("00001", same=0, missing_on_dst=1)
-    assert ferry_task.prune_guard(str(run.path)) == ["verify partition 00001 found differences",
-                                                     "verify partition 00002 has no result"]
-    run.verified("00001", same=1, missing_on_src=4)  # extra files on the destination are what prune removes
+    assert ferry_task.prune_guard(str(run.path)) == [
+        "verify partition 00001 found differences",
+        "verify partition 00002 has no result",
+    ]
+    run.verified(
+        "00001", same=1, missing_on_src=4
+    )  # extra files on the destination are what prune removes
     run.verified("00002", same=1)
     assert ferry_task.prune_guard(str(run.path)) == []

@@ -7,42 +7,79 @@ from __future__ import annotations
 import copy
 import json
 
-import pytest
-
 import ferrylib
+import pytest
 from ferrylib import ConfigError, check_config, parse_rate, parse_size, redact, run_name_for
 
 # ---------------------------------------------------------------------------------------------
 # sizes and rates
 
 
-@pytest.mark.parametrize("value,size", [
-    (0, 0), (123, 123), ("123", 123), (" 42 ", 42), ("8B", 8),
-    ("8K", 8 << 10), ("8KiB", 8 << 10), ("8Ki", 8 << 10), ("8M", 8 << 20), ("8MiB", 8 << 20), ("8 MiB", 8 << 20),
-    ("8mib", 8 << 20), ("2G", 2 << 30), ("1T", 1 << 40), ("1.5GiB", 3 << 29),
-    ("8KB", 8000), ("8MB", 8_000_000), ("1.5GB", 1_500_000_000), ("2TB", 2 * 10**12), ("8kb", 8000),
-])
+@pytest.mark.parametrize(
+    "value,size",
+    [
+        (0, 0),
+        (123, 123),
+        ("123", 123),
+        (" 42 ", 42),
+        ("8B", 8),
+        ("8K", 8 << 10),
+        ("8KiB", 8 << 10),
+        ("8Ki", 8 << 10),
+        ("8M", 8 << 20),
+        ("8MiB", 8 << 20),
+        ("8 MiB", 8 << 20),
+        ("8mib", 8 << 20),
+        ("2G", 2 << 30),
+        ("1T", 1 << 40),
+        ("1.5GiB", 3 << 29),
+        ("8KB", 8000),
+        ("8MB", 8_000_000),
+        ("1.5GB", 1_500_000_000),
+        ("2TB", 2 * 10**12),
+        ("8kb", 8000),
+    ],
+)
 def test_parse_size_binary_bare_units_decimal_b_units(value, size):
     assert parse_size(value) == size
 
 
-@pytest.mark.parametrize("value", [True, False, "", "MiB", "-1", "1,5M", "8 MiBs", "8 mbit", "8PiB", "0x10", None, "1e3"])
+@pytest.mark.parametrize(
+    "value", [True, False, "", "MiB", "-1", "1,5M", "8 MiBs", "8 mbit", "8PiB", "0x10", None, "1e3"]
+)
 def test_parse_size_refuses(value):
     with pytest.raises(ValueError, match="not a size"):
         parse_size(value)
 
 
-@pytest.mark.parametrize("value,rate", [
-    ("1000", 1000), (1000, 1000), ("1000B", 1000), ("1000B/s", 1000),
-    ("500Mbps", 62_500_000), ("1Gbps", 125_000_000), ("8bps", 1), ("100kbps", 12_500), ("100Kbps", 12_500),
-    ("100MB/s", 100_000_000), ("100 MB/s", 100_000_000), ("1kB/s", 1000), ("2TB", 2 * 10**12),
-    ("64MiB/s", 64 << 20), ("1KiB", 1024), ("1.5GiB/s", 3 << 29),
-])
+@pytest.mark.parametrize(
+    "value,rate",
+    [
+        ("1000", 1000),
+        (1000, 1000),
+        ("1000B", 1000),
+        ("1000B/s", 1000),
+        ("500Mbps", 62_500_000),
+        ("1Gbps", 125_000_000),
+        ("8bps", 1),
+        ("100kbps", 12_500),
+        ("100Kbps", 12_500),
+        ("100MB/s", 100_000_000),
+        ("100 MB/s", 100_000_000),
+        ("1kB/s", 1000),
+        ("2TB", 2 * 10**12),
+        ("64MiB/s", 64 << 20),
+        ("1KiB", 1024),
+        ("1.5GiB/s", 3 << 29),
+    ],
+)
 def test_parse_rate_bits_decimal_bytes_as_sizes(value, rate):
     assert parse_rate(value) == rate
 
 
-@pytest.mark.parametrize("value", ["", "fast", "100mb/s", "100 MBps", "100MB/h", "-5MB/s", "10M", "100MiBps"])
+@pytest.mark.parametrize(
+    "value", ["", "fast", "100mb/s", "100 MBps", "100MB/h", "-5MB/s", "10M", "100MiBps"]
+)
 def test_parse_rate_refuses_with_an_example(value):
     with pytest.raises(ValueError, match=r"not a rate: .*\(e\.g\. 500Mbps"):
         parse_rate(value)
@@ -58,20 +95,35 @@ def test_parse_rate_below_one_byte_per_second(value):
 # locations and names
 
 
-@pytest.mark.parametrize("location,shown", [
-    ("/data/project", "/data/project"),
-    ("az://acct/ctr/prefix", "az://acct/ctr/prefix"),
-    ("https://acct.blob.core.windows.net/ctr/p?sv=2022-11-02&sig=c2VjcmV0", "https://acct.blob.core.windows.net/ctr/p"),
-    ("https://user:pa55@acct.blob.core.windows.net/ctr", "https://acct.blob.core.windows.net/ctr"),
-    ("http://token@127.0.0.1:10000/devstoreaccount1/ctr?se=x&sig=y", "http://127.0.0.1:10000/devstoreaccount1/ctr"),
-    ("/data/odd?name", "/data/odd"),
-])
+@pytest.mark.parametrize(
+    "location,shown",
+    [
+        ("/data/project", "/data/project"),
+        ("az://acct/ctr/prefix", "az://acct/ctr/prefix"),
+        (
+            "https://acct.blob.core.windows.net/ctr/p?sv=2022-11-02&sig=c2VjcmV0",
+            "https://acct.blob.core.windows.net/ctr/p",
+        ),
+        (
+            "https://user:pa55@acct.blob.core.windows.net/ctr",
+            "https://acct.blob.core.windows.net/ctr",
+        ),
+        (
+            "http://token@127.0.0.1:10000/devstoreaccount1/ctr?se=x&sig=y",
+            "http://127.0.0.1:10000/devstoreaccount1/ctr",
+        ),
+        ("/data/odd?name", "/data/odd"),
+    ],
+)
 def test_redact_drops_query_and_credentials(location, shown):
     assert redact(location) == shown
 
 
 def test_redact_keeps_an_at_sign_in_the_path():
-    assert redact("https://acct.blob.core.windows.net/ctr/user@example") == "https://acct.blob.core.windows.net/ctr/user@example"
+    assert (
+        redact("https://acct.blob.core.windows.net/ctr/user@example")
+        == "https://acct.blob.core.windows.net/ctr/user@example"
+    )
 
 
 def test_run_name_is_stable_readable_and_tells_migrations_apart():
@@ -83,11 +135,20 @@ def test_run_name_is_stable_readable_and_tells_migrations_apart():
     assert run_name_for("/other/project", "az://acct/ctr") != name
 
 
-@pytest.mark.parametrize("source,stem", [
-    ("/", "root"), ("", "root"), ("/data/my project (2024)", "my_project_2024"), ("/data/.hidden", "hidden"),
-    ("/data/..", "src"), ("/data/ünï", "n"), ("/data/é", "src"), ("az://acct/ctr", "ctr"),
-    ("/data/" + "x" * 60, "x" * 40),
-])
+@pytest.mark.parametrize(
+    "source,stem",
+    [
+        ("/", "root"),
+        ("", "root"),
+        ("/data/my project (2024)", "my_project_2024"),
+        ("/data/.hidden", "hidden"),
+        ("/data/..", "src"),
+        ("/data/ünï", "n"),
+        ("/data/é", "src"),
+        ("az://acct/ctr", "ctr"),
+        ("/data/" + "x" * 60, "x" * 40),
+    ],
+)
 def test_run_name_stem_is_a_safe_name(source, stem):
     name = run_name_for(source, "/dst")
     assert name.rsplit("-", 1)[0] == stem
@@ -176,10 +237,14 @@ def test_source_and_dest_the_same_place(tmp_path, dest_suffix):
 @pytest.mark.parametrize("where", ["inside", "equal"])
 def test_outdir_inside_a_local_side_is_refused(tmp_path, side, where):
     local = tmp_path / side
-    cfg = config(tmp_path, **{side: str(local), ("dest" if side == "source" else "source"): "az://acct/ctr"})
+    cfg = config(
+        tmp_path, **{side: str(local), ("dest" if side == "source" else "source"): "az://acct/ctr"}
+    )
     cfg["outdir"] = str(local / "results") if where == "inside" else str(local) + "/"
     message = config_error(cfg)
-    assert message.startswith(f"config field 'outdir': {cfg['outdir']!r} lies inside {side} {str(local)!r}")
+    assert message.startswith(
+        f"config field 'outdir': {cfg['outdir']!r} lies inside {side} {str(local)!r}"
+    )
 
 
 def test_outdir_inside_the_source_through_a_symlink_is_refused(tmp_path):

@@ -9,7 +9,6 @@ import os
 import stat
 
 import pytest
-
 from support.standin import StandIn, token_env
 
 
@@ -29,13 +28,21 @@ def ls(run_ferry, standin, env, check=True, tls=True):
 
 
 def test_managed_identity_token_is_fetched_and_presented(run_ferry, standin):
-    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url}))
+    out = ls(
+        run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url})
+    )
     assert "hello.txt\tf\t5\t" in out.stdout
     assert standin.blob_auth() == ["Bearer tok-imds"]
 
 
 def test_a_token_is_never_sent_over_plain_http(run_ferry, standin):
-    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url}), check=2, tls=False)
+    out = ls(
+        run_ferry,
+        standin,
+        token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url}),
+        check=2,
+        tls=False,
+    )
     assert "https" in out.stderr
     assert standin.blob_auth() == []
 
@@ -43,12 +50,14 @@ def test_a_token_is_never_sent_over_plain_http(run_ferry, standin):
 def test_workload_identity_exchanges_the_federated_token(run_ferry, standin, tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("federated-jwt")  # as Kubernetes projects it: no newline
-    env = token_env({
-        "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
-        "AZURE_CLIENT_ID": "client-1",
-        "AZURE_TENANT_ID": "tenant-1",
-        "AZURE_AUTHORITY_HOST": standin.tls_url,
-    })
+    env = token_env(
+        {
+            "AZURE_FEDERATED_TOKEN_FILE": str(token_file),
+            "AZURE_CLIENT_ID": "client-1",
+            "AZURE_TENANT_ID": "tenant-1",
+            "AZURE_AUTHORITY_HOST": standin.tls_url,
+        }
+    )
     out = ls(run_ferry, standin, env)
     assert "hello.txt" in out.stdout
     assert standin.blob_auth() == ["Bearer tok-workload"]
@@ -60,10 +69,12 @@ def test_azure_cli_token(run_ferry, standin, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     az = bindir / "az"
-    az.write_text("#!/bin/sh\n"
-                  "[ \"$1 $2\" = 'account get-access-token' ] || exit 3\n"
-                  "echo '{\"accessToken\": \"tok-cli\", \"expiresOn\": \"2099-01-01 00:00:00.000000\", "
-                  "\"expires_on\": 4070908800, \"tokenType\": \"Bearer\"}'\n")
+    az.write_text(
+        "#!/bin/sh\n"
+        "[ \"$1 $2\" = 'account get-access-token' ] || exit 3\n"
+        'echo \'{"accessToken": "tok-cli", "expiresOn": "2099-01-01 00:00:00.000000", '
+        '"expires_on": 4070908800, "tokenType": "Bearer"}\'\n'
+    )
     az.chmod(az.stat().st_mode | stat.S_IEXEC)
     env = token_env({"FERRY_AUTH": "cli", "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
     ls(run_ferry, standin, env)
@@ -79,7 +90,12 @@ def test_auto_chain_falls_back_to_anonymous(run_ferry, standin, tmp_path):
 
 
 def test_forced_managed_identity_fails_clearly_when_unreachable(run_ferry, standin):
-    out = ls(run_ferry, standin, token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9"}), check=2)
+    out = ls(
+        run_ferry,
+        standin,
+        token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9"}),
+        check=2,
+    )
     assert "managed identity" in out.stderr
     assert standin.blob_auth() == []
 

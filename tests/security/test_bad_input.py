@@ -12,9 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from support.ferry import ferry_env
 from support.blobs import blob_name, file_blobs
+from support.ferry import ferry_env
 from support.trees import make_tree, snapshot
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
@@ -31,9 +30,19 @@ BAD_MANIFESTS = [
     # 32 bytes, but 3-byte characters: slicing by bytes would split one.
     ("multibyte-md5", GOOD + "b.txt\tf\t2\t-\t{}ab\n".format("€" * 10).encode(), 3, "bad md5"),
     ("not-utf8", GOOD + b"b\xff.txt\tf\t2\t-\t-\n", 3, "not UTF-8"),
-    ("unknown-header", b"#ferry-manifest v9\tpath\ttype\tsize\tmtime\tmd5\na.txt\tf\t2\t-\t-\n", 1, "v9"),
+    (
+        "unknown-header",
+        b"#ferry-manifest v9\tpath\ttype\tsize\tmtime\tmd5\na.txt\tf\t2\t-\t-\n",
+        1,
+        "v9",
+    ),
     ("crlf", GOOD.replace(b"\n", b"\r\n"), 1, "CR LF"),
-    ("duplicate", GOOD + b"b.txt\tf\t2\t-\t-\na.txt\tf\t2\t-\t-\n", 4, "listed twice (first on line 2)"),
+    (
+        "duplicate",
+        GOOD + b"b.txt\tf\t2\t-\t-\na.txt\tf\t2\t-\t-\n",
+        4,
+        "listed twice (first on line 2)",
+    ),
     ("dot-dot-file", GOOD + b"../escape.txt\tf\t2\t-\t-\n", 3, "unsafe path"),
     ("dot-dot-dir", GOOD + b"../outside\td\t0\t-\t-\n", 3, "unsafe path"),
     ("dot-dir", GOOD + b"sub/./x\td\t0\t-\t-\n", 3, "unsafe path"),
@@ -41,8 +50,12 @@ BAD_MANIFESTS = [
 ]
 
 
-@pytest.mark.parametrize("data,line,words", [c[1:] for c in BAD_MANIFESTS], ids=[c[0] for c in BAD_MANIFESTS])
-def test_bad_manifest_is_refused_with_its_line_before_anything_is_copied(tmp_path, run_ferry, data, line, words):
+@pytest.mark.parametrize(
+    "data,line,words", [c[1:] for c in BAD_MANIFESTS], ids=[c[0] for c in BAD_MANIFESTS]
+)
+def test_bad_manifest_is_refused_with_its_line_before_anything_is_copied(
+    tmp_path, run_ferry, data, line, words
+):
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
     (src / "a.txt").write_bytes(b"hi")
@@ -59,7 +72,9 @@ def test_bad_manifest_is_refused_with_its_line_before_anything_is_copied(tmp_pat
     # prune and verify read manifests the same way: a bad one is refused, nothing deleted.
     dst.mkdir(exist_ok=True)
     (dst / "keep.txt").write_bytes(b"keep")
-    pruned = run_ferry("prune", src, dst, "--files-from", manifest, "--log", tmp_path / "prune.tsv", check=1)
+    pruned = run_ferry(
+        "prune", src, dst, "--files-from", manifest, "--log", tmp_path / "prune.tsv", check=1
+    )
     assert "refused" in pruned.stderr and f"m.tsv:{line}:" in pruned.stderr
     assert (dst / "keep.txt").exists()
     verified = run_ferry("verify", src, dst, "--files-from", manifest, check=2)
@@ -91,7 +106,9 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
     try:
         base.chmod(0o755)
         src, dst = base / "src", base / "dst"
-        make_tree(src, {"ok.txt": b"ok", "open/x.txt": b"x", "secret.txt": b"s", "locked/inner.txt": b"i"})
+        make_tree(
+            src, {"ok.txt": b"ok", "open/x.txt": b"x", "secret.txt": b"s", "locked/inner.txt": b"i"}
+        )
         (src / "secret.txt").chmod(0o000)
         (src / "locked").chmod(0o000)
         dst.mkdir()
@@ -100,20 +117,29 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
         # copy of the binary from the world-readable base instead.
         exe = base / "ferry"
         shutil.copy2(run_ferry.binary, exe)
-        as_nobody = lambda *args: ["runuser", "-u", "nobody", "--", str(exe), *run_ferry.command(args)[1:]]
+
+        def as_nobody(*args):
+            return ["runuser", "-u", "nobody", "--", str(exe), *run_ferry.command(args)[1:]]
+
         cmd = as_nobody("copy", "-r", src, dst, "--json")
-        out = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 1, out.stderr
         summary = json.loads(out.stdout)
         errors = " | ".join(f"{f['path']}: {f['error']}" for f in summary["failures"])
-        assert "secret.txt" in errors and "locked" in errors and errors.count("Permission denied") == 2, errors
+        assert (
+            "secret.txt" in errors and "locked" in errors and errors.count("Permission denied") == 2
+        ), errors
         assert (dst / "ok.txt").read_bytes() == b"ok" and (dst / "open/x.txt").read_bytes() == b"x"
         assert not (dst / "secret.txt").exists() and not (dst / "locked/inner.txt").exists()
         # A listing that met a denied directory is incomplete: prune refuses to act on it.
         make_tree(dst, {"stale.txt": b"old"})
         os.chown(dst / "stale.txt", NOBODY, NOBODY)
         cmd = as_nobody("prune", src, dst, "--force", "--log", base / "p.tsv")
-        pruned = subprocess.run(cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60)
+        pruned = subprocess.run(
+            cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60
+        )
         assert pruned.returncode == 1 and "refused" in pruned.stderr, pruned.stderr
         assert (dst / "stale.txt").exists()
     finally:
@@ -124,7 +150,9 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
 NAMES = {
     "caf\u00e9-nfc.txt": b"nfc",  # the same word in NFC and NFD: two names, two files
     "cafe\u0301-nfc.txt": b"nfd",
-    "Case.txt": b"1", "case.txt": b"2", "CASE.TXT": b"3",  # distinct here, one on a case-folding FS
+    "Case.txt": b"1",
+    "case.txt": b"2",
+    "CASE.TXT": b"3",  # distinct here, one on a case-folding FS
     "/".join(["d" * 200] * 4) + "/" + "f" * 150 + ".txt": b"about 1,000 bytes of path",
     " lead space/ -dash/#hash/%25/?q=1&x#frag.txt": b"url-ish",
     "tab\tand\nnewline.txt": b"ws",
@@ -135,16 +163,28 @@ def test_odd_names_round_trip_through_blob_storage(tmp_path, container, run_ferr
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, NAMES)
     run_ferry("copy", "-r", src, container)
-    assert sorted(file_blobs(container)) == sorted(map(blob_name, NAMES))  # (and a folder stub per directory)
+    assert sorted(file_blobs(container)) == sorted(
+        map(blob_name, NAMES)
+    )  # (and a folder stub per directory)
     run_ferry("copy", "-r", container, dst)
-    got = {p.decode(): (dst / p.decode()).read_bytes() for p, e in snapshot(dst).items() if e.type == "f"}
+    got = {
+        p.decode(): (dst / p.decode()).read_bytes()
+        for p, e in snapshot(dst).items()
+        if e.type == "f"
+    }
     assert got == NAMES
     run_ferry("verify", src, container, "--checksum")
 
 
-def test_blob_names_that_cannot_be_local_names_fail_clearly_and_the_rest_arrive(tmp_path, container, run_ferry):
-    for name, data in {"conflict": b"a file", "conflict/child.txt": b"a file under it",
-                       "x" * 300 + ".txt": b"component over 255 bytes", "fine.txt": b"fine"}.items():
+def test_blob_names_that_cannot_be_local_names_fail_clearly_and_the_rest_arrive(
+    tmp_path, container, run_ferry
+):
+    for name, data in {
+        "conflict": b"a file",
+        "conflict/child.txt": b"a file under it",
+        "x" * 300 + ".txt": b"component over 255 bytes",
+        "fine.txt": b"fine",
+    }.items():
         container.client.upload_blob(name, data)
     dst = tmp_path / "dst"
     out = run_ferry("copy", "-r", container, dst, "--json", check=1)

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
-from support.ferry import ferry_env
 from support.azurite import ACCOUNT, KEY
-from support.trees import File, make_tree
+from support.ferry import ferry_env
 from support.pipeline import REPO, base_config
 from support.slurm import slurm_up
 from support.standin import StandIn, token_env
+from support.trees import File, make_tree
 
 MiB = 1 << 20
 TOKEN = "tok-imds"  # what the stand-in's IMDS hands out
@@ -58,17 +57,26 @@ class Collected:
 
     def assert_clean(self, secrets: dict[str, str]):
         assert len(self.blobs) > 10, "too little output collected to mean anything"
-        leaks = [(name, what) for name, secret in secrets.items() for f in forms(secret)
-                 for what, data in self.blobs if f in data]
+        leaks = [
+            (name, what)
+            for name, secret in secrets.items()
+            for f in forms(secret)
+            for what, data in self.blobs
+            if f in data
+        ]
         assert not leaks, f"secrets found in output: {leaks}"
 
 
 @pytest.fixture
 def sas(container) -> str:
-    expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
-    return generate_container_sas(ACCOUNT, container.name, account_key=KEY,
-                                  permission=ContainerSasPermissions(read=True, write=True, delete=True, list=True),
-                                  expiry=expiry)
+    expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    return generate_container_sas(
+        ACCOUNT,
+        container.name,
+        account_key=KEY,
+        permission=ContainerSasPermissions(read=True, write=True, delete=True, list=True),
+        expiry=expiry,
+    )
 
 
 def sig_of(sas: str) -> str:
@@ -86,46 +94,135 @@ def test_no_secret_in_any_worker_output(tmp_path, run_ferry, container, proxy, s
 
     # Key: upload, with injected 503s so the retry paths print what they print.
     proxy.add("status", status=503, method="PUT", count=3)
-    got.run(run_ferry, "copy", "-r", src, container.via(proxy.port), "--block-size", "1MiB", *progress)
+    got.run(
+        run_ferry, "copy", "-r", src, container.via(proxy.port), "--block-size", "1MiB", *progress
+    )
     # SAS in the URL: download, verify, prune, ls, rm, mk, env — successes and failures.
     got.run(run_ferry, "copy", "-r", sas_url, dst, *progress, env=sas_env)
     got.run(run_ferry, "verify", sas_url, dst, "--checksum", "--json", env=sas_env)
     got.run(run_ferry, "verify", src, sas_url, "--checksum", "--all", env=sas_env)
     (dst / "extra.txt").write_bytes(b"x")
-    got.run(run_ferry, "prune", sas_url, dst, "--dry-run", "--log", tmp_path / "prune.tsv", "--json", env=sas_env)
+    got.run(
+        run_ferry,
+        "prune",
+        sas_url,
+        dst,
+        "--dry-run",
+        "--log",
+        tmp_path / "prune.tsv",
+        "--json",
+        env=sas_env,
+    )
     got.run(run_ferry, "ls", "-r", sas_url, env=sas_env)
-    got.run(run_ferry, "env", sas_url, env={**sas_env, "AZURE_STORAGE_KEY": KEY, "AZURE_STORAGE_SAS_TOKEN": sas})
-    wrong = re.sub(r"sig=[^&]*", "sig=" + urllib.parse.quote(base64.b64encode(b"w" * 32).decode(), safe=""), sas)
+    got.run(
+        run_ferry,
+        "env",
+        sas_url,
+        env={**sas_env, "AZURE_STORAGE_KEY": KEY, "AZURE_STORAGE_SAS_TOKEN": sas},
+    )
+    wrong = re.sub(
+        r"sig=[^&]*",
+        "sig=" + urllib.parse.quote(base64.b64encode(b"w" * 32).decode(), safe=""),
+        sas,
+    )
     assert wrong != sas
     got.run(run_ferry, "ls", f"{container}?{wrong}", env=sas_env, check=2)
-    got.run(run_ferry, "copy", "-r", src, f"{container.at('sub')}?{wrong}", "--json", env=sas_env, check=False)
+    got.run(
+        run_ferry,
+        "copy",
+        "-r",
+        src,
+        f"{container.at('sub')}?{wrong}",
+        "--json",
+        env=sas_env,
+        check=False,
+    )
     bad_name = sas_url.replace(container.name, "Bad_Name")
     got.run(run_ferry, "ls", bad_name, env=sas_env, check=2)
-    got.run(run_ferry, "rm", "-r", f"{container.at('nothing-here')}?{sas}", "--dry-run", "--json", env=sas_env)
+    got.run(
+        run_ferry,
+        "rm",
+        "-r",
+        f"{container.at('nothing-here')}?{sas}",
+        "--dry-run",
+        "--json",
+        env=sas_env,
+    )
     # SAS from the environment, with the key planted too (forced to SAS, so both are present).
-    got.run(run_ferry, "copy", "-r", container, tmp_path / "dst2", "--json",
-            env={"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": "?" + sas})
-    got.run(run_ferry, "copy", "-r", container.via(proxy.port), tmp_path / "dst3", "--json", "--max-retries", "0",
-            env={"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": wrong}, check=False)
+    got.run(
+        run_ferry,
+        "copy",
+        "-r",
+        container,
+        tmp_path / "dst2",
+        "--json",
+        env={"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": "?" + sas},
+    )
+    got.run(
+        run_ferry,
+        "copy",
+        "-r",
+        container.via(proxy.port),
+        tmp_path / "dst3",
+        "--json",
+        "--max-retries",
+        "0",
+        env={"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": wrong},
+        check=False,
+    )
     # A bearer token from the IMDS stand-in: listed, then every GET answers 404 (an error path).
     standin = StandIn(tls)
     try:
-        env = token_env({"FERRY_AUTH": "managed", "FERRY_IMDS_ENDPOINT": standin.url, "SSL_CERT_FILE": str(standin.ca_file)})
-        got.run(run_ferry, "copy", "-r", f"{standin.tls_url}/acct/ctr", tmp_path / "dst4", *progress, env=env, check=1)
-        assert any(s["headers"].get("authorization") == f"Bearer {TOKEN}" for s in standin.seen), "the token was not used"
+        env = token_env(
+            {
+                "FERRY_AUTH": "managed",
+                "FERRY_IMDS_ENDPOINT": standin.url,
+                "SSL_CERT_FILE": str(standin.ca_file),
+            }
+        )
+        got.run(
+            run_ferry,
+            "copy",
+            "-r",
+            f"{standin.tls_url}/acct/ctr",
+            tmp_path / "dst4",
+            *progress,
+            env=env,
+            check=1,
+        )
+        assert any(s["headers"].get("authorization") == f"Bearer {TOKEN}" for s in standin.seen), (
+            "the token was not used"
+        )
     finally:
         standin.close()
     got.tree(tmp_path)  # prune logs, downloaded trees, ferry's stdout/stderr files
     got.tree(run_ferry.workdir)
-    got.assert_clean({"account key": KEY, "SAS signature": sig_of(sas), "SAS (whole)": sas, "bearer token": f"Bearer {TOKEN}"})
+    got.assert_clean(
+        {
+            "account key": KEY,
+            "SAS signature": sig_of(sas),
+            "SAS (whole)": sas,
+            "bearer token": f"Bearer {TOKEN}",
+        }
+    )
 
 
 def run_pipeline(got: Collected, profile: str, ferry_bin, outdir, src, dest, sas, phase, *config):
     """Snakemake with the SAS used for real and the account key planted beside it."""
     env = ferry_env({"FERRY_AUTH": "sas", "AZURE_STORAGE_SAS_TOKEN": sas, "AZURE_STORAGE_KEY": KEY})
-    cmd = [sys.executable, "-m", "snakemake", "--profile", profile, "--config",
-           *base_config(ferry_bin, outdir, src, dest, phase), *config]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=400, stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        profile,
+        "--config",
+        *base_config(ferry_bin, outdir, src, dest, phase),
+        *config,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, timeout=400, stdin=subprocess.DEVNULL
+    )
     got.add("snakemake stdout", proc.stdout)
     got.add("snakemake stderr", proc.stderr)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
@@ -140,7 +237,17 @@ def test_no_secret_in_the_pipelines_results_and_logs(tmp_path, ferry_bin, contai
     logs = REPO / ".snakemake" / "log"
     before = set(logs.glob("*.log")) if logs.exists() else set()
     started = time.time()
-    run_pipeline(got, "profiles/local", ferry_bin, outdir, src, container.at("share"), sas, "final", "checksum=true")
+    run_pipeline(
+        got,
+        "profiles/local",
+        ferry_bin,
+        outdir,
+        src,
+        container.at("share"),
+        sas,
+        "final",
+        "checksum=true",
+    )
     assert sorted(container.blobs("share/")) == [f"share/f{i}.txt" for i in range(6)]
     got.tree(outdir)
     for log in set(logs.glob("*.log")) - before:
@@ -159,10 +266,21 @@ def test_no_secret_in_slurm_job_output(slurm, tmp_path, ferry_bin, container, sa
     make_tree(src, {f"f{i}.txt": b"data %d" % i for i in range(6)})
     slurm_logs = REPO / ".snakemake" / "slurm_logs"
     started = time.time()
-    run_pipeline(got, "profiles/slurm", ferry_bin, outdir, src, container.at("viaslurm"), sas, "baseline",
-                 "plan={mode: parts, parts: 2}")
+    run_pipeline(
+        got,
+        "profiles/slurm",
+        ferry_bin,
+        outdir,
+        src,
+        container.at("viaslurm"),
+        sas,
+        "baseline",
+        "plan={mode: parts, parts: 2}",
+    )
     assert len(container.blobs("viaslurm/")) == 6
-    job_outputs = [p for p in slurm_logs.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1]
+    job_outputs = [
+        p for p in slurm_logs.rglob("*") if p.is_file() and p.stat().st_mtime >= started - 1
+    ]
     assert job_outputs, "no Slurm job output files were written"
     for p in job_outputs:
         got.add(str(p), p.read_bytes())

@@ -85,7 +85,9 @@ class Azurite:
             self.process.terminate()
             self.process.wait(30)
         self.kill()
-        self.process = _launch(self.binary, self.port, self.location, self.log_path, self.account, self.key)
+        self.process = _launch(
+            self.binary, self.port, self.location, self.log_path, self.account, self.key
+        )
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -143,16 +145,20 @@ def _accounts_env(account: str, key: str) -> dict:
     return env
 
 
-def _launch(binary: Path, port: int, location: Path, log_path: Path, account: str = ACCOUNT,
-            key: str = KEY) -> subprocess.Popen:
+def _launch(
+    binary: Path, port: int, location: Path, log_path: Path, account: str = ACCOUNT, key: str = KEY
+) -> subprocess.Popen:
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(
             [
                 str(binary),
-                "--blobHost", "127.0.0.1",
-                "--blobPort", str(port),
-                "--location", str(location / "data"),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                str(location / "data"),
                 "--skipApiVersionCheck",
                 "--loose",
                 "--disableTelemetry",
@@ -169,8 +175,13 @@ def _launch(binary: Path, port: int, location: Path, log_path: Path, account: st
         log.close()
 
 
-def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 3, account: str = ACCOUNT,
-                  key: str = KEY) -> Azurite:
+def start_azurite(
+    repo_root: Path,
+    start_timeout: float = 30.0,
+    attempts: int = 3,
+    account: str = ACCOUNT,
+    key: str = KEY,
+) -> Azurite:
     """Launch azurite-blob on a free 127.0.0.1 port with a fresh on-disk workspace, serving
     ``account`` (with ``key``, base64) only; by default the well-known development account.
 
@@ -187,8 +198,15 @@ def start_azurite(repo_root: Path, start_timeout: float = 30.0, attempts: int = 
         location = Path(tempfile.mkdtemp(prefix="ferry-azurite-"))
         log_path = location / "azurite.log"
         proc = _launch(binary, port, location, log_path, account, key)
-        az = Azurite(port=port, location=location, process=proc, log_path=log_path, binary=binary,
-                     account=account, key=key)
+        az = Azurite(
+            port=port,
+            location=location,
+            process=proc,
+            log_path=log_path,
+            binary=binary,
+            account=account,
+            key=key,
+        )
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -28,10 +28,11 @@ def _is_replacement(c: str) -> bool:
 def blob_name(path: str) -> str:
     """The blob a relative path is stored as (docs/worker.md, "Names in Blob storage"), written
     again here from the table, so the tests hold the worker to the documented mapping."""
+
     def segment(s: str) -> str:
         last = s[-1:] if s[-1:] in (".", "\uff0e") else ""
         out = []
-        for c in s[:len(s) - len(last)]:
+        for c in s[: len(s) - len(last)]:
             if ord(c) < 0x20:
                 out.append(chr(0x2400 + ord(c)))
             elif c == "\x7f":
@@ -41,4 +42,5 @@ def blob_name(path: str) -> str:
             else:
                 out.append(_QUOTE + c if _is_replacement(c) else c)
         return "".join(out) + {"": "", ".": "\uff0e", "\uff0e": _QUOTE + "\uff0e"}[last]
+
     return "/".join(segment(s) for s in path.split("/"))

@@ -69,8 +69,14 @@ class Ledger:
     def _divergence(self, where: str, what: str) -> None:
         self.divergent.append(f"{where}: {what}")
 
-    def check_blobs(self, container, expected: dict[str, bytes], complete: bool, prefix: str = "",
-                    where: str = "") -> list[str]:
+    def check_blobs(
+        self,
+        container,
+        expected: dict[str, bytes],
+        complete: bool,
+        prefix: str = "",
+        where: str = "",
+    ) -> list[str]:
         """Every blob under ``prefix`` must hold exactly ``expected[name]`` (and carry the MD5 of
         it when it carries one); with ``complete`` every expected name must be there too.
         Returns the problems found (each also counted as divergent). Folder stubs, which stand
@@ -80,26 +86,32 @@ class Ledger:
         with ThreadPoolExecutor(SDK_THREADS) as pool:
             datas = pool.map(lambda name: container.client.download_blob(name).readall(), present)
         for (name, props), data in zip(present.items(), datas):
-            rel = name[len(prefix):]
+            rel = name[len(prefix) :]
             self.files_checked += 1
             self.bytes_checked += len(data)
             if rel not in expected:
                 problems.append(f"unexpected blob {rel!r} ({len(data)} bytes)")
                 continue
             if data != expected[rel]:
-                problems.append(f"blob {rel!r} holds {len(data)} bytes md5 {md5(data)}, source has "
-                                f"{len(expected[rel])} bytes md5 {md5(expected[rel])}")
+                problems.append(
+                    f"blob {rel!r} holds {len(data)} bytes md5 {md5(data)}, source has "
+                    f"{len(expected[rel])} bytes md5 {md5(expected[rel])}"
+                )
                 continue
             stored = props.content_settings.content_md5
             if stored and bytes(stored) != hashlib.md5(data).digest():
-                problems.append(f"blob {rel!r}: Content-MD5 {bytes(stored).hex()} is not the MD5 of its bytes")
+                problems.append(
+                    f"blob {rel!r}: Content-MD5 {bytes(stored).hex()} is not the MD5 of its bytes"
+                )
         if complete:
             problems += [f"blob {rel!r} missing" for rel in expected if prefix + rel not in present]
         for p in problems:
             self._divergence(where or container.name, p)
         return problems
 
-    def check_local(self, root: Path, expected: dict[str, bytes], complete: bool, where: str = "") -> list[str]:
+    def check_local(
+        self, root: Path, expected: dict[str, bytes], complete: bool, where: str = ""
+    ) -> list[str]:
         """Every file under ``root`` with a final name (not ferry's ``.ferry-*`` temp names) must
         hold exactly ``expected[rel]``; with ``complete`` every expected file must be there."""
         problems = []
@@ -117,8 +129,10 @@ class Ledger:
                 if rel not in expected:
                     problems.append(f"unexpected file {rel!r} ({len(data)} bytes)")
                 elif data != expected[rel]:
-                    problems.append(f"file {rel!r} holds {len(data)} bytes md5 {md5(data)}, source has "
-                                    f"{len(expected[rel])} bytes md5 {md5(expected[rel])}")
+                    problems.append(
+                        f"file {rel!r} holds {len(data)} bytes md5 {md5(data)}, source has "
+                        f"{len(expected[rel])} bytes md5 {md5(expected[rel])}"
+                    )
         if complete:
             problems += [f"file {rel!r} missing" for rel in expected if rel not in seen]
         for p in problems:
@@ -131,7 +145,9 @@ class Ledger:
         self.bytes_checked += len(got)
         if got in versions:
             return True
-        self._divergence(where, f"{len(got)} bytes md5 {md5(got)} match none of the source's versions")
+        self._divergence(
+            where, f"{len(got)} bytes md5 {md5(got)} match none of the source's versions"
+        )
         return False
 
     def check(self, dest, expected: dict[str, bytes], complete: bool) -> list[str]:
@@ -146,8 +162,14 @@ class Ledger:
             "seed": self.seed,
             "tests": self.tests,
             "faults_injected": dict(sorted(self.injected.items())),
-            "tcp_toxics": {k: {"runs": self.tcp_runs[k], "exchanges_cut_seen": self.tcp_cuts[k],
-                               "ferry_retries": self.tcp_retries[k]} for k in sorted(self.tcp_runs)},
+            "tcp_toxics": {
+                k: {
+                    "runs": self.tcp_runs[k],
+                    "exchanges_cut_seen": self.tcp_cuts[k],
+                    "ferry_retries": self.tcp_retries[k],
+                }
+                for k in sorted(self.tcp_runs)
+            },
             "kills": dict(sorted(self.kills.items())),
             "kills_total": sum(self.kills.values()),
             "runs": self.runs,
@@ -159,15 +181,20 @@ class Ledger:
     def line(self) -> str:
         f = self.figures()
         kinds = ", ".join(f"{k} {v}" for k, v in f["faults_injected"].items()) or "none"
-        tcp = ", ".join(f"{k} {v['runs']}/{v['exchanges_cut_seen']}/{v['ferry_retries']}"
-                        for k, v in f["tcp_toxics"].items())
+        tcp = ", ".join(
+            f"{k} {v['runs']}/{v['exchanges_cut_seen']}/{v['ferry_retries']}"
+            for k, v in f["tcp_toxics"].items()
+        )
         if tcp:
             kinds += f"; tcp toxics (runs/exchanges cut seen/ferry retries): {tcp}"
         kills = ", ".join(f"{k} {v}" for k, v in f["kills"].items())
-        return (f"fault suite ({f['mode']}, seed {f['seed']}): faults injected by kind: {kinds}; "
-                f"kills {f['kills_total']}" + (f" ({kills})" if kills else "") +
-                f"; runs {f['runs']}; files checked {f['files_checked']}; "
-                f"bytes checked {f['bytes_checked']}; divergent {f['divergent']}")
+        return (
+            f"fault suite ({f['mode']}, seed {f['seed']}): faults injected by kind: {kinds}; "
+            f"kills {f['kills_total']}"
+            + (f" ({kills})" if kills else "")
+            + f"; runs {f['runs']}; files checked {f['files_checked']}; "
+            f"bytes checked {f['bytes_checked']}; divergent {f['divergent']}"
+        )
 
 
 def md5(data: bytes) -> str:
@@ -183,9 +210,14 @@ def ledger() -> Ledger | None:
 
 # -- pytest hooks (imported into tests/conftest.py) ------------------------------------------
 
+
 def pytest_addoption(parser):
-    parser.addoption("--deep", action="store_true", default=False,
-                     help="fault suite: more seeds, higher fault rates, more kills, bigger files (minutes)")
+    parser.addoption(
+        "--deep",
+        action="store_true",
+        default=False,
+        help="fault suite: more seeds, higher fault rates, more kills, bigger files (minutes)",
+    )
 
 
 def pytest_configure(config):
@@ -217,12 +249,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # -- trees the fault tests copy ----------------------------------------------------------------
 
-def random_files(rng: random.Random, small: int, big: int, big_size: int, prefix: str = "") -> dict[str, bytes]:
+
+def random_files(
+    rng: random.Random, small: int, big: int, big_size: int, prefix: str = ""
+) -> dict[str, bytes]:
     """``small`` files of 0-40 KiB (one empty) and ``big`` multi-block files of about ``big_size``,
     in a few directories; contents from ``rng``, so a seed gives the same tree."""
     files = {}
     for i in range(small):
-        files[f"{prefix}d{i % 3}/small-{i:03d}.txt"] = rng.randbytes(0 if i == 0 else rng.randrange(1, 40_000))
+        files[f"{prefix}d{i % 3}/small-{i:03d}.txt"] = rng.randbytes(
+            0 if i == 0 else rng.randrange(1, 40_000)
+        )
     for i in range(big):
         files[f"{prefix}big/big-{i}.bin"] = rng.randbytes(big_size + rng.randrange(0, 100_000))
     return files
@@ -241,8 +278,12 @@ def upload_with_sdk(container, files: dict[str, bytes], prefix: str = "") -> Non
 
     def put(item):
         rel, data = item
-        container.client.upload_blob(prefix + rel, data, overwrite=True,
-                                     content_settings=ContentSettings(content_md5=bytearray(hashlib.md5(data).digest())))
+        container.client.upload_blob(
+            prefix + rel,
+            data,
+            overwrite=True,
+            content_settings=ContentSettings(content_md5=bytearray(hashlib.md5(data).digest())),
+        )
 
     with ThreadPoolExecutor(SDK_THREADS) as pool:
         list(pool.map(put, files.items()))

@@ -26,14 +26,16 @@ def ferry_env(extra: dict | None = None) -> dict:
     """Environment for a ferry run: Azurite's key credentials, an IMDS guard, nothing inherited
     that names Azure. ``extra`` overrides; a value of None removes the variable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES)}
-    env.update({
-        "AZURE_STORAGE_ACCOUNT": ACCOUNT,
-        "AZURE_STORAGE_KEY": KEY,
-        "FERRY_AUTH": "key",
-        # If anything ever falls through to managed identity, it hits a closed loopback port
-        # instead of the real metadata service.
-        "FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9",
-    })
+    env.update(
+        {
+            "AZURE_STORAGE_ACCOUNT": ACCOUNT,
+            "AZURE_STORAGE_KEY": KEY,
+            "FERRY_AUTH": "key",
+            # If anything ever falls through to managed identity, it hits a closed loopback port
+            # instead of the real metadata service.
+            "FERRY_IMDS_ENDPOINT": "http://127.0.0.1:9",
+        }
+    )
     for k, v in (extra or {}).items():
         if v is None:
             env.pop(k, None)
@@ -66,24 +68,46 @@ class FerryRunner:
     def command(self, args) -> list:
         return [str(self.binary), *[a if isinstance(a, bytes) else os.fspath(a) for a in args]]
 
-    def __call__(self, *args, env: dict | None = None, check: bool | int = True, timeout: float = 110,
-                 cwd=None, input: bytes | None = None) -> subprocess.CompletedProcess:
+    def __call__(
+        self,
+        *args,
+        env: dict | None = None,
+        check: bool | int = True,
+        timeout: float = 110,
+        cwd=None,
+        input: bytes | None = None,
+    ) -> subprocess.CompletedProcess:
         cmd = self.command(args)
-        proc = subprocess.run(cmd, env=self.env(env), cwd=cwd or self.workdir, input=input, capture_output=True,
-                              timeout=timeout, stdin=None if input is not None else subprocess.DEVNULL)
-        result = subprocess.CompletedProcess(cmd, proc.returncode, _decode(proc.stdout), _decode(proc.stderr))
+        proc = subprocess.run(
+            cmd,
+            env=self.env(env),
+            cwd=cwd or self.workdir,
+            input=input,
+            capture_output=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+        result = subprocess.CompletedProcess(
+            cmd, proc.returncode, _decode(proc.stdout), _decode(proc.stderr)
+        )
         result.stdout_bytes = proc.stdout
         result.json = None
         want = 0 if check is True else None if check is False else check
         if want is not None and proc.returncode != want:
-            pytest.fail(f"{describe(cmd)}\n  expected exit {want}, got {proc.returncode}\n"
-                        f"  stdout: {result.stdout[-3000:]}\n  stderr: {result.stderr[-3000:]}", pytrace=False)
+            pytest.fail(
+                f"{describe(cmd)}\n  expected exit {want}, got {proc.returncode}\n"
+                f"  stdout: {result.stdout[-3000:]}\n  stderr: {result.stderr[-3000:]}",
+                pytrace=False,
+            )
         if "--json" in args and proc.returncode in (0, 1):
             try:
                 result.json = json.loads(result.stdout)
             except ValueError:
-                pytest.fail(f"{describe(cmd)}\n  --json output is not one JSON object:\n{result.stdout[-3000:]}"
-                            f"\n  stderr: {result.stderr[-2000:]}", pytrace=False)
+                pytest.fail(
+                    f"{describe(cmd)}\n  --json output is not one JSON object:\n{result.stdout[-3000:]}"
+                    f"\n  stderr: {result.stderr[-2000:]}",
+                    pytrace=False,
+                )
         return result
 
     def spawn(self, *args, env: dict | None = None, log_dir: Path) -> subprocess.Popen:
@@ -91,15 +115,23 @@ class FerryRunner:
         out = open(log_dir / "ferry.stdout", "wb")
         err = open(log_dir / "ferry.stderr", "wb")
         try:
-            return subprocess.Popen(self.command(args), env=self.env(env), cwd=self.workdir,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            return subprocess.Popen(
+                self.command(args),
+                env=self.env(env),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
         finally:
             out.close()
             err.close()
 
 
 def describe(cmd) -> str:
-    return "command: " + " ".join(repr(c) if isinstance(c, bytes) or " " in str(c) else str(c) for c in cmd)
+    return "command: " + " ".join(
+        repr(c) if isinstance(c, bytes) or " " in str(c) else str(c) for c in cmd
+    )
 
 
 class ContainerURL(str):
@@ -126,14 +158,23 @@ class ContainerURL(str):
 
         from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
-        permission = ContainerSasPermissions(read=True, list=True, add=write, create=write, write=write, delete=write)
-        sas = generate_container_sas(self.azurite.account, self.name, account_key=self.azurite.key, permission=permission,
-                                     expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+        permission = ContainerSasPermissions(
+            read=True, list=True, add=write, create=write, write=write, delete=write
+        )
+        sas = generate_container_sas(
+            self.azurite.account,
+            self.name,
+            account_key=self.azurite.key,
+            permission=permission,
+            expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1),
+        )
         return f"{self.azurite.url(self.name, prefix, port=port)}?{sas}"
 
     def blobs(self, prefix: str | None = None) -> dict:
         """{blob name: BlobProperties} (size, content_settings.content_md5, metadata, ...)."""
-        return {b.name: b for b in self.client.list_blobs(name_starts_with=prefix, include=["metadata"])}
+        return {
+            b.name: b for b in self.client.list_blobs(name_starts_with=prefix, include=["metadata"])
+        }
 
 
 def new_container(azurite: Azurite, request) -> ContainerURL:

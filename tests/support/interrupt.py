@@ -24,10 +24,12 @@ def sdk_block_id(wire_id: str) -> str:
 
 def wait_alive(proxy, proc, predicate, timeout, what):
     """proxy.wait_for, but give up at once (with ferry's stderr) if ferry exits meanwhile."""
+
     def check():
         if proc.poll() is not None:
             raise AssertionError(f"ferry exited ({proc.returncode}) before {what}")
         return predicate()
+
     proxy.wait_for(check, timeout, what)
 
 
@@ -35,16 +37,28 @@ def kill_once_blocks_staged(proxy, spawn, staged, most):
     """Starts a copy (spawn()), lets `staged` Put Block requests through, holds every later one
     until the copy is killed, then drops them. Returns the block IDs (as the SDK names them) that
     got through."""
-    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=staged, count=most,
-                     after_stall="drop", stall_timeout=60)
+    hold = proxy.add(
+        "stall",
+        method="PUT",
+        query={"comp": "block"},
+        skip=staged,
+        count=most,
+        after_stall="drop",
+        stall_timeout=60,
+    )
 
     def good():
         return [r for r in proxy.requests("PUT", comp="block") if r.done and r.status == 201]
 
     proc = spawn()
     try:
-        wait_alive(proxy, proc, lambda: len(good()) == staged and proxy.stalled >= 1, 60,
-                   f"{staged} Put Block to succeed and the next to stall")
+        wait_alive(
+            proxy,
+            proc,
+            lambda: len(good()) == staged and proxy.stalled >= 1,
+            60,
+            f"{staged} Put Block to succeed and the next to stall",
+        )
     finally:
         proc.kill()
         proc.wait(10)
@@ -77,7 +91,10 @@ def ferry_processes(pgid: int, verb: str | None = None) -> list[int]:
             continue
         try:
             argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            if os.getpgid(int(entry)) != pgid or os.path.basename(os.readlink(f"/proc/{entry}/exe")) != "ferry":
+            if (
+                os.getpgid(int(entry)) != pgid
+                or os.path.basename(os.readlink(f"/proc/{entry}/exe")) != "ferry"
+            ):
                 continue
             if verb is None or argv[1:2] == [verb.encode()]:
                 found.append(int(entry))

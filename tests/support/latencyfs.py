@@ -25,8 +25,10 @@ def build() -> Path:
     """Build the binary if it is missing or older than its source (make is a no-op otherwise)."""
     proc = subprocess.run(["make", "-s", "-C", str(SOURCE_DIR)], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"building latencyfs failed (needs libfuse3-dev; run scripts/setup.sh):\n"
-                           f"{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"building latencyfs failed (needs libfuse3-dev; run scripts/setup.sh):\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
     return BINARY
 
 
@@ -34,8 +36,8 @@ def _unescape(field: str) -> str:
     # /proc/self/mountinfo writes space, tab, newline and backslash as \ooo.
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and len(field[i + 1:i + 4]) == 3 and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
+        if field[i] == "\\" and len(field[i + 1 : i + 4]) == 3 and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(field[i])
@@ -50,7 +52,11 @@ def mounted_here(mountpoint: Path) -> bool:
         for line in f:
             left, _, right = line.partition(" - ")
             fields = left.split()
-            if len(fields) > 4 and _unescape(fields[4]) == target and right.startswith("fuse.latencyfs "):
+            if (
+                len(fields) > 4
+                and _unescape(fields[4]) == target
+                and right.startswith("fuse.latencyfs ")
+            ):
                 return True
     return False
 
@@ -64,23 +70,46 @@ class LatencyFS:
     and the log sit beside the mount point, named after it.
     """
 
-    def __init__(self, source: Path, mountpoint: Path, *, delay_ms: float = 0, jitter_ms: float = 0,
-                 delay_ops: dict[str, float] | None = None, attr_timeout: float | None = None,
-                 entry_timeout: float | None = None, negative_timeout: float | None = None,
-                 writeback_cache: bool = True, readdirplus: bool = True, threads: int | None = None,
-                 stats_file: Path | None = None, binary: Path | None = None):
+    def __init__(
+        self,
+        source: Path,
+        mountpoint: Path,
+        *,
+        delay_ms: float = 0,
+        jitter_ms: float = 0,
+        delay_ops: dict[str, float] | None = None,
+        attr_timeout: float | None = None,
+        entry_timeout: float | None = None,
+        negative_timeout: float | None = None,
+        writeback_cache: bool = True,
+        readdirplus: bool = True,
+        threads: int | None = None,
+        stats_file: Path | None = None,
+        binary: Path | None = None,
+    ):
         self.source = Path(source)
         self.mountpoint = Path(mountpoint)
         self.control = self.mountpoint.parent / f".{self.mountpoint.name}.latencyfs.sock"
         self.log = self.mountpoint.parent / f".{self.mountpoint.name}.latencyfs.log"
         self.stats_file = stats_file
         self.binary = Path(binary) if binary else BINARY
-        args = [str(self.binary), "--delay", str(delay_ms), "--jitter", str(jitter_ms),
-                "--control", str(self.control)]
+        args = [
+            str(self.binary),
+            "--delay",
+            str(delay_ms),
+            "--jitter",
+            str(jitter_ms),
+            "--control",
+            str(self.control),
+        ]
         if delay_ops:
             args += ["--delay-op", ",".join(f"{k}={v}" for k, v in delay_ops.items())]
-        for flag, value in (("--attr-timeout", attr_timeout), ("--entry-timeout", entry_timeout),
-                            ("--negative-timeout", negative_timeout), ("--threads", threads)):
+        for flag, value in (
+            ("--attr-timeout", attr_timeout),
+            ("--entry-timeout", entry_timeout),
+            ("--negative-timeout", negative_timeout),
+            ("--threads", threads),
+        ):
             if value is not None:
                 args += [flag, str(value)]
         if not writeback_cache:
@@ -92,21 +121,28 @@ class LatencyFS:
         self.args = args + [str(self.source), str(self.mountpoint)]
         self.proc: subprocess.Popen | None = None
 
-    def mount(self, timeout: float = 15) -> "LatencyFS":
+    def mount(self, timeout: float = 15) -> LatencyFS:
         if self.binary == BINARY and not BINARY.exists():
             build()
         if not os.path.exists("/dev/fuse"):
             raise RuntimeError("/dev/fuse is missing: latencyfs needs FUSE (modprobe fuse)")
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while not (mounted_here(self.mountpoint) and self._answers()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.unmount()
-                raise RuntimeError(f"latencyfs did not mount {self.mountpoint}: "
-                                   f"{self.log.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"latencyfs did not mount {self.mountpoint}: "
+                    f"{self.log.read_text(errors='replace')[-2000:]}"
+                )
             time.sleep(0.02)
         return self
 
@@ -142,7 +178,12 @@ class LatencyFS:
     def unmount(self, timeout: float = 20) -> None:
         """Unmount (lazily if still busy) and wait for the daemon; safe to call twice."""
         if mounted_here(self.mountpoint):
-            if subprocess.run(["fusermount3", "-u", str(self.mountpoint)], capture_output=True).returncode != 0:
+            if (
+                subprocess.run(
+                    ["fusermount3", "-u", str(self.mountpoint)], capture_output=True
+                ).returncode
+                != 0
+            ):
                 subprocess.run(["umount", "-l", str(self.mountpoint)], capture_output=True)
         if self.proc is not None:
             try:
@@ -152,7 +193,7 @@ class LatencyFS:
                 self.proc.wait()
             self.proc = None
 
-    def __enter__(self) -> "LatencyFS":
+    def __enter__(self) -> LatencyFS:
         return self.mount()
 
     def __exit__(self, *exc) -> None:

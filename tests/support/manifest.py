@@ -26,13 +26,15 @@ def escape_path(raw: bytes) -> str:
             i += 1
             continue
         # A well-formed UTF-8 sequence stays as it is; any other byte becomes \xHH.
-        width = 2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 0
+        width = (
+            2 if 0xC2 <= b <= 0xDF else 3 if 0xE0 <= b <= 0xEF else 4 if 0xF0 <= b <= 0xF4 else 0
+        )
         try:
-            raw[i:i + width].decode("utf-8") if width else None
+            raw[i : i + width].decode("utf-8") if width else None
         except UnicodeDecodeError:
             width = 0
-        if width and len(raw[i:i + width]) == width:
-            out += raw[i:i + width]
+        if width and len(raw[i : i + width]) == width:
+            out += raw[i : i + width]
             i += width
         else:
             out += b"\\x%02x" % b
@@ -51,7 +53,7 @@ def unescape_path(text: str) -> bytes:
             out.append(b)
             i += 1
             continue
-        nxt = data[i + 1:i + 2]
+        nxt = data[i + 1 : i + 2]
         if nxt == b"\\":
             out.append(0x5C)
         elif nxt == b"t":
@@ -61,7 +63,7 @@ def unescape_path(text: str) -> bytes:
         elif nxt == b"r":
             out.append(0x0D)
         elif nxt == b"x":
-            hexdigits = data[i + 2:i + 4]
+            hexdigits = data[i + 2 : i + 4]
             if len(hexdigits) != 2:
                 raise ValueError(f"truncated \\x escape in {text!r}")
             out.append(int(hexdigits, 16))
@@ -105,27 +107,38 @@ def parse_manifest(text: str) -> tuple[list[str], list[ManifestEntry]]:
             continue
         fields = line.split("\t")
         # v1 lines have five fields, v2 lines nine.
-        assert len(fields) in (5, 9), f"manifest line has {len(fields)} fields, want 5 (v1) or 9 (v2): {line!r}"
+        assert len(fields) in (5, 9), (
+            f"manifest line has {len(fields)} fields, want 5 (v1) or 9 (v2): {line!r}"
+        )
         path, kind, size, mtime, md5 = fields[:5]
         mode, owner, link, xattrs = fields[5:] or ["-"] * 4
         assert kind in ("f", "l", "d", "p", "s", "c", "b"), f"bad type {kind!r} in {line!r}"
-        assert mode == "-" or (len(mode) == 4 and int(mode, 8) <= 0o7777), f"bad mode {mode!r} in {line!r}"
-        assert owner == "-" or all(p.isdigit() for p in owner.split(":", 1)) and owner.count(":") == 1, \
-            f"bad owner {owner!r} in {line!r}"
+        assert mode == "-" or (len(mode) == 4 and int(mode, 8) <= 0o7777), (
+            f"bad mode {mode!r} in {line!r}"
+        )
+        assert (
+            owner == "-" or all(p.isdigit() for p in owner.split(":", 1)) and owner.count(":") == 1
+        ), f"bad owner {owner!r} in {line!r}"
         assert mtime == "-" or _is_nine_decimals(mtime), f"bad mtime {mtime!r} in {line!r}"
-        assert md5 == "-" or (len(md5) == 32 and md5 == md5.lower() and int(md5, 16) >= 0), \
+        assert md5 == "-" or (len(md5) == 32 and md5 == md5.lower() and int(md5, 16) >= 0), (
             f"bad md5 {md5!r} in {line!r}"
-        entries.append(ManifestEntry(unescape_path(path), kind, int(size),
-                                     None if mtime == "-" else mtime,
-                                     None if md5 == "-" else md5,
-                                     None if mode == "-" else int(mode, 8),
-                                     None if owner == "-" else tuple(int(p) for p in owner.split(":")),
-                                     None if link == "-" else link,
-                                     None if xattrs == "-" else xattrs))
+        )
+        entries.append(
+            ManifestEntry(
+                unescape_path(path),
+                kind,
+                int(size),
+                None if mtime == "-" else mtime,
+                None if md5 == "-" else md5,
+                None if mode == "-" else int(mode, 8),
+                None if owner == "-" else tuple(int(p) for p in owner.split(":")),
+                None if link == "-" else link,
+                None if xattrs == "-" else xattrs,
+            )
+        )
     return comments, entries
 
 
 def _is_nine_decimals(s: str) -> bool:
     whole, dot, frac = s.partition(".")
     return whole.isdigit() and dot == "." and len(frac) == 9 and frac.isdigit()
-

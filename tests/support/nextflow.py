@@ -18,19 +18,43 @@ from support.pipeline import REPO, run_dir
 NEXTFLOW = shutil.which("nextflow") or str(REPO / "scripts" / "nextflow")
 
 
-def nextflow(launch: Path, *args: str, params: dict | None = None, profile: str = "test", expect: int | None = 0,
-             env: dict | None = None, timeout: float = 280) -> subprocess.CompletedProcess:
+def nextflow(
+    launch: Path,
+    *args: str,
+    params: dict | None = None,
+    profile: str = "test",
+    expect: int | None = 0,
+    env: dict | None = None,
+    timeout: float = 280,
+) -> subprocess.CompletedProcess:
     """`nextflow run main.nf` from its own launch directory (which keeps .nextflow/ for -resume),
     with params written to a -params-file, as users pass a migration's config."""
     launch.mkdir(parents=True, exist_ok=True)
-    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", profile, "-w", str(launch / "work"), "-ansi-log", "false"]
+    cmd = [
+        NEXTFLOW,
+        "run",
+        str(REPO / "main.nf"),
+        "-profile",
+        profile,
+        "-w",
+        str(launch / "work"),
+        "-ansi-log",
+        "false",
+    ]
     if params is not None:
         params_file = launch / "params.yaml"
         params_file.write_text(yaml.safe_dump(params, allow_unicode=True))
         cmd += ["-params-file", str(params_file)]
     cmd += list(args)
-    proc = subprocess.run(cmd, cwd=launch, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd,
+        cwd=launch,
+        env=ferry_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     if expect is not None and proc.returncode != expect:
         log = launch / ".nextflow.log"
         pytest.fail(
@@ -42,7 +66,9 @@ def nextflow(launch: Path, *args: str, params: dict | None = None, profile: str 
     return proc
 
 
-def params_for(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t", **extra) -> dict:
+def params_for(
+    ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t", **extra
+) -> dict:
     """The config keys the Snakemake tests set (support.pipeline.base_config), as a params file."""
     return {
         "source": str(source),

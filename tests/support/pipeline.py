@@ -71,10 +71,13 @@ def blob_snapshot(container, prefix: str = "") -> dict[str, str]:
     the Azure SDK (not the folder stubs and symlink blobs besides them)."""
     snap = {}
     for name, props in container.blobs(prefix or None).items():
-        if props.metadata.get("hdi_isfolder") == "true" or props.metadata.get("is_symlink") == "true":
+        if (
+            props.metadata.get("hdi_isfolder") == "true"
+            or props.metadata.get("is_symlink") == "true"
+        ):
             continue
         data = container.client.download_blob(name).readall()
-        snap[name[len(prefix):]] = hashlib.md5(data).hexdigest()
+        snap[name[len(prefix) :]] = hashlib.md5(data).hexdigest()
     return snap
 
 
@@ -87,9 +90,23 @@ def pipeline(
     timeout: float = 280,
 ) -> subprocess.CompletedProcess:
     """Run snakemake from the repository root, as users do; output captured for assertions."""
-    cmd = [sys.executable, "-m", "snakemake", "--profile", profile, *extra_args, "--config", *config]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        profile,
+        *extra_args,
+        "--config",
+        *config,
+    ]
     proc = subprocess.run(
-        cmd, cwd=REPO, env=ferry_env(env), capture_output=True, text=True, timeout=timeout,
+        cmd,
+        cwd=REPO,
+        env=ferry_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
     if expect is not None and proc.returncode != expect:
@@ -101,7 +118,9 @@ def pipeline(
     return proc
 
 
-def base_config(ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t") -> list[str]:
+def base_config(
+    ferry_bin, outdir: Path, source, dest, phase: str, run_name: str = "t"
+) -> list[str]:
     return [
         f"source={source}",
         f"dest={dest}",

@@ -24,16 +24,27 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 # Headers that describe one hop, not the message; never forwarded as received.
 _HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade",
-    "transfer-encoding", "expect",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "transfer-encoding",
+    "expect",
 }
 
-_ERROR_CODES = {500: "InternalError", 503: "ServerBusy", 429: "TooManyRequests", 408: "OperationTimedOut"}
+_ERROR_CODES = {
+    500: "InternalError",
+    503: "ServerBusy",
+    429: "TooManyRequests",
+    408: "OperationTimedOut",
+}
 
 ABSENT = object()
 """Use as a value in ``Rule.query`` to require that a parameter is not in the query at all."""
@@ -82,7 +93,15 @@ class Rule:
     _rng: random.Random = field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.action not in ("status", "truncate", "stall", "stall_body", "corrupt", "set_headers", "drop_query"):
+        if self.action not in (
+            "status",
+            "truncate",
+            "stall",
+            "stall_body",
+            "corrupt",
+            "set_headers",
+            "drop_query",
+        ):
             raise ValueError(f"unknown action {self.action!r}")
         if self.after_stall not in ("forward", "drop"):
             raise ValueError(f"unknown after_stall {self.after_stall!r}")
@@ -143,7 +162,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Idle keep-alive connections and half-sent bodies must not pin a thread forever.
     timeout = 120
-    proxy: "FaultProxy"
+    proxy: FaultProxy
 
     def log_message(self, format, *args):  # noqa: A002 - signature fixed by the base class
         pass
@@ -204,9 +223,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _handle(self):
         proxy = self.proxy
         split = urllib.parse.urlsplit(self.path)
-        query = {k: v[0] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()}
-        record, rule = proxy._admit(self.command, self.path, urllib.parse.unquote(split.path), query,
-                                    list(self.headers.items()))
+        query = {
+            k: v[0] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()
+        }
+        record, rule = proxy._admit(
+            self.command,
+            self.path,
+            urllib.parse.unquote(split.path),
+            query,
+            list(self.headers.items()),
+        )
         try:
             self._serve(record, rule)
         except (OSError, http.client.HTTPException) as e:
@@ -231,8 +257,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         path = self.path
         if rule is not None and rule.action == "drop_query":
             split = urllib.parse.urlsplit(path)
-            kept = [(k, v) for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True) if k not in rule.drop]
-            path = urllib.parse.urlunsplit(split._replace(query=urllib.parse.urlencode(kept, quote_via=urllib.parse.quote)))
+            kept = [
+                (k, v)
+                for k, v in urllib.parse.parse_qsl(split.query, keep_blank_values=True)
+                if k not in rule.drop
+            ]
+            path = urllib.parse.urlunsplit(
+                split._replace(query=urllib.parse.urlencode(kept, quote_via=urllib.parse.quote))
+            )
         resp = self._forward(path, body, chunked)
         record.status = resp.status
         self._relay(resp, rule, record)
@@ -240,8 +272,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _reply_fault(self, record: Request, rule: Rule):
         code = _ERROR_CODES.get(rule.status, "InjectedFault")
         payload = (
-            '<?xml version="1.0" encoding="utf-8"?><Error><Code>%s</Code>'
-            "<Message>fault injected by the ferry test proxy</Message></Error>" % code
+            f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code>'
+            "<Message>fault injected by the ferry test proxy</Message></Error>"
         ).encode()
         self.send_response_only(rule.status)
         self.send_header("Content-Type", "application/xml")
@@ -288,7 +320,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         rechunk = has_body and resp.chunked
         length = resp.getheader("Content-Length")
         until_close = has_body and not rechunk and length is None
-        replaced = {k.lower(): v for k, v in rule.headers.items()} if rule and rule.action == "set_headers" else {}
+        replaced = (
+            {k.lower(): v for k, v in rule.headers.items()}
+            if rule and rule.action == "set_headers"
+            else {}
+        )
         for name, value in resp.getheaders():
             if name.lower() in _HOP_BY_HOP or name.lower() in replaced:
                 continue
@@ -313,9 +349,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             piece = resp.read(want)
             if not piece:
                 break
-            if rule is not None and rule.action == "corrupt" and sent <= rule.body_bytes < sent + len(piece):
+            if (
+                rule is not None
+                and rule.action == "corrupt"
+                and sent <= rule.body_bytes < sent + len(piece)
+            ):
                 at = rule.body_bytes - sent
-                piece = piece[:at] + bytes([piece[at] ^ 0xFF]) + piece[at + 1:]
+                piece = piece[:at] + bytes([piece[at] ^ 0xFF]) + piece[at + 1 :]
                 record.cut = True
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if rechunk else piece)
             sent += len(piece)
@@ -365,10 +405,14 @@ class FaultProxy:
         self._server = _Server(("127.0.0.1", 0), handler)
         self.port = self._server.server_address[1]
         # A short poll interval keeps stop() (and so each test's teardown) quick.
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fault-proxy",
+            daemon=True,
+        )
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._thread.start()
         return self
 
@@ -403,8 +447,9 @@ class FaultProxy:
                 r._released.set()
 
     # -- what happened -----------------------------------------------------------------------
-    def requests(self, method: str | None = None, comp: str | None | object = None,
-                 path: str | None = None) -> list[Request]:
+    def requests(
+        self, method: str | None = None, comp: str | None | object = None, path: str | None = None
+    ) -> list[Request]:
         """Logged requests, oldest first; ``comp=ABSENT`` selects those without a comp parameter."""
         with self._cond:
             log = list(self._log)
@@ -424,7 +469,11 @@ class FaultProxy:
     def bytes_served(self, method: str = "GET", comp: str | None | object = ABSENT) -> int:
         """Response body bytes of the selected successful requests; by default blob reads (GET
         without a comp parameter), i.e. the data clients downloaded (error bodies not counted)."""
-        return sum(r.body_sent for r in self.requests(method=method, comp=comp) if 200 <= (r.status or 0) < 300)
+        return sum(
+            r.body_sent
+            for r in self.requests(method=method, comp=comp)
+            if 200 <= (r.status or 0) < 300
+        )
 
     def clear_log(self):
         with self._cond:
@@ -446,9 +495,11 @@ class FaultProxy:
 
     def wait_idle(self, timeout: float = 30.0):
         """Wait until no request is being handled (released stalls included)."""
+
         def idle():
             with self._cond:
                 return self._inflight == 0
+
         self.wait_for(idle, timeout, "in-flight requests to finish")
 
     # -- called from handler threads ---------------------------------------------------------

@@ -7,7 +7,18 @@ from collections import Counter
 
 from support.proxy import FaultProxy
 
-KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "batches", "copies", "others")
+KINDS = (
+    "list_pages",
+    "puts",
+    "blocks",
+    "block_lists",
+    "gets",
+    "heads",
+    "deletes",
+    "batches",
+    "copies",
+    "others",
+)
 
 
 def kind_of(r) -> str:
@@ -45,5 +56,9 @@ def seen(proxy: FaultProxy) -> dict:
 def assert_counted(reported: dict, proxy: FaultProxy, what: str):
     assert set(reported) == set(KINDS), f"{what}: requests has keys {sorted(reported)}"
     want = seen(proxy)
-    assert reported == want, (f"{what}: ferry counted {reported}, the proxy saw {want}\n"
-                              + "\n".join(f"  {r.method} {r.raw_path} -> {r.status} {r.action or ''}" for r in proxy.requests()))
+    assert reported == want, (
+        f"{what}: ferry counted {reported}, the proxy saw {want}\n"
+        + "\n".join(
+            f"  {r.method} {r.raw_path} -> {r.status} {r.action or ''}" for r in proxy.requests()
+        )
+    )

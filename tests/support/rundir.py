@@ -39,8 +39,13 @@ class RunDir:
         doc = {
             "compare": "size-mtime",
             "source": {"files": sum(f for _, f, _ in copy), "bytes": sum(b for _, _, b in copy)},
-            "to_copy": {"files": sum(f for _, f, _ in copy), "bytes": sum(b for _, _, b in copy),
-                        "new": sum(f for _, f, _ in copy), "changed": 0, "undecided": 0},
+            "to_copy": {
+                "files": sum(f for _, f, _ in copy),
+                "bytes": sum(b for _, _, b in copy),
+                "new": sum(f for _, f, _ in copy),
+                "changed": 0,
+                "undecided": 0,
+            },
             "unchanged": 0,
             "extra_on_dest": {"files": 0, "bytes": 0},
             "verify_scope": "copied",
@@ -54,14 +59,36 @@ class RunDir:
     # the worker's JSON per partition ----------------------------------------------------------
 
     @staticmethod
-    def copy_doc(copied=0, skipped=0, failed=0, bytes_copied=0, bytes_skipped=0, retries=None,
-                 seconds=1.0, failures=(), ignored=(), **files) -> dict:
+    def copy_doc(
+        copied=0,
+        skipped=0,
+        failed=0,
+        bytes_copied=0,
+        bytes_skipped=0,
+        retries=None,
+        seconds=1.0,
+        failures=(),
+        ignored=(),
+        **files,
+    ) -> dict:
         """A `ferry copy --json` summary (docs/worker.md)."""
         retries = retries or {}
         return {
-            "files": {"total": copied + skipped + failed, "copied": copied, "skipped": skipped, "failed": failed,
-                      "metadata_only": 0, "replaced": 0, "ignored": len(ignored), **files},
-            "bytes": {"total": bytes_copied + bytes_skipped, "copied": bytes_copied, "skipped": bytes_skipped},
+            "files": {
+                "total": copied + skipped + failed,
+                "copied": copied,
+                "skipped": skipped,
+                "failed": failed,
+                "metadata_only": 0,
+                "replaced": 0,
+                "ignored": len(ignored),
+                **files,
+            },
+            "bytes": {
+                "total": bytes_copied + bytes_skipped,
+                "copied": bytes_copied,
+                "skipped": bytes_skipped,
+            },
             "blocks": {"sent": 0, "reused": 0},
             "retries": {"total": sum(retries.values()), "by_status": retries},
             "seconds": seconds,
@@ -70,10 +97,19 @@ class RunDir:
         }
 
     @staticmethod
-    def verify_doc(same=0, differ=0, missing_on_dst=0, missing_on_src=0, error=0, seconds=0.5, entries=()) -> dict:
+    def verify_doc(
+        same=0, differ=0, missing_on_dst=0, missing_on_src=0, error=0, seconds=0.5, entries=()
+    ) -> dict:
         """A `ferry verify --json` summary (docs/worker.md)."""
-        return {"same": same, "differ": differ, "missing_on_dst": missing_on_dst, "missing_on_src": missing_on_src,
-                "error": error, "seconds": seconds, "entries": list(entries)}
+        return {
+            "same": same,
+            "differ": differ,
+            "missing_on_dst": missing_on_dst,
+            "missing_on_src": missing_on_src,
+            "error": error,
+            "seconds": seconds,
+            "entries": list(entries),
+        }
 
     # where each result lies ------------------------------------------------------------------
 
@@ -89,7 +125,9 @@ class RunDir:
         return self.path / ("failed/prune.json" if failed else "prune/prune.json")
 
     def final_check_json(self, failed: bool = False) -> Path:
-        return self.path / ("failed/final-check.json" if failed else f"{VERIFY_RESULTS}/final-check.json")
+        return self.path / (
+            "failed/final-check.json" if failed else f"{VERIFY_RESULTS}/final-check.json"
+        )
 
     @staticmethod
     def _results(step: str) -> str:
@@ -135,8 +173,16 @@ class RunDir:
         step = self._step(step)
         self._write(f"logs/{step}.log" if part is None else f"logs/{step}/part-{part}.log", text)
 
-    def benchmark(self, step: str, seconds: float, end: float, part: str | None = None, cpu="NA", rss="NA",
-                  text: str | None = None) -> None:
+    def benchmark(
+        self,
+        step: str,
+        seconds: float,
+        end: float,
+        part: str | None = None,
+        cpu="NA",
+        rss="NA",
+        text: str | None = None,
+    ) -> None:
         """benchmarks/<step>.tsv (or <step>/part-<part>.tsv): the columns Snakemake's benchmark files
         and bin/ferry-task have; its modification time is the job's end."""
         step = self._step(step)

@@ -32,11 +32,17 @@ def accounting_on() -> bool:
 def slurm_up(accounting: bool) -> None:
     env = {"FERRY_SLURM_ACCOUNTING": "1" if accounting else "0"}
     proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "slurm-up.sh")], capture_output=True, text=True, timeout=180,
+        ["bash", str(REPO_ROOT / "scripts" / "slurm-up.sh")],
+        capture_output=True,
+        text=True,
+        timeout=180,
         env={**os.environ, **env},
     )
     if proc.returncode != 0:
-        pytest.fail(f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+        pytest.fail(
+            f"scripts/slurm-up.sh (accounting={accounting}) failed:\n{proc.stdout}\n{proc.stderr}",
+            pytrace=False,
+        )
 
 
 def jobcomp_records() -> list[dict[str, str]]:
@@ -45,7 +51,8 @@ def jobcomp_records() -> list[dict[str, str]]:
     if not JOBCOMP_LOG.exists():
         return []
     return [
-        dict(re.findall(r"(\w+)=(\S*)", line)) for line in JOBCOMP_LOG.read_text(errors="replace").splitlines()
+        dict(re.findall(r"(\w+)=(\S*)", line))
+        for line in JOBCOMP_LOG.read_text(errors="replace").splitlines()
     ]
 
 
@@ -64,8 +71,17 @@ def completed_jobs() -> dict[int, str]:
 def squeue_comments(job_ids) -> dict[int, str]:
     """{job id: comment} for jobs slurmctld still holds (the executor puts the rule in the comment)."""
     proc = subprocess.run(
-        ["squeue", "--states=all", "--noheader", "--format=%i|%k|%T", "--jobs", ",".join(map(str, job_ids))],
-        capture_output=True, text=True, check=True,
+        [
+            "squeue",
+            "--states=all",
+            "--noheader",
+            "--format=%i|%k|%T",
+            "--jobs",
+            ",".join(map(str, job_ids)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     found = {}
     for line in proc.stdout.splitlines():

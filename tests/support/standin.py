@@ -42,13 +42,28 @@ class StandIn:
             def do_GET(self):
                 url = urlparse(self.path)
                 q = parse_qs(url.query)
-                owner.seen.append({"method": "GET", "path": url.path, "query": q, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                owner.seen.append(
+                    {
+                        "method": "GET",
+                        "path": url.path,
+                        "query": q,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                    }
+                )
                 if url.path == "/metadata/identity/oauth2/token":
-                    if self.headers.get("Metadata") != "true" or q.get("resource", [""])[0].rstrip("/") != "https://storage.azure.com":
+                    if (
+                        self.headers.get("Metadata") != "true"
+                        or q.get("resource", [""])[0].rstrip("/") != "https://storage.azure.com"
+                    ):
                         return self._reply(400, b'{"error":"bad request"}')
                     # The fields IMDS sends, numbers as strings as it writes them.
-                    answer = {"access_token": "tok-imds", "expires_in": "3600", "expires_on": str(int(time.time()) + 3600),
-                              "resource": "https://storage.azure.com", "token_type": "Bearer"}
+                    answer = {
+                        "access_token": "tok-imds",
+                        "expires_in": "3600",
+                        "expires_on": str(int(time.time()) + 3600),
+                        "resource": "https://storage.azure.com",
+                        "token_type": "Bearer",
+                    }
                     return self._reply(200, json.dumps(answer).encode())
                 if url.path == "/acct/ctr" and q.get("comp") == ["list"]:
                     return self._reply(200, LIST_XML, "application/xml")
@@ -58,7 +73,14 @@ class StandIn:
                 url = urlparse(self.path)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
                 form = parse_qs(body)
-                owner.seen.append({"method": "POST", "path": url.path, "form": form, "headers": {k.lower(): v for k, v in self.headers.items()}})
+                owner.seen.append(
+                    {
+                        "method": "POST",
+                        "path": url.path,
+                        "form": form,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                    }
+                )
                 if url.path == "/tenant-1/oauth2/v2.0/token":
                     ok = (
                         form.get("grant_type") == ["client_credentials"]
@@ -67,14 +89,21 @@ class StandIn:
                         and form.get("scope") == ["https://storage.azure.com/.default"]
                     )
                     if ok:
-                        return self._reply(200, json.dumps({"access_token": "tok-workload", "expires_in": 3600}).encode())
+                        return self._reply(
+                            200,
+                            json.dumps(
+                                {"access_token": "tok-workload", "expires_in": 3600}
+                            ).encode(),
+                        )
                     return self._reply(401, b'{"error":"invalid_client"}')
                 self._reply(404, b"")
 
         self.ca_file = tls.ca_file
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.tls_server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.tls_server.socket = tls.server_context().wrap_socket(self.tls_server.socket, server_side=True)
+        self.tls_server.socket = tls.server_context().wrap_socket(
+            self.tls_server.socket, server_side=True
+        )
         for srv in (self.server, self.tls_server):
             threading.Thread(target=srv.serve_forever, daemon=True).start()
 

@@ -45,14 +45,24 @@ class Toxiproxy:
         finally:
             conn.close()
         if resp.status >= 300:
-            raise ToxiproxyError(f"toxiproxy {method} {path}: {resp.status} {data.decode(errors='replace')}")
+            raise ToxiproxyError(
+                f"toxiproxy {method} {path}: {resp.status} {data.decode(errors='replace')}"
+            )
         return json.loads(data) if data.strip() else None
 
-    def proxy(self, upstream_port: int, name: str | None = None) -> "TcpProxy":
+    def proxy(self, upstream_port: int, name: str | None = None) -> TcpProxy:
         self._counter += 1
         name = name or f"p{self._counter}"
-        got = self.api("POST", "/proxies", {"name": name, "listen": "127.0.0.1:0",
-                                              "upstream": f"127.0.0.1:{upstream_port}", "enabled": True})
+        got = self.api(
+            "POST",
+            "/proxies",
+            {
+                "name": name,
+                "listen": "127.0.0.1:0",
+                "upstream": f"127.0.0.1:{upstream_port}",
+                "enabled": True,
+            },
+        )
         port = int(got["listen"].rsplit(":", 1)[1])
         return TcpProxy(self, name, port)
 
@@ -67,7 +77,9 @@ class TcpProxy:
     port: int
     toxics: list = field(default_factory=list)
 
-    def toxic(self, kind: str, stream: str = "downstream", toxicity: float = 1.0, **attributes) -> str:
+    def toxic(
+        self, kind: str, stream: str = "downstream", toxicity: float = 1.0, **attributes
+    ) -> str:
         """Add a toxic. ``stream``: "downstream" acts on what the server sends back, "upstream" on
         what the client sends. Returns its name."""
         if kind not in TOXICS:
@@ -75,9 +87,17 @@ class TcpProxy:
         if not 0.0 <= toxicity <= 1.0:
             raise ValueError("toxicity is a share between 0 and 1")
         name = f"{kind}_{stream}_{len(self.toxics)}"
-        self.server.api("POST", f"/proxies/{self.name}/toxics",
-                        {"name": name, "type": kind, "stream": stream, "toxicity": toxicity,
-                         "attributes": attributes})
+        self.server.api(
+            "POST",
+            f"/proxies/{self.name}/toxics",
+            {
+                "name": name,
+                "type": kind,
+                "stream": stream,
+                "toxicity": toxicity,
+                "attributes": attributes,
+            },
+        )
         self.toxics.append(name)
         return name
 
@@ -99,10 +119,14 @@ def toxiproxy_binary(repo_root: Path) -> Path:
     return repo_root / ".tools" / "bin" / "toxiproxy-server"
 
 
-def start_toxiproxy(repo_root: Path, log_dir: Path, start_timeout: float = 15.0, attempts: int = 3) -> Toxiproxy:
+def start_toxiproxy(
+    repo_root: Path, log_dir: Path, start_timeout: float = 15.0, attempts: int = 3
+) -> Toxiproxy:
     binary = toxiproxy_binary(repo_root)
     if not binary.exists():
-        raise RuntimeError(f"{binary} is missing: run `make setup` (scripts/setup.sh builds it with Go)")
+        raise RuntimeError(
+            f"{binary} is missing: run `make setup` (scripts/setup.sh builds it with Go)"
+        )
     last = ""
     for attempt in range(attempts):
         port = free_port()
@@ -110,7 +134,9 @@ def start_toxiproxy(repo_root: Path, log_dir: Path, start_timeout: float = 15.0,
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [str(binary), "-host", "127.0.0.1", "-port", str(port)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         server = Toxiproxy(port, proc, log_path)
@@ -123,4 +149,6 @@ def start_toxiproxy(repo_root: Path, log_dir: Path, start_timeout: float = 15.0,
                 time.sleep(0.05)
         last = log_tail(log_path, 30)
         server.stop()
-    raise RuntimeError(f"toxiproxy-server did not start after {attempts} attempts; last log:\n{last}")
+    raise RuntimeError(
+        f"toxiproxy-server did not start after {attempts} attempts; last log:\n{last}"
+    )

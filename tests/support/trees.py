@@ -173,8 +173,16 @@ def snapshot(root: str | os.PathLike) -> dict[bytes, Entry]:
                 kind, md5, target = "f", file_md5(full), None
             else:
                 kind, md5, target = "?", None, None
-            out[rel] = Entry(kind, st.st_size if kind == "f" else 0, md5, stat.S_IMODE(st.st_mode),
-                             st.st_mtime_ns, st.st_uid, st.st_gid, target)
+            out[rel] = Entry(
+                kind,
+                st.st_size if kind == "f" else 0,
+                md5,
+                stat.S_IMODE(st.st_mode),
+                st.st_mtime_ns,
+                st.st_uid,
+                st.st_gid,
+                target,
+            )
     return out
 
 

@@ -9,14 +9,19 @@ import re
 import uuid
 
 import pytest
-
 from support.azurite import KEY
 from support.blobs import file_blobs, folder_stubs
 from support.manifest import parse_manifest
 from support.summary import section
 from support.trees import files_only, make_tree, odd_names_spec, snapshot
 
-FILTER_TREE = {"a.txt": b"a", "b.log": b"bb", "sub/c.txt": b"ccc", "sub/d.log": b"dddd", "sub/deep/e.txt": b"e"}
+FILTER_TREE = {
+    "a.txt": b"a",
+    "b.log": b"bb",
+    "sub/c.txt": b"ccc",
+    "sub/d.log": b"dddd",
+    "sub/deep/e.txt": b"e",
+}
 
 
 def blob_names(container) -> list[str]:
@@ -44,13 +49,16 @@ def test_dry_run_changes_nothing(tmp_path, container, run_ferry):
     assert not down_dst.exists() or snapshot(down_dst) == {}, "--dry-run downloaded something"
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--include", "*.txt"], ["a.txt", "sub/c.txt", "sub/deep/e.txt"]),
-    (["--exclude", "*.log"], ["a.txt", "sub/c.txt", "sub/deep/e.txt"]),
-    (["--include", "sub/**"], ["sub/c.txt", "sub/d.log", "sub/deep/e.txt"]),
-    (["--exclude", "sub/**"], ["a.txt", "b.log"]),
-    (["--exclude", "*.log", "--exclude", "sub/deep/**"], ["a.txt", "sub/c.txt"]),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--include", "*.txt"], ["a.txt", "sub/c.txt", "sub/deep/e.txt"]),
+        (["--exclude", "*.log"], ["a.txt", "sub/c.txt", "sub/deep/e.txt"]),
+        (["--include", "sub/**"], ["sub/c.txt", "sub/d.log", "sub/deep/e.txt"]),
+        (["--exclude", "sub/**"], ["a.txt", "b.log"]),
+        (["--exclude", "*.log", "--exclude", "sub/deep/**"], ["a.txt", "sub/c.txt"]),
+    ],
+)
 def test_include_exclude_upload(tmp_path, container, run_ferry, args, expected):
     src = tmp_path / "src"
     make_tree(src, FILTER_TREE)
@@ -63,9 +71,17 @@ def test_include_exclude_on_ls_and_download(tmp_path, container, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, FILTER_TREE)
     run_ferry("copy", src, container, "--recursive")
-    _, entries = parse_manifest(run_ferry("ls", container, "--recursive", "--exclude", "*.log").stdout)
-    assert sorted(e.path.decode() for e in entries if e.type == "f") == ["a.txt", "sub/c.txt", "sub/deep/e.txt"]
-    assert sorted(e.path.decode() for e in entries if e.type != "f") == ["sub", "sub/deep"], "folder stubs are directories"
+    _, entries = parse_manifest(
+        run_ferry("ls", container, "--recursive", "--exclude", "*.log").stdout
+    )
+    assert sorted(e.path.decode() for e in entries if e.type == "f") == [
+        "a.txt",
+        "sub/c.txt",
+        "sub/deep/e.txt",
+    ]
+    assert sorted(e.path.decode() for e in entries if e.type != "f") == ["sub", "sub/deep"], (
+        "folder stubs are directories"
+    )
     run_ferry("copy", container, dst, "--recursive", "--include", "*.log")
     assert sorted(p.decode() for p in files_only(snapshot(dst))) == ["b.log", "sub/d.log"]
 
@@ -84,7 +100,9 @@ def test_blob_ls_reports_sizes_and_md5(tmp_path, container, run_ferry):
 def test_az_scheme_uses_account_and_endpoint_from_env(tmp_path, container, run_ferry, azurite):
     container.client.upload_blob("p/q.txt", b"via az://")
     env = {"AZURE_STORAGE_BLOB_ENDPOINT": azurite.endpoint}
-    _, entries = parse_manifest(run_ferry("ls", f"az://{container.name}", "--recursive", env=env).stdout)
+    _, entries = parse_manifest(
+        run_ferry("ls", f"az://{container.name}", "--recursive", env=env).stdout
+    )
     assert [e.path for e in entries] == [b"p/q.txt"]
     run_ferry("copy", f"az://{container.name}/p", tmp_path / "dst", "--recursive", env=env)
     assert (tmp_path / "dst" / "q.txt").read_bytes() == b"via az://"
@@ -113,12 +131,21 @@ def test_mk_creates_the_container(azurite, run_ferry):
     svc.delete_container(name)
 
 
-@pytest.mark.parametrize("env, source, secret", [
-    ({}, "key", KEY),
-    ({"FERRY_AUTH": None, "AZURE_STORAGE_KEY": None,
-      "AZURE_STORAGE_SAS_TOKEN": "sv=2024-11-04&ss=b&srt=sco&sp=rl&sig=c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ%3D%3D"},
-     "sas", "c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ"),
-])
+@pytest.mark.parametrize(
+    "env, source, secret",
+    [
+        ({}, "key", KEY),
+        (
+            {
+                "FERRY_AUTH": None,
+                "AZURE_STORAGE_KEY": None,
+                "AZURE_STORAGE_SAS_TOKEN": "sv=2024-11-04&ss=b&srt=sco&sp=rl&sig=c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ%3D%3D",
+            },
+            "sas",
+            "c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ",
+        ),
+    ],
+)
 def test_env_names_the_source_and_never_the_secret(run_ferry, env, source, secret):
     result = run_ferry("env", env=env)
     out = result.stdout + result.stderr
@@ -128,14 +155,17 @@ def test_env_names_the_source_and_never_the_secret(run_ferry, env, source, secre
         assert fragment not in out, f"ferry env printed part of the secret: {out!r}"
 
 
-@pytest.mark.parametrize("args", [
-    ["copy", "{src}", "ftp://127.0.0.1:9/path", "--recursive"],
-    ["copy", "{tmp}/does-not-exist", "{tmp}/dst", "--recursive"],
-    ["ls", "{tmp}/does-not-exist"],
-    ["copy", "{src}"],
-    ["copy", "{src}", "{tmp}/dst", "--block-size", "lots"],
-    ["frobnicate"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["copy", "{src}", "ftp://127.0.0.1:9/path", "--recursive"],
+        ["copy", "{tmp}/does-not-exist", "{tmp}/dst", "--recursive"],
+        ["ls", "{tmp}/does-not-exist"],
+        ["copy", "{src}"],
+        ["copy", "{src}", "{tmp}/dst", "--block-size", "lots"],
+        ["frobnicate"],
+    ],
+)
 def test_bad_usage_or_location_exits_2_with_a_message(tmp_path, run_ferry, args):
     src = tmp_path / "src"
     make_tree(src, {"f": b"f"})
@@ -147,12 +177,22 @@ def test_bad_usage_or_location_exits_2_with_a_message(tmp_path, run_ferry, args)
 def test_missing_key_is_a_clear_error_before_any_request(tmp_path, container, proxy, run_ferry):
     src = tmp_path / "src"
     make_tree(src, {"f": b"f"})
-    result = run_ferry("copy", src, container.via(proxy.port), "--recursive",
-                       env={"AZURE_STORAGE_KEY": None}, check=2)
+    result = run_ferry(
+        "copy",
+        src,
+        container.via(proxy.port),
+        "--recursive",
+        env={"AZURE_STORAGE_KEY": None},
+        check=2,
+    )
     assert "AZURE_STORAGE_KEY" in result.stderr, result.stderr
     assert proxy.requests() == [], "ferry contacted the service without credentials"
-    result = run_ferry("ls", container.via(proxy.port), env={"AZURE_STORAGE_ACCOUNT": None,
-                                                             "AZURE_STORAGE_KEY": None}, check=2)
+    result = run_ferry(
+        "ls",
+        container.via(proxy.port),
+        env={"AZURE_STORAGE_ACCOUNT": None, "AZURE_STORAGE_KEY": None},
+        check=2,
+    )
     assert "AZURE_STORAGE" in result.stderr, result.stderr
 
 
@@ -161,8 +201,18 @@ def test_copy_json_summary_fields(tmp_path, container, run_ferry):
     contents = make_tree(src, {"one": b"1" * 10, "two": b"2" * 20, "three/3": b"3" * 30})
     result = run_ferry("copy", src, container, "--recursive", "--json")
     j = result.json
-    assert set(j) >= {"command", "source", "dest", "dry_run", "files", "bytes", "blocks", "retries",
-                      "failures", "seconds"}, sorted(j)
+    assert set(j) >= {
+        "command",
+        "source",
+        "dest",
+        "dry_run",
+        "files",
+        "bytes",
+        "blocks",
+        "retries",
+        "failures",
+        "seconds",
+    }, sorted(j)
     assert j["command"] == "copy" and j["dry_run"] is False
     assert j["source"].rstrip("/") == str(src) and j["dest"].rstrip("/") == str(container)
     assert section(j, "files") == {"total": 3, "copied": 3, "skipped": 0, "failed": 0}
@@ -181,18 +231,31 @@ def test_copy_json_summary_fields(tmp_path, container, run_ferry):
 
 def test_verify_json_and_exit_status(tmp_path, container, run_ferry):
     src = tmp_path / "src"
-    make_tree(src, {"same.txt": b"same", "changed.txt": b"before", "gone.txt": b"g", "extra/x": b"x"})
+    make_tree(
+        src, {"same.txt": b"same", "changed.txt": b"before", "gone.txt": b"g", "extra/x": b"x"}
+    )
     run_ferry("copy", src, container, "--recursive")
     ok = run_ferry("verify", src, container, "--checksum", "--json").json
     assert ok["command"] == "verify"
-    assert (ok["same"], ok["differ"], ok["missing_on_dst"], ok["missing_on_src"], ok["error"]) == (4, 0, 0, 0, 0)
+    assert (ok["same"], ok["differ"], ok["missing_on_dst"], ok["missing_on_src"], ok["error"]) == (
+        4,
+        0,
+        0,
+        0,
+        0,
+    )
 
     # Same size, different bytes: only a checksum comparison can see it.
     container.client.upload_blob("changed.txt", b"after!", overwrite=True)
     container.client.delete_blob("gone.txt")
     container.client.upload_blob("only-remote.txt", b"r")
     bad = run_ferry("verify", src, container, "--checksum", "--json", check=1).json
-    assert (bad["same"], bad["differ"], bad["missing_on_dst"], bad["missing_on_src"]) == (2, 1, 1, 1), bad
+    assert (bad["same"], bad["differ"], bad["missing_on_dst"], bad["missing_on_src"]) == (
+        2,
+        1,
+        1,
+        1,
+    ), bad
     statuses = {e["path"].rsplit("/", 1)[-1]: e["status"] for e in bad["entries"]}
     assert statuses.get("changed.txt") in ("differ", "*"), bad["entries"]
     assert statuses.get("gone.txt") in ("missing_on_dst", "-"), bad["entries"]
@@ -211,7 +274,7 @@ def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
     out = run_ferry("names", manifest).stdout_bytes
     fields = out.split(b"\0")
     assert len(fields) % 4 == 1 and fields[-1] == b""
-    records = [fields[i:i + 4] for i in range(0, len(fields) - 1, 4)]
+    records = [fields[i : i + 4] for i in range(0, len(fields) - 1, 4)]
     assert [r[0] + b"\n" for r in records] == listing.split(b"\n", 1)[1].splitlines(keepends=True)
     files = {r[1]: (r[2], r[3]) for r in records if r[0].split(b"\t")[1] == b"f"}
     assert set(files) == set(want)
@@ -231,6 +294,8 @@ def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
 
     assert listed(run_ferry("ls", "-r", src).stdout_bytes) == listed(listing)
 
-    manifest.write_text("#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\nok\tf\t1\t-\t-\na/../b\tf\t1\t-\t-\n")
+    manifest.write_text(
+        "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\nok\tf\t1\t-\t-\na/../b\tf\t1\t-\t-\n"
+    )
     r = run_ferry("names", manifest, check=2)
     assert "m.tsv:3: a/../b: unsafe path" in r.stderr, r.stderr

@@ -8,10 +8,19 @@ import resource
 import subprocess
 
 import pytest
-
 from support.manifest import escape_path, parse_manifest, unescape_path
-from support.trees import (LOCAL_ONLY_NAMES, Dir, File, Link, describe_differences, files_only, make_tree,
-                           many_files_spec, odd_names_spec, snapshot)
+from support.trees import (
+    LOCAL_ONLY_NAMES,
+    Dir,
+    File,
+    Link,
+    describe_differences,
+    files_only,
+    make_tree,
+    many_files_spec,
+    odd_names_spec,
+    snapshot,
+)
 
 BASE_NS = 1_600_000_000_000_000_000
 
@@ -21,7 +30,9 @@ def metadata_tree() -> dict:
         "exec.sh": File(data=b"#!/bin/sh\necho hi\n", mode=0o755, mtime_ns=BASE_NS + 111_111_111),
         "private": File(data=b"private\n", mode=0o600, mtime_ns=BASE_NS + 222_222_222),
         "read-only": File(data=b"read only\n", mode=0o444, mtime_ns=BASE_NS + 333_333_333),
-        "owned-by-1234": File(data=b"owned\n", mode=0o640, owner=(1234, 1234), mtime_ns=BASE_NS + 444_444_444),
+        "owned-by-1234": File(
+            data=b"owned\n", mode=0o640, owner=(1234, 1234), mtime_ns=BASE_NS + 444_444_444
+        ),
         "empty": File(data=b"", mode=0o644, mtime_ns=BASE_NS + 555_555_555),
         "sub/deeper/file.bin": File(size=300_000, mode=0o604, mtime_ns=BASE_NS + 666_666_666),
         "empty-dir": Dir(mode=0o750),
@@ -36,7 +47,8 @@ def metadata_tree() -> dict:
 def assert_same_tree(src, dst, check_owner: bool = True):
     want, got = snapshot(src), snapshot(dst)
     assert set(got) == set(want), describe_differences(
-        {p: e.type for p, e in want.items()}, {p: e.type for p, e in got.items()})
+        {p: e.type for p, e in want.items()}, {p: e.type for p, e in got.items()}
+    )
     problems = []
     for rel, w in sorted(want.items()):
         g = got[rel]
@@ -79,14 +91,17 @@ def test_copy_puts_contents_under_destination(tmp_path, run_ferry):
 
 def test_ls_then_files_from_round_trips_every_name(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    make_tree(src, {
-        **odd_names_spec(prefix="", local_only=True),
-        **many_files_spec(30, prefix="many/", per_dir=10),
-        "#top-level-hash": File(data=b"leading hash at the start of the whole path\n"),
-        "exact-ns": File(data=b"t\n", mtime_ns=BASE_NS + 123_456_789),
-        "a-link": Link("exact-ns"),
-        "empty-dir": Dir(),
-    })
+    make_tree(
+        src,
+        {
+            **odd_names_spec(prefix="", local_only=True),
+            **many_files_spec(30, prefix="many/", per_dir=10),
+            "#top-level-hash": File(data=b"leading hash at the start of the whole path\n"),
+            "exact-ns": File(data=b"t\n", mtime_ns=BASE_NS + 123_456_789),
+            "a-link": Link("exact-ns"),
+            "empty-dir": Dir(),
+        },
+    )
     snap = snapshot(src)
 
     ls = run_ferry("ls", src, "--recursive")
@@ -99,7 +114,8 @@ def test_ls_then_files_from_round_trips_every_name(tmp_path, run_ferry):
     has_children = {os.path.dirname(p) for p in snap}
     must = {p for p, e in snap.items() if e.type != "d" or p not in has_children}
     assert must <= set(listed) <= set(snap), describe_differences(
-        {p: 1 for p in must}, {p: 1 for p in listed if p in must or p not in snap})
+        {p: 1 for p in must}, {p: 1 for p in listed if p in must or p not in snap}
+    )
     for rel, e in listed.items():
         s = snap[rel]
         assert e.type == s.type, rel
@@ -108,7 +124,9 @@ def test_ls_then_files_from_round_trips_every_name(tmp_path, run_ferry):
             assert e.mtime_ns == s.mtime_ns, f"{rel!r}: manifest mtime {e.mtime} vs {s.mtime_ns} ns"
             assert e.md5 in (None, s.md5), rel
     # The escaped forms are the contract's, byte for byte.
-    lines = {line.split("\t")[0] for line in text.splitlines() if line and not line.startswith("#ferry")}
+    lines = {
+        line.split("\t")[0] for line in text.splitlines() if line and not line.startswith("#ferry")
+    }
     for raw in [b"tab\there.txt", b"new\nline.txt", b"#top-level-hash", *LOCAL_ONLY_NAMES]:
         assert escape_path(raw) in lines, f"{raw!r} should be listed as {escape_path(raw)!r}"
 
@@ -120,7 +138,9 @@ def test_ls_then_files_from_round_trips_every_name(tmp_path, run_ferry):
 
 def test_ls_jsonl_has_the_manifest_fields(tmp_path, run_ferry):
     src = tmp_path / "src"
-    make_tree(src, {"tab\tname": File(data=b"12345", mtime_ns=BASE_NS + 5), "d/x": b"", "l": Link("d/x")})
+    make_tree(
+        src, {"tab\tname": File(data=b"12345", mtime_ns=BASE_NS + 5), "d/x": b"", "l": Link("d/x")}
+    )
     out = run_ferry("ls", src, "--recursive", "--format", "jsonl").stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     by_path = {unescape_path(r["path"]): r for r in rows}
@@ -133,7 +153,18 @@ def test_ls_jsonl_has_the_manifest_fields(tmp_path, run_ferry):
     assert by_path[b"l"]["type"] == "l" and by_path[b"d/x"]["type"] == "f"
     assert by_path.get(b"d", {"type": "d"})["type"] == "d"
     for r in rows:
-        assert set(r) == {"path", "type", "size", "mtime", "md5", "mode", "uid", "gid", "link", "xattrs"}, r
+        assert set(r) == {
+            "path",
+            "type",
+            "size",
+            "mtime",
+            "md5",
+            "mode",
+            "uid",
+            "gid",
+            "link",
+            "xattrs",
+        }, r
 
 
 def test_files_from_accepts_bare_paths_as_fpart_writes_them(tmp_path, run_ferry):
@@ -143,8 +174,11 @@ def test_files_from_accepts_bare_paths_as_fpart_writes_them(tmp_path, run_ferry)
     manifest.write_text("# a comment line\na.txt\n\nsub/b.txt\nsub/c.txt\n")
     result = run_ferry("copy", src, dst, "--files-from", manifest, "--json")
     assert result.json["files"]["copied"] == 3 and result.json["bytes"]["copied"] == 6
-    assert sorted(p.decode() for p in files_only(snapshot(dst))) == \
-        ["a.txt", "sub/b.txt", "sub/c.txt"]
+    assert sorted(p.decode() for p in files_only(snapshot(dst))) == [
+        "a.txt",
+        "sub/b.txt",
+        "sub/c.txt",
+    ]
 
 
 def test_shards_partition_the_files(tmp_path, run_ferry):
@@ -208,7 +242,10 @@ def test_an_unchanged_rerun_changes_nothing_at_all(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {**metadata_tree(), **many_files_spec(200)})
     run_ferry("copy", "-r", f"{src}/", dst)
-    ctimes = lambda: {p: os.lstat(p).st_ctime_ns for p in [dst, *dst.rglob("*")]}
+
+    def ctimes():
+        return {p: os.lstat(p).st_ctime_ns for p in [dst, *dst.rglob("*")]}
+
     before = ctimes()
     out = run_ferry("copy", "-r", f"{src}/", dst, "--json").json
     assert out["files"]["copied"] == 0
@@ -216,17 +253,24 @@ def test_an_unchanged_rerun_changes_nothing_at_all(tmp_path, run_ferry):
 
 
 @pytest.mark.parametrize("soft, hard", [(256, 4096), (256, 256)])
-def test_a_tree_of_more_directories_than_the_open_files_limit_copies(tmp_path, run_ferry, soft, hard):
+def test_a_tree_of_more_directories_than_the_open_files_limit_copies(
+    tmp_path, run_ferry, soft, hard
+):
     # Each directory handle ferry keeps and each staged file is a descriptor, and trees hold
     # more directories than the usual soft limit (1,024). ferry raises the soft limit to the
     # hard one, and fits its handles, threads and batches under what it gets.
     src = tmp_path / "src"
     files = make_tree(src, many_files_spec(600, per_dir=1))
-    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    def limit():
+        return resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
     for flags in ([], ["--no-fsync"]):
         dst = tmp_path / f"dst{len(flags)}"
         cmd = run_ferry.command(["copy", "-r", *flags, f"{src}/", dst, "--json"])
-        proc = subprocess.run(cmd, env=run_ferry.env(None), capture_output=True, timeout=110, preexec_fn=limit)
+        proc = subprocess.run(
+            cmd, env=run_ferry.env(None), capture_output=True, timeout=110, preexec_fn=limit
+        )
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         assert json.loads(proc.stdout)["files"]["copied"] == len(files)
         assert snapshot(dst) == snapshot(src)
@@ -236,16 +280,28 @@ def test_the_depth_is_reported_adaptive_unless_fixed(tmp_path, run_ferry):
     src = tmp_path / "src"
     make_tree(src, many_files_spec(50))
     adaptive = run_ferry("copy", "-r", f"{src}/", tmp_path / "a", "--json").json["concurrency"]
-    assert adaptive["mode"] == "adaptive" and adaptive["min"] <= adaptive["final"] <= adaptive["max"], adaptive
+    assert (
+        adaptive["mode"] == "adaptive" and adaptive["min"] <= adaptive["final"] <= adaptive["max"]
+    ), adaptive
     assert adaptive["peak"] >= adaptive["initial"] >= 1
-    fixed = run_ferry("copy", "-r", f"{src}/", tmp_path / "f", "--parallel-files", "3", "--json").json["concurrency"]
-    assert (fixed["mode"], fixed["initial"], fixed["final"], fixed["peak"], fixed["trace"]) == ("fixed", 3, 3, 3, [])
+    fixed = run_ferry(
+        "copy", "-r", f"{src}/", tmp_path / "f", "--parallel-files", "3", "--json"
+    ).json["concurrency"]
+    assert (fixed["mode"], fixed["initial"], fixed["final"], fixed["peak"], fixed["trace"]) == (
+        "fixed",
+        3,
+        3,
+        3,
+        [],
+    )
     line = run_ferry("copy", "-r", f"{src}/", tmp_path / "g").stderr
     assert "in flight: adaptive" in line, line
 
 
 @pytest.mark.parametrize("compare", ["none", "size-mtime"])
-def test_an_existing_directory_gets_the_sources_metadata_whatever_the_compare(tmp_path, run_ferry, compare):
+def test_an_existing_directory_gets_the_sources_metadata_whatever_the_compare(
+    tmp_path, run_ferry, compare
+):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {"sub/f.txt": File(data=b"f", mtime_ns=BASE_NS)})
     os.chmod(src / "sub", 0o751)

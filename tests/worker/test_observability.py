@@ -17,17 +17,30 @@ from support.trees import make_tree
 KiB, MiB = 1 << 10, 1 << 20
 
 
-def test_upload_requests_by_kind_equal_what_the_proxy_saw_retries_included(tmp_path, container, proxy, run_ferry):
+def test_upload_requests_by_kind_equal_what_the_proxy_saw_retries_included(
+    tmp_path, container, proxy, run_ferry
+):
     src = tmp_path / "src"
     # Small files go in one Put Blob each, the large one in blocks and a block list (after a
     # Get Block List for what an earlier attempt staged); the directory is a folder stub.
     make_tree(src, {"a.txt": b"a\n", "sub/b.bin": 100_000, "big.bin": 3 * MiB + 5})
     # Each kind of write fails once and is sent again: every attempt is a request.
-    proxy.add("status", method="PUT", query={"comp": "block"}, status=503, headers={"Retry-After": "0"}, count=2)
+    proxy.add(
+        "status",
+        method="PUT",
+        query={"comp": "block"},
+        status=503,
+        headers={"Retry-After": "0"},
+        count=2,
+    )
     proxy.add("status", method="PUT", query={"comp": "blocklist"}, status=500, count=1)
-    proxy.add("status", method="PUT", path=r"/a\.txt$", status=503, headers={"Retry-After": "0"}, count=1)
+    proxy.add(
+        "status", method="PUT", path=r"/a\.txt$", status=503, headers={"Retry-After": "0"}, count=1
+    )
 
-    up = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json")
+    up = run_ferry(
+        "copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json"
+    )
     assert up.json["files"]["copied"] == 3 and up.json["files"]["failed"] == 0, up.json
     assert up.json["retries"]["total"] == 4, up.json["retries"]
     requests = up.json["requests"]
@@ -41,10 +54,14 @@ def test_upload_requests_by_kind_equal_what_the_proxy_saw_retries_included(tmp_p
     assert again.json["files"]["skipped"] == 3, again.json
     assert_counted(again.json["requests"], proxy, "second pass")
     assert again.json["requests"]["list_pages"] >= 1
-    assert sum(again.json["requests"].values()) == again.json["requests"]["list_pages"], again.json["requests"]
+    assert sum(again.json["requests"].values()) == again.json["requests"]["list_pages"], again.json[
+        "requests"
+    ]
 
 
-def test_download_blob_copy_verify_and_rm_count_their_requests(tmp_path, container, other_container, proxy, run_ferry):
+def test_download_blob_copy_verify_and_rm_count_their_requests(
+    tmp_path, container, other_container, proxy, run_ferry
+):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {"one.bin": 2 * MiB + 7, "two.txt": b"two\n", "d/three.txt": b"3\n"})
     run_ferry("copy", src, container, "--recursive")
@@ -59,10 +76,14 @@ def test_download_blob_copy_verify_and_rm_count_their_requests(tmp_path, contain
     # Within one account the service copies: Copy Blob, and looks at source and destination.
     proxy.clear_log()
     proxy.clear_rules()
-    blob = run_ferry("copy", container.via(proxy.port), other_container.via(proxy.port), "--recursive", "--json")
+    blob = run_ferry(
+        "copy", container.via(proxy.port), other_container.via(proxy.port), "--recursive", "--json"
+    )
     assert blob.json["files"]["server_copied"] == 3, blob.json
     assert_counted(blob.json["requests"], proxy, "blob to blob")
-    assert blob.json["requests"]["copies"] == 3 and blob.json["requests"]["heads"] >= 3, blob.json["requests"]
+    assert blob.json["requests"]["copies"] == 3 and blob.json["requests"]["heads"] >= 3, blob.json[
+        "requests"
+    ]
 
     proxy.clear_log()
     check = run_ferry("verify", src, container.via(proxy.port), "--checksum", "--json")
@@ -88,7 +109,9 @@ def test_local_copies_report_zero_requests(tmp_path, run_ferry):
     assert out.json["requests"] == dict.fromkeys(KINDS, 0)
 
 
-def test_ls_and_mk_write_a_summary_with_their_requests(tmp_path, azurite, container, proxy, run_ferry):
+def test_ls_and_mk_write_a_summary_with_their_requests(
+    tmp_path, azurite, container, proxy, run_ferry
+):
     src = tmp_path / "src"
     make_tree(src, {"a.txt": b"a\n", "b/c.txt": b"c\n", "b/d.txt": b"d\n"})
     run_ferry("copy", src, container, "--recursive")
@@ -97,11 +120,16 @@ def test_ls_and_mk_write_a_summary_with_their_requests(tmp_path, azurite, contai
     listed = run_ferry("ls", "--recursive", container.via(proxy.port), "--summary", summary)
     doc = json.loads(summary.read_text())
     lines = listed.stdout.splitlines()
-    assert doc["command"] == "ls" and doc["entries"] == len(lines) - 1 == 4, (doc, lines)  # a header line
+    assert doc["command"] == "ls" and doc["entries"] == len(lines) - 1 == 4, (
+        doc,
+        lines,
+    )  # a header line
     assert doc["seconds"] >= 0
     assert_counted(doc["requests"], proxy, "ls")
     assert doc["requests"]["list_pages"] >= 1
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ls.json")] == [], "a temporary file was left"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ls.json")] == [], (
+        "a temporary file was left"
+    )
 
     local = tmp_path / "local.json"
     run_ferry("ls", "--recursive", src, "--summary", local)
@@ -138,8 +166,20 @@ def test_progress_file_is_rewritten_while_an_upload_runs(tmp_path, container, ru
     make_tree(src, {f"f{i}.bin": 768 * KiB for i in range(8)})
     progress = tmp_path / "run" / "progress.json"
     progress.parent.mkdir()
-    proc = run_ferry.spawn("copy", src, container, "--recursive", "--block-size", "256KiB", "--max-bandwidth", "1MiB/s",
-                           "--json", "--progress-file", progress, log_dir=tmp_path)
+    proc = run_ferry.spawn(
+        "copy",
+        src,
+        container,
+        "--recursive",
+        "--block-size",
+        "256KiB",
+        "--max-bandwidth",
+        "1MiB/s",
+        "--json",
+        "--progress-file",
+        progress,
+        log_dir=tmp_path,
+    )
     try:
         snapshots = []
         deadline = time.monotonic() + 60
@@ -159,23 +199,35 @@ def test_progress_file_is_rewritten_while_an_upload_runs(tmp_path, container, ru
     assert len(running) >= 2, f"the file was not rewritten while the copy ran: {snapshots}"
     first, later = running[0], running[-1]
     assert first["command"] == "copy" and first["pid"] == proc.pid, first
-    assert later["updated"] > first["updated"] and later["bytes"]["done"] > first["bytes"]["done"], (first, later)
+    assert (
+        later["updated"] > first["updated"] and later["bytes"]["done"] > first["bytes"]["done"]
+    ), (first, later)
     assert later["started"] == first["started"] <= first["updated"]
     assert 0 < later["bytes_per_second"] < 3 * MiB, later
     assert later["files"]["total"] == 8 and later["bytes"]["total"] == 6 * MiB, later
 
     assert final["finished"] is True, final
     files, bytes_ = report["files"], report["bytes"]
-    assert final["files"] == {"done": files["copied"] + files["skipped"] + files["failed"] + files["ignored"],
-                              "failed": files["failed"], "total": files["total"]}, (final, report)
-    assert final["bytes"] == {"done": bytes_["copied"] + bytes_["skipped"], "total": bytes_["total"]}, (final, report)
+    assert final["files"] == {
+        "done": files["copied"] + files["skipped"] + files["failed"] + files["ignored"],
+        "failed": files["failed"],
+        "total": files["total"],
+    }, (final, report)
+    assert final["bytes"] == {
+        "done": bytes_["copied"] + bytes_["skipped"],
+        "total": bytes_["total"],
+    }, (final, report)
     assert final["requests"] == report["requests"], (final, report)
     # Any block sent twice is a retry: its cause (by_status) is what to look into.
     assert final["requests"]["blocks"] == 8 * 3, report["retries"]
-    assert sorted(p.name for p in progress.parent.iterdir()) == ["progress.json"], "a temporary file was left"
+    assert sorted(p.name for p in progress.parent.iterdir()) == ["progress.json"], (
+        "a temporary file was left"
+    )
 
 
-def test_verify_progress_file_totals_from_a_manifest_and_unknown_for_whole_trees(tmp_path, container, run_ferry):
+def test_verify_progress_file_totals_from_a_manifest_and_unknown_for_whole_trees(
+    tmp_path, container, run_ferry
+):
     src = tmp_path / "src"
     make_tree(src, {"a.txt": b"a\n", "b/c.bin": 5000, "b/d.txt": b"d\n"})
     run_ferry("copy", src, container, "--recursive")
@@ -184,7 +236,17 @@ def test_verify_progress_file_totals_from_a_manifest_and_unknown_for_whole_trees
     manifest.write_bytes(run_ferry("ls", "--recursive", src).stdout_bytes)
 
     progress = tmp_path / "verify.json"
-    out = run_ferry("verify", src, container, "--files-from", manifest, "--json", "--progress-file", progress, check=1)
+    out = run_ferry(
+        "verify",
+        src,
+        container,
+        "--files-from",
+        manifest,
+        "--json",
+        "--progress-file",
+        progress,
+        check=1,
+    )
     doc = read_progress(progress)
     assert doc["command"] == "verify" and doc["finished"] is True, doc
     assert doc["files"] == {"done": 3, "failed": 1, "total": 3}, doc
@@ -193,14 +255,23 @@ def test_verify_progress_file_totals_from_a_manifest_and_unknown_for_whole_trees
 
     run_ferry("verify", src, container, "--json", "--progress-file", progress, check=1)
     doc = read_progress(progress)
-    assert doc["finished"] is True and doc["files"]["total"] is None and doc["bytes"]["total"] is None, doc
+    assert (
+        doc["finished"] is True and doc["files"]["total"] is None and doc["bytes"]["total"] is None
+    ), doc
     assert doc["files"]["done"] == 3 and doc["files"]["failed"] == 1, doc
 
 
 def test_a_progress_file_that_cannot_be_written_is_a_warning(tmp_path, run_ferry):
     src = tmp_path / "src"
     make_tree(src, {"a.txt": b"a\n"})
-    out = run_ferry("copy", src, tmp_path / "dst", "--recursive", "--progress-file", tmp_path / "no" / "such" / "p.json")
+    out = run_ferry(
+        "copy",
+        src,
+        tmp_path / "dst",
+        "--recursive",
+        "--progress-file",
+        tmp_path / "no" / "such" / "p.json",
+    )
     assert "warning: cannot write the progress file" in out.stderr, out.stderr
     assert out.stderr.count("cannot write the progress file") == 1, out.stderr
     assert (tmp_path / "dst" / "a.txt").read_bytes() == b"a\n"

@@ -11,7 +11,6 @@ import json
 import math
 
 import pytest
-
 from support.ferry import new_container
 from support.proxy import FaultProxy
 from support.trees import ODD_NAMES, make_tree
@@ -43,7 +42,12 @@ def odd(n: int) -> dict:
     return spec
 
 
-LAYOUTS = {"hashed": hashed(1200), "deep": deep(1200), "tiny-dirs": tiny_dirs(1200), "odd": odd(900)}
+LAYOUTS = {
+    "hashed": hashed(1200),
+    "deep": deep(1200),
+    "tiny-dirs": tiny_dirs(1200),
+    "odd": odd(900),
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +65,16 @@ def listed(azurite, tmp_path_factory, run_ferry, request):
 
 def ls(run_ferry, url, tmp_path, *flags):
     summary = tmp_path / f"summary-{'-'.join(flags) or 'default'}.json"
-    out = run_ferry("ls", "--recursive", url, "--list-page-size", str(PAGE), "--summary", summary, *flags)
+    out = run_ferry(
+        "ls", "--recursive", url, "--list-page-size", str(PAGE), "--summary", summary, *flags
+    )
     return out.stdout_bytes, json.loads(summary.read_text())
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_parallel_listing_equals_one_stream_byte_for_byte(layout, listed, azurite, run_ferry, tmp_path):
+def test_parallel_listing_equals_one_stream_byte_for_byte(
+    layout, listed, azurite, run_ferry, tmp_path
+):
     url = listed[layout]
     with FaultProxy(azurite.port) as proxy:
         via = url.via(proxy.port)
@@ -91,10 +99,16 @@ def test_parallel_listing_equals_one_stream_byte_for_byte(layout, listed, azurit
     # Cut into ranges indeed, and at a bounded cost: a page per range beyond the stream's pages.
     ranges = [r for r in parallel if "startFrom" in r.query]
     assert len(ranges) >= 4, f"{layout}: only {len(ranges)} ranges were listed from a key"
-    assert len(parallel) <= len(sequential) + len(ranges) + 1, (len(parallel), len(sequential), len(ranges))
+    assert len(parallel) <= len(sequential) + len(ranges) + 1, (
+        len(parallel),
+        len(sequential),
+        len(ranges),
+    )
 
 
-def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(listed, azurite, run_ferry, tmp_path):
+def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(
+    listed, azurite, run_ferry, tmp_path
+):
     """An older service version (or another emulator) lists a range from the container's start:
     what comes before the range is dropped, no more ranges are cut, and the listing is still
     exactly the one stream's."""
@@ -102,15 +116,43 @@ def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(listed, 
     with FaultProxy(azurite.port) as proxy:
         signed = url.signed(port=proxy.port)
         sas_only = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None}
-        one = run_ferry("ls", "--recursive", signed, "--list-page-size", str(PAGE), "--list-concurrency", "1", env=sas_only)
-        proxy.add("drop_query", method="GET", query={"comp": "list", "startFrom": None}, drop=("startFrom",), count=10_000)
-        many = run_ferry("ls", "--recursive", signed, "--list-page-size", str(PAGE), "--list-concurrency", "8", env=sas_only)
+        one = run_ferry(
+            "ls",
+            "--recursive",
+            signed,
+            "--list-page-size",
+            str(PAGE),
+            "--list-concurrency",
+            "1",
+            env=sas_only,
+        )
+        proxy.add(
+            "drop_query",
+            method="GET",
+            query={"comp": "list", "startFrom": None},
+            drop=("startFrom",),
+            count=10_000,
+        )
+        many = run_ferry(
+            "ls",
+            "--recursive",
+            signed,
+            "--list-page-size",
+            str(PAGE),
+            "--list-concurrency",
+            "8",
+            env=sas_only,
+        )
         cut = [r for r in proxy.requests("GET", comp="list") if "startFrom" in r.query]
     assert many.stdout_bytes == one.stdout_bytes
-    assert 0 < len(cut) < 16, f"{len(cut)} ranges listed from a key: cutting went on after the service ignored it"
+    assert 0 < len(cut) < 16, (
+        f"{len(cut)} ranges listed from a key: cutting went on after the service ignored it"
+    )
 
 
-def test_a_listing_of_fewer_entries_than_a_page_is_one_request(container, tmp_path, run_ferry, azurite):
+def test_a_listing_of_fewer_entries_than_a_page_is_one_request(
+    container, tmp_path, run_ferry, azurite
+):
     src = tmp_path / "src"
     make_tree(src, {f"f{i}": b"" for i in range(PAGE - 5)})
     run_ferry("copy", "--recursive", src, container)
@@ -129,7 +171,12 @@ def test_verbs_that_list_a_container_agree_with_one_stream(listed, run_ferry, tm
     for flags in (["--list-concurrency", "1"], ["--list-concurrency", "8"]):
         v = run_ferry("verify", down, url, "--list-page-size", str(PAGE), "--json", *flags)
         j = v.json
-        assert (j["differ"], j["missing_on_dst"], j["missing_on_src"], j["error"]) == (0, 0, 0, 0), j
+        assert (j["differ"], j["missing_on_dst"], j["missing_on_src"], j["error"]) == (
+            0,
+            0,
+            0,
+            0,
+        ), j
         assert j["same"] >= len(LAYOUTS["deep"]), j
         p = run_ferry("prune", down, url, "--list-page-size", str(PAGE), "--json", *flags)
         assert p.json["deleted"] == 0, p.json

@@ -27,7 +27,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from support.manifest import parse_manifest, unescape_path
 from support.trees import File, Link, make_tree, odd_names_spec, snapshot
 
@@ -86,7 +85,9 @@ def read_loose_manifest(path: Path) -> list[tuple[bytes, str, int | None]]:
             continue
         fields = line.split("\t")
         assert len(fields) in (5, 9), f"{path.name}: {line!r}"  # v1 or v2
-        out.append((unescape_path(fields[0]), fields[1], None if fields[2] == "-" else int(fields[2])))
+        out.append(
+            (unescape_path(fields[0]), fields[1], None if fields[2] == "-" else int(fields[2]))
+        )
     return out
 
 
@@ -113,8 +114,9 @@ def ferry_parts(out: Path, summary: dict) -> list[list[tuple[bytes, int]]]:
 
 
 def run_fpart(args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([FPART, *map(str, args)], cwd=cwd, capture_output=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [FPART, *map(str, args)], cwd=cwd, capture_output=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 def fpart_parts(template: Path) -> dict[int, list[bytes]]:
@@ -139,8 +141,10 @@ def assert_each_file_once(parts, sizes: dict[bytes, int]):
     seen = [p for part in parts for p, _ in part]
     dupes = sorted({p for p in seen if seen.count(p) > 1}) if len(seen) != len(set(seen)) else []
     assert not dupes, f"files in more than one part: {dupes[:10]}"
-    assert set(seen) == set(sizes), (f"missing: {sorted(set(sizes) - set(seen))[:10]}, "
-                                     f"unexpected: {sorted(set(seen) - set(sizes))[:10]}")
+    assert set(seen) == set(sizes), (
+        f"missing: {sorted(set(sizes) - set(seen))[:10]}, "
+        f"unexpected: {sorted(set(seen) - set(sizes))[:10]}"
+    )
     wrong = {p: (s, sizes[p]) for part in parts for p, s in part if s != sizes[p]}
     assert not wrong, f"sizes in the parts differ from the tree: {wrong}"
 
@@ -165,24 +169,37 @@ def test_fpart_reference_behaviour(tmp_path):
         (tree / name).write_bytes(b"x" * size)
 
     v = run_fpart(["-V"], tree)
-    assert (v.stdout + v.stderr).startswith(b"fpart v1.5.1"), "the comparisons were written for 1.5.1"
+    assert (v.stdout + v.stderr).startswith(b"fpart v1.5.1"), (
+        "the comparisons were written for 1.5.1"
+    )
     # Live mode: add, then close once >= 10 bytes. [a b big1] = 33 bytes: over the limit with three
     # files, and big1 does not get a partition of its own; big2 does, only because it starts one;
     # [c d] = 11 bytes goes over the limit too.
     r = run_fpart(["-L", "-s", "10", "-i", listing, "-o", tmp_path / "live"], tree)
     assert r.returncode == 0, r.stderr
-    assert fpart_parts(tmp_path / "live") == {1: [b"a", b"b", b"big1"], 2: [b"big2"], 3: [b"c", b"d"],
-                                              4: [b"e", b"f"]}
+    assert fpart_parts(tmp_path / "live") == {
+        1: [b"a", b"b", b"big1"],
+        2: [b"big2"],
+        3: [b"c", b"d"],
+        4: [b"e", b"f"],
+    }
     # Non-live: first fit in input order over every partition so far; files over the limit go to
     # the special partition 0.
     r = run_fpart(["-s", "10", "-i", listing, "-o", tmp_path / "nonlive"], tree)
     assert r.returncode == 0, r.stderr
-    assert fpart_parts(tmp_path / "nonlive") == {0: [b"big1", b"big2"], 1: [b"a", b"b", b"e"],
-                                                 2: [b"c", b"f"], 3: [b"d"]}
+    assert fpart_parts(tmp_path / "nonlive") == {
+        0: [b"big1", b"big2"],
+        1: [b"a", b"b", b"e"],
+        2: [b"c", b"f"],
+        3: [b"d"],
+    }
     # Live mode by count: exactly F per partition, in order.
     r = run_fpart(["-L", "-f", "3", "-i", listing, "-o", tmp_path / "count"], tree)
-    assert fpart_parts(tmp_path / "count") == {1: [b"a", b"b", b"big1"], 2: [b"big2", b"c", b"d"],
-                                               3: [b"e", b"f"]}
+    assert fpart_parts(tmp_path / "count") == {
+        1: [b"a", b"b", b"big1"],
+        2: [b"big2", b"c", b"d"],
+        3: [b"e", b"f"],
+    }
     # -n refuses -f, -s and -L.
     for bad in (["-n", "3", "-f", "2"], ["-n", "3", "-s", "10"], ["-n", "3", "-L"]):
         r = run_fpart([*bad, "-o", "-", "."], tree)
@@ -193,8 +210,11 @@ def test_fpart_reference_behaviour(tmp_path):
 # ferry against fpart on generated trees
 
 
-TREES = [pytest.param(37, 1, id="37-files"), pytest.param(400, 2, id="400-files"),
-         pytest.param(1500, 3, id="1500-files")]
+TREES = [
+    pytest.param(37, 1, id="37-files"),
+    pytest.param(400, 2, id="400-files"),
+    pytest.param(1500, 3, id="1500-files"),
+]
 
 
 @pytest.mark.parametrize("n, seed", TREES)
@@ -220,15 +240,28 @@ def test_max_files_matches_fpart_live(tmp_path, run_ferry, n, seed, max_files):
         assert len(parts) == len(got) == math.ceil(n / max_files), (live, len(parts), len(got))
 
     # Given ferry's order, fpart -L must make exactly ferry's parts.
-    r = run_fpart(["-L", "-f", max_files, "-i", fpart_list(manifest, tmp_path / "list"),
-                   "-o", tmp_path / "same-order"], tree)
+    r = run_fpart(
+        [
+            "-L",
+            "-f",
+            max_files,
+            "-i",
+            fpart_list(manifest, tmp_path / "list"),
+            "-o",
+            tmp_path / "same-order",
+        ],
+        tree,
+    )
     assert r.returncode == 0, r.stderr
     same = fpart_parts(tmp_path / "same-order")
     assert [same[k] for k in sorted(same)] == [[p for p, _ in part] for part in parts]
 
 
-BYTE_LIMITS = [pytest.param(("--max-bytes", "1MiB"), id="1MiB"), pytest.param(("--max-bytes", "3MiB"), id="3MiB"),
-               pytest.param(("--max-bytes", "1MiB", "--max-files", "5"), id="1MiB-and-5-files")]
+BYTE_LIMITS = [
+    pytest.param(("--max-bytes", "1MiB"), id="1MiB"),
+    pytest.param(("--max-bytes", "3MiB"), id="3MiB"),
+    pytest.param(("--max-bytes", "1MiB", "--max-files", "5"), id="1MiB-and-5-files"),
+]
 
 
 def _byte_limits(limits) -> tuple[int, int]:
@@ -255,8 +288,11 @@ def test_max_bytes_meets_its_limits(tmp_path, run_ferry, n, seed, limits):
     loads = [sum(s for _, s in p) for p in parts]
     over = [(i, loads[i], len(p)) for i, p in enumerate(parts) if loads[i] - p[-1][1] >= max_bytes]
     assert not over, f"parts that went on past {max_bytes} bytes (index, bytes, files): {over[:10]}"
-    short = [(i, loads[i], len(p)) for i, p in enumerate(parts[:-1])
-             if loads[i] < max_bytes and not (max_files and len(p) == max_files)]
+    short = [
+        (i, loads[i], len(p))
+        for i, p in enumerate(parts[:-1])
+        if loads[i] < max_bytes and not (max_files and len(p) == max_files)
+    ]
     assert not short, f"parts closed before reaching a limit (index, bytes, files): {short[:10]}"
     if max_files:
         assert all(len(p) <= max_files for p in parts)
@@ -279,7 +315,9 @@ def test_max_bytes_part_count_matches_fpart_live(tmp_path, run_ferry, limits):
 
     # fpart's live mode, fed ferry's order (the part count of any in-order mode depends on it).
     fp_args = ["-L", "-s", max_bytes] + (["-f", max_files] if max_files else [])
-    r = run_fpart([*fp_args, "-i", fpart_list(manifest, tmp_path / "list"), "-o", tmp_path / "fp"], tree)
+    r = run_fpart(
+        [*fp_args, "-i", fpart_list(manifest, tmp_path / "list"), "-o", tmp_path / "fp"], tree
+    )
     assert r.returncode == 0, r.stderr
     fp = fpart_parts(tmp_path / "fp")
     assert sorted(p for v in fp.values() for p in v) == sorted(sizes)
@@ -289,7 +327,8 @@ def test_max_bytes_part_count_matches_fpart_live(tmp_path, run_ferry, limits):
         f"ferry {' '.join(limits)} made {len(parts)} parts, fpart {' '.join(map(str, fp_args))} on the same "
         f"files in the same order made {len(fp)}. fpart adds a file and then closes the partition once it "
         f"reaches the limit, so {fp_over} of its partitions hold more than {max_bytes} bytes in several "
-        f"files; ferry closes a part before the file that would overflow it.")
+        f"files; ferry closes a part before the file that would overflow it."
+    )
 
 
 @pytest.mark.parametrize("n, seed", TREES)
@@ -325,8 +364,15 @@ def test_more_parts_than_files_gives_empty_parts_like_fpart(tmp_path, run_ferry)
     assert sorted(len(v) for v in fpart_parts(tmp_path / "fp").values()) == [0, 0, 1, 1, 1]
 
 
-@pytest.mark.parametrize("combo", [("--parts", "3", "--max-files", "2"), ("--parts", "3", "--max-bytes", "1MiB"),
-                                   ("-n", "3", "-f", "2"), ("-n", "3", "-s", "10")])
+@pytest.mark.parametrize(
+    "combo",
+    [
+        ("--parts", "3", "--max-files", "2"),
+        ("--parts", "3", "--max-bytes", "1MiB"),
+        ("-n", "3", "-f", "2"),
+        ("-n", "3", "-s", "10"),
+    ],
+)
 def test_parts_with_limits_is_refused_like_fpart(tmp_path, run_ferry, combo):
     tree = tmp_path / "tree"
     make_tree(tree, {"a": b"a", "b": b"b"})
@@ -335,13 +381,24 @@ def test_parts_with_limits_is_refused_like_fpart(tmp_path, run_ferry, combo):
     r = run_ferry("partition", manifest, "--out", out, *combo, check=2)
     assert "cannot be combined" in r.stderr, r.stderr
     assert not out.exists(), "a refused partition still wrote output"
-    fp_combo = [{"--parts": "-n", "--max-files": "-f", "--max-bytes": "-s"}.get(a, a) for a in combo]
+    fp_combo = [
+        {"--parts": "-n", "--max-files": "-f", "--max-bytes": "-s"}.get(a, a) for a in combo
+    ]
     fp_combo = ["10" if a == "1MiB" else a for a in fp_combo]
-    assert run_fpart([*fp_combo, "-o", "-", "."], tree).returncode != 0, "fpart accepts this combination"
+    assert run_fpart([*fp_combo, "-o", "-", "."], tree).returncode != 0, (
+        "fpart accepts this combination"
+    )
 
 
-@pytest.mark.parametrize("limits", [("--parts", "4"), ("--max-files", "3"), ("--max-bytes", "1MiB"),
-                                    ("--max-files", "3", "--max-bytes", "1MiB")])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        ("--parts", "4"),
+        ("--max-files", "3"),
+        ("--max-bytes", "1MiB"),
+        ("--max-files", "3", "--max-bytes", "1MiB"),
+    ],
+)
 def test_empty_input_gives_zero_parts_and_says_so(tmp_path, run_ferry, limits):
     tree = tmp_path / "tree"
     (tree / "only" / "empty-dirs").mkdir(parents=True)
@@ -353,7 +410,10 @@ def test_empty_input_gives_zero_parts_and_says_so(tmp_path, run_ferry, limits):
     for what, manifest in manifests.items():
         out = tmp_path / ("out-" + manifest.stem)
         r, summary = ferry_partition(run_ferry, manifest, out, *limits)
-        assert summary["parts"] == 0 and summary["files"] == 0 and summary["partitions"] == [], (what, summary)
+        assert summary["parts"] == 0 and summary["files"] == 0 and summary["partitions"] == [], (
+            what,
+            summary,
+        )
         assert not list(out.glob("part-*.tsv")), what
         assert "no files" in r.stderr and "zero parts" in r.stderr, (what, r.stderr)
     # fpart agrees: nothing to pack, no partitions.
@@ -377,25 +437,46 @@ def test_rerun_into_the_same_directory_leaves_no_stale_parts(tmp_path, run_ferry
 # fpart's own output as input
 
 
-PLAIN_NAMES = ["top.txt", "with space.txt", "-leading-dash.txt", "--double", "#hash-first.txt",
-               "sub/#inner-hash", "sub/mid#hash", "ünïcödé-名前.txt", "100%.txt", "sub/deeper/x.bin"]
+PLAIN_NAMES = [
+    "top.txt",
+    "with space.txt",
+    "-leading-dash.txt",
+    "--double",
+    "#hash-first.txt",
+    "sub/#inner-hash",
+    "sub/mid#hash",
+    "ünïcödé-名前.txt",
+    "100%.txt",
+    "sub/deeper/x.bin",
+]
 
 
 def test_fpart_output_is_accepted_by_partition_and_copy(tmp_path, run_ferry):
     tree = tmp_path / "tree"
-    contents = make_tree(tree, {name: File(data=f"{i}:{name}\n".encode() * (i + 1)) for i, name in enumerate(PLAIN_NAMES)})
-    r = run_fpart(["-o", tmp_path / "parts", "-n", "3", "."], tree)  # run inside the tree, as fpsync does
+    contents = make_tree(
+        tree,
+        {name: File(data=f"{i}:{name}\n".encode() * (i + 1)) for i, name in enumerate(PLAIN_NAMES)},
+    )
+    r = run_fpart(
+        ["-o", tmp_path / "parts", "-n", "3", "."], tree
+    )  # run inside the tree, as fpsync does
     assert r.returncode == 0, r.stderr
     fp = fpart_parts(tmp_path / "parts")
     assert sorted(p for v in fp.values() for p in v) == sorted(contents)
-    assert (tmp_path / "parts.1").read_bytes().startswith(b"./"), "fpart was expected to write ./paths"
+    assert (tmp_path / "parts.1").read_bytes().startswith(b"./"), (
+        "fpart was expected to write ./paths"
+    )
 
     dst = tmp_path / "dst"
     for k, paths in sorted(fp.items()):
         part = tmp_path / f"parts.{k}"
         # As input to ferry partition: every bare path comes through, once.
         _, summary = ferry_partition(run_ferry, part, tmp_path / f"re{k}", "--max-files", "2")
-        got = [e for f in sorted((tmp_path / f"re{k}").glob("part-*.tsv")) for e in read_loose_manifest(f)]
+        got = [
+            e
+            for f in sorted((tmp_path / f"re{k}").glob("part-*.tsv"))
+            for e in read_loose_manifest(f)
+        ]
         assert sorted(p for p, _, _ in got) == sorted(paths)
         assert summary["files"] == len(paths)
         # As input to ferry copy --files-from.
@@ -412,16 +493,25 @@ def test_max_bytes_on_fpart_output_never_silently_ignores_the_limit(tmp_path, ru
     tree = tmp_path / "tree"
     sizes = sized_tree(tree, 60, 7, limit=MiB)
     assert run_fpart(["-o", tmp_path / "bare", "-n", "1", "."], tree).returncode == 0
-    r, summary = ferry_partition(run_ferry, tmp_path / "bare.1", tmp_path / "out", "--max-bytes", "1MiB",
-                                 check=False)
+    r, summary = ferry_partition(
+        run_ferry, tmp_path / "bare.1", tmp_path / "out", "--max-bytes", "1MiB", check=False
+    )
     if r.returncode != 0:
         assert r.returncode == 2 and "size" in r.stderr, r.stderr
         return
-    parts = [[p for p, _, _ in read_loose_manifest(tmp_path / "out" / p["file"])] for p in summary["partitions"]]
-    over = [(i, sum(sizes[p] for p in part), len(part)) for i, part in enumerate(parts)
-            if sum(sizes[p] for p in part) > MiB and len(part) > 1]
-    assert not over, (f"{len(over)} of {len(parts)} parts are over --max-bytes 1MiB (index, real bytes, files): "
-                      f"{over[:5]}; summary.json says {summary['bytes']} bytes in all")
+    parts = [
+        [p for p, _, _ in read_loose_manifest(tmp_path / "out" / p["file"])]
+        for p in summary["partitions"]
+    ]
+    over = [
+        (i, sum(sizes[p] for p in part), len(part))
+        for i, part in enumerate(parts)
+        if sum(sizes[p] for p in part) > MiB and len(part) > 1
+    ]
+    assert not over, (
+        f"{len(over)} of {len(parts)} parts are over --max-bytes 1MiB (index, real bytes, files): "
+        f"{over[:5]}; summary.json says {summary['bytes']} bytes in all"
+    )
 
 
 AWKWARD_FPART_NAMES = [
@@ -445,14 +535,19 @@ def test_fpart_output_with_awkward_names(tmp_path, run_ferry, name):
     # Bare paths carry no sizes, so split by count (--parts and --max-bytes refuse them).
     r, summary = ferry_partition(run_ferry, part, tmp_path / "re", "--max-files", "1", check=False)
     assert r.returncode == 0, f"ferry partition refused fpart's output: {r.stderr.strip()}"
-    got = sorted(p for f in (tmp_path / "re").glob("part-*.tsv") for p, _, _ in read_loose_manifest(f))
+    got = sorted(
+        p for f in (tmp_path / "re").glob("part-*.tsv") for p, _, _ in read_loose_manifest(f)
+    )
     assert got == sorted(contents), "ferry partition read fpart's paths as other names"
 
     dst = tmp_path / "dst"
     cp = run_ferry("copy", tree, dst, "--files-from", part, check=False)
-    assert cp.returncode == 0, f"ferry copy --files-from refused fpart's output: {cp.stderr.strip()}"
-    assert {p: e.md5 for p, e in snapshot(dst).items() if e.type == "f"} == \
-        {p: e.md5 for p, e in snapshot(tree).items() if e.type == "f"}
+    assert cp.returncode == 0, (
+        f"ferry copy --files-from refused fpart's output: {cp.stderr.strip()}"
+    )
+    assert {p: e.md5 for p, e in snapshot(dst).items() if e.type == "f"} == {
+        p: e.md5 for p, e in snapshot(tree).items() if e.type == "f"
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -489,8 +584,15 @@ def test_lpt_balances_a_skewed_set_within_two_percent(tmp_path, run_ferry):
         assert len(big_homes) == min(3, nparts)
 
 
-@pytest.mark.parametrize("limits", [("--parts", "5"), ("--max-files", "13"), ("--max-bytes", "2MiB"),
-                                    ("--max-files", "13", "--max-bytes", "2MiB")])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        ("--parts", "5"),
+        ("--max-files", "13"),
+        ("--max-bytes", "2MiB"),
+        ("--max-files", "13", "--max-bytes", "2MiB"),
+    ],
+)
 def test_two_runs_give_byte_identical_parts(tmp_path, run_ferry, limits):
     tree = tmp_path / "tree"
     sized_tree(tree, 300, 4, limit=MiB)
@@ -511,7 +613,7 @@ def test_parts_assignment_does_not_depend_on_listing_order(tmp_path, run_ferry):
     sized_tree(tree, 300, 5, limit=MiB)
     manifest = ls_manifest(run_ferry, tree, tmp_path / "m.tsv")
     lines = manifest.read_bytes().split(b"\n")
-    header, body = lines[0], [l for l in lines[1:] if l]
+    header, body = lines[0], [line for line in lines[1:] if line]
     shuffled = tmp_path / "shuffled.tsv"
     random.Random(1).shuffle(body)
     shuffled.write_bytes(b"\n".join([header, *body]) + b"\n")
@@ -541,8 +643,12 @@ EXTRA_ODD = {
 @pytest.mark.parametrize("limits", [("--parts", "3"), ("--max-files", "4"), ("--max-bytes", "64")])
 def test_odd_names_survive_partition_and_copy_of_each_part(tmp_path, run_ferry, limits):
     src, dst = tmp_path / "src", tmp_path / "dst"
-    spec = {**odd_names_spec(local_only=True), **EXTRA_ODD,
-            b"links/to-odd": Link(b"../odd/tab\there.txt"), b"empty\tdir/\n": File(data=b"")}
+    spec = {
+        **odd_names_spec(local_only=True),
+        **EXTRA_ODD,
+        b"links/to-odd": Link(b"../odd/tab\there.txt"),
+        b"empty\tdir/\n": File(data=b""),
+    }
     make_tree(src, spec)
     os.mkdir(src / "really empty dir")
     manifest = ls_manifest(run_ferry, src, tmp_path / "m.tsv")
@@ -553,7 +659,9 @@ def test_odd_names_survive_partition_and_copy_of_each_part(tmp_path, run_ferry, 
 
     want = snapshot(src)
     in_parts = sorted(p for part in parts for p, _ in part)
-    assert in_parts == sorted(p for p, e in want.items() if e.type != "d"), "names changed in partitioning"
+    assert in_parts == sorted(p for p, e in want.items() if e.type != "d"), (
+        "names changed in partitioning"
+    )
     dirs = sorted(e.path for e in parse_manifest((out / "dirs.tsv").read_text(encoding="utf-8"))[1])
     assert dirs == sorted(p for p, e in want.items() if e.type == "d")
 
@@ -561,9 +669,13 @@ def test_odd_names_survive_partition_and_copy_of_each_part(tmp_path, run_ferry, 
         run_ferry("copy", src, dst, "--files-from", part)
     got = snapshot(dst)
     assert set(got) == set(want), sorted(set(got) ^ set(want))[:10]
-    diff = [(p, w, got[p]) for p, w in want.items()
-            if (got[p].type, got[p].md5, got[p].target, got[p].mode) != (w.type, w.md5, w.target, w.mode)
-            or (w.type == "f" and got[p].mtime_ns != w.mtime_ns)]
+    diff = [
+        (p, w, got[p])
+        for p, w in want.items()
+        if (got[p].type, got[p].md5, got[p].target, got[p].mode)
+        != (w.type, w.md5, w.target, w.mode)
+        or (w.type == "f" and got[p].mtime_ns != w.mtime_ns)
+    ]
     assert not diff, diff[:5]
 
 
@@ -573,19 +685,27 @@ def test_file_weight_counts_each_file_beside_its_bytes(tmp_path, run_ferry):
     sizes. Only --parts takes it."""
     sizes = {b"big.bin": MiB, **{f"small/f{i:02d}".encode(): KiB for i in range(64)}}
     manifest = tmp_path / "m.tsv"
-    manifest.write_text("#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\n"
-                        + "".join(f"{p.decode()}\tf\t{s}\t-\t-\n" for p, s in sizes.items()))
+    manifest.write_text(
+        "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5\n"
+        + "".join(f"{p.decode()}\tf\t{s}\t-\t-\n" for p, s in sizes.items())
+    )
     _, summary = ferry_partition(run_ferry, manifest, tmp_path / "bytes", "--parts", 2)
     by_bytes = ferry_parts(tmp_path / "bytes", summary)
-    assert sorted(len(p) for p in by_bytes) == [1, 64], "by bytes alone, the large file has a part to itself"
+    assert sorted(len(p) for p in by_bytes) == [1, 64], (
+        "by bytes alone, the large file has a part to itself"
+    )
 
     weight = 64 * KiB
-    _, summary = ferry_partition(run_ferry, manifest, tmp_path / "weighed", "--parts", 2, "--file-weight", "64KiB")
+    _, summary = ferry_partition(
+        run_ferry, manifest, tmp_path / "weighed", "--parts", 2, "--file-weight", "64KiB"
+    )
     parts = ferry_parts(tmp_path / "weighed", summary)
     assert_each_file_once(parts, sizes)
     loads = [sum(s + weight for _, s in p) for p in parts]
     assert max(loads) - min(loads) <= KiB + weight, loads
     assert summary["bytes"] == sum(sizes.values())
 
-    r, _ = ferry_partition(run_ferry, manifest, tmp_path / "refused", "--max-files", 4, "--file-weight", "1", check=2)
+    r, _ = ferry_partition(
+        run_ferry, manifest, tmp_path / "refused", "--max-files", 4, "--file-weight", "1", check=2
+    )
     assert "--file-weight balances --parts" in r.stderr

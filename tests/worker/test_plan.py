@@ -42,11 +42,22 @@ CASES = {
 # the destination has a directory is a type change, which replaces the directory).
 VERDICTS = {
     "size": {"grew.txt": "changed", "was-a-dir": "changed"},
-    "size-mtime": {"grew.txt": "changed", "touched.txt": "undecided", "no-mtime.txt": "undecided", "was-a-dir": "changed"},
+    "size-mtime": {
+        "grew.txt": "changed",
+        "touched.txt": "undecided",
+        "no-mtime.txt": "undecided",
+        "was-a-dir": "changed",
+    },
     # The symlink has no MD5 on either side. The same bytes by MD5 under another mtime: the mtime
     # alone is carried.
-    "md5": {"grew.txt": "changed", "edited.txt": "changed", "no-md5.txt": "undecided", "link": "undecided",
-            "was-a-dir": "changed", "touched.txt": "metadata-only"},
+    "md5": {
+        "grew.txt": "changed",
+        "edited.txt": "changed",
+        "no-md5.txt": "undecided",
+        "link": "undecided",
+        "was-a-dir": "changed",
+        "touched.txt": "metadata-only",
+    },
 }
 NEW = ["new.txt", "new\\nline\\\\back", "\\x23hash-first"]
 SOURCE_FILES = [p for p, (s, _) in CASES.items() if s and s[0] != "d"]
@@ -54,7 +65,9 @@ EXTRA = ["gone.txt", "gone\\tdir/x", "gone-link"]
 
 
 def write_listing(path, side: int, shuffle_seed: int) -> None:
-    lines = [f"{p}\t{e[0]}\t{e[1]}\t{e[2]}\t{e[3]}" for p, sides in CASES.items() if (e := sides[side])]
+    lines = [
+        f"{p}\t{e[0]}\t{e[1]}\t{e[2]}\t{e[3]}" for p, sides in CASES.items() if (e := sides[side])
+    ]
     random.Random(shuffle_seed).shuffle(lines)  # ferry ls does not sort
     path.write_text("\n".join([HEADER, *lines]) + "\n", encoding="utf-8")
 
@@ -80,8 +93,19 @@ def parts_of(plan_dir, sub: str) -> list[list[str]]:
 @pytest.mark.parametrize("compare", ["size", "size-mtime", "md5"])
 def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare):
     out = tmp_path / "plan"
-    r = run_ferry("plan", *listings, "--out", out, "--phase", "incremental", "--compare", compare,
-                  "--max-files", "3", "--json")
+    r = run_ferry(
+        "plan",
+        *listings,
+        "--out",
+        out,
+        "--phase",
+        "incremental",
+        "--compare",
+        compare,
+        "--max-files",
+        "3",
+        "--json",
+    )
     plan = json.loads((out / "plan.json").read_text())
     assert r.json == plan
 
@@ -95,42 +119,74 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
     assert plan == {
         "phase": "incremental",
         "compare": compare,
-        "source": {"files": len(SOURCE_FILES), "bytes": sum(size.values()), "dirs": 1, "symlinks": 1,
-                   "symlinks_not_migrated": 0, "specials": 0},
+        "source": {
+            "files": len(SOURCE_FILES),
+            "bytes": sum(size.values()),
+            "dirs": 1,
+            "symlinks": 1,
+            "symlinks_not_migrated": 0,
+            "specials": 0,
+        },
         "dest": {"files": 14, "bytes": 7 * 5 + 1 + 4 + 7 + 4 + 9 + 1 + 3},
-        "to_copy": {"files": len(to_copy), "bytes": sum(size[p] for p in to_copy), "new": len(NEW),
-                    "changed": sum(v == "changed" for v in verdicts.values()),
-                    "undecided": sum(v == "undecided" for v in verdicts.values()),
-                    # The directory's mtime differs, which is no reason to touch it.
-                    "metadata_only": sum(v == "metadata-only" for v in verdicts.values()),
-                    "type_changed": 1, "dirs": 0, "linked": 0},
+        "to_copy": {
+            "files": len(to_copy),
+            "bytes": sum(size[p] for p in to_copy),
+            "new": len(NEW),
+            "changed": sum(v == "changed" for v in verdicts.values()),
+            "undecided": sum(v == "undecided" for v in verdicts.values()),
+            # The directory's mtime differs, which is no reason to touch it.
+            "metadata_only": sum(v == "metadata-only" for v in verdicts.values()),
+            "type_changed": 1,
+            "dirs": 0,
+            "linked": 0,
+        },
         "unchanged": len(SOURCE_FILES) - len(planned),
         "extra_on_dest": {"files": 3, "bytes": 13},
-        "partitioning": {"tool": "ferry", "mode": "max-files", "parts": None, "max_files": 3, "max_bytes": None},
-        "copy_partitions": [{"id": f"{i:05d}", "files": len(part), "bytes": sum(size[p] for p in part)}
-                            for i, part in enumerate(copied)],
+        "partitioning": {
+            "tool": "ferry",
+            "mode": "max-files",
+            "parts": None,
+            "max_files": 3,
+            "max_bytes": None,
+        },
+        "copy_partitions": [
+            {"id": f"{i:05d}", "files": len(part), "bytes": sum(size[p] for p in part)}
+            for i, part in enumerate(copied)
+        ],
         "verify_partitions": plan["copy_partitions"],
         "verify_scope": "copied",
     }
     # What the final pass would delete: files and links only on the destination, never directories.
     assert sorted(paths_in(out / "delete.tsv")) == sorted(EXTRA)
-    assert not (out / "verify").exists(), "outside the final phase verify partitions are the copy partitions"
+    assert not (out / "verify").exists(), (
+        "outside the final phase verify partitions are the copy partitions"
+    )
     summary = json.loads((out / "copy" / "summary.json").read_text())
-    assert [p["file"] for p in summary["partitions"]] == [f"part-{i:05d}.tsv" for i in range(len(copied))]
+    assert [p["file"] for p in summary["partitions"]] == [
+        f"part-{i:05d}.tsv" for i in range(len(copied))
+    ]
     # Lines keep every field: mtime and MD5 reach ferry copy --compare unchanged (as v2 lines,
     # whose mode, owner, link and xattrs are unknown in these v1 listings).
-    first = (out / "copy" / "part-00000.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
+    first = (
+        (out / "copy" / "part-00000.tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
+    )
     assert first[1:] == [str(v) for v in CASES[first[0]][0]] + ["-"] * 4
 
 
 def test_final_verifies_the_whole_source(tmp_path, run_ferry, listings):
     out = tmp_path / "plan"
-    run_ferry("plan", *listings, "--out", out, "--phase", "final", "--compare", "size", "--parts", "2")
+    run_ferry(
+        "plan", *listings, "--out", out, "--phase", "final", "--compare", "size", "--parts", "2"
+    )
     plan = json.loads((out / "plan.json").read_text())
     assert plan["verify_scope"] == "all"
     assert sorted(p for part in parts_of(out, "verify") for p in part) == sorted(SOURCE_FILES)
-    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(NEW + ["grew.txt", "was-a-dir"])
-    assert [p["files"] for p in plan["verify_partitions"]] == [len(p) for p in parts_of(out, "verify")]
+    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(
+        NEW + ["grew.txt", "was-a-dir"]
+    )
+    assert [p["files"] for p in plan["verify_partitions"]] == [
+        len(p) for p in parts_of(out, "verify")
+    ]
     assert len(plan["verify_partitions"]) == 2 and len(plan["copy_partitions"]) == 2
 
 
@@ -152,7 +208,9 @@ def test_baseline_copies_everything_and_skips_symlinks_for_blob(tmp_path, run_fe
 
 def test_nothing_to_copy_gives_no_partitions(tmp_path, run_ferry, listings):
     out = tmp_path / "plan"
-    run_ferry("plan", listings[0], listings[0], "--out", out, "--phase", "incremental", "--parts", "4")
+    run_ferry(
+        "plan", listings[0], listings[0], "--out", out, "--phase", "incremental", "--parts", "4"
+    )
     plan = json.loads((out / "plan.json").read_text())
     assert plan["copy_partitions"] == [] and plan["to_copy"]["files"] == 0
     assert plan["unchanged"] == len(SOURCE_FILES)
@@ -160,14 +218,20 @@ def test_nothing_to_copy_gives_no_partitions(tmp_path, run_ferry, listings):
     assert list((out / "copy").glob("part-*")) == []
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--phase", "baseline", "DEST"), "takes no destination listing"),
-    (("--phase", "incremental"), "give DEST_LISTING"),
-    (("--phase", "final"), "give DEST_LISTING"),
-    (("--phase", "incremental", "DEST", "--parts", "2", "--max-files", "3"), "cannot be used with"),
-    (("--phase", "incremental", "DEST", "--auto", "--max-bytes", "1G"), "cannot be used with"),
-    (("--phase", "incremental", "DEST", "--max-files", "0"), "at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--phase", "baseline", "DEST"), "takes no destination listing"),
+        (("--phase", "incremental"), "give DEST_LISTING"),
+        (("--phase", "final"), "give DEST_LISTING"),
+        (
+            ("--phase", "incremental", "DEST", "--parts", "2", "--max-files", "3"),
+            "cannot be used with",
+        ),
+        (("--phase", "incremental", "DEST", "--auto", "--max-bytes", "1G"), "cannot be used with"),
+        (("--phase", "incremental", "DEST", "--max-files", "0"), "at least 1"),
+    ],
+)
 def test_bad_arguments_are_refused(tmp_path, run_ferry, listings, args, message):
     out = tmp_path / "plan"
     args = [str(listings[1]) if a == "DEST" else a for a in args]
@@ -183,9 +247,16 @@ def test_duplicate_path_fails_and_keeps_the_previous_plan(tmp_path, run_ferry, l
     broken = tmp_path / "dup.tsv"
     broken.write_text(listings[1].read_text() + "same.txt\tf\t1\t-\t-\n")
     r = run_ferry("plan", listings[0], broken, "--out", out, "--phase", "incremental", check=2)
-    assert "destination listing names \"same.txt\" more than once" in r.stderr
-    assert (out / "plan.json").read_bytes() == before, "a failed plan must not touch the last good one"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest.tsv", "dup.tsv", "plan", "source.tsv"], "no staging left"
+    assert 'destination listing names "same.txt" more than once' in r.stderr
+    assert (out / "plan.json").read_bytes() == before, (
+        "a failed plan must not touch the last good one"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dest.tsv",
+        "dup.tsv",
+        "plan",
+        "source.tsv",
+    ], "no staging left"
 
 
 def test_malformed_line_is_named(tmp_path, run_ferry, listings):
@@ -210,7 +281,11 @@ def big_listings(tmp_path, n: int):
     odd = "-tab\\there"  # an escaped tab, as ferry ls writes it
     names = [f"d{rng.randrange(40):02d}/f{i:05d}{odd if i % 97 == 0 else ''}" for i in range(n)]
     src = [f"{p}\tf\t{rng.randrange(10**6)}\t{T0}\t-" for p in names]
-    dst = [line if i % 10 else line.replace("\tf\t", "\tf\t1", 1) for i, line in enumerate(src) if i % 50]
+    dst = [
+        line if i % 10 else line.replace("\tf\t", "\tf\t1", 1)
+        for i, line in enumerate(src)
+        if i % 50
+    ]
     dst += [f"only-dest/{i}\tf\t1\t{T0}\t-" for i in range(30)]
     rng.shuffle(src)
     rng.shuffle(dst)
@@ -220,7 +295,10 @@ def big_listings(tmp_path, n: int):
     return paths
 
 
-@pytest.mark.parametrize("split", [("--parts", "5"), ("--max-bytes", "20MiB"), ("--partitioner", "fpart", "--parts", "3")])
+@pytest.mark.parametrize(
+    "split",
+    [("--parts", "5"), ("--max-bytes", "20MiB"), ("--partitioner", "fpart", "--parts", "3")],
+)
 def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
     """A sort memory of a few KiB forces dozens of runs per listing; the plan must be byte for
     byte the one made in memory."""
@@ -228,16 +306,35 @@ def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
     outputs = []
     for memory in ("64MiB", "8KiB"):
         out = tmp_path / f"plan-{memory}"
-        r = run_ferry("plan", src, dst, "--out", out, "--phase", "final", *split, env={"FERRY_PLAN_SORT_MEMORY": memory})
+        r = run_ferry(
+            "plan",
+            src,
+            dst,
+            "--out",
+            out,
+            "--phase",
+            "final",
+            *split,
+            env={"FERRY_PLAN_SORT_MEMORY": memory},
+        )
         runs = int(re.search(r"\((\d+) sorted runs\)", r.stderr).group(1))
         assert runs == 2 if memory == "64MiB" else runs > 20, r.stderr
-        outputs.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+        outputs.append(
+            {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        )
     assert outputs[0] == outputs[1]
     plan = json.loads(outputs[0]["plan.json"])
     assert plan["source"]["files"] == 4000 and plan["to_copy"]["new"] == 80
-    assert plan["to_copy"]["changed"] == 4000 // 10 - 4000 // 50 and plan["extra_on_dest"]["files"] == 30
-    copy = [p for name, data in outputs[0].items() if name.startswith("copy/part-")
-            for p in data.decode().splitlines()[1:]]
+    assert (
+        plan["to_copy"]["changed"] == 4000 // 10 - 4000 // 50
+        and plan["extra_on_dest"]["files"] == 30
+    )
+    copy = [
+        p
+        for name, data in outputs[0].items()
+        if name.startswith("copy/part-")
+        for p in data.decode().splitlines()[1:]
+    ]
     assert len(copy) == len(set(copy)) == plan["to_copy"]["files"]
 
 
@@ -250,7 +347,9 @@ def test_parts_balance_like_ferry_partition_and_keep_directories_together(tmp_pa
     out = tmp_path / "plan"
     run_ferry("plan", src, "--out", out, "--phase", "baseline", "--parts", "4")
     run_ferry("partition", src, "--out", tmp_path / "partition", "--parts", "4")
-    size = {line.split("\t")[0]: int(line.split("\t")[2]) for line in src.read_text().splitlines()[1:]}
+    size = {
+        line.split("\t")[0]: int(line.split("\t")[2]) for line in src.read_text().splitlines()[1:]
+    }
     ours = parts_of(out, "copy")
     theirs = [paths_in(p) for p in sorted((tmp_path / "partition").glob("part-*.tsv"))]
     assert sorted(p for part in ours for p in part) == sorted(size)
@@ -262,9 +361,13 @@ def test_parts_balance_like_ferry_partition_and_keep_directories_together(tmp_pa
     def listings(parts):
         return sum(len({p.split("/")[0] for p in part}) for part in parts)
 
-    assert len(ours) == 4 and spread(ours) < 0.02 and spread(theirs) < 0.01, (spread(ours), spread(theirs))
+    assert len(ours) == 4 and spread(ours) < 0.02 and spread(theirs) < 0.01, (
+        spread(ours),
+        spread(theirs),
+    )
     # 40 directories of 500 files, 5,000 files a part: the jobs list 40 directories between them
     # at best; LPT over files has every directory in every part.
-    assert listings(ours) <= 2 * 40 and listings(theirs) == 4 * 40, (listings(ours), listings(theirs))
-
-
+    assert listings(ours) <= 2 * 40 and listings(theirs) == 4 * 40, (
+        listings(ours),
+        listings(theirs),
+    )

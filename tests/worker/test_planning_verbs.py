@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-
 from support.manifest import parse_manifest
 from support.summary import section
 from support.trees import File, make_tree, many_files_spec
@@ -24,7 +23,9 @@ def destination(request, tmp_path):
 
 def test_compare_modes_decide_what_is_copied(tmp_path, run_ferry, destination):
     src = tmp_path / "src"
-    make_tree(src, {"f.txt": File(data=b"aaaa", mtime_ns=T0), "other.txt": File(data=b"o", mtime_ns=T0)})
+    make_tree(
+        src, {"f.txt": File(data=b"aaaa", mtime_ns=T0), "other.txt": File(data=b"o", mtime_ns=T0)}
+    )
     run_ferry("copy", src, destination, "--recursive")
 
     def copied(mode):
@@ -66,16 +67,23 @@ def test_partition_by_parts_and_by_limits(tmp_path, run_ferry):
             assert (p["files"], p["bytes"]) == (len(files), sum(e.size for e in files)), p
             parts.append({e.path for e in files})
         union = set().union(*parts)
-        assert union == all_files and sum(map(len, parts)) == len(all_files), "parts must cover each file once"
-        assert (summary["parts"], summary["files"], summary["bytes"]) == \
-            (len(parts), len(all_files), total_bytes), summary
+        assert union == all_files and sum(map(len, parts)) == len(all_files), (
+            "parts must cover each file once"
+        )
+        assert (summary["parts"], summary["files"], summary["bytes"]) == (
+            len(parts),
+            len(all_files),
+            total_bytes,
+        ), summary
         assert isinstance(summary["imbalance_pct"], (int, float))
         return summary
 
     by_parts = run(tmp_path / "p4", "--parts", "4")
     assert by_parts["mode"] == "parts" and by_parts["parts"] == 4
     written = sorted(os.listdir(tmp_path / "p4"))
-    assert [f for f in written if f.startswith("part-")] == [f"part-{i:05d}.tsv" for i in range(4)], written
+    assert [f for f in written if f.startswith("part-")] == [
+        f"part-{i:05d}.tsv" for i in range(4)
+    ], written
     assert "summary.json" in written
 
     by_files = run(tmp_path / "f25", "--max-files", "25")
@@ -96,13 +104,36 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
         container.client.upload_blob(extra, b"no longer in the source")
     everything = sorted(container.blobs())
 
-    dry = run_ferry("prune", src, container, "--dry-run", "--max-delete", "10", "--log", tmp_path / "dry.tsv",
-                    "--json").json
-    assert (dry["command"], dry["dry_run"], dry["deleted"], dry["would_delete"]) == ("prune", True, 0, 2), dry
+    dry = run_ferry(
+        "prune",
+        src,
+        container,
+        "--dry-run",
+        "--max-delete",
+        "10",
+        "--log",
+        tmp_path / "dry.tsv",
+        "--json",
+    ).json
+    assert (dry["command"], dry["dry_run"], dry["deleted"], dry["would_delete"]) == (
+        "prune",
+        True,
+        0,
+        2,
+    ), dry
     assert sorted(container.blobs()) == everything
 
-    refused = run_ferry("prune", src, container, "--max-delete", "1", "--log", tmp_path / "refused.tsv", "--json",
-                        check=1).json
+    refused = run_ferry(
+        "prune",
+        src,
+        container,
+        "--max-delete",
+        "1",
+        "--log",
+        tmp_path / "refused.tsv",
+        "--json",
+        check=1,
+    ).json
     assert refused["refused"], refused
     assert refused["deleted"] == 0
     assert sorted(container.blobs()) == everything, "a refused prune deleted something"
@@ -110,7 +141,9 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
     log = tmp_path / "deleted.txt"
     done = run_ferry("prune", src, container, "--max-delete", "2", "--log", log, "--json").json
     assert (done["dry_run"], done["deleted"], done["refused"]) == (False, 2, None), done
-    assert sorted(container.blobs()) == ["keep", "keep/a.txt", "keep/b.txt"], "the files and the folder stub of keep/"
+    assert sorted(container.blobs()) == ["keep", "keep/a.txt", "keep/b.txt"], (
+        "the files and the folder stub of keep/"
+    )
     assert done["log"] == str(log)
     logged = log.read_text()
     assert "keep/stale.txt" in logged and "gone-dir/old.bin" in logged

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from support.ferry import describe, ferry_env
 from support.blobs import file_blobs
-from support.manifest import escape_path as escape, parse_manifest
+from support.ferry import describe, ferry_env
+from support.manifest import escape_path as escape
+from support.manifest import parse_manifest
 from support.requests import assert_counted
 from support.trees import File, Link, make_tree, snapshot
 
@@ -26,8 +26,14 @@ from support.trees import File, Link, make_tree, snapshot
 
 def src_spec(n: int = 30) -> dict:
     spec = {f"keep/k{i:02d}.txt": b"keep %d\n" % i for i in range(n)}
-    spec.update({"top.txt": b"top\n", "keep/deeper/x.bin": File(size=5000), "with space/also kept": b"kept\n",
-                 "-dash-kept": b"d\n"})
+    spec.update(
+        {
+            "top.txt": b"top\n",
+            "keep/deeper/x.bin": File(size=5000),
+            "with space/also kept": b"kept\n",
+            "-dash-kept": b"d\n",
+        }
+    )
     return spec
 
 
@@ -77,8 +83,9 @@ def would_delete_lines(stdout: str) -> list[str]:
 def run_as_root_without_dac_override(run_ferry, *args) -> subprocess.CompletedProcess:
     """Run ferry as root minus CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, so mode 000 really is unreadable."""
     cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *run_ferry.command(args)]
-    return subprocess.run(cmd, env=ferry_env(), capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, env=ferry_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,9 +104,16 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
     assert f"would delete {len(EXTRA_FILES)} of" in r.stderr and str(log) in r.stderr
 
-    j = run_ferry("prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json").json
-    assert (j["command"], j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == \
-        ("prune", True, 0, len(EXTRA_FILES), None), j
+    j = run_ferry(
+        "prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json"
+    ).json
+    assert (j["command"], j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
+        "prune",
+        True,
+        0,
+        len(EXTRA_FILES),
+        None,
+    ), j
     assert j["log"] == str(tmp_path / "logs" / "dry2.tsv")
     assert snapshot(dst) == before
 
@@ -108,14 +122,23 @@ def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
     src, dst, before = build_local(tmp_path, run_ferry)
     log = tmp_path / "prune.tsv"
     j = run_ferry("prune", src, dst, "--log", log, "--json").json
-    assert (j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (False, len(EXTRA_FILES), len(EXTRA_FILES), None), j
+    assert (j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
+        False,
+        len(EXTRA_FILES),
+        len(EXTRA_FILES),
+        None,
+    ), j
 
     after = snapshot(dst)
     want = snapshot(src)
     assert set(after) == set(want), (sorted(set(after) - set(want)), sorted(set(want) - set(after)))
     # What stays is untouched: same content, same mtime.
-    changed = [p for p in after if after[p].type == "f" and
-               (after[p].md5, after[p].mtime_ns) != (before[p].md5, before[p].mtime_ns)]
+    changed = [
+        p
+        for p in after
+        if after[p].type == "f"
+        and (after[p].md5, after[p].mtime_ns) != (before[p].md5, before[p].mtime_ns)
+    ]
     assert not changed, changed
     # Every deletion is in the log: the files, and the directories that were emptied.
     assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
@@ -139,32 +162,54 @@ def test_dry_run_lists_what_the_real_run_deletes(tmp_path, run_ferry):
 
 def test_prune_never_follows_a_symlink_out_of_dst(tmp_path, run_ferry):
     outside = tmp_path / "outside"
-    make_tree(outside, {"precious.txt": b"do not touch\n", "sub/also.txt": b"nor this\n",
-                        "x": b"shadowed name\n", "y": b"only outside\n"})
+    make_tree(
+        outside,
+        {
+            "precious.txt": b"do not touch\n",
+            "sub/also.txt": b"nor this\n",
+            "x": b"shadowed name\n",
+            "y": b"only outside\n",
+        },
+    )
     (tmp_path / "outside-file.txt").write_bytes(b"outside file\n")
     outside_before = snapshot(outside)
 
     src, dst = tmp_path / "src", tmp_path / "dst"
-    make_tree(src, {"a.txt": b"a\n", "shadow/x": b"in source\n", "kept-link": Link(str(outside)),
-                    **{f"pad/{i}": b"p" for i in range(20)}})
-    make_tree(dst, {
-        "a.txt": b"a\n", **{f"pad/{i}": b"p" for i in range(20)},
-        "kept-link": Link(str(outside)),          # the source has this link: it stays
-        "link-out": Link(str(outside)),           # the source lacks it: the link (only) goes
-        "link-to-file": Link(str(tmp_path / "outside-file.txt")),
-        "shadow": Link(str(outside)),             # the source has a *directory* named shadow
-        "gone/up": Link("../../outside"),         # inside a directory that goes
-        "gone/f": b"f\n",
-    })
+    make_tree(
+        src,
+        {
+            "a.txt": b"a\n",
+            "shadow/x": b"in source\n",
+            "kept-link": Link(str(outside)),
+            **{f"pad/{i}": b"p" for i in range(20)},
+        },
+    )
+    make_tree(
+        dst,
+        {
+            "a.txt": b"a\n",
+            **{f"pad/{i}": b"p" for i in range(20)},
+            "kept-link": Link(str(outside)),  # the source has this link: it stays
+            "link-out": Link(str(outside)),  # the source lacks it: the link (only) goes
+            "link-to-file": Link(str(tmp_path / "outside-file.txt")),
+            "shadow": Link(str(outside)),  # the source has a *directory* named shadow
+            "gone/up": Link("../../outside"),  # inside a directory that goes
+            "gone/f": b"f\n",
+        },
+    )
     log = tmp_path / "prune.tsv"
     run_ferry("prune", src, dst, "--log", log)
 
     assert snapshot(outside) == outside_before, "prune touched files outside DST"
     assert (tmp_path / "outside-file.txt").read_bytes() == b"outside file\n"
     left = snapshot(dst)
-    assert not any(p in left for p in (b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone"))
+    assert not any(
+        p in left for p in (b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone")
+    )
     assert left[b"kept-link"].type == "l" and left[b"shadow"].type == "l"
-    assert sorted(log_paths(log)) == sorted([b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone"])
+    assert sorted(log_paths(log)) == sorted(
+        [b"link-out", b"link-to-file", b"gone/up", b"gone/f", b"gone"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,21 +225,31 @@ def test_empty_source_is_refused(tmp_path, run_ferry):
     for args in ([empty, dst], [src, dst, "--files-from", header_only]):
         log = tmp_path / "never.tsv"
         r = run_ferry("prune", *args, "--log", log, check=1)
-        assert "refused" in r.stderr and "nothing deleted" in r.stderr and "no entries" in r.stderr, r.stderr
+        assert (
+            "refused" in r.stderr and "nothing deleted" in r.stderr and "no entries" in r.stderr
+        ), r.stderr
         assert "--force" in r.stderr
         assert snapshot(dst) == before
         assert not log.exists(), "a refused prune wrote a deletion log"
         j = run_ferry("prune", *args, "--log", log, "--json", check=1).json
-        assert j["refused"] and "no entries" in j["refused"] and (j["deleted"], j["would_delete"]) == (0, 0), j
+        assert (
+            j["refused"]
+            and "no entries" in j["refused"]
+            and (j["deleted"], j["would_delete"]) == (0, 0)
+        ), j
     # --force is the way to say "yes, it really is empty".
-    forced = run_ferry("prune", empty, dst, "--force", "--log", tmp_path / "forced.tsv", "--json").json
+    forced = run_ferry(
+        "prune", empty, dst, "--force", "--log", tmp_path / "forced.tsv", "--json"
+    ).json
     assert forced["deleted"] == sum(1 for e in before.values() if e.type != "d")
     assert snapshot(dst) == {}
 
 
 def _refused(r, *words):
     assert r.returncode == 1, f"{describe(r.args)}: exit {r.returncode}\n{r.stderr}"
-    assert "prune refused, nothing deleted" in r.stderr and "source listing failed" in r.stderr, r.stderr
+    assert "prune refused, nothing deleted" in r.stderr and "source listing failed" in r.stderr, (
+        r.stderr
+    )
     for w in words:
         assert w in r.stderr, (w, r.stderr)
 
@@ -228,7 +283,9 @@ def test_partly_unreadable_source_is_refused(tmp_path, run_ferry):
     try:
         probe = run_as_root_without_dac_override(run_ferry, "ls", src, "--recursive")
         assert probe.returncode != 0, "precondition: the locked directory must be unreadable"
-        r = run_as_root_without_dac_override(run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv")
+        r = run_as_root_without_dac_override(
+            run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv"
+        )
         _refused(r, "Permission denied")
     finally:
         os.chmod(src / "keep" / "deeper", 0o755)
@@ -245,14 +302,25 @@ def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, prox
     make_tree(dst, {"extra": b"x"})
     before = snapshot(dst)
     proxy.add("status", method="GET", query={"comp": "list"}, status=500, count=50)
-    r = run_ferry("prune", container.via(proxy.port), dst, "--max-retries", "1", "--force",
-                  "--log", tmp_path / "never.tsv", check=False)
+    r = run_ferry(
+        "prune",
+        container.via(proxy.port),
+        dst,
+        "--max-retries",
+        "1",
+        "--force",
+        "--log",
+        tmp_path / "never.tsv",
+        check=False,
+    )
     _refused(r)
     assert snapshot(dst) == before
     assert proxy.requests(comp="list"), "the listing never went through the proxy"
 
 
-@pytest.mark.parametrize("limit, allowed", [("5", False), ("6", True), ("19%", False), ("20%", True)])
+@pytest.mark.parametrize(
+    "limit, allowed", [("5", False), ("6", True), ("19%", False), ("20%", True)]
+)
 def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {f"k/{i:02d}": b"k" for i in range(24)})
@@ -260,7 +328,9 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     make_tree(dst, {f"x/{i}": b"x" for i in range(6)})  # 6 of 30 destination files = 20%
     before = snapshot(dst)
     log = tmp_path / "log.tsv"
-    r = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, "--json", check=0 if allowed else 1)
+    r = run_ferry(
+        "prune", src, dst, "--max-delete", limit, "--log", log, "--json", check=0 if allowed else 1
+    )
     if allowed:
         assert (r.json["deleted"], r.json["refused"]) == (6, None), r.json
         assert snapshot(dst) == snapshot(src)
@@ -271,7 +341,9 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     text = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, check=1)
     assert "refused" in text.stderr and "--force" in text.stderr and "--max-delete" in text.stderr
     # --force overrides the limit.
-    forced = run_ferry("prune", src, dst, "--max-delete", limit, "--force", "--log", log, "--json").json
+    forced = run_ferry(
+        "prune", src, dst, "--max-delete", limit, "--force", "--log", log, "--json"
+    ).json
     assert forced["deleted"] == 6
     assert snapshot(dst) == snapshot(src)
     assert sorted(log_paths(log)) == sorted([f"x/{i}".encode() for i in range(6)] + [b"x"])
@@ -299,7 +371,8 @@ def test_dry_run_past_max_delete_still_lists(tmp_path, run_ferry):
     r = run_ferry("prune", src, dst, "--dry-run", "--log", log, check=False)
     assert snapshot(dst) == before
     assert sorted(would_delete_lines(r.stdout)) == [f"x{i}" for i in range(4)], (
-        f"exit {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr!r}")
+        f"exit {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr!r}"
+    )
     assert sorted(log_paths(log)) == [f"x{i}".encode() for i in range(4)]
 
 
@@ -307,19 +380,36 @@ def test_dry_run_past_max_delete_still_lists(tmp_path, run_ferry):
 # blob destination
 
 
-BLOB_EXTRAS = ["extra.txt", "gone/deep/er.txt", "gone/x", "with space/extra one", "-dash", "#hash",
-               "ünï/名前.txt", "keep/extra-beside-kept"]
+BLOB_EXTRAS = [
+    "extra.txt",
+    "gone/deep/er.txt",
+    "gone/x",
+    "with space/extra one",
+    "-dash",
+    "#hash",
+    "ünï/名前.txt",
+    "keep/extra-beside-kept",
+]
 
 
 def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
     src = tmp_path / "src"
-    contents = make_tree(src, {**{f"keep/{i:02d}.txt": b"%d" % i for i in range(20)},
-                               "with space/kept": b"k", "top": b"t", "sub/empty": b""})
+    contents = make_tree(
+        src,
+        {
+            **{f"keep/{i:02d}.txt": b"%d" % i for i in range(20)},
+            "with space/kept": b"k",
+            "top": b"t",
+            "sub/empty": b"",
+        },
+    )
     run_ferry("copy", src, container, "--recursive")
     for name in BLOB_EXTRAS:
         container.client.upload_blob(name, b"extra " + name.encode())
     everything = sorted(container.blobs())
-    assert len(everything) == len(contents) + len(BLOB_EXTRAS) + len(["keep", "with space", "sub"]), "and the folder stubs"
+    assert len(everything) == len(contents) + len(BLOB_EXTRAS) + len(
+        ["keep", "with space", "sub"]
+    ), "and the folder stubs"
 
     dry = run_ferry("prune", src, container, "--dry-run", "--log", tmp_path / "dry.tsv")
     assert sorted(container.blobs()) == everything
@@ -327,7 +417,11 @@ def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
     assert sorted(log_paths(tmp_path / "dry.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
 
     j = run_ferry("prune", src, container, "--log", tmp_path / "real.tsv", "--json").json
-    assert (j["deleted"], j["would_delete"], j["refused"]) == (len(BLOB_EXTRAS), len(BLOB_EXTRAS), None), j
+    assert (j["deleted"], j["would_delete"], j["refused"]) == (
+        len(BLOB_EXTRAS),
+        len(BLOB_EXTRAS),
+        None,
+    ), j
     assert sorted(file_blobs(container)) == sorted(p.decode() for p in contents)
     assert sorted(log_paths(tmp_path / "real.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
     # The blobs that stay are the source's bytes.
@@ -344,9 +438,11 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
     everything = sorted(container.blobs())
     empty = tmp_path / "empty"
     empty.mkdir()
-    for args, status in (([empty, container], "no entries"),
-                         ([tmp_path / "missing", container], "source listing failed"),
-                         ([src, container], "6 of 10")):
+    for args, status in (
+        ([empty, container], "no entries"),
+        ([tmp_path / "missing", container], "source listing failed"),
+        ([src, container], "6 of 10"),
+    ):
         r = run_ferry("prune", *args, "--log", tmp_path / "never.tsv", check=1)
         assert "refused" in r.stderr and status in r.stderr, r.stderr
         assert sorted(container.blobs()) == everything
@@ -360,7 +456,9 @@ SAS_ONLY = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUT
 KEEP = {"keep/k0.txt": b"k0", "keep/k1.txt": b"k1", "top.txt": b"t"}
 
 
-def blob_dest_with_extras(tmp_path: Path, container, run_ferry, dirs: int, per_dir: int) -> tuple[Path, list[str], list[str]]:
+def blob_dest_with_extras(
+    tmp_path: Path, container, run_ferry, dirs: int, per_dir: int
+) -> tuple[Path, list[str], list[str]]:
     """SRC holds KEEP; the container holds KEEP and ``dirs`` directories of ``per_dir`` files each
     beyond it, every directory a folder stub (ferry's copy writes them), the first one nested in
     another that holds nothing else. Returns SRC, the extra files and the extra directories."""
@@ -377,10 +475,14 @@ def test_prune_blobs_in_batches_counted(tmp_path, container, proxy, run_ferry):
     src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=12, per_dir=50)
     assert len(files) == 600 and len(dirs) == 13
     log = tmp_path / "prune.tsv"
-    j = run_ferry("prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json").json
+    j = run_ferry(
+        "prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json"
+    ).json
     assert (j["deleted"], j["dirs"], j["failed"], j["refused"]) == (600, 13, 0, None), j
     assert sorted(file_blobs(container)) == sorted(KEEP)
-    assert sorted(container.blobs()) == sorted([*KEEP, "keep"]), "the emptied directories' stubs went too"
+    assert sorted(container.blobs()) == sorted([*KEEP, "keep"]), (
+        "the emptied directories' stubs went too"
+    )
 
     # 600 files in batches of 256, 256 and 88; then the stubs: "gone00/inner" alone (its parent
     # must wait for it), then the other twelve in one batch. A group of one goes as a plain
@@ -405,11 +507,15 @@ def test_a_deletion_refused_inside_a_batch_fails_that_path_alone(tmp_path, conta
     lease = leased.acquire_lease()
     try:
         log = tmp_path / "prune.tsv"
-        r = run_ferry("prune", src, container, "--max-delete", "100%", "--log", log, "--json", check=1)
+        r = run_ferry(
+            "prune", src, container, "--max-delete", "100%", "--log", log, "--json", check=1
+        )
         j = r.json
         assert (j["deleted"], j["failed"]) == (299, 1), j
         assert [f["path"] for f in j["failures"]] == ["gone01/f007"], j["failures"]
-        assert "412" in j["failures"][0]["error"] and "LeaseIdMissing" in j["failures"][0]["error"], j["failures"]
+        assert (
+            "412" in j["failures"][0]["error"] and "LeaseIdMissing" in j["failures"][0]["error"]
+        ), j["failures"]
         assert sorted(file_blobs(container)) == sorted([*KEEP, "gone01/f007"])
         logged = {p.decode() for p in log_paths(log)}
         assert "gone01/f007" not in logged and set(files) - logged == {"gone01/f007"}
@@ -424,10 +530,21 @@ def test_a_batch_that_failed_on_the_way_is_sent_again(tmp_path, container, proxy
     src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=4, per_dir=100)
     # One batch answered 503 without reaching the service; another done by the service but its
     # answer cut short, so that its second attempt finds its blobs gone (404: deleted all the same).
-    busy = proxy.add("status", method="POST", query={"comp": "batch"}, status=503, headers={"Retry-After": "0"}, count=1)
-    cut = proxy.add("truncate", method="POST", query={"comp": "batch"}, skip=1, body_bytes=64, count=1)
+    busy = proxy.add(
+        "status",
+        method="POST",
+        query={"comp": "batch"},
+        status=503,
+        headers={"Retry-After": "0"},
+        count=1,
+    )
+    cut = proxy.add(
+        "truncate", method="POST", query={"comp": "batch"}, skip=1, body_bytes=64, count=1
+    )
     log = tmp_path / "prune.tsv"
-    j = run_ferry("prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json").json
+    j = run_ferry(
+        "prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json"
+    ).json
     assert busy.fired == 1 and cut.fired == 1
     assert (j["deleted"], j["failed"]) == (400, 0), j
     assert sorted(file_blobs(container)) == sorted(KEEP)
@@ -440,7 +557,17 @@ def test_a_batch_that_failed_on_the_way_is_sent_again(tmp_path, container, proxy
 def test_prune_blobs_in_batches_with_a_sas_only(tmp_path, container, proxy, run_ferry):
     src, files, dirs = blob_dest_with_extras(tmp_path, container, run_ferry, dirs=3, per_dir=100)
     dest = container.signed(write=True, port=proxy.port)
-    j = run_ferry("prune", src, dest, "--max-delete", "100%", "--log", tmp_path / "prune.tsv", "--json", env=SAS_ONLY).json
+    j = run_ferry(
+        "prune",
+        src,
+        dest,
+        "--max-delete",
+        "100%",
+        "--log",
+        tmp_path / "prune.tsv",
+        "--json",
+        env=SAS_ONLY,
+    ).json
     assert (j["deleted"], j["failed"]) == (300, 0), j
     assert sorted(container.blobs()) == sorted([*KEEP, "keep"])
     assert_counted(j["requests"], proxy, "prune with a SAS")
@@ -449,7 +576,9 @@ def test_prune_blobs_in_batches_with_a_sas_only(tmp_path, container, proxy, run_
     # environment instead, a part without authorization would have been refused.
 
 
-def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_current_one(tmp_path, run_ferry):
+def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_current_one(
+    tmp_path, run_ferry
+):
     src, dst, _ = build_local(tmp_path, run_ferry)
     cwd, state = tmp_path / "cwd", tmp_path / "state"
     cwd.mkdir()
@@ -460,7 +589,14 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
     # Without XDG_STATE_HOME, the XDG default under HOME.
     src, dst, _ = build_local(tmp_path / "again", run_ferry)
-    j = run_ferry("prune", src, dst, "--json", cwd=cwd, env={"XDG_STATE_HOME": None, "HOME": str(tmp_path / "home")}).json
+    j = run_ferry(
+        "prune",
+        src,
+        dst,
+        "--json",
+        cwd=cwd,
+        env={"XDG_STATE_HOME": None, "HOME": str(tmp_path / "home")},
+    ).json
     assert Path(j["log"]).parent == tmp_path / "home" / ".local" / "state" / "ferry"
 
 
@@ -515,11 +651,27 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
     src, dst, _ = build_local(tmp_path, run_ferry)
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
-    j = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", "--json",
-                  env={**SMALL_RUNS, "TMPDIR": str(tmpdir)}).json
+    j = run_ferry(
+        "prune",
+        src,
+        dst,
+        "--log",
+        tmp_path / "log.tsv",
+        "--json",
+        env={**SMALL_RUNS, "TMPDIR": str(tmpdir)},
+    ).json
     assert j["deleted"] == len(EXTRA_FILES), j
     assert_empty(tmpdir, "in TMPDIR")
-    r = run_ferry("prune", src, dst, "--log", tmp_path / "log2.tsv", "--scratch", tmp_path / "not-there", check=2)
+    r = run_ferry(
+        "prune",
+        src,
+        dst,
+        "--log",
+        tmp_path / "log2.tsv",
+        "--scratch",
+        tmp_path / "not-there",
+        check=2,
+    )
     assert "scratch" in r.stderr and "not-there" in r.stderr, r.stderr
 
 
@@ -534,13 +686,28 @@ def test_manifest_failing_midway_is_refused(tmp_path, run_ferry):
         "bad-size.tsv": (good + b"late\tf\tnot-a-size\t-\t-\n", "bad-size.tsv:"),
         "unsafe.tsv": (good + b"keep/../escape\tf\t1\t-\t-\n", "unsafe path"),
         # Found once sorted, yet named with its lines as when the manifest is read whole.
-        "twice.tsv": (good + b"top.txt\tf\t4\t-\t-\n", f"twice.tsv:{last}: top.txt: listed twice (first on line"),
+        "twice.tsv": (
+            good + b"top.txt\tf\t4\t-\t-\n",
+            f"twice.tsv:{last}: top.txt: listed twice (first on line",
+        ),
     }
     for name, (text, word) in cases.items():
         (tmp_path / name).write_bytes(text)
         for force in ([], ["--force"]):
-            r = run_ferry("prune", src, dst, "--files-from", tmp_path / name, *force, "--scratch", scratch,
-                          "--log", tmp_path / "never.tsv", env=SMALL_RUNS, check=False)
+            r = run_ferry(
+                "prune",
+                src,
+                dst,
+                "--files-from",
+                tmp_path / name,
+                *force,
+                "--scratch",
+                scratch,
+                "--log",
+                tmp_path / "never.tsv",
+                env=SMALL_RUNS,
+                check=False,
+            )
             _refused(r, word)
             assert_empty(scratch, f"after {name}")
     assert snapshot(dst) == before
@@ -552,8 +719,19 @@ def test_local_listing_failing_midway_is_refused_with_small_runs(tmp_path, run_f
     make_tree(src, {f"more/{i:03d}/f": b"m" for i in range(60)})
     os.chmod(src / "more" / "030", 0)
     try:
-        r = run_as_root_without_dac_override(run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv",
-                                             "--scratch", tmp_path, "--sort-memory", "1KiB")
+        r = run_as_root_without_dac_override(
+            run_ferry,
+            "prune",
+            src,
+            dst,
+            "--force",
+            "--log",
+            tmp_path / "never.tsv",
+            "--scratch",
+            tmp_path,
+            "--sort-memory",
+            "1KiB",
+        )
     finally:
         os.chmod(src / "more" / "030", 0o755)
     _refused(r, "Permission denied")
@@ -592,17 +770,33 @@ def test_ordering_edge_cases_across_the_merge_join(tmp_path, run_ferry):
     want = sorted(p for p in d if p not in s)
     for args in ([], ["--files-from", tmp_path / "source.tsv"]):
         (tmp_path / "source.tsv").write_bytes(run_ferry("ls", src, "--recursive").stdout_bytes)
-        dry = run_ferry("prune", src, dst, *args, "--dry-run", "--max-delete", "100%", "--log", tmp_path / "dry.tsv",
-                        env=SMALL_RUNS)
+        dry = run_ferry(
+            "prune",
+            src,
+            dst,
+            *args,
+            "--dry-run",
+            "--max-delete",
+            "100%",
+            "--log",
+            tmp_path / "dry.tsv",
+            env=SMALL_RUNS,
+        )
         assert sorted(log_paths(tmp_path / "dry.tsv")) == want
         assert sorted(would_delete_lines(dry.stdout)) == sorted(escape(p) for p in want)
         # Each directory is listed after everything under it.
         order = log_paths(tmp_path / "dry.tsv")
         for i, p in enumerate(order):
-            assert not any(q.startswith(p + b"/") for q in order[i + 1:]), f"{p!r} listed before what is under it"
-    run_ferry("prune", src, dst, "--max-delete", "100%", "--log", tmp_path / "real.tsv", env=SMALL_RUNS)
+            assert not any(q.startswith(p + b"/") for q in order[i + 1 :]), (
+                f"{p!r} listed before what is under it"
+            )
+    run_ferry(
+        "prune", src, dst, "--max-delete", "100%", "--log", tmp_path / "real.tsv", env=SMALL_RUNS
+    )
     assert sorted(log_paths(tmp_path / "real.tsv")) == want
-    assert {p: (e.type, e.md5) for p, e in snapshot(dst).items()} == {p: (e.type, e.md5) for p, e in s.items()}
+    assert {p: (e.type, e.md5) for p, e in snapshot(dst).items()} == {
+        p: (e.type, e.md5) for p, e in s.items()
+    }
 
 
 def wait_for(what, cond, timeout: float = 30):
@@ -623,13 +817,26 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     before = sorted(container.blobs())
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    stall = proxy.add("stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop")
-    proc = run_ferry.spawn("prune", src, container.via(proxy.port), "--scratch", scratch, "--log",
-                           tmp_path / "never.tsv", env=SMALL_RUNS, log_dir=tmp_path)
+    stall = proxy.add(
+        "stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop"
+    )
+    proc = run_ferry.spawn(
+        "prune",
+        src,
+        container.via(proxy.port),
+        "--scratch",
+        scratch,
+        "--log",
+        tmp_path / "never.tsv",
+        env=SMALL_RUNS,
+        log_dir=tmp_path,
+    )
     try:
         wait_for("the destination listing to stall", lambda: proxy.stalled == 1)
         [work] = list(scratch.iterdir())
-        assert len(list(work.glob("source-*.run"))) > 1, "the source was sorted in runs before the listing"
+        assert len(list(work.glob("source-*.run"))) > 1, (
+            "the source was sorted in runs before the listing"
+        )
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 128 + sig
     finally:

@@ -8,7 +8,6 @@ import time
 
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
-
 from support.interrupt import kill_once_blocks_staged, sdk_block_id, wait_alive
 from support.proxy import ABSENT
 from support.summary import section
@@ -18,34 +17,53 @@ MiB = 1 << 20
 BLOCKS = 12
 
 
-def test_kill_during_multiblock_upload_resumes_without_resending_blocks(tmp_path, container, proxy, run_ferry):
+def test_kill_during_multiblock_upload_resumes_without_resending_blocks(
+    tmp_path, container, proxy, run_ferry
+):
     src = tmp_path / "src"
     size = BLOCKS * MiB - 1000
     contents = make_tree(src, {"big.bin": File(size=size)})
     data = contents[b"big.bin"]
     staged_first = 3
     sent_before = kill_once_blocks_staged(
-        proxy, lambda: run_ferry.spawn("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB",
-                                       log_dir=tmp_path), staged_first, BLOCKS * 4)
+        proxy,
+        lambda: run_ferry.spawn(
+            "copy",
+            src,
+            container.via(proxy.port),
+            "--recursive",
+            "--block-size",
+            "1MiB",
+            log_dir=tmp_path,
+        ),
+        staged_first,
+        BLOCKS * 4,
+    )
 
     blob = container.client.get_blob_client("big.bin")
     with pytest.raises(ResourceNotFoundError):
         blob.get_blob_properties()  # nothing may be committed yet: the upload was cut short
     _, uncommitted = blob.get_block_list("uncommitted")
     staged = {b.id for b in uncommitted}
-    assert len(staged) == staged_first and staged == sent_before, "Azurite should hold exactly the blocks that got through"
+    assert len(staged) == staged_first and staged == sent_before, (
+        "Azurite should hold exactly the blocks that got through"
+    )
 
     proxy.clear_rules()
     proxy.clear_log()
-    rerun = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json")
+    rerun = run_ferry(
+        "copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json"
+    )
     put_blocks = proxy.requests("PUT", comp="block")
     resent = [r.block_id for r in put_blocks if sdk_block_id(r.block_id) in staged]
     assert resent == [], f"re-run sent already staged blocks again: {resent}"
-    assert len(put_blocks) == BLOCKS - len(staged), \
+    assert len(put_blocks) == BLOCKS - len(staged), (
         f"re-run sent {len(put_blocks)} Put Block, want {BLOCKS - len(staged)} (the blocks never staged)"
+    )
     assert rerun.json["files"]["copied"] == 1
-    assert section(rerun.json, "blocks") == {"sent": BLOCKS - len(staged), "reused": len(staged)}, \
+    assert section(rerun.json, "blocks") == {"sent": BLOCKS - len(staged), "reused": len(staged)}, (
         rerun.json["blocks"]
+    )
 
     assert blob.download_blob().readall() == data
     props = blob.get_blob_properties()
@@ -55,18 +73,36 @@ def test_kill_during_multiblock_upload_resumes_without_resending_blocks(tmp_path
     assert len(committed) == BLOCKS
 
 
-def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_path, container, proxy, run_ferry):
+def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(
+    tmp_path, container, proxy, run_ferry
+):
     data = os.urandom(8 * MiB + 333)
     container.client.upload_blob("big.bin", data)
     container.client.upload_blob("small.txt", b"small\n")
     dst = tmp_path / "dst"
     # Every GET of the big blob's bytes gets a little of its body, then hangs until ferry is dead.
-    hold = proxy.add("stall_body", method="GET", path=r"/big\.bin$", query={"comp": ABSENT},
-                     body_bytes=256 * 1024, count=200, stall_timeout=60)
-    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", "--block-size", "1MiB",
-                           log_dir=tmp_path)
+    hold = proxy.add(
+        "stall_body",
+        method="GET",
+        path=r"/big\.bin$",
+        query={"comp": ABSENT},
+        body_bytes=256 * 1024,
+        count=200,
+        stall_timeout=60,
+    )
+    proc = run_ferry.spawn(
+        "copy",
+        container.via(proxy.port),
+        dst,
+        "--recursive",
+        "--block-size",
+        "1MiB",
+        log_dir=tmp_path,
+    )
     try:
-        wait_alive(proxy, proc, lambda: proxy.stalled >= 1, 60, "a GET of big.bin to stall mid-body")
+        wait_alive(
+            proxy, proc, lambda: proxy.stalled >= 1, 60, "a GET of big.bin to stall mid-body"
+        )
         time.sleep(0.5)  # let ferry write what it received, so a torn file would exist if it can
     finally:
         proc.kill()
@@ -74,8 +110,9 @@ def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_pat
     proxy.release(hold)
     proxy.wait_idle(30)
 
-    assert not os.path.lexists(dst / "big.bin"), \
+    assert not os.path.lexists(dst / "big.bin"), (
         f"a partial file exists under the final name: {os.path.getsize(dst / 'big.bin')} of {len(data)} bytes"
+    )
     left_behind = sorted(p.decode(errors="replace") for p in snapshot(dst)) if dst.exists() else []
 
     proxy.clear_rules()
@@ -83,32 +120,56 @@ def test_kill_during_download_leaves_no_partial_file_and_rerun_completes(tmp_pat
     assert (dst / "big.bin").read_bytes() == data
     assert (dst / "small.txt").read_bytes() == b"small\n"
     final = sorted(p.decode() for p in snapshot(dst))
-    assert final == ["big.bin", "small.txt"], \
+    assert final == ["big.bin", "small.txt"], (
         f"temporary files left after a successful re-run: {final} (after the kill: {left_behind})"
+    )
 
 
-def test_killed_download_resumes_from_the_ranges_already_written(tmp_path, container, proxy, run_ferry):
+def test_killed_download_resumes_from_the_ranges_already_written(
+    tmp_path, container, proxy, run_ferry
+):
     # Three ranges of at least 8 MiB each (ferry's download range): 8 + 8 + 4 MiB and a bit.
     data = os.urandom(20 * MiB + 333)
     container.client.upload_blob("big.bin", data)
     dst = tmp_path / "dst"
     # The first two range GETs pass; the third hangs mid-body until ferry is dead.
-    hold = proxy.add("stall_body", method="GET", path=r"/big\.bin$", query={"comp": ABSENT},
-                     skip=2, count=1, body_bytes=64 * 1024, stall_timeout=60)
+    hold = proxy.add(
+        "stall_body",
+        method="GET",
+        path=r"/big\.bin$",
+        query={"comp": ABSENT},
+        skip=2,
+        count=1,
+        body_bytes=64 * 1024,
+        stall_timeout=60,
+    )
     proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", log_dir=tmp_path)
     try:
+
         def two_done_one_stalled():
             gets = proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$")
             return proxy.stalled >= 1 and sum(r.done for r in gets) >= 2
-        wait_alive(proxy, proc, two_done_one_stalled, 60, "two ranges written and the third stalled")
+
+        wait_alive(
+            proxy, proc, two_done_one_stalled, 60, "two ranges written and the third stalled"
+        )
         time.sleep(0.5)  # the journal line follows the last write of a range
     finally:
         proc.kill()
         proc.wait(10)
-    stalled = [r for r in proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$") if r.action == "stall_body"]
+    stalled = [
+        r
+        for r in proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$")
+        if r.action == "stall_body"
+    ]
     assert len(stalled) == 1
+
     # The SDK names the range `x-ms-range` or, on a conditional GET, `range`.
-    range_of = lambda r: (lambda h: h.get("x-ms-range") or h.get("range"))(dict((k.lower(), v) for k, v in r.headers))
+    def range_of(r):
+        return (lambda h: h.get("x-ms-range") or h.get("range"))(
+            dict((k.lower(), v) for k, v in r.headers)
+        )
+
     unfinished = range_of(stalled[0])
     proxy.release(hold)
     proxy.wait_idle(30)

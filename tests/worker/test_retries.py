@@ -21,13 +21,19 @@ def test_upload_and_download_retry_injected_faults(tmp_path, container, proxy, r
     busy = proxy.add("status", method="PUT", status=503, headers={"Retry-After": "0"}, count=1)
     broken = proxy.add("status", method="PUT", status=500, skip=2, count=1)
 
-    up = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json")
+    up = run_ferry(
+        "copy", src, container.via(proxy.port), "--recursive", "--block-size", "1MiB", "--json"
+    )
     assert (busy.fired, broken.fired) == (1, 1), "the faults were not all injected"
-    assert section(up.json, "files") == {"total": 3, "copied": 3, "skipped": 0, "failed": 0}, up.json
+    assert section(up.json, "files") == {"total": 3, "copied": 3, "skipped": 0, "failed": 0}, (
+        up.json
+    )
     assert up.json["failures"] == []
     retries = up.json["retries"]
     assert retries["total"] >= 2, retries
-    assert retries["by_status"].get("503", 0) >= 1 and retries["by_status"].get("500", 0) >= 1, retries
+    assert retries["by_status"].get("503", 0) >= 1 and retries["by_status"].get("500", 0) >= 1, (
+        retries
+    )
     for rel, data in contents.items():
         props = container.client.get_blob_client(rel.decode()).get_blob_properties()
         assert bytes(props.content_settings.content_md5) == hashlib.md5(data).digest(), rel
@@ -43,14 +49,28 @@ def test_upload_and_download_retry_injected_faults(tmp_path, container, proxy, r
     assert files_only(snapshot(dst)) == files_only(snapshot(src))
 
 
-def test_max_retries_zero_fails_that_file_and_copies_the_rest(tmp_path, container, proxy, run_ferry):
+def test_max_retries_zero_fails_that_file_and_copies_the_rest(
+    tmp_path, container, proxy, run_ferry
+):
     src = tmp_path / "src"
     make_tree(src, {"a.txt": b"a\n", "b.txt": b"b\n", "c.txt": b"c\n"})
-    proxy.add("status", method="PUT", path=r"/b\.txt$", status=503, headers={"Retry-After": "0"}, count=5)
+    proxy.add(
+        "status", method="PUT", path=r"/b\.txt$", status=503, headers={"Retry-After": "0"}, count=5
+    )
 
-    result = run_ferry("copy", src, container.via(proxy.port), "--recursive", "--max-retries", "0", "--json",
-                       check=1)
-    assert section(result.json, "files") == {"total": 3, "copied": 2, "skipped": 0, "failed": 1}, result.json
+    result = run_ferry(
+        "copy",
+        src,
+        container.via(proxy.port),
+        "--recursive",
+        "--max-retries",
+        "0",
+        "--json",
+        check=1,
+    )
+    assert section(result.json, "files") == {"total": 3, "copied": 2, "skipped": 0, "failed": 1}, (
+        result.json
+    )
     failures = result.json["failures"]
     assert len(failures) == 1 and failures[0]["path"].endswith("b.txt"), failures
     assert failures[0]["error"], "a failure must say what went wrong"
@@ -68,7 +88,17 @@ def test_waiting_on_the_bandwidth_cap_is_no_stalled_link(tmp_path, container, ru
     src, dst = tmp_path / "src", tmp_path / "dst"
     contents = make_tree(src, {"a.bin": 72 * 1024})
     container.client.upload_blob("a.bin", contents[b"a.bin"])
-    capped = ("--block-size", "64KiB", "--max-bandwidth", "16KiB/s", "--io-timeout", "1", "--max-retries", "3", "--json")
+    capped = (
+        "--block-size",
+        "64KiB",
+        "--max-bandwidth",
+        "16KiB/s",
+        "--io-timeout",
+        "1",
+        "--max-retries",
+        "3",
+        "--json",
+    )
 
     down = run_ferry("copy", container, dst, "--recursive", *capped)
     assert down.json["retries"] == {"by_status": {}, "total": 0}, down.json["retries"]
@@ -80,7 +110,9 @@ def test_waiting_on_the_bandwidth_cap_is_no_stalled_link(tmp_path, container, ru
     assert up.json["requests"]["blocks"] == 2, up.json["requests"]
 
 
-def test_a_connection_left_idle_past_the_servers_keep_alive_is_not_reused(tmp_path, container, run_ferry):
+def test_a_connection_left_idle_past_the_servers_keep_alive_is_not_reused(
+    tmp_path, container, run_ferry
+):
     """Under --max-bandwidth a copy's connections sit idle between blocks; a server closes one
     idle for its keep-alive (Azurite: 5 s, Node's). A busy machine may not run ferry for a
     while, so ferry has not yet noticed the close when its pool hands that connection out: the
@@ -90,8 +122,18 @@ def test_a_connection_left_idle_past_the_servers_keep_alive_is_not_reused(tmp_pa
     opened; no block may be sent twice."""
     src = tmp_path / "src"
     make_tree(src, {f"f{i}.bin": 768 * 1024 for i in range(8)})
-    proc = run_ferry.spawn("copy", src, container, "--recursive", "--block-size", "256KiB", "--max-bandwidth", "1MiB/s",
-                           "--json", log_dir=tmp_path)
+    proc = run_ferry.spawn(
+        "copy",
+        src,
+        container,
+        "--recursive",
+        "--block-size",
+        "256KiB",
+        "--max-bandwidth",
+        "1MiB/s",
+        "--json",
+        log_dir=tmp_path,
+    )
     try:
         time.sleep(1)
         assert proc.poll() is None, (tmp_path / "ferry.stderr").read_text()

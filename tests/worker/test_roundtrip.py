@@ -8,11 +8,18 @@ import os
 import uuid
 
 from azure.storage.blob import ContentSettings
-
 from support.blobs import blob_name, file_blobs, folder_stubs
 from support.summary import section
-from support.trees import (File, describe_differences, files_only, make_tree, many_files_spec,
-                           odd_names_spec, over_blocks, snapshot)
+from support.trees import (
+    File,
+    describe_differences,
+    files_only,
+    make_tree,
+    many_files_spec,
+    odd_names_spec,
+    over_blocks,
+    snapshot,
+)
 
 MiB = 1 << 20
 
@@ -41,22 +48,30 @@ def test_tree_round_trips_byte_for_byte_with_content_md5(tmp_path, container, ru
     n, total_bytes = len(contents), sum(map(len, contents.values()))
 
     up = run_ferry("copy", src, container, "--recursive", "--block-size", "1MiB", "--json")
-    assert section(up.json, "files") == {"total": n, "copied": n, "skipped": 0, "failed": 0}, up.json
+    assert section(up.json, "files") == {"total": n, "copied": n, "skipped": 0, "failed": 0}, (
+        up.json
+    )
     assert up.json["bytes"]["copied"] == total_bytes
 
-    want = {blob_name(p.decode()): (len(c), hashlib.md5(c).hexdigest()) for p, c in contents.items()}
+    want = {
+        blob_name(p.decode()): (len(c), hashlib.md5(c).hexdigest()) for p, c in contents.items()
+    }
     got = blob_inventory(container)
     assert got == want, describe_differences(want, got)
     dirs = {p.rsplit(b"/", 1)[0] for p in contents if b"/" in p}
     dirs |= {d.rsplit(b"/", 1)[0] for d in list(dirs) if b"/" in d}
-    assert folder_stubs(container) == sorted(blob_name(d.decode()) for d in dirs), "a folder stub per directory"
+    assert folder_stubs(container) == sorted(blob_name(d.decode()) for d in dirs), (
+        "a folder stub per directory"
+    )
 
     # --block-size 1MiB must really stage 1 MiB blocks: 3.5 MiB -> 4 blocks.
     committed, _ = container.client.get_blob_client("big.bin").get_block_list("committed")
     assert [b.size for b in committed] == [MiB, MiB, MiB, over_blocks(MiB, 3) - 3 * MiB]
 
     down = run_ferry("copy", container, dst, "--recursive", "--json")
-    assert section(down.json, "files") == {"total": n, "copied": n, "skipped": 0, "failed": 0}, down.json
+    assert section(down.json, "files") == {"total": n, "copied": n, "skipped": 0, "failed": 0}, (
+        down.json
+    )
     want_files, got_files = files_only(snapshot(src)), files_only(snapshot(dst))
     assert got_files == want_files, describe_differences(want_files, got_files)
     extra = {p: e.type for p, e in snapshot(dst).items() if e.type not in ("f", "d")}
@@ -78,7 +93,9 @@ def test_local_blob_local_keeps_mtime_and_mode(tmp_path, container, run_ferry):
         "script.sh": File(data=b"#!/bin/sh\necho hi\n", mode=0o755, mtime_ns=base + 1_000_000_001),
         "group-read.txt": File(data=b"group\n", mode=0o640, mtime_ns=base + 2_999_999_999),
         "read-only.txt": File(data=b"ro\n", mode=0o444, mtime_ns=base + 3_000_000_000),
-        "sub/multi-block.bin": File(size=over_blocks(MiB, 3), mode=0o604, mtime_ns=base + 4_500_000_000),
+        "sub/multi-block.bin": File(
+            size=over_blocks(MiB, 3), mode=0o604, mtime_ns=base + 4_500_000_000
+        ),
         "sub/empty": File(data=b"", mode=0o660, mtime_ns=base + 5_000_000_007),
     }
     make_tree(src, spec)
@@ -90,8 +107,9 @@ def test_local_blob_local_keeps_mtime_and_mode(tmp_path, container, run_ferry):
         assert oct(after[rel].mode) == oct(before[rel].mode), f"{rel!r}: mode not kept"
         # Blob metadata may hold the time as a decimal string; the manifest promises 9 decimals,
         # a microsecond is the most a float conversion could cost.
-        assert abs(after[rel].mtime_ns - before[rel].mtime_ns) < 1000, \
+        assert abs(after[rel].mtime_ns - before[rel].mtime_ns) < 1000, (
             f"{rel!r}: mtime {after[rel].mtime_ns} != {before[rel].mtime_ns}"
+        )
 
 
 def test_blob_uploaded_by_ferry_reads_back_with_the_sdk(tmp_path, container, run_ferry):
@@ -115,8 +133,11 @@ def test_blob_uploaded_by_the_sdk_downloads_with_ferry(tmp_path, container, run_
     assert len(committed) == 6, "the SDK upload should have been multi-block"
     # And one the SDK gave an explicit Content-MD5, which ferry may check on the way down.
     small = os.urandom(70_000)
-    container.client.upload_blob("from-sdk/with-md5.bin", small,
-                                 content_settings=ContentSettings(content_md5=hashlib.md5(small).digest()))
+    container.client.upload_blob(
+        "from-sdk/with-md5.bin",
+        small,
+        content_settings=ContentSettings(content_md5=hashlib.md5(small).digest()),
+    )
 
     dst = tmp_path / "dst"
     run_ferry("copy", container.at("from-sdk"), dst, "--recursive")
@@ -146,7 +167,9 @@ def test_download_never_writes_outside_the_destination(tmp_path, container, run_
             os.unlink(outside)
 
 
-def test_a_put_blob_carries_the_files_md5_for_the_service_to_check(tmp_path, container, run_ferry, proxy):
+def test_a_put_blob_carries_the_files_md5_for_the_service_to_check(
+    tmp_path, container, run_ferry, proxy
+):
     # Azurite, like the service, keeps an MD5 of its own for a Put Blob without one, so the blob's
     # properties cannot tell; only the request shows the MD5 the service checks the bytes against.
     data = os.urandom(50_000)
@@ -155,4 +178,6 @@ def test_a_put_blob_carries_the_files_md5_for_the_service_to_check(tmp_path, con
     run_ferry("copy", "-r", tmp_path / "src", container.via(proxy.port))
     [put] = [r for r in proxy.requests("PUT") if r.path.endswith("/one.bin")]
     headers = {k.lower(): v for k, v in put.headers}
-    assert headers.get("content-md5") == base64.b64encode(hashlib.md5(data).digest()).decode(), headers
+    assert headers.get("content-md5") == base64.b64encode(hashlib.md5(data).digest()).decode(), (
+        headers
+    )

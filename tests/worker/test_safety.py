@@ -8,10 +8,9 @@ import hashlib
 import os
 
 import pytest
-
+from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 from support.proxy import ABSENT
 from support.trees import File, make_tree
-from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 
 MiB = 1 << 20
 
@@ -30,9 +29,19 @@ def state(path):
 
 
 @pytest.mark.parametrize("route", ["local", "download"])
-def test_a_symlinked_directory_in_the_destination_is_never_written_through(tmp_path, run_ferry, container, route):
+def test_a_symlinked_directory_in_the_destination_is_never_written_through(
+    tmp_path, run_ferry, container, route
+):
     src, dst, elsewhere = tmp_path / "src", tmp_path / "dst", tmp_path / "elsewhere"
-    make_tree(src, {"shadow/x.txt": b"x", "shadow/deeper/y.txt": b"y", "plain.txt": b"plain", "big/z.bin": File(size=5 * MiB)})
+    make_tree(
+        src,
+        {
+            "shadow/x.txt": b"x",
+            "shadow/deeper/y.txt": b"y",
+            "plain.txt": b"plain",
+            "big/z.bin": File(size=5 * MiB),
+        },
+    )
     before = fixed_dir(elsewhere)
     dst.mkdir()
     (dst / "shadow").symlink_to(elsewhere)
@@ -46,8 +55,12 @@ def test_a_symlinked_directory_in_the_destination_is_never_written_through(tmp_p
     # passes), itself removed, never followed.
     assert out.json["files"]["failed"] == 0, out.json
     assert not (dst / "shadow").is_symlink() and (dst / "shadow").is_dir()
-    assert (dst / "shadow/x.txt").read_bytes() == b"x" and (dst / "shadow/deeper/y.txt").read_bytes() == b"y"
-    assert (dst / "plain.txt").read_bytes() == b"plain" and (dst / "big/z.bin").stat().st_size == 5 * MiB
+    assert (dst / "shadow/x.txt").read_bytes() == b"x" and (
+        dst / "shadow/deeper/y.txt"
+    ).read_bytes() == b"y"
+    assert (dst / "plain.txt").read_bytes() == b"plain" and (
+        dst / "big/z.bin"
+    ).stat().st_size == 5 * MiB
 
 
 def test_a_manifest_cannot_read_through_a_symlink_out_of_the_source(tmp_path, run_ferry):
@@ -68,13 +81,16 @@ def test_a_manifest_cannot_read_through_a_symlink_out_of_the_source(tmp_path, ru
     assert os.readlink(again / "out") == str(outside) and os.readlink(again / "loop") == "loop"
 
 
-@pytest.mark.parametrize("args", [
-    ["ls", "https://acct.blob.core.windows.net/Bad_Name?sv=2024-01-01&sp=r&sig=PLANTEDSIG"],
-    ["ls", "http://127.0.0.1:9/acct/Bad_Name/x?sv=2024-01-01&sig=PLANTEDSIG"],
-    ["copy", "ftp://acct/ctr?sig=PLANTEDSIG", "dst"],
-    ["verify", "https://acct.blob.core.windows.net/?sig=PLANTEDSIG", "dst"],
-    ["rm", "https://acct.blob.core.windows.net/ctr/%ff?sig=PLANTEDSIG"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ls", "https://acct.blob.core.windows.net/Bad_Name?sv=2024-01-01&sp=r&sig=PLANTEDSIG"],
+        ["ls", "http://127.0.0.1:9/acct/Bad_Name/x?sv=2024-01-01&sig=PLANTEDSIG"],
+        ["copy", "ftp://acct/ctr?sig=PLANTEDSIG", "dst"],
+        ["verify", "https://acct.blob.core.windows.net/?sig=PLANTEDSIG", "dst"],
+        ["rm", "https://acct.blob.core.windows.net/ctr/%ff?sig=PLANTEDSIG"],
+    ],
+)
 def test_location_errors_never_print_the_sas(run_ferry, args):
     out = run_ferry(*args, check=2)
     assert "PLANTEDSIG" not in out.stdout + out.stderr, out.stderr
@@ -89,12 +105,17 @@ def test_prune_reports_a_directory_it_could_not_delete(tmp_path, run_ferry):
     (dst / "old" / ".ferry-0123456789abcdef.partial").write_bytes(b"half")
     out = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log.tsv", "--json", check=1)
     assert out.json["deleted"] == 1 and out.json["failed"] == 1, out.json
-    assert out.json["failures"][0]["path"] == "old" and "not deleted" in out.json["failures"][0]["error"]
+    assert (
+        out.json["failures"][0]["path"] == "old"
+        and "not deleted" in out.json["failures"][0]["error"]
+    )
     plain = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log2.tsv", check=1)
     assert "failed: old: directory not deleted" in plain.stderr
 
 
-def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, container, proxy, run_ferry):
+def test_resume_after_an_in_place_edit_commits_only_current_bytes(
+    tmp_path, container, proxy, run_ferry
+):
     """Kill mid-upload, rewrite one staged block in place (same size, same mtime), re-run: the
     blob must hold the new bytes. Block IDs come from each block's MD5, so the stale staged block
     cannot match; the unchanged staged blocks are still reused."""
@@ -103,14 +124,28 @@ def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, cont
     contents = make_tree(src, {"big.bin": File(size=blocks * MiB)})
     path = src / "big.bin"
     st = path.stat()
-    kill_once_blocks_staged(proxy, lambda: run_ferry.spawn("copy", src, container.via(proxy.port), "-r", "--block-size",
-                                                          "1MiB", "--concurrency", "1", log_dir=tmp_path), 3, blocks * 4)
+    kill_once_blocks_staged(
+        proxy,
+        lambda: run_ferry.spawn(
+            "copy",
+            src,
+            container.via(proxy.port),
+            "-r",
+            "--block-size",
+            "1MiB",
+            "--concurrency",
+            "1",
+            log_dir=tmp_path,
+        ),
+        3,
+        blocks * 4,
+    )
     blob = container.client.get_blob_client("big.bin")
     staged = [b.id for b in blob.get_block_list("uncommitted")[1]]
     assert len(staged) == 3
 
     new = bytearray(contents[b"big.bin"])
-    new[MiB + 10:MiB + 20] = b"EDITEDEDIT"  # inside block 1, one of the staged ones
+    new[MiB + 10 : MiB + 20] = b"EDITEDEDIT"  # inside block 1, one of the staged ones
     with open(path, "r+b") as f:
         f.write(new)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -126,13 +161,27 @@ def test_resume_after_an_in_place_edit_commits_only_current_bytes(tmp_path, cont
     run_ferry("verify", src, container, "--checksum")
 
 
-def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(tmp_path, container, proxy, run_ferry):
+def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(
+    tmp_path, container, proxy, run_ferry
+):
     src = tmp_path / "src"
     make_tree(src, {"big.bin": File(size=6 * MiB), "small.txt": b"small"})
     path = src / "big.bin"
-    hold = proxy.add("stall", method="PUT", query={"comp": "block"}, skip=1, count=1, stall_timeout=60)
-    proc = run_ferry.spawn("copy", src, container.via(proxy.port), "-r", "--block-size", "1MiB",
-                           "--concurrency", "1", "--json", log_dir=tmp_path)
+    hold = proxy.add(
+        "stall", method="PUT", query={"comp": "block"}, skip=1, count=1, stall_timeout=60
+    )
+    proc = run_ferry.spawn(
+        "copy",
+        src,
+        container.via(proxy.port),
+        "-r",
+        "--block-size",
+        "1MiB",
+        "--concurrency",
+        "1",
+        "--json",
+        log_dir=tmp_path,
+    )
 
     def rewrite():  # same size, new bytes: only ctime tells
         with open(path, "r+b") as f:
@@ -147,17 +196,41 @@ def test_a_source_rewritten_during_upload_fails_the_file_and_commits_nothing(tmp
     assert container.client.download_blob("big.bin").readall() == path.read_bytes()
 
 
-def test_a_blob_rewritten_during_download_fails_instead_of_mixing_versions(tmp_path, container, proxy, run_ferry):
+def test_a_blob_rewritten_during_download_fails_instead_of_mixing_versions(
+    tmp_path, container, proxy, run_ferry
+):
     old, new = os.urandom(40 * MiB), os.urandom(40 * MiB)
     container.client.upload_blob("big.bin", old)
     dst = tmp_path / "dst"
     # The second range's body stalls after 64 KiB; meanwhile the blob is replaced.
-    hold = proxy.add("stall_body", method="GET", path=r"/big\.bin$", query={"comp": ABSENT},
-                     skip=1, count=1, body_bytes=64 * 1024, stall_timeout=60)
-    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "-r", "--concurrency", "1", "--json",
-                           log_dir=tmp_path)
-    summary = fail_after_change(proc, proxy, hold, tmp_path, "a range to stall mid-body",
-                                lambda: container.client.upload_blob("big.bin", new, overwrite=True))
+    hold = proxy.add(
+        "stall_body",
+        method="GET",
+        path=r"/big\.bin$",
+        query={"comp": ABSENT},
+        skip=1,
+        count=1,
+        body_bytes=64 * 1024,
+        stall_timeout=60,
+    )
+    proc = run_ferry.spawn(
+        "copy",
+        container.via(proxy.port),
+        dst,
+        "-r",
+        "--concurrency",
+        "1",
+        "--json",
+        log_dir=tmp_path,
+    )
+    summary = fail_after_change(
+        proc,
+        proxy,
+        hold,
+        tmp_path,
+        "a range to stall mid-body",
+        lambda: container.client.upload_blob("big.bin", new, overwrite=True),
+    )
     assert "changed while being copied" in summary["failures"][0]["error"], summary
     assert not (dst / "big.bin").exists()
     assert not dst.exists() or os.listdir(dst) == [], "partial data left behind"
@@ -172,10 +245,15 @@ def test_mk_with_a_container_sas_accepts_the_existing_container(run_ferry, conta
     import datetime
 
     from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
     from support.azurite import ACCOUNT, KEY
-    sas = generate_container_sas(ACCOUNT, container.name, account_key=KEY, permission=ContainerSasPermissions(read=True, list=True),
-                                 expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+
+    sas = generate_container_sas(
+        ACCOUNT,
+        container.name,
+        account_key=KEY,
+        permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1),
+    )
     env = {"AZURE_STORAGE_KEY": None, "FERRY_AUTH": None}
     run_ferry("mk", f"{container.at('sub')}?{sas}", env=env)
     other = container.replace(container.name, container.name[:-1] + "z")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from azure.storage.blob import BlobBlock, ContentSettings
-
 from support.ferry import REPO_ROOT
 from support.trees import File, Link, make_tree, odd_names_spec
 
@@ -58,8 +57,12 @@ class Side:
             if st:
                 os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         else:
-            self.container.client.upload_blob(rel, data, overwrite=True, content_settings=ContentSettings(
-                content_md5=bytearray(hashlib.md5(data).digest())))
+            self.container.client.upload_blob(
+                rel,
+                data,
+                overwrite=True,
+                content_settings=ContentSettings(content_md5=bytearray(hashlib.md5(data).digest())),
+            )
 
     def read(self, rel: str) -> bytes:
         if self.root is not None:
@@ -127,7 +130,10 @@ def test_identical_trees_verify_clean(pair, run_ferry):
         assert r.json["entries"] == []
         text = run_ferry("verify", src, dst.location, *extra)
         assert text.stdout == "", "an identical tree must list nothing without --all"
-        assert f"{n} same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors" in text.stderr
+        assert (
+            f"{n} same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors"
+            in text.stderr
+        )
     listed = run_ferry("verify", src, dst.location, "--checksum", "--all")
     rows = text_rows(listed.stdout)
     assert {m for m, _, _ in rows} == {"="} and len(rows) == n
@@ -154,7 +160,10 @@ def test_one_changed_byte_is_caught_only_with_checksum(pair, run_ferry):
     assert all("md5" in e["reason"] for e in r.json["entries"]), r.json["entries"]
 
     text = run_ferry("verify", src, dst.location, "--checksum", check=1)
-    assert sorted((m, p) for m, p, _ in text_rows(text.stdout)) == [("*", BIG), ("*", "nested/c.txt")]
+    assert sorted((m, p) for m, p, _ in text_rows(text.stdout)) == [
+        ("*", BIG),
+        ("*", "nested/c.txt"),
+    ]
 
 
 def test_changed_size_is_caught_without_checksum(pair, run_ferry):
@@ -175,31 +184,61 @@ def test_missing_and_extra_files_are_reported(pair, run_ferry):
     n = entry_count(contents, dst)
     dst.delete("nested/deeper/d.bin")
     dst.write("nested/only-on-dst.txt", b"extra\n")
-    dst.write("odd/with space.txt", (src / "odd" / "with space.txt").read_bytes())  # rewritten, same bytes
+    dst.write(
+        "odd/with space.txt", (src / "odd" / "with space.txt").read_bytes()
+    )  # rewritten, same bytes
     r = run_ferry("verify", src, dst.location, "--checksum", "--json", check=1)
     assert counts(r.json) == (n - 1, 0, 1, 1, 0), r.json
-    assert statuses(r.json) == {"nested/deeper/d.bin": "missing_on_dst", "nested/only-on-dst.txt": "missing_on_src"}
+    assert statuses(r.json) == {
+        "nested/deeper/d.bin": "missing_on_dst",
+        "nested/only-on-dst.txt": "missing_on_src",
+    }
     text = run_ferry("verify", src, dst.location, check=1)
     assert "1 missing on destination, 1 missing on source" in text.stderr
-    assert {p for _, p, _ in text_rows(text.stdout)} == {"nested/deeper/d.bin", "nested/only-on-dst.txt"}
+    assert {p for _, p, _ in text_rows(text.stdout)} == {
+        "nested/deeper/d.bin",
+        "nested/only-on-dst.txt",
+    }
 
 
 def test_text_marks_are_those_of_rclone_check_combined(tmp_path, run_ferry):
     """The contract says the marks are `rclone check --combined`'s; ask rclone itself."""
     src, dst = tmp_path / "src", tmp_path / "dst"
-    make_tree(src, {"same.txt": b"same\n", "sub/same-size.txt": b"abcd\n", "sub/other-size.txt": b"123\n",
-                    "only-on-src.txt": b"src\n", "deep/x/y.txt": b"y\n"})
-    make_tree(dst, {"same.txt": b"same\n", "sub/same-size.txt": b"abce\n", "sub/other-size.txt": b"1234\n",
-                    "only-on-dst.txt": b"dst\n", "deep/x/y.txt": b"y\n"})
-    rc = subprocess.run([str(RCLONE), "check", "--config", os.devnull, "--combined", "-", str(src), str(dst)],
-                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                        env={k: v for k, v in os.environ.items() if not k.startswith("RCLONE_")})
+    make_tree(
+        src,
+        {
+            "same.txt": b"same\n",
+            "sub/same-size.txt": b"abcd\n",
+            "sub/other-size.txt": b"123\n",
+            "only-on-src.txt": b"src\n",
+            "deep/x/y.txt": b"y\n",
+        },
+    )
+    make_tree(
+        dst,
+        {
+            "same.txt": b"same\n",
+            "sub/same-size.txt": b"abce\n",
+            "sub/other-size.txt": b"1234\n",
+            "only-on-dst.txt": b"dst\n",
+            "deep/x/y.txt": b"y\n",
+        },
+    )
+    rc = subprocess.run(
+        [str(RCLONE), "check", "--config", os.devnull, "--combined", "-", str(src), str(dst)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RCLONE_")},
+    )
     assert rc.returncode == 1, rc.stderr
     want = sorted(tuple(line.split(" ", 1)) for line in rc.stdout.splitlines())
     assert len(want) == 6, rc.stdout
     got = run_ferry("verify", src, dst, "--checksum", "--all", check=1)
     assert sorted((m, p) for m, p, _ in text_rows(got.stdout)) == want, (
-        f"ferry verify --all:\n{got.stdout}\nrclone check --combined -:\n{rc.stdout}")
+        f"ferry verify --all:\n{got.stdout}\nrclone check --combined -:\n{rc.stdout}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,10 +251,12 @@ def upload_without_md5(container, name: str, data: bytes, block: int = MiB):
     ids = []
     for i in range(0, len(data), block):
         bid = uuid.uuid4().hex
-        blob.stage_block(bid, data[i:i + block])
+        blob.stage_block(bid, data[i : i + block])
         ids.append(BlobBlock(block_id=bid))
     blob.commit_block_list(ids)
-    assert blob.get_blob_properties().content_settings.content_md5 is None, "Azurite set a Content-MD5 anyway"
+    assert blob.get_blob_properties().content_settings.content_md5 is None, (
+        "Azurite set a Content-MD5 anyway"
+    )
 
 
 @pytest.mark.parametrize("how", ["sdk-block-list", "ferry-no-put-md5"])
@@ -227,10 +268,14 @@ def test_blob_without_content_md5_needs_download(tmp_path, container, run_ferry,
     if how == "sdk-block-list":
         upload_without_md5(container, "sub/no-md5.bin", contents[b"sub/no-md5.bin"])
     else:
-        up = run_ferry("copy", src, container, "--recursive", "--block-size", "1MiB", "--no-put-md5", "--json")
+        up = run_ferry(
+            "copy", src, container, "--recursive", "--block-size", "1MiB", "--no-put-md5", "--json"
+        )
         assert up.json["files"]["copied"] == 1, up.json
     props = container.blobs()
-    assert props["sub/no-md5.bin"].content_settings.content_md5 is None, "precondition: a blob without Content-MD5"
+    assert props["sub/no-md5.bin"].content_settings.content_md5 is None, (
+        "precondition: a blob without Content-MD5"
+    )
     assert props["small.txt"].content_settings.content_md5 is not None
 
     assert counts(run_ferry("verify", src, container, "--json").json) == (2, 0, 0, 0, 0)
@@ -249,7 +294,9 @@ def test_blob_without_content_md5_needs_download(tmp_path, container, run_ferry,
 
     ok = run_ferry("verify", src, container, "--checksum", "--download", "--json")
     assert counts(ok.json) == (2, 0, 0, 0, 0), ok.json
-    assert counts(run_ferry("verify", container, src, "--checksum", "--download", "--json").json) == (2, 0, 0, 0, 0)
+    assert counts(
+        run_ferry("verify", container, src, "--checksum", "--download", "--json").json
+    ) == (2, 0, 0, 0, 0)
 
     # --download really hashes the bytes: one flipped byte, same size, still no Content-MD5.
     data = bytearray(contents[b"sub/no-md5.bin"])
@@ -263,9 +310,17 @@ def test_blob_without_content_md5_needs_download(tmp_path, container, run_ferry,
 
 def test_json_counts_with_every_status_at_once(tmp_path, container, run_ferry):
     src = tmp_path / "src"
-    contents = make_tree(src, {f"same/{i:02d}.txt": b"same %d\n" % i for i in range(7)} | {
-        "differ/size.txt": b"12345\n", "differ/bytes.txt": b"abcdef\n", "gone/1.txt": b"1\n", "gone/2.txt": b"2\n",
-        "nomd5.bin": File(size=MiB + 1)})
+    contents = make_tree(
+        src,
+        {f"same/{i:02d}.txt": b"same %d\n" % i for i in range(7)}
+        | {
+            "differ/size.txt": b"12345\n",
+            "differ/bytes.txt": b"abcdef\n",
+            "gone/1.txt": b"1\n",
+            "gone/2.txt": b"2\n",
+            "nomd5.bin": File(size=MiB + 1),
+        },
+    )
     run_ferry("copy", src, container, "--recursive")
     c = container.client
     c.upload_blob("differ/size.txt", b"123456\n", overwrite=True)
@@ -280,9 +335,15 @@ def test_json_counts_with_every_status_at_once(tmp_path, container, run_ferry):
     assert r.json["command"] == "verify"
     assert counts(r.json) == (7, 2, 2, 3, 1), r.json
     assert statuses(r.json) == {
-        "differ/size.txt": "differ", "differ/bytes.txt": "differ", "gone/1.txt": "missing_on_dst",
-        "gone/2.txt": "missing_on_dst", "extra/a": "missing_on_src", "extra/b": "missing_on_src",
-        "extra/c": "missing_on_src", "nomd5.bin": "error"}
+        "differ/size.txt": "differ",
+        "differ/bytes.txt": "differ",
+        "gone/1.txt": "missing_on_dst",
+        "gone/2.txt": "missing_on_dst",
+        "extra/a": "missing_on_src",
+        "extra/b": "missing_on_src",
+        "extra/c": "missing_on_src",
+        "nomd5.bin": "error",
+    }
     with_all = run_ferry("verify", src, container, "--checksum", "--json", "--all", check=1)
     assert len(with_all.json["entries"]) == 15
     assert sum(e["status"] == "same" for e in with_all.json["entries"]) == 7
@@ -317,6 +378,7 @@ def order_spec() -> dict:
 
 def escaped(p: bytes) -> str:
     from support.manifest import escape_path
+
     return escape_path(p)
 
 
@@ -326,11 +388,19 @@ def test_ordering_edge_cases_rows_in_byte_order(tmp_path, run_ferry):
     make_tree(dst, order_spec())
     want = {}
     for d in ORDER_NAMES:
-        (dst / os.fsdecode(d + b"/a.b")).write_bytes(b"another size, longer than any name")   # differ
-        (dst / os.fsdecode(d + b"/a-b")).unlink()                     # missing on dst
-        make_tree(dst, {d + b"/a.c": b"extra", d + b"/a.b.d/x": b"extra"})   # missing on src
-        want.update({d + b"/a.b": "differ", d + b"/a-b": "missing_on_dst", d + b"/a.c": "missing_on_src",
-                     d + b"/a.b.d/x": "missing_on_src"})
+        (dst / os.fsdecode(d + b"/a.b")).write_bytes(
+            b"another size, longer than any name"
+        )  # differ
+        (dst / os.fsdecode(d + b"/a-b")).unlink()  # missing on dst
+        make_tree(dst, {d + b"/a.c": b"extra", d + b"/a.b.d/x": b"extra"})  # missing on src
+        want.update(
+            {
+                d + b"/a.b": "differ",
+                d + b"/a-b": "missing_on_dst",
+                d + b"/a.c": "missing_on_src",
+                d + b"/a.b.d/x": "missing_on_src",
+            }
+        )
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     j = run_ferry("verify", src, dst, "--json", "--scratch", scratch, env=SMALL_RUNS, check=1).json
@@ -340,11 +410,17 @@ def test_ordering_edge_cases_rows_in_byte_order(tmp_path, run_ferry):
     # Rows come in the byte order of the paths, the order of the merge-join.
     assert [e["path"] for e in j["entries"]] == [escaped(p) for p in sorted(want)]
     text = run_ferry("verify", src, dst, "--scratch", scratch, env=SMALL_RUNS, check=1)
-    assert [(m, p) for m, p, _ in text_rows(text.stdout)] == \
-        [({"differ": "*", "missing_on_dst": "+", "missing_on_src": "-"}[want[p]], escaped(p)) for p in sorted(want)]
-    every = run_ferry("verify", src, dst, "--json", "--all", "--scratch", scratch, env=SMALL_RUNS, check=1).json
+    assert [(m, p) for m, p, _ in text_rows(text.stdout)] == [
+        ({"differ": "*", "missing_on_dst": "+", "missing_on_src": "-"}[want[p]], escaped(p))
+        for p in sorted(want)
+    ]
+    every = run_ferry(
+        "verify", src, dst, "--json", "--all", "--scratch", scratch, env=SMALL_RUNS, check=1
+    ).json
     assert len(every["entries"]) == same + len(want)
-    assert [e["path"] for e in every["entries"]] == [escaped(p) for p in sorted(set(order_spec()) | set(want))]
+    assert [e["path"] for e in every["entries"]] == [
+        escaped(p) for p in sorted(set(order_spec()) | set(want))
+    ]
     assert not list(scratch.iterdir()), "scratch files left behind"
 
 
@@ -363,7 +439,9 @@ def test_scratch_is_removed_after_success_difference_and_failure(tmp_path, run_f
         assert not list(scratch.iterdir()), args
     r = run_ferry("verify", tmp_path / "missing", dst, "--scratch", scratch, check=2)
     assert "missing" in r.stderr
-    r = run_ferry("verify", src, tmp_path / "dst-missing", "--scratch", scratch, env=SMALL_RUNS, check=2)
+    r = run_ferry(
+        "verify", src, tmp_path / "dst-missing", "--scratch", scratch, env=SMALL_RUNS, check=2
+    )
     assert "dst-missing" in r.stderr, r.stderr
     assert not list(scratch.iterdir())
     tmpdir = tmp_path / "tmpdir"
@@ -378,16 +456,28 @@ def test_sigterm_mid_listing_removes_the_scratch(tmp_path, container, proxy, run
     run_ferry("copy", src, container, "--recursive")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    stall = proxy.add("stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop")
-    proc = run_ferry.spawn("verify", src, container.via(proxy.port), "--json", "--scratch", scratch,
-                           env=SMALL_RUNS, log_dir=tmp_path)
+    stall = proxy.add(
+        "stall", method="GET", query={"comp": "list"}, stall_timeout=60, after_stall="drop"
+    )
+    proc = run_ferry.spawn(
+        "verify",
+        src,
+        container.via(proxy.port),
+        "--json",
+        "--scratch",
+        scratch,
+        env=SMALL_RUNS,
+        log_dir=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 30
         while proxy.stalled < 1:
             assert time.monotonic() < deadline, "the destination listing never stalled"
             time.sleep(0.05)
         [work] = list(scratch.iterdir())
-        assert len(list(work.glob("source-*.run"))) > 1, "the source was sorted in runs before the listing"
+        assert len(list(work.glob("source-*.run"))) > 1, (
+            "the source was sorted in runs before the listing"
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     finally:

@@ -4,13 +4,17 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::filter::Shard;
 use crate::preserve::Preserve;
 use crate::same::Compare;
-use crate::filter::Shard;
 use crate::storage::azure::auth::AuthMode;
 
 #[derive(Parser, Debug)]
-#[command(name = "ferry", version, about = "Moves trees between local filesystems and Azure Blob Storage, fast and without losing a byte")]
+#[command(
+    name = "ferry",
+    version,
+    about = "Moves trees between local filesystems and Azure Blob Storage, fast and without losing a byte"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -46,7 +50,13 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct Common {
     /// Credential source (default: first that applies; see `ferry env`)
-    #[arg(long, value_enum, env = "FERRY_AUTH", default_value = "auto", global = true)]
+    #[arg(
+        long,
+        value_enum,
+        env = "FERRY_AUTH",
+        default_value = "auto",
+        global = true
+    )]
     pub auth: AuthMode,
     /// Retries per request for 429, 5xx, resets and truncated bodies
     #[arg(long, env = "FERRY_MAX_RETRIES", default_value_t = 5, global = true)]
@@ -63,10 +73,21 @@ pub struct Common {
     pub fsync: bool,
     /// List Blobs requests in flight while one recursive listing of a container is cut into key
     /// ranges; 1 lists it as one sequential stream
-    #[arg(long, env = "FERRY_LIST_CONCURRENCY", default_value_t = 16, global = true)]
+    #[arg(
+        long,
+        env = "FERRY_LIST_CONCURRENCY",
+        default_value_t = 16,
+        global = true
+    )]
     pub list_concurrency: usize,
     /// Entries per List Blobs page (hidden: the tests shrink it to cut small containers)
-    #[arg(long, env = "FERRY_LIST_PAGE_SIZE", default_value_t = 5000, global = true, hide = true)]
+    #[arg(
+        long,
+        env = "FERRY_LIST_PAGE_SIZE",
+        default_value_t = 5000,
+        global = true,
+        hide = true
+    )]
     pub list_page_size: u32,
 }
 
@@ -101,7 +122,11 @@ impl SortMemory {
     /// The budget from `env`, an older name of this knob, where none was given.
     pub fn or_env(self, env: &str) -> anyhow::Result<SortMemory> {
         match (self.bytes, std::env::var(env)) {
-            (None, Ok(v)) => Ok(SortMemory { bytes: Some(crate::units::parse_size(&v).map_err(|e| anyhow::anyhow!("{env}={v}: {e}"))?) }),
+            (None, Ok(v)) => Ok(SortMemory {
+                bytes: Some(
+                    crate::units::parse_size(&v).map_err(|e| anyhow::anyhow!("{env}={v}: {e}"))?,
+                ),
+            }),
             _ => Ok(self),
         }
     }
@@ -188,7 +213,12 @@ pub struct CopyArgs {
     /// The keys Blob destinations keep POSIX attributes under, beside rclone's (`mtime`, `mode`,
     /// `uid`, `gid`): azcopy's `--preserve-posix-properties` ones (standard), or those of its
     /// `--posix-properties-style amlfs`, which Azure Managed Lustre imports (amlfs)
-    #[arg(long, value_enum, env = "FERRY_POSIX_STYLE", default_value = "standard")]
+    #[arg(
+        long,
+        value_enum,
+        env = "FERRY_POSIX_STYLE",
+        default_value = "standard"
+    )]
     pub posix_style: crate::storage::azure::posix::PosixStyle,
     /// Upload every blob as application/octet-stream instead of a Content-Type guessed from
     /// its extension (blob → blob keeps the source's either way)

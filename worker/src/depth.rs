@@ -119,7 +119,15 @@ impl Controller {
 
     /// Counts one finished slot of `bytes` (`saturated`: it was in demand) under `limit`;
     /// the limit from now on.
-    fn finished(&mut self, limit: usize, bytes: u64, saturated: bool, throttles: u64, now: Instant, at: f64) -> usize {
+    fn finished(
+        &mut self,
+        limit: usize,
+        bytes: u64,
+        saturated: bool,
+        throttles: u64,
+        now: Instant,
+        at: f64,
+    ) -> usize {
         let throttled = throttles > self.throttles_seen;
         if self.settling > 0 && !throttled {
             self.settling -= 1;
@@ -136,15 +144,25 @@ impl Controller {
         if !(turned_over || elapsed >= MAX_TRIAL || throttled) {
             return limit;
         }
-        let rate = (self.trial_bytes as f64 + self.trial_ops as f64 * OP_BYTES) / elapsed.as_secs_f64().max(1e-6);
+        let rate = (self.trial_bytes as f64 + self.trial_ops as f64 * OP_BYTES)
+            / elapsed.as_secs_f64().max(1e-6);
         // Half the trial's slots must have been wanted for the limit to be the constraint.
-        let wanted = 2 * self.trial_saturated >= self.trial_ops && std::mem::replace(&mut self.warm, true);
-        let next = if throttled || wanted { self.decide(limit, rate, throttled) } else { limit };
+        let wanted =
+            2 * self.trial_saturated >= self.trial_ops && std::mem::replace(&mut self.warm, true);
+        let next = if throttled || wanted {
+            self.decide(limit, rate, throttled)
+        } else {
+            limit
+        };
         if wanted || throttled {
             if self.trace.len() == TRACE_MAX {
                 self.trace.remove(0);
             }
-            self.trace.push(Step { at: (at * 1000.0).round() / 1000.0, limit, rate: rate.round() });
+            self.trace.push(Step {
+                at: (at * 1000.0).round() / 1000.0,
+                limit,
+                rate: rate.round(),
+            });
         }
         self.throttles_seen = throttles;
         self.trial_start = now;
@@ -308,7 +326,15 @@ impl Depth {
 
     fn new(limit: usize, ctl: Option<Controller>) -> Depth {
         Depth {
-            state: Mutex::new(State { limit, inflight: 0, taken: 0, waiting: 0, debt: 0, peak: limit, ctl }),
+            state: Mutex::new(State {
+                limit,
+                inflight: 0,
+                taken: 0,
+                waiting: 0,
+                debt: 0,
+                peak: limit,
+                ctl,
+            }),
             slots: tokio::sync::Semaphore::new(limit),
             initial: limit,
             started: Instant::now(),
@@ -340,10 +366,17 @@ impl Depth {
         self.state.lock().unwrap().waiting += 1;
         // Counted as waiting until granted, or until the wait is given up (a dropped task).
         let waiting = Waiting(self);
-        self.slots.acquire().await.expect("the depth's semaphore is never closed").forget();
+        self.slots
+            .acquire()
+            .await
+            .expect("the depth's semaphore is never closed")
+            .forget();
         drop(waiting);
         self.state.lock().unwrap().take();
-        Permit { depth: self, bytes: 0 }
+        Permit {
+            depth: self,
+            bytes: 0,
+        }
     }
 
     pub fn acquire_blocking(&self) -> Permit<'_> {
@@ -385,8 +418,21 @@ impl Depth {
         };
         // With a controller, the limit it settled on is the best one it found: the last trial
         // may have been a probe, which is not a choice.
-        let last = s.ctl.as_ref().and_then(|c| c.best.map(|b| b.0)).unwrap_or(s.limit);
-        Report { mode, initial: self.initial, last, peak: s.peak, min, max, throttled: self.throttles(), trace }
+        let last = s
+            .ctl
+            .as_ref()
+            .and_then(|c| c.best.map(|b| b.0))
+            .unwrap_or(s.limit);
+        Report {
+            mode,
+            initial: self.initial,
+            last,
+            peak: s.peak,
+            min,
+            max,
+            throttled: self.throttles(),
+            trace,
+        }
     }
 }
 
@@ -429,11 +475,22 @@ mod tests {
 
     /// A model where the rate grows with the limit up to a knee and falls a little past it.
     fn model(knee: usize) -> impl Fn(usize) -> f64 {
-        move |l| if l <= knee { l as f64 * 100.0 } else { knee as f64 * 100.0 * (1.0 - 0.002 * (l - knee) as f64) }
+        move |l| {
+            if l <= knee {
+                l as f64 * 100.0
+            } else {
+                knee as f64 * 100.0 * (1.0 - 0.002 * (l - knee) as f64)
+            }
+        }
     }
 
     /// Runs the controller against `rate` from `start`; the limits it went through.
-    fn walk(rate: impl Fn(usize) -> f64, start: usize, max: usize, trials: usize) -> (Controller, Vec<usize>) {
+    fn walk(
+        rate: impl Fn(usize) -> f64,
+        start: usize,
+        max: usize,
+        trials: usize,
+    ) -> (Controller, Vec<usize>) {
         let mut c = ctl(1, max);
         let mut limit = start;
         let mut seen = vec![limit];
@@ -453,11 +510,17 @@ mod tests {
             let best = c.best.unwrap().0;
             if knee >= 8 {
                 let knee = knee.min(256) as f64;
-                assert!(best as f64 >= knee * 0.8 && best as f64 <= knee * 1.3, "knee {knee}: settled at {best}, path {seen:?}");
+                assert!(
+                    best as f64 >= knee * 0.8 && best as f64 <= knee * 1.3,
+                    "knee {knee}: settled at {best}, path {seen:?}"
+                );
             }
             // Whatever the start, the rate it settles on is close to the best there is, and
             // probing around it costs little.
-            assert!(rate(best) >= 0.95 * peak.min(rate(256)), "knee {knee}: settled at {best}, path {seen:?}");
+            assert!(
+                rate(best) >= 0.95 * peak.min(rate(256)),
+                "knee {knee}: settled at {best}, path {seen:?}"
+            );
             let mean = seen[12..].iter().map(|&l| rate(l)).sum::<f64>() / (seen.len() - 12) as f64;
             assert!(mean >= 0.9 * rate(best), "knee {knee}: {seen:?}");
         }
@@ -505,7 +568,10 @@ mod tests {
                     limit = c.decide(limit, rate(limit) * noise(), false);
                 }
             }
-            assert!(got >= 0.9, "round trip {rtt}: {got:.2} of the best rate on average");
+            assert!(
+                got >= 0.9,
+                "round trip {rtt}: {got:.2} of the best rate on average"
+            );
         }
     }
 
@@ -526,7 +592,11 @@ mod tests {
             assert_eq!(c.finished(limit, 0, true, 0, ms(n + i), 0.0), 16);
             assert_eq!(c.trial_ops, 0, "completion {i} of the old limit counted");
         }
-        assert_eq!(c.trial_start, ms(n + 8), "the trial's clock starts at the last of them");
+        assert_eq!(
+            c.trial_start,
+            ms(n + 8),
+            "the trial's clock starts at the last of them"
+        );
         assert_eq!(c.finished(limit, 0, true, 0, ms(n + 9), 0.0), 16);
         assert_eq!(c.trial_ops, 1);
     }

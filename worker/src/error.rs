@@ -25,7 +25,10 @@ pub enum StoreError {
 
     // Not a #[source]: the message already includes it, and error chains would repeat it.
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 
     /// Content arrived but is not what was promised (size or MD5 mismatch).
     #[error("integrity: {0}")]
@@ -45,7 +48,10 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
-        StoreError::Io { path: path.into(), source }
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// The label under which a retry of this error is counted, or None if retrying cannot help.

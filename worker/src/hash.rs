@@ -18,7 +18,12 @@ const K: [u32; 64] = [
     0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391,
 ];
 /// Left rotations, by round and step within the round.
-const S: [[u32; 4]; 4] = [[7, 12, 17, 22], [5, 9, 14, 20], [4, 11, 16, 23], [6, 10, 15, 21]];
+const S: [[u32; 4]; 4] = [
+    [7, 12, 17, 22],
+    [5, 9, 14, 20],
+    [4, 11, 16, 23],
+    [6, 10, 15, 21],
+];
 const INIT: [u32; 4] = [0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476];
 
 /// One of the 64 steps, for each of `N` states. `I` is a constant so that every index, rotation
@@ -81,7 +86,11 @@ pub struct Md5 {
 
 impl Default for Md5 {
     fn default() -> Self {
-        Md5 { state: INIT, len: 0, tail: [0; 64] }
+        Md5 {
+            state: INIT,
+            len: 0,
+            tail: [0; 64],
+        }
     }
 }
 
@@ -124,7 +133,11 @@ impl Md5 {
         }
         let [object, own] = pair;
         self.state = object;
-        let mut own = Md5 { state: own, len: whole as u64, tail: [0; 64] };
+        let mut own = Md5 {
+            state: own,
+            len: whole as u64,
+            tail: [0; 64],
+        };
         self.len += whole as u64;
         self.update(&block[whole..]);
         own.update(&block[whole..]);
@@ -172,9 +185,18 @@ mod tests {
             ("a", "0cc175b9c0f1b6a831c399e269772661"),
             ("abc", "900150983cd24fb0d6963f7d28e17f72"),
             ("message digest", "f96b697d7cb7938d525a2f31aaf161d0"),
-            ("abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b"),
-            ("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", "d174ab98d277d9f5a5611c2c9f419d9f"),
-            ("12345678901234567890123456789012345678901234567890123456789012345678901234567890", "57edf4a22be3c955ac49da2e2107b67a"),
+            (
+                "abcdefghijklmnopqrstuvwxyz",
+                "c3fcd3d76192e4007dfb496cca67e13b",
+            ),
+            (
+                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+                "d174ab98d277d9f5a5611c2c9f419d9f",
+            ),
+            (
+                "12345678901234567890123456789012345678901234567890123456789012345678901234567890",
+                "57edf4a22be3c955ac49da2e2107b67a",
+            ),
         ];
         for (text, want) in suite {
             assert_eq!(hex(digest(text.as_bytes())), want, "{text:?}");
@@ -182,13 +204,30 @@ mod tests {
     }
 
     fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8).collect()
+        (0..n as u32)
+            .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8)
+            .collect()
     }
 
     #[test]
     fn any_split_gives_the_reference_digest() {
         // Lengths around the padding's edges (55, 56, 64) and splits that leave a partial chunk.
-        for n in [0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 1000, 4096 + 17] {
+        for n in [
+            0,
+            1,
+            55,
+            56,
+            57,
+            63,
+            64,
+            65,
+            119,
+            120,
+            127,
+            128,
+            1000,
+            4096 + 17,
+        ] {
             let data = bytes(n, n as u32);
             let want: [u8; 16] = <::md5::Md5 as ::md5::Digest>::digest(&data).into();
             for split in [0, 1, 13, 64, n / 2, n] {
@@ -209,7 +248,9 @@ mod tests {
             let mut h = Md5::new();
             let (mut at, mut x) = (0, seed);
             while at < data.len() {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let n = ((x >> 33) % 200) as usize;
                 let end = (at + n).min(data.len());
                 h.update(&data[at..end]);
@@ -223,7 +264,13 @@ mod tests {
     fn blocks_give_their_own_digest_and_the_whole_ones() {
         // Aligned blocks take the two-lane pass; after a short block the object's digest is off
         // the chunk boundary and the two are taken apart.
-        for sizes in [&[64, 128, 640][..], &[4096, 4096, 100], &[100, 4096, 64], &[0, 7, 64], &[65536; 3]] {
+        for sizes in [
+            &[64, 128, 640][..],
+            &[4096, 4096, 100],
+            &[100, 4096, 64],
+            &[0, 7, 64],
+            &[65536; 3],
+        ] {
             let data = bytes(sizes.iter().sum(), 7);
             let mut whole = Md5::new();
             let mut at = 0;

@@ -43,7 +43,10 @@ mod tests {
         replace(&path, &serde_json::json!({"n": 2})).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(v["n"], 2);
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("p.json")]);
     }
 
@@ -54,7 +57,10 @@ mod tests {
         let path = dir.path().join("taken");
         std::fs::create_dir_all(path.join("inside")).unwrap();
         assert!(replace(&path, &serde_json::json!({})).is_err());
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("taken")]);
     }
 }

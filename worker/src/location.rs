@@ -48,7 +48,16 @@ fn percent_decode(s: &str) -> Result<String, String> {
 }
 
 fn is_ip_or_localhost(host: &str) -> bool {
-    let bare = host.rsplit_once(':').map(|(h, p)| if p.chars().all(|c| c.is_ascii_digit()) { h } else { host }).unwrap_or(host);
+    let bare = host
+        .rsplit_once(':')
+        .map(|(h, p)| {
+            if p.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        })
+        .unwrap_or(host);
     let bare = bare.trim_start_matches('[').trim_end_matches(']');
     bare == "localhost" || bare.parse::<std::net::IpAddr>().is_ok()
 }
@@ -67,7 +76,11 @@ pub fn parse(arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location
     parse_inner(arg, &shown(arg), env)
 }
 
-fn parse_inner(raw: &str, arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Location, String> {
+fn parse_inner(
+    raw: &str,
+    arg: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Location, String> {
     if let Some(rest) = raw.strip_prefix("az://") {
         let (container, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let (prefix, sas) = split_query(prefix);
@@ -108,13 +121,29 @@ fn parse_inner(raw: &str, arg: &str, env: &dyn Fn(&str) -> Option<String>) -> Re
             let container = parts.next().unwrap_or_default();
             let prefix = parts.next().unwrap_or_default();
             if account.is_empty() {
-                return Err(format!("{arg}: path-style URL needs /<account>/<container>"));
+                return Err(format!(
+                    "{arg}: path-style URL needs /<account>/<container>"
+                ));
             }
-            return blob(format!("{scheme}://{host}/{account}"), account.into(), container, prefix, sas, arg);
+            return blob(
+                format!("{scheme}://{host}/{account}"),
+                account.into(),
+                container,
+                prefix,
+                sas,
+                arg,
+            );
         }
         let account = host.split('.').next().unwrap_or_default().to_string();
         let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
-        return blob(format!("{scheme}://{host}"), account, container, prefix, sas, arg);
+        return blob(
+            format!("{scheme}://{host}"),
+            account,
+            container,
+            prefix,
+            sas,
+            arg,
+        );
     }
     if raw.is_empty() {
         return Err("empty location".into());
@@ -126,7 +155,10 @@ fn account_from_endpoint(ep: &str) -> Option<String> {
     let rest = ep.split_once("://")?.1;
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     if is_ip_or_localhost(host) {
-        path.split('/').next().filter(|a| !a.is_empty()).map(str::to_string)
+        path.split('/')
+            .next()
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
     } else {
         host.split('.').next().map(str::to_string)
     }
@@ -140,14 +172,23 @@ fn split_query(s: &str) -> (&str, Option<String>) {
     }
 }
 
-fn blob(endpoint: String, account: String, container: &str, prefix: &str, sas: Option<String>, arg: &str) -> Result<Location, String> {
+fn blob(
+    endpoint: String,
+    account: String,
+    container: &str,
+    prefix: &str,
+    sas: Option<String>,
+    arg: &str,
+) -> Result<Location, String> {
     let container = percent_decode(container).map_err(|e| format!("{arg}: {e}"))?;
     if container.is_empty() {
         return Err(format!("{arg}: missing container name"));
     }
     let valid = container.len() >= 3
         && container.len() <= 63
-        && container.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && container
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !container.starts_with('-')
         && !container.contains("--");
     if !valid && container != "$root" && container != "$web" {
@@ -155,7 +196,13 @@ fn blob(endpoint: String, account: String, container: &str, prefix: &str, sas: O
             "{arg}: invalid container name {container:?} (3-63 lowercase letters, digits and single hyphens)"
         ));
     }
-    Ok(Location::Blob(BlobLocation { endpoint, account, container, prefix: percent_decode(prefix).map_err(|e| format!("{arg}: {e}"))?, sas }))
+    Ok(Location::Blob(BlobLocation {
+        endpoint,
+        account,
+        container,
+        prefix: percent_decode(prefix).map_err(|e| format!("{arg}: {e}"))?,
+        sas,
+    }))
 }
 
 #[cfg(test)]
@@ -204,7 +251,10 @@ mod tests {
             "https://acct.blob.core.windows.net/ctr/%ff?sig=SECRET",
         ] {
             let err = parse(arg, &noenv).unwrap_err();
-            assert!(!err.contains("SECRET") && err.contains("query hidden"), "{err}");
+            assert!(
+                !err.contains("SECRET") && err.contains("query hidden"),
+                "{err}"
+            );
         }
     }
 
@@ -226,25 +276,42 @@ mod tests {
             "AZURE_STORAGE_ACCOUNT" => Some("myacct".to_string()),
             _ => None,
         };
-        let Location::Blob(l) = parse("az://ctr/x/y", &env).unwrap() else { panic!() };
+        let Location::Blob(l) = parse("az://ctr/x/y", &env).unwrap() else {
+            panic!()
+        };
         assert_eq!(l.endpoint, "https://myacct.blob.core.windows.net");
         assert_eq!(l.prefix, "x/y");
         let env = |k: &str| match k {
-            "AZURE_STORAGE_BLOB_ENDPOINT" => Some("http://127.0.0.1:9/devstoreaccount1/".to_string()),
+            "AZURE_STORAGE_BLOB_ENDPOINT" => {
+                Some("http://127.0.0.1:9/devstoreaccount1/".to_string())
+            }
             _ => None,
         };
-        let Location::Blob(l) = parse("az://ctr", &env).unwrap() else { panic!() };
+        let Location::Blob(l) = parse("az://ctr", &env).unwrap() else {
+            panic!()
+        };
         assert_eq!(l.account, "devstoreaccount1");
         assert_eq!(l.endpoint, "http://127.0.0.1:9/devstoreaccount1");
-        assert!(parse("az://ctr", &noenv).unwrap_err().contains("AZURE_STORAGE_ACCOUNT"));
+        assert!(parse("az://ctr", &noenv)
+            .unwrap_err()
+            .contains("AZURE_STORAGE_ACCOUNT"));
     }
 
     #[test]
     fn bad_input_is_explained() {
-        assert!(parse("ftp://x/y", &noenv).unwrap_err().contains("unsupported scheme"));
-        assert!(parse("https://acct.blob.core.windows.net/", &noenv).unwrap_err().contains("missing container"));
-        assert!(parse("https://acct.blob.core.windows.net/Bad_Name", &noenv).unwrap_err().contains("invalid container"));
+        assert!(parse("ftp://x/y", &noenv)
+            .unwrap_err()
+            .contains("unsupported scheme"));
+        assert!(parse("https://acct.blob.core.windows.net/", &noenv)
+            .unwrap_err()
+            .contains("missing container"));
+        assert!(parse("https://acct.blob.core.windows.net/Bad_Name", &noenv)
+            .unwrap_err()
+            .contains("invalid container"));
         assert!(parse("", &noenv).is_err());
-        assert_eq!(parse("./dir", &noenv).unwrap(), Location::Local("./dir".into()));
+        assert_eq!(
+            parse("./dir", &noenv).unwrap(),
+            Location::Local("./dir".into())
+        );
     }
 }

@@ -49,7 +49,10 @@ fn main() -> ExitCode {
         unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
     }
     let cli = cli::Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ferry: error: cannot start the runtime: {e}");

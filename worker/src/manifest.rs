@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::io::{self, BufRead, Read, Write};
 
-pub const HEADER: &str = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs";
+pub const HEADER: &str =
+    "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Kind {
@@ -50,7 +51,10 @@ impl Kind {
     }
     /// Fifos, sockets and device nodes: no bytes to copy, only a node to make.
     pub fn is_special(self) -> bool {
-        matches!(self, Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev)
+        matches!(
+            self,
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev
+        )
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -79,7 +83,11 @@ impl Mtime {
         if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let mut nanos: u32 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+        let mut nanos: u32 = if frac.is_empty() {
+            0
+        } else {
+            frac.parse().ok()?
+        };
         for _ in frac.len()..9 {
             nanos *= 10;
         }
@@ -89,13 +97,22 @@ impl Mtime {
 
     pub fn from_system(t: std::time::SystemTime) -> Mtime {
         match t.duration_since(std::time::UNIX_EPOCH) {
-            Ok(d) => Mtime { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Ok(d) => Mtime {
+                secs: d.as_secs() as i64,
+                nanos: d.subsec_nanos(),
+            },
             Err(e) => {
                 let d = e.duration();
                 if d.subsec_nanos() == 0 {
-                    Mtime { secs: -(d.as_secs() as i64), nanos: 0 }
+                    Mtime {
+                        secs: -(d.as_secs() as i64),
+                        nanos: 0,
+                    }
                 } else {
-                    Mtime { secs: -(d.as_secs() as i64) - 1, nanos: 1_000_000_000 - d.subsec_nanos() }
+                    Mtime {
+                        secs: -(d.as_secs() as i64) - 1,
+                        nanos: 1_000_000_000 - d.subsec_nanos(),
+                    }
                 }
             }
         }
@@ -107,7 +124,8 @@ impl Mtime {
         if self.secs >= 0 {
             base + std::time::Duration::new(self.secs as u64, self.nanos)
         } else {
-            base - std::time::Duration::from_secs(self.secs.unsigned_abs()) + std::time::Duration::from_nanos(self.nanos as u64)
+            base - std::time::Duration::from_secs(self.secs.unsigned_abs())
+                + std::time::Duration::from_nanos(self.nanos as u64)
         }
     }
 }
@@ -142,7 +160,14 @@ pub struct Entry {
 impl Entry {
     #[cfg(test)]
     pub fn file(path: impl Into<Vec<u8>>, size: u64) -> Entry {
-        Entry { path: path.into(), kind: Kind::File, size: Some(size), mtime: None, md5: None, ..Default::default() }
+        Entry {
+            path: path.into(),
+            kind: Kind::File,
+            size: Some(size),
+            mtime: None,
+            md5: None,
+            ..Default::default()
+        }
     }
     pub fn size(&self) -> u64 {
         self.size.unwrap_or(0)
@@ -203,8 +228,13 @@ pub fn unescape_path(s: &str) -> Result<Vec<u8>, String> {
             Some(b'n') => out.push(b'\n'),
             Some(b'r') => out.push(b'\r'),
             Some(b'x') => {
-                let hex = s.get(i + 2..i + 4).filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit())).ok_or_else(|| format!("bad or truncated \\x escape in {s:?}"))?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad \\x escape in {s:?}"))?);
+                let hex = s
+                    .get(i + 2..i + 4)
+                    .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                    .ok_or_else(|| format!("bad or truncated \\x escape in {s:?}"))?;
+                out.push(
+                    u8::from_str_radix(hex, 16).map_err(|_| format!("bad \\x escape in {s:?}"))?,
+                );
                 i += 4;
                 continue;
             }
@@ -251,7 +281,11 @@ pub fn format_tsv(e: &Entry, buf: &mut String) {
 }
 
 /// One field after a TAB: the value, or `-` where it is unknown.
-fn field<T>(buf: &mut String, value: Option<T>, write: impl FnOnce(&mut String, T) -> std::fmt::Result) {
+fn field<T>(
+    buf: &mut String,
+    value: Option<T>,
+    write: impl FnOnce(&mut String, T) -> std::fmt::Result,
+) {
     buf.push('\t');
     match value {
         // Writing into a String cannot fail.
@@ -263,10 +297,16 @@ fn field<T>(buf: &mut String, value: Option<T>, write: impl FnOnce(&mut String, 
 }
 
 /// A field that may be absent (a shorter line) or `-`; anything else must parse.
-fn optional<T>(field: Option<&str>, what: &str, parse: impl FnOnce(&str) -> Option<T>) -> Result<Option<T>, String> {
+fn optional<T>(
+    field: Option<&str>,
+    what: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, String> {
     match field {
         None | Some("-") => Ok(None),
-        Some(s) => parse(s).map(Some).ok_or_else(|| format!("bad {what}: {s:?}")),
+        Some(s) => parse(s)
+            .map(Some)
+            .ok_or_else(|| format!("bad {what}: {s:?}")),
     }
 }
 
@@ -301,11 +341,21 @@ pub fn parse_bytes(line: &[u8]) -> Result<Option<Entry>, String> {
         if bare.is_empty() {
             return Ok(None);
         }
-        return Ok(Some(Entry { path: bare.to_vec(), kind: Kind::File, size: None, mtime: None, md5: None, ..Default::default() }));
+        return Ok(Some(Entry {
+            path: bare.to_vec(),
+            kind: Kind::File,
+            size: None,
+            mtime: None,
+            md5: None,
+            ..Default::default()
+        }));
     }
-    let text = std::str::from_utf8(line).map_err(|_| "not UTF-8 (ferry manifests escape such bytes as \\xHH)".to_string())?;
+    let text = std::str::from_utf8(line)
+        .map_err(|_| "not UTF-8 (ferry manifests escape such bytes as \\xHH)".to_string())?;
     if text.ends_with('\r') {
-        return Err("line ends in CR LF (a Windows line ending); manifests end lines with LF only".into());
+        return Err(
+            "line ends in CR LF (a Windows line ending); manifests end lines with LF only".into(),
+        );
     }
     parse_line(text)
 }
@@ -315,7 +365,9 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     if let Some(header) = line.strip_prefix("#ferry-manifest ") {
         let version = header.split(['\t', ' ']).next().unwrap_or_default();
         if version != "v1" && version != "v2" {
-            return Err(format!("unsupported manifest version {version:?} (this ferry reads v1 and v2)"));
+            return Err(format!(
+                "unsupported manifest version {version:?} (this ferry reads v1 and v2)"
+            ));
         }
         return Ok(None);
     }
@@ -327,22 +379,50 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     let path = unescape_path(raw_path)?;
     let Some(kind) = fields.next() else {
         // A bare path without the `./` (fpart run on a relative directory name).
-        return Ok(Some(Entry { path, kind: Kind::File, size: None, mtime: None, md5: None, ..Default::default() }));
+        return Ok(Some(Entry {
+            path,
+            kind: Kind::File,
+            size: None,
+            mtime: None,
+            md5: None,
+            ..Default::default()
+        }));
     };
     let kind = Kind::parse(kind).ok_or_else(|| format!("bad type {kind:?}"))?;
     let size = fields.next().ok_or("missing size")?;
-    let size = if size == "-" { None } else { Some(size.parse::<u64>().map_err(|_| format!("bad size {size:?}"))?) };
+    let size = if size == "-" {
+        None
+    } else {
+        Some(
+            size.parse::<u64>()
+                .map_err(|_| format!("bad size {size:?}"))?,
+        )
+    };
     let mtime = optional(fields.next(), "mtime", Mtime::parse)?;
     let md5 = optional(fields.next(), "md5", parse_md5_hex)?;
     // v2's columns; a v1 line ends before them.
-    let mode = optional(fields.next(), "mode", |m| u32::from_str_radix(m, 8).ok().filter(|&m| m <= 0o7777))?;
+    let mode = optional(fields.next(), "mode", |m| {
+        u32::from_str_radix(m, 8).ok().filter(|&m| m <= 0o7777)
+    })?;
     let owner = optional(fields.next(), "owner (uid:gid)", parse_pair::<u32>)?;
     let link = optional(fields.next(), "link (device:inode)", parse_pair::<u64>)?;
-    let xattrs = optional(fields.next(), "xattrs digest", |x| u64::from_str_radix(x, 16).ok().filter(|_| x.len() == 16))?;
+    let xattrs = optional(fields.next(), "xattrs digest", |x| {
+        u64::from_str_radix(x, 16).ok().filter(|_| x.len() == 16)
+    })?;
     if fields.next().is_some() {
         return Err("too many fields".into());
     }
-    Ok(Some(Entry { path, kind, size, mtime, md5, mode, owner, link, xattrs }))
+    Ok(Some(Entry {
+        path,
+        kind,
+        size,
+        mtime,
+        md5,
+        mode,
+        owner,
+        link,
+        xattrs,
+    }))
 }
 
 /// Streams entries from a manifest file without holding it in memory.
@@ -358,7 +438,10 @@ pub struct Reader<R> {
 impl Reader<io::BufReader<std::fs::File>> {
     pub fn open(path: &std::path::Path) -> io::Result<Self> {
         let f = std::fs::File::open(path)?;
-        Ok(Reader::new(io::BufReader::with_capacity(1 << 20, f), path.display().to_string()))
+        Ok(Reader::new(
+            io::BufReader::with_capacity(1 << 20, f),
+            path.display().to_string(),
+        ))
     }
 }
 
@@ -368,7 +451,13 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: String) -> Self {
-        Reader { inner, line: Vec::new(), lineno: 0, name, v1: false }
+        Reader {
+            inner,
+            line: Vec::new(),
+            lineno: 0,
+            name,
+            v1: false,
+        }
     }
 
     /// The number of the line the last entry came from.
@@ -382,21 +471,36 @@ impl<R: BufRead> Iterator for Reader<R> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             self.line.clear();
-            match (&mut self.inner).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut self.line) {
+            match (&mut self.inner)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut self.line)
+            {
                 Ok(0) => return None,
                 Ok(_) => {}
                 Err(e) => return Some(Err(format!("{}: {e}", self.name))),
             }
             self.lineno += 1;
             if self.line.len() > MAX_LINE {
-                return Some(Err(format!("{}:{}: line longer than {} KiB", self.name, self.lineno, MAX_LINE / 1024)));
+                return Some(Err(format!(
+                    "{}:{}: line longer than {} KiB",
+                    self.name,
+                    self.lineno,
+                    MAX_LINE / 1024
+                )));
             }
             if self.line.starts_with(b"#ferry-manifest v1") {
                 self.v1 = true;
             }
             let fields = self.line.iter().filter(|&&b| b == b'\t').count() + 1;
-            if self.v1 && fields > 5 && !self.line.starts_with(b"#") && !self.line.starts_with(b"./") {
-                return Some(Err(format!("{}:{}: too many fields ({fields}; a v1 manifest has five)", self.name, self.lineno)));
+            if self.v1
+                && fields > 5
+                && !self.line.starts_with(b"#")
+                && !self.line.starts_with(b"./")
+            {
+                return Some(Err(format!(
+                    "{}:{}: too many fields ({fields}; a v1 manifest has five)",
+                    self.name, self.lineno
+                )));
             }
             match parse_bytes(&self.line) {
                 Ok(None) => continue,
@@ -416,7 +520,10 @@ pub struct Writer<W: Write> {
 impl<W: Write> Writer<W> {
     pub fn new(mut out: W) -> io::Result<Self> {
         writeln!(out, "{HEADER}")?;
-        Ok(Writer { out, buf: String::with_capacity(256) })
+        Ok(Writer {
+            out,
+            buf: String::with_capacity(256),
+        })
     }
     pub fn write(&mut self, e: &Entry) -> io::Result<()> {
         self.buf.clear();
@@ -450,7 +557,17 @@ mod tests {
             b"cr\r",
         ];
         for n in names {
-            let e = Entry { path: n.to_vec(), kind: Kind::File, size: Some(7), mtime: Mtime::parse("12.5"), md5: Some([0xab; 16]), mode: Some(0o4755), owner: Some((1000, 100)), link: Some((2049, 77)), xattrs: Some(0xfe) };
+            let e = Entry {
+                path: n.to_vec(),
+                kind: Kind::File,
+                size: Some(7),
+                mtime: Mtime::parse("12.5"),
+                md5: Some([0xab; 16]),
+                mode: Some(0o4755),
+                owner: Some((1000, 100)),
+                link: Some((2049, 77)),
+                xattrs: Some(0xfe),
+            };
             let mut line = String::new();
             format_tsv(&e, &mut line);
             assert_eq!(line.matches('\n').count(), 1, "{line:?}");
@@ -464,19 +581,40 @@ mod tests {
         for s in ["0.000000000", "1700000000.123456789", "-5.250000000"] {
             assert_eq!(Mtime::parse(s).unwrap().to_string(), s);
         }
-        assert_eq!(Mtime::parse("3.5").unwrap(), Mtime { secs: 3, nanos: 500_000_000 });
+        assert_eq!(
+            Mtime::parse("3.5").unwrap(),
+            Mtime {
+                secs: 3,
+                nanos: 500_000_000
+            }
+        );
         assert!(Mtime::parse("3.1234567891").is_none());
         let t = std::time::UNIX_EPOCH - std::time::Duration::from_millis(1500);
         let m = Mtime::from_system(t);
-        assert_eq!(m, Mtime { secs: -2, nanos: 500_000_000 });
+        assert_eq!(
+            m,
+            Mtime {
+                secs: -2,
+                nanos: 500_000_000
+            }
+        );
         assert_eq!(m.to_system(), t);
     }
 
     #[test]
     fn bare_paths_from_fpart_are_verbatim() {
-        for raw in [&b"./a/b c\n"[..], b"./back\\slash\\n", b"./tab\there", b"./bad\xffbyte"] {
+        for raw in [
+            &b"./a/b c\n"[..],
+            b"./back\\slash\\n",
+            b"./tab\there",
+            b"./bad\xffbyte",
+        ] {
             let e = parse_bytes(raw).unwrap().unwrap();
-            assert_eq!(e.path, raw[2..].strip_suffix(b"\n").unwrap_or(&raw[2..]), "{raw:?}");
+            assert_eq!(
+                e.path,
+                raw[2..].strip_suffix(b"\n").unwrap_or(&raw[2..]),
+                "{raw:?}"
+            );
             assert_eq!(e.size, None);
         }
         assert!(parse_bytes(b"not\xffutf8\tf\t1\t-\t-").is_err());
@@ -495,12 +633,24 @@ mod tests {
     fn hostile_lines_are_errors_not_panics() {
         // 32 bytes, but 3-byte characters: slicing by bytes would split one.
         let md5 = format!("{}ab", "€".repeat(10));
-        assert!(parse_line(&format!("a\tf\t1\t-\t{md5}")).unwrap_err().contains("bad md5"));
-        assert!(parse_bytes(b"a\tf\t1\t-\t-\r\n").unwrap_err().contains("CR LF"));
-        assert!(parse_line("#ferry-manifest v3\tpath").unwrap_err().contains("v3"));
-        assert!(parse_line("a\tf\t1\t-\t-\t0999\t-\t-\t-").unwrap_err().contains("bad mode"));
-        assert!(parse_line("a\tf\t1\t-\t-\t0644\t12\t-\t-").unwrap_err().contains("bad owner"));
-        assert!(parse_line("a\tf\t1\t-\t-\t0644\t1:2\t-\t-\tx").unwrap_err().contains("too many"));
+        assert!(parse_line(&format!("a\tf\t1\t-\t{md5}"))
+            .unwrap_err()
+            .contains("bad md5"));
+        assert!(parse_bytes(b"a\tf\t1\t-\t-\r\n")
+            .unwrap_err()
+            .contains("CR LF"));
+        assert!(parse_line("#ferry-manifest v3\tpath")
+            .unwrap_err()
+            .contains("v3"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0999\t-\t-\t-")
+            .unwrap_err()
+            .contains("bad mode"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0644\t12\t-\t-")
+            .unwrap_err()
+            .contains("bad owner"));
+        assert!(parse_line("a\tf\t1\t-\t-\t0644\t1:2\t-\t-\tx")
+            .unwrap_err()
+            .contains("too many"));
         assert!(parse_line("\\x4").is_err());
         assert!(parse_line("\\xzz\tf\t1\t-\t-").is_err());
         assert!(parse_line("\\x+1\tf\t1\t-\t-").is_err());
@@ -508,6 +658,10 @@ mod tests {
         long.push(b'\n');
         long.extend_from_slice(b"b\tf\t1\t-\t-\n");
         let mut r = Reader::new(io::Cursor::new(long), "m".into());
-        assert!(r.next().unwrap().unwrap_err().starts_with("m:1: line longer"));
+        assert!(r
+            .next()
+            .unwrap()
+            .unwrap_err()
+            .starts_with("m:1: line longer"));
     }
 }

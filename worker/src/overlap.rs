@@ -38,7 +38,11 @@ fn blob(s: &BlobLocation, d: &BlobLocation) -> Option<&'static str> {
 /// path inside that filesystem, and whether `p` exists. A missing tail (a destination not made
 /// yet) is kept as written below its nearest existing ancestor.
 fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf, bool)> {
-    let abs = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) };
+    let abs = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    };
     let mut existing = abs.as_path();
     let mut tail = Vec::new();
     let canon = loop {
@@ -60,9 +64,17 @@ fn physical(p: &Path, mounts: &[Mount]) -> io::Result<(String, PathBuf, bool)> {
     }
     // The mount the path is on: the longest mount point above it, the last one of that length
     // (a later mount hides an earlier one on the same point).
-    let mount = mounts.iter().filter(|m| full.starts_with(&m.point)).max_by_key(|m| (m.point.components().count(), m.order));
+    let mount = mounts
+        .iter()
+        .filter(|m| full.starts_with(&m.point))
+        .max_by_key(|m| (m.point.components().count(), m.order));
     Ok(match mount {
-        Some(m) => (m.device.clone(), m.root.join(full.strip_prefix(&m.point).unwrap_or(Path::new(""))), exists),
+        Some(m) => (
+            m.device.clone(),
+            m.root
+                .join(full.strip_prefix(&m.point).unwrap_or(Path::new(""))),
+            exists,
+        ),
         None => (String::new(), full, exists),
     })
 }
@@ -76,7 +88,10 @@ fn local(s: &Path, d: &Path) -> Option<&'static str> {
     // On a network filesystem each look is a round trip: a destination not made yet costs
     // one, in resolving it.
     let mounts = mounts();
-    let (Ok((sd, sp, _)), Ok((dd, dp, d_exists))) = (physical(s, &mounts), physical(d, &mounts)) else { return None };
+    let (Ok((sd, sp, _)), Ok((dd, dp, d_exists))) = (physical(s, &mounts), physical(d, &mounts))
+    else {
+        return None;
+    };
     // The same directory by device and inode (a bind mount of it, a symlink to it).
     if let (true, Ok(a), Ok(b)) = (d_exists, std::fs::metadata(s), std::fs::metadata(d)) {
         if (a.dev(), a.ino()) == (b.dev(), b.ino()) {
@@ -113,12 +128,19 @@ struct Mount {
 /// /proc/self/mountinfo: "id parent major:minor root mount-point ...", paths with spaces,
 /// tabs, newlines and backslashes written as octal escapes.
 fn mounts() -> Vec<Mount> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     text.lines()
         .enumerate()
         .filter_map(|(order, line)| {
             let f: Vec<&str> = line.split(' ').collect();
-            Some(Mount { device: f.get(2)?.to_string(), root: PathBuf::from(unescape(f.get(3)?)), point: PathBuf::from(unescape(f.get(4)?)), order })
+            Some(Mount {
+                device: f.get(2)?.to_string(),
+                root: PathBuf::from(unescape(f.get(3)?)),
+                point: PathBuf::from(unescape(f.get(4)?)),
+                order,
+            })
         })
         .collect()
 }
@@ -128,7 +150,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push(u8::from_str_radix(&s[i + 1..i + 4], 8).unwrap_or(b'?'));
             i += 4;
         } else {
@@ -157,24 +182,52 @@ mod tests {
         let refused = |s: &Path, d: &Path| refuse(&loc(s), &loc(d)).is_err();
         assert!(refused(&src, &src.join("inner")), "destination inside");
         assert!(refused(&src.join("inner"), &src), "source inside");
-        assert!(refused(&src, &src.join("not/made/yet")), "a destination not made yet, inside");
-        assert!(refused(&src, &t.path().join("alias/inner")), "inside, through a symlink");
-        assert!(refused(&t.path().join("alias"), &src), "the same, through a symlink");
+        assert!(
+            refused(&src, &src.join("not/made/yet")),
+            "a destination not made yet, inside"
+        );
+        assert!(
+            refused(&src, &t.path().join("alias/inner")),
+            "inside, through a symlink"
+        );
+        assert!(
+            refused(&t.path().join("alias"), &src),
+            "the same, through a symlink"
+        );
         assert!(refused(&src, &src.join("inner/../inner/x")), "dot-dot");
         assert!(!refused(&src, &t.path().join("apart")));
-        assert!(!refused(&src, &t.path().join("src-sibling")), "a common prefix of the name is not containment");
-        let e = refuse(&loc(&src), &loc(&src.join("inner"))).unwrap_err().to_string();
+        assert!(
+            !refused(&src, &t.path().join("src-sibling")),
+            "a common prefix of the name is not containment"
+        );
+        let e = refuse(&loc(&src), &loc(&src.join("inner")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("inside the source"), "{e}");
     }
 
     #[test]
     fn blob_prefixes_nest_by_segment() {
-        let b = |p: &str| Location::Blob(BlobLocation { endpoint: "http://h".into(), account: "a".into(), container: "c".into(), prefix: p.into(), sas: None });
+        let b = |p: &str| {
+            Location::Blob(BlobLocation {
+                endpoint: "http://h".into(),
+                account: "a".into(),
+                container: "c".into(),
+                prefix: p.into(),
+                sas: None,
+            })
+        };
         assert!(refuse(&b("data"), &b("data/copy")).is_err());
         assert!(refuse(&b(""), &b("x")).is_err());
         assert!(refuse(&b("data/"), &b("data")).is_err());
         assert!(refuse(&b("data"), &b("data2")).is_ok());
-        let mut other = BlobLocation { endpoint: "http://h".into(), account: "a".into(), container: "d".into(), prefix: "data/copy".into(), sas: None };
+        let mut other = BlobLocation {
+            endpoint: "http://h".into(),
+            account: "a".into(),
+            container: "d".into(),
+            prefix: "data/copy".into(),
+            sas: None,
+        };
         assert!(refuse(&b("data"), &Location::Blob(other.clone())).is_ok());
         other.container = "c".into();
         assert!(refuse(&b("data"), &Location::Blob(other)).is_err());

@@ -22,13 +22,26 @@ pub fn weight_of(e: &Entry) -> u64 {
 /// processes agree. Returns the bin of each entry, in input order.
 pub fn lpt_assign(entries: &[Entry], parts: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..entries.len()).collect();
-    order.sort_unstable_by(|&a, &b| entries[b].size().cmp(&entries[a].size()).then_with(|| entries[a].path.cmp(&entries[b].path)));
-    lpt_in_order(order.into_iter().map(|i| (i, weight_of(&entries[i]))), entries.len(), parts)
+    order.sort_unstable_by(|&a, &b| {
+        entries[b]
+            .size()
+            .cmp(&entries[a].size())
+            .then_with(|| entries[a].path.cmp(&entries[b].path))
+    });
+    lpt_in_order(
+        order.into_iter().map(|i| (i, weight_of(&entries[i]))),
+        entries.len(),
+        parts,
+    )
 }
 
 /// LPT's dealing: each of `items` items, given as (index, weight) in the order to deal them, to
 /// the least-loaded of `parts` parts (lowest index on ties). Returns each item's part.
-pub fn lpt_in_order(order: impl Iterator<Item = (usize, u64)>, items: usize, parts: usize) -> Vec<usize> {
+pub fn lpt_in_order(
+    order: impl Iterator<Item = (usize, u64)>,
+    items: usize,
+    parts: usize,
+) -> Vec<usize> {
     let mut lpt = Lpt::new(parts);
     let mut owner = vec![0; items];
     for (i, weight) in order {
@@ -54,7 +67,10 @@ impl Lpt {
 }
 
 /// Entries, largest first, with their part by LPT: `ferry partition --parts`.
-pub fn lpt(by_size: impl Iterator<Item = io::Result<Entry>>, parts: usize) -> impl Iterator<Item = io::Result<(Entry, usize)>> {
+pub fn lpt(
+    by_size: impl Iterator<Item = io::Result<Entry>>,
+    parts: usize,
+) -> impl Iterator<Item = io::Result<(Entry, usize)>> {
     let mut lpt = Lpt::new(parts);
     by_size.map(move |e| {
         e.map(|e| {
@@ -77,7 +93,12 @@ pub struct Filler {
 
 impl Filler {
     pub fn new(max_files: Option<u64>, max_bytes: Option<u64>) -> Self {
-        Filler { max_files, max_bytes, files: 0, bytes: 0 }
+        Filler {
+            max_files,
+            max_bytes,
+            files: 0,
+            bytes: 0,
+        }
     }
 
     /// Adds an entry; true if it opens a new part (the caller then starts one).
@@ -85,7 +106,9 @@ impl Filler {
         let opens = self.files == 0;
         self.files += 1;
         self.bytes += size;
-        if self.max_files.is_some_and(|f| self.files >= f) || self.max_bytes.is_some_and(|s| self.bytes >= s) {
+        if self.max_files.is_some_and(|f| self.files >= f)
+            || self.max_bytes.is_some_and(|s| self.bytes >= s)
+        {
             self.files = 0;
             self.bytes = 0;
         }
@@ -129,7 +152,11 @@ pub struct PartWriter {
 
 impl PartWriter {
     pub fn new(out: &Path) -> PartWriter {
-        PartWriter { out: out.to_path_buf(), current: None, parts: Vec::new() }
+        PartWriter {
+            out: out.to_path_buf(),
+            current: None,
+            parts: Vec::new(),
+        }
     }
 
     /// Closes the open part, if any, and opens the next.
@@ -174,7 +201,10 @@ where
     let mut parts = vec![PartTotals::default(); bins];
     for first in (0..bins).step_by(MAX_OPEN) {
         let group = first..(first + MAX_OPEN).min(bins);
-        let mut writers = group.clone().map(|i| create_part(out, i, 64 * 1024)).collect::<anyhow::Result<Vec<_>>>()?;
+        let mut writers = group
+            .clone()
+            .map(|i| create_part(out, i, 64 * 1024))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         for item in stream()? {
             let (e, bin) = item?;
             if group.contains(&bin) {
@@ -192,7 +222,12 @@ where
 
 /// Writes the `summary.json` of a set of parts into `out`, as `ferry partition` and `ferry plan`
 /// (for each of its sets) do; returns its text.
-pub fn write_summary(out: &Path, mode: &str, parts: &[PartTotals], dirs: u64) -> anyhow::Result<String> {
+pub fn write_summary(
+    out: &Path,
+    mode: &str,
+    parts: &[PartTotals],
+    dirs: u64,
+) -> anyhow::Result<String> {
     let text = serde_json::to_string_pretty(&summary(mode, parts, dirs))?;
     std::fs::write(out.join("summary.json"), format!("{text}\n"))?;
     Ok(text)
@@ -232,7 +267,10 @@ mod tests {
     use super::*;
 
     fn sizes(v: &[u64]) -> Vec<Entry> {
-        v.iter().enumerate().map(|(i, &s)| Entry::file(format!("f{i:05}"), s)).collect()
+        v.iter()
+            .enumerate()
+            .map(|(i, &s)| Entry::file(format!("f{i:05}"), s))
+            .collect()
     }
 
     #[test]

@@ -25,11 +25,31 @@ pub struct Preserve {
     pub specials: bool,
 }
 
-pub const NAMES: [&str; 8] = ["mode", "owner", "times", "links", "xattrs", "acls", "sparse", "specials"];
+pub const NAMES: [&str; 8] = [
+    "mode", "owner", "times", "links", "xattrs", "acls", "sparse", "specials",
+];
 
 impl Preserve {
-    pub const ALL: Preserve = Preserve { mode: true, owner: true, times: true, links: true, xattrs: true, acls: true, sparse: true, specials: true };
-    pub const NONE: Preserve = Preserve { mode: false, owner: false, times: false, links: false, xattrs: false, acls: false, sparse: false, specials: false };
+    pub const ALL: Preserve = Preserve {
+        mode: true,
+        owner: true,
+        times: true,
+        links: true,
+        xattrs: true,
+        acls: true,
+        sparse: true,
+        specials: true,
+    };
+    pub const NONE: Preserve = Preserve {
+        mode: false,
+        owner: false,
+        times: false,
+        links: false,
+        xattrs: false,
+        acls: false,
+        sparse: false,
+        specials: false,
+    };
 
     fn flag(&mut self, name: &str) -> Option<&mut bool> {
         Some(match name {
@@ -61,7 +81,12 @@ impl Preserve {
     pub fn attrs(&self) -> Attrs {
         // SAFETY: no arguments, no failure.
         let root = unsafe { libc::geteuid() } == 0;
-        Attrs { mode: self.mode, owner: self.owner && root, xattrs: self.xattrs || self.acls, times: self.times }
+        Attrs {
+            mode: self.mode,
+            owner: self.owner && root,
+            xattrs: self.xattrs || self.acls,
+            times: self.times,
+        }
     }
 }
 
@@ -84,7 +109,12 @@ pub fn parse(s: &str) -> Result<Preserve, String> {
                     Some(n) => (n, false),
                     None => (w, true),
                 };
-                *p.flag(name).ok_or_else(|| format!("unknown attribute {name:?} for --preserve (one of: all, none, {})", NAMES.join(", ")))? = on;
+                *p.flag(name).ok_or_else(|| {
+                    format!(
+                        "unknown attribute {name:?} for --preserve (one of: all, none, {})",
+                        NAMES.join(", ")
+                    )
+                })? = on;
             }
         }
     }

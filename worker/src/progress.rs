@@ -55,7 +55,11 @@ impl Progress {
                     let now = (Instant::now(), done_bytes(&stats));
                     let rate = (now.1 - last.1) as f64 / (now.0 - last.0).as_secs_f64();
                     let left = Stats::get(&stats.bytes_total).saturating_sub(now.1);
-                    let eta = if rate > 0.0 { format!("{:.0}s", left as f64 / rate) } else { "?".into() };
+                    let eta = if rate > 0.0 {
+                        format!("{:.0}s", left as f64 / rate)
+                    } else {
+                        "?".into()
+                    };
                     eprintln!(
                         "ferry: {}/{} {}/s ETA {eta} {} ({:.0}s)",
                         human_bytes(now.1),
@@ -69,10 +73,15 @@ impl Progress {
             });
             return Progress { bar: None, task };
         }
-        let bar = ProgressBar::with_draw_target(Some(Stats::get(&stats.bytes_total)), ProgressDrawTarget::stderr_with_hz(4));
+        let bar = ProgressBar::with_draw_target(
+            Some(Stats::get(&stats.bytes_total)),
+            ProgressDrawTarget::stderr_with_hz(4),
+        );
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}")
-                .expect("static template"),
+            ProgressStyle::with_template(
+                "{spinner} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
+            )
+            .expect("static template"),
         );
         let b = bar.clone();
         let task = tokio::spawn(async move {
@@ -82,7 +91,10 @@ impl Progress {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Progress { bar: Some(bar), task }
+        Progress {
+            bar: Some(bar),
+            task,
+        }
     }
 
     pub fn finish(self) {
@@ -133,13 +145,17 @@ impl ProgressFile {
                 let per_second = rate.add(Instant::now(), done.1);
                 let doc = snapshot(command, &stats, done, started, finished, per_second);
                 let p = path.clone();
-                let written = tokio::task::spawn_blocking(move || crate::jsonfile::replace(&p, &doc)).await;
+                let written =
+                    tokio::task::spawn_blocking(move || crate::jsonfile::replace(&p, &doc)).await;
                 match written {
                     Ok(Ok(())) => failing = false,
                     // Once per run of failures: a full disk must not fill the job's log too.
                     Ok(Err(e)) if !failing => {
                         failing = true;
-                        eprintln!("ferry: warning: cannot write the progress file {}: {e}", path.display());
+                        eprintln!(
+                            "ferry: warning: cannot write the progress file {}: {e}",
+                            path.display()
+                        );
                     }
                     _ => {}
                 }
@@ -148,7 +164,10 @@ impl ProgressFile {
                 }
             }
         });
-        ProgressFile { stop: Some(stop), task }
+        ProgressFile {
+            stop: Some(stop),
+            task,
+        }
     }
 
     /// Writes the last state, `finished: true`, and returns once it is written (or failed to be).
@@ -169,7 +188,10 @@ impl Drop for ProgressFile {
 }
 
 fn epoch(t: SystemTime) -> f64 {
-    let s = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let s = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
     (s * 1000.0).round() / 1000.0
 }
 
@@ -180,11 +202,22 @@ pub fn hostname() -> String {
     // SAFETY: the buffer is writable for its whole length, which is what gethostname is given.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    if ok { String::from_utf8_lossy(&buf[..end]).into_owned() } else { String::new() }
+    if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    }
 }
 
 /// The progress file's document.
-fn snapshot(command: &str, stats: &Stats, (files, bytes): (u64, u64), started: f64, finished: bool, bytes_per_second: f64) -> serde_json::Value {
+fn snapshot(
+    command: &str,
+    stats: &Stats,
+    (files, bytes): (u64, u64),
+    started: f64,
+    finished: bool,
+    bytes_per_second: f64,
+) -> serde_json::Value {
     let g = Stats::get;
     let known = stats.totals_known();
     let total = |n: u64| known.then_some(n);
@@ -255,13 +288,19 @@ mod tests {
         Stats::add(&stats.files_copied, 1);
         Stats::add(&stats.bytes_copied, 10);
         let v = snapshot("copy", &stats, stats.done(), 1.0, false, 0.0);
-        assert!(v["files"]["total"].is_null() && v["bytes"]["total"].is_null(), "{v}");
+        assert!(
+            v["files"]["total"].is_null() && v["bytes"]["total"].is_null(),
+            "{v}"
+        );
         assert_eq!(v["files"]["done"], 1);
         stats.totals_final();
         let v = snapshot("copy", &stats, stats.done(), 1.0, true, 0.0);
         assert_eq!(v["files"]["total"], 3);
         assert_eq!(v["finished"], true);
-        assert_eq!(v["requests"].as_object().unwrap().len(), crate::stats::RequestKind::ALL.len());
+        assert_eq!(
+            v["requests"].as_object().unwrap().len(),
+            crate::stats::RequestKind::ALL.len()
+        );
     }
 
     #[tokio::test]
@@ -270,7 +309,9 @@ mod tests {
         let path = dir.path().join("progress.json");
         let stats = Arc::new(Stats::default());
         let p = ProgressFile::start(path.clone(), "copy", stats.clone());
-        let read = || -> serde_json::Value { serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap() };
+        let read = || -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+        };
         for _ in 0..200 {
             if path.exists() {
                 break;
@@ -289,7 +330,11 @@ mod tests {
     #[tokio::test]
     async fn a_file_that_cannot_be_written_does_not_fail_the_command() {
         let dir = tempfile::tempdir().unwrap();
-        let p = ProgressFile::start(dir.path().join("no/such/dir/progress.json"), "copy", Arc::new(Stats::default()));
+        let p = ProgressFile::start(
+            dir.path().join("no/such/dir/progress.json"),
+            "copy",
+            Arc::new(Stats::default()),
+        );
         p.finish().await;
     }
 }

@@ -17,7 +17,12 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { max_retries: 5, base: Duration::from_millis(200), max_delay: Duration::from_secs(30), budget: Duration::from_secs(300) }
+        RetryPolicy {
+            max_retries: 5,
+            base: Duration::from_millis(200),
+            max_delay: Duration::from_secs(30),
+            budget: Duration::from_secs(300),
+        }
     }
 }
 
@@ -25,7 +30,10 @@ impl RetryPolicy {
     /// Delay before retry number `attempt` (0-based): uniformly random in [d/2, d] where d
     /// doubles each time, so synchronized clients spread out.
     pub fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << attempt.min(16)).min(self.max_delay);
+        let exp = self
+            .base
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_delay);
         let half = exp / 2;
         let jittered = half + Duration::from_nanos(fastrand::u64(0..=half.as_nanos() as u64));
         match retry_after {
@@ -50,7 +58,9 @@ where
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        let Some(label) = err.retry_label() else { return Err(err) };
+        let Some(label) = err.retry_label() else {
+            return Err(err);
+        };
         if attempt >= policy.max_retries || started.elapsed() >= policy.budget {
             return Err(err);
         }
@@ -66,11 +76,21 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     fn fast() -> RetryPolicy {
-        RetryPolicy { max_retries: 3, base: Duration::from_millis(1), max_delay: Duration::from_millis(5), budget: Duration::from_secs(5) }
+        RetryPolicy {
+            max_retries: 3,
+            base: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            budget: Duration::from_secs(5),
+        }
     }
 
     fn http(status: u16) -> StoreError {
-        StoreError::Http { status, code: None, message: String::new(), retry_after: None }
+        StoreError::Http {
+            status,
+            code: None,
+            message: String::new(),
+            retry_after: None,
+        }
     }
 
     #[tokio::test]
@@ -103,7 +123,11 @@ mod tests {
         })
         .await;
         assert!(r.is_err());
-        assert_eq!(calls.load(Ordering::SeqCst), 4, "one try plus three retries");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "one try plus three retries"
+        );
 
         calls.store(0, Ordering::SeqCst);
         let r: Result<()> = retry(&fast(), &stats, || async {

@@ -50,7 +50,10 @@ pub enum Verdict {
 impl Verdict {
     /// Whether the bytes (or the node) must be written again.
     pub fn rewrites(self) -> bool {
-        matches!(self, Verdict::New | Verdict::TypeChanged | Verdict::Changed | Verdict::Undecided)
+        matches!(
+            self,
+            Verdict::New | Verdict::TypeChanged | Verdict::Changed | Verdict::Undecided
+        )
     }
 }
 
@@ -67,7 +70,12 @@ pub struct Attrs {
 
 impl Attrs {
     #[cfg(test)]
-    pub const NONE: Attrs = Attrs { mode: false, owner: false, xattrs: false, times: false };
+    pub const NONE: Attrs = Attrs {
+        mode: false,
+        owner: false,
+        xattrs: false,
+        times: false,
+    };
 }
 
 /// Below this the difference is noise from printing or storing fewer digits (other tools keep
@@ -92,7 +100,11 @@ fn bytes(src: &Entry, dst: &Entry, compare: Compare) -> Verdict {
     // same second, is carried.
     if src.kind == Kind::Symlink && compare != Compare::None {
         if let (Some(a), Some(b)) = (src.md5, dst.md5) {
-            return if a == b { Verdict::Same } else { Verdict::Changed };
+            return if a == b {
+                Verdict::Same
+            } else {
+                Verdict::Changed
+            };
         }
     }
     let (Some(s), Some(d)) = (src.size, dst.size) else {
@@ -126,15 +138,21 @@ pub fn meta_differs(src: &Entry, dst: &Entry, attrs: Attrs) -> bool {
 /// The first attribute `attrs` names that differs where both sides know it, said for a person.
 pub fn meta_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String> {
     match (src.mode, dst.mode) {
-        (Some(a), Some(b)) if attrs.mode && a != b => return Some(format!("mode {a:04o} != {b:04o}")),
+        (Some(a), Some(b)) if attrs.mode && a != b => {
+            return Some(format!("mode {a:04o} != {b:04o}"))
+        }
         _ => {}
     }
     match (src.owner, dst.owner) {
-        (Some(a), Some(b)) if attrs.owner && a != b => return Some(format!("owner {}:{} != {}:{}", a.0, a.1, b.0, b.1)),
+        (Some(a), Some(b)) if attrs.owner && a != b => {
+            return Some(format!("owner {}:{} != {}:{}", a.0, a.1, b.0, b.1))
+        }
         _ => {}
     }
     match (src.xattrs, dst.xattrs) {
-        (Some(a), Some(b)) if attrs.xattrs && a != b => Some("extended attributes or ACLs differ".to_string()),
+        (Some(a), Some(b)) if attrs.xattrs && a != b => {
+            Some("extended attributes or ACLs differ".to_string())
+        }
         _ => None,
     }
 }
@@ -142,7 +160,9 @@ pub fn meta_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String>
 /// `meta_difference`, and a file's or symlink's mtime too: what `verify --metadata` checks
 /// once the bytes are known to be the same.
 pub fn full_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String> {
-    if matches!(src.kind, Kind::File | Kind::Symlink) && same_mtime(src.mtime, dst.mtime) == Some(false) {
+    if matches!(src.kind, Kind::File | Kind::Symlink)
+        && same_mtime(src.mtime, dst.mtime) == Some(false)
+    {
         let (a, b) = (src.mtime.expect("compared"), dst.mtime.expect("compared"));
         return Some(format!("mtime {a} != {b}"));
     }
@@ -172,15 +192,28 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs
 /// Whether bytes told the same by their MD5 (or a symlink's target) carry another mtime: size
 /// and size-mtime comparisons never see one (the first by choice, the second calls it a change).
 fn mtime_alone_differs(src: &Entry, dst: &Entry, compare: Compare) -> bool {
-    let by_digest = compare == Compare::Md5 || (src.kind == Kind::Symlink && src.md5.is_some() && dst.md5.is_some());
-    by_digest && matches!(src.kind, Kind::File | Kind::Symlink) && same_mtime(src.mtime, dst.mtime) == Some(false)
+    let by_digest = compare == Compare::Md5
+        || (src.kind == Kind::Symlink && src.md5.is_some() && dst.md5.is_some());
+    by_digest
+        && matches!(src.kind, Kind::File | Kind::Symlink)
+        && same_mtime(src.mtime, dst.mtime) == Some(false)
 }
 
 /// An undecided verdict settled by the two sides' content hashes: unknown on either side is
 /// copied, since copying is the only way to be sure.
-pub fn by_hashes(src: &Entry, dst: &Entry, src_md5: Option<[u8; 16]>, dst_md5: Option<[u8; 16]>, attrs: Attrs) -> Verdict {
+pub fn by_hashes(
+    src: &Entry,
+    dst: &Entry,
+    src_md5: Option<[u8; 16]>,
+    dst_md5: Option<[u8; 16]>,
+    attrs: Attrs,
+) -> Verdict {
     match (src_md5, dst_md5) {
-        (Some(a), Some(b)) if a == b && (meta_differs(src, dst, attrs) || (attrs.times && same_mtime(src.mtime, dst.mtime) == Some(false))) => {
+        (Some(a), Some(b))
+            if a == b
+                && (meta_differs(src, dst, attrs)
+                    || (attrs.times && same_mtime(src.mtime, dst.mtime) == Some(false))) =>
+        {
             Verdict::MetaOnly
         }
         (Some(a), Some(b)) if a == b => Verdict::Same,
@@ -193,52 +226,186 @@ mod tests {
     use super::*;
 
     fn f(path: &str, size: Option<u64>, mtime: Option<&str>, md5: Option<u8>) -> Entry {
-        Entry { path: path.into(), kind: Kind::File, size, mtime: mtime.and_then(Mtime::parse), md5: md5.map(|b| [b; 16]), ..Default::default() }
+        Entry {
+            path: path.into(),
+            kind: Kind::File,
+            size,
+            mtime: mtime.and_then(Mtime::parse),
+            md5: md5.map(|b| [b; 16]),
+            ..Default::default()
+        }
     }
 
-    const ALL: Attrs = Attrs { mode: true, owner: true, xattrs: true, times: true };
+    const ALL: Attrs = Attrs {
+        mode: true,
+        owner: true,
+        xattrs: true,
+        times: true,
+    };
 
     #[test]
     fn bytes_follow_the_comparison() {
         use Verdict::*;
         let src = f("a", Some(5), Some("100.000000000"), Some(1));
-        let dir = Entry { kind: Kind::Dir, ..f("a", Some(0), None, None) };
+        let dir = Entry {
+            kind: Kind::Dir,
+            ..f("a", Some(0), None, None)
+        };
         assert_eq!(classify(&src, None, Compare::Size, ALL), New);
-        assert_eq!(classify(&src, Some(&dir), Compare::Size, ALL), TypeChanged, "a directory in the way is replaced");
-        assert_eq!(classify(&dir, Some(&src), Compare::Size, ALL), TypeChanged, "a file in the way is replaced");
-        assert_eq!(classify(&src, Some(&f("a", None, None, None)), Compare::Size, ALL), Undecided);
-        assert_eq!(classify(&f("a", None, None, None), Some(&src), Compare::Size, ALL), Undecided);
-        for c in [Compare::Size, Compare::SizeMtime, Compare::Md5, Compare::None] {
-            assert_eq!(classify(&src, Some(&f("a", Some(6), Some("100"), Some(1))), c, ALL), Changed);
+        assert_eq!(
+            classify(&src, Some(&dir), Compare::Size, ALL),
+            TypeChanged,
+            "a directory in the way is replaced"
+        );
+        assert_eq!(
+            classify(&dir, Some(&src), Compare::Size, ALL),
+            TypeChanged,
+            "a file in the way is replaced"
+        );
+        assert_eq!(
+            classify(&src, Some(&f("a", None, None, None)), Compare::Size, ALL),
+            Undecided
+        );
+        assert_eq!(
+            classify(&f("a", None, None, None), Some(&src), Compare::Size, ALL),
+            Undecided
+        );
+        for c in [
+            Compare::Size,
+            Compare::SizeMtime,
+            Compare::Md5,
+            Compare::None,
+        ] {
+            assert_eq!(
+                classify(&src, Some(&f("a", Some(6), Some("100"), Some(1))), c, ALL),
+                Changed
+            );
         }
-        assert_eq!(classify(&src, Some(&src.clone()), Compare::None, ALL), Changed);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("7"), Some(2))), Compare::Size, ALL), Same);
+        assert_eq!(
+            classify(&src, Some(&src.clone()), Compare::None, ALL),
+            Changed
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), Some("7"), Some(2))),
+                Compare::Size,
+                ALL
+            ),
+            Same
+        );
         // size-mtime: equal within a microsecond, else undecided (never changed, never same).
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001"), None)), Compare::SizeMtime, ALL), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("99.999999"), None)), Compare::SizeMtime, ALL), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("100.000001001"), None)), Compare::SizeMtime, ALL), Undecided);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), Some("200"), None)), Compare::SizeMtime, ALL), Undecided);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::SizeMtime, ALL), Undecided);
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), Some("100.000001"), None)),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Same
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), Some("99.999999"), None)),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Same
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), Some("100.000001001"), None)),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Undecided
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), Some("200"), None)),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Undecided
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), None, None)),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Undecided
+        );
         // md5: both known decide; one missing is undecided.
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(1))), Compare::Md5, ALL), Same);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, Some(2))), Compare::Md5, ALL), Changed);
-        assert_eq!(classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5, ALL), Undecided);
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), None, Some(1))),
+                Compare::Md5,
+                ALL
+            ),
+            Same
+        );
+        assert_eq!(
+            classify(
+                &src,
+                Some(&f("a", Some(5), None, Some(2))),
+                Compare::Md5,
+                ALL
+            ),
+            Changed
+        );
+        assert_eq!(
+            classify(&src, Some(&f("a", Some(5), None, None)), Compare::Md5, ALL),
+            Undecided
+        );
     }
 
     #[test]
     fn a_symlink_is_told_by_its_target() {
         use Verdict::*;
-        let link = |target: &[u8], mtime: &str| Entry { kind: Kind::Symlink, md5: Some(crate::hash::digest(target)), ..f("l", Some(target.len() as u64), Some(mtime), None) };
+        let link = |target: &[u8], mtime: &str| Entry {
+            kind: Kind::Symlink,
+            md5: Some(crate::hash::digest(target)),
+            ..f("l", Some(target.len() as u64), Some(mtime), None)
+        };
         let old = link(b"libfoo.so.1.2.3", "100");
         for c in [Compare::Size, Compare::SizeMtime, Compare::Md5] {
-            assert_eq!(classify(&link(b"libfoo.so.1.2.4", "100"), Some(&old), c, ALL), Changed, "{c:?}");
+            assert_eq!(
+                classify(&link(b"libfoo.so.1.2.4", "100"), Some(&old), c, ALL),
+                Changed,
+                "{c:?}"
+            );
             assert_eq!(classify(&old.clone(), Some(&old), c, ALL), Same, "{c:?}");
-            assert_eq!(classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, ALL), MetaOnly, "{c:?}: a touched link");
-            assert_eq!(classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, Attrs::NONE), Same, "{c:?}");
+            assert_eq!(
+                classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, ALL),
+                MetaOnly,
+                "{c:?}: a touched link"
+            );
+            assert_eq!(
+                classify(&link(b"libfoo.so.1.2.3", "200"), Some(&old), c, Attrs::NONE),
+                Same,
+                "{c:?}"
+            );
         }
         // A target not read on one side: the size and mtime rules, as for a file.
-        let unread = Entry { md5: None, ..old.clone() };
-        assert_eq!(classify(&link(b"libfoo.so.1.2.4", "100"), Some(&unread), Compare::SizeMtime, ALL), Same);
+        let unread = Entry {
+            md5: None,
+            ..old.clone()
+        };
+        assert_eq!(
+            classify(
+                &link(b"libfoo.so.1.2.4", "100"),
+                Some(&unread),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Same
+        );
     }
 
     #[test]
@@ -247,37 +414,114 @@ mod tests {
         let src = f("a", Some(5), Some("200"), Some(1));
         let dst = f("a", Some(5), Some("100"), Some(1));
         assert_eq!(classify(&src, Some(&dst), Compare::Md5, ALL), MetaOnly);
-        assert_eq!(classify(&src, Some(&dst), Compare::Md5, Attrs::NONE), Same, "times not kept");
-        assert_eq!(classify(&src, Some(&dst), Compare::Size, ALL), Same, "size alone, by choice");
-        assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, ALL), Undecided);
-        assert_eq!(by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), ALL), MetaOnly);
-        assert_eq!(by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), Attrs::NONE), Same);
+        assert_eq!(
+            classify(&src, Some(&dst), Compare::Md5, Attrs::NONE),
+            Same,
+            "times not kept"
+        );
+        assert_eq!(
+            classify(&src, Some(&dst), Compare::Size, ALL),
+            Same,
+            "size alone, by choice"
+        );
+        assert_eq!(
+            classify(&src, Some(&dst), Compare::SizeMtime, ALL),
+            Undecided
+        );
+        assert_eq!(
+            by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), ALL),
+            MetaOnly
+        );
+        assert_eq!(
+            by_hashes(&src, &dst, Some([1; 16]), Some([1; 16]), Attrs::NONE),
+            Same
+        );
     }
 
     #[test]
     fn metadata_alone_is_a_metadata_update() {
         use Verdict::*;
-        let src = Entry { mode: Some(0o640), owner: Some((1, 2)), xattrs: Some(9), ..f("a", Some(5), Some("100"), None) };
+        let src = Entry {
+            mode: Some(0o640),
+            owner: Some((1, 2)),
+            xattrs: Some(9),
+            ..f("a", Some(5), Some("100"), None)
+        };
         let same = classify(&src, Some(&src.clone()), Compare::SizeMtime, ALL);
         assert_eq!(same, Same);
         for dst in [
-            Entry { mode: Some(0o644), ..src.clone() },
-            Entry { owner: Some((1, 3)), ..src.clone() },
-            Entry { xattrs: Some(8), ..src.clone() },
+            Entry {
+                mode: Some(0o644),
+                ..src.clone()
+            },
+            Entry {
+                owner: Some((1, 3)),
+                ..src.clone()
+            },
+            Entry {
+                xattrs: Some(8),
+                ..src.clone()
+            },
         ] {
-            assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, ALL), MetaOnly, "{dst:?}");
-            assert_eq!(classify(&src, Some(&dst), Compare::SizeMtime, Attrs::NONE), Same, "not kept, not compared");
+            assert_eq!(
+                classify(&src, Some(&dst), Compare::SizeMtime, ALL),
+                MetaOnly,
+                "{dst:?}"
+            );
+            assert_eq!(
+                classify(&src, Some(&dst), Compare::SizeMtime, Attrs::NONE),
+                Same,
+                "not kept, not compared"
+            );
         }
         // Unknown on one side is no difference (a blob without POSIX metadata).
-        let bare = Entry { mode: None, owner: None, xattrs: None, ..src.clone() };
+        let bare = Entry {
+            mode: None,
+            owner: None,
+            xattrs: None,
+            ..src.clone()
+        };
         assert_eq!(classify(&src, Some(&bare), Compare::SizeMtime, ALL), Same);
         // Bytes that differ win over metadata.
-        let longer = Entry { size: Some(6), mode: Some(0o600), ..src.clone() };
-        assert_eq!(classify(&src, Some(&longer), Compare::SizeMtime, ALL), Changed);
+        let longer = Entry {
+            size: Some(6),
+            mode: Some(0o600),
+            ..src.clone()
+        };
+        assert_eq!(
+            classify(&src, Some(&longer), Compare::SizeMtime, ALL),
+            Changed
+        );
         // A directory: its mode and owner, not its mtime.
-        let d = Entry { kind: Kind::Dir, size: Some(0), ..src.clone() };
-        assert_eq!(classify(&d, Some(&Entry { mtime: Mtime::parse("5"), ..d.clone() }), Compare::SizeMtime, ALL), Same);
-        assert_eq!(classify(&d, Some(&Entry { mode: Some(0o700), ..d.clone() }), Compare::SizeMtime, ALL), MetaOnly);
+        let d = Entry {
+            kind: Kind::Dir,
+            size: Some(0),
+            ..src.clone()
+        };
+        assert_eq!(
+            classify(
+                &d,
+                Some(&Entry {
+                    mtime: Mtime::parse("5"),
+                    ..d.clone()
+                }),
+                Compare::SizeMtime,
+                ALL
+            ),
+            Same
+        );
+        assert_eq!(
+            classify(
+                &d,
+                Some(&Entry {
+                    mode: Some(0o700),
+                    ..d.clone()
+                }),
+                Compare::SizeMtime,
+                ALL
+            ),
+            MetaOnly
+        );
         assert_eq!(classify(&d, Some(&d.clone()), Compare::Md5, ALL), Same);
     }
 }

@@ -72,8 +72,15 @@ impl Stats {
     /// copied, skipped or judged: what a progress report counts as done.
     pub fn done(&self) -> (u64, u64) {
         let g = Stats::get;
-        let files = g(&self.files_copied) + g(&self.files_skipped) + g(&self.files_failed) + g(&self.files_ignored) + g(&self.files_verified);
-        (files, g(&self.bytes_copied) + g(&self.bytes_skipped) + g(&self.bytes_verified))
+        let files = g(&self.files_copied)
+            + g(&self.files_skipped)
+            + g(&self.files_failed)
+            + g(&self.files_ignored)
+            + g(&self.files_verified);
+        (
+            files,
+            g(&self.bytes_copied) + g(&self.bytes_skipped) + g(&self.bytes_verified),
+        )
     }
 
     /// One file the service copied itself: copied, and counted apart.
@@ -89,7 +96,12 @@ impl Stats {
         if matches!(label, "429" | "503" | "timeout") {
             self.throttled.fetch_add(1, Relaxed);
         }
-        *self.retries.lock().unwrap().entry(label.to_string()).or_default() += 1;
+        *self
+            .retries
+            .lock()
+            .unwrap()
+            .entry(label.to_string())
+            .or_default() += 1;
     }
 
     pub fn failed(&self, path: String, error: String) {
@@ -99,7 +111,12 @@ impl Stats {
 
     pub fn ignored(&self, path: String, why: &str) {
         self.files_ignored.fetch_add(1, Relaxed);
-        *self.ignored_by_reason.lock().unwrap().entry(why.to_string()).or_default() += 1;
+        *self
+            .ignored_by_reason
+            .lock()
+            .unwrap()
+            .entry(why.to_string())
+            .or_default() += 1;
         let mut v = self.ignored.lock().unwrap();
         if v.len() < IGNORED_LISTED {
             v.push((path, why.to_string()));
@@ -111,7 +128,12 @@ impl Stats {
     }
 
     pub fn not_kept(&self, what: &str) {
-        *self.not_kept.lock().unwrap().entry(what.to_string()).or_default() += 1;
+        *self
+            .not_kept
+            .lock()
+            .unwrap()
+            .entry(what.to_string())
+            .or_default() += 1;
     }
 
     pub fn not_kept_by_kind(&self) -> BTreeMap<String, u64> {
@@ -132,7 +154,13 @@ impl Stats {
 
     /// A short retry summary for the progress line, e.g. "503x12 429x2".
     pub fn retry_brief(&self) -> String {
-        self.retries.lock().unwrap().iter().map(|(k, v)| format!("{k}x{v}")).collect::<Vec<_>>().join(" ")
+        self.retries
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}x{v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 }
 
@@ -208,7 +236,11 @@ impl Requests {
     /// `{"list_pages": n, "puts": n, ...}`: every kind, zeros included, so a pipeline sums
     /// reports without asking which keys there are.
     pub fn to_json(&self) -> serde_json::Value {
-        RequestKind::ALL.iter().map(|&k| (k.name().to_string(), serde_json::Value::from(self.get(k)))).collect::<serde_json::Map<_, _>>().into()
+        RequestKind::ALL
+            .iter()
+            .map(|&k| (k.name().to_string(), serde_json::Value::from(self.get(k))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 }
 

@@ -11,7 +11,10 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(bytes_per_sec: u64) -> Self {
-        Throttle { bytes_per_sec: bytes_per_sec as f64, next_free: Mutex::new(Instant::now()) }
+        Throttle {
+            bytes_per_sec: bytes_per_sec as f64,
+            next_free: Mutex::new(Instant::now()),
+        }
     }
 
     pub async fn take(&self, bytes: u64) {

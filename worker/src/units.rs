@@ -2,8 +2,12 @@
 
 fn split_number(s: &str) -> Result<(f64, &str), String> {
     let s = s.trim();
-    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let n: f64 = s[..end].parse().map_err(|_| format!("not a number: {s:?}"))?;
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let n: f64 = s[..end]
+        .parse()
+        .map_err(|_| format!("not a number: {s:?}"))?;
     Ok((n, s[end..].trim()))
 }
 
@@ -20,7 +24,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        _ => return Err(format!("unknown size unit in {s:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+        _ => {
+            return Err(format!(
+                "unknown size unit in {s:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
     };
     Ok((n * mult).round() as u64)
 }
@@ -45,7 +53,11 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         "MiB" => n * 1024.0 * 1024.0,
         "GiB" => n * 1024.0f64.powi(3),
         "TiB" => n * 1024.0f64.powi(4),
-        _ => return Err(format!("unknown rate unit in {s:?} (e.g. 500Mbps, 100MB/s, 64MiB/s)")),
+        _ => {
+            return Err(format!(
+                "unknown rate unit in {s:?} (e.g. 500Mbps, 100MB/s, 64MiB/s)"
+            ))
+        }
     };
     if bytes_per_sec < 1.0 {
         return Err(format!("rate {s:?} is below one byte per second"));

@@ -42,7 +42,11 @@ impl Class {
 }
 
 impl Wanted {
-    pub const NONE: Wanted = Wanted { xattrs: false, acls: false, privileged: false };
+    pub const NONE: Wanted = Wanted {
+        xattrs: false,
+        acls: false,
+        privileged: false,
+    };
 
     pub fn of(p: &Preserve) -> Wanted {
         // SAFETY: no arguments, no failure.
@@ -52,7 +56,11 @@ impl Wanted {
     /// What `p` keeps, for a process of effective user `euid` (`trusted.*` and `security.*`
     /// only as root).
     pub fn as_user(p: &Preserve, euid: u32) -> Wanted {
-        Wanted { xattrs: p.xattrs, acls: p.acls, privileged: euid == 0 }
+        Wanted {
+            xattrs: p.xattrs,
+            acls: p.acls,
+            privileged: euid == 0,
+        }
     }
 
     pub fn any(self) -> bool {
@@ -64,7 +72,9 @@ impl Wanted {
         if name == b"system.posix_acl_access" || name == b"system.posix_acl_default" {
             return self.acls.then_some(Class::Acl);
         }
-        let kept = name.starts_with(b"user.") || (self.privileged && (name.starts_with(b"trusted.") || name.starts_with(b"security.")));
+        let kept = name.starts_with(b"user.")
+            || (self.privileged
+                && (name.starts_with(b"trusted.") || name.starts_with(b"security.")));
         (self.xattrs && kept).then_some(Class::Xattr)
     }
 }
@@ -112,9 +122,15 @@ fn list_raw(on: &On) -> io::Result<Vec<u8>> {
         // SAFETY: valid fd or C string, and a buffer of n bytes (null with n = 0 asks the size).
         check(unsafe {
             match on {
-                On::Fd(fd) => libc::flistxattr(*fd, if n == 0 { std::ptr::null_mut() } else { p }, n),
-                On::Path(c) => libc::llistxattr(c.as_ptr(), if n == 0 { std::ptr::null_mut() } else { p }, n),
-                On::Follow(c) => libc::listxattr(c.as_ptr(), if n == 0 { std::ptr::null_mut() } else { p }, n),
+                On::Fd(fd) => {
+                    libc::flistxattr(*fd, if n == 0 { std::ptr::null_mut() } else { p }, n)
+                }
+                On::Path(c) => {
+                    libc::llistxattr(c.as_ptr(), if n == 0 { std::ptr::null_mut() } else { p }, n)
+                }
+                On::Follow(c) => {
+                    libc::listxattr(c.as_ptr(), if n == 0 { std::ptr::null_mut() } else { p }, n)
+                }
             }
         })
     })
@@ -175,7 +191,10 @@ pub fn read(on: &On, wanted: Wanted) -> io::Result<Option<Attrs>> {
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty() && wanted.keeps(n).is_some()) {
+    for name in names
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty() && wanted.keeps(n).is_some())
+    {
         let name = CString::new(name).expect("split at NUL");
         match get(on, &name) {
             Ok(v) => out.push((name, v)),
@@ -236,7 +255,10 @@ impl Refused {
 
     /// The kinds refused, for `Stats::not_kept`.
     pub fn kinds(self) -> impl Iterator<Item = &'static str> {
-        [(self.xattrs, Class::Xattr), (self.acls, Class::Acl)].into_iter().filter(|(r, _)| *r).map(|(_, c)| c.not_kept())
+        [(self.xattrs, Class::Xattr), (self.acls, Class::Acl)]
+            .into_iter()
+            .filter(|(r, _)| *r)
+            .map(|(_, c)| c.not_kept())
     }
 }
 
@@ -249,14 +271,22 @@ impl Refused {
 /// value's limit.
 pub fn apply(to: &On, want: &Attrs, now: Option<&Attrs>, wanted: Wanted) -> io::Result<Refused> {
     let mut refused = Refused::default();
-    let refusal = |e: &io::Error| unsupported(e) || matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSPC | libc::E2BIG | libc::ERANGE));
+    let refusal = |e: &io::Error| {
+        unsupported(e)
+            || matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::ENOSPC | libc::E2BIG | libc::ERANGE)
+            )
+    };
     for (name, value) in want {
         if now.is_some_and(|n| n.iter().any(|(k, v)| k == name && v == value)) {
             continue;
         }
         match set(to, name, value) {
             Ok(()) => {}
-            Err(e) if refusal(&e) => refused.note(wanted.keeps(name.as_bytes()).unwrap_or(Class::Xattr)),
+            Err(e) if refusal(&e) => {
+                refused.note(wanted.keeps(name.as_bytes()).unwrap_or(Class::Xattr))
+            }
             Err(e) => return Err(e),
         }
     }
@@ -267,7 +297,9 @@ pub fn apply(to: &On, want: &Attrs, now: Option<&Attrs>, wanted: Wanted) -> io::
         match remove(to, name) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
-            Err(e) if refusal(&e) => refused.note(wanted.keeps(name.as_bytes()).unwrap_or(Class::Xattr)),
+            Err(e) if refusal(&e) => {
+                refused.note(wanted.keeps(name.as_bytes()).unwrap_or(Class::Xattr))
+            }
             Err(e) => return Err(e),
         }
     }
@@ -277,7 +309,8 @@ pub fn apply(to: &On, want: &Attrs, now: Option<&Attrs>, wanted: Wanted) -> io::
 /// A path as a C string, for the calls above.
 pub fn c_path(p: &std::path::Path) -> io::Result<CString> {
     use std::os::unix::ffi::OsStrExt;
-    CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
 /// `/proc/self/fd/N`: the inode an `O_PATH` handle holds, by a name that follows to it.
@@ -291,14 +324,35 @@ mod tests {
 
     #[test]
     fn names_kept_follow_the_choice() {
-        let all = Wanted { xattrs: true, acls: true, privileged: false };
+        let all = Wanted {
+            xattrs: true,
+            acls: true,
+            privileged: false,
+        };
         assert_eq!(all.keeps(b"user.x"), Some(Class::Xattr));
         assert_eq!(all.keeps(b"trusted.x"), None, "not as an ordinary user");
-        assert_eq!(Wanted { privileged: true, ..all }.keeps(b"security.capability"), Some(Class::Xattr));
+        assert_eq!(
+            Wanted {
+                privileged: true,
+                ..all
+            }
+            .keeps(b"security.capability"),
+            Some(Class::Xattr)
+        );
         assert_eq!(all.keeps(b"system.posix_acl_default"), Some(Class::Acl));
         assert_eq!(all.keeps(b"system.nfs4_acl"), None);
-        assert_eq!(Wanted { acls: false, ..all }.keeps(b"system.posix_acl_access"), None);
-        assert_eq!(Wanted { xattrs: false, ..all }.keeps(b"user.x"), None);
+        assert_eq!(
+            Wanted { acls: false, ..all }.keeps(b"system.posix_acl_access"),
+            None
+        );
+        assert_eq!(
+            Wanted {
+                xattrs: false,
+                ..all
+            }
+            .keeps(b"user.x"),
+            None
+        );
     }
 
     #[test]

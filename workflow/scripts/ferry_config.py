@@ -22,7 +22,15 @@ import os
 import shlex
 import sys
 
-from ferrylib import ConfigError, check_config, coerce_cli_strings, is_blob, parse_size, redact, run_name_for
+from ferrylib import (
+    ConfigError,
+    check_config,
+    coerce_cli_strings,
+    is_blob,
+    parse_size,
+    redact,
+    run_name_for,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -42,6 +50,7 @@ RENAMED = [
     (("replicate", "mem_mb"), ("resources", "replicate", "mem_mb")),
     (("replicate", "runtime"), ("resources", "replicate", "runtime")),
 ]
+
 
 def load_yaml(path: str) -> dict:
     import yaml  # only here: `resolve` runs in Nextflow's config parsing, wherever python3 is
@@ -71,7 +80,9 @@ def _numbers_to_strings(cfg: dict, schema: dict) -> None:
         types = [types] if isinstance(types, str) else types
         if isinstance(value, dict) and "properties" in spec:
             _numbers_to_strings(value, spec)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and types == ["string"]:
+        elif (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and types == ["string"]
+        ):
             cfg[key] = str(value)
 
 
@@ -85,7 +96,10 @@ def validate(cfg: dict, schema: dict | None = None) -> None:
 
     schema = schema or load_yaml(SCHEMA)
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        validator.iter_errors(cfg),
+        key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
     if errors:
         err = errors[0]
         where = list(err.absolute_path)
@@ -118,7 +132,9 @@ def rename_old_keys(params: dict) -> list[str]:
             target[new[-1]] = deep_merge(target[new[-1]], value)
         else:
             target[new[-1]] = value
-        warnings.append(f"config field '{_field(old)}' is now '{_field(new)}'; the old name will stop working in a later release")
+        warnings.append(
+            f"config field '{_field(old)}' is now '{_field(new)}'; the old name will stop working in a later release"
+        )
     return warnings
 
 
@@ -186,9 +202,12 @@ def copy_args(cfg: dict) -> list[str]:
     # Baseline copies everything by definition; later phases let ferry re-check what the plan
     # could not decide with the configured method.
     args = [
-        "--compare", "none" if cfg["phase"] == "baseline" else cfg["compare"],
-        "--block-size", str(parse_size(c["block_size"])),
-        "--max-retries", str(c["max_retries"]),
+        "--compare",
+        "none" if cfg["phase"] == "baseline" else cfg["compare"],
+        "--block-size",
+        str(parse_size(c["block_size"])),
+        "--max-retries",
+        str(c["max_retries"]),
     ]
     # Unset, ferry adapts its depth to the store and to what it measures.
     for key in ("concurrency", "parallel_files"):
@@ -214,7 +233,8 @@ def verify_args(cfg: dict) -> list[str]:
 def prune_args(cfg: dict) -> list[str]:
     d = cfg["prune"]
     return [
-        "--max-delete", str(d["max_delete"]),
+        "--max-delete",
+        str(d["max_delete"]),
         *(["--force"] if d["force"] else []),
         *(["--dry-run"] if d["dry_run"] else []),
     ]
@@ -256,32 +276,94 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     replaced by small local trees in a stub run."""
     ends = ["{source}", "{dest}"]
     if step in ("list_source", "list_dest"):
-        return [ferry, "ls", ends[step == "list_dest"], "--recursive", "--format", "tsv", *list_args(cfg),
-                "--summary", "{summary}"]
+        return [
+            ferry,
+            "ls",
+            ends[step == "list_dest"],
+            "--recursive",
+            "--format",
+            "tsv",
+            *list_args(cfg),
+            "--summary",
+            "{summary}",
+        ]
     if step == "make_dest":
         # ferry copy refuses to create a missing container (a typo would otherwise create a new
         # one silently); the baseline is where a migration legitimately starts from nothing.
         return [ferry, "mk", "{dest}", "--source", "{source}"]
     if step == "plan":
         dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
-        return [ferry, "plan", "{source_listing}", *dest_listing, "--out", "{plan_dir}",
-                "--phase", cfg["phase"], "--compare", cfg["compare"], "{cut}"]
+        return [
+            ferry,
+            "plan",
+            "{source_listing}",
+            *dest_listing,
+            "--out",
+            "{plan_dir}",
+            "--phase",
+            cfg["phase"],
+            "--compare",
+            cfg["compare"],
+            "{cut}",
+        ]
     if step == "copy":
-        return [ferry, "copy", *ends, "--files-from", "{manifest}", *copy_args(cfg), "--no-progress",
-                "--progress-file", "{progress}", "--json"]
+        return [
+            ferry,
+            "copy",
+            *ends,
+            "--files-from",
+            "{manifest}",
+            *copy_args(cfg),
+            "--no-progress",
+            "--progress-file",
+            "{progress}",
+            "--json",
+        ]
     if step == "verify":
-        return [ferry, "verify", *ends, "--files-from", "{manifest}", *verify_args(cfg),
-                "--progress-file", "{progress}", "--json"]
+        return [
+            ferry,
+            "verify",
+            *ends,
+            "--files-from",
+            "{manifest}",
+            *verify_args(cfg),
+            "--progress-file",
+            "{progress}",
+            "--json",
+        ]
     if step == "prune":
         # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
         # counted against the job's memory.
-        return [ferry, "prune", *ends, *prune_args(cfg), "--scratch", "{scratch}", "--log", "{deleted_log}", "--json"]
+        return [
+            ferry,
+            "prune",
+            *ends,
+            *prune_args(cfg),
+            "--scratch",
+            "{scratch}",
+            "--log",
+            "{deleted_log}",
+            "--json",
+        ]
     if step == "final_check":
         return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
     if step == "replicate":
         r = cfg["replicate"]
-        return [*shlex.split(r["launcher"]), "-n", str(r["ranks"]), "{python}", "-m", "mpi4py", "{script}", *ends,
-                "--ferry", ferry, *replicate_args(cfg), "--json", "{report}"]
+        return [
+            *shlex.split(r["launcher"]),
+            "-n",
+            str(r["ranks"]),
+            "{python}",
+            "-m",
+            "mpi4py",
+            "{script}",
+            *ends,
+            "--ferry",
+            ferry,
+            *replicate_args(cfg),
+            "--json",
+            "{report}",
+        ]
     raise ValueError(f"no ferry command for step {step!r}")
 
 
@@ -304,7 +386,11 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
         # that lists a container FERRY_LIST_CONCURRENCY.
         "env": {
             **({"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {}),
-            **({"FERRY_LIST_CONCURRENCY": str(cfg["list"]["concurrency"])} if cfg["list"]["concurrency"] else {}),
+            **(
+                {"FERRY_LIST_CONCURRENCY": str(cfg["list"]["concurrency"])}
+                if cfg["list"]["concurrency"]
+                else {}
+            ),
         },
     }
     if step == "report":
@@ -325,19 +411,30 @@ def report_args(cfg: dict) -> list[str]:
     """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
     final = cfg["phase"] == "final"
     return [
-        "--run-name", run_name(cfg), "--phase", cfg["phase"], "--pass", str(cfg["pass"]),
-        "--source", redact(cfg["source"]), "--dest", redact(cfg["dest"]),
+        "--run-name",
+        run_name(cfg),
+        "--phase",
+        cfg["phase"],
+        "--pass",
+        str(cfg["pass"]),
+        "--source",
+        redact(cfg["source"]),
+        "--dest",
+        redact(cfg["dest"]),
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--final-check"] if final_check(cfg) else []),
         # Every phase's report projects the final pass, which verifies as configured.
         *(["--final-checksum"] if cfg["checksum"] else []),
         # The run directory on disk, absolute: Nextflow builds the report on a copy of the
         # records in a work directory, and the history lives beside the real one.
-        "--history", os.path.abspath(run_dir(cfg)),
+        "--history",
+        os.path.abspath(run_dir(cfg)),
     ]
 
 
-def resolve(params: dict, basedir: str = REPO, absolute: bool = False, schema: dict | None = None) -> dict:
+def resolve(
+    params: dict, basedir: str = REPO, absolute: bool = False, schema: dict | None = None
+) -> dict:
     """Defaults from config/config.yaml, overridden by params (nested maps merged, old key names
     moved to the new ones), coerced and checked; then every value a step runs with.
 
@@ -355,7 +452,11 @@ def resolve(params: dict, basedir: str = REPO, absolute: bool = False, schema: d
             for key in keys:
                 if table[key] and not is_blob(table[key]):
                     table[key] = os.path.abspath(table[key])
-    ferry = cfg["ferry_bin"] if os.path.isabs(cfg["ferry_bin"]) else os.path.join(basedir, cfg["ferry_bin"])
+    ferry = (
+        cfg["ferry_bin"]
+        if os.path.isabs(cfg["ferry_bin"])
+        else os.path.join(basedir, cfg["ferry_bin"])
+    )
     only = replicate_only(cfg)
     run = {
         "name": run_name(cfg),
@@ -378,9 +479,26 @@ def resolve(params: dict, basedir: str = REPO, absolute: bool = False, schema: d
 
 # Groups of the Nextflow parameter schema (nf-core layout); every top-level key is in one.
 NF_GROUPS = [
-    ("migration", "What to migrate, and which phase", ["source", "dest", "phase", "run_name", "pass", "outdir"]),
-    ("steps", "What each step does: listing, planning (change detection, partitions), copying, verifying",
-     ["ferry_bin", "auth", "list", "plan", "compare", "copy", "checksum", "verify_download", "final_check"]),
+    (
+        "migration",
+        "What to migrate, and which phase",
+        ["source", "dest", "phase", "run_name", "pass", "outdir"],
+    ),
+    (
+        "steps",
+        "What each step does: listing, planning (change detection, partitions), copying, verifying",
+        [
+            "ferry_bin",
+            "auth",
+            "list",
+            "plan",
+            "compare",
+            "copy",
+            "checksum",
+            "verify_download",
+            "final_check",
+        ],
+    ),
     ("safety", "Deleting in the final phase", ["prune"]),
     ("resources", "Retries and what each step asks the executor for", ["job_retries", "resources"]),
     ("replicate", "MPI replication (-entry REPLICATE, docs/replicate.md)", ["replicate"]),
@@ -436,15 +554,28 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry_config.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     res = sub.add_parser("resolve", help="check a config and print its resolution (JSON)")
-    res.add_argument("params", nargs="?", default="-", help="JSON of the parameters to apply over the defaults (- for stdin)")
+    res.add_argument(
+        "params",
+        nargs="?",
+        default="-",
+        help="JSON of the parameters to apply over the defaults (- for stdin)",
+    )
     res.add_argument("--basedir", default=REPO, help="what a relative ferry_bin is relative to")
-    res.add_argument("--absolute", action="store_true",
-                     help="make local source/dest paths absolute (tasks that run elsewhere than here)")
+    res.add_argument(
+        "--absolute",
+        action="store_true",
+        help="make local source/dest paths absolute (tasks that run elsewhere than here)",
+    )
     sub.add_parser("nextflow-schema", help="print nextflow_schema.json")
     args = parser.parse_args(argv)
 
     if args.command == "nextflow-schema":
-        json.dump(nextflow_schema(load_yaml(SCHEMA), load_yaml(DEFAULTS)), sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(
+            nextflow_schema(load_yaml(SCHEMA), load_yaml(DEFAULTS)),
+            sys.stdout,
+            indent=2,
+            ensure_ascii=False,
+        )
         sys.stdout.write("\n")
         return 0
     text = sys.stdin.read() if args.params == "-" else open(args.params, encoding="utf-8").read()

@@ -71,7 +71,8 @@ import sys
 import time
 
 from ferry_task import HISTORY, RUN_STARTED
-from ferrylib import REQUEST_KINDS as KINDS, fmt_bytes, load_json, write_json
+from ferrylib import REQUEST_KINDS as KINDS
+from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
 STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
@@ -82,10 +83,11 @@ RECENT = 3
 
 # --- time ----------------------------------------------------------------------------------------
 
+
 def iso(epoch: float | None) -> str | None:
     if epoch is None:
         return None
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
 
 def epoch(text: str | None) -> float | None:
@@ -98,6 +100,7 @@ def epoch(text: str | None) -> float | None:
 
 
 # --- the start marker --------------------------------------------------------------------------
+
 
 def run_root(run_dir: str) -> str:
     """<outdir>/<run_name>: the phase directories' parent, where the history lives."""
@@ -135,12 +138,19 @@ def gone(marker: dict, starts: list[float]) -> bool:
 
 def starts(root: str) -> list[float]:
     """When each run of the migration began, recorded or not."""
-    found = [epoch(r.get("started")) for r in read(root)] + [epoch(m.get("started")) for _, m in markers(root)]
+    found = [epoch(r.get("started")) for r in read(root)] + [
+        epoch(m.get("started")) for _, m in markers(root)
+    ]
     return [s for s in found if s is not None]
 
 
-def start(run_dir: str, engine: str, report_args: list[str], pid: int | None = None,
-          now: float | None = None) -> dict:
+def start(
+    run_dir: str,
+    engine: str,
+    report_args: list[str],
+    pid: int | None = None,
+    now: float | None = None,
+) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
     run's marker. The engine writes it, not a step: only the engine knows that one run began
@@ -150,7 +160,7 @@ def start(run_dir: str, engine: str, report_args: list[str], pid: int | None = N
     settle(run_root(run_dir), starting=now)
     os.makedirs(run_dir, exist_ok=True)
     marker = {
-        "run_id": f"{dt.datetime.fromtimestamp(now, dt.timezone.utc):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
+        "run_id": f"{dt.datetime.fromtimestamp(now, dt.UTC):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
         "engine": engine,
         "host": socket.gethostname(),
         "pid": pid,
@@ -179,6 +189,7 @@ def markers(root: str) -> list[tuple[str, dict]]:
 
 
 # --- the records ---------------------------------------------------------------------------------
+
 
 def read(root: str) -> list[dict]:
     """The records as appended, the first of each run_id (a record is never rewritten)."""
@@ -236,8 +247,9 @@ def _int(value) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-def record(report: dict, marker: dict | None, run_dir_name: str, status: str, ended: float,
-           pass_: int = 1) -> dict:
+def record(
+    report: dict, marker: dict | None, run_dir_name: str, status: str, ended: float, pass_: int = 1
+) -> dict:
     """A run's record from its report (ferry_report.build) and its start marker."""
     marker = marker or {}
     plan = report.get("plan") or {}
@@ -260,26 +272,50 @@ def record(report: dict, marker: dict | None, run_dir_name: str, status: str, en
         "started": iso(started),
         "ended": iso(ended),
         "wall_seconds": round(ended - started, 3) if started else None,
-        "source": {"files": (plan.get("source") or {}).get("files"), "bytes": (plan.get("source") or {}).get("bytes")},
-        "dest": {"files": (plan.get("dest") or {}).get("files"), "bytes": (plan.get("dest") or {}).get("bytes")},
-        "planned": {
-            "files": _int(to_copy.get("files")), "bytes": _int(to_copy.get("bytes")),
-            **{k: _int(to_copy.get(k)) for k in ("new", "changed", "metadata_only", "type_changed", "undecided")},
-            "deleted": _int(extra.get("files")), "deleted_bytes": _int(extra.get("bytes")),
+        "source": {
+            "files": (plan.get("source") or {}).get("files"),
+            "bytes": (plan.get("source") or {}).get("bytes"),
         },
-        "copied": {"files": _int(totals["files"].get("copied")), "bytes": _int(totals["bytes"].get("copied"))},
-        "verified": {"files": sum(_int(v) for v in verify.values()), **{k: _int(v) for k, v in verify.items()}},
+        "dest": {
+            "files": (plan.get("dest") or {}).get("files"),
+            "bytes": (plan.get("dest") or {}).get("bytes"),
+        },
+        "planned": {
+            "files": _int(to_copy.get("files")),
+            "bytes": _int(to_copy.get("bytes")),
+            **{
+                k: _int(to_copy.get(k))
+                for k in ("new", "changed", "metadata_only", "type_changed", "undecided")
+            },
+            "deleted": _int(extra.get("files")),
+            "deleted_bytes": _int(extra.get("bytes")),
+        },
+        "copied": {
+            "files": _int(totals["files"].get("copied")),
+            "bytes": _int(totals["bytes"].get("copied")),
+        },
+        "verified": {
+            "files": sum(_int(v) for v in verify.values()),
+            **{k: _int(v) for k, v in verify.items()},
+        },
         "checksum": bool(report.get("checksum_verified")),
         # What the report lists as failed: files, verify differences, jobs without a result.
         "failed": len(report.get("failures") or []),
         "retries": _int((totals.get("retries") or {}).get("total")),
         "requests": {
             "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
-            "by_step": {s: {k: _int(c.get(k)) for k in KINDS} for s, c in (requests.get("by_step") or {}).items()},
+            "by_step": {
+                s: {k: _int(c.get(k)) for k in KINDS}
+                for s, c in (requests.get("by_step") or {}).items()
+            },
         },
         "steps": {
-            s: {"seconds": per_step[s].get("seconds", 0.0), "span": per_step[s].get("span_seconds", per_step[s].get("seconds", 0.0))}
-            for s in STEPS if s in per_step
+            s: {
+                "seconds": per_step[s].get("seconds", 0.0),
+                "span": per_step[s].get("span_seconds", per_step[s].get("seconds", 0.0)),
+            }
+            for s in STEPS
+            if s in per_step
         },
         "partitions": len(report.get("partitions") or []),
         "depth": totals.get("depth") or {"mode": None, "final": None, "peak": None},
@@ -305,7 +341,9 @@ def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     import ferry_report  # here: ferry_report appends records through this module
 
     args = ferry_report.parser().parse_args(["build", marker_dir, *marker.get("report_args", [])])
-    report = ferry_report.build(marker_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
+    report = ferry_report.build(
+        marker_dir, args.run_name, args.phase, args.source, args.dest, complete=False
+    )
     report["checksum_verified"] = args.checksum
     ended = last_activity(marker_dir) or epoch(marker.get("started")) or time.time()
     return record(report, marker, os.path.basename(marker_dir), status, ended, args.pass_)
@@ -331,8 +369,13 @@ def settle(root: str, starting: float | None = None, skip: str | None = None) ->
     return added
 
 
-def record_run(run_dir: str, report: dict, ended_in_error: bool = False, pass_: int = 1,
-               now: float | None = None) -> dict:
+def record_run(
+    run_dir: str,
+    report: dict,
+    ended_in_error: bool = False,
+    pass_: int = 1,
+    now: float | None = None,
+) -> dict:
     """The report step's part: settle the runs killed before this one, append this run's record
     (its marker names it), and return it. run_dir is the run directory on disk, where the marker is."""
     root = run_root(run_dir)
@@ -342,7 +385,14 @@ def record_run(run_dir: str, report: dict, ended_in_error: bool = False, pass_: 
         # graph, another target): nothing of the phase ran, there is nothing to record.
         return {}
     now = time.time() if now is None else now
-    rec = record(report, marker, os.path.basename(os.path.abspath(run_dir)), status_of(report, ended_in_error), now, pass_)
+    rec = record(
+        report,
+        marker,
+        os.path.basename(os.path.abspath(run_dir)),
+        status_of(report, ended_in_error),
+        now,
+        pass_,
+    )
     settle(root, skip=rec["run_id"])
     append(root, rec)
     return rec
@@ -358,13 +408,16 @@ def load(run_root: str) -> list[dict]:
         if marker["run_id"] in recorded:
             continue
         try:
-            records.append(unrecorded(marker_dir, marker, "killed" if gone(marker, began) else "running"))
+            records.append(
+                unrecorded(marker_dir, marker, "killed" if gone(marker, began) else "running")
+            )
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
     return sorted(records, key=lambda r: epoch(r.get("started")) or 0.0)
 
 
 # --- the projection ------------------------------------------------------------------------------
+
 
 def span(rec: dict, step: str) -> float:
     return float((rec.get("steps") or {}).get(step, {}).get("span") or 0.0)
@@ -389,7 +442,8 @@ def overhead(rec: dict) -> float:
     steps, the report. Measured per pass so the projection of a pass like the last one is its
     wall time, not just its steps'."""
     steps = max(span(rec, "list_source"), span(rec, "list_dest")) + sum(
-        span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check"))
+        span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check")
+    )
     return max(0.0, float(rec.get("wall_seconds") or 0.0) - steps)
 
 
@@ -409,14 +463,25 @@ def trend(passes: list[dict]) -> list[dict]:
         files, byts = delta_of(rec)
         # Incremental passes never delete: extra_on_dest grows from pass to pass, and only what
         # is new since the previous pass is this interval's share.
-        before = 0 if prev.get("phase") == "final" else _int((prev.get("planned") or {}).get("deleted"))
+        before = (
+            0 if prev.get("phase") == "final" else _int((prev.get("planned") or {}).get("deleted"))
+        )
         deleted = max(0, _int((rec.get("planned") or {}).get("deleted")) - before)
-        out.append({
-            "run_id": rec.get("run_id"), "pass": rec.get("pass"), "phase": rec.get("phase"),
-            "started": rec.get("started"), "hours_since_previous": round(hours, 4),
-            "files": files, "bytes": byts, "deleted": deleted,
-            "files_per_hour": files / hours, "bytes_per_hour": byts / hours, "deleted_per_hour": deleted / hours,
-        })
+        out.append(
+            {
+                "run_id": rec.get("run_id"),
+                "pass": rec.get("pass"),
+                "phase": rec.get("phase"),
+                "started": rec.get("started"),
+                "hours_since_previous": round(hours, 4),
+                "files": files,
+                "bytes": byts,
+                "deleted": deleted,
+                "files_per_hour": files / hours,
+                "bytes_per_hour": byts / hours,
+                "deleted_per_hour": deleted / hours,
+            }
+        )
     return out
 
 
@@ -434,27 +499,59 @@ def rates(passes: list[dict]) -> dict:
     size_verifies = [r for r in passes if not r.get("checksum") and verified_most(r)][-RECENT:]
     md5_verifies = [r for r in passes if r.get("checksum")][-RECENT:]
     return {
-        "list_source_files_per_s": pooled(recent, lambda r: files_of(r, "source"), lambda r: span(r, "list_source")),
-        "list_dest_files_per_s": pooled(recent, lambda r: files_of(r, "dest"), lambda r: span(r, "list_dest")),
-        "plan_entries_per_s": pooled(recent, lambda r: files_of(r, "source") + files_of(r, "dest"), lambda r: span(r, "plan")),
-        "copy_files_per_s": pooled(with_copies, lambda r: r["copied"]["files"], lambda r: span(r, "copy")),
-        "copy_bytes_per_s": pooled(with_copies, lambda r: r["copied"]["bytes"], lambda r: span(r, "copy")),
-        "verify_files_per_s": pooled(size_verifies, lambda r: _int((r.get("verified") or {}).get("files")), lambda r: span(r, "verify")),
-        "verify_md5_bytes_per_s": pooled(md5_verifies, lambda r: _int((r.get("source") or {}).get("bytes")), lambda r: span(r, "verify")),
-        "prune_entries_per_s": pooled(passes[-RECENT:], lambda r: _int((r.get("planned") or {}).get("deleted")), lambda r: span(r, "prune")),
-        "final_check_entries_per_s": pooled(passes[-RECENT:], lambda r: files_of(r, "source") + files_of(r, "dest"),
-                                            lambda r: span(r, "final_check")),
+        "list_source_files_per_s": pooled(
+            recent, lambda r: files_of(r, "source"), lambda r: span(r, "list_source")
+        ),
+        "list_dest_files_per_s": pooled(
+            recent, lambda r: files_of(r, "dest"), lambda r: span(r, "list_dest")
+        ),
+        "plan_entries_per_s": pooled(
+            recent, lambda r: files_of(r, "source") + files_of(r, "dest"), lambda r: span(r, "plan")
+        ),
+        "copy_files_per_s": pooled(
+            with_copies, lambda r: r["copied"]["files"], lambda r: span(r, "copy")
+        ),
+        "copy_bytes_per_s": pooled(
+            with_copies, lambda r: r["copied"]["bytes"], lambda r: span(r, "copy")
+        ),
+        "verify_files_per_s": pooled(
+            size_verifies,
+            lambda r: _int((r.get("verified") or {}).get("files")),
+            lambda r: span(r, "verify"),
+        ),
+        "verify_md5_bytes_per_s": pooled(
+            md5_verifies,
+            lambda r: _int((r.get("source") or {}).get("bytes")),
+            lambda r: span(r, "verify"),
+        ),
+        "prune_entries_per_s": pooled(
+            passes[-RECENT:],
+            lambda r: _int((r.get("planned") or {}).get("deleted")),
+            lambda r: span(r, "prune"),
+        ),
+        "final_check_entries_per_s": pooled(
+            passes[-RECENT:],
+            lambda r: files_of(r, "source") + files_of(r, "dest"),
+            lambda r: span(r, "final_check"),
+        ),
         "overhead_seconds": sum(overhead(r) for r in recent) / len(recent) if recent else 0.0,
     }
 
 
 def requests_per_unit(passes: list[dict], step: str, units) -> dict[str, float]:
     """A step's Blob requests of each kind per unit of its work (entry listed, file copied, ...)."""
-    recent = [r for r in passes if step in ((r.get("requests") or {}).get("by_step") or {}) and units(r) > 0][-RECENT:]
+    recent = [
+        r
+        for r in passes
+        if step in ((r.get("requests") or {}).get("by_step") or {}) and units(r) > 0
+    ][-RECENT:]
     total_units = sum(units(r) for r in recent)
     if not total_units:
         return {}
-    return {k: sum(_int(r["requests"]["by_step"][step].get(k)) for r in recent) / total_units for k in KINDS}
+    return {
+        k: sum(_int(r["requests"]["by_step"][step].get(k)) for r in recent) / total_units
+        for k in KINDS
+    }
 
 
 def seconds_for(units: float, rate: float | None) -> float:
@@ -470,26 +567,44 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     recent_moves = moves[-RECENT:]
     hours = max(0.0, (at - (epoch(last.get("started")) or at)) / 3600)
     if recent_moves:
-        per_hour = {k: sum(m[k] for m in recent_moves) / len(recent_moves) for k in ("files_per_hour", "bytes_per_hour", "deleted_per_hour")}
-        assumptions.append(f"the source changes at the rate the last {len(recent_moves)} passes found: "
-                           f"{per_hour['files_per_hour']:,.0f} files and {fmt_bytes(per_hour['bytes_per_hour'])} per hour")
+        per_hour = {
+            k: sum(m[k] for m in recent_moves) / len(recent_moves)
+            for k in ("files_per_hour", "bytes_per_hour", "deleted_per_hour")
+        }
+        assumptions.append(
+            f"the source changes at the rate the last {len(recent_moves)} passes found: "
+            f"{per_hour['files_per_hour']:,.0f} files and {fmt_bytes(per_hour['bytes_per_hour'])} per hour"
+        )
     else:
         per_hour = {"files_per_hour": 0.0, "bytes_per_hour": 0.0, "deleted_per_hour": 0.0}
-        assumptions.append("no incremental pass yet: the rate of change is unknown and taken as none")
+        assumptions.append(
+            "no incremental pass yet: the rate of change is unknown and taken as none"
+        )
     delta_files = per_hour["files_per_hour"] * hours
     delta_bytes = per_hour["bytes_per_hour"] * hours
-    pending_deletes = 0 if last.get("phase") == "final" else _int((last.get("planned") or {}).get("deleted"))
+    pending_deletes = (
+        0 if last.get("phase") == "final" else _int((last.get("planned") or {}).get("deleted"))
+    )
     deletes = pending_deletes + per_hour["deleted_per_hour"] * hours
     source = files_of(last, "source")
     dest = files_of(last, "dest") or source  # after the baseline the destination holds the source
-    assumptions.append(f"the trees are as large as the last pass listed them ({source:,} files at the source)")
+    assumptions.append(
+        f"the trees are as large as the last pass listed them ({source:,} files at the source)"
+    )
 
-    listing = max(seconds_for(source, r["list_source_files_per_s"]),
-                  seconds_for(dest, r["list_dest_files_per_s"] or r["list_source_files_per_s"]))
+    listing = max(
+        seconds_for(source, r["list_source_files_per_s"]),
+        seconds_for(dest, r["list_dest_files_per_s"] or r["list_source_files_per_s"]),
+    )
     if not r["list_dest_files_per_s"]:
-        assumptions.append("the destination lists as fast as the source (no destination listing measured)")
+        assumptions.append(
+            "the destination lists as fast as the source (no destination listing measured)"
+        )
     plan = seconds_for(source + dest, r["plan_entries_per_s"])
-    copy = max(seconds_for(delta_files, r["copy_files_per_s"]), seconds_for(delta_bytes, r["copy_bytes_per_s"]))
+    copy = max(
+        seconds_for(delta_files, r["copy_files_per_s"]),
+        seconds_for(delta_bytes, r["copy_bytes_per_s"]),
+    )
     if (delta_files or delta_bytes) and not r["copy_files_per_s"]:
         assumptions.append("no copy measured yet: the copy's time is unknown")
     final = phase == "final"
@@ -498,31 +613,59 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     if verified and not r["verify_files_per_s"]:
         # A verify by size reads what a listing of both sides reads.
         verify = listing
-        assumptions.append("verifying takes as long as listing both sides (no verify of most of the tree measured)")
+        assumptions.append(
+            "verifying takes as long as listing both sides (no verify of most of the tree measured)"
+        )
     if final and checksum:
         md5_rate = r["verify_md5_bytes_per_s"] or r["copy_bytes_per_s"]
         verify = max(verify, seconds_for(_int((last.get("source") or {}).get("bytes")), md5_rate))
         if not r["verify_md5_bytes_per_s"]:
-            assumptions.append("verifying by MD5 reads every byte at the copy's measured bytes/s (no MD5 verify measured)")
+            assumptions.append(
+                "verifying by MD5 reads every byte at the copy's measured bytes/s (no MD5 verify measured)"
+            )
     if final:
-        assumptions.append(f"the final pass verifies every source file ({'by MD5' if checksum else 'by size'})")
-    prune = seconds_for(deletes, r["prune_entries_per_s"] or r["copy_files_per_s"]) if final else 0.0
+        assumptions.append(
+            f"the final pass verifies every source file ({'by MD5' if checksum else 'by size'})"
+        )
+    prune = (
+        seconds_for(deletes, r["prune_entries_per_s"] or r["copy_files_per_s"]) if final else 0.0
+    )
     if final and deletes and not r["prune_entries_per_s"]:
         assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
     final_check = 0.0
     if final:
-        final_check = seconds_for(source + dest, r["final_check_entries_per_s"]) if r["final_check_entries_per_s"] else listing
+        final_check = (
+            seconds_for(source + dest, r["final_check_entries_per_s"])
+            if r["final_check_entries_per_s"]
+            else listing
+        )
         if not r["final_check_entries_per_s"]:
             assumptions.append("the final check takes as long as the listing (none measured)")
-    steps = {"listing": listing, "plan": plan, "copy": copy, "verify": verify, "prune": prune,
-             "final_check": final_check, "overhead": r["overhead_seconds"]}
-    assumptions.append("each step's time grows in proportion to its work; the overhead (engine start-up, "
-                       "scheduling, the report) stays what the last passes measured")
+    steps = {
+        "listing": listing,
+        "plan": plan,
+        "copy": copy,
+        "verify": verify,
+        "prune": prune,
+        "final_check": final_check,
+        "overhead": r["overhead_seconds"],
+    }
+    assumptions.append(
+        "each step's time grows in proportion to its work; the overhead (engine start-up, "
+        "scheduling, the report) stays what the last passes measured"
+    )
 
-    units = {"list_source": source, "list_dest": dest, "copy": delta_files, "verify": verified,
-             "prune": deletes if final else 0, "final_check": (source + dest) if final else 0}
+    units = {
+        "list_source": source,
+        "list_dest": dest,
+        "copy": delta_files,
+        "verify": verified,
+        "prune": deletes if final else 0,
+        "final_check": (source + dest) if final else 0,
+    }
     measured_units = {
-        "list_source": lambda x: files_of(x, "source"), "list_dest": lambda x: files_of(x, "dest"),
+        "list_source": lambda x: files_of(x, "source"),
+        "list_dest": lambda x: files_of(x, "dest"),
         "copy": lambda x: _int((x.get("copied") or {}).get("files")),
         "verify": lambda x: _int((x.get("verified") or {}).get("files")),
         "prune": lambda x: _int((x.get("planned") or {}).get("deleted")),
@@ -535,7 +678,11 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     return {
         "seconds": round(sum(steps.values()), 3),
         "steps": {k: round(v, 3) for k, v in steps.items()},
-        "delta": {"files": round(delta_files), "bytes": round(delta_bytes), "deleted": round(deletes)},
+        "delta": {
+            "files": round(delta_files),
+            "bytes": round(delta_bytes),
+            "deleted": round(deletes),
+        },
         "requests": round(sum(by_kind.values())),
         "requests_by_kind": {k: round(v) for k, v in by_kind.items()},
         "rates": r,
@@ -556,16 +703,25 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
     bph = recent[-1]["bytes_per_hour"]
     fph = recent[-1]["files_per_hour"]
     if (copy_bph and bph > copy_bph) or (copy_fph and fph > copy_fph):
-        return "diverging", (f"the delta grows faster than a pass can copy it: {fmt_bytes(bph)} and {fph:,.0f} files "
-                             f"change per hour, a pass copies {fmt_bytes(copy_bph)} and {copy_fph:,.0f} files per hour")
+        return "diverging", (
+            f"the delta grows faster than a pass can copy it: {fmt_bytes(bph)} and {fph:,.0f} files "
+            f"change per hour, a pass copies {fmt_bytes(copy_bph)} and {copy_fph:,.0f} files per hour"
+        )
     files = [m["files"] for m in recent]
     if all(b < a for a, b in zip(files, files[1:])):
-        return "converging", f"each of the last {len(files)} passes found a smaller delta ({', '.join(f'{f:,}' for f in files)} files)"
+        return (
+            "converging",
+            f"each of the last {len(files)} passes found a smaller delta ({', '.join(f'{f:,}' for f in files)} files)",
+        )
     if files[-1] > files[-2] * 1.1:
-        return "diverging", (f"the passes' deltas are not decreasing ({', '.join(f'{f:,}' for f in files)} files): "
-                             "the source changes faster between passes than the passes get shorter")
-    return "steady", (f"the passes' deltas no longer shrink ({', '.join(f'{f:,}' for f in files)} files): more "
-                      "incremental passes will not make the final pass shorter; what remains is listing and verifying")
+        return "diverging", (
+            f"the passes' deltas are not decreasing ({', '.join(f'{f:,}' for f in files)} files): "
+            "the source changes faster between passes than the passes get shorter"
+        )
+    return "steady", (
+        f"the passes' deltas no longer shrink ({', '.join(f'{f:,}' for f in files)} files): more "
+        "incremental passes will not make the final pass shorter; what remains is listing and verifying"
+    )
 
 
 def actual_requests(rec: dict) -> int:
@@ -582,38 +738,66 @@ def backtest(passes: list[dict]) -> list[dict]:
             continue
         est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")))
         actual = float(rec["wall_seconds"])
-        out.append({
-            "run_id": rec.get("run_id"), "pass": rec.get("pass"), "phase": rec.get("phase"),
-            "projected_seconds": est["seconds"], "actual_seconds": round(actual, 3),
-            "error_seconds": round(est["seconds"] - actual, 3),
-            "error_pct": round(100 * (est["seconds"] - actual) / actual, 1) if actual else None,
-            "projected_requests": est["requests"], "actual_requests": actual_requests(rec),
-        })
+        out.append(
+            {
+                "run_id": rec.get("run_id"),
+                "pass": rec.get("pass"),
+                "phase": rec.get("phase"),
+                "projected_seconds": est["seconds"],
+                "actual_seconds": round(actual, 3),
+                "error_seconds": round(est["seconds"] - actual, 3),
+                "error_pct": round(100 * (est["seconds"] - actual) / actual, 1) if actual else None,
+                "projected_requests": est["requests"],
+                "actual_requests": actual_requests(rec),
+            }
+        )
     return out
 
 
-def project(records: list[dict], now: float | None = None, phase: str = "final",
-            checksum: bool | None = None) -> dict:
+def project(
+    records: list[dict],
+    now: float | None = None,
+    phase: str = "final",
+    checksum: bool | None = None,
+) -> dict:
     """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
     records (load()'s list; failed, killed and running ones are not measures of a pass).
     checksum: whether that pass verifies by MD5 (default: as the last final pass did, else not)."""
     now = time.time() if now is None else now
-    passes = sorted((r for r in records if r.get("status") == "complete" and epoch(r.get("started"))),
-                    key=lambda r: epoch(r["started"]))
+    passes = sorted(
+        (r for r in records if r.get("status") == "complete" and epoch(r.get("started"))),
+        key=lambda r: epoch(r["started"]),
+    )
     base = {"phase": phase, "at": iso(now), "records": len(records), "passes": len(passes)}
     if not passes:
-        return {**base, "ok": False, "why_not": "no complete pass recorded yet", "line": "no projection: no complete pass recorded yet"}
+        return {
+            **base,
+            "ok": False,
+            "why_not": "no complete pass recorded yet",
+            "line": "no projection: no complete pass recorded yet",
+        }
     if checksum is None:
-        checksum = next((bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False)
+        checksum = next(
+            (bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False
+        )
     est = estimate(passes, now, phase, checksum)
     state, why = convergence(est["trend"], est["rates"])
-    result = {**base, "ok": True, "why_not": None, "checksum": checksum, **est,
-              "converging": state, "why": why, "backtest": backtest(passes)}
+    result = {
+        **base,
+        "ok": True,
+        "why_not": None,
+        "checksum": checksum,
+        **est,
+        "converging": state,
+        "why": why,
+        "backtest": backtest(passes),
+    }
     result["line"] = line(result)
     return result
 
 
 # --- words ---------------------------------------------------------------------------------------
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None:
@@ -625,18 +809,30 @@ def duration(seconds: float | None) -> str:
     return f"{int(seconds // 3600)} h {seconds % 3600 / 60:.0f} min"
 
 
-STEP_WORDS = [("listing", "listing"), ("plan", "plan"), ("copy", "copy"), ("verify", "verify"),
-              ("prune", "prune"), ("final_check", "final check"), ("overhead", "overhead")]
+STEP_WORDS = [
+    ("listing", "listing"),
+    ("plan", "plan"),
+    ("copy", "copy"),
+    ("verify", "verify"),
+    ("prune", "prune"),
+    ("final_check", "final check"),
+    ("overhead", "overhead"),
+]
 
 
 def line(p: dict) -> str:
     """'a final pass started now would take ≈ 14 min (listing 6 min + ...), with ≈ 12,400 Blob requests'"""
     if not p.get("ok"):
         return p.get("line") or f"no projection: {p.get('why_not')}"
-    parts = " + ".join(f"{word} {duration(p['steps'][key])}" for key, word in STEP_WORDS
-                       if key in p["steps"] and (p["steps"][key] or key in ("listing", "copy", "verify")))
-    return (f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
-            f"with ≈ {p['requests']:,} Blob requests; passes {p.get('converging', 'unknown')}")
+    parts = " + ".join(
+        f"{word} {duration(p['steps'][key])}"
+        for key, word in STEP_WORDS
+        if key in p["steps"] and (p["steps"][key] or key in ("listing", "copy", "verify"))
+    )
+    return (
+        f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
+        f"with ≈ {p['requests']:,} Blob requests; passes {p.get('converging', 'unknown')}"
+    )
 
 
 def history_markdown(records: list[dict]) -> list[str]:
@@ -662,16 +858,28 @@ def history_markdown(records: list[dict]) -> list[str]:
 def projection_markdown(p: dict) -> list[str]:
     if not p.get("ok"):
         return [f"No projection: {p.get('why_not')}."]
-    lines = [f"**{line(p)[0].upper() + line(p)[1:]}.**", "",
-             f"Passes: **{p['converging']}** — {p['why']}.", "", "Assumptions:", ""]
+    lines = [
+        f"**{line(p)[0].upper() + line(p)[1:]}.**",
+        "",
+        f"Passes: **{p['converging']}** — {p['why']}.",
+        "",
+        "Assumptions:",
+        "",
+    ]
     lines += [f"- {a}" for a in p["assumptions"]]
-    lines += ["", "Projected against measured, for every pass that had a predecessor (projected from the passes before it):", "",
-              "| pass | phase | projected | actual | error | projected requests | actual requests |",
-              "|---:|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "Projected against measured, for every pass that had a predecessor (projected from the passes before it):",
+        "",
+        "| pass | phase | projected | actual | error | projected requests | actual requests |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
     for b in p["backtest"]:
         pct = f"{b['error_pct']:+.0f} %" if b["error_pct"] is not None else "-"
-        lines.append(f"| {b['pass']} | {b['phase']} | {duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
-                     f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |")
+        lines.append(
+            f"| {b['pass']} | {b['phase']} | {duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
+            f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |"
+        )
     if not p["backtest"]:
         lines.append("| (no pass with a predecessor yet) | | | | | | |")
     return lines
@@ -680,10 +888,14 @@ def projection_markdown(p: dict) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry_history.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    proj = sub.add_parser("project", help="project the final pass started now from RUN_ROOT's history")
+    proj = sub.add_parser(
+        "project", help="project the final pass started now from RUN_ROOT's history"
+    )
     proj.add_argument("run_root", help="<outdir>/<run_name>, above the phase directories")
     proj.add_argument("--phase", default="final", choices=["incremental", "final"])
-    proj.add_argument("--checksum", action="store_true", default=None, help="the final pass verifies by MD5")
+    proj.add_argument(
+        "--checksum", action="store_true", default=None, help="the final pass verifies by MD5"
+    )
     proj.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="the history of RUN_ROOT")
     show.add_argument("run_root")
@@ -691,19 +903,27 @@ def main(argv=None) -> int:
     st = sub.add_parser("start", help="the engines' start hook: leave RUN_DIR's start marker")
     st.add_argument("run_dir")
     st.add_argument("--engine", required=True)
-    st.add_argument("--pid", type=int, help="the engine's process id (default: this process's parent)")
-    st.epilog = "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
+    st.add_argument(
+        "--pid", type=int, help="the engine's process id (default: this process's parent)"
+    )
+    st.epilog = (
+        "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
+    )
     argv = sys.argv[1:] if argv is None else list(argv)
     # The report's options follow `--` as they are; argparse would read them as this command's.
-    report_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    report_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
 
     if args.command == "start":
         start(args.run_dir, args.engine, report_args, args.pid or os.getppid())
         return 0
     records = load(args.run_root)
     if args.command == "show":
-        print(json.dumps(records, indent=2, ensure_ascii=False) if args.json else "\n".join(history_markdown(records)))
+        print(
+            json.dumps(records, indent=2, ensure_ascii=False)
+            if args.json
+            else "\n".join(history_markdown(records))
+        )
         return 0
     result = project(records, phase=args.phase, checksum=args.checksum)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["line"])

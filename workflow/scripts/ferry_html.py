@@ -32,9 +32,18 @@ from ferrylib import fmt_bytes, load_json
 # One colour per step, in the pipeline's order (ferry_task.RECORDS), so a step looks the same in
 # every plot; "list" stands for both listings and making the destination.
 COLOURS = {
-    "list": "#7f8fa6", "list_source": "#7f8fa6", "list_dest": "#a4b0be", "make_dest": "#c8d0da",
-    "plan": "#6ab04c", "copy": "#2e86de", "verify": "#f39c12", "prune": "#c0392b",
-    "final_check": "#8e44ad", "replicate": "#16a085", "report": "#95a5a6", "planned": "#2e86de",
+    "list": "#7f8fa6",
+    "list_source": "#7f8fa6",
+    "list_dest": "#a4b0be",
+    "make_dest": "#c8d0da",
+    "plan": "#6ab04c",
+    "copy": "#2e86de",
+    "verify": "#f39c12",
+    "prune": "#c0392b",
+    "final_check": "#8e44ad",
+    "replicate": "#16a085",
+    "report": "#95a5a6",
+    "planned": "#2e86de",
     "listing": "#7f8fa6",
 }
 OTHER_COLOUR = "#576574"
@@ -43,8 +52,12 @@ PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
 # Progress files the worker rewrites while a job runs (ferry_task.PROGRESS); a job still running
 # has no timing file yet, so its bar on the timeline comes from there.
 PROGRESS_DIR, PROGRESS_FILE = os.path.split(PROGRESS)
-PROGRESS_NAME = re.compile(re.escape(PROGRESS_FILE).replace(re.escape("{step}"), r"(?P<step>[a-z_]+)").replace(
-    re.escape("{part}"), r"(?P<part>[^/]+?)") + "$")
+PROGRESS_NAME = re.compile(
+    re.escape(PROGRESS_FILE)
+    .replace(re.escape("{step}"), r"(?P<step>[a-z_]+)")
+    .replace(re.escape("{part}"), r"(?P<part>[^/]+?)")
+    + "$"
+)
 
 WIDTH = 860  # every plot's drawing width, px (the page is read at about 1400 px)
 
@@ -81,7 +94,7 @@ def fmt_time(t) -> str:
     if t is None or t == "":
         return "-"
     if isinstance(t, (int, float)):
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return str(t).replace("T", " ").split("+")[0].rstrip("Z")
 
 
@@ -103,14 +116,18 @@ def colour(step: str) -> str:
 
 
 def svg_open(name: str, height: int, title: str) -> list[str]:
-    return [f'<svg class="plot" id="plot-{esc(name)}" role="img" aria-label="{esc(title)}" '
-            f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" xmlns="http://www.w3.org/2000/svg">']
+    return [
+        f'<svg class="plot" id="plot-{esc(name)}" role="img" aria-label="{esc(title)}" '
+        f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" xmlns="http://www.w3.org/2000/svg">'
+    ]
 
 
 def rect(x, y, w, h, fill, tip: str, cls: str = "mark") -> str:
     # A zero-width bar is still drawn one pixel wide: a 0.1 s job must be visible on the plot.
-    return (f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 1):.1f}" height="{max(h, 1):.1f}" '
-            f'fill="{fill}"><title>{esc(tip)}</title></rect>')
+    return (
+        f'<rect class="{cls}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 1):.1f}" height="{max(h, 1):.1f}" '
+        f'fill="{fill}"><title>{esc(tip)}</title></rect>'
+    )
 
 
 def text(x, y, s, anchor="start", cls="lbl") -> str:
@@ -141,7 +158,9 @@ def y_axis(x0, y0, y1, top: float, fmt) -> list[str]:
 def legend(steps, x: float, y: float) -> list[str]:
     out = []
     for step in steps:
-        out.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{colour(step)}"/>')
+        out.append(
+            f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{colour(step)}"/>'
+        )
         out.append(text(x + 14, y, step))
         x += 24 + 7 * len(step)
     return out
@@ -168,7 +187,9 @@ def stacked_bars(name: str, title: str, columns: list[tuple[str, dict]], fmt) ->
             out.append(rect(x, y - h, bar, h, colour(key), f"{label}: {key} {fmt(value)}"))
             y -= h
         out.append(text(x + bar / 2, y0 + 16, label, "middle"))
-        out.append(text(x + bar / 2, y - 4, fmt(sum(v or 0 for v in parts.values())), "middle", "val"))
+        out.append(
+            text(x + bar / 2, y - 4, fmt(sum(v or 0 for v in parts.values())), "middle", "val")
+        )
     out += legend(keys, x0, height - 12)
     return "\n".join(out + ["</svg>"])
 
@@ -183,17 +204,32 @@ def single_run_history(report: dict) -> list[dict]:
     t = report.get("totals", {})
     tm = report.get("time", {})
     plan = (report.get("plan") or {}).get("to_copy") or {}
-    return [{
-        "phase": report.get("phase"), "pass": report.get("pass", 1), "status": report.get("status"),
-        "started": tm.get("first_job_started_at"), "ended": report.get("generated_at"),
-        "wall_seconds": tm.get("elapsed_seconds"),
-        "source": {"files": t.get("files", {}).get("source"), "bytes": t.get("bytes", {}).get("source")},
-        "planned": {key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")},
-        "copied": {"files": t.get("files", {}).get("copied"), "bytes": t.get("bytes", {}).get("copied")},
-        "failed": t.get("files", {}).get("failed"),
-        "steps": {step: {"seconds": stats.get("seconds"), "span": stats.get("span_seconds")}
-                  for step, stats in (tm.get("per_step") or {}).items()},
-    }]
+    return [
+        {
+            "phase": report.get("phase"),
+            "pass": report.get("pass", 1),
+            "status": report.get("status"),
+            "started": tm.get("first_job_started_at"),
+            "ended": report.get("generated_at"),
+            "wall_seconds": tm.get("elapsed_seconds"),
+            "source": {
+                "files": t.get("files", {}).get("source"),
+                "bytes": t.get("bytes", {}).get("source"),
+            },
+            "planned": {
+                key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")
+            },
+            "copied": {
+                "files": t.get("files", {}).get("copied"),
+                "bytes": t.get("bytes", {}).get("copied"),
+            },
+            "failed": t.get("files", {}).get("failed"),
+            "steps": {
+                step: {"seconds": stats.get("seconds"), "span": stats.get("span_seconds")}
+                for step, stats in (tm.get("per_step") or {}).items()
+            },
+        }
+    ]
 
 
 def step_seconds(value) -> float:
@@ -233,7 +269,11 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
 
 def pass_label(rec: dict) -> str:
     phase = rec.get("phase") or "?"
-    return f"{phase} {rec['pass']}" if rec.get("pass") not in (None, "", 1) or phase == "incremental" else phase
+    return (
+        f"{phase} {rec['pass']}"
+        if rec.get("pass") not in (None, "", 1) or phase == "incremental"
+        else phase
+    )
 
 
 def bench_key(path: str) -> str:
@@ -253,22 +293,39 @@ def job_spans(report: dict, run_dir: str, bench: dict[str, dict]) -> list[dict]:
     From each job's timing file (its end is the file's time) and its bytes from the report (the
     worker's JSON); a job still running has only its progress file, read up to its last update."""
     spans = []
-    for step, rows, bytes_key in (("copy", report.get("partitions", []), "bytes_copied"),
-                                  ("verify", report.get("verify_partitions", []), "bytes")):
+    for step, rows, bytes_key in (
+        ("copy", report.get("partitions", []), "bytes_copied"),
+        ("verify", report.get("verify_partitions", []), "bytes"),
+    ):
         for row in rows:
             job = bench.get(bench_key(records(step, row["id"]).bench))
             if job:
-                spans.append({"step": step, "part": row["id"], "start": job["start"],
-                              "end": job["start"] + job["seconds"], "bytes": row.get(bytes_key) or 0,
-                              "status": row.get("status"), "running": False})
+                spans.append(
+                    {
+                        "step": step,
+                        "part": row["id"],
+                        "start": job["start"],
+                        "end": job["start"] + job["seconds"],
+                        "bytes": row.get(bytes_key) or 0,
+                        "status": row.get("status"),
+                        "running": False,
+                    }
+                )
     seen = {(s["step"], s["part"]) for s in spans}
     for doc, step, part in progress_docs(run_dir):
         if (step, part) in seen or not doc.get("started"):
             continue
-        spans.append({"step": step, "part": part, "start": float(doc["started"]),
-                      "end": float(doc.get("updated") or doc["started"]),
-                      "bytes": (doc.get("bytes") or {}).get("done") or 0,
-                      "status": "ok" if doc.get("finished") else "running", "running": not doc.get("finished")})
+        spans.append(
+            {
+                "step": step,
+                "part": part,
+                "start": float(doc["started"]),
+                "end": float(doc.get("updated") or doc["started"]),
+                "bytes": (doc.get("bytes") or {}).get("done") or 0,
+                "status": "ok" if doc.get("finished") else "running",
+                "running": not doc.get("finished"),
+            }
+        )
     return sorted(spans, key=lambda s: (s["part"], s["step"] != "copy"))
 
 
@@ -296,8 +353,17 @@ def other_jobs(bench: dict[str, dict]) -> list[dict]:
             continue
         job = bench.get(bench_key(rec.bench))
         if job:
-            spans.append({"step": step, "part": None, "start": job["start"], "end": job["start"] + job["seconds"],
-                          "bytes": 0, "status": "ok", "running": False})
+            spans.append(
+                {
+                    "step": step,
+                    "part": None,
+                    "start": job["start"],
+                    "end": job["start"] + job["seconds"],
+                    "bytes": 0,
+                    "status": "ok",
+                    "running": False,
+                }
+            )
     return spans
 
 
@@ -319,29 +385,45 @@ def timeline(spans: list[dict], singles: list[dict]) -> str:
     x_of = lambda t: x0 + (WIDTH - x0 - 20) * (t - t0) / span  # noqa: E731
     for frac in (0, 0.25, 0.5, 0.75, 1):
         x = x0 + (WIDTH - x0 - 20) * frac
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top - 6}" y2="{height - 34}"/>')
+        out.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top - 6}" y2="{height - 34}"/>'
+        )
         out.append(text(x, height - 20, fmt_seconds(span * frac), "middle"))
     for i, (kind, name) in enumerate(lanes):
         y = top + i * lane_h
         out.append(text(x0 - 8, y + 13, name if kind == "step" else f"part {name}", "end"))
-        for s in (singles if kind == "step" else spans):
+        for s in singles if kind == "step" else spans:
             if (s["step"] if kind == "step" else s["part"]) != name:
                 continue
             seconds = s["end"] - s["start"]
             rate = s["bytes"] / seconds if seconds > 0 and s["bytes"] else None
-            tip = (f"{s['step']} {('part ' + s['part']) if s['part'] else ''}: {fmt_seconds(seconds)}, "
-                   f"{fmt_bytes(s['bytes'])}" + (f", {fmt_bytes(rate)}/s" if rate else "")
-                   + (" (running)" if s["running"] else "") + ("" if s["status"] in ("ok", "running") else
-                                                              f" ({s['status']})"))
+            tip = (
+                f"{s['step']} {('part ' + s['part']) if s['part'] else ''}: {fmt_seconds(seconds)}, "
+                f"{fmt_bytes(s['bytes'])}"
+                + (f", {fmt_bytes(rate)}/s" if rate else "")
+                + (" (running)" if s["running"] else "")
+                + ("" if s["status"] in ("ok", "running") else f" ({s['status']})")
+            )
             h = lane_h - 6 if kind == "step" else (lane_h - 6) / 2
             dy = 0 if kind == "step" or s["step"] == "copy" else h
             x = x_of(s["start"])
             w = x_of(s["end"]) - x
-            out.append(rect(x, y + 2 + dy, w, h, colour(s["step"]), tip,
-                            "mark running" if s["running"] else "mark"))
+            out.append(
+                rect(
+                    x,
+                    y + 2 + dy,
+                    w,
+                    h,
+                    colour(s["step"]),
+                    tip,
+                    "mark running" if s["running"] else "mark",
+                )
+            )
             if rate and w > 70 and s["step"] == "copy":
                 out.append(text(x + 4, y + 2 + dy + h - 1, f"{fmt_bytes(rate)}/s", cls="inbar"))
-    out += legend(["copy", "verify"] + list(dict.fromkeys(s["step"] for s in singles)), x0, height - 4)
+    out += legend(
+        ["copy", "verify"] + list(dict.fromkeys(s["step"] for s in singles)), x0, height - 4
+    )
     return "\n".join(out + ["</svg>"])
 
 
@@ -355,21 +437,32 @@ def throughput_curve(spans: list[dict]) -> str | None:
     t0, t1 = times[0], times[-1]
     steps = []
     for a, b in zip(times, times[1:]):
-        rate = sum(s["bytes"] / (s["end"] - s["start"]) for s in copies if s["start"] <= a and s["end"] >= b)
+        rate = sum(
+            s["bytes"] / (s["end"] - s["start"])
+            for s in copies
+            if s["start"] <= a and s["end"] >= b
+        )
         steps.append((a, b, rate))
     top = nice_max(max(r for _a, _b, r in steps))
     height, x0, y0, y1 = 200, 90, 160, 20
-    out = svg_open("throughput", height, "copy throughput over time") + y_axis(x0, y0, y1, top,
-                                                                               lambda v: f"{fmt_bytes(v)}/s")
+    out = svg_open("throughput", height, "copy throughput over time") + y_axis(
+        x0, y0, y1, top, lambda v: f"{fmt_bytes(v)}/s"
+    )
     x_of = lambda t: x0 + (WIDTH - x0 - 20) * (t - t0) / max(t1 - t0, 1e-3)  # noqa: E731
     points = []
     for a, b, rate in steps:
         y = y0 - (y0 - y1) * rate / top
         points += [f"{x_of(a):.1f},{y:.1f}", f"{x_of(b):.1f},{y:.1f}"]
-    out.append(f'<polyline class="mark line" fill="none" stroke="{colour("copy")}" stroke-width="2" '
-               f'points="{" ".join(points)}"><title>all copy jobs together</title></polyline>')
+    out.append(
+        f'<polyline class="mark line" fill="none" stroke="{colour("copy")}" stroke-width="2" '
+        f'points="{" ".join(points)}"><title>all copy jobs together</title></polyline>'
+    )
     for frac in (0, 0.5, 1):
-        out.append(text(x0 + (WIDTH - x0 - 20) * frac, height - 18, fmt_seconds((t1 - t0) * frac), "middle"))
+        out.append(
+            text(
+                x0 + (WIDTH - x0 - 20) * frac, height - 18, fmt_seconds((t1 - t0) * frac), "middle"
+            )
+        )
     return "\n".join(out + ["</svg>"])
 
 
@@ -396,27 +489,45 @@ def projection_bar(projection: dict) -> str | None:
 
 def backtest_bars(backtest: list[dict]) -> str | None:
     """Projected against actual seconds of every pass that had a predecessor."""
-    rows = [{"label": pass_label(b), "projected": b.get("projected_seconds"), "actual": b.get("actual_seconds")}
-            for b in backtest]
+    rows = [
+        {
+            "label": pass_label(b),
+            "projected": b.get("projected_seconds"),
+            "actual": b.get("actual_seconds"),
+        }
+        for b in backtest
+    ]
     rows = [b for b in rows if b["projected"] is not None and b["actual"] is not None]
     if not rows:
         return None
     top = nice_max(max(max(b["projected"], b["actual"]) for b in rows))
     height, x0, y0, y1 = 220, 70, 170, 20
     out = svg_open("backtest", height, "projected against actual time of past passes") + y_axis(
-        x0, y0, y1, top, fmt_seconds)
+        x0, y0, y1, top, fmt_seconds
+    )
     slot = (WIDTH - x0 - 20) / len(rows)
     bar = min(30, slot * 0.3)
     for i, b in enumerate(rows):
         x = x0 + slot * i + slot / 2 - bar
         for j, (key, fill) in enumerate((("projected", "#b2bec3"), ("actual", colour("copy")))):
             h = (y0 - y1) * b[key] / top
-            out.append(rect(x + j * bar, y0 - h, bar - 2, h, fill, f"{b['label']}: {key} {fmt_seconds(b[key])}"))
+            out.append(
+                rect(
+                    x + j * bar,
+                    y0 - h,
+                    bar - 2,
+                    h,
+                    fill,
+                    f"{b['label']}: {key} {fmt_seconds(b[key])}",
+                )
+            )
         out.append(text(x + bar, y0 + 16, b["label"], "middle"))
-    out += [f'<rect x="{x0}" y="{height - 17}" width="10" height="10" fill="#b2bec3"/>',
-            text(x0 + 14, height - 8, "projected"),
-            f'<rect x="{x0 + 90}" y="{height - 17}" width="10" height="10" fill="{colour("copy")}"/>',
-            text(x0 + 104, height - 8, "actual")]
+    out += [
+        f'<rect x="{x0}" y="{height - 17}" width="10" height="10" fill="#b2bec3"/>',
+        text(x0 + 14, height - 8, "projected"),
+        f'<rect x="{x0 + 90}" y="{height - 17}" width="10" height="10" fill="{colour("copy")}"/>',
+        text(x0 + 104, height - 8, "actual"),
+    ]
     return "\n".join(out + ["</svg>"])
 
 
@@ -425,11 +536,20 @@ def backtest_bars(backtest: list[dict]) -> str | None:
 
 
 def table(head: list[str], rows: list[list], numeric_from: int = 1, cls: str = "") -> str:
-    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    out = [
+        f'<table class="{cls}"><thead><tr>'
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+    ]
     for row in rows:
-        out.append("<tr>" + "".join(
-            f'<td class="num">{esc(c)}</td>' if i >= numeric_from else f"<td>{esc(c)}</td>"
-            for i, c in enumerate(row)) + "</tr>")
+        out.append(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{esc(c)}</td>' if i >= numeric_from else f"<td>{esc(c)}</td>"
+                for i, c in enumerate(row)
+            )
+            + "</tr>"
+        )
     if not rows:
         out.append(f'<tr><td colspan="{len(head)}" class="none">none</td></tr>')
     return "\n".join(out + ["</tbody></table>"])
@@ -439,61 +559,121 @@ def history_section(history: list[dict], own: bool) -> str:
     rows = []
     for rec in history:
         planned = rec.get("planned") or {}
-        rows.append([
-            pass_label(rec), rec.get("status", "-"), fmt_time(rec.get("started")), fmt_seconds(rec.get("wall_seconds")),
-            fmt_count(files_of(rec.get("source"))), fmt_bytes(bytes_of(rec.get("source"))),
-            fmt_count(files_of(planned)), fmt_bytes(bytes_of(planned)),
-            fmt_count(files_of(rec.get("copied"))), fmt_count(files_of(rec.get("failed"))),
-            fmt_count(request_total(rec)),
-        ])
-    note = ("" if not own else '<p class="note">No migration history beside this run yet (it is written by '
-            "every phase into the run's output directory): this pass is shown alone.</p>")
-    return note + table(["pass", "status", "started (UTC)", "took", "source files", "source bytes", "planned files",
-                         "planned bytes", "copied", "failed", "Blob requests"], rows, numeric_from=3)
+        rows.append(
+            [
+                pass_label(rec),
+                rec.get("status", "-"),
+                fmt_time(rec.get("started")),
+                fmt_seconds(rec.get("wall_seconds")),
+                fmt_count(files_of(rec.get("source"))),
+                fmt_bytes(bytes_of(rec.get("source"))),
+                fmt_count(files_of(planned)),
+                fmt_bytes(bytes_of(planned)),
+                fmt_count(files_of(rec.get("copied"))),
+                fmt_count(files_of(rec.get("failed"))),
+                fmt_count(request_total(rec)),
+            ]
+        )
+    note = (
+        ""
+        if not own
+        else '<p class="note">No migration history beside this run yet (it is written by '
+        "every phase into the run's output directory): this pass is shown alone.</p>"
+    )
+    return note + table(
+        [
+            "pass",
+            "status",
+            "started (UTC)",
+            "took",
+            "source files",
+            "source bytes",
+            "planned files",
+            "planned bytes",
+            "copied",
+            "failed",
+            "Blob requests",
+        ],
+        rows,
+        numeric_from=3,
+    )
 
 
 def per_pass_plots(history: list[dict]) -> str:
     delta = [(pass_label(r), {"planned": files_of(r.get("planned")) or 0}) for r in history]
-    times = [(pass_label(r), {k: step_seconds(v) for k, v in (r.get("steps") or {}).items() if step_seconds(v)})
-             for r in history]
-    parts = ['<div class="plots">',
-             "<figure>" + stacked_bars("delta", "files planned per pass", delta, fmt_count)
-             + "<figcaption>The delta: files each pass found new or changed.</figcaption></figure>"]
+    times = [
+        (
+            pass_label(r),
+            {k: step_seconds(v) for k, v in (r.get("steps") or {}).items() if step_seconds(v)},
+        )
+        for r in history
+    ]
+    parts = [
+        '<div class="plots">',
+        "<figure>"
+        + stacked_bars("delta", "files planned per pass", delta, fmt_count)
+        + "<figcaption>The delta: files each pass found new or changed.</figcaption></figure>",
+    ]
     if any(cols for _l, cols in times):
-        parts.append("<figure>" + stacked_bars("steps", "time per step per pass", times, fmt_seconds)
-                     + "<figcaption>Where each pass's time went, step by step.</figcaption></figure>")
+        parts.append(
+            "<figure>"
+            + stacked_bars("steps", "time per step per pass", times, fmt_seconds)
+            + "<figcaption>Where each pass's time went, step by step.</figcaption></figure>"
+        )
     return "\n".join(parts + ["</div>"])
 
 
 def projection_section(projection: dict | None) -> str:
     if not projection:
-        return ('<p class="note">No projection: it needs the migration history of earlier passes '
-                "(workflow/scripts/ferry_history.py).</p>")
+        return (
+            '<p class="note">No projection: it needs the migration history of earlier passes '
+            "(workflow/scripts/ferry_history.py).</p>"
+        )
     if not projection.get("ok", True):
         return f'<p class="note">No projection yet: {esc(projection.get("why_not") or "too few passes")}.</p>'
     out = [f'<p class="headline" id="projection-line">{esc(projection_line(projection))}</p>']
     converging = projection.get("converging") or "unknown"
-    out.append(f'<p class="{"ok" if converging in ("converging", "steady") else "warn"}">The passes: '
-               f"<b>{esc(converging)}</b>" + (f" ({esc(projection['why'])})" if projection.get("why") else "") + ".</p>")
+    out.append(
+        f'<p class="{"ok" if converging in ("converging", "steady") else "warn"}">The passes: '
+        f"<b>{esc(converging)}</b>"
+        + (f" ({esc(projection['why'])})" if projection.get("why") else "")
+        + ".</p>"
+    )
     bar = projection_bar(projection)
     if bar:
         out.append(f"<figure>{bar}</figure>")
     assumptions = projection.get("assumptions") or []
     if assumptions:
-        out.append("<details open><summary>Assumptions</summary><ul>"
-                   + "".join(f"<li>{esc(a)}</li>" for a in assumptions) + "</ul></details>")
+        out.append(
+            "<details open><summary>Assumptions</summary><ul>"
+            + "".join(f"<li>{esc(a)}</li>" for a in assumptions)
+            + "</ul></details>"
+        )
     backtest = projection.get("backtest") or []
     if backtest:
         out.append("<h3>The projection on past passes</h3>")
         plot = backtest_bars(backtest)
         if plot:
             out.append(f"<figure>{plot}</figure>")
-        out.append(table(["pass", "projected", "actual", "error", "requests projected", "requests actual"], [
-            [pass_label(b), fmt_seconds(b.get("projected_seconds")),
-             fmt_seconds(b.get("actual_seconds")),
-             f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-",
-             fmt_count(b.get("projected_requests")), fmt_count(b.get("actual_requests"))]
-            for b in backtest], numeric_from=1))
+        out.append(
+            table(
+                ["pass", "projected", "actual", "error", "requests projected", "requests actual"],
+                [
+                    [
+                        pass_label(b),
+                        fmt_seconds(b.get("projected_seconds")),
+                        fmt_seconds(b.get("actual_seconds")),
+                        f"{b['error_pct']:+.0f} %"
+                        if isinstance(b.get("error_pct"), (int, float))
+                        else "-",
+                        fmt_count(b.get("projected_requests")),
+                        fmt_count(b.get("actual_requests")),
+                    ]
+                    for b in backtest
+                ],
+                numeric_from=1,
+            )
+        )
     return "\n".join(out)
 
 
@@ -505,25 +685,48 @@ def projection_line(projection: dict) -> str:
     steps = projection.get("steps") or {}
     shown = " + ".join(f"{name} {fmt_seconds(steps[name])}" for name in steps if steps.get(name))
     requests = projection.get("requests")
-    return (f"A final pass started now would take ≈ {fmt_seconds(projection.get('seconds'))} ({shown})"
-            + (f", with {fmt_count(requests)} Blob requests" if requests else "") + ".")
+    return (
+        f"A final pass started now would take ≈ {fmt_seconds(projection.get('seconds'))} ({shown})"
+        + (f", with {fmt_count(requests)} Blob requests" if requests else "")
+        + "."
+    )
 
 
 def totals_section(report: dict) -> str:
     t = report["totals"]
     tm = report["time"]
     cards = [
-        ("at the source", f"{fmt_count(t['files']['source'])} files", fmt_bytes(t["bytes"]["source"])),
+        (
+            "at the source",
+            f"{fmt_count(t['files']['source'])} files",
+            fmt_bytes(t["bytes"]["source"]),
+        ),
         ("planned", f"{fmt_count(t['files']['planned'])} files", fmt_bytes(t["bytes"]["planned"])),
         ("copied", f"{fmt_count(t['files']['copied'])} files", fmt_bytes(t["bytes"]["copied"])),
-        ("failed", f"{fmt_count(t['files']['failed'])} files", f"{len(report.get('failures') or [])} failures"),
-        ("elapsed", fmt_seconds(tm.get("elapsed_seconds")), f"{fmt_seconds(tm.get('job_seconds'))} of jobs"),
-        ("partitions", f"{t['partitions']['copy_ok']}/{t['partitions']['copy']} copied",
-         f"{t['partitions']['verify_ok']}/{t['partitions']['verify']} verified"),
+        (
+            "failed",
+            f"{fmt_count(t['files']['failed'])} files",
+            f"{len(report.get('failures') or [])} failures",
+        ),
+        (
+            "elapsed",
+            fmt_seconds(tm.get("elapsed_seconds")),
+            f"{fmt_seconds(tm.get('job_seconds'))} of jobs",
+        ),
+        (
+            "partitions",
+            f"{t['partitions']['copy_ok']}/{t['partitions']['copy']} copied",
+            f"{t['partitions']['verify_ok']}/{t['partitions']['verify']} verified",
+        ),
     ]
-    return '<div class="cards">' + "".join(
-        f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div><div class="s">{esc(s)}</div></div>'
-        for k, v, s in cards) + "</div>"
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div><div class="s">{esc(s)}</div></div>'
+            for k, v, s in cards
+        )
+        + "</div>"
+    )
 
 
 def timeline_section(report: dict, run_dir: str | None) -> str:
@@ -532,31 +735,56 @@ def timeline_section(report: dict, run_dir: str | None) -> str:
     singles = other_jobs(bench)
     if not spans and not singles:
         return '<p class="note">No job timings in the run directory: no timeline.</p>'
-    out = [f"<figure>{timeline(spans, singles)}<figcaption>Each job from its start to its end (copy above, verify "
-           "below in each partition's lane); the label is the job's bytes over its wall time.</figcaption></figure>"]
+    out = [
+        f"<figure>{timeline(spans, singles)}<figcaption>Each job from its start to its end (copy above, verify "
+        "below in each partition's lane); the label is the job's bytes over its wall time.</figcaption></figure>"
+    ]
     curve = throughput_curve(spans)
     if curve:
-        out.append(f"<figure>{curve}<figcaption>All copy jobs together: each job's average rate, summed over the "
-                   "jobs running at each moment.</figcaption></figure>")
+        out.append(
+            f"<figure>{curve}<figcaption>All copy jobs together: each job's average rate, summed over the "
+            "jobs running at each moment.</figcaption></figure>"
+        )
     return "\n".join(out)
 
 
 def failures_section(report: dict) -> str:
     rows = []
     for f in (report.get("failures") or [])[:500]:
-        rows.append([f.get("stage"), f.get("partition", "-"), f.get("path", "-"),
-                     f.get("error") or f.get("reason") or f.get("status", "")])
+        rows.append(
+            [
+                f.get("stage"),
+                f.get("partition", "-"),
+                f.get("path", "-"),
+                f.get("error") or f.get("reason") or f.get("status", ""),
+            ]
+        )
     more = len(report.get("failures") or []) - len(rows)
     return table(["step", "partition", "path", "why"], rows, numeric_from=99, cls="failures") + (
-        f'<p class="note">… and {more} more in report.json.</p>' if more > 0 else "")
+        f'<p class="note">… and {more} more in report.json.</p>' if more > 0 else ""
+    )
 
 
 def partitions_section(report: dict) -> str:
-    rows = [[p["id"], p["status"], fmt_count(p["files"]), fmt_bytes(p["bytes"]), fmt_count(p.get("copied")),
-             fmt_count(p.get("skipped")), fmt_count(p.get("failed")), fmt_count(p.get("retries")),
-             fmt_seconds(p.get("job_seconds"))] for p in report.get("partitions", [])]
-    return table(["partition", "status", "files", "bytes", "copied", "skipped", "failed", "retries", "job"], rows,
-                 numeric_from=2)
+    rows = [
+        [
+            p["id"],
+            p["status"],
+            fmt_count(p["files"]),
+            fmt_bytes(p["bytes"]),
+            fmt_count(p.get("copied")),
+            fmt_count(p.get("skipped")),
+            fmt_count(p.get("failed")),
+            fmt_count(p.get("retries")),
+            fmt_seconds(p.get("job_seconds")),
+        ]
+        for p in report.get("partitions", [])
+    ]
+    return table(
+        ["partition", "status", "files", "bytes", "copied", "skipped", "failed", "retries", "job"],
+        rows,
+        numeric_from=2,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -603,7 +831,9 @@ CHECKS = """
 """
 
 
-def page(report: dict, history: list[dict], projection: dict | None, run_dir: str | None = None) -> str:
+def page(
+    report: dict, history: list[dict], projection: dict | None, run_dir: str | None = None
+) -> str:
     own = not history
     history = history or single_run_history(report)
     title = f"ferry {report['phase']} run {report['run_name']}: {report['status']}"
@@ -613,17 +843,32 @@ def page(report: dict, history: list[dict], projection: dict | None, run_dir: st
         f'<p class="meta">from <code>{esc(report["source"])}</code> to <code>{esc(report["dest"])}</code> · '
         f"generated {esc(fmt_time(report.get('generated_at')))} UTC</p>",
         totals_section(report),
-        "<h2>The final pass, projected</h2>", projection_section(projection),
-        "<h2>Migration history</h2>", history_section(history, own), per_pass_plots(history),
-        "<h2>This pass over time</h2>", timeline_section(report, run_dir),
-        "<h2>Copy partitions</h2>", partitions_section(report),
-        f"<h2>Failures ({len(report.get('failures') or [])})</h2>", failures_section(report),
+        "<h2>The final pass, projected</h2>",
+        projection_section(projection),
+        "<h2>Migration history</h2>",
+        history_section(history, own),
+        per_pass_plots(history),
+        "<h2>This pass over time</h2>",
+        timeline_section(report, run_dir),
+        "<h2>Copy partitions</h2>",
+        partitions_section(report),
+        f"<h2>Failures ({len(report.get('failures') or [])})</h2>",
+        failures_section(report),
     ]
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{esc(title)}</title>", f"<script>{CHECKS}</script>", f"<style>{STYLE}</style>",
-        "</head><body>", *body, "</body></html>", ""])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{esc(title)}</title>",
+            f"<script>{CHECKS}</script>",
+            f"<style>{STYLE}</style>",
+            "</head><body>",
+            *body,
+            "</body></html>",
+            "",
+        ]
+    )
 
 
 def history_root(run_dir: str) -> str:
@@ -646,7 +891,9 @@ def write(report: dict, html_path: str, run_dir: str, root: str | None = None) -
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="ferry_html.py", description="report.html of a run directory, from its report.json")
+    p = argparse.ArgumentParser(
+        prog="ferry_html.py", description="report.html of a run directory, from its report.json"
+    )
     p.add_argument("run_dir")
     p.add_argument("--report", help="the report JSON (default RUN_DIR/report.json)")
     p.add_argument("--out", help="the page (default: the report's name with .html)")

@@ -22,7 +22,6 @@ ferry_task.py writes for both engines), whose modification time marks the step's
 record lives is ferry_task.RECORDS.
 """
 
-
 import argparse
 import csv
 import datetime as dt
@@ -34,7 +33,8 @@ from collections import Counter, defaultdict
 import ferry_history
 import ferry_html
 from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
-from ferrylib import REQUEST_KINDS, fmt_bytes as human_bytes, load_json, write_json
+from ferrylib import REQUEST_KINDS, load_json, write_json
+from ferrylib import fmt_bytes as human_bytes
 
 STEP_ORDER = list(RECORDS)
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
@@ -60,7 +60,12 @@ def read_benchmark(path: str) -> dict | None:
             return None
 
     seconds = num("s") or 0.0
-    return {"seconds": seconds, "cpu_seconds": num("cpu_time"), "max_rss_mb": num("max_rss"), "start": end - seconds}
+    return {
+        "seconds": seconds,
+        "cpu_seconds": num("cpu_time"),
+        "max_rss_mb": num("max_rss"),
+        "start": end - seconds,
+    }
 
 
 def benchmarks(run_dir: str) -> dict[str, dict]:
@@ -87,8 +92,12 @@ def nonempty(path: str) -> bool:
 
 def failed_job(run_dir, stage, part):
     """A failure entry for a job that died without the worker's JSON: its log's last line says why."""
-    return {"stage": stage, "partition": part,
-            "error": last_log_line(records(stage, part, run_dir).log) or f"{stage} job failed without a report from the worker"}
+    return {
+        "stage": stage,
+        "partition": part,
+        "error": last_log_line(records(stage, part, run_dir).log)
+        or f"{stage} job failed without a report from the worker",
+    }
 
 
 def last_log_line(path: str) -> str:
@@ -107,7 +116,9 @@ def preparation_failures(run_dir: str) -> list[dict]:
         line = last_log_line(records(step, root=run_dir).log)
         if line:
             found.append({"stage": step, "error": line})
-    return found or [{"stage": "plan", "error": "no plan was made (listing or planning did not finish)"}]
+    return found or [
+        {"stage": "plan", "error": "no plan was made (listing or planning did not finish)"}
+    ]
 
 
 def stage_result(run_dir: str, stage: str, part: str) -> tuple[str, dict | None]:
@@ -175,13 +186,26 @@ def depth_used(docs: list[dict]) -> dict:
     depths = [d.get("concurrency") for d in docs if isinstance(d.get("concurrency"), dict)]
 
     def largest(key):
-        return max((int(c[key]) for c in depths if isinstance(c.get(key), (int, float))), default=None)
+        return max(
+            (int(c[key]) for c in depths if isinstance(c.get(key), (int, float))), default=None
+        )
 
-    return {"mode": depths[0].get("mode") if depths else None, "final": largest("final"), "peak": largest("peak")}
+    return {
+        "mode": depths[0].get("mode") if depths else None,
+        "final": largest("final"),
+        "peak": largest("peak"),
+    }
 
 
-def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, complete: bool,
-          final_check_expected: bool = False) -> dict:
+def build(
+    run_dir: str,
+    run_name: str,
+    phase: str,
+    source: str,
+    dest: str,
+    complete: bool,
+    final_check_expected: bool = False,
+) -> dict:
     plan = load_json(os.path.join(run_dir, PLAN_DIR, "plan.json"))
     bench = benchmarks(run_dir)
     failures: list[dict] = []
@@ -189,7 +213,14 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
     if plan is None:
         failures.extend(preparation_failures(run_dir))
 
-    files = {"copied": 0, "skipped": 0, "metadata_only": 0, "replaced": 0, "ignored": 0, "failed": 0}
+    files = {
+        "copied": 0,
+        "skipped": 0,
+        "metadata_only": 0,
+        "replaced": 0,
+        "ignored": 0,
+        "failed": 0,
+    }
     byts = {"copied": 0, "skipped": 0}
     retries_total = 0
     retries_by_status: Counter = Counter()
@@ -205,7 +236,9 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
             add_counts(byts, doc.get("bytes", {}), byts.keys())
             retries = doc.get("retries", {}) or {}
             retries_total += int(retries.get("total", 0) or 0)
-            retries_by_status.update({k: int(v) for k, v in (retries.get("by_status") or {}).items()})
+            retries_by_status.update(
+                {k: int(v) for k, v in (retries.get("by_status") or {}).items()}
+            )
             row.update(
                 copied=doc.get("files", {}).get("copied"),
                 skipped=doc.get("files", {}).get("skipped"),
@@ -233,7 +266,9 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         row = {"id": part, "files": spec["files"], "bytes": spec["bytes"], "status": status}
         if doc:
             add_counts(verify_totals, doc, VERIFY_KEYS)
-            row.update({key: doc.get(key, 0) for key in VERIFY_KEYS}, worker_seconds=doc.get("seconds"))
+            row.update(
+                {key: doc.get(key, 0) for key in VERIFY_KEYS}, worker_seconds=doc.get("seconds")
+            )
             for entry in doc.get("entries") or []:
                 if entry.get("status") not in ("same", "="):
                     failures.append({"stage": "verify", "partition": part, **entry})
@@ -266,9 +301,23 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 "seconds": final_check.get("seconds")
             }
             if any(final_check[key] for key in VERIFY_KEYS if key != "same"):
-                failures.append({"stage": "final_check", "error": "destination differs from source after prune", **final_check})
+                failures.append(
+                    {
+                        "stage": "final_check",
+                        "error": "destination differs from source after prune",
+                        **final_check,
+                    }
+                )
 
-    per_step: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0, "cpu_seconds": 0.0, "max_rss_mb": 0.0})
+    per_step: dict[str, dict] = defaultdict(
+        lambda: {
+            "jobs": 0,
+            "seconds": 0.0,
+            "max_seconds": 0.0,
+            "cpu_seconds": 0.0,
+            "max_rss_mb": 0.0,
+        }
+    )
     spans: dict[str, tuple[float, float]] = {}
     for key, job in bench.items():
         step = key.split("/", 1)[0]
@@ -311,10 +360,19 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         "phase": phase,
         "source": source,
         "dest": dest,
-        "generated_at": dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": dt.datetime.fromtimestamp(now, dt.UTC).isoformat(timespec="seconds"),
         "plan": {
             key: plan[key]
-            for key in ("compare", "source", "dest", "to_copy", "unchanged", "extra_on_dest", "partitioning", "verify_scope")
+            for key in (
+                "compare",
+                "source",
+                "dest",
+                "to_copy",
+                "unchanged",
+                "extra_on_dest",
+                "partitioning",
+                "verify_scope",
+            )
             if plan and key in plan
         }
         or None,
@@ -329,7 +387,10 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
                 "planned": planned.get("bytes"),
                 **byts,
             },
-            "retries": {"total": retries_total, "by_status": dict(sorted(retries_by_status.items()))},
+            "retries": {
+                "total": retries_total,
+                "by_status": dict(sorted(retries_by_status.items())),
+            },
             "partitions": {
                 "copy": len(partitions),
                 "copy_ok": sum(p["status"] == "ok" for p in partitions),
@@ -345,7 +406,9 @@ def build(run_dir: str, run_name: str, phase: str, source: str, dest: str, compl
         "time": {
             "elapsed_seconds": round(now - first_start, 3) if first_start else None,
             "first_job_started_at": (
-                dt.datetime.fromtimestamp(first_start, dt.timezone.utc).isoformat(timespec="seconds") if first_start else None
+                dt.datetime.fromtimestamp(first_start, dt.UTC).isoformat(timespec="seconds")
+                if first_start
+                else None
             ),
             "job_seconds": round(sum(job["seconds"] for job in bench.values()), 3),
             "worker_copy_seconds": round(worker_copy_seconds, 3),
@@ -493,9 +556,19 @@ def markdown(report: dict) -> str:
         if len(report["ignored"]) > 50:
             lines.append(f"- ... and {len(report['ignored']) - 50} more in report.json")
     if report.get("projection") is not None:
-        lines += ["", "## Projection of the final pass", "", *ferry_history.projection_markdown(report["projection"])]
+        lines += [
+            "",
+            "## Projection of the final pass",
+            "",
+            *ferry_history.projection_markdown(report["projection"]),
+        ]
     if report.get("history") is not None:
-        lines += ["", "## History of the migration", "", *ferry_history.history_markdown(report["history"])]
+        lines += [
+            "",
+            "## History of the migration",
+            "",
+            *ferry_history.history_markdown(report["history"]),
+        ]
     lines += ["", "## Failures", ""]
     if report["failures"]:
         shown = report["failures"][:200]
@@ -518,7 +591,9 @@ def write(report: dict, json_path: str, md_path: str, run_dir: str | None = None
         handle.write(markdown(report))
     os.replace(tmp, md_path)
     # The page people open: report.html beside report.md (ferry_html.py).
-    ferry_html.write(report, os.path.splitext(md_path)[0] + ".html", run_dir or os.path.dirname(md_path))
+    ferry_html.write(
+        report, os.path.splitext(md_path)[0] + ".html", run_dir or os.path.dirname(md_path)
+    )
 
 
 def write_incomplete(run_dir: str, report_args: list[str]) -> None:
@@ -545,16 +620,23 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
     if not os.path.isdir(args.history):
         # The report runs where the run directory is not (an Azure Batch node): a history made
         # here would be lost with the node.
-        print(f"ferry: no history: the run directory {args.history} is not on this machine", file=sys.stderr)
+        print(
+            f"ferry: no history: the run directory {args.history} is not on this machine",
+            file=sys.stderr,
+        )
         return
     try:
-        ferry_history.record_run(args.history, report, ended_in_error=ended_in_error, pass_=args.pass_)
+        ferry_history.record_run(
+            args.history, report, ended_in_error=ended_in_error, pass_=args.pass_
+        )
         records = ferry_history.load(ferry_history.run_root(args.history))
     except OSError as err:
         print(f"ferry: no history: {err}", file=sys.stderr)
         return
     report["history"] = records
-    report["projection"] = ferry_history.project(records, checksum=args.checksum or args.final_checksum)
+    report["projection"] = ferry_history.project(
+        records, checksum=args.checksum or args.final_checksum
+    )
 
 
 def discard_incomplete(run_dir: str) -> None:
@@ -567,7 +649,9 @@ def discard_incomplete(run_dir: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ferry_report.py", description="The run report of one pipeline phase.")
+    p = argparse.ArgumentParser(
+        prog="ferry_report.py", description="The run report of one pipeline phase."
+    )
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write the report of RUN_DIR")
     b.add_argument("run_dir")
@@ -577,27 +661,53 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--source", required=True, help="as it may be shown (no query string)")
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")
     b.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
-    b.add_argument("--final-check", action="store_true", help="the phase includes a final whole-tree check")
-    b.add_argument("--final-checksum", action="store_true",
-                   help="the final pass verifies by MD5 (config checksum): the projection's assumption")
-    b.add_argument("--history", metavar="DIR",
-                   help="the run directory on disk (absolute): the run's record goes to its run root's history")
+    b.add_argument(
+        "--final-check", action="store_true", help="the phase includes a final whole-tree check"
+    )
+    b.add_argument(
+        "--final-checksum",
+        action="store_true",
+        help="the final pass verifies by MD5 (config checksum): the projection's assumption",
+    )
+    b.add_argument(
+        "--history",
+        metavar="DIR",
+        help="the run directory on disk (absolute): the run's record goes to its run root's history",
+    )
     b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
     b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
-    b.add_argument("--by-status", action="store_true",
-                   help="name the files report-incomplete.* when the run is incomplete")
+    b.add_argument(
+        "--by-status",
+        action="store_true",
+        help="name the files report-incomplete.* when the run is incomplete",
+    )
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    report = build(args.run_dir, args.run_name, args.phase, args.source, args.dest, complete=True,
-                   final_check_expected=args.final_check)
+    report = build(
+        args.run_dir,
+        args.run_name,
+        args.phase,
+        args.source,
+        args.dest,
+        complete=True,
+        final_check_expected=args.final_check,
+    )
     report["checksum_verified"] = args.checksum
     add_history(report, args)
-    names = INCOMPLETE if args.by_status and report["status"] != "complete" else ("report.json", "report.md")
-    write(report, args.json_path or os.path.join(args.run_dir, names[0]), args.md_path or os.path.join(args.run_dir, names[1]),
-          args.run_dir)
+    names = (
+        INCOMPLETE
+        if args.by_status and report["status"] != "complete"
+        else ("report.json", "report.md")
+    )
+    write(
+        report,
+        args.json_path or os.path.join(args.run_dir, names[0]),
+        args.md_path or os.path.join(args.run_dir, names[1]),
+        args.run_dir,
+    )
     print(f"ferry: report {report['status']}, {len(report['failures'])} failures", file=sys.stderr)
     return 0
 

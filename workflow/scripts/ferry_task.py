@@ -37,17 +37,35 @@ class Records(NamedTuple):
 # The run directory's layout, relative to its root, for every step ferry runs ({part}: a plan
 # partition's id). Snakemake declares these paths as the rules' outputs; Nextflow publishes them.
 RECORDS = {
-    "list_source": Records("listing/source.tsv", "logs/list_source.log", "benchmarks/list_source.tsv"),
+    "list_source": Records(
+        "listing/source.tsv", "logs/list_source.log", "benchmarks/list_source.tsv"
+    ),
     "list_dest": Records("listing/dest.tsv", "logs/list_dest.log", "benchmarks/list_dest.tsv"),
-    "make_dest": Records("listing/dest-ready.txt", "logs/make_dest.log", "benchmarks/make_dest.tsv"),
+    "make_dest": Records(
+        "listing/dest-ready.txt", "logs/make_dest.log", "benchmarks/make_dest.tsv"
+    ),
     "plan": Records(None, "logs/plan.log", "benchmarks/plan.tsv"),
-    "copy": Records("copy/part-{part}.json", "logs/copy/part-{part}.log", "benchmarks/copy/part-{part}.tsv",
-                    "failed/copy-part-{part}.json"),
-    "verify": Records("verify/part-{part}.json", "logs/verify/part-{part}.log", "benchmarks/verify/part-{part}.tsv",
-                      "failed/verify-part-{part}.json"),
-    "prune": Records("prune/prune.json", "logs/prune.log", "benchmarks/prune.tsv", "failed/prune.json"),
-    "final_check": Records("verify/final-check.json", "logs/final_check.log", "benchmarks/final_check.tsv",
-                           "failed/final-check.json"),
+    "copy": Records(
+        "copy/part-{part}.json",
+        "logs/copy/part-{part}.log",
+        "benchmarks/copy/part-{part}.tsv",
+        "failed/copy-part-{part}.json",
+    ),
+    "verify": Records(
+        "verify/part-{part}.json",
+        "logs/verify/part-{part}.log",
+        "benchmarks/verify/part-{part}.tsv",
+        "failed/verify-part-{part}.json",
+    ),
+    "prune": Records(
+        "prune/prune.json", "logs/prune.log", "benchmarks/prune.tsv", "failed/prune.json"
+    ),
+    "final_check": Records(
+        "verify/final-check.json",
+        "logs/final_check.log",
+        "benchmarks/final_check.tsv",
+        "failed/final-check.json",
+    ),
     # The replication's own run directory (replicate.py writes its report, {report}, itself).
     "replicate": Records(None, "replicate.log", "benchmark.tsv"),
 }
@@ -56,7 +74,10 @@ LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORD
 DELETED_LOG = "prune/deleted.txt"
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
 # listing step writes one.
-LISTING_SUMMARIES = {"list_source": "listing/source-summary.json", "list_dest": "listing/dest-summary.json"}
+LISTING_SUMMARIES = {
+    "list_source": "listing/source-summary.json",
+    "list_dest": "listing/dest-summary.json",
+}
 # A run of the phase, from its start to its record: the engine's start hook leaves RUN_STARTED
 # in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
 # in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
@@ -100,7 +121,11 @@ def stub_ferry(configured: str) -> str:
     """A stub run may happen away from the image the config names the worker in (Azure Batch's
     -stub-run on a laptop): then the worker on PATH, or the one built in this checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (configured, shutil.which("ferry"), os.path.join(here, "..", "..", "worker", "target", "release", "ferry")):
+    for candidate in (
+        configured,
+        shutil.which("ferry"),
+        os.path.join(here, "..", "..", "worker", "target", "release", "ferry"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return configured
@@ -155,8 +180,15 @@ def prune_guard(root: str) -> list[str]:
     return problems
 
 
-def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict, stub: bool,
-             out: str | None = None) -> int:
+def run_step(
+    step: str,
+    spec: dict,
+    root: str,
+    part: str | None,
+    overrides: dict,
+    stub: bool,
+    out: str | None = None,
+) -> int:
     rec = records(step, part, root)
     if out:
         rec = rec._replace(out=out)
@@ -170,15 +202,17 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
             pass
 
     values = dict(spec.get("values", {}))
-    values.update({
-        "plan_dir": os.path.join(root, PLAN_DIR),
-        "scratch": os.path.dirname(rec.out) if rec.out else root,
-        "deleted_log": os.path.join(root, DELETED_LOG),
-        "report": os.path.join(root, "report.json"),
-        "python": sys.executable,
-        "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
-        **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
-    })
+    values.update(
+        {
+            "plan_dir": os.path.join(root, PLAN_DIR),
+            "scratch": os.path.dirname(rec.out) if rec.out else root,
+            "deleted_log": os.path.join(root, DELETED_LOG),
+            "report": os.path.join(root, "report.json"),
+            "python": sys.executable,
+            "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
+            **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
+        }
+    )
     if step in LISTING_SUMMARIES:
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
     if "run_dir" in values:
@@ -208,7 +242,9 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
         # The plan went elsewhere (Nextflow publishes it on its own): the report still finds
         # plan.json among the records.
         os.makedirs(os.path.join(root, PLAN_DIR), exist_ok=True)
-        shutil.copyfile(os.path.join(values["plan_dir"], "plan.json"), os.path.join(root, PLAN_DIR, "plan.json"))
+        shutil.copyfile(
+            os.path.join(values["plan_dir"], "plan.json"), os.path.join(root, PLAN_DIR, "plan.json")
+        )
     with open(rec.bench, "w", encoding="utf-8") as bench:
         bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
     if tmp:
@@ -225,18 +261,33 @@ def run_step(step: str, spec: dict, root: str, part: str | None, overrides: dict
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry-task", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=sorted(RECORDS))
-    parser.add_argument("--spec", required=True, help="the step's spec (JSON), from ferry_config.py resolve")
-    parser.add_argument("--records", required=True, help="root of the run directory's layout to write into")
+    parser.add_argument(
+        "--spec", required=True, help="the step's spec (JSON), from ferry_config.py resolve"
+    )
+    parser.add_argument(
+        "--records", required=True, help="root of the run directory's layout to write into"
+    )
     parser.add_argument("--part", help="the plan partition this task works on")
-    parser.add_argument("--out", help="where the step's output goes instead of its place under --records")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a placeholder's value where the engine put the input elsewhere (e.g. manifest=PATH)")
-    parser.add_argument("--stub", action="store_true", help="run on two small local trees (Nextflow's -stub-run)")
+    parser.add_argument(
+        "--out", help="where the step's output goes instead of its place under --records"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a placeholder's value where the engine put the input elsewhere (e.g. manifest=PATH)",
+    )
+    parser.add_argument(
+        "--stub", action="store_true", help="run on two small local trees (Nextflow's -stub-run)"
+    )
     args = parser.parse_args(argv)
     if "{part}" in RECORDS[args.step].log and not args.part:
         parser.error(f"{args.step} needs --part")
     overrides = dict(item.split("=", 1) for item in args.set)
-    return run_step(args.step, json.loads(args.spec), args.records, args.part, overrides, args.stub, args.out)
+    return run_step(
+        args.step, json.loads(args.spec), args.records, args.part, overrides, args.stub, args.out
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import re
-from typing import Optional
 
 # The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
 # storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
@@ -38,7 +37,18 @@ _SIZE_UNITS = {
 MANIFEST_HEADER = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs"
 
 # The kinds of Blob requests the worker counts (the `requests` of its --json output, docs/worker.md).
-REQUEST_KINDS = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes", "batches", "copies", "others")
+REQUEST_KINDS = (
+    "list_pages",
+    "puts",
+    "blocks",
+    "block_lists",
+    "gets",
+    "heads",
+    "deletes",
+    "batches",
+    "copies",
+    "others",
+)
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
@@ -58,10 +68,23 @@ def parse_size(value) -> int:
 # Rates as the worker reads them (worker/src/units.rs): bits per second are decimal, byte units
 # follow parse_size, the "/s" is optional and a bare number is bytes per second.
 _RATE_UNITS = {
-    "": 1, "B": 1,
-    "bps": 1 / 8, "Kbps": 1e3 / 8, "kbps": 1e3 / 8, "Mbps": 1e6 / 8, "Gbps": 1e9 / 8, "Tbps": 1e12 / 8,
-    "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-    "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+    "": 1,
+    "B": 1,
+    "bps": 1 / 8,
+    "Kbps": 1e3 / 8,
+    "kbps": 1e3 / 8,
+    "Mbps": 1e6 / 8,
+    "Gbps": 1e9 / 8,
+    "Tbps": 1e12 / 8,
+    "KB": 1e3,
+    "kB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "TiB": 1024**4,
 }
 _RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
 
@@ -95,10 +118,10 @@ def redact(location: str) -> str:
     return re.sub(r"^([a-z]+://)[^/@]*@", r"\1", without_query)
 
 
-def load_json(path: str) -> Optional[dict]:
+def load_json(path: str) -> dict | None:
     """A worker JSON document, or None when the file is missing, empty or cut short."""
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except FileNotFoundError:
         return None
@@ -126,9 +149,14 @@ class ConfigError(Exception):
 def check_config(cfg: dict) -> None:
     """Cross-field checks of the migration run at parse time, after the schema, before any job."""
     if not (cfg["source"] and cfg["dest"]):
-        raise ConfigError("config fields 'source' and 'dest' are required for a migration "
-                          "(for `snakemake replicate`, set replicate.source and replicate.dest instead)")
-    for field, value in (("plan.max_bytes", cfg["plan"]["max_bytes"]), ("copy.block_size", cfg["copy"]["block_size"])):
+        raise ConfigError(
+            "config fields 'source' and 'dest' are required for a migration "
+            "(for `snakemake replicate`, set replicate.source and replicate.dest instead)"
+        )
+    for field, value in (
+        ("plan.max_bytes", cfg["plan"]["max_bytes"]),
+        ("copy.block_size", cfg["copy"]["block_size"]),
+    ):
         try:
             parse_size(value)
         except ValueError as err:

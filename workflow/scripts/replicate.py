@@ -28,10 +28,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import ferrylib
 import numpy as np
 from mpi4py import MPI
-
-import ferrylib
 from replicate_bcast import Progress, Reader, Writer, broadcast, chunk_schedule, start_watchdog
 
 MAX_COLLECTIVE = 1 << 30  # Open MPI 4.1 is MPI 3.1: counts are 32-bit; stay well inside them
@@ -48,26 +47,74 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = Parser(prog="replicate.py", description="Replicate SRC to DEST on every MPI rank, reading SRC once.")
+    p = Parser(
+        prog="replicate.py",
+        description="Replicate SRC to DEST on every MPI rank, reading SRC once.",
+    )
     p.add_argument("src", metavar="SRC", help="blob prefix URL or local/NFS directory")
-    p.add_argument("dest", metavar="DEST", help="each rank's local directory; {rank} is replaced by the rank")
-    p.add_argument("--ferry", help="the worker binary (default: $FERRY_BIN, the repository's build, then PATH)")
-    p.add_argument("--manifest", help="take this ferry manifest as the listing instead of listing SRC")
-    p.add_argument("--chunk-size", default="64MiB", help="bytes per broadcast, at most 1GiB (default 64MiB)")
-    p.add_argument("--depth", type=int, default=4, help="broadcasts in flight (default 4); memory ~ chunk x depth")
-    p.add_argument("--verify", action="store_true", help="hash every copy and check it against the source's MD5")
-    p.add_argument("--compare", choices=["size-mtime", "md5"], default="size-mtime",
-                   help="when a rank's file counts as already held (default size-mtime, the worker's rule)")
-    p.add_argument("--file-weight", default="256KiB",
-                   help="per-file cost added to each size when splitting the download (default 256KiB)")
-    p.add_argument("--download-ranks", type=int, metavar="K", help="only ranks 0..K-1 read from SRC (default: all)")
-    p.add_argument("--max-bandwidth", metavar="RATE", help="cap on reading SRC, split across the downloading ranks")
-    p.add_argument("--max-broadcast-bandwidth", metavar="RATE", help="cap on the broadcast (shared fabric)")
-    p.add_argument("--stall-timeout", type=float, default=300.0,
-                   help="abort when the broadcast makes no progress this long, in seconds (0: never; default 300)")
-    p.add_argument("--json", metavar="REPORT", help="write the run report as JSON here ('-' for stdout)")
-    p.add_argument("--dry-run", action="store_true", help="list and plan, print the plan, change nothing")
-    p.add_argument("--progress-interval", type=float, default=5.0, help="seconds between progress lines")
+    p.add_argument(
+        "dest", metavar="DEST", help="each rank's local directory; {rank} is replaced by the rank"
+    )
+    p.add_argument(
+        "--ferry", help="the worker binary (default: $FERRY_BIN, the repository's build, then PATH)"
+    )
+    p.add_argument(
+        "--manifest", help="take this ferry manifest as the listing instead of listing SRC"
+    )
+    p.add_argument(
+        "--chunk-size", default="64MiB", help="bytes per broadcast, at most 1GiB (default 64MiB)"
+    )
+    p.add_argument(
+        "--depth",
+        type=int,
+        default=4,
+        help="broadcasts in flight (default 4); memory ~ chunk x depth",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every copy and check it against the source's MD5",
+    )
+    p.add_argument(
+        "--compare",
+        choices=["size-mtime", "md5"],
+        default="size-mtime",
+        help="when a rank's file counts as already held (default size-mtime, the worker's rule)",
+    )
+    p.add_argument(
+        "--file-weight",
+        default="256KiB",
+        help="per-file cost added to each size when splitting the download (default 256KiB)",
+    )
+    p.add_argument(
+        "--download-ranks",
+        type=int,
+        metavar="K",
+        help="only ranks 0..K-1 read from SRC (default: all)",
+    )
+    p.add_argument(
+        "--max-bandwidth",
+        metavar="RATE",
+        help="cap on reading SRC, split across the downloading ranks",
+    )
+    p.add_argument(
+        "--max-broadcast-bandwidth", metavar="RATE", help="cap on the broadcast (shared fabric)"
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=300.0,
+        help="abort when the broadcast makes no progress this long, in seconds (0: never; default 300)",
+    )
+    p.add_argument(
+        "--json", metavar="REPORT", help="write the run report as JSON here ('-' for stdout)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="list and plan, print the plan, change nothing"
+    )
+    p.add_argument(
+        "--progress-interval", type=float, default=5.0, help="seconds between progress lines"
+    )
     args = p.parse_args(argv)
     try:
         args.chunk_size = ferrylib.parse_size(args.chunk_size)
@@ -120,9 +167,13 @@ def bcast_bytes(comm, data: bytes | None, root: int = 0) -> bytes:
     """Broadcast a byte string of any length as buffers (length first, then ≤1 GiB pieces)."""
     n = np.array([len(data) if comm.Get_rank() == root else 0], dtype=np.int64)
     comm.Bcast(n, root=root)
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if comm.Get_rank() == root else np.empty(int(n[0]), np.uint8)
+    buf = (
+        np.frombuffer(data, dtype=np.uint8).copy()
+        if comm.Get_rank() == root
+        else np.empty(int(n[0]), np.uint8)
+    )
     for start in range(0, int(n[0]), MAX_COLLECTIVE):
-        comm.Bcast(buf[start:start + MAX_COLLECTIVE], root=root)
+        comm.Bcast(buf[start : start + MAX_COLLECTIVE], root=root)
     return buf.tobytes()
 
 
@@ -137,21 +188,30 @@ def idle_barrier(comm) -> None:
 
 
 def find_ferry(explicit: str | None) -> str:
-    for candidate in (explicit, os.environ.get("FERRY_BIN"),
-                      os.path.join(HERE, "..", "..", "worker", "target", "release", "ferry")):
+    for candidate in (
+        explicit,
+        os.environ.get("FERRY_BIN"),
+        os.path.join(HERE, "..", "..", "worker", "target", "release", "ferry"),
+    ):
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return os.path.abspath(candidate)
     found = shutil.which("ferry")
     if found:
         return found
-    raise RuntimeError("ferry binary not found: pass --ferry, set FERRY_BIN, or build it (make build)")
+    raise RuntimeError(
+        "ferry binary not found: pass --ferry, set FERRY_BIN, or build it (make build)"
+    )
 
 
-def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True, stdout=None) -> subprocess.CompletedProcess:
+def run_ferry(
+    job: Job, cmd: list, what: str, relay_stderr: bool = True, stdout=None
+) -> subprocess.CompletedProcess:
     """Run the worker; its stderr goes to ours prefixed with the rank (unless told not to), and
     its tail into the error raised when it cannot work at all (exit 2). Its stdout is returned,
     or goes to the file `stdout` when given."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=stdout or subprocess.PIPE, stderr=subprocess.PIPE
+    )
     tail = []
 
     def relay():
@@ -169,7 +229,9 @@ def run_ferry(job: Job, cmd: list, what: str, relay_stderr: bool = True, stdout=
     t.join()
     result = subprocess.CompletedProcess(cmd, proc.returncode, out, "\n".join(tail))
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {result.stderr[-2000:] or 'no message'}")
+        raise RuntimeError(
+            f"{what} failed (exit {proc.returncode}): {result.stderr[-2000:] or 'no message'}"
+        )
     return result
 
 
@@ -179,14 +241,22 @@ class Listing:
     names of the temp and journal files the worker writes beside it, each field ended by NUL."""
 
     def __init__(self, names: bytes):
-        self.lines, self.paths, partials, journals, sizes, mtimes, self.md5 = [], [], [], [], [], [], []
+        self.lines, self.paths, partials, journals, sizes, mtimes, self.md5 = (
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         self.dirs, self.ignored = [], []
         seen = set()
         fields = names.split(b"\0")
         if len(fields) % 4 != 1 or fields[-1]:
             raise ValueError("ferry names: output cut short")
         for at in range(0, len(fields) - 1, 4):
-            line, raw, partial, journal = fields[at:at + 4]
+            line, raw, partial, journal = fields[at : at + 4]
             line = line.decode("utf-8")
             path, kind, size, mtime, md5 = line.split("\t")[:5]
             # `ferry names` refuses '.' and '..'; an empty component is a legal blob name but
@@ -197,10 +267,14 @@ class Listing:
                 self.dirs.append(raw)
             elif kind != "f":
                 what = {"l": "symlink"}.get(kind, "fifo, socket or device node")
-                self.ignored.append({"path": path, "reason": f"{what} (replicate copies files and directories)"})
+                self.ignored.append(
+                    {"path": path, "reason": f"{what} (replicate copies files and directories)"}
+                )
             elif size == "-":
-                raise ValueError(f"manifest path {path!r} has no size (replicate needs sizes; "
-                                 "bare path lists are not enough)")
+                raise ValueError(
+                    f"manifest path {path!r} has no size (replicate needs sizes; "
+                    "bare path lists are not enough)"
+                )
             elif raw in seen:
                 raise ValueError(f"manifest path {path!r} is listed twice")
             else:
@@ -260,7 +334,9 @@ def take_listing(job: Job, ferry: str, workdir: str) -> Listing:
             job.say(f"listing {ferrylib.redact(job.args.src)}")
             manifest = os.path.join(workdir, "listing.tsv")
             with open(manifest, "wb") as out:
-                res = run_ferry(job, [ferry, "ls", "-r", job.args.src], "listing the source", stdout=out)
+                res = run_ferry(
+                    job, [ferry, "ls", "-r", job.args.src], "listing the source", stdout=out
+                )
             if res.returncode != 0:
                 raise RuntimeError(f"listing the source failed: {res.stderr[-2000:]}")
         res = run_ferry(job, [ferry, "names", manifest], "reading the manifest")
@@ -296,7 +372,9 @@ def holdings(job: Job, listing: Listing, dest: bytes) -> np.ndarray:
     return np.unpackbits(everyone, axis=1, count=len(listing)).astype(bool)
 
 
-def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str) -> np.ndarray:
+def assign_roots(
+    job: Job, listing: Listing, held: np.ndarray, workdir: str, ferry: str
+) -> np.ndarray:
     """The root of every file: the rank it is downloaded by or broadcast from; -1 when every rank
     already has it. Files some rank holds come from the least-loaded holder, never the source."""
     roots = np.full(len(listing), -1, dtype=np.int32)
@@ -320,14 +398,29 @@ def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, fer
             for i in missing:
                 f.write(listing.lines[i] + "\n")
         parts = os.path.join(workdir, "parts")
-        run = run_ferry(job, [ferry, "partition", manifest, "--out", parts, "--parts", str(downloaders),
-                              "--file-weight", str(job.args.file_weight)],
-                        "partitioning the download", relay_stderr=False)
+        run = run_ferry(
+            job,
+            [
+                ferry,
+                "partition",
+                manifest,
+                "--out",
+                parts,
+                "--parts",
+                str(downloaders),
+                "--file-weight",
+                str(job.args.file_weight),
+            ],
+            "partitioning the download",
+            relay_stderr=False,
+        )
         if run.returncode != 0:
             raise RuntimeError(f"ferry partition failed: {run.stderr[-2000:]}")
         position = {listing.lines[i].split("\t", 1)[0]: k for k, i in enumerate(missing)}
         for part in range(downloaders):
-            with open(os.path.join(parts, f"part-{part:05d}.tsv"), encoding="utf-8", newline="\n") as f:
+            with open(
+                os.path.join(parts, f"part-{part:05d}.tsv"), encoding="utf-8", newline="\n"
+            ) as f:
                 for line in f:
                     if line.strip() and not line.startswith("#"):
                         owner[position[line.split("\t", 1)[0]]] = part
@@ -339,8 +432,15 @@ def assign_roots(job: Job, listing: Listing, held: np.ndarray, workdir: str, fer
     return roots
 
 
-def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: str,
-             workdir: str, ferry: str) -> dict:
+def download(
+    job: Job,
+    listing: Listing,
+    roots: np.ndarray,
+    held: np.ndarray,
+    dest: str,
+    workdir: str,
+    ferry: str,
+) -> dict:
     mine = [i for i in np.flatnonzero(roots == job.rank) if not held[job.rank, i]]
     if not mine:
         return {"files": 0, "bytes": 0}
@@ -349,7 +449,18 @@ def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, de
         f.write(ferrylib.MANIFEST_HEADER + "\n")
         for i in mine:
             f.write(listing.lines[i] + "\n")
-    cmd = [ferry, "copy", job.args.src, dest, "--files-from", part, "--compare", "none", "--json", "--progress"]
+    cmd = [
+        ferry,
+        "copy",
+        job.args.src,
+        dest,
+        "--files-from",
+        part,
+        "--compare",
+        "none",
+        "--json",
+        "--progress",
+    ]
     if job.args.max_bandwidth:
         cmd += ["--max-bandwidth", str(per_rank_bandwidth(job))]
     res = run_ferry(job, cmd, "ferry copy")
@@ -359,9 +470,15 @@ def download(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, de
         raise RuntimeError(f"ferry copy printed no JSON summary: {res.stderr[-2000:]}") from None
     if res.returncode != 0 or summary["files"]["failed"]:
         failures = "; ".join(f"{f['path']}: {f['error']}" for f in summary.get("failures", [])[:5])
-        raise RuntimeError(f"ferry copy failed for {summary['files']['failed']} file(s): {failures}")
-    return {"files": summary["files"]["copied"], "bytes": summary["bytes"]["copied"],
-            "seconds": summary.get("seconds"), "retries": summary["retries"]["total"]}
+        raise RuntimeError(
+            f"ferry copy failed for {summary['files']['failed']} file(s): {failures}"
+        )
+    return {
+        "files": summary["files"]["copied"],
+        "bytes": summary["bytes"]["copied"],
+        "seconds": summary.get("seconds"),
+        "retries": summary["retries"]["total"],
+    }
 
 
 def per_rank_bandwidth(job: Job) -> int:
@@ -377,15 +494,19 @@ def root_metadata(job: Job, listing: Listing, roots: np.ndarray, dest: bytes):
         path = os.path.join(dest, listing.paths[i])
         st = os.stat(path)
         if st.st_size != listing.sizes[i]:
-            raise RuntimeError(f"{os.fsdecode(path)} is {st.st_size} bytes, the listing says "
-                               f"{listing.sizes[i]}: the source changed during the run; run again")
+            raise RuntimeError(
+                f"{os.fsdecode(path)} is {st.st_size} bytes, the listing says "
+                f"{listing.sizes[i]}: the source changed during the run; run again"
+            )
         meta[i] = (stat.S_IMODE(st.st_mode), st.st_mtime_ns)
     total = np.empty_like(meta)
     job.comm.Allreduce(meta, total, op=MPI.SUM)
     return total[:, 0], total[:, 1]
 
 
-def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
+def run_broadcast(
+    job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes
+) -> dict:
     modes, mtimes = root_metadata(job, listing, roots, dest)
     paths = [os.path.join(dest, p) for p in listing.paths]
     wanted = (roots >= 0) & ~held[job.rank] & (roots != job.rank)
@@ -396,8 +517,10 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     total = int(listing.sizes[order].sum()) if order else 0
     progress = Progress()
     args = job.args
-    job.say(f"broadcasting {len(order) + len(empty)} files, {human(total)} "
-            f"(chunks of {human(args.chunk_size)}, {args.depth} in flight)")
+    job.say(
+        f"broadcasting {len(order) + len(empty)} files, {human(total)} "
+        f"(chunks of {human(args.chunk_size)}, {args.depth} in flight)"
+    )
 
     def describe(msg):
         print(job.fail_message(msg), file=sys.stderr, flush=True)
@@ -405,20 +528,32 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     stop = start_watchdog(job.comm, progress, args.stall_timeout, describe)
     reporter = threading.Event()
     if job.rank == 0 and total:
+
         def report():
             t0 = time.monotonic()
             while not reporter.wait(args.progress_interval):
                 rate = progress.bytes / max(time.monotonic() - t0, 1e-9)
-                job.say(f"broadcast {human(progress.bytes)} / {human(total)} "
-                        f"({100 * progress.bytes / total:.0f}%), {human(rate)}/s")
+                job.say(
+                    f"broadcast {human(progress.bytes)} / {human(total)} "
+                    f"({100 * progress.bytes / total:.0f}%), {human(rate)}/s"
+                )
+
         threading.Thread(target=report, daemon=True).start()
     try:
         for i in empty:
             if wanted[i]:
                 writer.write_empty(i)
-        stats = broadcast(job.comm, chunk_schedule(order, listing.sizes, roots, args.chunk_size),
-                          args.chunk_size, args.depth, Reader(paths), writer, progress,
-                          args.max_broadcast_bandwidth or 0, polite=job.oversubscribed)
+        stats = broadcast(
+            job.comm,
+            chunk_schedule(order, listing.sizes, roots, args.chunk_size),
+            args.chunk_size,
+            args.depth,
+            Reader(paths),
+            writer,
+            progress,
+            args.max_broadcast_bandwidth or 0,
+            polite=job.oversubscribed,
+        )
     except BaseException:
         writer.discard()
         raise
@@ -430,7 +565,9 @@ def run_broadcast(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarra
     return stats
 
 
-def check_replicas(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes) -> dict:
+def check_replicas(
+    job: Job, listing: Listing, roots: np.ndarray, held: np.ndarray, dest: bytes
+) -> dict:
     """Every rank hashes every listed file it has. Files with a source MD5 are checked against it;
     the others against the copy of the rank they came from (all copies must agree)."""
     digests = hash_files([os.path.join(dest, p) for p in listing.paths], range(len(listing)))
@@ -444,11 +581,23 @@ def check_replicas(job: Job, listing: Listing, roots: np.ndarray, held: np.ndarr
     for i in range(len(listing)):
         expected = listing.md5[i] or reference[i].tobytes().hex()
         if digests[i] != expected:
-            against = "the source's Content-MD5" if listing.md5[i] else f"rank {reference_rank[i]}'s copy"
-            bad.append({"rank": job.rank, "path": listing.lines[i].split("\t", 1)[0],
-                        "md5": digests[i], "expected": expected, "against": against})
-    return {"checked": len(listing), "without_source_md5": sum(1 for m in listing.md5 if not m),
-            "mismatches": bad}
+            against = (
+                "the source's Content-MD5" if listing.md5[i] else f"rank {reference_rank[i]}'s copy"
+            )
+            bad.append(
+                {
+                    "rank": job.rank,
+                    "path": listing.lines[i].split("\t", 1)[0],
+                    "md5": digests[i],
+                    "expected": expected,
+                    "against": against,
+                }
+            )
+    return {
+        "checked": len(listing),
+        "without_source_md5": sum(1 for m in listing.md5 if not m),
+        "mismatches": bad,
+    }
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -466,36 +615,48 @@ def replicate(job: Job) -> int:
     job.oversubscribed = 2 * sum(1 for h, _ in identities if h == job.host) > (os.cpu_count() or 1)
     for other, ident in enumerate(identities):
         if ident == identities[job.rank] and other != job.rank:
-            raise RuntimeError(f"ranks {min(other, job.rank)} and {max(other, job.rank)} on {job.host} share DEST "
-                               f"{ident[1]!r}: put {{rank}} in DEST or run one rank per node")
+            raise RuntimeError(
+                f"ranks {min(other, job.rank)} and {max(other, job.rank)} on {job.host} share DEST "
+                f"{ident[1]!r}: put {{rank}} in DEST or run one rank per node"
+            )
     if not args.dry_run:
         os.makedirs(dest_b, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="ferry-replicate-")
     try:
         job.enter("list")
         listing = take_listing(job, ferry, workdir)
-        job.say(f"{len(listing)} files, {human(int(listing.sizes.sum()))} in the listing; {job.size} ranks")
+        job.say(
+            f"{len(listing)} files, {human(int(listing.sizes.sum()))} in the listing; {job.size} ranks"
+        )
 
         job.enter("plan")
         held = holdings(job, listing, dest_b)
         roots = assign_roots(job, listing, held, workdir, ferry)
         to_download = (roots >= 0) & ~held.any(axis=0)
         summary = {
-            "files": len(listing), "bytes": int(listing.sizes.sum()),
-            "held_by_all": int((roots < 0).sum()), "download_files": int(to_download.sum()),
+            "files": len(listing),
+            "bytes": int(listing.sizes.sum()),
+            "held_by_all": int((roots < 0).sum()),
+            "download_files": int(to_download.sum()),
             "download_bytes": int(listing.sizes[to_download].sum()),
-            "broadcast_files": int((roots >= 0).sum()), "broadcast_bytes": int(listing.sizes[roots >= 0].sum()),
+            "broadcast_files": int((roots >= 0).sum()),
+            "broadcast_bytes": int(listing.sizes[roots >= 0].sum()),
         }
-        job.say(f"plan: {summary['held_by_all']} files already on every rank; download "
-                f"{summary['download_files']} files ({human(summary['download_bytes'])}); broadcast "
-                f"{summary['broadcast_files']} files ({human(summary['broadcast_bytes'])})")
+        job.say(
+            f"plan: {summary['held_by_all']} files already on every rank; download "
+            f"{summary['download_files']} files ({human(summary['download_bytes'])}); broadcast "
+            f"{summary['broadcast_files']} files ({human(summary['broadcast_bytes'])})"
+        )
 
         rank_stats = {"rank": job.rank, "host": job.host, "dest": dest}
         bstats = {"stream_bytes": 0, "files": 0}
         verdict = None
         if args.dry_run:
             mine = (roots == job.rank) & to_download
-            rank_stats["would_download"] = {"files": int(mine.sum()), "bytes": int(listing.sizes[mine].sum())}
+            rank_stats["would_download"] = {
+                "files": int(mine.sum()),
+                "bytes": int(listing.sizes[mine].sum()),
+            }
         else:
             job.enter("download")
             rank_stats["download"] = download(job, listing, roots, held, dest, workdir, ferry)
@@ -504,19 +665,26 @@ def replicate(job: Job) -> int:
             bstats = run_broadcast(job, listing, roots, held, dest_b)
             for d in listing.dirs:  # empty ones included; their own mode and mtime are not copied
                 os.makedirs(os.path.join(dest_b, d), exist_ok=True)
-            rank_stats["broadcast"] = {k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")}
+            rank_stats["broadcast"] = {
+                k: bstats[k] for k in ("sent_bytes", "written_bytes", "received_files")
+            }
             if args.verify:
                 job.enter("verify")
                 verdict = check_replicas(job, listing, roots, held, dest_b)
         job.enter("report")
-        usage, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        rank_stats.update({
-            "seconds": job.times,
-            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
-            "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-            "worker_cpu_seconds": round(children.ru_utime + children.ru_stime, 3),
-            "worker_peak_rss_mib": round(children.ru_maxrss / 1024, 1),
-        })
+        usage, children = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        rank_stats.update(
+            {
+                "seconds": job.times,
+                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+                "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+                "worker_cpu_seconds": round(children.ru_utime + children.ru_stime, 3),
+                "worker_peak_rss_mib": round(children.ru_maxrss / 1024, 1),
+            }
+        )
         gathered = comm.gather((rank_stats, verdict), root=0)
         failed = False
         if job.rank == 0:
@@ -524,13 +692,25 @@ def replicate(job: Job) -> int:
             read = sum(r.get("download", {}).get("bytes", 0) for r in ranks)
             elapsed = time.monotonic() - job.started
             report = {
-                "command": "replicate", "source": ferrylib.redact(args.src), "dest": args.dest,
-                "ranks": job.size, "download_ranks": min(args.download_ranks or job.size, job.size),
-                "chunk_size": args.chunk_size, "depth": args.depth, "dry_run": args.dry_run,
-                "max_bandwidth_per_download_rank": per_rank_bandwidth(job) if args.max_bandwidth else None,
+                "command": "replicate",
+                "source": ferrylib.redact(args.src),
+                "dest": args.dest,
+                "ranks": job.size,
+                "download_ranks": min(args.download_ranks or job.size, job.size),
+                "chunk_size": args.chunk_size,
+                "depth": args.depth,
+                "dry_run": args.dry_run,
+                "max_bandwidth_per_download_rank": per_rank_bandwidth(job)
+                if args.max_bandwidth
+                else None,
                 "plan": summary,
-                "bytes": {"read_from_source": read, "broadcast": bstats["stream_bytes"],
-                          "written_by_receivers": sum(r.get("broadcast", {}).get("written_bytes", 0) for r in ranks)},
+                "bytes": {
+                    "read_from_source": read,
+                    "broadcast": bstats["stream_bytes"],
+                    "written_by_receivers": sum(
+                        r.get("broadcast", {}).get("written_bytes", 0) for r in ranks
+                    ),
+                },
                 "broadcast_seconds": job.times.get("broadcast", 0),
                 "ignored": listing.ignored,
                 "per_rank": ranks,
@@ -539,23 +719,34 @@ def replicate(job: Job) -> int:
             if args.verify and not args.dry_run:
                 mismatches = [m for g in gathered for m in g[1]["mismatches"]]
                 failed = bool(mismatches)
-                report["verify"] = {"checked_per_rank": len(listing),
-                                    "without_source_md5": gathered[0][1]["without_source_md5"],
-                                    "mismatches": mismatches[:1000], "mismatch_count": len(mismatches)}
+                report["verify"] = {
+                    "checked_per_rank": len(listing),
+                    "without_source_md5": gathered[0][1]["without_source_md5"],
+                    "mismatches": mismatches[:1000],
+                    "mismatch_count": len(mismatches),
+                }
                 for m in mismatches[:20]:
-                    print(f"replicate: verify: rank {m['rank']}: {m['path']}: md5 {m['md5']}, expected "
-                          f"{m['expected']} ({m['against']})", file=sys.stderr, flush=True)
+                    print(
+                        f"replicate: verify: rank {m['rank']}: {m['path']}: md5 {m['md5']}, expected "
+                        f"{m['expected']} ({m['against']})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             if args.json == "-":
                 json.dump(report, sys.stdout, indent=2)
                 print()
             elif args.json:
                 ferrylib.write_json(args.json, report)
             if failed:
-                job.say(f"verify FAILED: {report['verify']['mismatch_count']} copies differ from the source")
+                job.say(
+                    f"verify FAILED: {report['verify']['mismatch_count']} copies differ from the source"
+                )
             else:
-                job.say(f"done in {elapsed:.1f} s: read {human(read)} from the source, broadcast "
-                        f"{human(bstats['stream_bytes'])} to {job.size} ranks"
-                        + (f"; verified {len(listing)} files on every rank" if verdict else ""))
+                job.say(
+                    f"done in {elapsed:.1f} s: read {human(read)} from the source, broadcast "
+                    f"{human(bstats['stream_bytes'])} to {job.size} ranks"
+                    + (f"; verified {len(listing)} files on every rank" if verdict else "")
+                )
         failed = comm.bcast(failed, root=0)
         return 1 if failed else 0
     finally:

@@ -78,10 +78,12 @@ class Reader:
             fd = self._fd(i)
             done = 0
             while done < n:
-                got = os.preadv(fd, [view[at + done:at + n]], offset + done)
+                got = os.preadv(fd, [view[at + done : at + n]], offset + done)
                 if got == 0:
-                    raise OSError(f"{os.fsdecode(self.paths[i])}: shorter than listed "
-                                  f"(ended at {offset + done} bytes); did it change during the run?")
+                    raise OSError(
+                        f"{os.fsdecode(self.paths[i])}: shorter than listed "
+                        f"(ended at {offset + done} bytes); did it change during the run?"
+                    )
                 done += got
 
     def close(self) -> None:
@@ -137,7 +139,7 @@ class Writer:
             fd = self.open[i][0] if i in self.open else self._start(i)
             done = 0
             while done < n:
-                done += os.pwrite(fd, view[at + done:at + n], offset + done)
+                done += os.pwrite(fd, view[at + done : at + n], offset + done)
             self.bytes += n
             if offset + n == self.sizes[i]:
                 self._finish(i)
@@ -185,8 +187,17 @@ def wait(req, polite: bool) -> None:
         pause = min(pause * 2, 0.001)
 
 
-def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer: Writer,
-              progress: Progress, max_rate: int = 0, polite: bool = False) -> dict:
+def broadcast(
+    comm,
+    chunks,
+    chunk_size: int,
+    depth: int,
+    reader: Reader,
+    writer: Writer,
+    progress: Progress,
+    max_rate: int = 0,
+    polite: bool = False,
+) -> dict:
     """Run the chunk sequence through `depth` buffers. Returns this rank's byte counts."""
     me = comm.Get_rank()
     free = [np.empty(chunk_size, dtype=np.uint8) for _ in range(depth)]
@@ -221,7 +232,7 @@ def broadcast(comm, chunks, chunk_size: int, depth: int, reader: Reader, writer:
                                 time.sleep(ahead)
                         sent += chunk.nbytes
                     posted += chunk.nbytes
-                    req = comm.Ibcast([buf[:chunk.nbytes], MPI.BYTE], root=chunk.root)
+                    req = comm.Ibcast([buf[: chunk.nbytes], MPI.BYTE], root=chunk.root)
                     inflight.append((chunk, buf, req))
                 if inflight:
                     # Waiting inside MPI keeps every posted transfer moving while the I/O thread works.
@@ -260,8 +271,10 @@ def start_watchdog(comm, progress: Progress, timeout: float, describe) -> thread
         while not stop.wait(1.0):
             idle = time.monotonic() - progress.last
             if idle > timeout:
-                describe(f"no chunk completed for {idle:.0f} s (after {progress.chunks} chunks); "
-                         "a peer rank has probably died")
+                describe(
+                    f"no chunk completed for {idle:.0f} s (after {progress.chunks} chunks); "
+                    "a peer rank has probably died"
+                )
                 comm.Abort(3)
 
     if timeout > 0:

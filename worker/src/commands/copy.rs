@@ -5,17 +5,20 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{complete_entries, default_concurrency, entries_of, object_destination, open, open_options, parse_roots, resolve, Root};
+use super::{
+    complete_entries, default_concurrency, entries_of, object_destination, open, open_options,
+    parse_roots, resolve, Root,
+};
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Engine, EngineOptions, Index, Job};
-use crate::same::Compare;
-use crate::same::Verdict;
+use crate::filter;
 use crate::location::Location;
 use crate::manifest::escape_path;
-use crate::filter;
 use crate::manifest::{Entry, Kind};
 use crate::progress::{self, Progress, ProgressFile};
+use crate::same::Compare;
+use crate::same::Verdict;
 use crate::stats::Stats;
 use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
@@ -24,9 +27,15 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
     // From the start: a status should see a long listing as a live run, its totals not yet known.
-    let progress_file = args.progress_file.clone().map(|p| ProgressFile::start(p, "copy", stats.clone()));
+    let progress_file = args
+        .progress_file
+        .clone()
+        .map(|p| ProgressFile::start(p, "copy", stats.clone()));
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
-    let both_local = matches!((&src_loc, &dst_loc), (Location::Local(_), Location::Local(_)));
+    let both_local = matches!(
+        (&src_loc, &dst_loc),
+        (Location::Local(_), Location::Local(_))
+    );
     let depth = Arc::new(depth_for(&args, &src_loc, &dst_loc).watching(stats.clone()));
     let parallel_files = match (args.parallel_files, args.concurrency) {
         (Some(n), _) => n,
@@ -47,12 +56,23 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let filter = super::build_filter(&args.filters)?;
 
     let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts, true).await? {
-        Root::Object { parent, entry, name } => {
+        Root::Object {
+            parent,
+            entry,
+            name,
+        } => {
             if args.files_from.is_some() {
-                anyhow::bail!("--files-from needs a directory or prefix as SOURCE, not a single file");
+                anyhow::bail!(
+                    "--files-from needs a directory or prefix as SOURCE, not a single file"
+                );
             }
             let (dst_parent, dst_name) = object_destination(&dst_loc, &name)?;
-            (open(&parent, &opts)?, open(&dst_parent, &opts)?, vec![entry], Some(dst_name))
+            (
+                open(&parent, &opts)?,
+                open(&dst_parent, &opts)?,
+                vec![entry],
+                Some(dst_name),
+            )
         }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
@@ -78,18 +98,34 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a
     // listing of one level of a container shows: only what is copied makes those.
     let src_is_blob = matches!(src_loc, Location::Blob(_));
-    entries.retain(|e| filter.matches(&e.path) && (e.kind != Kind::Dir || both_local || !src_is_blob || args.recursive || args.files_from.is_some()));
+    entries.retain(|e| {
+        filter.matches(&e.path)
+            && (e.kind != Kind::Dir
+                || both_local
+                || !src_is_blob
+                || args.recursive
+                || args.files_from.is_some())
+    });
     complete_entries(&src, &mut entries, depth.ceiling()).await?;
     if let Some(s) = args.shard {
         entries = filter::shard(entries, s);
     }
     // Largest first: the long transfers start early instead of straggling at the end.
     entries.sort_by(|a, b| b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)));
-    Stats::add(&stats.files_total, entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64);
+    Stats::add(
+        &stats.files_total,
+        entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64,
+    );
     Stats::add(&stats.bytes_total, entries.iter().map(Entry::size).sum());
     stats.totals_final();
 
-    let jobs: Vec<Job> = entries.into_iter().map(|e| Job { dst_path: rename.clone().unwrap_or_else(|| e.path.clone()), src: e }).collect();
+    let jobs: Vec<Job> = entries
+        .into_iter()
+        .map(|e| Job {
+            dst_path: rename.clone().unwrap_or_else(|| e.path.clone()),
+            src: e,
+        })
+        .collect();
     let dst_index = match rename {
         // One object is checked on its own (a HEAD, a stat).
         Some(_) => None,
@@ -122,7 +158,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     if args.dry_run {
         dry_run(&engine, jobs, &stats, args.json).await;
     } else {
-        let bar = progress::wanted(args.progress, args.no_progress).then(|| Progress::start(stats.clone()));
+        let bar = progress::wanted(args.progress, args.no_progress)
+            .then(|| Progress::start(stats.clone()));
         engine.run(jobs).await;
         if let Some(b) = bar {
             b.finish();
@@ -131,15 +168,35 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
     // must not end in exit 0.
     let g = Stats::get;
-    let accounted = g(&stats.files_copied) + g(&stats.files_skipped) + g(&stats.files_failed) + g(&stats.files_ignored);
+    let accounted = g(&stats.files_copied)
+        + g(&stats.files_skipped)
+        + g(&stats.files_failed)
+        + g(&stats.files_ignored);
     if accounted < g(&stats.files_total) {
-        stats.failed(dst.describe(), format!("internal error: {} files have no outcome", g(&stats.files_total) - accounted));
+        stats.failed(
+            dst.describe(),
+            format!(
+                "internal error: {} files have no outcome",
+                g(&stats.files_total) - accounted
+            ),
+        );
     }
     if let Some(p) = progress_file {
         p.finish().await;
     }
-    report(&args, &src, &dst, &stats, &depth.report(), started.elapsed().as_secs_f64());
-    Ok(if Stats::get(&stats.files_failed) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    report(
+        &args,
+        &src,
+        &dst,
+        &stats,
+        &depth.report(),
+        started.elapsed().as_secs_f64(),
+    );
+    Ok(if Stats::get(&stats.files_failed) > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Bytes of blocks and ranges in memory at once when the depth adapts: twelve 4 MiB blocks,
@@ -157,7 +214,9 @@ fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
         (Location::Local(s), Location::Local(d)) => match (args.parallel_files, args.concurrency) {
             (Some(n), _) => Depth::fixed(n),
             (None, Some(c)) => Depth::fixed(2 * c),
-            (None, None) if storage::local::is_remote(s) || storage::local::is_remote(d) => Depth::adaptive(64, 4, 256),
+            (None, None) if storage::local::is_remote(s) || storage::local::is_remote(d) => {
+                Depth::adaptive(64, 4, 256)
+            }
             (None, None) => Depth::adaptive(16, 2, 64),
         },
         _ => match args.concurrency {
@@ -167,12 +226,16 @@ fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
     }
 }
 
-
 /// What the destination already has, from listings rather than a look per file: the whole
 /// destination for a whole tree (nothing, if its root does not exist yet), or for a part of
 /// one (`--files-from`, `--shard`) just the directories that part writes into. None when
 /// nothing is compared and the destination is Blob storage (it is never asked).
-async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, parallel: usize) -> anyhow::Result<Option<Index>> {
+async fn destination_index(
+    dst: &Arc<dyn Store>,
+    jobs: &[Job],
+    args: &CopyArgs,
+    parallel: usize,
+) -> anyhow::Result<Option<Index>> {
     let local = dst.local_root();
     if args.compare == Compare::None && local.is_none() {
         return Ok(None);
@@ -193,7 +256,11 @@ async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, 
         let (index, failed) = storage::index_paths(dst, &paths, parallel).await;
         for (dir, e) in failed {
             // Not fatal: what could not be compared is copied.
-            eprintln!("warning: cannot list {}/{}: {e}; its files are copied without comparing", dst.describe(), escape_path(&dir));
+            eprintln!(
+                "warning: cannot list {}/{}: {e}; its files are copied without comparing",
+                dst.describe(),
+                escape_path(&dir)
+            );
         }
         return Ok(Some(index));
     }
@@ -202,7 +269,9 @@ async fn destination_index(dst: &Arc<dyn Store>, jobs: &[Job], args: &CopyArgs, 
         for e in errors {
             eprintln!("warning: listing the destination: {e}; what it did not show is copied without comparing");
         }
-        return Ok(Some(listed.into_iter().map(|e| (e.path.clone(), e)).collect()));
+        return Ok(Some(
+            listed.into_iter().map(|e| (e.path.clone(), e)).collect(),
+        ));
     }
     index_of(dst).await.map(Some)
 }
@@ -213,9 +282,13 @@ async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<Index> {
     match storage::list_all(dst, true).await {
         Ok(listed) => Ok(listed.into_iter().map(|e| (e.path.clone(), e)).collect()),
         Err(e) if e.to_string().contains("ContainerNotFound") => {
-            anyhow::bail!("the container of {} does not exist: create it with `ferry mk` ({e})", dst.describe())
+            anyhow::bail!(
+                "the container of {} does not exist: create it with `ferry mk` ({e})",
+                dst.describe()
+            )
         }
-        Err(e) => Err(anyhow::Error::from(e).context(format!("cannot list the destination {}", dst.describe()))),
+        Err(e) => Err(anyhow::Error::from(e)
+            .context(format!("cannot list the destination {}", dst.describe()))),
     }
 }
 
@@ -273,15 +346,33 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
 fn depth_brief(d: &crate::depth::Report) -> String {
     match d.mode {
         crate::depth::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
-        crate::depth::Mode::Adaptive => format!("in flight: adaptive {} -> {} (peak {})", d.initial, d.last, d.peak),
+        crate::depth::Mode::Adaptive => format!(
+            "in flight: adaptive {} -> {} (peak {})",
+            d.initial, d.last, d.peak
+        ),
     }
 }
 
-fn report(args: &CopyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, depth: &crate::depth::Report, seconds: f64) {
+fn report(
+    args: &CopyArgs,
+    src: &Arc<dyn Store>,
+    dst: &Arc<dyn Store>,
+    stats: &Stats,
+    depth: &crate::depth::Report,
+    seconds: f64,
+) {
     let g = Stats::get;
     if args.json {
-        let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
-        let ignored: Vec<_> = stats.ignored_list().into_iter().map(|(p, why)| json!({"path": p, "reason": why})).collect();
+        let failures: Vec<_> = stats
+            .failures()
+            .into_iter()
+            .map(|(p, e)| json!({"path": p, "error": e}))
+            .collect();
+        let ignored: Vec<_> = stats
+            .ignored_list()
+            .into_iter()
+            .map(|(p, why)| json!({"path": p, "reason": why}))
+            .collect();
         super::print_json(&json!({
             "command": "copy",
             "source": src.describe(),

@@ -14,7 +14,10 @@ use crate::stats::Stats;
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
-    let opts = crate::storage::OpenOptions { xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve), ..open_options(&args.common, default_concurrency(), stats.clone()) };
+    let opts = crate::storage::OpenOptions {
+        xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
+        ..open_options(&args.common, default_concurrency(), stats.clone())
+    };
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
     let stdout = std::io::stdout();
@@ -36,7 +39,13 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{}", manifest::HEADER)?;
     }
     match resolve(&loc, &opts, true).await? {
-        Root::Object { entry, name, .. } => emit(&Entry { path: name, ..entry }, &mut out)?,
+        Root::Object { entry, name, .. } => emit(
+            &Entry {
+                path: name,
+                ..entry
+            },
+            &mut out,
+        )?,
         Root::Tree(loc) => {
             let store = open(&loc, &opts)?;
             let (tx, mut rx) = mpsc::channel(4096);
@@ -55,7 +64,8 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     drop(out);
     if let Some(path) = &args.summary {
         let summary = serde_json::json!({"command": "ls", "entries": entries, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
-        crate::jsonfile::replace(path, &summary).with_context(|| format!("cannot write the summary {}", path.display()))?;
+        crate::jsonfile::replace(path, &summary)
+            .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

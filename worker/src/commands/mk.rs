@@ -25,7 +25,8 @@ pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &args.summary {
         let summary = serde_json::json!({"command": "mk", "created": created, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
-        crate::jsonfile::replace(path, &summary).with_context(|| format!("cannot write the summary {}", path.display()))?;
+        crate::jsonfile::replace(path, &summary)
+            .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -29,10 +29,13 @@ use crate::storage::{self, azure::AzureStore, OpenOptions, Store};
 
 pub fn default_concurrency() -> usize {
     // What the Azure SDKs now default to: scale with cores, never below 8 nor above 96.
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(8).clamp(8, 96)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(8)
+        .clamp(8, 96)
 }
 
-pub fn env() -> Arc<dyn Fn(&str) -> Option<String> + Send + Sync> {
+pub fn env() -> crate::storage::Env {
     Arc::new(|k| std::env::var(k).ok())
 }
 
@@ -50,7 +53,10 @@ pub fn parse_roots(src: &str, dst: &str) -> anyhow::Result<(Location, Location)>
 pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> OpenOptions {
     OpenOptions {
         auth: common.auth,
-        retry: RetryPolicy { max_retries: common.max_retries, ..RetryPolicy::default() },
+        retry: RetryPolicy {
+            max_retries: common.max_retries,
+            ..RetryPolicy::default()
+        },
         stats,
         concurrency,
         block_md5: common.block_md5,
@@ -76,13 +82,20 @@ pub fn open(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Arc<dyn Store>
 /// is called at the destination: its own name, or the name of the symlink that led to it.
 pub enum Root {
     Tree(Location),
-    Object { parent: Location, entry: Entry, name: Vec<u8> },
+    Object {
+        parent: Location,
+        entry: Entry,
+        name: Vec<u8>,
+    },
 }
 
 fn parent_and_name(loc: &Location) -> anyhow::Result<(Location, Vec<u8>)> {
     Ok(match loc {
         Location::Local(p) => {
-            let name = p.file_name().map(|n| n.as_bytes().to_vec()).unwrap_or_default();
+            let name = p
+                .file_name()
+                .map(|n| n.as_bytes().to_vec())
+                .unwrap_or_default();
             let parent = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
                 _ => PathBuf::from("."),
@@ -92,7 +105,13 @@ fn parent_and_name(loc: &Location) -> anyhow::Result<(Location, Vec<u8>)> {
         Location::Blob(b) => {
             let (dir, name) = b.prefix.rsplit_once('/').unwrap_or(("", &b.prefix));
             // A URL spells the blob's name; the store below takes the path it stands for.
-            (Location::Blob(BlobLocation { prefix: dir.to_string(), ..b.clone() }), storage::azure::names::decode(name)?)
+            (
+                Location::Blob(BlobLocation {
+                    prefix: dir.to_string(),
+                    ..b.clone()
+                }),
+                storage::azure::names::decode(name)?,
+            )
         }
     })
 }
@@ -103,7 +122,11 @@ fn parent_and_name(loc: &Location) -> anyhow::Result<(Location, Vec<u8>)> {
 pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow::Result<Root> {
     match loc {
         Location::Local(p) => {
-            let stat = if follow { std::fs::metadata } else { std::fs::symlink_metadata };
+            let stat = if follow {
+                std::fs::metadata
+            } else {
+                std::fs::symlink_metadata
+            };
             let md = stat(p).with_context(|| format!("{}", p.display()))?;
             if md.is_dir() {
                 return Ok(Root::Tree(loc.clone()));
@@ -111,18 +134,33 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
             let (parent, name) = parent_and_name(loc)?;
             let is_link = std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
             let (parent, target_name) = match follow && is_link {
-                true => parent_and_name(&Location::Local(std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?))?,
+                true => parent_and_name(&Location::Local(
+                    std::fs::canonicalize(p).with_context(|| format!("{}", p.display()))?,
+                ))?,
                 false => (parent, name.clone()),
             };
-            let entry = storage::local::entry_of(target_name, &md).with_context(|| format!("{}: not a regular file, symlink or directory", p.display()))?;
-            Ok(Root::Object { parent, entry, name })
+            let entry = storage::local::entry_of(target_name, &md).with_context(|| {
+                format!("{}: not a regular file, symlink or directory", p.display())
+            })?;
+            Ok(Root::Object {
+                parent,
+                entry,
+                name,
+            })
         }
         Location::Blob(b) => match AzureStore::blob_exists_at_prefix(b, opts).await? {
             Some(_) => {
                 let (parent, name) = parent_and_name(loc)?;
                 let store = open(&parent, opts)?;
-                let (entry, _) = store.head(&name).await?.context("blob vanished while resolving it")?;
-                Ok(Root::Object { parent, entry, name })
+                let (entry, _) = store
+                    .head(&name)
+                    .await?
+                    .context("blob vanished while resolving it")?;
+                Ok(Root::Object {
+                    parent,
+                    entry,
+                    name,
+                })
             }
             None => Ok(Root::Tree(loc.clone())),
         },
@@ -152,20 +190,30 @@ const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
 
 /// Streams a manifest's entries, each line checked as `read_manifest` checks it, but for paths
 /// listed twice: those are found once the entries are sorted (`sorted::Join`).
-pub fn manifest_entries(path: &Path) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
-    let mut reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+pub fn manifest_entries(
+    path: &Path,
+) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
+    let mut reader = manifest::Reader::open(path)
+        .with_context(|| format!("cannot read manifest {}", path.display()))?;
     let name = path.display().to_string();
     Ok(std::iter::from_fn(move || {
         let entry = reader.next()?;
         Some(entry.and_then(|e| match unsafe_path(&e.path) {
-            true => Err(format!("{name}:{}: {}: {UNSAFE_PATH}", reader.lineno(), e.display_path())),
+            true => Err(format!(
+                "{name}:{}: {}: {UNSAFE_PATH}",
+                reader.lineno(),
+                e.display_path()
+            )),
             false => Ok(e),
         }))
     }))
 }
 
 fn listed_twice(manifest: &Path, line: u64, path: &str, first: u64) -> String {
-    format!("{}:{line}: {path}: listed twice (first on line {first})", manifest.display())
+    format!(
+        "{}:{line}: {path}: listed twice (first on line {first})",
+        manifest.display()
+    )
 }
 
 /// Says where a manifest names `path` (escaped) twice, as `read_manifest` does: a sorted
@@ -189,7 +237,8 @@ pub fn find_listed_twice(manifest: &Path, path: &str) -> Option<String> {
 /// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
 /// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
-    let mut reader = manifest::Reader::open(path).with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let mut reader = manifest::Reader::open(path)
+        .with_context(|| format!("cannot read manifest {}", path.display()))?;
     let mut entries = Vec::new();
     let mut seen: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
     while let Some(entry) = reader.next() {
@@ -212,22 +261,46 @@ pub fn build_filter(f: &Filters) -> anyhow::Result<Filter> {
 }
 
 /// The entries of a tree: from a manifest if given, else a full listing.
-pub async fn entries_of(store: &Arc<dyn Store>, files_from: Option<&Path>, recursive: bool) -> anyhow::Result<Vec<Entry>> {
+pub async fn entries_of(
+    store: &Arc<dyn Store>,
+    files_from: Option<&Path>,
+    recursive: bool,
+) -> anyhow::Result<Vec<Entry>> {
     match files_from {
         Some(m) => read_manifest(m),
-        None => storage::list_all(store, recursive).await.with_context(|| format!("listing {} failed", store.describe())),
+        None => storage::list_all(store, recursive)
+            .await
+            .with_context(|| format!("listing {} failed", store.describe())),
     }
 }
 
 /// Fills in sizes and times for bare paths (fpart output) by asking the store.
-pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], concurrency: usize) -> anyhow::Result<()> {
+pub async fn complete_entries(
+    store: &Arc<dyn Store>,
+    entries: &mut [Entry],
+    concurrency: usize,
+) -> anyhow::Result<()> {
     use futures::StreamExt;
-    let missing: Vec<usize> = entries.iter().enumerate().filter(|(_, e)| e.size.is_none()).map(|(i, _)| i).collect();
+    let missing: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.size.is_none())
+        .map(|(i, _)| i)
+        .collect();
     let found: Vec<(usize, anyhow::Result<Option<Entry>>)> = futures::stream::iter(missing)
         .map(|i| {
             let store = store.clone();
             let path = entries[i].path.clone();
-            async move { (i, store.head(&path).await.map(|o| o.map(|(e, _)| e)).map_err(anyhow::Error::from)) }
+            async move {
+                (
+                    i,
+                    store
+                        .head(&path)
+                        .await
+                        .map(|o| o.map(|(e, _)| e))
+                        .map_err(anyhow::Error::from),
+                )
+            }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
@@ -235,7 +308,11 @@ pub async fn complete_entries(store: &Arc<dyn Store>, entries: &mut [Entry], con
     for (i, r) in found {
         match r? {
             Some(e) => entries[i] = e,
-            None => bail!("{}: listed in the manifest but not in {}", entries[i].display_path(), store.describe()),
+            None => bail!(
+                "{}: listed in the manifest but not in {}",
+                entries[i].display_path(),
+                store.describe()
+            ),
         }
     }
     Ok(())
@@ -247,7 +324,10 @@ pub fn seconds(started: std::time::Instant) -> f64 {
 }
 
 pub fn print_json(v: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(v).expect("JSON values always serialise"));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).expect("JSON values always serialise")
+    );
 }
 
 /// Runs a command until it ends or a SIGINT, SIGTERM or SIGHUP arrives (Ctrl-C, Slurm's time
@@ -255,7 +335,9 @@ pub fn print_json(v: &serde_json::Value) {
 /// is cleaned up as on any other way out (scratch directories removed, logs flushed), and the
 /// process exits at once with 128 + the signal's number, as a shell reports a killed command:
 /// work handed to blocking threads (a large file being hashed) is abandoned, not waited for.
-pub async fn interruptible(command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>) -> anyhow::Result<std::process::ExitCode> {
+pub async fn interruptible(
+    command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>,
+) -> anyhow::Result<std::process::ExitCode> {
     use std::io::Write;
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt())?;
@@ -280,7 +362,7 @@ pub struct Pacer(u32);
 impl Pacer {
     pub async fn tick(&mut self) {
         self.0 = self.0.wrapping_add(1);
-        if self.0 % 4096 == 0 {
+        if self.0.is_multiple_of(4096) {
             tokio::task::yield_now().await;
         }
     }

@@ -42,8 +42,16 @@ pub fn run(args: NamesArgs) -> anyhow::Result<ExitCode> {
         for field in [
             line.trim_end_matches('\n').as_bytes(),
             &e.path,
-            &if file { temp_name(file_name(&e.path), "partial") } else { Vec::new() },
-            &if file { temp_name(file_name(&e.path), "journal") } else { Vec::new() },
+            &if file {
+                temp_name(file_name(&e.path), "partial")
+            } else {
+                Vec::new()
+            },
+            &if file {
+                temp_name(file_name(&e.path), "journal")
+            } else {
+                Vec::new()
+            },
         ] {
             out.write_all(field)?;
             out.write_all(b"\0")?;

@@ -7,7 +7,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::manifest::{self, Entry, Kind, Writer};
-use crate::partition::{caps_mode, distribute, imbalance_pct, lpt, write_summary, Filler, PartTotals as Part, PartWriter};
+use crate::partition::{
+    caps_mode, distribute, imbalance_pct, lpt, write_summary, Filler, PartTotals as Part,
+    PartWriter,
+};
 use crate::sorted::sort::{Order, Sorter};
 
 #[derive(Args, Debug)]
@@ -42,7 +45,10 @@ pub struct PartitionArgs {
 /// parts and summary carry the real sizes.
 fn weighed(mut e: Entry, weight: u64) -> anyhow::Result<Entry> {
     let size = e.size();
-    e.size = Some(size.checked_add(weight).with_context(|| format!("{}: size plus --file-weight overflows", e.display_path()))?);
+    e.size = Some(
+        size.checked_add(weight)
+            .with_context(|| format!("{}: size plus --file-weight overflows", e.display_path()))?,
+    );
     Ok(e)
 }
 
@@ -56,7 +62,9 @@ fn entries(path: &Path) -> anyhow::Result<Box<dyn Iterator<Item = Result<Entry, 
         let stdin = std::io::BufReader::new(std::io::stdin());
         return Ok(Box::new(manifest::Reader::new(stdin, "stdin".into())));
     }
-    Ok(Box::new(manifest::Reader::open(path).with_context(|| format!("cannot read {}", path.display()))?))
+    Ok(Box::new(manifest::Reader::open(path).with_context(
+        || format!("cannot read {}", path.display()),
+    )?))
 }
 
 pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
@@ -76,7 +84,10 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
             std::fs::remove_dir_all(out.join(&old))?;
             continue;
         }
-        if (name.starts_with("part-") && name.ends_with(".tsv")) || name == "dirs.tsv" || name == "summary.json" {
+        if (name.starts_with("part-") && name.ends_with(".tsv"))
+            || name == "dirs.tsv"
+            || name == "summary.json"
+        {
             std::fs::remove_file(out.join(&old))?;
         }
     }
@@ -92,12 +103,15 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         bail!("say how to split: --parts N, or --max-files F and/or --max-bytes S");
     }
     if args.file_weight.is_some() && args.parts.is_none() {
-        bail!("--file-weight balances --parts; --max-files and --max-bytes fill parts in input order");
+        bail!(
+            "--file-weight balances --parts; --max-files and --max-bytes fill parts in input order"
+        );
     }
     if args.parts == Some(0) || args.max_files == Some(0) || args.max_bytes == Some(0) {
         bail!("--parts, --max-files and --max-bytes must be at least 1");
     }
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     // Stale parts of an earlier run would otherwise be picked up as if they were this run's.
     remove_outputs(&args.out)?;
 
@@ -117,7 +131,9 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     let mut dir_count = 0u64;
     let mut note_dir = |e: &Entry, out: &Path| -> anyhow::Result<()> {
         if dirs.is_none() {
-            dirs = Some(Writer::new(BufWriter::new(File::create(out.join("dirs.tsv"))?))?);
+            dirs = Some(Writer::new(BufWriter::new(File::create(
+                out.join("dirs.tsv"),
+            )?))?);
         }
         dirs.as_mut().unwrap().write(e)?;
         dir_count += 1;
@@ -128,10 +144,17 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.parts {
         mode = "parts";
         // LPT wants the entries largest first: an external sort keeps memory bounded.
-        let scratch = args.out.join(format!(".partition-sort-{}", std::process::id()));
+        let scratch = args
+            .out
+            .join(format!(".partition-sort-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
         let weight = args.file_weight.unwrap_or(0);
-        let mut sorter = Sorter::new(Order::SizeDesc, args.sort_memory.budget(), scratch.clone(), "parts");
+        let mut sorter = Sorter::new(
+            Order::SizeDesc,
+            args.sort_memory.budget(),
+            scratch.clone(),
+            "parts",
+        );
         let mut files = 0u64;
         for e in entries(&args.manifest)? {
             let e = e.map_err(anyhow::Error::msg)?;
@@ -145,7 +168,10 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         }
         let runs = sorter.finish()?;
         if files > 0 {
-            parts = distribute(&args.out, n, || Ok(lpt(runs.merge()?, n).map(|item| item.map(|(e, bin)| (unweighed(e, weight), bin)))))?;
+            parts = distribute(&args.out, n, || {
+                Ok(lpt(runs.merge()?, n)
+                    .map(|item| item.map(|(e, bin)| (unweighed(e, weight), bin))))
+            })?;
         }
         drop(runs);
         std::fs::remove_dir_all(&scratch)?;
@@ -179,7 +205,12 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if parts.is_empty() {
         eprintln!("no files in {}: wrote zero parts", args.manifest.display());
     } else {
-        eprintln!("wrote {} parts to {} (imbalance {:.2}%)", parts.len(), args.out.display(), imbalance_pct(&loads));
+        eprintln!(
+            "wrote {} parts to {} (imbalance {:.2}%)",
+            parts.len(),
+            args.out.display(),
+            imbalance_pct(&loads)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

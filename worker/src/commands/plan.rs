@@ -59,10 +59,16 @@ pub struct PlanArgs {
 fn options(args: &PlanArgs) -> anyhow::Result<Options> {
     match (args.phase, &args.dest_listing) {
         (Phase::Baseline, Some(d)) => {
-            bail!("--phase baseline copies everything and takes no destination listing (got {})", d.display())
+            bail!(
+                "--phase baseline copies everything and takes no destination listing (got {})",
+                d.display()
+            )
         }
         (Phase::Incremental | Phase::Final, None) => {
-            bail!("--phase {} compares with the destination: give DEST_LISTING", args.phase.name())
+            bail!(
+                "--phase {} compares with the destination: give DEST_LISTING",
+                args.phase.name()
+            )
         }
         _ => {}
     }
@@ -71,14 +77,26 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
     }
     let (method, mode) = match (args.parts, args.max_files, args.max_bytes) {
         (Some(n), _, _) => (Method::Parts(n), "parts"),
-        (None, None, None) => (Method::Auto { max_files: AUTO_MAX_FILES, max_bytes: AUTO_MAX_BYTES }, "auto"),
+        (None, None, None) => (
+            Method::Auto {
+                max_files: AUTO_MAX_FILES,
+                max_bytes: AUTO_MAX_BYTES,
+            },
+            "auto",
+        ),
         (None, f, s) => (
-            Method::Caps { max_files: f, max_bytes: s },
+            Method::Caps {
+                max_files: f,
+                max_bytes: s,
+            },
             caps_mode(f.is_some(), s.is_some()),
         ),
     };
     let (max_files, max_bytes) = match method {
-        Method::Auto { max_files, max_bytes } => (Some(max_files), Some(max_bytes)),
+        Method::Auto {
+            max_files,
+            max_bytes,
+        } => (Some(max_files), Some(max_bytes)),
         _ => (args.max_files, args.max_bytes),
     };
     Ok(Options {
@@ -108,24 +126,32 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
 
 /// The staging directory beside `out`, its name's prefix, and `out`'s parent.
 fn staging_of(out: &Path) -> anyhow::Result<(PathBuf, String, PathBuf)> {
-    let name = out.file_name().with_context(|| format!("--out {}: not a directory name", out.display()))?;
+    let name = out
+        .file_name()
+        .with_context(|| format!("--out {}: not a directory name", out.display()))?;
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let prefix = format!(".{}.partial-", name.to_string_lossy());
-    Ok((parent.join(format!("{prefix}{}", std::process::id())), prefix, parent))
+    Ok((
+        parent.join(format!("{prefix}{}", std::process::id())),
+        prefix,
+        parent,
+    ))
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let opts = options(&args)?;
     let (staging, prefix, parent) = staging_of(&args.out)?;
-    std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    std::fs::create_dir_all(&parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
     // Leftovers of an interrupted plan into the same directory.
     for old in std::fs::read_dir(&parent)? {
         let old = old?;
         if old.file_name().to_string_lossy().starts_with(&prefix) {
-            std::fs::remove_dir_all(old.path()).with_context(|| format!("cannot remove {}", old.path().display()))?;
+            std::fs::remove_dir_all(old.path())
+                .with_context(|| format!("cannot remove {}", old.path().display()))?;
         }
     }
     let result = write_plan(&opts, &staging, &args.out);
@@ -142,7 +168,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
 
 fn write_plan(opts: &Options, staging: &Path, out: &Path) -> anyhow::Result<String> {
     let scratch = staging.join(".scratch");
-    std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("cannot create {}", scratch.display()))?;
     let doc = plan::plan(opts, staging, &scratch)?;
     std::fs::remove_dir_all(&scratch)?;
     let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
@@ -158,11 +185,15 @@ fn replace_dir(staging: &Path, out: &Path) -> anyhow::Result<()> {
         let mut aside = staging.as_os_str().to_owned();
         aside.push(".old");
         let aside = PathBuf::from(aside);
-        std::fs::rename(out, &aside).with_context(|| format!("cannot move the old {} aside", out.display()))?;
-        std::fs::rename(staging, out).with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
-        std::fs::remove_dir_all(&aside).with_context(|| format!("cannot remove the old plan {}", aside.display()))?;
+        std::fs::rename(out, &aside)
+            .with_context(|| format!("cannot move the old {} aside", out.display()))?;
+        std::fs::rename(staging, out)
+            .with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
+        std::fs::remove_dir_all(&aside)
+            .with_context(|| format!("cannot remove the old plan {}", aside.display()))?;
     } else {
-        std::fs::rename(staging, out).with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
+        std::fs::rename(staging, out)
+            .with_context(|| format!("cannot rename {} to {}", staging.display(), out.display()))?;
     }
     Ok(())
 }

@@ -8,11 +8,14 @@ use clap::Args;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_roots, Pacer};
+use super::{
+    default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_roots,
+    Pacer,
+};
 use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
 use crate::sorted::sort::{Runs, Spill};
-use crate::sorted::{sort_store, Join, JoinError, PathSort, Pair, Scratch, Side, SortError};
+use crate::sorted::{sort_store, Join, JoinError, Pair, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
 use crate::storage::Store;
 
@@ -52,8 +55,18 @@ pub enum Limit {
 
 fn parse_limit(s: &str) -> Result<Limit, String> {
     match s.strip_suffix('%') {
-        Some(p) => p.trim().parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)).map(Limit::Percent).ok_or_else(|| format!("bad percentage {s:?}")),
-        None => s.trim().parse().map(Limit::Count).map_err(|_| format!("--max-delete takes a count or a percentage, got {s:?}")),
+        Some(p) => p
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=100.0).contains(p))
+            .map(Limit::Percent)
+            .ok_or_else(|| format!("bad percentage {s:?}")),
+        None => s
+            .trim()
+            .parse()
+            .map(Limit::Count)
+            .map_err(|_| format!("--max-delete takes a count or a percentage, got {s:?}")),
     }
 }
 
@@ -86,7 +99,12 @@ fn default_log() -> anyhow::Result<PathBuf> {
         }
     };
     let dir = state.join("ferry");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {} for the deletion log (or pass --log)", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "cannot create {} for the deletion log (or pass --log)",
+            dir.display()
+        )
+    })?;
     Ok(dir.join(format!("prune-{}.tsv", unix_now())))
 }
 
@@ -108,7 +126,9 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
 
     let refuse = |why: String| -> anyhow::Result<ExitCode> {
         if args.json {
-            super::print_json(&json!({"command": "prune", "dry_run": args.dry_run, "deleted": 0, "would_delete": 0, "refused": why, "log": null, "requests": stats.requests.to_json()}));
+            super::print_json(
+                &json!({"command": "prune", "dry_run": args.dry_run, "deleted": 0, "would_delete": 0, "refused": why, "log": null, "requests": stats.requests.to_json()}),
+            );
         }
         eprintln!("prune refused, nothing deleted: {why}");
         Ok(ExitCode::from(1))
@@ -125,10 +145,15 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
     });
     if let (Some(why), false) = (&over_limit, args.dry_run) {
-        return refuse(format!("{why}; review with --dry-run, then pass --force or raise --max-delete"));
+        return refuse(format!(
+            "{why}; review with --dry-run, then pass --force or raise --max-delete"
+        ));
     }
 
-    let mut log = Writer::new(BufWriter::new(std::fs::File::create(&log_path).with_context(|| format!("cannot write {}", log_path.display()))?))?;
+    let mut log = Writer::new(BufWriter::new(
+        std::fs::File::create(&log_path)
+            .with_context(|| format!("cannot write {}", log_path.display()))?,
+    ))?;
     let deleted = match args.dry_run {
         true => plan.list(&mut log, !args.json).await?,
         false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
@@ -152,22 +177,43 @@ impl<E: Into<anyhow::Error>> From<E> for Stop {
 
 /// Sorts both sides and plans the deletions; refuses when the source's listing is doubtful
 /// (failed, empty without --force, naming a path twice) or the destination's failed.
-async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scratch: &Path) -> Result<Deletions, Stop> {
+async fn plan(
+    args: &PruneArgs,
+    src: &Arc<dyn Store>,
+    dst: &Arc<dyn Store>,
+    scratch: &Path,
+) -> Result<Deletions, Stop> {
     let budget = args.sorting.memory.budget();
     // A source we could not read completely must never be mistaken for one that lost files.
     let source = match sort_source(args, src, scratch, budget).await {
-        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the source listing failed ({e})"))),
+        Err(SortError::Listing(e)) => {
+            return Err(Stop::Refused(format!("the source listing failed ({e})")))
+        }
         runs => runs?,
     };
     if source.entries() == 0 && !args.force {
-        return Err(Stop::Refused(format!("the source {} lists no entries; pass --force if it really is empty", src.describe())));
+        return Err(Stop::Refused(format!(
+            "the source {} lists no entries; pass --force if it really is empty",
+            src.describe()
+        )));
     }
     let dest = match sort_store(dst, scratch, "dest", budget).await {
-        Err(SortError::Listing(e)) => return Err(Stop::Refused(format!("the destination listing failed ({e})"))),
+        Err(SortError::Listing(e)) => {
+            return Err(Stop::Refused(format!(
+                "the destination listing failed ({e})"
+            )))
+        }
         runs => runs?,
     };
     match Deletions::plan(&source, &dest, scratch).await {
-        Err(PlanError::Join(e @ JoinError::Duplicate { side: Side::Source, .. })) => Err(Stop::Refused(format!("the source listing failed ({})", twice(args, e)))),
+        Err(PlanError::Join(
+            e @ JoinError::Duplicate {
+                side: Side::Source, ..
+            },
+        )) => Err(Stop::Refused(format!(
+            "the source listing failed ({})",
+            twice(args, e)
+        ))),
         plan => Ok(plan?),
     }
 }
@@ -175,29 +221,49 @@ async fn plan(args: &PruneArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, scra
 /// A path the source names twice, with its lines when it came from a manifest.
 fn twice(args: &PruneArgs, e: JoinError) -> String {
     match (&args.files_from, &e) {
-        (Some(m), JoinError::Duplicate { path, .. }) => find_listed_twice(m, path).unwrap_or_else(|| e.to_string()),
+        (Some(m), JoinError::Duplicate { path, .. }) => {
+            find_listed_twice(m, path).unwrap_or_else(|| e.to_string())
+        }
         _ => e.to_string(),
     }
 }
 
 /// The summary: --json on stdout, or lines on stderr. Exit 1 if anything could not be deleted.
-fn report(args: &PruneArgs, plan: &Deletions, deleted: u64, over_limit: Option<String>, stats: &Stats, log_path: &Path) -> ExitCode {
+fn report(
+    args: &PruneArgs,
+    plan: &Deletions,
+    deleted: u64,
+    over_limit: Option<String>,
+    stats: &Stats,
+    log_path: &Path,
+) -> ExitCode {
     let (n, dest_files) = (plan.file_count, plan.dest_files);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
-        let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
+        let failures: Vec<_> = stats
+            .failures()
+            .into_iter()
+            .map(|(p, e)| json!({"path": p, "error": e}))
+            .collect();
         super::print_json(&json!({
             "command": "prune", "dry_run": args.dry_run, "deleted": deleted, "would_delete": n,
             "dirs": plan.dir_count, "failed": failed, "failures": failures, "refused": null,
             "warning": over_limit, "log": log_path.display().to_string(), "requests": stats.requests.to_json(),
         }));
     } else if args.dry_run {
-        eprintln!("would delete {n} of {dest_files} destination files and {} directories; list in {}", plan.dir_count, log_path.display());
+        eprintln!(
+            "would delete {n} of {dest_files} destination files and {} directories; list in {}",
+            plan.dir_count,
+            log_path.display()
+        );
         if let Some(why) = &over_limit {
             eprintln!("note: a real run would be refused: {why}");
         }
     } else {
-        eprintln!("deleted {deleted} of {dest_files} destination files, failed {failed}; list in {}", log_path.display());
+        eprintln!(
+            "deleted {deleted} of {dest_files} destination files, failed {failed}; list in {}",
+            log_path.display()
+        );
         for (p, e) in stats.failures() {
             eprintln!("failed: {p}: {e}");
         }
@@ -211,11 +277,17 @@ fn report(args: &PruneArgs, plan: &Deletions, deleted: u64, over_limit: Option<S
 
 /// The source's entries sorted by path: a fresh listing, or the `--files-from` manifest
 /// (checked line by line; a path listed twice is found by the join).
-async fn sort_source(args: &PruneArgs, src: &Arc<dyn Store>, scratch: &Path, budget: usize) -> Result<Runs, SortError> {
+async fn sort_source(
+    args: &PruneArgs,
+    src: &Arc<dyn Store>,
+    scratch: &Path,
+    budget: usize,
+) -> Result<Runs, SortError> {
     match &args.files_from {
         Some(m) => {
             let entries = manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
-            let (mut sort, mut pacer) = (PathSort::new(scratch, "source", budget), Pacer::default());
+            let (mut sort, mut pacer) =
+                (PathSort::new(scratch, "source", budget), Pacer::default());
             for e in entries {
                 sort.push(e)?;
                 pacer.tick().await;
@@ -274,11 +346,21 @@ impl Deletions {
             }
         }
         let (dirs, dir_count) = dirs.finish()?;
-        Ok(Deletions { files, file_count, dirs, dir_count, dest_files })
+        Ok(Deletions {
+            files,
+            file_count,
+            dirs,
+            dir_count,
+            dest_files,
+        })
     }
 
     /// A dry run: the log gets every planned deletion, and stdout too when `print`.
-    async fn list(&mut self, log: &mut Writer<BufWriter<std::fs::File>>, print: bool) -> anyhow::Result<u64> {
+    async fn list(
+        &mut self,
+        log: &mut Writer<BufWriter<std::fs::File>>,
+        print: bool,
+    ) -> anyhow::Result<u64> {
         let mut out = BufWriter::new(io::stdout());
         let mut pacer = Pacer::default();
         for e in self.files.read()?.chain(self.dirs.read()?) {
@@ -298,9 +380,19 @@ impl Deletions {
     /// to `concurrency` requests at a time; else one by one, `2 × concurrency` at a time. The
     /// log holds what was deleted, as the destination confirms it: a run cut short still says
     /// what it did, and a deletion refused inside a batch is that path's failure alone.
-    async fn delete(&mut self, dst: &Arc<dyn Store>, log: &mut Writer<BufWriter<std::fs::File>>, stats: &Stats, concurrency: usize) -> anyhow::Result<u64> {
+    async fn delete(
+        &mut self,
+        dst: &Arc<dyn Store>,
+        log: &mut Writer<BufWriter<std::fs::File>>,
+        stats: &Stats,
+        concurrency: usize,
+    ) -> anyhow::Result<u64> {
         let batch = dst.delete_batch().max(1);
-        let in_flight = if batch > 1 { concurrency } else { concurrency * 2 };
+        let in_flight = if batch > 1 {
+            concurrency
+        } else {
+            concurrency * 2
+        };
         let mut deleted = 0u64;
         let mut results = futures::stream::iter(self.files.read()?)
             .chunks(batch)
@@ -332,7 +424,9 @@ impl Deletions {
             for (d, r) in dirs.iter().zip(dst.delete_many(&paths(&dirs)).await) {
                 match r {
                     Ok(()) => log.write(d)?,
-                    Err(err) => stats.failed(d.display_path(), format!("directory not deleted: {err}")),
+                    Err(err) => {
+                        stats.failed(d.display_path(), format!("directory not deleted: {err}"))
+                    }
                 }
             }
         }
@@ -354,7 +448,10 @@ struct DirBatches<I: Iterator> {
 
 impl<I: Iterator<Item = io::Result<Entry>>> DirBatches<I> {
     fn new(dirs: I, max: usize) -> Self {
-        DirBatches { dirs: dirs.peekable(), max: max.max(1) }
+        DirBatches {
+            dirs: dirs.peekable(),
+            max: max.max(1),
+        }
     }
 }
 
@@ -394,7 +491,11 @@ struct EmptiedDirs {
 
 impl EmptiedDirs {
     fn new(out: Spill) -> Self {
-        EmptiedDirs { open: Vec::new(), out, count: 0 }
+        EmptiedDirs {
+            open: Vec::new(),
+            out,
+            count: 0,
+        }
     }
 
     /// Decides every directory whose range ends before `path`; called with every destination
@@ -452,7 +553,10 @@ fn in_range(dir: &[u8], path: &[u8]) -> bool {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -464,20 +568,46 @@ mod tests {
             Some(dir) => (dir, Kind::Dir),
             None => (path, Kind::File),
         };
-        Entry { path: path.as_bytes().to_vec(), kind, size: Some(1), ..Default::default() }
+        Entry {
+            path: path.as_bytes().to_vec(),
+            kind,
+            size: Some(1),
+            ..Default::default()
+        }
     }
 
     /// Plans a prune of `dst` (directories end in '/') against `src`, through sorts of a few
     /// entries per run; returns the files and the directories in the order they would go.
     fn plan(src: &[&str], dst: &[&str]) -> (Vec<String>, Vec<String>, u64) {
         let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| crate::sorted::sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch.path(), stem, 150).unwrap();
+        let sort = |paths: &[&str], stem: &str| {
+            crate::sorted::sort_entries(
+                paths.iter().map(|p| Ok(entry(p))),
+                scratch.path(),
+                stem,
+                150,
+            )
+            .unwrap()
+        };
         let (s, d) = (sort(src, "s"), sort(dst, "d"));
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let mut plan = rt.block_on(Deletions::plan(&s, &d, scratch.path())).unwrap();
-        let read = |spill: &mut Spill| spill.read().unwrap().map(|e| e.unwrap().display_path()).collect::<Vec<_>>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut plan = rt
+            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .unwrap();
+        let read = |spill: &mut Spill| {
+            spill
+                .read()
+                .unwrap()
+                .map(|e| e.unwrap().display_path())
+                .collect::<Vec<_>>()
+        };
         let (files, dirs) = (read(&mut plan.files), read(&mut plan.dirs));
-        assert_eq!((plan.file_count, plan.dir_count), (files.len() as u64, dirs.len() as u64));
+        assert_eq!(
+            (plan.file_count, plan.dir_count),
+            (files.len() as u64, dirs.len() as u64)
+        );
         (files, dirs, plan.dest_files)
     }
 
@@ -485,7 +615,17 @@ mod tests {
     fn deletes_what_the_source_lacks_and_the_directories_left_empty() {
         let (files, dirs, dest_files) = plan(
             &["keep/", "keep/k", "top"],
-            &["keep/", "keep/k", "keep/extra", "top", "gone/", "gone/a/", "gone/a/b", "gone/c", "empty/"],
+            &[
+                "keep/",
+                "keep/k",
+                "keep/extra",
+                "top",
+                "gone/",
+                "gone/a/",
+                "gone/a/b",
+                "gone/c",
+                "empty/",
+            ],
         );
         assert_eq!(files, ["gone/a/b", "gone/c", "keep/extra"]);
         assert_eq!(dirs, ["empty", "gone/a", "gone"]);
@@ -498,7 +638,10 @@ mod tests {
         // A kept file under "a/b" must keep "a" and "a/b", and nothing else.
         let (files, dirs, _) = plan(
             &["a.b", "a/b/k"],
-            &["a/", "a-b/", "a-b/x", "a.b", "a.b.d/", "a/b/", "a/b.c", "a/b/k", "a/b/z/", "a0/", "a0/y"],
+            &[
+                "a/", "a-b/", "a-b/x", "a.b", "a.b.d/", "a/b/", "a/b.c", "a/b/k", "a/b/z/", "a0/",
+                "a0/y",
+            ],
         );
         assert_eq!(files, ["a-b/x", "a/b.c", "a0/y"]);
         assert_eq!(dirs, ["a-b", "a.b.d", "a/b/z", "a0"]);
@@ -506,7 +649,10 @@ mod tests {
 
     #[test]
     fn nested_directories_go_innermost_first() {
-        let (files, dirs, _) = plan(&["k"], &["g/", "g.x", "g/h/", "g/h.y", "g/h/i/", "g/h/i/j", "k", "z/"]);
+        let (files, dirs, _) = plan(
+            &["k"],
+            &["g/", "g.x", "g/h/", "g/h.y", "g/h/i/", "g/h/i/j", "k", "z/"],
+        );
         assert_eq!(files, ["g.x", "g/h.y", "g/h/i/j"]);
         assert_eq!(dirs, ["g/h/i", "g/h", "g", "z"]);
     }
@@ -515,7 +661,10 @@ mod tests {
     fn a_directory_the_source_has_stays_even_empty_and_manifests_without_directories_keep_theirs() {
         // The source names d/ itself: kept though empty. The source names only files (a
         // manifest of files): their directories stay because of what is under them.
-        let (files, dirs, _) = plan(&["d/", "m/n/f"], &["d/", "d/x", "m/", "m/n/", "m/n/f", "m/o/"]);
+        let (files, dirs, _) = plan(
+            &["d/", "m/n/f"],
+            &["d/", "d/x", "m/", "m/n/", "m/n/f", "m/o/"],
+        );
         assert_eq!(files, ["d/x"]);
         assert_eq!(dirs, ["m/o"]);
     }
@@ -524,31 +673,76 @@ mod tests {
     fn escaped_names_join_by_their_bytes() {
         // "\t" (0x09) sorts before '-' and '/', "\\" (0x5c) after them: the escaped text would
         // sort otherwise.
-        let (files, dirs, _) = plan(&["d/\\", "d\tx"], &["d/", "d/\\", "d/\t", "d\tx", "d\\/", "d\\/y"]);
+        let (files, dirs, _) = plan(
+            &["d/\\", "d\tx"],
+            &["d/", "d/\\", "d/\t", "d\tx", "d\\/", "d\\/y"],
+        );
         assert_eq!(files, ["d/\\t", "d\\\\/y"]);
         assert_eq!(dirs, ["d\\\\"]);
     }
 
     fn groups(dirs: Vec<io::Result<Entry>>, max: usize) -> Vec<Result<Vec<String>, String>> {
-        DirBatches::new(dirs.into_iter(), max).map(|g| g.map(|g| g.iter().map(Entry::display_path).collect()).map_err(|e| e.to_string())).collect()
+        DirBatches::new(dirs.into_iter(), max)
+            .map(|g| {
+                g.map(|g| g.iter().map(Entry::display_path).collect())
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
     }
 
     #[test]
     fn directories_go_in_groups_none_holding_another() {
-        let dirs = ["a/b/c", "a/b/d", "a/x", "a/b", "a", "a.b", "e"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
-        let want: Vec<Result<Vec<String>, String>> = vec![Ok(vec!["a/b/c".into(), "a/b/d".into(), "a/x".into()]), Ok(vec!["a/b".into()]), Ok(vec!["a".into(), "a.b".into(), "e".into()])];
+        let dirs = ["a/b/c", "a/b/d", "a/x", "a/b", "a", "a.b", "e"]
+            .map(|d| Ok(entry(&format!("{d}/"))))
+            .into_iter()
+            .collect();
+        let want: Vec<Result<Vec<String>, String>> = vec![
+            Ok(vec!["a/b/c".into(), "a/b/d".into(), "a/x".into()]),
+            Ok(vec!["a/b".into()]),
+            Ok(vec!["a".into(), "a.b".into(), "e".into()]),
+        ];
         assert_eq!(groups(dirs, 256), want);
-        let flat = ["e", "f", "g"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
-        assert_eq!(groups(flat, 2), vec![Ok(vec!["e".to_string(), "f".into()]), Ok(vec!["g".to_string()])]);
+        let flat = ["e", "f", "g"]
+            .map(|d| Ok(entry(&format!("{d}/"))))
+            .into_iter()
+            .collect();
+        assert_eq!(
+            groups(flat, 2),
+            vec![
+                Ok(vec!["e".to_string(), "f".into()]),
+                Ok(vec!["g".to_string()])
+            ]
+        );
         // One at a time (a local tree): the order is the plan's.
-        let one = ["a/b", "a", "c"].map(|d| Ok(entry(&format!("{d}/")))).into_iter().collect();
-        assert_eq!(groups(one, 1), vec![Ok(vec!["a/b".to_string()]), Ok(vec!["a".to_string()]), Ok(vec!["c".to_string()])]);
+        let one = ["a/b", "a", "c"]
+            .map(|d| Ok(entry(&format!("{d}/"))))
+            .into_iter()
+            .collect();
+        assert_eq!(
+            groups(one, 1),
+            vec![
+                Ok(vec!["a/b".to_string()]),
+                Ok(vec!["a".to_string()]),
+                Ok(vec!["c".to_string()])
+            ]
+        );
     }
 
     #[test]
     fn an_unreadable_spill_ends_a_group_and_is_reported() {
-        let dirs = vec![Ok(entry("a/")), Err(io::Error::other("bad spill")), Ok(entry("b/"))];
-        assert_eq!(groups(dirs, 256), vec![Ok(vec!["a".to_string()]), Err("bad spill".into()), Ok(vec!["b".to_string()])]);
+        let dirs = vec![
+            Ok(entry("a/")),
+            Err(io::Error::other("bad spill")),
+            Ok(entry("b/")),
+        ];
+        assert_eq!(
+            groups(dirs, 256),
+            vec![
+                Ok(vec!["a".to_string()]),
+                Err("bad spill".into()),
+                Ok(vec!["b".to_string()])
+            ]
+        );
     }
 
     #[test]

@@ -16,21 +16,25 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let opts = open_options(&args.common, concurrency, stats.clone());
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
-    let (store, mut entries): (Arc<dyn Store>, Vec<Entry>) = match resolve(&loc, &opts, false).await? {
-        Root::Object { parent, entry, .. } => (open(&parent, &opts)?, vec![entry]),
-        Root::Tree(loc) => {
-            if !args.recursive {
-                anyhow::bail!("{loc} is a directory or prefix: pass --recursive to delete what is under it");
+    let (store, mut entries): (Arc<dyn Store>, Vec<Entry>) =
+        match resolve(&loc, &opts, false).await? {
+            Root::Object { parent, entry, .. } => (open(&parent, &opts)?, vec![entry]),
+            Root::Tree(loc) => {
+                if !args.recursive {
+                    anyhow::bail!(
+                    "{loc} is a directory or prefix: pass --recursive to delete what is under it"
+                );
+                }
+                let store = open(&loc, &opts)?;
+                let entries = storage::list_all(&store, true).await?;
+                (store, entries)
             }
-            let store = open(&loc, &opts)?;
-            let entries = storage::list_all(&store, true).await?;
-            (store, entries)
-        }
-    };
+        };
     entries.retain(|e| filter.matches(&e.path));
     // Files first, then directories deepest first, so each directory is empty when its turn comes.
-    let (mut dirs, files): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|e| e.kind == Kind::Dir);
-    dirs.sort_by(|a, b| b.path.len().cmp(&a.path.len()));
+    let (mut dirs, files): (Vec<Entry>, Vec<Entry>) =
+        entries.into_iter().partition(|e| e.kind == Kind::Dir);
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.path.len()));
     let deleted = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let would_delete = (files.len() + dirs.len()) as u64;
     if args.dry_run {
@@ -53,7 +57,9 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        futures::stream::iter(files).for_each_concurrent(concurrency * 2, del).await;
+        futures::stream::iter(files)
+            .for_each_concurrent(concurrency * 2, del)
+            .await;
         for d in dirs {
             del(d).await;
         }
@@ -61,8 +67,14 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let n_deleted = deleted.load(std::sync::atomic::Ordering::Relaxed);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
-        let failures: Vec<_> = stats.failures().into_iter().map(|(p, e)| json!({"path": p, "error": e})).collect();
-        super::print_json(&json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures, "requests": stats.requests.to_json()}));
+        let failures: Vec<_> = stats
+            .failures()
+            .into_iter()
+            .map(|(p, e)| json!({"path": p, "error": e}))
+            .collect();
+        super::print_json(
+            &json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures, "requests": stats.requests.to_json()}),
+        );
     } else if args.dry_run {
         eprintln!("would delete {would_delete} (listed above)");
     } else {
@@ -71,5 +83,9 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
             eprintln!("failed: {p}: {e}");
         }
     }
-    Ok(if failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

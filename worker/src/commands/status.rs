@@ -50,7 +50,10 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 fn read(path: &Path) -> Option<Value> {
@@ -58,16 +61,23 @@ fn read(path: &Path) -> Option<Value> {
 }
 
 fn num(v: &Value, path: &[&str]) -> f64 {
-    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_f64).unwrap_or(0.0)
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0)
 }
 
 /// The job wrote its progress on this machine and its process is no more: killed, without
 /// waiting for its file to go stale.
 fn gone_here(progress: &Value) -> bool {
-    let (Some(host), Some(pid)) = (progress["host"].as_str(), progress["pid"].as_u64()) else { return false };
+    let (Some(host), Some(pid)) = (progress["host"].as_str(), progress["pid"].as_u64()) else {
+        return false;
+    };
     // A killed process may linger a moment as a zombie, state Z, until it is reaped.
-    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')));
+    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    });
     host == crate::progress::hostname() && !alive
 }
 
@@ -84,8 +94,17 @@ fn partition(dir: &Path, step: &str, spec: &Value, at: f64) -> Value {
         (None, Some(p)) => {
             let fresh = at - num(p, &["updated"]) < STALE && p["finished"] != true && !gone_here(p);
             let state = if fresh { "running" } else { "stopped" };
-            let rate = if fresh { num(p, &["bytes_per_second"]) } else { 0.0 };
-            (state, num(p, &["files", "done"]), num(p, &["bytes", "done"]), rate)
+            let rate = if fresh {
+                num(p, &["bytes_per_second"])
+            } else {
+                0.0
+            };
+            (
+                state,
+                num(p, &["files", "done"]),
+                num(p, &["bytes", "done"]),
+                rate,
+            )
         }
         (None, None) => ("pending", 0.0, 0.0, 0.0),
     };
@@ -110,18 +129,35 @@ pub fn status(dir: &Path, at: f64) -> Value {
     let report = read(&dir.join("report.json"));
     let incomplete = read(&dir.join("report-incomplete.json"));
     let Some(plan) = read(&dir.join("plan").join("plan.json")) else {
-        let listing = dir.join("listing").read_dir().map(|mut d| d.next().is_some()).unwrap_or(false);
-        let state = if incomplete.is_some() { "incomplete" } else if listing { "planning" } else { "listing" };
+        let listing = dir
+            .join("listing")
+            .read_dir()
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        let state = if incomplete.is_some() {
+            "incomplete"
+        } else if listing {
+            "planning"
+        } else {
+            "listing"
+        };
         return json!({"run_dir": dir, "state": state, "plan": null});
     };
     let parts = |key: &str, step: &str| -> Vec<Value> {
-        plan[key].as_array().map(|a| a.iter().map(|s| partition(dir, step, s, at)).collect()).unwrap_or_default()
+        plan[key]
+            .as_array()
+            .map(|a| a.iter().map(|s| partition(dir, step, s, at)).collect())
+            .unwrap_or_default()
     };
     let copy = parts("copy_partitions", "copy");
     let verify = parts("verify_partitions", "verify");
     let all = || copy.iter().chain(&verify);
     let sum = |key: &str| copy.iter().map(|p| num(p, &[key])).sum::<f64>();
-    let (bytes, bytes_done, rate) = (sum("bytes"), sum("bytes_done"), all().map(|p| num(p, &["bytes_per_second"])).sum::<f64>());
+    let (bytes, bytes_done, rate) = (
+        sum("bytes"),
+        sum("bytes_done"),
+        all().map(|p| num(p, &["bytes_per_second"])).sum::<f64>(),
+    );
     let running = all().any(|p| p["state"] == "running");
     let state = match (&report, &incomplete) {
         (Some(r), _) if r["status"] == "complete" => "complete",
@@ -146,11 +182,19 @@ pub fn status(dir: &Path, at: f64) -> Value {
 }
 
 fn percent(done: f64, of: f64) -> String {
-    if of > 0.0 { format!("{:.1}%", 100.0 * done / of) } else { "-".into() }
+    if of > 0.0 {
+        format!("{:.1}%", 100.0 * done / of)
+    } else {
+        "-".into()
+    }
 }
 
 fn text(st: &Value) -> String {
-    let mut out = format!("ferry status {}: {}\n", st["run_dir"].as_str().unwrap_or_default(), st["state"].as_str().unwrap_or_default());
+    let mut out = format!(
+        "ferry status {}: {}\n",
+        st["run_dir"].as_str().unwrap_or_default(),
+        st["state"].as_str().unwrap_or_default()
+    );
     if st.get("copy").is_none() {
         return out;
     }
@@ -165,10 +209,20 @@ fn text(st: &Value) -> String {
     let (bd, bp) = (num(st, &["bytes", "done"]), num(st, &["bytes", "planned"]));
     out += &format!(
         "  copied: {} of {} files ({}), {} of {} ({})\n",
-        fd as u64, fp as u64, percent(fd, fp), human_bytes(bd as u64), human_bytes(bp as u64), percent(bd, bp)
+        fd as u64,
+        fp as u64,
+        percent(fd, fp),
+        human_bytes(bd as u64),
+        human_bytes(bp as u64),
+        percent(bd, bp)
     );
-    let eta = st["eta_seconds"].as_f64().map_or("unknown".into(), |s| format!("{s:.0} s"));
-    out += &format!("  throughput: {}/s, ETA {eta}\n", human_bytes(num(st, &["bytes_per_second"]) as u64));
+    let eta = st["eta_seconds"]
+        .as_f64()
+        .map_or("unknown".into(), |s| format!("{s:.0} s"));
+    out += &format!(
+        "  throughput: {}/s, ETA {eta}\n",
+        human_bytes(num(st, &["bytes_per_second"]) as u64)
+    );
     if let Some(id) = st["slowest_running"].as_str() {
         out += &format!("  slowest running partition: {id}\n");
     }
@@ -179,7 +233,11 @@ fn show(st: &Value, as_json: bool, redraw: bool) {
     let mut stdout = std::io::stdout().lock();
     let body = if as_json { format!("{st}\n") } else { text(st) };
     // Home and clear, so a watched status stays in place instead of scrolling.
-    let _ = write!(stdout, "{}{body}", if redraw { "\x1b[H\x1b[2J" } else { "" });
+    let _ = write!(
+        stdout,
+        "{}{body}",
+        if redraw { "\x1b[H\x1b[2J" } else { "" }
+    );
     let _ = stdout.flush();
 }
 
@@ -198,16 +256,33 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let part = |id: &str| json!({"id": id, "files": 10, "bytes": 1000});
-        write(dir, "plan/plan.json", json!({"phase": "incremental",
-            "copy_partitions": [part("0"), part("1"), part("2"), part("3"), part("4")], "verify_partitions": []}));
+        write(
+            dir,
+            "plan/plan.json",
+            json!({"phase": "incremental",
+            "copy_partitions": [part("0"), part("1"), part("2"), part("3"), part("4")], "verify_partitions": []}),
+        );
         write(dir, "copy/part-0.json", json!({"files": {"copied": 10}}));
-        write(dir, "progress/copy-part-1.json", json!({"updated": 995.0, "finished": false,
-            "files": {"done": 4}, "bytes": {"done": 400}, "bytes_per_second": 60.0}));
-        write(dir, "progress/copy-part-2.json", json!({"updated": 900.0, "finished": false,
-            "files": {"done": 2}, "bytes": {"done": 200}, "bytes_per_second": 50.0}));
+        write(
+            dir,
+            "progress/copy-part-1.json",
+            json!({"updated": 995.0, "finished": false,
+            "files": {"done": 4}, "bytes": {"done": 400}, "bytes_per_second": 60.0}),
+        );
+        write(
+            dir,
+            "progress/copy-part-2.json",
+            json!({"updated": 900.0, "finished": false,
+            "files": {"done": 2}, "bytes": {"done": 200}, "bytes_per_second": 50.0}),
+        );
         write(dir, "failed/copy-part-3.json", json!({}));
         let st = status(dir, 1000.0);
-        let states: Vec<_> = st["partitions"]["copy"].as_array().unwrap().iter().map(|p| p["state"].clone()).collect();
+        let states: Vec<_> = st["partitions"]["copy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["state"].clone())
+            .collect();
         assert_eq!(states, ["done", "running", "stopped", "failed", "pending"]);
         assert_eq!(st["state"], "running");
         assert_eq!(st["copy"]["done"], 1);
@@ -225,7 +300,11 @@ mod tests {
         assert_eq!(status(tmp.path(), 0.0)["state"], "listing");
         write(tmp.path(), "listing/source.tsv", json!(null));
         assert_eq!(status(tmp.path(), 0.0)["state"], "planning");
-        write(tmp.path(), "plan/plan.json", json!({"copy_partitions": [], "verify_partitions": []}));
+        write(
+            tmp.path(),
+            "plan/plan.json",
+            json!({"copy_partitions": [], "verify_partitions": []}),
+        );
         write(tmp.path(), "report.json", json!({"status": "complete"}));
         assert_eq!(status(tmp.path(), 0.0)["state"], "complete");
     }

@@ -6,13 +6,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::hash::Md5;
 use anyhow::Context;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
-use crate::hash::Md5;
 use serde::{Deserialize, Serialize};
 
-use super::{default_concurrency, object_destination, open, open_options, parse_roots, read_manifest, resolve, Pacer, Root};
+use super::{
+    default_concurrency, object_destination, open, open_options, parse_roots, read_manifest,
+    resolve, Pacer, Root,
+};
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
@@ -87,13 +90,18 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
         let (store, rel) = (store.clone(), e.path.clone());
         return tokio::task::spawn_blocking(move || {
             let local = store.local().expect("a local store");
-            local.md5(&rel).map_err(|err| format!("{}: {err}", local.path(&rel).display()))
+            local
+                .md5(&rel)
+                .map_err(|err| format!("{}: {err}", local.path(&rel).display()))
         })
-            .await
-            .map_err(|err| err.to_string())?;
+        .await
+        .map_err(|err| err.to_string())?;
     }
     if !download {
-        return Err(format!("no Content-MD5 on {} (rerun with --download to hash its bytes)", e.display_path()));
+        return Err(format!(
+            "no Content-MD5 on {} (rerun with --download to hash its bytes)",
+            e.display_path()
+        ));
     }
     const BLOCK: u64 = 8 << 20;
     let size = e.size();
@@ -101,7 +109,11 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     let blocks = size.div_ceil(BLOCK);
     // Every range from the one version: a blob rewritten meanwhile fails, never hashes a mix.
     let version = match blocks > 1 {
-        true => store.version(&e.path).await.map_err(|err| err.to_string())?.map(|(v, _)| v),
+        true => store
+            .version(&e.path)
+            .await
+            .map_err(|err| err.to_string())?
+            .map(|(v, _)| v),
         false => None,
     };
     let version = &version;
@@ -109,18 +121,44 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
         .map(|i| {
             let store = store.clone();
             let path = e.path.clone();
-            async move { store.read(&path, i * BLOCK, (size - i * BLOCK).min(BLOCK), version.as_deref()).await }
+            async move {
+                store
+                    .read(
+                        &path,
+                        i * BLOCK,
+                        (size - i * BLOCK).min(BLOCK),
+                        version.as_deref(),
+                    )
+                    .await
+            }
         })
         .buffered(4);
-    while let Some(chunk) = stream.try_next().await.map_err(|err: StoreError| err.to_string())? {
+    while let Some(chunk) = stream
+        .try_next()
+        .await
+        .map_err(|err: StoreError| err.to_string())?
+    {
         h.update(&chunk.data);
     }
     Ok(h.finalize())
 }
 
-async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entry, args: &VerifyArgs) -> (Status, String) {
+async fn compare(
+    src: &Arc<dyn Store>,
+    dst: &Arc<dyn Store>,
+    s: &Entry,
+    d: &Entry,
+    args: &VerifyArgs,
+) -> (Status, String) {
     if s.kind != d.kind {
-        return (Status::Differ, format!("{} on source, {} on destination", s.kind.name(), d.kind.name()));
+        return (
+            Status::Differ,
+            format!(
+                "{} on source, {} on destination",
+                s.kind.name(),
+                d.kind.name()
+            ),
+        );
     }
     if s.size != d.size {
         return (Status::Differ, format!("size {} != {}", s.size(), d.size()));
@@ -130,7 +168,14 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
         let (a, b) = tokio::join!(link_target(src, s), link_target(dst, d));
         return match (a, b) {
             (Ok(a), Ok(b)) if a == b => (Status::Same, String::new()),
-            (Ok(a), Ok(b)) => (Status::Differ, format!("symlink to {} != {}", crate::manifest::escape_path(&a), crate::manifest::escape_path(&b))),
+            (Ok(a), Ok(b)) => (
+                Status::Differ,
+                format!(
+                    "symlink to {} != {}",
+                    crate::manifest::escape_path(&a),
+                    crate::manifest::escape_path(&b)
+                ),
+            ),
             (Err(e), _) | (_, Err(e)) => (Status::Error, e),
         };
     }
@@ -138,11 +183,20 @@ async fn compare(src: &Arc<dyn Store>, dst: &Arc<dyn Store>, s: &Entry, d: &Entr
         let (a, b) = tokio::join!(md5_of(src, s, args.download), md5_of(dst, d, args.download));
         match (a, b) {
             (Ok(a), Ok(b)) if a == b => {}
-            (Ok(a), Ok(b)) => return (Status::Differ, format!("md5 {} != {}", md5_hex(&a), md5_hex(&b))),
+            (Ok(a), Ok(b)) => {
+                return (
+                    Status::Differ,
+                    format!("md5 {} != {}", md5_hex(&a), md5_hex(&b)),
+                )
+            }
             (Err(e), _) | (_, Err(e)) => return (Status::Error, e),
         }
     }
-    match args.metadata.then(|| crate::same::full_difference(s, d, args.preserve.preserve.attrs())).flatten() {
+    match args
+        .metadata
+        .then(|| crate::same::full_difference(s, d, args.preserve.preserve.attrs()))
+        .flatten()
+    {
         Some(why) => (Status::Differ, why),
         None => (Status::Same, String::new()),
     }
@@ -156,14 +210,26 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let concurrency = default_concurrency();
     let stats = Arc::new(Stats::default());
-    let progress = args.progress_file.clone().map(|p| ProgressFile::start(p, "verify", stats.clone()));
+    let progress = args
+        .progress_file
+        .clone()
+        .map(|p| ProgressFile::start(p, "verify", stats.clone()));
     let opts = open_options(&args.common, concurrency, stats.clone());
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
-        Root::Object { parent, entry, name } => {
+        Root::Object {
+            parent,
+            entry,
+            name,
+        } => {
             let (dp, name) = object_destination(&dst_loc, &name)?;
-            (open(&parent, &opts)?, open(&dp, &opts)?, vec![entry], Some(name))
+            (
+                open(&parent, &opts)?,
+                open(&dp, &opts)?,
+                vec![entry],
+                Some(name),
+            )
         }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
@@ -174,7 +240,11 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             // A partition: both sides are looked at fresh (the manifest may predate the copy),
             // in the directories it names only.
             let listed = read_manifest(m)?;
-            let paths: Vec<&[u8]> = listed.iter().filter(|e| e.kind != Kind::Dir).map(|e| &e.path[..]).collect();
+            let paths: Vec<&[u8]> = listed
+                .iter()
+                .filter(|e| e.kind != Kind::Dir)
+                .map(|e| &e.path[..])
+                .collect();
             let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;
             rows.extend(unlisted(&paths, &failed, "source"));
             // A path gone from the source is left out: it shows as missing on the destination
@@ -184,7 +254,12 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let dst_index: HashMap<Vec<u8>, Entry> = match &rename {
-        Some(name) => dst.head(name).await?.map(|(e, _)| (src_entries[0].path.clone(), e)).into_iter().collect(),
+        Some(name) => dst
+            .head(name)
+            .await?
+            .map(|(e, _)| (src_entries[0].path.clone(), e))
+            .into_iter()
+            .collect(),
         None => {
             let paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
             let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
@@ -195,13 +270,22 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     // Paths already judged (their directory could not be listed) are not judged again.
     let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
     let blob_side = blob_side(&src, &dst);
-    let src_entries: Vec<Entry> = src_entries.into_iter().filter(|e| (judged.is_empty() || !judged.contains(&e.display_path())) && compared(e, blob_side, args.metadata)).collect();
+    let src_entries: Vec<Entry> = src_entries
+        .into_iter()
+        .filter(|e| {
+            (judged.is_empty() || !judged.contains(&e.display_path()))
+                && compared(e, blob_side, args.metadata)
+        })
+        .collect();
     // Every row is known to come now: those already judged and one per entry left.
     for row in &rows {
         tally(&stats, row.status, 0);
     }
     Stats::add(&stats.files_total, (rows.len() + src_entries.len()) as u64);
-    Stats::add(&stats.bytes_total, src_entries.iter().map(Entry::size).sum());
+    Stats::add(
+        &stats.bytes_total,
+        src_entries.iter().map(Entry::size).sum(),
+    );
     stats.totals_final();
     rows.extend(compare_indexed(&args, &src, &dst, src_entries, dst_index, &stats).await);
     rows.sort_by(|a, b| a.path.cmp(&b.path));
@@ -228,15 +312,28 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
     if failed.is_empty() {
         return Vec::new();
     }
-    let why: HashMap<&[u8], String> = failed.iter().map(|(d, e)| (&d[..], format!("cannot list the {side}: {e}"))).collect();
-    paths.iter().filter_map(|p| why.get(crate::storage::beneath::split(p).0).map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))).collect()
+    let why: HashMap<&[u8], String> = failed
+        .iter()
+        .map(|(d, e)| (&d[..], format!("cannot list the {side}: {e}")))
+        .collect();
+    paths
+        .iter()
+        .filter_map(|p| {
+            why.get(crate::storage::beneath::split(p).0)
+                .map(|w| Row::new(Status::Error, crate::manifest::escape_path(p), w.clone()))
+        })
+        .collect()
 }
 
 /// Where a symlink points: read from the link, or from the blob that holds its target.
 async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
     match store.local() {
         Some(l) => l.readlink(&e.path).map_err(|err| err.to_string()),
-        None => store.read(&e.path, 0, e.size(), None).await.map(|c| c.data.to_vec()).map_err(|err| err.to_string()),
+        None => store
+            .read(&e.path, 0, e.size(), None)
+            .await
+            .map(|c| c.data.to_vec())
+            .map_err(|err| err.to_string()),
     }
 }
 
@@ -257,16 +354,30 @@ fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
 
 /// The rows of a manifest's entries (or of one object) against what was found of them at the
 /// destination; nothing else at the destination is looked at, so nothing is missing on the source.
-async fn compare_indexed(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, src_entries: Vec<Entry>, mut dst_index: HashMap<Vec<u8>, Entry>, stats: &Stats) -> Vec<Row> {
+async fn compare_indexed(
+    args: &VerifyArgs,
+    src: &Arc<dyn Store>,
+    dst: &Arc<dyn Store>,
+    src_entries: Vec<Entry>,
+    mut dst_index: HashMap<Vec<u8>, Entry>,
+    stats: &Stats,
+) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
     let blob_side = blob_side(src, dst);
-    for s in src_entries.into_iter().filter(|e| compared(e, blob_side, args.metadata)) {
+    for s in src_entries
+        .into_iter()
+        .filter(|e| compared(e, blob_side, args.metadata))
+    {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
             None => {
                 tally(stats, Status::MissingOnDst, s.size());
-                rows.push(Row::new(Status::MissingOnDst, s.display_path(), String::new()))
+                rows.push(Row::new(
+                    Status::MissingOnDst,
+                    s.display_path(),
+                    String::new(),
+                ))
             }
         }
     }
@@ -291,11 +402,22 @@ const REORDER_WINDOW: usize = 64;
 /// Two whole trees: each listing sorted by path on disk, the two merge-joined, pairs compared
 /// `concurrency` at a time and rows streamed out in path order. Memory: one sort run, and the
 /// pairs of the reorder window.
-async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, progress: Option<ProgressFile>, started: Instant) -> anyhow::Result<ExitCode> {
+async fn verify_trees(
+    args: &VerifyArgs,
+    src: &Arc<dyn Store>,
+    dst: &Arc<dyn Store>,
+    stats: &Stats,
+    progress: Option<ProgressFile>,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
     let budget = args.sorting.memory.budget();
-    let src_runs = sort_store(src, scratch.path(), "source", budget).await.with_context(|| format!("listing {} failed", src.describe()))?;
-    let dst_runs = sort_store(dst, scratch.path(), "dest", budget).await.with_context(|| format!("listing {} failed", dst.describe()))?;
+    let src_runs = sort_store(src, scratch.path(), "source", budget)
+        .await
+        .with_context(|| format!("listing {} failed", src.describe()))?;
+    let dst_runs = sort_store(dst, scratch.path(), "dest", budget)
+        .await
+        .with_context(|| format!("listing {} failed", dst.describe()))?;
     let concurrency = default_concurrency();
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let blob_side = blob_side(src, dst);
@@ -305,8 +427,18 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
             let permits = permits.clone();
             async move {
                 let (row, bytes) = match pair? {
-                    Pair::Source(s) => (compared(&s, blob_side, args.metadata).then(|| Row::new(Status::MissingOnDst, s.display_path(), String::new())), s.size()),
-                    Pair::Dest(d) => ((d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())), 0),
+                    Pair::Source(s) => (
+                        compared(&s, blob_side, args.metadata).then(|| {
+                            Row::new(Status::MissingOnDst, s.display_path(), String::new())
+                        }),
+                        s.size(),
+                    ),
+                    Pair::Dest(d) => (
+                        (d.kind != Kind::Dir).then(|| {
+                            Row::new(Status::MissingOnSrc, d.display_path(), String::new())
+                        }),
+                        0,
+                    ),
                     Pair::Both(s, d) if compared(&s, blob_side, args.metadata) => {
                         let _running = permits.acquire().await.expect("never closed");
                         let (st, why) = compare(src, dst, &s, &d, args).await;
@@ -314,7 +446,12 @@ async fn verify_trees(args: &VerifyArgs, src: &Arc<dyn Store>, dst: &Arc<dyn Sto
                     }
                     // The source's side is not compared (a directory; a symlink beside blob
                     // storage): the destination's entry stands alone.
-                    Pair::Both(_, d) => ((d.kind != Kind::Dir).then(|| Row::new(Status::MissingOnSrc, d.display_path(), String::new())), 0),
+                    Pair::Both(_, d) => (
+                        (d.kind != Kind::Dir).then(|| {
+                            Row::new(Status::MissingOnSrc, d.display_path(), String::new())
+                        }),
+                        0,
+                    ),
                 };
                 if let Some(r) = &row {
                     tally(stats, r.status, bytes);
@@ -345,7 +482,11 @@ struct Row {
 
 impl Row {
     fn new(status: Status, path: String, reason: String) -> Row {
-        Row { path, reason, status }
+        Row {
+            path,
+            reason,
+            status,
+        }
     }
 }
 
@@ -369,12 +510,20 @@ impl<'a> Report<'a> {
         let kept = match scratch {
             Some(dir) if args.json => {
                 let path = dir.join("rows.jsonl");
-                Kept::File { out: BufWriter::with_capacity(1 << 20, File::create(&path)?), path }
+                Kept::File {
+                    out: BufWriter::with_capacity(1 << 20, File::create(&path)?),
+                    path,
+                }
             }
             _ => Kept::Memory(Vec::new()),
         };
         let text = (!args.json).then(|| BufWriter::new(io::stdout()));
-        Ok(Report { args, counts: [0; 5], text, kept })
+        Ok(Report {
+            args,
+            counts: [0; 5],
+            text,
+            kept,
+        })
     }
 
     fn add(&mut self, row: Row) -> anyhow::Result<()> {
@@ -404,13 +553,25 @@ impl<'a> Report<'a> {
     }
 
     /// Prints the report, once the progress file (if any) says finished with the same counts.
-    async fn finish(self, src: &Arc<dyn Store>, dst: &Arc<dyn Store>, stats: &Stats, progress: Option<ProgressFile>, started: Instant) -> anyhow::Result<ExitCode> {
+    async fn finish(
+        self,
+        src: &Arc<dyn Store>,
+        dst: &Arc<dyn Store>,
+        stats: &Stats,
+        progress: Option<ProgressFile>,
+        started: Instant,
+    ) -> anyhow::Result<ExitCode> {
         if let Some(p) = progress {
             p.finish().await;
         }
         let bad = self.counts.iter().sum::<usize>() - self.count(Status::Same);
-        let (same, differ, missing_on_dst, missing_on_src, error) =
-            (self.count(Status::Same), self.count(Status::Differ), self.count(Status::MissingOnDst), self.count(Status::MissingOnSrc), self.count(Status::Error));
+        let (same, differ, missing_on_dst, missing_on_src, error) = (
+            self.count(Status::Same),
+            self.count(Status::Differ),
+            self.count(Status::MissingOnDst),
+            self.count(Status::MissingOnSrc),
+            self.count(Status::Error),
+        );
         if let Some(mut out) = self.text {
             out.flush()?;
             eprintln!("{same} same, {differ} differ, {missing_on_dst} missing on destination, {missing_on_src} missing on source, {error} errors");
@@ -441,7 +602,11 @@ impl<'a> Report<'a> {
             out.write_all(b"\n")?;
             out.flush()?;
         }
-        Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        Ok(if bad > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
     }
 }
 
@@ -481,7 +646,8 @@ impl Serialize for Entries {
             Entries::File(path) => {
                 let file = File::open(path).map_err(S::Error::custom)?;
                 for line in BufReader::with_capacity(1 << 20, file).lines() {
-                    let row: Row = serde_json::from_str(&line.map_err(S::Error::custom)?).map_err(S::Error::custom)?;
+                    let row: Row = serde_json::from_str(&line.map_err(S::Error::custom)?)
+                        .map_err(S::Error::custom)?;
                     seq.serialize_element(&row)?;
                 }
             }

@@ -8,9 +8,9 @@
 //! hasher waits for always has its share, and the ranges after it can only wait for it, never
 //! starve it.
 
+use crate::hash::Md5;
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
-use crate::hash::Md5;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -29,7 +29,16 @@ type ForHasher = (UnboundedReceiver<Vec<Bytes>>, OwnedSemaphorePermit);
 
 impl Engine {
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn download(&self, job: &Job, up: Box<dyn Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
+    pub(super) async fn download(
+        &self,
+        job: &Job,
+        up: Box<dyn Upload>,
+        plan: UploadPlan,
+        mut meta: Meta,
+        expected_md5: Option<[u8; 16]>,
+        need_hash: bool,
+        version: Option<&str>,
+    ) -> Result<()> {
         let (to_hasher, ranges) = std::sync::mpsc::channel::<ForHasher>();
         // On a thread of its own: MD5 is CPU work, kept off the runtime's threads.
         let hasher = need_hash.then(|| {
@@ -82,7 +91,10 @@ impl Engine {
         // Every range has been handed over: the hasher ends once it has hashed them all.
         drop(to_hasher);
         let digest = match hasher {
-            Some(h) => Some(h.await.map_err(|e| StoreError::Invalid(format!("hashing thread failed: {e}")))?),
+            Some(h) => Some(
+                h.await
+                    .map_err(|e| StoreError::Invalid(format!("hashing thread failed: {e}")))?,
+            ),
             None => None,
         };
         match fetched {
@@ -106,7 +118,16 @@ impl Engine {
     /// Fetches range `i` into its place, handing its bytes to the hasher as they come; a range
     /// an earlier attempt finished (the journal says so) is read back for the hasher instead.
     #[allow(clippy::too_many_arguments)]
-    async fn fetch_range(&self, job: &Job, up: &dyn Upload, plan: &UploadPlan, i: u64, version: Option<&str>, hash_tx: Option<UnboundedSender<Vec<Bytes>>>, _share: Option<OwnedSemaphorePermit>) -> Result<Option<Meta>> {
+    async fn fetch_range(
+        &self,
+        job: &Job,
+        up: &dyn Upload,
+        plan: &UploadPlan,
+        i: u64,
+        version: Option<&str>,
+        hash_tx: Option<UnboundedSender<Vec<Bytes>>>,
+        _share: Option<OwnedSemaphorePermit>,
+    ) -> Result<Option<Meta>> {
         let len = plan.block_len(i);
         if up.staged(i) {
             Stats::add(&self.stats.blocks_reused, 1);
@@ -118,7 +139,10 @@ impl Engine {
             return Ok(None);
         }
         let mut permit = self.depth.acquire().await;
-        let (m, mut body) = self.src.read_stream(&job.src.path, i * plan.block_size, len, version).await?;
+        let (m, mut body) = self
+            .src
+            .read_stream(&job.src.path, i * plan.block_size, len, version)
+            .await?;
         let mut pieces: Vec<Bytes> = Vec::new();
         let (mut gathered, mut written) = (0usize, 0u64);
         loop {
@@ -146,7 +170,9 @@ impl Engine {
             }
         }
         if written != len {
-            return Err(StoreError::Integrity(format!("short read: got {written} of {len} bytes")));
+            return Err(StoreError::Integrity(format!(
+                "short read: got {written} of {len} bytes"
+            )));
         }
         up.finish_block(i).await?;
         Stats::add(&self.stats.blocks_sent, 1);

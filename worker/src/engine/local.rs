@@ -17,11 +17,14 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{meta_of_entry, panicked, settled, special_not_held, Engine, Job, Outcome};
-use crate::same::{self, Compare, Verdict};
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
+use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
-use crate::storage::local::{entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged, TempIn};
+use crate::storage::local::{
+    entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged,
+    TempIn,
+};
 use crate::storage::Meta;
 use crate::xattrs::Wanted;
 
@@ -77,7 +80,8 @@ pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
     let me = engine.clone();
     let rt = tokio::runtime::Handle::current();
     let done = tokio::task::spawn_blocking(move || {
-        let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+        let (dirs, files): (Vec<Job>, Vec<Job>) =
+            jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
         let changed = Changed::default();
         let missing = Missing::new(&me, &dirs);
         let (files, others) = match me.opts.preserve.links {
@@ -94,7 +98,10 @@ pub(super) async fn run(engine: &Arc<Engine>, jobs: Vec<Job>) {
     })
     .await;
     if let Err(e) = done {
-        engine.stats.failed(engine.dst.describe(), format!("internal error: the copy threads failed: {e}"));
+        engine.stats.failed(
+            engine.dst.describe(),
+            format!("internal error: the copy threads failed: {e}"),
+        );
     }
 }
 
@@ -119,7 +126,12 @@ fn link_groups(files: Vec<Job>) -> (Vec<Job>, Vec<OtherName>) {
     }
     let (mut copied, mut others) = (Vec::with_capacity(files.len()), Vec::new());
     for j in files {
-        match j.src.link.filter(|_| j.src.kind == Kind::File).and_then(|id| first.get(&id)) {
+        match j
+            .src
+            .link
+            .filter(|_| j.src.kind == Kind::File)
+            .and_then(|id| first.get(&id))
+        {
             Some(f) if *f != j.src.path => {
                 let first = f.clone();
                 others.push(OtherName { job: j, first });
@@ -128,9 +140,16 @@ fn link_groups(files: Vec<Job>) -> (Vec<Job>, Vec<OtherName>) {
         }
     }
     // The first name's destination path, which `copied` knows by its source path.
-    let dst_of: HashMap<&[u8], &[u8]> = copied.iter().filter(|j| j.src.link.is_some()).map(|j| (&j.src.path[..], &j.dst_path[..])).collect();
+    let dst_of: HashMap<&[u8], &[u8]> = copied
+        .iter()
+        .filter(|j| j.src.link.is_some())
+        .map(|j| (&j.src.path[..], &j.dst_path[..]))
+        .collect();
     for o in &mut others {
-        o.first = dst_of.get(&o.first[..]).map(|d| d.to_vec()).unwrap_or_default();
+        o.first = dst_of
+            .get(&o.first[..])
+            .map(|d| d.to_vec())
+            .unwrap_or_default();
     }
     (copied, others)
 }
@@ -173,14 +192,20 @@ struct Missing<'a> {
 
 impl<'a> Missing<'a> {
     fn new(engine: &'a Engine, dirs: &'a [Job]) -> Missing<'a> {
-        let dirs = dirs.iter().filter(|d| engine.dst_dir(&d.dst_path).is_none()).map(|d| (&d.dst_path[..], OnceLock::new())).collect();
+        let dirs = dirs
+            .iter()
+            .filter(|d| engine.dst_dir(&d.dst_path).is_none())
+            .map(|d| (&d.dst_path[..], OnceLock::new()))
+            .collect();
         Missing { engine, dirs }
     }
 
     /// Makes `path` (and its missing parents) unless it is made already or not this run's to
     /// make. A failure is left for the files inside to report.
     fn ensure(&self, path: &[u8], changed: &Changed) {
-        let Some(cell) = self.dirs.get(path) else { return };
+        let Some(cell) = self.dirs.get(path) else {
+            return;
+        };
         cell.get_or_init(|| {
             self.ensure(crate::storage::beneath::split(path).0, changed);
             // A mkdir is a round trip like any other: it takes a slot of the depth.
@@ -195,10 +220,17 @@ impl<'a> Missing<'a> {
 
 /// Directories this run writes at least `CROWDED` files into, on the root's filesystem (a
 /// rename cannot cross into a filesystem mounted below the root), when that is a network one.
-fn crowded_dirs<'a>(dst: &dyn LocalFs, files: &'a [Job], missing: &Missing, changed: &Changed) -> HashSet<&'a [u8]> {
+fn crowded_dirs<'a>(
+    dst: &dyn LocalFs,
+    files: &'a [Job],
+    missing: &Missing,
+    changed: &Changed,
+) -> HashSet<&'a [u8]> {
     let mut count: HashMap<&[u8], usize> = HashMap::new();
     for f in files {
-        *count.entry(crate::storage::beneath::split(&f.dst_path).0).or_default() += 1;
+        *count
+            .entry(crate::storage::beneath::split(&f.dst_path).0)
+            .or_default() += 1;
     }
     count.retain(|_, n| *n >= CROWDED);
     if count.is_empty() {
@@ -209,8 +241,13 @@ fn crowded_dirs<'a>(dst: &dyn LocalFs, files: &'a [Job], missing: &Missing, chan
         dst.dir_device(rel).ok()
     };
     // Asked once the root exists (a statfs of a missing root is a round trip for nothing).
-    let Some(root) = device(b"").filter(|_| dst.is_remote()) else { return HashSet::new() };
-    count.into_keys().filter(|d| device(d) == Some(root)).collect()
+    let Some(root) = device(b"").filter(|_| dst.is_remote()) else {
+        return HashSet::new();
+    };
+    count
+        .into_keys()
+        .filter(|d| device(d) == Some(root))
+        .collect()
 }
 
 impl Engine {
@@ -221,20 +258,31 @@ impl Engine {
     /// Makes the missing directories no file needed, a level at a time.
     fn make_dirs(&self, dirs: &[Job], changed: &Changed, missing: &Missing) {
         for level in by_level(dirs) {
-            parallel(&level, self.depth.limit(), |d| missing.ensure(&d.dst_path, changed));
+            parallel(&level, self.depth.limit(), |d| {
+                missing.ensure(&d.dst_path, changed)
+            });
         }
     }
 
     /// The listing's entry for a destination directory, if it showed one there.
     fn dst_dir(&self, path: &[u8]) -> Option<&crate::manifest::Entry> {
-        self.dst_index.as_ref()?.get(path).filter(|e| e.kind == Kind::Dir)
+        self.dst_index
+            .as_ref()?
+            .get(path)
+            .filter(|e| e.kind == Kind::Dir)
     }
 
     /// Links each other name of a hard-link group to the copy of its first name, once that
     /// is committed. A name the destination already has as that very inode is left alone;
     /// where the first name failed, or the destination cannot link (another filesystem below
     /// the root), the name is copied on its own.
-    fn link_names(&self, others: &[OtherName], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
+    fn link_names(
+        &self,
+        others: &[OtherName],
+        rt: &tokio::runtime::Handle,
+        changed: &Changed,
+        missing: &Missing,
+    ) {
         let (_, dst) = self.stores();
         let linked = changed.linked.lock().unwrap().clone();
         let id = Identity::current();
@@ -290,12 +338,22 @@ impl Engine {
             changed.touch(&job.dst_path);
         }
         if job.src.link.is_some() && matches!(outcome, Outcome::Skipped | Outcome::MetaUpdated) {
-            changed.linked.lock().unwrap().insert(job.dst_path.clone(), false);
+            changed
+                .linked
+                .lock()
+                .unwrap()
+                .insert(job.dst_path.clone(), false);
         }
         self.record(job, Ok(outcome));
     }
 
-    fn copy_files(&self, files: &[Job], rt: &tokio::runtime::Handle, changed: &Changed, missing: &Missing) {
+    fn copy_files(
+        &self,
+        files: &[Job],
+        rt: &tokio::runtime::Handle,
+        changed: &Changed,
+        missing: &Missing,
+    ) {
         let next = AtomicUsize::new(0);
         let id = Identity::current();
         let (_, dst) = self.stores();
@@ -303,12 +361,21 @@ impl Engine {
         // files stay open until committed: threads take a quarter of the open-files limit,
         // batches another (the directory caches take a quarter, storage::local::limits).
         let fds = open_files_limit();
-        let threads = self.depth.ceiling().min((fds / 8).max(1) as usize).clamp(1, files.len().max(1));
+        let threads = self
+            .depth
+            .ceiling()
+            .min((fds / 8).max(1) as usize)
+            .clamp(1, files.len().max(1));
         // Without fsync nothing is gained by waiting: each file is committed at once.
-        let batch_files = if dst.fsync() { BATCH_FILES.min((fds / 4 / threads as u64).max(1) as usize) } else { 1 };
+        let batch_files = if dst.fsync() {
+            BATCH_FILES.min((fds / 4 / threads as u64).max(1) as usize)
+        } else {
+            1
+        };
         let crowded = crowded_dirs(dst, files, missing, changed);
         // Made on first use; None (temp names beside the final ones) where one cannot be made.
-        let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> = (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
+        let staging: Vec<OnceLock<Option<Arc<OwnedFd>>>> =
+            (0..STAGING_DIRS).map(|_| OnceLock::new()).collect();
         let turns: Vec<Mutex<()>> = (0..STAGING_DIRS).map(|_| Mutex::new(())).collect();
         std::thread::scope(|s| {
             for k in 0..threads {
@@ -319,8 +386,7 @@ impl Engine {
                     let mut batch: Vec<(Staged, &Job)> = Vec::new();
                     let mut batch_bytes = 0;
                     let mut batch_since = std::time::Instant::now();
-                    loop {
-                        let Some(job) = files.get(next.fetch_add(1, Relaxed)) else { break };
+                    while let Some(job) = files.get(next.fetch_add(1, Relaxed)) {
                         let parent = crate::storage::beneath::split(&job.dst_path).0;
                         missing.ensure(parent, changed);
                         let crowded = crowded.contains(parent);
@@ -333,7 +399,10 @@ impl Engine {
                             true => staging.get_or_init(|| dst.staging_dir(slot).ok()).clone(),
                             false => None,
                         };
-                        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stage_one(job, id, rt, temp_in.as_ref()))).unwrap_or_else(|p| Err(panicked(p)));
+                        let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            self.stage_one(job, id, rt, temp_in.as_ref())
+                        }))
+                        .unwrap_or_else(|p| Err(panicked(p)));
                         match step {
                             Ok(Step::Staged(st)) if st.synced => {
                                 permit.done(st.bytes);
@@ -351,7 +420,10 @@ impl Engine {
                             Err(e) => self.record(job, Err(e)),
                         }
                         drop(permit);
-                        if batch.len() >= batch_files || batch_bytes >= BATCH_BYTES || (!batch.is_empty() && batch_since.elapsed() >= BATCH_AGE) {
+                        if batch.len() >= batch_files
+                            || batch_bytes >= BATCH_BYTES
+                            || (!batch.is_empty() && batch_since.elapsed() >= BATCH_AGE)
+                        {
                             self.commit_batch(std::mem::take(&mut batch), changed);
                             batch_bytes = 0;
                         }
@@ -360,12 +432,22 @@ impl Engine {
                 });
             }
         });
-        for (k, _) in staging.iter().enumerate().filter(|(_, d)| matches!(d.get(), Some(Some(_)))) {
+        for (k, _) in staging
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| matches!(d.get(), Some(Some(_))))
+        {
             dst.remove_staging_dir(k);
         }
     }
 
-    fn stage_one(&self, job: &Job, id: &Identity, rt: &tokio::runtime::Handle, staging: Option<&Arc<OwnedFd>>) -> Result<Step> {
+    fn stage_one(
+        &self,
+        job: &Job,
+        id: &Identity,
+        rt: &tokio::runtime::Handle,
+        staging: Option<&Arc<OwnedFd>>,
+    ) -> Result<Step> {
         let (src, dst) = self.stores();
         #[cfg(test)]
         if job.src.path == b"panic-here" {
@@ -377,12 +459,20 @@ impl Engine {
             (Some(idx), _) => idx.get(&job.dst_path).cloned(),
             (None, Compare::None) => None,
             // One object named on the command line: its own stat.
-            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| entry_with_target(job.dst_path.clone(), &md, || dst.readlink(&job.dst_path))),
+            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| {
+                entry_with_target(job.dst_path.clone(), &md, || dst.readlink(&job.dst_path))
+            }),
         };
         let attrs = self.opts.preserve.attrs();
-        let verdict = match (same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs), &existing) {
+        let verdict = match (
+            same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs),
+            &existing,
+        ) {
             (Verdict::Undecided, Some(d)) if self.opts.compare == Compare::Md5 => {
-                let (sm, dm) = (src.md5(&job.src.path).map_err(src_err)?, dst.md5(&job.dst_path).map_err(dst_err)?);
+                let (sm, dm) = (
+                    src.md5(&job.src.path).map_err(src_err)?,
+                    dst.md5(&job.dst_path).map_err(dst_err)?,
+                );
                 same::by_hashes(&job.src, d, Some(sm), Some(dm), attrs)
             }
             (v, _) => settled(v),
@@ -390,11 +480,18 @@ impl Engine {
         // Listings carry no device number: to them a device node renumbered in place is the
         // same node. Devices are few, so each side gets a look at it.
         let verdict = match verdict {
-            Verdict::Same | Verdict::MetaOnly if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev) && self.opts.preserve.specials => {
+            Verdict::Same | Verdict::MetaOnly
+                if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev)
+                    && self.opts.preserve.specials =>
+            {
                 use std::os::unix::fs::MetadataExt;
                 let src_rdev = src.lstat(&job.src.path).map_err(src_err)?.map(|m| m.rdev());
                 let dst_rdev = dst.lstat(&job.dst_path).map_err(dst_err)?.map(|m| m.rdev());
-                if src_rdev != dst_rdev { Verdict::Changed } else { verdict }
+                if src_rdev != dst_rdev {
+                    Verdict::Changed
+                } else {
+                    verdict
+                }
             }
             v => v,
         };
@@ -414,14 +511,35 @@ impl Engine {
             return self.make_node(job, id).map_err(dst_err).map(Step::Done);
         }
         if job.src.kind == Kind::Symlink {
-            let refused = dst.copy_symlink(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve).map_err(src_err)?;
+            let refused = dst
+                .copy_symlink(
+                    src,
+                    &job.src.path,
+                    &job.dst_path,
+                    job.src.xattrs,
+                    id,
+                    &self.opts.preserve,
+                )
+                .map_err(src_err)?;
             refused.kinds().for_each(|k| self.stats.not_kept(k));
             return Ok(Step::Done(Outcome::Copied));
         }
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
-        let stage = |temp_in| dst.stage_file(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.quirks, &self.opts.preserve, absent, temp_in);
+        let stage = |temp_in| {
+            dst.stage_file(
+                src,
+                &job.src.path,
+                &job.dst_path,
+                job.src.xattrs,
+                id,
+                &self.quirks,
+                &self.opts.preserve,
+                absent,
+                temp_in,
+            )
+        };
         let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
             // Another process finished and removed the shared staging directory meanwhile.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
@@ -429,7 +547,16 @@ impl Engine {
             None => stage(TempIn::Final),
         }
         // Staging reads one side and writes the other: the error names both.
-        .map_err(|e| StoreError::io(format!("{} → {}", src.path(&job.src.path).display(), dst.path(&job.dst_path).display()), e))?;
+        .map_err(|e| {
+            StoreError::io(
+                format!(
+                    "{} → {}",
+                    src.path(&job.src.path).display(),
+                    dst.path(&job.dst_path).display()
+                ),
+                e,
+            )
+        })?;
         if let Some(t) = &self.throttle {
             rt.block_on(t.take(staged.bytes));
         }
@@ -447,15 +574,26 @@ impl Engine {
             return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
         }
         if !self.opts.preserve.specials {
-            return Ok(Outcome::Ignored("fifo or device node (--preserve leaves out specials)"));
+            return Ok(Outcome::Ignored(
+                "fifo or device node (--preserve leaves out specials)",
+            ));
         }
-        match dst.make_node(src, &job.src.path, &job.dst_path, job.src.xattrs, id, &self.opts.preserve) {
+        match dst.make_node(
+            src,
+            &job.src.path,
+            &job.dst_path,
+            job.src.xattrs,
+            id,
+            &self.opts.preserve,
+        ) {
             Ok(refused) => {
                 refused.kinds().for_each(|k| self.stats.not_kept(k));
                 Ok(Outcome::Copied)
             }
             // mknod of a device needs CAP_MKNOD (and a mount that allows devices).
-            Err(e) if device && e.raw_os_error() == Some(libc::EPERM) => Ok(Outcome::Ignored("device node (making one needs root, on a mount that allows devices)")),
+            Err(e) if device && e.raw_os_error() == Some(libc::EPERM) => Ok(Outcome::Ignored(
+                "device node (making one needs root, on a mount that allows devices)",
+            )),
             Err(e) => Err(e),
         }
     }
@@ -479,7 +617,13 @@ impl Engine {
         if let Err(e) = dst.sync() {
             for (st, job) in batch {
                 st.discard();
-                self.record(job, Err(StoreError::io(self.dst.describe(), std::io::Error::new(e.kind(), format!("cannot flush to disk: {e}")))));
+                self.record(
+                    job,
+                    Err(StoreError::io(
+                        self.dst.describe(),
+                        std::io::Error::new(e.kind(), format!("cannot flush to disk: {e}")),
+                    )),
+                );
             }
             return;
         }
@@ -491,9 +635,16 @@ impl Engine {
     fn commit(&self, st: Staged, job: &Job, changed: &Changed) {
         let (_, dst) = self.stores();
         changed.touch(&job.dst_path);
-        let r = st.commit().map(|_| Outcome::Copied).map_err(|e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e));
+        let r = st
+            .commit()
+            .map(|_| Outcome::Copied)
+            .map_err(|e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e));
         if r.is_ok() && job.src.link.is_some() {
-            changed.linked.lock().unwrap().insert(job.dst_path.clone(), true);
+            changed
+                .linked
+                .lock()
+                .unwrap()
+                .insert(job.dst_path.clone(), true);
         }
         self.record(job, r);
     }
@@ -501,13 +652,24 @@ impl Engine {
     /// Sets the metadata of a destination entry whose bytes are the source's already: from the
     /// source's listing where it has it all, else from a look at the source.
     /// `existing`: the destination's entry, from its listing.
-    fn update_meta(&self, job: &Job, existing: Option<&crate::manifest::Entry>) -> std::io::Result<()> {
+    fn update_meta(
+        &self,
+        job: &Job,
+        existing: Option<&crate::manifest::Entry>,
+    ) -> std::io::Result<()> {
         let (src, dst) = self.stores();
         let entry = match (job.src.mode, job.src.owner, job.src.mtime) {
             (Some(_), Some(_), Some(_)) => job.src.clone(),
-            _ => src.lstat(&job.src.path)?.and_then(|md| entry_of(job.src.path.clone(), &md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
+            _ => src
+                .lstat(&job.src.path)?
+                .and_then(|md| entry_of(job.src.path.clone(), &md))
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
         };
-        dst.set_meta(&job.dst_path, job.src.kind, &self.opts.preserve.keep(meta_of_entry(&entry)))?;
+        dst.set_meta(
+            &job.dst_path,
+            job.src.kind,
+            &self.opts.preserve.keep(meta_of_entry(&entry)),
+        )?;
         // The attributes only where both listings read them and they differ: the verdict may
         // have been the mode's alone.
         match (job.src.xattrs, existing.and_then(|e| e.xattrs)) {
@@ -524,20 +686,27 @@ impl Engine {
         if !wanted.any() || src.no_xattrs_here() {
             return Ok(());
         }
-        let Some(want) = src.read_xattrs(src_rel, wanted)? else { return Ok(()) };
+        let Some(want) = src.read_xattrs(src_rel, wanted)? else {
+            return Ok(());
+        };
         // Nothing to set, on a destination that holds nothing to remove: no call there (a
         // round trip each on a network filesystem).
         if want.is_empty() && dst.no_xattrs_here() {
             return Ok(());
         }
-        dst.write_xattrs(dst_rel, &want, wanted)?.kinds().for_each(|k| self.stats.not_kept(k));
+        dst.write_xattrs(dst_rel, &want, wanted)?
+            .kinds()
+            .for_each(|k| self.stats.not_kept(k));
         Ok(())
     }
 
     fn finish_dirs(&self, dirs: &[Job], changed: &Changed) {
         let (src, dst) = self.stores();
         let id = Identity::current();
-        let (made, touched) = (changed.made.lock().unwrap(), changed.touched.lock().unwrap());
+        let (made, touched) = (
+            changed.made.lock().unwrap(),
+            changed.touched.lock().unwrap(),
+        );
         // Deepest first, so setting a parent's mtime comes after its children are done.
         for level in by_level(dirs).into_iter().rev() {
             parallel(&level, self.depth.limit(), |d| {
@@ -545,25 +714,50 @@ impl Engine {
                     Some(DirNow::made(&id))
                 } else {
                     self.dst_dir(&d.dst_path).and_then(|e| {
-                        let mtime = if touched.contains(&d.dst_path) { None } else { e.mtime };
-                        Some(DirNow { mode: e.mode?, owner: e.owner?, mtime })
+                        let mtime = if touched.contains(&d.dst_path) {
+                            None
+                        } else {
+                            e.mtime
+                        };
+                        Some(DirNow {
+                            mode: e.mode?,
+                            owner: e.owner?,
+                            mtime,
+                        })
                     })
                 };
                 // The source side comes from its listing where that saw it all.
                 let want = match (d.src.mode, d.src.owner, d.src.mtime) {
-                    (Some(mode), Some((uid, gid)), Some(mtime)) => Ok(Meta { mode: Some(mode), uid: Some(uid), gid: Some(gid), mtime: Some(mtime), md5: None }),
-                    _ => src.lstat(&d.src.path).and_then(|md| md.map(|md| meta_of(&md)).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))),
+                    (Some(mode), Some((uid, gid)), Some(mtime)) => Ok(Meta {
+                        mode: Some(mode),
+                        uid: Some(uid),
+                        gid: Some(gid),
+                        mtime: Some(mtime),
+                        md5: None,
+                    }),
+                    _ => src.lstat(&d.src.path).and_then(|md| {
+                        md.map(|md| meta_of(&md))
+                            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+                    }),
                 };
                 // Attributes where the two digests differ, or are not known: a directory
                 // made this run has none (a default ACL inherited from a parent made this run
                 // cannot be, since parents get theirs after their children).
-                let dst_xattrs = if made.contains(&d.dst_path) { Some(crate::xattrs::empty_digest()) } else { self.dst_dir(&d.dst_path).and_then(|e| e.xattrs) };
+                let dst_xattrs = if made.contains(&d.dst_path) {
+                    Some(crate::xattrs::empty_digest())
+                } else {
+                    self.dst_dir(&d.dst_path).and_then(|e| e.xattrs)
+                };
                 let xattrs = || match (d.src.xattrs, dst_xattrs) {
                     (Some(a), Some(b)) if a == b => Ok(()),
                     _ => self.copy_xattrs(&d.src.path, &d.dst_path),
                 };
-                if let Err(e) = want.and_then(|want| dst.finish_dir(&d.dst_path, &want, known)).and_then(|_| xattrs()) {
-                    self.stats.failed(d.src.display_path(), format!("directory: {e}"));
+                if let Err(e) = want
+                    .and_then(|want| dst.finish_dir(&d.dst_path, &want, known))
+                    .and_then(|_| xattrs())
+                {
+                    self.stats
+                        .failed(d.src.display_path(), format!("directory: {e}"));
                 }
             });
         }
@@ -571,9 +765,13 @@ impl Engine {
 
     fn finish_root(&self) {
         let (src, dst) = self.stores();
-        let r = File::open(src.path(b"")).and_then(|f| f.metadata()).and_then(|md| dst.finish_root(&meta_of(&md))).and_then(|_| self.copy_xattrs(b"", b""));
+        let r = File::open(src.path(b""))
+            .and_then(|f| f.metadata())
+            .and_then(|md| dst.finish_root(&meta_of(&md)))
+            .and_then(|_| self.copy_xattrs(b"", b""));
         if let Err(e) = r {
-            self.stats.failed(self.dst.describe(), format!("directory: {e}"));
+            self.stats
+                .failed(self.dst.describe(), format!("directory: {e}"));
         }
     }
 }
@@ -585,12 +783,35 @@ mod tests {
 
     #[test]
     fn a_link_group_is_copied_once_by_its_first_name() {
-        let job = |p: &str, link: Option<(u64, u64)>| Job { src: Entry { link, ..Entry::file(p.to_string(), 5) }, dst_path: format!("to/{p}").into_bytes() };
-        let files = vec![job("b", Some((1, 7))), job("solo", None), job("a", Some((1, 7))), job("c", Some((1, 7))), job("other", Some((2, 7)))];
+        let job = |p: &str, link: Option<(u64, u64)>| Job {
+            src: Entry {
+                link,
+                ..Entry::file(p.to_string(), 5)
+            },
+            dst_path: format!("to/{p}").into_bytes(),
+        };
+        let files = vec![
+            job("b", Some((1, 7))),
+            job("solo", None),
+            job("a", Some((1, 7))),
+            job("c", Some((1, 7))),
+            job("other", Some((2, 7))),
+        ];
         let (copied, others) = link_groups(files);
         let names: Vec<&[u8]> = copied.iter().map(|j| &j.src.path[..]).collect();
-        assert_eq!(names, [&b"solo"[..], b"a", b"other"], "the first by path, whatever the order given");
-        let linked: Vec<(&[u8], &[u8])> = others.iter().map(|o| (&o.job.src.path[..], &o.first[..])).collect();
-        assert_eq!(linked, [(&b"b"[..], &b"to/a"[..]), (b"c", b"to/a")], "linked to the first name's destination");
+        assert_eq!(
+            names,
+            [&b"solo"[..], b"a", b"other"],
+            "the first by path, whatever the order given"
+        );
+        let linked: Vec<(&[u8], &[u8])> = others
+            .iter()
+            .map(|o| (&o.job.src.path[..], &o.first[..]))
+            .collect();
+        assert_eq!(
+            linked,
+            [(&b"b"[..], &b"to/a"[..]), (b"c", b"to/a")],
+            "linked to the first name's destination"
+        );
     }
 }

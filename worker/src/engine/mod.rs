@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
+use crate::hash::{self, Md5};
 use bytes::Bytes;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
-use crate::hash::{self, Md5};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::depth::{Depth, Permit};
@@ -29,7 +29,6 @@ use crate::stats::Stats;
 use crate::storage::local::{LocalFs, Quirks};
 use crate::storage::{Meta, Store, Upload, UploadPlan};
 use crate::throttle::Throttle;
-
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -83,7 +82,14 @@ enum Outcome {
 }
 
 impl Engine {
-    pub fn new(src: Arc<dyn Store>, dst: Arc<dyn Store>, opts: EngineOptions, stats: Arc<Stats>, depth: Arc<Depth>, dst_index: Option<Index>) -> Self {
+    pub fn new(
+        src: Arc<dyn Store>,
+        dst: Arc<dyn Store>,
+        opts: EngineOptions,
+        stats: Arc<Stats>,
+        depth: Arc<Depth>,
+        dst_index: Option<Index>,
+    ) -> Self {
         // Never less than two blocks: one block must always fit, and one more keeps reading
         // overlapped with sending.
         let memory = opts.memory.max(2 * opts.block_size.max(DOWNLOAD_RANGE));
@@ -111,7 +117,8 @@ impl Engine {
         if self.both_local() {
             local::run(self, jobs).await;
         } else {
-            let (dirs, files): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
+            let (dirs, files): (Vec<Job>, Vec<Job>) =
+                jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
             // Into Blob storage a folder goes first: one that replaces a blob of another type
             // removes what stands under its name, which must not be what this run uploads. Into
             // a local tree it goes last, so that writing its entries does not move its mtime.
@@ -130,7 +137,10 @@ impl Engine {
                 let (me, files, next) = (self.clone(), files.clone(), next.clone());
                 tasks.spawn(async move {
                     while let Some(job) = files.get(next.fetch_add(1, Relaxed)) {
-                        let outcome = std::panic::AssertUnwindSafe(me.one(job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                        let outcome = std::panic::AssertUnwindSafe(me.one(job))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|p| Err(panicked(p)));
                         me.record(job, outcome);
                     }
                 });
@@ -144,8 +154,13 @@ impl Engine {
             let dst = self.dst.clone();
             match tokio::task::spawn_blocking(move || local_of(&dst).sync()).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => self.stats.failed(self.dst.describe(), format!("cannot flush the destination to disk: {e}")),
-                Err(e) => self.stats.failed(self.dst.describe(), format!("internal error: {e}")),
+                Ok(Err(e)) => self.stats.failed(
+                    self.dst.describe(),
+                    format!("cannot flush the destination to disk: {e}"),
+                ),
+                Err(e) => self
+                    .stats
+                    .failed(self.dst.describe(), format!("internal error: {e}")),
             }
         }
     }
@@ -161,7 +176,10 @@ impl Engine {
         for level in dirs.chunk_by(|a, b| depth(a) == depth(b)) {
             futures::stream::iter(level)
                 .for_each_concurrent(self.opts.parallel_files.max(1), |job| async move {
-                    let outcome = std::panic::AssertUnwindSafe(self.one_dir(job)).catch_unwind().await.unwrap_or_else(|p| Err(panicked(p)));
+                    let outcome = std::panic::AssertUnwindSafe(self.one_dir(job))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|p| Err(panicked(p)));
                     match outcome {
                         Ok(Outcome::MetaUpdated) => Stats::add(&self.stats.meta_updated, 1),
                         Ok(_) => {}
@@ -177,7 +195,11 @@ impl Engine {
     async fn clear_way(&self, dirs: &[Job]) {
         for job in dirs {
             let cleared = match self.decide(job).await {
-                Ok(Verdict::TypeChanged) => self.dst.remove_all(&job.dst_path).await.map(|_| Stats::add(&self.stats.replaced, 1)),
+                Ok(Verdict::TypeChanged) => self
+                    .dst
+                    .remove_all(&job.dst_path)
+                    .await
+                    .map(|_| Stats::add(&self.stats.replaced, 1)),
                 Ok(_) => Ok(()),
                 Err(e) => Err(e),
             };
@@ -197,8 +219,17 @@ impl Engine {
             // Looked at again whatever the listing said: the files just written into it moved
             // its mtime. Only what differs is set.
             let rel = job.dst_path.clone();
-            blocking_local(&self.dst, move |local| local.finish_dir(&rel, &meta, None).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await?;
-            return Ok(if verdict == Verdict::MetaOnly { Outcome::MetaUpdated } else { Outcome::Copied });
+            blocking_local(&self.dst, move |local| {
+                local
+                    .finish_dir(&rel, &meta, None)
+                    .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
+            })
+            .await?;
+            return Ok(if verdict == Verdict::MetaOnly {
+                Outcome::MetaUpdated
+            } else {
+                Outcome::Copied
+            });
         }
         if verdict == Verdict::TypeChanged {
             self.dst.remove_all(&job.dst_path).await?;
@@ -206,13 +237,23 @@ impl Engine {
         }
         match verdict {
             Verdict::Same => Ok(Outcome::Skipped),
-            Verdict::MetaOnly => self.dst.set_meta(&job.dst_path, Kind::Dir, &meta).await.map(|_| Outcome::MetaUpdated),
-            _ => self.azure_dst()?.put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta).await.map(|_| Outcome::Copied),
+            Verdict::MetaOnly => self
+                .dst
+                .set_meta(&job.dst_path, Kind::Dir, &meta)
+                .await
+                .map(|_| Outcome::MetaUpdated),
+            _ => self
+                .azure_dst()?
+                .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta)
+                .await
+                .map(|_| Outcome::Copied),
         }
     }
 
     fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
-        self.dst.as_azure().ok_or_else(|| StoreError::Unsupported(format!("folders and symlinks into {}", self.dst.describe())))
+        self.dst.as_azure().ok_or_else(|| {
+            StoreError::Unsupported(format!("folders and symlinks into {}", self.dst.describe()))
+        })
     }
 
     /// A symlink: its target, never followed, written as a symlink in a local tree and as a
@@ -224,7 +265,9 @@ impl Engine {
                 let (rel, what) = (job.src.path.clone(), job.src.display_path());
                 blocking_local(&self.src, move |local| {
                     let read = || {
-                        let md = local.lstat(&rel).and_then(|m| m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))?;
+                        let md = local.lstat(&rel).and_then(|m| {
+                            m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+                        })?;
                         if !md.file_type().is_symlink() {
                             return Err(std::io::Error::other("no longer a symlink"));
                         }
@@ -235,7 +278,10 @@ impl Engine {
                 .await?
             }
             None => {
-                let chunk = self.src.read(&job.src.path, 0, job.src.size(), None).await?;
+                let chunk = self
+                    .src
+                    .read(&job.src.path, 0, job.src.size(), None)
+                    .await?;
                 let mut meta = meta_of_entry(&job.src);
                 if let Some(m) = chunk.meta {
                     merge(&mut meta, m);
@@ -245,17 +291,31 @@ impl Engine {
         };
         let meta = self.kept(Meta { md5: None, ..meta });
         if target.is_empty() || target.contains(&0) {
-            return Err(StoreError::Invalid("a symlink's target must be non-empty and hold no NUL byte".into()));
+            return Err(StoreError::Invalid(
+                "a symlink's target must be non-empty and hold no NUL byte".into(),
+            ));
         }
         Stats::add(&self.stats.bytes_copied, target.len() as u64);
         match self.dst.local() {
             Some(_) => {
                 let rel = job.dst_path.clone();
-                blocking_local(&self.dst, move |local| local.make_symlink(&rel, &target, &meta).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await
+                blocking_local(&self.dst, move |local| {
+                    local
+                        .make_symlink(&rel, &target, &meta)
+                        .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
+                })
+                .await
             }
             None => {
                 let md5 = self.opts.put_md5.then(|| hash::digest(&target));
-                self.azure_dst()?.put_node(&job.dst_path, Kind::Symlink, Bytes::from(target), &Meta { md5, ..meta }).await
+                self.azure_dst()?
+                    .put_node(
+                        &job.dst_path,
+                        Kind::Symlink,
+                        Bytes::from(target),
+                        &Meta { md5, ..meta },
+                    )
+                    .await
             }
         }
     }
@@ -280,8 +340,14 @@ impl Engine {
 
     /// Bytes of the memory budget, held until the permit is dropped.
     async fn reserve(&self, bytes: u64) -> OwnedSemaphorePermit {
-        let kib = bytes.div_ceil(1024).clamp(1, self.opts.memory.div_ceil(1024)) as u32;
-        self.memory.clone().acquire_many_owned(kib).await.expect("the memory budget is never closed")
+        let kib = bytes
+            .div_ceil(1024)
+            .clamp(1, self.opts.memory.div_ceil(1024)) as u32;
+        self.memory
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .expect("the memory budget is never closed")
     }
 
     async fn one(&self, job: &Job) -> Result<Outcome> {
@@ -296,7 +362,13 @@ impl Engine {
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                self.dst.set_meta(&job.dst_path, job.src.kind, &self.opts.preserve.keep(meta_of_entry(&job.src))).await?;
+                self.dst
+                    .set_meta(
+                        &job.dst_path,
+                        job.src.kind,
+                        &self.opts.preserve.keep(meta_of_entry(&job.src)),
+                    )
+                    .await?;
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
@@ -309,7 +381,11 @@ impl Engine {
             return self.symlink(job).await.map(|_| Outcome::Copied);
         }
         if self.server_side(job) {
-            return self.dst.copy_from(&*self.src, &job.src, &job.dst_path).await.map(|_| Outcome::ServerCopied);
+            return self
+                .dst
+                .copy_from(&*self.src, &job.src, &job.dst_path)
+                .await
+                .map(|_| Outcome::ServerCopied);
         }
         self.transfer(job).await.map(|_| Outcome::Copied)
     }
@@ -320,7 +396,10 @@ impl Engine {
     pub(super) fn kept(&self, meta: Meta) -> Meta {
         let kept = self.opts.preserve.keep(meta);
         match self.dst.local_root() {
-            Some(_) => Meta { mode: Some(kept.mode.unwrap_or(0o666 & !umask())), ..kept },
+            Some(_) => Meta {
+                mode: Some(kept.mode.unwrap_or(0o666 & !umask())),
+                ..kept
+            },
             None => kept,
         }
     }
@@ -336,7 +415,13 @@ impl Engine {
             return Ok(None);
         }
         let rel = path.to_vec();
-        blocking_local(store, move |local| local.md5(&rel).map(Some).map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))).await
+        blocking_local(store, move |local| {
+            local
+                .md5(&rel)
+                .map(Some)
+                .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
+        })
+        .await
     }
 
     /// What the destination has at this job's path: from the listing when there is one, else
@@ -356,8 +441,14 @@ impl Engine {
             return Ok(Verdict::New);
         }
         let existing = self.existing(job).await?;
-        let verdict = same::classify(&job.src, existing.as_ref(), self.opts.compare, self.opts.preserve.attrs());
-        let (Verdict::Undecided, Compare::Md5, Some(d)) = (verdict, self.opts.compare, &existing) else {
+        let verdict = same::classify(
+            &job.src,
+            existing.as_ref(),
+            self.opts.compare,
+            self.opts.preserve.attrs(),
+        );
+        let (Verdict::Undecided, Compare::Md5, Some(d)) = (verdict, self.opts.compare, &existing)
+        else {
             return Ok(settled(verdict));
         };
         let sm = match job.src.md5 {
@@ -368,7 +459,13 @@ impl Engine {
             Some(m) => Some(m),
             None => self.local_md5(&self.dst, &job.dst_path).await?,
         };
-        Ok(same::by_hashes(&job.src, d, sm, dm, self.opts.preserve.attrs()))
+        Ok(same::by_hashes(
+            &job.src,
+            d,
+            sm,
+            dm,
+            self.opts.preserve.attrs(),
+        ))
     }
 
     /// A local file small enough for one request, read whole with one open: its bytes, its
@@ -402,7 +499,11 @@ impl Engine {
         let props = match (self.src.as_azure(), self.dst.as_azure()) {
             (Some(src), Some(_)) => match src.version_and_props(path).await? {
                 Some((v, now, p)) if now == job.src.size() => Some((v, p)),
-                Some(_) => return Err(StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())),
+                Some(_) => {
+                    return Err(StoreError::Integrity(
+                        "the blob changed since it was listed (size differs); not copied".into(),
+                    ))
+                }
                 None => return Err(StoreError::NotFound("vanished from the source".into())),
             },
             _ => None,
@@ -410,27 +511,51 @@ impl Engine {
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
         let (version, size, meta) = if local_src {
-            let (version, now) = self.src.version(path).await?.ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
+            let (version, now) = self
+                .src
+                .version(path)
+                .await?
+                .ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
             match self.src.head(path).await? {
                 Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, m),
-                Some((e, _)) if e.kind == Kind::File => return Err(StoreError::Integrity("the source changed while being copied; not committed".into())),
+                Some((e, _)) if e.kind == Kind::File => {
+                    return Err(StoreError::Integrity(
+                        "the source changed while being copied; not committed".into(),
+                    ))
+                }
                 Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
                 None => return Err(StoreError::NotFound("vanished from the source".into())),
             }
         } else {
             let size = job.src.size();
             // One GET is one version; only a download in several ranges needs the ETag.
-            let ranges = if self.dst.local_root().is_some() { size.div_ceil(bs.max(DOWNLOAD_RANGE)) } else { size.div_ceil(bs) };
+            let ranges = if self.dst.local_root().is_some() {
+                size.div_ceil(bs.max(DOWNLOAD_RANGE))
+            } else {
+                size.div_ceil(bs)
+            };
             let version = match (ranges > 1, &props) {
                 (_, Some((v, _))) => Some(v.clone()),
                 (true, None) => match self.src.version(path).await? {
                     Some((v, now)) if now == size => Some(v),
-                    Some(_) => return Err(StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())),
+                    Some(_) => {
+                        return Err(StoreError::Integrity(
+                            "the blob changed since it was listed (size differs); not copied"
+                                .into(),
+                        ))
+                    }
                     None => return Err(StoreError::NotFound("vanished from the source".into())),
                 },
                 (false, None) => None,
             };
-            (version, size, Meta { md5: job.src.md5, ..meta_of_entry(&job.src) })
+            (
+                version,
+                size,
+                Meta {
+                    md5: job.src.md5,
+                    ..meta_of_entry(&job.src)
+                },
+            )
         };
         let version = version.as_deref();
         let props = props.map(|(_, p)| p);
@@ -449,7 +574,8 @@ impl Engine {
                 drop(permit);
                 return self.put_small(job, chunk.data, meta, None).await;
             }
-            self.put_small(job, chunk.data, meta, props.as_ref()).await?;
+            self.put_small(job, chunk.data, meta, props.as_ref())
+                .await?;
             permit.done(size);
             return Ok(());
         }
@@ -459,39 +585,60 @@ impl Engine {
             "{}:{}:{}:{}",
             size,
             job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
-            job.src.md5.map(|m| crate::manifest::md5_hex(&m)).unwrap_or_default(),
+            job.src
+                .md5
+                .map(|m| crate::manifest::md5_hex(&m))
+                .unwrap_or_default(),
             version.unwrap_or_default().replace(' ', "_")
         );
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
         // requests, and memory stays bounded by the budget whatever the range.
         let streamed = self.dst.local_root().is_some();
-        let plan = UploadPlan { size, block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs }, fingerprint };
+        let plan = UploadPlan {
+            size,
+            block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs },
+            fingerprint,
+        };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
         if let Some(p) = &props {
             up.keep_props(p);
         }
         let expected_md5 = job.src.md5.filter(|_| !local_src);
-        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
+        let need_hash =
+            (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
         if up.piecewise() {
-            return self.download(job, up, plan, meta, expected_md5, need_hash, version).await;
+            return self
+                .download(job, up, plan, meta, expected_md5, need_hash, version)
+                .await;
         }
-        self.upload(job, up, plan, meta, expected_md5, need_hash, version).await
+        self.upload(job, up, plan, meta, expected_md5, need_hash, version)
+            .await
     }
 
     /// One request's worth: hashed, checked against what the source promised, written whole.
-    async fn put_small(&self, job: &Job, data: Bytes, mut meta: Meta, props: Option<&crate::storage::azure::BlobProps>) -> Result<()> {
+    async fn put_small(
+        &self,
+        job: &Job,
+        data: Bytes,
+        mut meta: Meta,
+        props: Option<&crate::storage::azure::BlobProps>,
+    ) -> Result<()> {
         let local_src = self.src.local_root().is_some();
         let size = data.len() as u64;
         if let Some(t) = &self.throttle {
             t.take(size).await;
         }
         let expected_md5 = job.src.md5.filter(|_| !local_src);
-        let need_hash = (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
+        let need_hash =
+            (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
         let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
         check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
         match (props, self.dst.as_azure()) {
-            (Some(p), Some(dst)) => dst.put_with(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p)).await?,
+            (Some(p), Some(dst)) => {
+                dst.put_with(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p))
+                    .await?
+            }
             _ => self.dst.put(&job.dst_path, data, &self.kept(meta)).await?,
         }
         Stats::add(&self.stats.blocks_sent, 1);
@@ -502,7 +649,16 @@ impl Engine {
     /// Blocks to Blob storage: read in order (one MD5 over the whole object), sent out of
     /// order, each holding its bytes of the memory budget and a slot of the depth.
     #[allow(clippy::too_many_arguments)]
-    async fn upload(&self, job: &Job, up: Box<dyn crate::storage::Upload>, plan: UploadPlan, mut meta: Meta, expected_md5: Option<[u8; 16]>, need_hash: bool, version: Option<&str>) -> Result<()> {
+    async fn upload(
+        &self,
+        job: &Job,
+        up: Box<dyn crate::storage::Upload>,
+        plan: UploadPlan,
+        mut meta: Meta,
+        expected_md5: Option<[u8; 16]>,
+        need_hash: bool,
+        version: Option<&str>,
+    ) -> Result<()> {
         let path = &job.src.path;
         let local_src = self.src.local_root().is_some();
         let mut hasher = Md5::new();
@@ -561,20 +717,37 @@ impl Engine {
     }
 
     /// Block `i` of an upload, read whole, holding its share of memory and a slot of the depth.
-    async fn read_block(&self, path: &[u8], plan: &UploadPlan, i: u64, version: Option<&str>) -> Result<(u64, Bytes, Permit<'_>, OwnedSemaphorePermit, Option<Meta>)> {
+    async fn read_block(
+        &self,
+        path: &[u8],
+        plan: &UploadPlan,
+        i: u64,
+        version: Option<&str>,
+    ) -> Result<(u64, Bytes, Permit<'_>, OwnedSemaphorePermit, Option<Meta>)> {
         let len = plan.block_len(i);
         let mem = self.reserve(len).await;
         let permit = self.depth.acquire().await;
         // Every block is read, even one an earlier attempt staged: only its bytes can tell
         // whether the staged copy is still the source's.
-        let chunk = self.src.read(path, i * plan.block_size, len, version).await?;
+        let chunk = self
+            .src
+            .read(path, i * plan.block_size, len, version)
+            .await?;
         if let Some(t) = &self.throttle {
             t.take(len).await;
         }
         Ok((i, chunk.data, permit, mem, chunk.meta))
     }
 
-    async fn send_block(&self, up: &dyn Upload, i: u64, data: Bytes, md5: Option<[u8; 16]>, mut permit: Permit<'_>, mem: OwnedSemaphorePermit) -> Result<()> {
+    async fn send_block(
+        &self,
+        up: &dyn Upload,
+        i: u64,
+        data: Bytes,
+        md5: Option<[u8; 16]>,
+        mut permit: Permit<'_>,
+        mem: OwnedSemaphorePermit,
+    ) -> Result<()> {
         let n = data.len() as u64;
         if up.put_block(i, data, md5).await? {
             Stats::add(&self.stats.blocks_sent, 1);
@@ -603,21 +776,35 @@ fn settled(v: Verdict) -> Verdict {
 
 /// The metadata a source entry's listing gives (what of it a copy keeps: `Preserve::keep`).
 pub fn meta_of_entry(e: &Entry) -> Meta {
-    Meta { mtime: e.mtime, mode: e.mode, uid: e.owner.map(|o| o.0), gid: e.owner.map(|o| o.1), md5: None }
+    Meta {
+        mtime: e.mtime,
+        mode: e.mode,
+        uid: e.owner.map(|o| o.0),
+        gid: e.owner.map(|o| o.1),
+        md5: None,
+    }
 }
 
 /// Why a fifo, socket or device node is not copied to this destination.
 pub fn special_not_held(kind: Kind) -> &'static str {
     match kind {
-        Kind::Socket => "socket (made by the program that listens on it; never copied, as cp -a and rsync do)",
+        Kind::Socket => {
+            "socket (made by the program that listens on it; never copied, as cp -a and rsync do)"
+        }
         Kind::Fifo => "fifo (blob storage holds none)",
         _ => "device node (blob storage holds none)",
     }
 }
 
 fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
-    let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-    StoreError::Invalid(format!("internal error (a bug in ferry; please report it): {what}"))
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    StoreError::Invalid(format!(
+        "internal error (a bug in ferry; please report it): {what}"
+    ))
 }
 
 /// Fills in what the listing did not know from what the read returned.
@@ -636,7 +823,10 @@ fn local_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
 }
 
 /// Runs `f` on the local side of `store` (known to be local) on a thread that may block.
-async fn blocking_local<T: Send + 'static>(store: &Arc<dyn Store>, f: impl FnOnce(&dyn LocalFs) -> Result<T> + Send + 'static) -> Result<T> {
+async fn blocking_local<T: Send + 'static>(
+    store: &Arc<dyn Store>,
+    f: impl FnOnce(&dyn LocalFs) -> Result<T> + Send + 'static,
+) -> Result<T> {
     let store = store.clone();
     crate::storage::blocking(move || f(local_of(&store))).await
 }
@@ -648,7 +838,12 @@ fn umask() -> u32 {
     *UMASK.get_or_init(|| {
         std::fs::read_to_string("/proc/self/status")
             .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Umask:").and_then(|v| u32::from_str_radix(v.trim(), 8).ok())))
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("Umask:")
+                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                })
+            })
             .unwrap_or(0o022)
     })
 }
@@ -670,7 +865,17 @@ mod tests {
     use crate::storage::local::LocalStore;
 
     pub(super) fn options(compare: Compare) -> EngineOptions {
-        EngineOptions { compare, parallel_files: 2, block_size: 1 << 20, put_md5: false, max_bandwidth: None, memory: 64 << 20, finish_root: false, server_copy: false, preserve: Preserve::ALL }
+        EngineOptions {
+            compare,
+            parallel_files: 2,
+            block_size: 1 << 20,
+            put_md5: false,
+            max_bandwidth: None,
+            memory: 64 << 20,
+            finish_root: false,
+            server_copy: false,
+            preserve: Preserve::ALL,
+        }
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -683,10 +888,26 @@ mod tests {
         }
         let stats = Arc::new(Stats::default());
         let depth = Arc::new(Depth::fixed(2));
-        let engine = Arc::new(Engine::new(Arc::new(LocalStore::new(src, true)), Arc::new(LocalStore::new(dst.clone(), true)), options(Compare::None), stats.clone(), depth, None));
-        let jobs = ["ok.txt", "panic-here"].map(|n| Job { src: Entry::file(n, n.len() as u64), dst_path: n.as_bytes().to_vec() });
+        let engine = Arc::new(Engine::new(
+            Arc::new(LocalStore::new(src, true)),
+            Arc::new(LocalStore::new(dst.clone(), true)),
+            options(Compare::None),
+            stats.clone(),
+            depth,
+            None,
+        ));
+        let jobs = ["ok.txt", "panic-here"].map(|n| Job {
+            src: Entry::file(n, n.len() as u64),
+            dst_path: n.as_bytes().to_vec(),
+        });
         engine.run(jobs.to_vec()).await;
-        assert_eq!((Stats::get(&stats.files_copied), Stats::get(&stats.files_failed)), (1, 1));
+        assert_eq!(
+            (
+                Stats::get(&stats.files_copied),
+                Stats::get(&stats.files_failed)
+            ),
+            (1, 1)
+        );
         let failures = stats.failures();
         assert_eq!(failures[0].0, "panic-here");
         assert!(failures[0].1.contains("internal error"), "{failures:?}");

@@ -136,9 +136,18 @@ fn append_dirs(dirs: &Path, copy: &Path, parts: &mut Vec<PartRow>) -> anyhow::Re
     let first = copy.join(crate::partition::part_name(0));
     if parts.is_empty() {
         manifest::Writer::new(std::fs::File::create(&first)?)?.finish()?;
-        parts.push(PartRow { id: format!("{:05}", 0), files: 0, bytes: 0 });
+        parts.push(PartRow {
+            id: format!("{:05}", 0),
+            files: 0,
+            bytes: 0,
+        });
     }
-    let mut out = io::BufWriter::new(std::fs::OpenOptions::new().append(true).open(&first).with_context(|| format!("cannot append to {}", first.display()))?);
+    let mut out = io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&first)
+            .with_context(|| format!("cannot append to {}", first.display()))?,
+    );
     for line in io::BufReader::new(std::fs::File::open(dirs)?).split(b'\n') {
         let line = line?;
         if !line.starts_with(b"#") {
@@ -151,12 +160,21 @@ fn append_dirs(dirs: &Path, copy: &Path, parts: &mut Vec<PartRow>) -> anyhow::Re
 }
 
 fn rows(parts: Vec<Part>) -> Vec<PartRow> {
-    parts.into_iter().enumerate().map(|(i, p)| PartRow { id: format!("{i:05}"), files: p.files, bytes: p.bytes }).collect()
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| PartRow {
+            id: format!("{i:05}"),
+            files: p.files,
+            bytes: p.bytes,
+        })
+        .collect()
 }
 
 /// Sorts one listing by path into runs under `scratch`.
 fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
-    let reader = manifest::Reader::open(path).with_context(|| format!("cannot read listing {}", path.display()))?;
+    let reader = manifest::Reader::open(path)
+        .with_context(|| format!("cannot read listing {}", path.display()))?;
     sort_entries(reader, scratch, stem, budget).map_err(|e| match e {
         // The reader's message names the listing and the line already.
         SortError::Listing(line) => anyhow::Error::msg(line),
@@ -172,7 +190,9 @@ fn plan_link_groups(all: &Runs, copied: &Runs, copy: &mut Splitter) -> anyhow::R
     let mut copied = copied.merge()?.peekable();
     let (mut group, mut only_linked): (Vec<Entry>, u64) = (Vec::new(), 0);
     let mut flush = |group: &mut Vec<Entry>| -> anyhow::Result<()> {
-        let Some(id) = group.first().map(key) else { return Ok(()) };
+        let Some(id) = group.first().map(key) else {
+            return Ok(());
+        };
         let mut to_copy = 0;
         while let Some(c) = copied.next_if(|c| c.as_ref().map_or(true, |c| key(c) <= id)) {
             to_copy += (key(&c?) == id) as u64;
@@ -212,16 +232,34 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         source_runs.count() + dest_runs.as_ref().map_or(0, Runs::count)
     );
 
-    let mut copy = Splitter::new(out.join("copy"), scratch.to_path_buf(), "copy", opts.tool, opts.method)?;
+    let mut copy = Splitter::new(
+        out.join("copy"),
+        scratch.to_path_buf(),
+        "copy",
+        opts.tool,
+        opts.method,
+    )?;
     let mut verify = match opts.phase {
-        Phase::Final => Some(Splitter::new(out.join("verify"), scratch.to_path_buf(), "verify", opts.tool, opts.method)?),
+        Phase::Final => Some(Splitter::new(
+            out.join("verify"),
+            scratch.to_path_buf(),
+            "verify",
+            opts.tool,
+            opts.method,
+        )?),
         _ => None,
     };
     // Directories and nodes to make or update: no bytes to balance, so they go to the first
     // copy part, after its files, and count in no part's totals.
-    let mut dirs = manifest::Writer::new(io::BufWriter::with_capacity(1 << 20, std::fs::File::create(scratch.join("dirs.tsv"))?))?;
+    let mut dirs = manifest::Writer::new(io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(scratch.join("dirs.tsv"))?,
+    ))?;
     let delete_path = out.join("delete.tsv");
-    let mut delete = manifest::Writer::new(io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&delete_path)?))?;
+    let mut delete = manifest::Writer::new(io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(&delete_path)?,
+    ))?;
 
     let mut source = SourceCounts::default();
     let mut source_files = Totals::default();
@@ -234,7 +272,8 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     // names is copied, all in one part.
     let budget = (opts.sort_memory / 2).max(1);
     let mut linked = Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked");
-    let mut linked_copied = Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked-copied");
+    let mut linked_copied =
+        Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked-copied");
     let mut visit = |pair: Pair| -> anyhow::Result<()> {
         let (src, dst) = match pair {
             Pair::Source(s) => (s, None),
@@ -318,11 +357,21 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let mut copy_parts = rows(copy.finish()?);
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
     if to_copy.dirs > 0 {
-        append_dirs(&scratch.join("dirs.tsv"), &out.join("copy"), &mut copy_parts)?;
+        append_dirs(
+            &scratch.join("dirs.tsv"),
+            &out.join("copy"),
+            &mut copy_parts,
+        )?;
     }
     let verify_parts = match verify {
         Some(v) => rows(v.finish()?),
-        None => copy_parts.iter().map(|p| PartRow { id: p.id.clone(), ..*p }).collect(),
+        None => copy_parts
+            .iter()
+            .map(|p| PartRow {
+                id: p.id.clone(),
+                ..*p
+            })
+            .collect(),
     };
     source.files = source_files.files;
     source.bytes = source_files.bytes;
@@ -334,7 +383,11 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     );
     Ok(PlanDoc {
         phase: opts.phase.name(),
-        compare: if baseline { "none" } else { opts.compare.name() },
+        compare: if baseline {
+            "none"
+        } else {
+            opts.compare.name()
+        },
         source,
         dest: (!baseline).then_some(dest),
         to_copy,
@@ -343,6 +396,10 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         partitioning: opts.partitioning.clone(),
         copy_partitions: copy_parts,
         verify_partitions: verify_parts,
-        verify_scope: if opts.phase == Phase::Final { "all" } else { "copied" },
+        verify_scope: if opts.phase == Phase::Final {
+            "all"
+        } else {
+            "copied"
+        },
     })
 }

@@ -10,9 +10,11 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context};
 
 use crate::manifest::Entry;
-use crate::partition::{caps_mode, distribute, lpt_in_order, weight_of, write_summary, Filler, PartWriter};
-use crate::sorted::sort::Spill;
 pub use crate::partition::PartTotals as Part;
+use crate::partition::{
+    caps_mode, distribute, lpt_in_order, weight_of, write_summary, Filler, PartWriter,
+};
+use crate::sorted::sort::Spill;
 
 /// How a set of entries is cut, as asked on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +23,10 @@ pub enum Method {
     /// when there are fewer entries.
     Parts(usize),
     /// A part closes once it holds `max_files` entries or `max_bytes` bytes.
-    Caps { max_files: Option<u64>, max_bytes: Option<u64> },
+    Caps {
+        max_files: Option<u64>,
+        max_bytes: Option<u64>,
+    },
     /// A part closes once files/max_files + bytes/max_bytes reaches 1: each cap is what one job
     /// gets through in the target time, so a mixed part costs about that time too.
     Auto { max_files: u64, max_bytes: u64 },
@@ -55,15 +60,26 @@ pub struct Splitter {
 }
 
 enum State {
-    Fill { rule: FillRule, parts: PartWriter },
+    Fill {
+        rule: FillRule,
+        parts: PartWriter,
+    },
     /// The entries in path order, and what they weigh together (`weight`).
-    Lpt { spill: Spill, weight: u64 },
+    Lpt {
+        spill: Spill,
+        weight: u64,
+    },
     Fpart(Spill),
 }
 
 enum FillRule {
     Caps(Filler),
-    Auto { max_files: u64, max_bytes: u64, files: u64, bytes: u64 },
+    Auto {
+        max_files: u64,
+        max_bytes: u64,
+        files: u64,
+        bytes: u64,
+    },
 }
 
 impl FillRule {
@@ -71,7 +87,12 @@ impl FillRule {
     fn add(&mut self, size: u64) -> bool {
         match self {
             FillRule::Caps(f) => f.add(size),
-            FillRule::Auto { max_files, max_bytes, files, bytes } => {
+            FillRule::Auto {
+                max_files,
+                max_bytes,
+                files,
+                bytes,
+            } => {
                 let opens = *files == 0;
                 *files += 1;
                 *bytes += size;
@@ -90,19 +111,59 @@ impl FillRule {
 impl Splitter {
     /// Parts go to `out` (created here); `scratch` holds spill files; `name` tells this
     /// splitter's scratch files from another's. Entries are pushed in path order.
-    pub fn new(out: PathBuf, scratch: PathBuf, name: &'static str, tool: Tool, method: Method) -> anyhow::Result<Splitter> {
-        std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    pub fn new(
+        out: PathBuf,
+        scratch: PathBuf,
+        name: &'static str,
+        tool: Tool,
+        method: Method,
+    ) -> anyhow::Result<Splitter> {
+        std::fs::create_dir_all(&out)
+            .with_context(|| format!("cannot create {}", out.display()))?;
         let state = match (tool, method) {
-            (Tool::Fpart, _) => State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?),
-            (Tool::Ferry, Method::Parts(_)) => State::Lpt { spill: Spill::create(scratch.join(format!("{name}.lpt-input")))?, weight: 0 },
-            (Tool::Ferry, Method::Caps { max_files, max_bytes }) => {
-                State::Fill { rule: FillRule::Caps(Filler::new(max_files, max_bytes)), parts: PartWriter::new(&out) }
+            (Tool::Fpart, _) => {
+                State::Fpart(Spill::create(scratch.join(format!("{name}.fpart-input")))?)
             }
-            (Tool::Ferry, Method::Auto { max_files, max_bytes }) => {
-                State::Fill { rule: FillRule::Auto { max_files, max_bytes, files: 0, bytes: 0 }, parts: PartWriter::new(&out) }
-            }
+            (Tool::Ferry, Method::Parts(_)) => State::Lpt {
+                spill: Spill::create(scratch.join(format!("{name}.lpt-input")))?,
+                weight: 0,
+            },
+            (
+                Tool::Ferry,
+                Method::Caps {
+                    max_files,
+                    max_bytes,
+                },
+            ) => State::Fill {
+                rule: FillRule::Caps(Filler::new(max_files, max_bytes)),
+                parts: PartWriter::new(&out),
+            },
+            (
+                Tool::Ferry,
+                Method::Auto {
+                    max_files,
+                    max_bytes,
+                },
+            ) => State::Fill {
+                rule: FillRule::Auto {
+                    max_files,
+                    max_bytes,
+                    files: 0,
+                    bytes: 0,
+                },
+                parts: PartWriter::new(&out),
+            },
         };
-        Ok(Splitter { out, scratch, name, tool, method, state, files: 0, last_link: None })
+        Ok(Splitter {
+            out,
+            scratch,
+            name,
+            tool,
+            method,
+            state,
+            files: 0,
+            last_link: None,
+        })
     }
 
     /// The names of a hard-link group are pushed one after another, and stay in one part: the
@@ -141,12 +202,23 @@ impl Splitter {
                 let (runs, owner) = deal_runs(&mut spill, weight, n)?;
                 let n = n.min(runs.len());
                 distribute(&self.out, n, || {
-                    let mut bins = runs.iter().zip(&owner).flat_map(|(&(len, _), &bin)| std::iter::repeat_n(bin, len as usize));
-                    Ok(spill.read()?.map(move |e| e.map(|e| (e, bins.next().expect("a run for each entry")))))
+                    let mut bins = runs
+                        .iter()
+                        .zip(&owner)
+                        .flat_map(|(&(len, _), &bin)| std::iter::repeat_n(bin, len as usize));
+                    Ok(spill
+                        .read()?
+                        .map(move |e| e.map(|e| (e, bins.next().expect("a run for each entry")))))
                 })?
             }
             State::Fpart(mut spill) => {
-                let mut owner = run_fpart(&mut spill, &self.scratch, self.name, self.method, self.files)?;
+                let mut owner = run_fpart(
+                    &mut spill,
+                    &self.scratch,
+                    self.name,
+                    self.method,
+                    self.files,
+                )?;
                 // fpart knows sizes only: a link group's names go where its first name went.
                 let mut last = None;
                 for (i, e) in spill.read()?.enumerate() {
@@ -159,7 +231,9 @@ impl Splitter {
                 let bins = owner.iter().map(|&b| b as usize + 1).max().unwrap_or(0);
                 distribute(&self.out, bins, || {
                     let mut owner = owner.iter();
-                    Ok(spill.read()?.map(move |e| e.map(|e| (e, *owner.next().expect("one owner per entry") as usize))))
+                    Ok(spill.read()?.map(move |e| {
+                        e.map(|e| (e, *owner.next().expect("one owner per entry") as usize))
+                    }))
                 })?
             }
         };
@@ -170,12 +244,23 @@ impl Splitter {
                 (Tool::Fpart, _) => "fpart",
                 (_, Method::Parts(_)) => "parts",
                 (_, Method::Auto { .. }) => "auto",
-                (_, Method::Caps { max_files, max_bytes }) => caps_mode(max_files.is_some(), max_bytes.is_some()),
+                (
+                    _,
+                    Method::Caps {
+                        max_files,
+                        max_bytes,
+                    },
+                ) => caps_mode(max_files.is_some(), max_bytes.is_some()),
             }
         };
         write_summary(&self.out, mode, &parts, 0)?;
         if parts.iter().map(|p| p.files).sum::<u64>() != self.files {
-            bail!("{}: parts hold {} entries, expected {}", self.out.display(), parts.iter().map(|p| p.files).sum::<u64>(), self.files);
+            bail!(
+                "{}: parts hold {} entries, expected {}",
+                self.out.display(),
+                parts.iter().map(|p| p.files).sum::<u64>(),
+                self.files
+            );
         }
         Ok(parts)
     }
@@ -190,7 +275,10 @@ impl Splitter {
 /// are fewer than the parts (a few files outweigh the rest: down to one file a run, which is
 /// LPT over files) or deal out less evenly than `BALANCE`. Returns each run's (entries, weight)
 /// in path order, and its part.
-fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, u64)>, Vec<usize>)> {
+/// A run of entries dealt to one part: (entries, weight).
+type Run = (u64, u64);
+
+fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<Run>, Vec<usize>)> {
     if n == 0 {
         return Ok((Vec::new(), Vec::new()));
     }
@@ -237,7 +325,13 @@ fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<(u64, 
 /// Runs fpart in arbitrary-values mode on the spilled entries and returns each entry's part.
 /// fpart is fed `size index` lines, not names: it trims leading blanks from names, and the
 /// index maps its answer back exactly without holding the entries.
-fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, files: u64) -> anyhow::Result<Vec<u32>> {
+fn run_fpart(
+    spill: &mut Spill,
+    scratch: &Path,
+    name: &str,
+    method: Method,
+    files: u64,
+) -> anyhow::Result<Vec<u32>> {
     if files == 0 {
         return Ok(Vec::new());
     }
@@ -247,12 +341,19 @@ fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, file
     let dir = scratch.join(format!("{name}.fpart"));
     std::fs::create_dir_all(&dir)?;
     let mut cmd = Command::new("fpart");
-    cmd.arg("-a").arg("-i").arg("-").arg("-o").arg(dir.join("fp"));
+    cmd.arg("-a")
+        .arg("-i")
+        .arg("-")
+        .arg("-o")
+        .arg(dir.join("fp"));
     match method {
         Method::Parts(n) => {
             cmd.arg("-n").arg(n.min(files as usize).to_string());
         }
-        Method::Caps { max_files, max_bytes } => {
+        Method::Caps {
+            max_files,
+            max_bytes,
+        } => {
             if let Some(f) = max_files {
                 cmd.arg("-f").arg(f.to_string());
             }
@@ -261,8 +362,14 @@ fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, file
             }
         }
         // fpart closes a part on either cap; it has no mixed rule.
-        Method::Auto { max_files, max_bytes } => {
-            cmd.arg("-f").arg(max_files.to_string()).arg("-s").arg(max_bytes.to_string());
+        Method::Auto {
+            max_files,
+            max_bytes,
+        } => {
+            cmd.arg("-f")
+                .arg(max_files.to_string())
+                .arg("-s")
+                .arg(max_bytes.to_string());
         }
     }
     eprintln!("+ {cmd:?}");
@@ -287,7 +394,11 @@ fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, file
     let mut outputs: Vec<(u64, PathBuf)> = Vec::new();
     for f in std::fs::read_dir(&dir)? {
         let path = f?.path();
-        let n = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("fp.")).and_then(|n| n.parse().ok());
+        let n = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("fp."))
+            .and_then(|n| n.parse().ok());
         match n {
             Some(n) => outputs.push((n, path)),
             None => bail!("fpart wrote an unexpected file {}", path.display()),
@@ -301,7 +412,10 @@ fn run_fpart(spill: &mut Spill, scratch: &Path, name: &str, method: Method, file
             if line.trim().is_empty() {
                 continue;
             }
-            let i: usize = line.trim().parse().with_context(|| format!("fpart output {}: {line:?}", path.display()))?;
+            let i: usize = line
+                .trim()
+                .parse()
+                .with_context(|| format!("fpart output {}: {line:?}", path.display()))?;
             match owner.get_mut(i) {
                 Some(o) if *o == u32::MAX => *o = bin as u32,
                 _ => bail!("fpart placed entry {i} twice or out of range"),
@@ -323,29 +437,63 @@ mod tests {
 
     #[test]
     fn auto_rule_weighs_files_and_bytes_together() {
-        let mut r = FillRule::Auto { max_files: 4, max_bytes: 100, files: 0, bytes: 0 };
+        let mut r = FillRule::Auto {
+            max_files: 4,
+            max_bytes: 100,
+            files: 0,
+            bytes: 0,
+        };
         // 2 files of 25 bytes: 2/4 + 50/100 = 1 closes the part.
         assert_eq!([r.add(25), r.add(25)], [true, false]);
         // Four empty files fill a part by count alone.
-        assert_eq!([r.add(0), r.add(0), r.add(0), r.add(0), r.add(0)], [true, false, false, false, true]);
+        assert_eq!(
+            [r.add(0), r.add(0), r.add(0), r.add(0), r.add(0)],
+            [true, false, false, false, true]
+        );
         // One big file has a part to itself.
-        let mut r = FillRule::Auto { max_files: 4, max_bytes: 100, files: 0, bytes: 0 };
+        let mut r = FillRule::Auto {
+            max_files: 4,
+            max_bytes: 100,
+            files: 0,
+            bytes: 0,
+        };
         assert_eq!([r.add(500), r.add(1)], [true, true]);
     }
 
     fn entries(sizes: &[u64]) -> Vec<Entry> {
-        sizes.iter().enumerate().map(|(i, &s)| Entry::file(format!("f{i:03}"), s)).collect()
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| Entry::file(format!("f{i:03}"), s))
+            .collect()
     }
 
     fn read_parts(out: &Path, parts: &[Part]) -> Vec<Vec<Vec<u8>>> {
         (0..parts.len())
-            .map(|i| crate::manifest::Reader::open(&out.join(part_name(i))).unwrap().map(|e| e.unwrap().path).collect())
+            .map(|i| {
+                crate::manifest::Reader::open(&out.join(part_name(i)))
+                    .unwrap()
+                    .map(|e| e.unwrap().path)
+                    .collect()
+            })
             .collect()
     }
 
-    fn split(dir: &Path, name: &'static str, all: &[Entry], n: usize) -> (Vec<Part>, Vec<Vec<Vec<u8>>>) {
+    fn split(
+        dir: &Path,
+        name: &'static str,
+        all: &[Entry],
+        n: usize,
+    ) -> (Vec<Part>, Vec<Vec<Vec<u8>>>) {
         let out = dir.join(name);
-        let mut s = Splitter::new(out.clone(), dir.to_path_buf(), name, Tool::Ferry, Method::Parts(n)).unwrap();
+        let mut s = Splitter::new(
+            out.clone(),
+            dir.to_path_buf(),
+            name,
+            Tool::Ferry,
+            Method::Parts(n),
+        )
+        .unwrap();
         for e in all {
             s.push(e).unwrap();
         }
@@ -362,13 +510,31 @@ mod tests {
         for e in &mut all[3..7] {
             e.link = Some((1, 42));
         }
-        let group = |parts: &[Vec<Vec<u8>>]| parts.iter().filter(|p| p.iter().any(|n| n.as_slice() >= &b"f003"[..] && n.as_slice() <= &b"f006"[..])).count();
+        let group = |parts: &[Vec<Vec<u8>>]| {
+            parts
+                .iter()
+                .filter(|p| {
+                    p.iter()
+                        .any(|n| n.as_slice() >= &b"f003"[..] && n.as_slice() <= &b"f006"[..])
+                })
+                .count()
+        };
         for n in [2, 3, 5, 10] {
             let (_, got) = split(dir.path(), "lpt", &all, n);
             assert_eq!(group(&got), 1, "--parts {n}: {got:?}");
         }
         let out = dir.path().join("caps");
-        let mut s = Splitter::new(out.clone(), dir.path().to_path_buf(), "caps", Tool::Ferry, Method::Caps { max_files: Some(2), max_bytes: None }).unwrap();
+        let mut s = Splitter::new(
+            out.clone(),
+            dir.path().to_path_buf(),
+            "caps",
+            Tool::Ferry,
+            Method::Caps {
+                max_files: Some(2),
+                max_bytes: None,
+            },
+        )
+        .unwrap();
         for e in &all {
             s.push(e).unwrap();
         }
@@ -382,7 +548,10 @@ mod tests {
         let mut all = Vec::new();
         for d in 0..300u64 {
             for f in 0..1 + d * 7919 % 40 {
-                all.push(Entry::file(format!("d{d:03}/f{f:02}"), (d * 31 + f * 7919) % 65536));
+                all.push(Entry::file(
+                    format!("d{d:03}/f{f:02}"),
+                    (d * 31 + f * 7919) % 65536,
+                ));
             }
         }
         all.insert(10, Entry::file("d000/zz-big", 40 << 20));
@@ -394,21 +563,37 @@ mod tests {
             assert_eq!(parts.len(), n);
             let mut seen: Vec<&Vec<u8>> = got.iter().flatten().collect();
             seen.sort();
-            assert_eq!(seen, all.iter().map(|e| &e.path).collect::<Vec<_>>(), "each entry in one part");
+            assert_eq!(
+                seen,
+                all.iter().map(|e| &e.path).collect::<Vec<_>>(),
+                "each entry in one part"
+            );
             // Within 2 % of the mean, or of the heaviest file where that is more.
             let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
             let mean = loads.iter().sum::<u64>() / n as u64;
             let biggest = all.iter().map(|e| e.size()).max().unwrap();
-            assert!(loads.iter().all(|&l| l as f64 <= mean.max(biggest) as f64 * 1.02), "{loads:?}");
+            assert!(
+                loads
+                    .iter()
+                    .all(|&l| l as f64 <= mean.max(biggest) as f64 * 1.02),
+                "{loads:?}"
+            );
             // The directories the parts' jobs list between them: each once, and one more for each
             // cut between runs at most, where LPT over files puts nearly every directory in
             // every part.
             let runs = RUNS_PER_PART_MOST as usize * n + 2;
             let mut listings = 0;
             for part in &got {
-                listings += part.iter().map(|p| p.split(|&c| c == b'/').next().unwrap()).collect::<std::collections::HashSet<_>>().len();
+                listings += part
+                    .iter()
+                    .map(|p| p.split(|&c| c == b'/').next().unwrap())
+                    .collect::<std::collections::HashSet<_>>()
+                    .len();
             }
-            assert!(listings <= 301 + runs, "{n} parts list {listings} directories");
+            assert!(
+                listings <= 301 + runs,
+                "{n} parts list {listings} directories"
+            );
         }
     }
 
@@ -417,12 +602,17 @@ mod tests {
         // Blocks of a hundred small files and one of 30 KB: the first runs (4 a part) end where a
         // 30 KB file no longer fits, so they weigh unevenly, and dealt out as they are they leave
         // a part 3.5 % over the mean.
-        let sizes: Vec<u64> = (0..31 * 101).map(|i| if i % 101 == 100 { 30_000 } else { 1_000 }).collect();
+        let sizes: Vec<u64> = (0..31 * 101)
+            .map(|i| if i % 101 == 100 { 30_000 } else { 1_000 })
+            .collect();
         let dir = tempfile::tempdir().unwrap();
         let (parts, _) = split(dir.path(), "blocks", &entries(&sizes), 3);
         let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
         let mean = loads.iter().sum::<u64>() / 3;
-        assert!(loads.iter().all(|&l| l as f64 <= mean as f64 * 1.02), "{loads:?}");
+        assert!(
+            loads.iter().all(|&l| l as f64 <= mean as f64 * 1.02),
+            "{loads:?}"
+        );
     }
 
     #[test]
@@ -434,7 +624,11 @@ mod tests {
         let (parts, _) = split(dir.path(), "heavy", &entries(&sizes), 8);
         assert_eq!(parts.len(), 8);
         assert!(parts.iter().all(|p| p.files > 0), "{parts:?}");
-        assert_eq!(parts.iter().filter(|p| p.bytes >= 1 << 30).count(), 4, "{parts:?}");
+        assert_eq!(
+            parts.iter().filter(|p| p.bytes >= 1 << 30).count(),
+            4,
+            "{parts:?}"
+        );
     }
 
     #[test]
@@ -445,20 +639,40 @@ mod tests {
         let (parts, got) = split(dir.path(), "many", &entries(&sizes), MAX_OPEN + 5);
         assert_eq!(parts.len(), MAX_OPEN + 5);
         assert_eq!(got.iter().map(Vec::len).sum::<usize>(), 2000);
-        assert_eq!(split(dir.path(), "again", &entries(&sizes), MAX_OPEN + 5).1, got, "deterministic");
+        assert_eq!(
+            split(dir.path(), "again", &entries(&sizes), MAX_OPEN + 5).1,
+            got,
+            "deterministic"
+        );
     }
 
     #[test]
     fn fewer_entries_than_parts_and_none() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Splitter::new(dir.path().join("a"), dir.path().to_path_buf(), "a", Tool::Ferry, Method::Parts(8)).unwrap();
+        let mut s = Splitter::new(
+            dir.path().join("a"),
+            dir.path().to_path_buf(),
+            "a",
+            Tool::Ferry,
+            Method::Parts(8),
+        )
+        .unwrap();
         for e in entries(&[5, 6]) {
             s.push(&e).unwrap();
         }
         assert_eq!(s.finish().unwrap().len(), 2);
-        let s = Splitter::new(dir.path().join("b"), dir.path().to_path_buf(), "b", Tool::Ferry, Method::Parts(8)).unwrap();
+        let s = Splitter::new(
+            dir.path().join("b"),
+            dir.path().to_path_buf(),
+            "b",
+            Tool::Ferry,
+            Method::Parts(8),
+        )
+        .unwrap();
         assert!(s.finish().unwrap().is_empty());
-        let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("b/summary.json")).unwrap()).unwrap();
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("b/summary.json")).unwrap())
+                .unwrap();
         assert_eq!(summary["mode"], "empty");
     }
 }

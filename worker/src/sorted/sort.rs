@@ -25,7 +25,9 @@ impl Order {
         match self {
             Order::Path => a.path.cmp(&b.path),
             Order::SizeDesc => b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)),
-            Order::Link => link_order(a).cmp(&link_order(b)).then_with(|| a.path.cmp(&b.path)),
+            Order::Link => link_order(a)
+                .cmp(&link_order(b))
+                .then_with(|| a.path.cmp(&b.path)),
         }
     }
 
@@ -44,7 +46,6 @@ impl Order {
             Order::Link => link_order(e).0,
         }
     }
-
 }
 
 /// (inode, device): the inode first, since it tells most groups apart.
@@ -71,14 +72,24 @@ pub struct Sorter {
 impl Sorter {
     /// `budget`: bytes held before a run is spilled (at least one entry per run).
     pub fn new(order: Order, budget: usize, dir: PathBuf, stem: &str) -> Sorter {
-        Sorter { order, budget, dir, stem: stem.to_string(), arena: Vec::new(), items: Vec::new(), runs: Vec::new(), entries: 0 }
+        Sorter {
+            order,
+            budget,
+            dir,
+            stem: stem.to_string(),
+            arena: Vec::new(),
+            items: Vec::new(),
+            runs: Vec::new(),
+            entries: 0,
+        }
     }
 
     pub fn push(&mut self, e: &Entry) -> io::Result<()> {
         self.items.push((self.order.key(e), self.arena.len()));
         encode(e, &mut self.arena);
         self.entries += 1;
-        if self.arena.len() + self.items.len() * std::mem::size_of::<(u64, usize)>() >= self.budget {
+        if self.arena.len() + self.items.len() * std::mem::size_of::<(u64, usize)>() >= self.budget
+        {
             self.spill()?;
         }
         Ok(())
@@ -90,8 +101,14 @@ impl Sorter {
         }
         let arena = &self.arena;
         // Equal keys leave it to the paths, in either order (SizeDesc's key is the size).
-        self.items.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| record_path(record_at(arena, a.1)).cmp(record_path(record_at(arena, b.1)))));
-        let path = self.dir.join(format!("{}-{}.run", self.stem, self.runs.len()));
+        self.items.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| {
+                record_path(record_at(arena, a.1)).cmp(record_path(record_at(arena, b.1)))
+            })
+        });
+        let path = self
+            .dir
+            .join(format!("{}-{}.run", self.stem, self.runs.len()));
         let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
         for &(_, at) in &self.items {
             out.write_all(record_at(arena, at))?;
@@ -106,7 +123,11 @@ impl Sorter {
     /// Spills what is left and hands over the runs, to be merged as often as needed.
     pub fn finish(mut self) -> io::Result<Runs> {
         self.spill()?;
-        Ok(Runs { order: self.order, paths: std::mem::take(&mut self.runs), entries: self.entries })
+        Ok(Runs {
+            order: self.order,
+            paths: std::mem::take(&mut self.runs),
+            entries: self.entries,
+        })
     }
 }
 
@@ -143,7 +164,11 @@ impl Runs {
         for (i, p) in self.paths.iter().enumerate() {
             let mut r = BufReader::with_capacity(READ_BUFFER, File::open(p)?);
             if let Some(e) = decode(&mut r)? {
-                heap.push(Head { entry: e, run: i, order: self.order });
+                heap.push(Head {
+                    entry: e,
+                    run: i,
+                    order: self.order,
+                });
             }
             readers.push(r);
         }
@@ -180,7 +205,9 @@ impl Ord for Head {
     /// Reversed, so that the max-heap yields the smallest entry; equal entries come out in run
     /// order, which keeps the merge deterministic.
     fn cmp(&self, other: &Self) -> Ordering {
-        self.order.entries(&other.entry, &self.entry).then_with(|| other.run.cmp(&self.run))
+        self.order
+            .entries(&other.entry, &self.entry)
+            .then_with(|| other.run.cmp(&self.run))
     }
 }
 
@@ -263,7 +290,12 @@ fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
     r.read_exact(&mut path)?;
     let mut fixed = [0u8; FIXED];
     r.read_exact(&mut fixed)?;
-    let kind = Kind::from_code(fixed[0]).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("sort run: bad kind byte {}", fixed[0])))?;
+    let kind = Kind::from_code(fixed[0]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("sort run: bad kind byte {}", fixed[0]),
+        )
+    })?;
     let flags = fixed[1];
     let le8 = |at: usize| <[u8; 8]>::try_from(&fixed[at..at + 8]).expect("8 bytes");
     let size = u64::from_le_bytes(le8(2));
@@ -279,7 +311,8 @@ fn decode(r: &mut impl Read) -> io::Result<Option<Entry>> {
         md5: (flags & HAS_MD5 != 0).then_some(md5),
         mode: (flags & HAS_MODE != 0).then_some(le4(38)),
         owner: (flags & HAS_OWNER != 0).then_some((le4(42), le4(46))),
-        link: (flags & HAS_LINK != 0).then_some((u64::from_le_bytes(le8(50)), u64::from_le_bytes(le8(58)))),
+        link: (flags & HAS_LINK != 0)
+            .then_some((u64::from_le_bytes(le8(50)), u64::from_le_bytes(le8(58)))),
         xattrs: (flags & HAS_XATTRS != 0).then_some(u64::from_le_bytes(le8(66))),
     }))
 }
@@ -294,12 +327,19 @@ pub struct Spill {
 impl Spill {
     pub fn create(path: PathBuf) -> io::Result<Spill> {
         let out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
-        Ok(Spill { path, out: Some(out), encoded: Vec::new() })
+        Ok(Spill {
+            path,
+            out: Some(out),
+            encoded: Vec::new(),
+        })
     }
     pub fn push(&mut self, e: &Entry) -> io::Result<()> {
         self.encoded.clear();
         encode(e, &mut self.encoded);
-        self.out.as_mut().expect("push before read").write_all(&self.encoded)
+        self.out
+            .as_mut()
+            .expect("push before read")
+            .write_all(&self.encoded)
     }
     /// Ends writing (on the first call) and reads everything back from the start.
     pub fn read(&mut self) -> io::Result<impl Iterator<Item = io::Result<Entry>>> {
@@ -322,14 +362,35 @@ mod tests {
     use super::*;
 
     fn entry(path: &[u8], size: u64) -> Entry {
-        Entry { path: path.to_vec(), kind: Kind::File, size: Some(size), mtime: Mtime::parse("-3.25"), md5: None, ..Default::default() }
+        Entry {
+            path: path.to_vec(),
+            kind: Kind::File,
+            size: Some(size),
+            mtime: Mtime::parse("-3.25"),
+            md5: None,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn records_round_trip() {
         let all = [
-            Entry { path: b"tab\there\n\xff".to_vec(), kind: Kind::Symlink, size: None, mtime: None, md5: Some([7; 16]), ..Default::default() },
-            Entry { path: Vec::new(), kind: Kind::Dir, size: Some(u64::MAX), mtime: Mtime::parse("1700000000.000000001"), md5: None, ..Default::default() },
+            Entry {
+                path: b"tab\there\n\xff".to_vec(),
+                kind: Kind::Symlink,
+                size: None,
+                mtime: None,
+                md5: Some([7; 16]),
+                ..Default::default()
+            },
+            Entry {
+                path: Vec::new(),
+                kind: Kind::Dir,
+                size: Some(u64::MAX),
+                mtime: Mtime::parse("1700000000.000000001"),
+                md5: None,
+                ..Default::default()
+            },
             entry(b"a", 0),
         ];
         let mut buf = Vec::new();
@@ -362,9 +423,16 @@ mod tests {
                 assert_eq!(got, want, "budget {budget}");
             }
             let files = std::fs::read_dir(dir.path()).unwrap().count();
-            assert!(budget > 1000 || files > 1, "budget {budget} wrote {files} runs");
+            assert!(
+                budget > 1000 || files > 1,
+                "budget {budget} wrote {files} runs"
+            );
             drop(runs);
-            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "runs removed");
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                0,
+                "runs removed"
+            );
         }
     }
 
@@ -372,7 +440,19 @@ mod tests {
     fn path_keys_agree_with_path_order() {
         // Short paths, zero bytes and shared prefixes: wherever two keys differ they must order
         // as the paths do.
-        let names: Vec<&[u8]> = vec![b"", b"a", b"a\0", b"a\0\0b", b"ab", b"abcdefgh", b"abcdefgh\0", b"abcdefghi", b"abcdefgg\xff", b"\xff", b"b"];
+        let names: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"a\0",
+            b"a\0\0b",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgg\xff",
+            b"\xff",
+            b"b",
+        ];
         for x in &names {
             for y in &names {
                 let (kx, ky) = (Order::Path.key(&entry(x, 0)), Order::Path.key(&entry(y, 0)));
@@ -390,8 +470,17 @@ mod tests {
         for (p, z) in [(&b"b"[..], 5), (b"a", 5), (b"c", 9), (b"d", 0)] {
             s.push(&entry(p, z)).unwrap();
         }
-        let got: Vec<Vec<u8>> = s.finish().unwrap().merge().unwrap().map(|e| e.unwrap().path).collect();
-        assert_eq!(got, [b"c".to_vec(), b"a".to_vec(), b"b".to_vec(), b"d".to_vec()]);
+        let got: Vec<Vec<u8>> = s
+            .finish()
+            .unwrap()
+            .merge()
+            .unwrap()
+            .map(|e| e.unwrap().path)
+            .collect();
+        assert_eq!(
+            got,
+            [b"c".to_vec(), b"a".to_vec(), b"b".to_vec(), b"d".to_vec()]
+        );
     }
 
     #[test]

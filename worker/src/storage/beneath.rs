@@ -17,7 +17,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 fn cstr(b: &[u8]) -> io::Result<CString> {
-    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name holds a NUL byte"))
+    CString::new(b)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name holds a NUL byte"))
 }
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
@@ -32,7 +33,12 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
     let c = cstr(path.as_os_str().as_bytes())?;
     // SAFETY: a valid C string; the returned descriptor is owned from here on.
-    let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+    let fd = check(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -40,7 +46,14 @@ pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
 pub fn open_at(dir: BorrowedFd, name: &[u8], flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
     // SAFETY: valid descriptor and C string; the result is owned from here on.
-    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode as libc::c_uint) })?;
+    let fd = check(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -51,7 +64,15 @@ fn openat2_beneath(dir: RawFd, path: &[u8], flags: libc::c_int) -> io::Result<Ow
     how.flags = (flags | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
     // SAFETY: valid descriptor, C string and struct with its size.
-    let fd = unsafe { libc::syscall(libc::SYS_openat2, dir, c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>()) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -61,8 +82,7 @@ fn openat2_beneath(dir: RawFd, path: &[u8], flags: libc::c_int) -> io::Result<Ow
 /// What a failed step means to a user: a symlink (or a file) stands where a directory should.
 fn explain(e: io::Error, rel: &[u8]) -> io::Error {
     match e.raw_os_error() {
-        Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV) => io::Error::new(
-            io::ErrorKind::Other,
+        Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV) => io::Error::other(
             format!(
                 "{}: a symlink or a non-directory stands on the way; ferry never follows symlinks below a root",
                 crate::manifest::escape_path(rel)
@@ -87,7 +107,9 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
     let flags = libc::O_PATH | libc::O_DIRECTORY;
     match openat2_beneath(root.as_raw_fd(), rel, flags) {
         Ok(fd) => return Ok(fd),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) || (create && (e.kind() == io::ErrorKind::NotFound || in_the_way(&e))) => {}
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOSYS)
+                || (create && (e.kind() == io::ErrorKind::NotFound || in_the_way(&e))) => {}
         Err(e) => return Err(explain(e, rel)),
     }
     let mut dir = root.try_clone_to_owned()?;
@@ -99,7 +121,9 @@ pub fn open_dir(root: BorrowedFd, rel: &[u8], create: bool) -> io::Result<OwnedF
             Err(e) if create && in_the_way(&e) => {
                 // Another process copying a part of the same tree may have replaced it first.
                 match unlink_at(fd(&dir), comp, false) {
-                    Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EISDIR)) => return Err(explain(e, sofar)),
+                    Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EISDIR)) => {
+                        return Err(explain(e, sofar))
+                    }
                     _ => {}
                 }
                 mkdir_at(fd(&dir), comp)?;
@@ -152,10 +176,23 @@ pub fn rename_at(dir: BorrowedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     rename_between(dir, from, dir, to)
 }
 
-pub fn rename_between(from_dir: BorrowedFd, from: &[u8], to_dir: BorrowedFd, to: &[u8]) -> io::Result<()> {
+pub fn rename_between(
+    from_dir: BorrowedFd,
+    from: &[u8],
+    to_dir: BorrowedFd,
+    to: &[u8],
+) -> io::Result<()> {
     let (a, b) = (cstr(from)?, cstr(to)?);
     // SAFETY: valid descriptors and C strings.
-    check(unsafe { libc::renameat(from_dir.as_raw_fd(), a.as_ptr(), to_dir.as_raw_fd(), b.as_ptr()) }).map(drop)
+    check(unsafe {
+        libc::renameat(
+            from_dir.as_raw_fd(),
+            a.as_ptr(),
+            to_dir.as_raw_fd(),
+            b.as_ptr(),
+        )
+    })
+    .map(drop)
 }
 
 pub fn unlink_at(dir: BorrowedFd, name: &[u8], is_dir: bool) -> io::Result<()> {
@@ -169,7 +206,14 @@ pub fn readlink_at(dir: BorrowedFd, name: &[u8]) -> io::Result<Vec<u8>> {
     let c = cstr(name)?;
     let mut buf = vec![0u8; libc::PATH_MAX as usize];
     // SAFETY: valid descriptor, C string and buffer of the given length.
-    let n = unsafe { libc::readlinkat(dir.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -222,22 +266,42 @@ mod tests {
         let r = open_root(&root).unwrap();
         let r = fd(&r);
         assert!(open_dir(r, b"real/deeper", false).is_ok());
-        for bad in [&b"shadow"[..], b"shadow/new/dirs", b"rel-link", b"rel-link/deeper", b"file", b"file/x"] {
+        for bad in [
+            &b"shadow"[..],
+            b"shadow/new/dirs",
+            b"rel-link",
+            b"rel-link/deeper",
+            b"file",
+            b"file/x",
+        ] {
             let err = open_dir(r, bad, false).unwrap_err();
-            assert!(err.to_string().contains("never follows symlinks"), "{bad:?}: {err}");
+            assert!(
+                err.to_string().contains("never follows symlinks"),
+                "{bad:?}: {err}"
+            );
         }
         // A copy writing below them (create) replaces the link or file with a directory: the
         // link itself goes, and nothing is made through it.
         for bad in [&b"shadow/new/dirs"[..], b"rel-link/deeper", b"file/x"] {
             assert!(open_dir(r, bad, true).is_ok(), "{bad:?}");
             let first = bad.split(|&b| b == b'/').next().unwrap();
-            let md = std::fs::symlink_metadata(root.join(std::str::from_utf8(first).unwrap())).unwrap();
+            let md =
+                std::fs::symlink_metadata(root.join(std::str::from_utf8(first).unwrap())).unwrap();
             assert!(md.is_dir(), "{bad:?} replaced by a real directory");
         }
-        assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none(), "nothing may be created through the link");
-        assert!(root.join("real/deeper").is_dir(), "the link's target is left alone");
+        assert!(
+            std::fs::read_dir(&elsewhere).unwrap().next().is_none(),
+            "nothing may be created through the link"
+        );
+        assert!(
+            root.join("real/deeper").is_dir(),
+            "the link's target is left alone"
+        );
         assert!(open_dir(r, b"made/on/demand", true).is_ok());
         assert!(root.join("made/on/demand").is_dir());
-        assert_eq!(open_dir(r, b"absent", false).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            open_dir(r, b"absent", false).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
     }
 }

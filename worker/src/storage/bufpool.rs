@@ -34,7 +34,9 @@ impl Drop for Pooled {
 pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
     let reused = {
         let mut pool = POOL.lock().unwrap();
-        pool.iter().position(|b| b.capacity() >= len).map(|i| pool.swap_remove(i))
+        pool.iter()
+            .position(|b| b.capacity() >= len)
+            .map(|i| pool.swap_remove(i))
     };
     let mut buf = reused.unwrap_or_default();
     buf.clear();

@@ -15,7 +15,8 @@ use crate::stats::Stats;
 
 const DEV_ACCOUNT: &str = "devstoreaccount1";
 // Azurite's published development key; it guards nothing.
-const DEV_KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+const DEV_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 pub struct Azurite {
     child: Child,
@@ -25,12 +26,30 @@ pub struct Azurite {
 
 impl Azurite {
     pub fn start() -> Azurite {
-        let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../node_modules/.bin/azurite-blob");
-        assert!(bin.exists(), "{} is missing: run `make setup` (npm ci) first", bin.display());
+        let bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../node_modules/.bin/azurite-blob");
+        assert!(
+            bin.exists(),
+            "{} is missing: run `make setup` (npm ci) first",
+            bin.display()
+        );
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new(bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--skipApiVersionCheck", "--loose", "--silent", "--location"])
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &port.to_string(),
+                "--skipApiVersionCheck",
+                "--loose",
+                "--silent",
+                "--location",
+            ])
             .arg(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -38,15 +57,30 @@ impl Azurite {
             .expect("start Azurite");
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "Azurite did not start listening on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "Azurite did not start listening on {port}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Azurite { child, port, _dir: dir }
+        Azurite {
+            child,
+            port,
+            _dir: dir,
+        }
     }
 
     /// What the commands open a store with, but for Azurite's account and key.
     pub fn options() -> OpenOptions {
-        let common = crate::cli::Common { auth: crate::storage::azure::auth::AuthMode::Key, max_retries: 2, block_md5: true, io_timeout: 30, fsync: true, list_concurrency: 4, list_page_size: 5000 };
+        let common = crate::cli::Common {
+            auth: crate::storage::azure::auth::AuthMode::Key,
+            max_retries: 2,
+            block_md5: true,
+            io_timeout: 30,
+            fsync: true,
+            list_concurrency: 4,
+            list_page_size: 5000,
+        };
         OpenOptions {
             env: Arc::new(|k| match k {
                 "AZURE_STORAGE_ACCOUNT" => Some(DEV_ACCOUNT.to_string()),
@@ -76,11 +110,26 @@ impl Drop for Azurite {
 }
 
 fn meta(secs: i64) -> Meta {
-    Meta { mtime: Some(Mtime { secs, nanos: 123_456_789 }), mode: Some(0o640), ..Meta::default() }
+    Meta {
+        mtime: Some(Mtime {
+            secs,
+            nanos: 123_456_789,
+        }),
+        mode: Some(0o640),
+        ..Meta::default()
+    }
 }
 
 async fn listing(store: &Arc<dyn Store>, recursive: bool) -> BTreeMap<Vec<u8>, (Kind, u64)> {
-    list_all(store, recursive).await.unwrap().into_iter().map(|e| { let s = e.size(); (e.path, (e.kind, s)) }).collect()
+    list_all(store, recursive)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let s = e.size();
+            (e.path, (e.kind, s))
+        })
+        .collect()
 }
 
 /// The suite. `local` says whether the backend has directories and keeps owners.
@@ -90,13 +139,27 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
     assert!(!store.create_root().await.unwrap());
 
     // put, head, ranged read; metadata survives.
-    let names: [&[u8]; 6] = [b"plain.txt", b"with space/and+plus&amp=eq", "caf\u{e9}/\u{6f22}\u{5b57}".as_bytes(), b"#hash", b"pct%41", b"-dash"];
+    let names: [&[u8]; 6] = [
+        b"plain.txt",
+        b"with space/and+plus&amp=eq",
+        "caf\u{e9}/\u{6f22}\u{5b57}".as_bytes(),
+        b"#hash",
+        b"pct%41",
+        b"-dash",
+    ];
     for (i, n) in names.iter().enumerate() {
         let body = Bytes::from(format!("content {i} of {}", String::from_utf8_lossy(n)));
-        store.put(n, body.clone(), &meta(1_700_000_000 + i as i64)).await.unwrap();
+        store
+            .put(n, body.clone(), &meta(1_700_000_000 + i as i64))
+            .await
+            .unwrap();
         let (e, m) = store.head(n).await.unwrap().expect("just written");
         assert_eq!(e.size(), body.len() as u64);
-        assert_eq!(m.mtime, meta(1_700_000_000 + i as i64).mtime, "mtime kept for {n:?}");
+        assert_eq!(
+            m.mtime,
+            meta(1_700_000_000 + i as i64).mtime,
+            "mtime kept for {n:?}"
+        );
         assert_eq!(m.mode, Some(0o640));
         let part = store.read(n, 2, 5, None).await.unwrap();
         assert_eq!(part.data, body.slice(2..7));
@@ -105,22 +168,47 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
     assert!(store.read(b"absent", 0, 1, None).await.is_err());
 
     // Empty objects.
-    store.put(b"dir/empty", Bytes::new(), &Meta::default()).await.unwrap();
-    assert_eq!(store.read(b"dir/empty", 0, 0, None).await.unwrap().data.len(), 0);
+    store
+        .put(b"dir/empty", Bytes::new(), &Meta::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .read(b"dir/empty", 0, 0, None)
+            .await
+            .unwrap()
+            .data
+            .len(),
+        0
+    );
 
     // Listings: recursive sees every object; non-recursive sees the top level and its dirs.
     let all = listing(&store, true).await;
     for n in names.iter().chain([&b"dir/empty"[..]].iter()) {
-        assert_eq!(all.get(*n).map(|x| x.0), Some(Kind::File), "{:?} listed", String::from_utf8_lossy(n));
+        assert_eq!(
+            all.get(*n).map(|x| x.0),
+            Some(Kind::File),
+            "{:?} listed",
+            String::from_utf8_lossy(n)
+        );
     }
     let top = listing(&store, false).await;
     assert_eq!(top.get(&b"dir"[..]).map(|x| x.0), Some(Kind::Dir));
     assert!(!top.contains_key(&b"dir/empty"[..]));
 
     // A block upload is invisible until committed, and resumes from staged blocks.
-    let plan = UploadPlan { size: 10 * 65536 + 7, block_size: 65536, fingerprint: "v1".into() };
+    let plan = UploadPlan {
+        size: 10 * 65536 + 7,
+        block_size: 65536,
+        fingerprint: "v1".into(),
+    };
     let data: Vec<u8> = (0..plan.size).map(|i| (i * 31 % 251) as u8).collect();
-    let block = |i: u64| Bytes::copy_from_slice(&data[(i * plan.block_size) as usize..(i * plan.block_size + plan.block_len(i)) as usize]);
+    let block = |i: u64| {
+        Bytes::copy_from_slice(
+            &data[(i * plan.block_size) as usize
+                ..(i * plan.block_size + plan.block_len(i)) as usize],
+        )
+    };
     {
         let up = store.start_upload(b"big/object", &plan).await.unwrap();
         assert!((0..plan.blocks()).all(|i| !up.staged(i)));
@@ -129,22 +217,39 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
         }
         // Dropped without commit or abort: what a kill -9 leaves behind.
     }
-    assert!(store.head(b"big/object").await.unwrap().is_none(), "uncommitted upload must not be visible");
+    assert!(
+        store.head(b"big/object").await.unwrap().is_none(),
+        "uncommitted upload must not be visible"
+    );
     assert!(!listing(&store, true).await.contains_key(&b"big/object"[..]));
     let up = store.start_upload(b"big/object", &plan).await.unwrap();
     let mut reused = Vec::new();
     for i in 0..plan.blocks() {
         // The engine's way this time (the MD5 taken in the object's pass): the IDs must agree.
-        if up.staged(i) || !up.put_block(i, block(i), Some(crate::hash::digest(&block(i)))).await.unwrap() {
+        if up.staged(i)
+            || !up
+                .put_block(i, block(i), Some(crate::hash::digest(&block(i))))
+                .await
+                .unwrap()
+        {
             reused.push(i);
         }
     }
-    assert_eq!(reused, vec![0, 3, 10], "staged blocks survive and are not sent again");
+    assert_eq!(
+        reused,
+        vec![0, 3, 10],
+        "staged blocks survive and are not sent again"
+    );
     if let Some(b) = up.read_back(3).await.unwrap() {
         assert_eq!(b, block(3));
     }
     let md5: [u8; 16] = crate::hash::digest(&data);
-    up.commit(&Meta { md5: Some(md5), ..meta(1_600_000_000) }).await.unwrap();
+    up.commit(&Meta {
+        md5: Some(md5),
+        ..meta(1_600_000_000)
+    })
+    .await
+    .unwrap();
     let got = store.read(b"big/object", 0, plan.size, None).await.unwrap();
     assert!(got.data == data, "committed bytes equal what was staged");
     let (_, m) = store.head(b"big/object").await.unwrap().unwrap();
@@ -159,16 +264,31 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
         let up = store.start_upload(b"big/other", &plan).await.unwrap();
         up.put_block(1, block(1), None).await.unwrap();
     }
-    let v2 = UploadPlan { fingerprint: "v2".into(), ..plan.clone() };
+    let v2 = UploadPlan {
+        fingerprint: "v2".into(),
+        ..plan.clone()
+    };
     let up = store.start_upload(b"big/other", &v2).await.unwrap();
-    assert!((0..v2.blocks()).all(|i| !up.staged(i)), "blocks of another version are not known staged");
+    assert!(
+        (0..v2.blocks()).all(|i| !up.staged(i)),
+        "blocks of another version are not known staged"
+    );
     let changed = Bytes::from(vec![0x5a; plan.block_size as usize]);
-    assert!(up.put_block(1, changed, None).await.unwrap(), "a block with other bytes is sent");
+    assert!(
+        up.put_block(1, changed, None).await.unwrap(),
+        "a block with other bytes is sent"
+    );
     up.abort(true).await;
 
     // Unsafe names never resolve outside the root.
     for bad in [&b"../escape"[..], b"a/../../b", b"a/./b"] {
-        assert!(store.put(bad, Bytes::from_static(b"x"), &Meta::default()).await.is_err(), "{bad:?} refused");
+        assert!(
+            store
+                .put(bad, Bytes::from_static(b"x"), &Meta::default())
+                .await
+                .is_err(),
+            "{bad:?} refused"
+        );
     }
 
     // Deletes, including of what is already gone.
@@ -180,28 +300,40 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
 #[tokio::test]
 async fn local_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(super::local::LocalStore::new(dir.path().join("root"), true));
+    let store: Arc<dyn Store> =
+        Arc::new(super::local::LocalStore::new(dir.path().join("root"), true));
     conforms(store, true).await;
 }
 
 #[tokio::test]
 async fn azure_store_conforms() {
     let az = Azurite::start();
-    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("conformance", "some/prefix"), &Azurite::options()).unwrap());
+    let store: Arc<dyn Store> = Arc::new(
+        super::azure::AzureStore::new(
+            az.location("conformance", "some/prefix"),
+            &Azurite::options(),
+        )
+        .unwrap(),
+    );
     conforms(store, false).await;
 }
 
 #[tokio::test]
 async fn azure_store_at_container_root_conforms() {
     let az = Azurite::start();
-    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("rootlevel", ""), &Azurite::options()).unwrap());
+    let store: Arc<dyn Store> = Arc::new(
+        super::azure::AzureStore::new(az.location("rootlevel", ""), &Azurite::options()).unwrap(),
+    );
     conforms(store, false).await;
 }
 
 #[tokio::test]
 async fn missing_container_is_a_clear_error_not_an_empty_listing() {
     let az = Azurite::start();
-    let store: Arc<dyn Store> = Arc::new(super::azure::AzureStore::new(az.location("nosuchcontainer", ""), &Azurite::options()).unwrap());
+    let store: Arc<dyn Store> = Arc::new(
+        super::azure::AzureStore::new(az.location("nosuchcontainer", ""), &Azurite::options())
+            .unwrap(),
+    );
     let err = list_all(&store, true).await.unwrap_err().to_string();
     assert!(err.contains("ContainerNotFound"), "{err}");
 }

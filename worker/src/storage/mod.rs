@@ -73,10 +73,14 @@ pub trait Upload: Send + Sync {
     }
     /// Writes `data`, pieces in order, at `offset_in_block` of block `idx`.
     async fn write_at(&self, _idx: u64, _offset_in_block: u64, _data: Vec<Bytes>) -> Result<()> {
-        Err(StoreError::Invalid("this store takes whole blocks only".into()))
+        Err(StoreError::Invalid(
+            "this store takes whole blocks only".into(),
+        ))
     }
     async fn finish_block(&self, _idx: u64) -> Result<()> {
-        Err(StoreError::Invalid("this store takes whole blocks only".into()))
+        Err(StoreError::Invalid(
+            "this store takes whole blocks only".into(),
+        ))
     }
     /// Blob destinations: keep a source blob's metadata and content properties at commit.
     fn keep_props(&self, _props: &azure::BlobProps) {}
@@ -110,13 +114,28 @@ pub trait Store: Send + Sync {
 
     /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the
     /// object: a changed object is an `Integrity` error, never a mix of old and new bytes.
-    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk>;
+    async fn read(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<Chunk>;
 
     /// Like `read`, but the bytes arrive as they come, so a large range never sits in memory
     /// whole. Stores that can resume a broken body do so inside the stream.
-    async fn read_stream(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+    async fn read_stream(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
         let chunk = self.read(path, offset, len, version).await?;
-        Ok((chunk.meta, Box::pin(futures::stream::once(async move { Ok(chunk.data) }))))
+        Ok((
+            chunk.meta,
+            Box::pin(futures::stream::once(async move { Ok(chunk.data) })),
+        ))
     }
 
     /// Writes a whole object at once (small files).
@@ -151,7 +170,10 @@ pub trait Store: Send + Sync {
     /// Sets the metadata of the entry at `path` (of kind `kind`) without writing its bytes: a
     /// chmod, chown or touch at the source between passes.
     async fn set_meta(&self, _path: &[u8], _kind: Kind, _meta: &Meta) -> Result<()> {
-        Err(StoreError::Unsupported(format!("setting metadata alone in {}", self.describe())))
+        Err(StoreError::Unsupported(format!(
+            "setting metadata alone in {}",
+            self.describe()
+        )))
     }
 
     /// Creates the container (or directory). Ok(false) if it already existed.
@@ -167,7 +189,10 @@ pub trait Store: Send + Sync {
     /// The result must hold what streaming would give: the source's bytes and Content-MD5 and
     /// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
     async fn copy_from(&self, _src: &dyn Store, _entry: &Entry, _dst_path: &[u8]) -> Result<()> {
-        Err(StoreError::Unsupported(format!("server-side copy into {}", self.describe())))
+        Err(StoreError::Unsupported(format!(
+            "server-side copy into {}",
+            self.describe()
+        )))
     }
 
     /// Set for local stores, so local→local copies can use the kernel's copy path.
@@ -184,6 +209,9 @@ pub trait Store: Send + Sync {
         None
     }
 }
+
+/// Where a store reads its settings from: the process environment, or a test's table.
+pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Everything a store needs besides its location.
 #[derive(Clone)]
@@ -212,12 +240,14 @@ pub struct OpenOptions {
     pub list_concurrency: usize,
     /// Blob: entries asked for per List Blobs page (the service's maximum is 5,000).
     pub list_page: u32,
-    pub env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    pub env: Env,
 }
 
 pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
     match loc {
-        Location::Local(p) => Ok(Arc::new(local::LocalStore::new(p.clone(), opts.fsync).with_xattrs(opts.xattrs))),
+        Location::Local(p) => Ok(Arc::new(
+            local::LocalStore::new(p.clone(), opts.fsync).with_xattrs(opts.xattrs),
+        )),
         Location::Blob(b) => Ok(Arc::new(azure::AzureStore::new(b.clone(), opts)?)),
     }
 }
@@ -233,7 +263,10 @@ pub async fn list_all(store: &Arc<dyn Store>, recursive: bool) -> Result<Vec<Ent
 
 /// Collects what a listing yields and, apart, every error it met: a copy can move what was
 /// listed and report the rest (a prune must not: it uses `list_all`).
-pub async fn list_partial(store: &Arc<dyn Store>, recursive: bool) -> (Vec<Entry>, Vec<StoreError>) {
+pub async fn list_partial(
+    store: &Arc<dyn Store>,
+    recursive: bool,
+) -> (Vec<Entry>, Vec<StoreError>) {
     let (tx, mut rx) = mpsc::channel(1024);
     let s = store.clone();
     let task = tokio::spawn(async move { s.list(recursive, tx).await });
@@ -258,7 +291,11 @@ pub async fn list_partial(store: &Arc<dyn Store>, recursive: bool) -> (Vec<Entry
 /// request per path. A directory with only a few of the paths is asked about those paths
 /// instead, which costs less than listing it. Paths absent from the result are not there.
 /// Directories whose listing failed come back apart, with the error.
-pub async fn index_paths(store: &Arc<dyn Store>, paths: &[&[u8]], parallel: usize) -> (HashMap<Vec<u8>, Entry>, Vec<(Vec<u8>, StoreError)>) {
+pub async fn index_paths(
+    store: &Arc<dyn Store>,
+    paths: &[&[u8]],
+    parallel: usize,
+) -> (HashMap<Vec<u8>, Entry>, Vec<(Vec<u8>, StoreError)>) {
     use futures::StreamExt;
     // Below this many wanted paths in a directory, one look each is cheaper than a listing
     // (an open, at least one page and a close on NFS).
@@ -281,7 +318,12 @@ pub async fn index_paths(store: &Arc<dyn Store>, paths: &[&[u8]], parallel: usiz
                 Ok(out)
             } else {
                 let wanted: std::collections::HashSet<&[u8]> = wanted.into_iter().collect();
-                store.list_dir(dir).await.map(|l| l.unwrap_or_default().into_iter().filter(|e| wanted.contains(&e.path[..])).collect())
+                store.list_dir(dir).await.map(|l| {
+                    l.unwrap_or_default()
+                        .into_iter()
+                        .filter(|e| wanted.contains(&e.path[..]))
+                        .collect()
+                })
             };
             (dir.to_vec(), found)
         })
@@ -302,7 +344,11 @@ pub async fn index_paths(store: &Arc<dyn Store>, paths: &[&[u8]], parallel: usiz
 /// Rejects relative paths that could escape a root: empty, `.` or `..` components, or a
 /// leading `/`. Blob names may hold such things; a local tree never does.
 pub fn check_relative(path: &[u8]) -> Result<()> {
-    if path.is_empty() || path.split(|&b| b == b'/').any(|c| c.is_empty() || c == b"." || c == b"..") {
+    if path.is_empty()
+        || path
+            .split(|&b| b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
         return Err(StoreError::Invalid(format!(
             "unsafe path {:?}: empty, '.' or '..' components are not copied",
             crate::manifest::escape_path(path)
@@ -312,8 +358,12 @@ pub fn check_relative(path: &[u8]) -> Result<()> {
 }
 
 /// Runs blocking work (system calls) on a thread that may block.
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Invalid(format!("worker thread failed: {e}")))?
 }
 
 /// Stable across runs and builds (unlike std's hasher), for temp names and block IDs.

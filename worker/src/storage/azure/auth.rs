@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
 use azure_core::http::policies::{Policy, PolicyResult};
-use azure_core::http::{AsyncRawResponse, ClientOptions, Context, HttpClient, Request, Transport, Url};
+use azure_core::http::{
+    AsyncRawResponse, ClientOptions, Context, HttpClient, Request, Transport, Url,
+};
 use azure_identity::{
-    AzureCliCredential, ClientAssertionCredentialOptions, ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId,
-    WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
+    AzureCliCredential, ClientAssertionCredentialOptions, ManagedIdentityCredential,
+    ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential,
+    WorkloadIdentityCredentialOptions,
 };
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -53,7 +56,10 @@ pub enum Credential {
     Anonymous,
     /// Query string added to every URL.
     Sas(String),
-    SharedKey { account: String, key: Vec<u8> },
+    SharedKey {
+        account: String,
+        key: Vec<u8>,
+    },
     /// Entra ID tokens through azure_identity, from the first source in the chain that answers.
     Token(TokenChain),
 }
@@ -67,7 +73,10 @@ pub struct TokenChain {
 
 enum TokenKind {
     Workload,
-    Managed { endpoint: String, client_id: Option<String> },
+    Managed {
+        endpoint: String,
+        client_id: Option<String>,
+    },
     Cli,
 }
 
@@ -82,9 +91,20 @@ fn present(env: &dyn Fn(&str) -> Option<String>, k: &str) -> Option<String> {
 }
 
 /// Decides which source applies, without touching the network.
-pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Choice> {
+pub fn choose(
+    forced: AuthMode,
+    url_sas: bool,
+    account: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Choice> {
     let key_ok = present(env, "AZURE_STORAGE_KEY").is_some();
-    let workload_ok = ["AZURE_FEDERATED_TOKEN_FILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID"].iter().all(|k| present(env, k).is_some());
+    let workload_ok = [
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_CLIENT_ID",
+        "AZURE_TENANT_ID",
+    ]
+    .iter()
+    .all(|k| present(env, k).is_some());
     let mode = match forced {
         AuthMode::Auto => {
             if url_sas {
@@ -107,7 +127,10 @@ pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str)
         if ok {
             Ok(())
         } else {
-            Err(StoreError::Auth(format!("--auth {} needs {what}", mode.name())))
+            Err(StoreError::Auth(format!(
+                "--auth {} needs {what}",
+                mode.name()
+            )))
         }
     };
     let detail = match mode {
@@ -120,11 +143,17 @@ pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str)
             format!("shared key for account {account} (AZURE_STORAGE_KEY)")
         }
         AuthMode::Sas => {
-            need(present(env, "AZURE_STORAGE_SAS_TOKEN").is_some(), "AZURE_STORAGE_SAS_TOKEN")?;
+            need(
+                present(env, "AZURE_STORAGE_SAS_TOKEN").is_some(),
+                "AZURE_STORAGE_SAS_TOKEN",
+            )?;
             "SAS token from AZURE_STORAGE_SAS_TOKEN".to_string()
         }
         AuthMode::Workload => {
-            need(workload_ok, "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID and AZURE_TENANT_ID")?;
+            need(
+                workload_ok,
+                "AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_ID and AZURE_TENANT_ID",
+            )?;
             format!(
                 "workload identity: client {} in tenant {}, token file {}",
                 env("AZURE_CLIENT_ID").unwrap_or_default(),
@@ -134,7 +163,9 @@ pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str)
         }
         AuthMode::Managed => {
             let ep = present(env, "FERRY_IMDS_ENDPOINT").unwrap_or_else(|| DEFAULT_IMDS.into());
-            let id = present(env, "AZURE_CLIENT_ID").map(|c| format!(", client {c}")).unwrap_or_default();
+            let id = present(env, "AZURE_CLIENT_ID")
+                .map(|c| format!(", client {c}"))
+                .unwrap_or_default();
             if forced == AuthMode::Auto {
                 format!("managed identity via {ep}{id} if it answers, else Azure CLI login, else anonymous")
             } else {
@@ -148,8 +179,19 @@ pub fn choose(forced: AuthMode, url_sas: bool, account: &str, env: &dyn Fn(&str)
     Ok(Choice { mode, detail })
 }
 
-pub fn build(choice: &Choice, forced: AuthMode, account: &str, url_sas: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<Credential> {
-    let chain = |kinds, anonymous_last| Ok(Credential::Token(TokenChain { kinds, anonymous_last }));
+pub fn build(
+    choice: &Choice,
+    forced: AuthMode,
+    account: &str,
+    url_sas: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Credential> {
+    let chain = |kinds, anonymous_last| {
+        Ok(Credential::Token(TokenChain {
+            kinds,
+            anonymous_last,
+        }))
+    };
     match choice.mode {
         AuthMode::SasUrl => Ok(Credential::Sas(url_sas.unwrap_or_default().to_string())),
         AuthMode::Key => {
@@ -157,13 +199,22 @@ pub fn build(choice: &Choice, forced: AuthMode, account: &str, url_sas: Option<&
             let key = base64::engine::general_purpose::STANDARD
                 .decode(key.trim())
                 .map_err(|_| StoreError::Auth("AZURE_STORAGE_KEY is not valid base64".into()))?;
-            Ok(Credential::SharedKey { account: account.to_string(), key })
+            Ok(Credential::SharedKey {
+                account: account.to_string(),
+                key,
+            })
         }
-        AuthMode::Sas => Ok(Credential::Sas(env("AZURE_STORAGE_SAS_TOKEN").unwrap_or_default().trim_start_matches('?').to_string())),
+        AuthMode::Sas => Ok(Credential::Sas(
+            env("AZURE_STORAGE_SAS_TOKEN")
+                .unwrap_or_default()
+                .trim_start_matches('?')
+                .to_string(),
+        )),
         AuthMode::Workload => chain(vec![TokenKind::Workload], false),
         AuthMode::Managed => {
             let managed = TokenKind::Managed {
-                endpoint: present(env, "FERRY_IMDS_ENDPOINT").unwrap_or_else(|| DEFAULT_IMDS.into()),
+                endpoint: present(env, "FERRY_IMDS_ENDPOINT")
+                    .unwrap_or_else(|| DEFAULT_IMDS.into()),
                 client_id: present(env, "AZURE_CLIENT_ID"),
             };
             if forced == AuthMode::Auto {
@@ -201,7 +252,9 @@ pub fn scrub_sas(text: &str) -> String {
         out.push_str(&rest[..i + 4]);
         out.push_str("REDACTED");
         rest = &rest[i + 4..];
-        let end = rest.find(|c: char| c == '&' || c == ')' || c == '"' || c == '\'' || c.is_whitespace()).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| c == '&' || c == ')' || c == '"' || c == '\'' || c.is_whitespace())
+            .unwrap_or(rest.len());
         rest = &rest[end..];
     }
     out.push_str(rest);
@@ -211,7 +264,10 @@ pub fn scrub_sas(text: &str) -> String {
 impl TokenChain {
     /// The first source that yields a token, or None when the chain ends in anonymous access.
     /// Decided once per store: probing IMDS on every request would cost seconds each.
-    pub async fn resolve(&self, http: &Arc<dyn HttpClient>) -> Result<Option<Arc<dyn TokenCredential>>> {
+    pub async fn resolve(
+        &self,
+        http: &Arc<dyn HttpClient>,
+    ) -> Result<Option<Arc<dyn TokenCredential>>> {
         let mut errors = Vec::new();
         for kind in &self.kinds {
             match kind.credential(http).await {
@@ -238,33 +294,54 @@ impl TokenKind {
         }
     }
 
-    async fn credential(&self, http: &Arc<dyn HttpClient>) -> std::result::Result<Arc<dyn TokenCredential>, String> {
+    async fn credential(
+        &self,
+        http: &Arc<dyn HttpClient>,
+    ) -> std::result::Result<Arc<dyn TokenCredential>, String> {
         let fail = |e: azure_core::Error| format!("{}: {}", self.name(), error_text(&e));
-        let client_options = || ClientOptions { transport: Some(Transport::new(http.clone())), ..Default::default() };
+        let client_options = || ClientOptions {
+            transport: Some(Transport::new(http.clone())),
+            ..Default::default()
+        };
         match self {
             TokenKind::Workload => {
                 // Tenant, client and token file come from the AZURE_* variables `choose` checked;
                 // AZURE_AUTHORITY_HOST, if set, is read by azure_identity itself.
                 let options = WorkloadIdentityCredentialOptions {
-                    credential_options: ClientAssertionCredentialOptions { client_options: client_options(), ..Default::default() },
+                    credential_options: ClientAssertionCredentialOptions {
+                        client_options: client_options(),
+                    },
                     ..Default::default()
                 };
                 Ok(WorkloadIdentityCredential::new(Some(options)).map_err(fail)?)
             }
-            TokenKind::Managed { endpoint, client_id } => {
+            TokenKind::Managed {
+                endpoint,
+                client_id,
+            } => {
                 // azure_identity retries an unreachable IMDS for over a minute; off Azure it
                 // never answers, so a one-second connect decides first.
-                let url = Url::parse(endpoint).map_err(|e| format!("managed identity: bad endpoint {endpoint}: {e}"))?;
-                let addr = format!("{}:{}", url.host_str().unwrap_or_default(), url.port_or_known_default().unwrap_or(80));
+                let url = Url::parse(endpoint)
+                    .map_err(|e| format!("managed identity: bad endpoint {endpoint}: {e}"))?;
+                let addr = format!(
+                    "{}:{}",
+                    url.host_str().unwrap_or_default(),
+                    url.port_or_known_default().unwrap_or(80)
+                );
                 match tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&addr)).await {
                     Ok(Ok(_)) => {}
                     _ => return Err(format!("managed identity: the endpoint {endpoint} does not answer (not an Azure machine?)")),
                 }
-                let redirect = ImdsRedirect { to: url, inner: http.clone() };
+                let redirect = ImdsRedirect {
+                    to: url,
+                    inner: http.clone(),
+                };
                 let options = ManagedIdentityCredentialOptions {
                     user_assigned_id: client_id.clone().map(UserAssignedId::ClientId),
-                    client_options: ClientOptions { transport: Some(Transport::new(Arc::new(redirect))), ..Default::default() },
-                    ..Default::default()
+                    client_options: ClientOptions {
+                        transport: Some(Transport::new(Arc::new(redirect))),
+                        ..Default::default()
+                    },
                 };
                 Ok(ManagedIdentityCredential::new(Some(options)).map_err(fail)?)
             }
@@ -307,8 +384,16 @@ pub struct SharedKeyPolicy {
 
 #[async_trait::async_trait]
 impl Policy for SharedKeyPolicy {
-    async fn send(&self, ctx: &Context, req: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
-        req.insert_header("x-ms-date", httpdate::fmt_http_date(std::time::SystemTime::now()));
+    async fn send(
+        &self,
+        ctx: &Context,
+        req: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
+        req.insert_header(
+            "x-ms-date",
+            httpdate::fmt_http_date(std::time::SystemTime::now()),
+        );
         let len = req.body().len().unwrap_or(0);
         if len > 0 {
             // reqwest would add it after signing; the signature must cover it.
@@ -322,8 +407,17 @@ impl Policy for SharedKeyPolicy {
 
 /// The SharedKey string-to-sign (Blob service, version 2015-02-21 and later), HMAC-SHA256'd.
 pub fn shared_key_signature(account: &str, key: &[u8], req: &Request) -> String {
-    let h: Vec<(String, &str)> = req.headers().iter().map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.as_str())).collect();
-    let get = |name: &str| h.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or("");
+    let h: Vec<(String, &str)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_ascii_lowercase(), v.as_str()))
+        .collect();
+    let get = |name: &str| {
+        h.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+            .unwrap_or("")
+    };
     let content_length = match get("content-length") {
         "0" => "",
         other => other,
@@ -358,7 +452,11 @@ pub fn shared_key_signature(account: &str, key: &[u8], req: &Request) -> String 
     s.push('/');
     s.push_str(account);
     s.push_str(req.url().path());
-    let mut params: Vec<(String, String)> = req.url().query_pairs().map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned())).collect();
+    let mut params: Vec<(String, String)> = req
+        .url()
+        .query_pairs()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.into_owned()))
+        .collect();
     params.sort();
     let mut i = 0;
     while i < params.len() {
@@ -384,7 +482,12 @@ mod tests {
     use super::*;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
@@ -396,23 +499,52 @@ mod tests {
             ("AZURE_CLIENT_ID", "c"),
             ("AZURE_TENANT_ID", "t"),
         ]);
-        assert_eq!(choose(AuthMode::Auto, true, "a", &all).unwrap().mode, AuthMode::SasUrl);
-        assert_eq!(choose(AuthMode::Auto, false, "a", &all).unwrap().mode, AuthMode::Key);
-        let no_key = env_of(&[("AZURE_STORAGE_SAS_TOKEN", "sv=1"), ("AZURE_CLIENT_ID", "c")]);
-        assert_eq!(choose(AuthMode::Auto, false, "a", &no_key).unwrap().mode, AuthMode::Sas);
-        let wl = env_of(&[("AZURE_FEDERATED_TOKEN_FILE", "/t"), ("AZURE_CLIENT_ID", "c"), ("AZURE_TENANT_ID", "t")]);
-        assert_eq!(choose(AuthMode::Auto, false, "a", &wl).unwrap().mode, AuthMode::Workload);
+        assert_eq!(
+            choose(AuthMode::Auto, true, "a", &all).unwrap().mode,
+            AuthMode::SasUrl
+        );
+        assert_eq!(
+            choose(AuthMode::Auto, false, "a", &all).unwrap().mode,
+            AuthMode::Key
+        );
+        let no_key = env_of(&[
+            ("AZURE_STORAGE_SAS_TOKEN", "sv=1"),
+            ("AZURE_CLIENT_ID", "c"),
+        ]);
+        assert_eq!(
+            choose(AuthMode::Auto, false, "a", &no_key).unwrap().mode,
+            AuthMode::Sas
+        );
+        let wl = env_of(&[
+            ("AZURE_FEDERATED_TOKEN_FILE", "/t"),
+            ("AZURE_CLIENT_ID", "c"),
+            ("AZURE_TENANT_ID", "t"),
+        ]);
+        assert_eq!(
+            choose(AuthMode::Auto, false, "a", &wl).unwrap().mode,
+            AuthMode::Workload
+        );
         let none = env_of(&[]);
-        assert_eq!(choose(AuthMode::Auto, false, "a", &none).unwrap().mode, AuthMode::Managed);
+        assert_eq!(
+            choose(AuthMode::Auto, false, "a", &none).unwrap().mode,
+            AuthMode::Managed
+        );
         assert!(choose(AuthMode::Key, false, "a", &none).is_err());
     }
 
     #[test]
     fn the_secret_never_appears_in_the_description() {
-        let env = env_of(&[("AZURE_STORAGE_KEY", "c2VjcmV0LWtleQ=="), ("AZURE_STORAGE_SAS_TOKEN", "sig=SECRET")]);
+        let env = env_of(&[
+            ("AZURE_STORAGE_KEY", "c2VjcmV0LWtleQ=="),
+            ("AZURE_STORAGE_SAS_TOKEN", "sig=SECRET"),
+        ]);
         for m in [AuthMode::Key, AuthMode::Sas] {
             let c = choose(m, false, "acct", &env).unwrap();
-            assert!(!c.detail.contains("c2VjcmV0") && !c.detail.contains("SECRET"), "{}", c.detail);
+            assert!(
+                !c.detail.contains("c2VjcmV0") && !c.detail.contains("SECRET"),
+                "{}",
+                c.detail
+            );
         }
     }
 
@@ -421,7 +553,10 @@ mod tests {
         // Same request, same key: same signature; a changed query parameter changes it.
         let key = b"0123456789abcdef";
         let mk = |q: &str| {
-            let url = Url::parse(&format!("http://127.0.0.1:1/acct/ctr/a%20b?comp=block&blockid={q}")).unwrap();
+            let url = Url::parse(&format!(
+                "http://127.0.0.1:1/acct/ctr/a%20b?comp=block&blockid={q}"
+            ))
+            .unwrap();
             let mut r = Request::new(url, azure_core::http::Method::Put);
             r.insert_header("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT");
             r.insert_header("x-ms-version", "2023-11-03");

@@ -16,9 +16,9 @@ use bytes::Bytes;
 
 use super::auth::{self, Credential};
 use super::{map_err, AzureStore, Inner};
-use crate::storage::Store;
 use crate::error::{Result, StoreError};
 use crate::retry::retry;
+use crate::storage::Store;
 
 /// The service's limit of parts per batch.
 pub const MAX: usize = 256;
@@ -47,7 +47,9 @@ pub(super) async fn delete_paths(store: &AzureStore, paths: &[Vec<u8>]) -> Vec<R
             out[*i] = Some(r);
         }
     }
-    out.into_iter().map(|r| r.expect("every path has its result")).collect()
+    out.into_iter()
+        .map(|r| r.expect("every path has its result"))
+        .collect()
 }
 
 /// The first failure among a batch's results.
@@ -93,7 +95,11 @@ async fn delete_batch(s: &Inner, names: &[String]) -> Vec<Result<()>> {
         }
         pending = again;
     }
-    out.into_iter().map(|r| r.unwrap_or_else(|| Err(StoreError::Invalid("no answer for it in the batch".into())))).collect()
+    out.into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| Err(StoreError::Invalid("no answer for it in the batch".into())))
+        })
+        .collect()
 }
 
 /// Sends one batch of deletions; the answer for each name, in order. The whole batch is
@@ -102,7 +108,9 @@ async fn delete_batch(s: &Inner, names: &[String]) -> Vec<Result<()>> {
 async fn send(s: &Inner, names: &[&str]) -> Result<Vec<Result<()>>> {
     let clients = s.clients().await?;
     let mut url = clients.base.clone();
-    url.query_pairs_mut().append_pair("restype", "container").append_pair("comp", "batch");
+    url.query_pairs_mut()
+        .append_pair("restype", "container")
+        .append_pair("comp", "batch");
     let (headers, body) = retry(&s.retry, &s.stats, || async {
         // Built afresh for each attempt: every part carries its own date and signature.
         let boundary = format!("batch_{:032x}", fastrand::u128(..));
@@ -112,15 +120,29 @@ async fn send(s: &Inner, names: &[&str]) -> Result<Vec<Result<()>>> {
         }
         let mut req = Request::new(url.clone(), Method::Post);
         req.insert_header("x-ms-version", clients.options.version.clone());
-        req.insert_header("content-type", format!("multipart/mixed; boundary={boundary}"));
+        req.insert_header(
+            "content-type",
+            format!("multipart/mixed; boundary={boundary}"),
+        );
         req.set_body(Bytes::from(body(&boundary, &parts)));
-        let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: &[202] }, ..Default::default() };
-        let resp = clients.pipeline.send(&Context::new(), &mut req, Some(opts)).await.map_err(map_err)?;
+        let opts = PipelineSendOptions {
+            check_success: CheckSuccessOptions {
+                success_codes: &[202],
+            },
+            ..Default::default()
+        };
+        let resp = clients
+            .pipeline
+            .send(&Context::new(), &mut req, Some(opts))
+            .await
+            .map_err(map_err)?;
         let (_, headers, body) = resp.deconstruct();
         Ok((headers, Bytes::copy_from_slice(&body)))
     })
     .await?;
-    let content_type = headers.get_optional_str(&HeaderName::from_static("content-type")).unwrap_or_default();
+    let content_type = headers
+        .get_optional_str(&HeaderName::from_static("content-type"))
+        .unwrap_or_default();
     let answers = parse(content_type, &body)?;
     Ok(outcomes(names.len(), answers))
 }
@@ -128,7 +150,10 @@ async fn send(s: &Inner, names: &[&str]) -> Result<Vec<Result<()>>> {
 /// One Delete Blob as it would be sent alone, for a part of a batch.
 async fn part(s: &Inner, name: &str) -> Result<Request> {
     let mut req = Request::new(s.blob_url(name).await?, Method::Delete);
-    req.insert_header("x-ms-date", httpdate::fmt_http_date(std::time::SystemTime::now()));
+    req.insert_header(
+        "x-ms-date",
+        httpdate::fmt_http_date(std::time::SystemTime::now()),
+    );
     req.insert_header("x-ms-delete-snapshots", "include");
     req.insert_header("content-length", "0");
     match &s.cred {
@@ -139,7 +164,10 @@ async fn part(s: &Inner, name: &str) -> Result<Request> {
         Credential::Token(_) => {
             // The token source the outer request is signed with; it caches its token.
             if let Some(cred) = &s.clients().await?.token {
-                let token = cred.get_token(&[auth::STORAGE_SCOPE], None).await.map_err(map_err)?;
+                let token = cred
+                    .get_token(&[auth::STORAGE_SCOPE], None)
+                    .await
+                    .map_err(map_err)?;
                 req.insert_header("authorization", format!("Bearer {}", token.token.secret()));
             }
         }
@@ -154,7 +182,11 @@ fn body(boundary: &str, parts: &[Request]) -> Vec<u8> {
     let mut b = String::with_capacity(parts.len() * 512);
     for (id, req) in parts.iter().enumerate() {
         b.push_str(&format!("--{boundary}\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: {id}\r\n\r\n"));
-        b.push_str(&format!("{} {} HTTP/1.1\r\n", req.method().as_ref().to_ascii_uppercase(), target(req.url())));
+        b.push_str(&format!(
+            "{} {} HTTP/1.1\r\n",
+            req.method().as_ref().to_ascii_uppercase(),
+            target(req.url())
+        ));
         for (k, v) in req.headers().iter() {
             b.push_str(&format!("{}: {}\r\n", k.as_str(), v.as_str()));
         }
@@ -199,14 +231,26 @@ fn parse(content_type: &str, body: &[u8]) -> Result<Vec<Answer>> {
         if section.starts_with("--") {
             break;
         }
-        let (mime, http) = split_head(section.trim_start_matches(['\r', '\n'])).ok_or_else(|| bad("a part without headers"))?;
+        let (mime, http) = split_head(section.trim_start_matches(['\r', '\n']))
+            .ok_or_else(|| bad("a part without headers"))?;
         let id = header(mime, "content-id").and_then(|v| v.parse().ok());
         let (head, payload) = split_head(http).unwrap_or((http, ""));
         let mut lines = head.lines();
-        let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).ok_or_else(|| bad("a part without a status line"))?;
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad("a part without a status line"))?;
         let (xml_code, message) = super::xml::parse_error(payload.trim().as_bytes());
-        let code = header(head, "x-ms-error-code").map(str::to_string).or(xml_code);
-        answers.push(Answer { id, status, code, message });
+        let code = header(head, "x-ms-error-code")
+            .map(str::to_string)
+            .or(xml_code);
+        answers.push(Answer {
+            id,
+            status,
+            code,
+            message,
+        });
     }
     Ok(answers)
 }
@@ -240,7 +284,9 @@ fn outcomes(n: usize, answers: Vec<Answer>) -> Vec<Result<()>> {
         .map(|r| match (r, &whole) {
             (Some(r), _) => r,
             (None, Some(a)) => outcome(a),
-            (None, None) => Err(StoreError::Invalid("the batch's answer has nothing for it".into())),
+            (None, None) => Err(StoreError::Invalid(
+                "the batch's answer has nothing for it".into(),
+            )),
         })
         .collect()
 }
@@ -250,11 +296,20 @@ fn outcome(a: &Answer) -> Result<()> {
         200..=299 => Ok(()),
         404 if a.code.as_deref() != Some("ContainerNotFound") => Ok(()),
         status => {
-            let mut message = a.message.clone().unwrap_or_else(|| format!("status {status}"));
+            let mut message = a
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("status {status}"));
             if status == 403 {
-                message.push_str(" (check the credentials: `ferry env` shows which source is in use)");
+                message
+                    .push_str(" (check the credentials: `ferry env` shows which source is in use)");
             }
-            Err(StoreError::Http { status, code: a.code.clone(), message, retry_after: None })
+            Err(StoreError::Http {
+                status,
+                code: a.code.clone(),
+                message,
+                retry_after: None,
+            })
         }
     }
 }
@@ -262,7 +317,17 @@ fn outcome(a: &Answer) -> Result<()> {
 /// The error of a batch that failed as a whole, once for each of its parts.
 fn same(e: &StoreError) -> StoreError {
     match e {
-        StoreError::Http { status, code, message, retry_after } => StoreError::Http { status: *status, code: code.clone(), message: message.clone(), retry_after: *retry_after },
+        StoreError::Http {
+            status,
+            code,
+            message,
+            retry_after,
+        } => StoreError::Http {
+            status: *status,
+            code: code.clone(),
+            message: message.clone(),
+            retry_after: *retry_after,
+        },
         StoreError::Transport(m) => StoreError::Transport(m.clone()),
         StoreError::Auth(m) => StoreError::Auth(m.clone()),
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
@@ -285,16 +350,32 @@ mod tests {
     #[test]
     fn the_body_holds_each_request_whole_with_its_own_authorization() {
         let parts = [
-            delete("http://127.0.0.1:1/acct/ctr/a%20b.txt", &[("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("authorization", "SharedKey acct:c2ln")]),
-            delete("http://127.0.0.1:1/acct/ctr/d/e?sv=2024-08-04&sig=abc", &[("content-length", "0")]),
+            delete(
+                "http://127.0.0.1:1/acct/ctr/a%20b.txt",
+                &[
+                    ("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT"),
+                    ("authorization", "SharedKey acct:c2ln"),
+                ],
+            ),
+            delete(
+                "http://127.0.0.1:1/acct/ctr/d/e?sv=2024-08-04&sig=abc",
+                &[("content-length", "0")],
+            ),
         ];
         let text = String::from_utf8(body("batch_x", &parts)).unwrap();
         let chunks: Vec<&str> = text.split("--batch_x").collect();
         assert_eq!(chunks.len(), 4, "{text}");
         assert_eq!(chunks[0], "");
         assert!(chunks[1].starts_with("\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: 0\r\n\r\nDELETE /acct/ctr/a%20b.txt HTTP/1.1\r\n"), "{text}");
-        assert!(chunks[1].contains("\r\nx-ms-date: Mon, 01 Jan 2024 00:00:00 GMT\r\n") && chunks[1].contains("\r\nauthorization: SharedKey acct:c2ln\r\n"), "{text}");
-        assert!(chunks[1].ends_with("\r\n\r\n"), "a part's request ends in an empty line: {text}");
+        assert!(
+            chunks[1].contains("\r\nx-ms-date: Mon, 01 Jan 2024 00:00:00 GMT\r\n")
+                && chunks[1].contains("\r\nauthorization: SharedKey acct:c2ln\r\n"),
+            "{text}"
+        );
+        assert!(
+            chunks[1].ends_with("\r\n\r\n"),
+            "a part's request ends in an empty line: {text}"
+        );
         // A SAS travels in the part's request line, as it would alone.
         assert!(chunks[2].contains("Content-ID: 1\r\n\r\nDELETE /acct/ctr/d/e?sv=2024-08-04&sig=abc HTTP/1.1\r\ncontent-length: 0\r\n\r\n"), "{text}");
         assert_eq!(chunks[3], "--\r\n");
@@ -303,12 +384,21 @@ mod tests {
     #[test]
     fn a_part_is_signed_as_the_same_request_alone() {
         let key = b"0123456789abcdef";
-        let alone = delete("http://127.0.0.1:1/acct/ctr/x", &[("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("content-length", "0")]);
+        let alone = delete(
+            "http://127.0.0.1:1/acct/ctr/x",
+            &[
+                ("x-ms-date", "Mon, 01 Jan 2024 00:00:00 GMT"),
+                ("content-length", "0"),
+            ],
+        );
         let sig = auth::shared_key_signature("acct", key, &alone);
         let mut signed = alone.clone();
         signed.insert_header("authorization", sig.clone());
         let text = String::from_utf8(body("b", &[signed])).unwrap();
-        assert!(text.contains(&format!("authorization: {sig}\r\n")), "{text}");
+        assert!(
+            text.contains(&format!("authorization: {sig}\r\n")),
+            "{text}"
+        );
     }
 
     const ANSWER: &str = "--batchresponse_66925647-d0cb-4109-b6d3-28efe3e1e5ed\r\n\
@@ -351,16 +441,29 @@ HTTP/1.1 503 Server Busy\r\n\
     fn the_answer_gives_each_part_its_status_and_error_code() {
         let answers = parse(CT, ANSWER.as_bytes()).unwrap();
         assert_eq!(answers.len(), 4);
-        assert_eq!((answers[0].id, answers[0].status, answers[0].code.as_deref()), (Some(0), 202, None));
+        assert_eq!(
+            (answers[0].id, answers[0].status, answers[0].code.as_deref()),
+            (Some(0), 202, None)
+        );
         assert_eq!(answers[1], Answer {
             id: Some(2),
             status: 412,
             code: Some("LeaseIdMissing".into()),
             message: Some("There is currently a lease on the blob and no lease ID was specified in the request.".into()),
         });
-        assert_eq!((answers[2].status, answers[2].code.as_deref()), (404, Some("BlobNotFound")));
+        assert_eq!(
+            (answers[2].status, answers[2].code.as_deref()),
+            (404, Some("BlobNotFound"))
+        );
         // No x-ms-error-code header: the code comes from the XML body.
-        assert_eq!((answers[3].status, answers[3].code.as_deref(), answers[3].message.as_deref()), (503, Some("ServerBusy"), Some("Busy.")));
+        assert_eq!(
+            (
+                answers[3].status,
+                answers[3].code.as_deref(),
+                answers[3].message.as_deref()
+            ),
+            (503, Some("ServerBusy"), Some("Busy."))
+        );
     }
 
     #[test]
@@ -369,20 +472,37 @@ HTTP/1.1 503 Server Busy\r\n\
         assert!(r[0].is_ok(), "202: deleted");
         assert!(r[1].is_ok(), "404: already gone");
         match &r[2] {
-            Err(StoreError::Http { status: 412, code: Some(c), .. }) if c == "LeaseIdMissing" => {}
+            Err(StoreError::Http {
+                status: 412,
+                code: Some(c),
+                ..
+            }) if c == "LeaseIdMissing" => {}
             other => panic!("{other:?}"),
         }
-        assert_eq!(r[3].as_ref().unwrap_err().retry_label().as_deref(), Some("503"), "a busy part may be sent again");
-        assert!(matches!(&r[4], Err(StoreError::Invalid(_))), "a part the answer skips is not taken as deleted");
+        assert_eq!(
+            r[3].as_ref().unwrap_err().retry_label().as_deref(),
+            Some("503"),
+            "a busy part may be sent again"
+        );
+        assert!(
+            matches!(&r[4], Err(StoreError::Invalid(_))),
+            "a part the answer skips is not taken as deleted"
+        );
     }
 
     #[test]
     fn an_answer_for_the_whole_batch_fails_every_part() {
         // What the service says when it cannot read the batch: one response, no Content-ID.
         let answer = "--b\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 400 One of the request inputs is not valid.\r\nx-ms-error-code: InvalidInput\r\n\r\n--b--\r\n";
-        let r = outcomes(2, parse("multipart/mixed; boundary=b", answer.as_bytes()).unwrap());
+        let r = outcomes(
+            2,
+            parse("multipart/mixed; boundary=b", answer.as_bytes()).unwrap(),
+        );
         for x in &r {
-            assert!(matches!(x, Err(StoreError::Http { status: 400, code: Some(c), .. }) if c == "InvalidInput"), "{x:?}");
+            assert!(
+                matches!(x, Err(StoreError::Http { status: 400, code: Some(c), .. }) if c == "InvalidInput"),
+                "{x:?}"
+            );
         }
     }
 

@@ -21,7 +21,10 @@ use crate::storage::Meta;
 /// Whether two locations are one account behind one endpoint: the only pairs Copy Blob serves
 /// with the destination's own credential (and the only ones the emulator can copy between).
 pub fn same_account(a: &BlobLocation, b: &BlobLocation) -> bool {
-    a.account == b.account && a.endpoint.trim_end_matches('/').eq_ignore_ascii_case(b.endpoint.trim_end_matches('/'))
+    a.account == b.account
+        && a.endpoint
+            .trim_end_matches('/')
+            .eq_ignore_ascii_case(b.endpoint.trim_end_matches('/'))
 }
 
 /// How long a pending copy is waited for. Within one account Azure mostly ends a copy before
@@ -42,12 +45,19 @@ impl Patience {
     pub const fn up_to(max_wait: Duration) -> Patience {
         let max_delay = Duration::from_secs(5);
         let max_looks = 10 + (max_wait.as_secs() / max_delay.as_secs()) as u32;
-        Patience { first: Duration::from_millis(100), max_delay, max_wait, max_looks }
+        Patience {
+            first: Duration::from_millis(100),
+            max_delay,
+            max_wait,
+            max_looks,
+        }
     }
 
     /// The pause after the n-th look (0-based): doubling from `first`, at most `max_delay`.
     fn delay(&self, n: u32) -> Duration {
-        self.first.saturating_mul(1 << n.min(16)).min(self.max_delay)
+        self.first
+            .saturating_mul(1 << n.min(16))
+            .min(self.max_delay)
     }
 }
 
@@ -64,7 +74,10 @@ fn copy_state(status: Option<&str>, description: Option<&str>) -> CopyState {
     match status {
         Some("pending") => CopyState::Pending,
         Some("success") => CopyState::Success,
-        other => CopyState::Ended(other.unwrap_or("ended without a status").to_string(), description.unwrap_or_default().to_string()),
+        other => CopyState::Ended(
+            other.unwrap_or("ended without a status").to_string(),
+            description.unwrap_or_default().to_string(),
+        ),
     }
 }
 
@@ -80,7 +93,10 @@ where
     loop {
         let (state, seen) = look().await?;
         n += 1;
-        if state != CopyState::Pending || n >= patience.max_looks || started.elapsed() >= patience.max_wait {
+        if state != CopyState::Pending
+            || n >= patience.max_looks
+            || started.elapsed() >= patience.max_wait
+        {
             return Ok((state, seen));
         }
         tokio::time::sleep(patience.delay(n - 1)).await;
@@ -96,7 +112,12 @@ fn header<'a>(h: &'a Headers, name: &'static str) -> Option<&'a str> {
 /// version's size and Content-MD5. A copy that fails, ends badly or outlasts `PATIENCE` leaves
 /// no destination blob behind: Copy Blob replaced it at the start, and what it holds now is not
 /// the source.
-pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path: &[u8]) -> Result<()> {
+pub(super) async fn copy_blob(
+    src: &Inner,
+    dst: &Inner,
+    entry: &Entry,
+    dst_path: &[u8],
+) -> Result<()> {
     let src_name = src.name(&entry.path)?;
     let source = src.blob(&src_name).await?;
     let (etag, meta, props) = source_version(src, &source, entry).await?;
@@ -136,7 +157,10 @@ pub(super) async fn copy_blob(src: &Inner, dst: &Inner, entry: &Entry, dst_path:
             Ok(()) => return Ok(()),
             Err(e) => e,
         },
-        (_, true) | (CopyState::Pending, _) => StoreError::Copy(format!("still pending after {} s; aborted", began.elapsed().as_secs())),
+        (_, true) | (CopyState::Pending, _) => StoreError::Copy(format!(
+            "still pending after {} s; aborted",
+            began.elapsed().as_secs()
+        )),
         (CopyState::Ended(how, why), false) if why.is_empty() => StoreError::Copy(how),
         (CopyState::Ended(how, why), false) => StoreError::Copy(format!("{how} ({why})")),
     };
@@ -155,17 +179,26 @@ fn source_hint(e: StoreError) -> StoreError {
 
 /// The source's ETag, attributes and properties now, provided it still is the version that was
 /// listed.
-async fn source_version(src: &Inner, source: &BlobClient, entry: &Entry) -> Result<(String, Meta, BlobProps)> {
+async fn source_version(
+    src: &Inner,
+    source: &BlobClient,
+    entry: &Entry,
+) -> Result<(String, Meta, BlobProps)> {
     let props = match src.call(|| source.get_properties(None)).await {
-        Err(e) if e.is_not_found() => return Err(StoreError::NotFound("vanished from the source".into())),
+        Err(e) if e.is_not_found() => {
+            return Err(StoreError::NotFound("vanished from the source".into()))
+        }
         r => r?,
     };
     let h = props.headers();
     let meta = meta_from_headers(h, false);
     if content_length(h) != entry.size() || entry.md5.is_some_and(|m| meta.md5 != Some(m)) {
-        return Err(StoreError::Integrity("the blob changed since it was listed (size or Content-MD5 differs); not copied".into()));
+        return Err(StoreError::Integrity(
+            "the blob changed since it was listed (size or Content-MD5 differs); not copied".into(),
+        ));
     }
-    let etag = header(h, "etag").ok_or_else(|| StoreError::Invalid("the source blob has no ETag".into()))?;
+    let etag = header(h, "etag")
+        .ok_or_else(|| StoreError::Invalid("the source blob has no ETag".into()))?;
     let etag = etag.to_string();
     Ok((etag, meta, src.props_of(&src.name(&entry.path)?, h).await?))
 }
@@ -176,16 +209,28 @@ async fn look(dst: &Inner, target: &BlobClient, copy_id: &str) -> Result<(CopySt
     let h = props.headers().clone();
     if header(&h, "x-ms-copy-id") != Some(copy_id) {
         // Someone else's blob now: not ours to check, nor to remove.
-        return Err(StoreError::Integrity("the destination blob was replaced by another writer during the server-side copy".into()));
+        return Err(StoreError::Integrity(
+            "the destination blob was replaced by another writer during the server-side copy"
+                .into(),
+        ));
     }
-    Ok((copy_state(header(&h, "x-ms-copy-status"), header(&h, "x-ms-copy-status-description")), h))
+    Ok((
+        copy_state(
+            header(&h, "x-ms-copy-status"),
+            header(&h, "x-ms-copy-status-description"),
+        ),
+        h,
+    ))
 }
 
 /// A finished copy holds the source version's size and Content-MD5.
 fn check(size: u64, source: &Meta, copied: &Headers) -> Result<()> {
     let got = meta_from_headers(copied, false).md5;
     if content_length(copied) != size {
-        return Err(StoreError::Integrity(format!("the server-side copy holds {} bytes, the source {size}", content_length(copied))));
+        return Err(StoreError::Integrity(format!(
+            "the server-side copy holds {} bytes, the source {size}",
+            content_length(copied)
+        )));
     }
     match (source.md5, got) {
         (Some(want), got) if got != Some(want) => Err(StoreError::Integrity(format!(
@@ -201,11 +246,21 @@ fn check(size: u64, source: &Meta, copied: &Headers) -> Result<()> {
 /// that went.
 async fn discard(dst: &Inner, target: &BlobClient, seen: &Headers) -> String {
     let etag = header(seen, "etag").map(Etag::from);
-    match dst.call(|| target.delete(Some(BlobClientDeleteOptions { if_match: etag.clone(), ..Default::default() }))).await {
+    match dst
+        .call(|| {
+            target.delete(Some(BlobClientDeleteOptions {
+                if_match: etag.clone(),
+                ..Default::default()
+            }))
+        })
+        .await
+    {
         Ok(_) => "the destination blob was removed".into(),
         Err(e) if e.is_not_found() => "the destination blob is gone".into(),
         // 412: another writer replaced it meanwhile; theirs is not ours to remove.
-        Err(StoreError::Integrity(_)) => "the destination blob was rewritten by another writer meanwhile and left alone".into(),
+        Err(StoreError::Integrity(_)) => {
+            "the destination blob was rewritten by another writer meanwhile and left alone".into()
+        }
         Err(e) => format!("the destination blob could not be removed: {e}"),
     }
 }
@@ -225,44 +280,110 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     fn loc(endpoint: &str, account: &str) -> BlobLocation {
-        BlobLocation { endpoint: endpoint.into(), account: account.into(), container: "c".into(), prefix: String::new(), sas: None }
+        BlobLocation {
+            endpoint: endpoint.into(),
+            account: account.into(),
+            container: "c".into(),
+            prefix: String::new(),
+            sas: None,
+        }
     }
 
     #[test]
     fn same_account_means_same_endpoint_and_account() {
         let a = loc("https://acct.blob.core.windows.net", "acct");
-        assert!(same_account(&a, &BlobLocation { container: "other".into(), prefix: "p/".into(), sas: Some("sig=x".into()), ..a.clone() }));
-        assert!(same_account(&a, &loc("https://ACCT.blob.core.windows.net/", "acct")));
-        assert!(!same_account(&a, &loc("https://other.blob.core.windows.net", "other")));
-        assert!(!same_account(&a, &loc("http://acct.blob.core.windows.net", "acct")));
-        let emu = loc("http://127.0.0.1:10000/devstoreaccount1", "devstoreaccount1");
-        assert!(!same_account(&emu, &loc("http://127.0.0.1:10001/devstoreaccount1", "devstoreaccount1")), "two emulators");
-        assert!(!same_account(&emu, &loc("http://127.0.0.1:10000/other", "other")));
+        assert!(same_account(
+            &a,
+            &BlobLocation {
+                container: "other".into(),
+                prefix: "p/".into(),
+                sas: Some("sig=x".into()),
+                ..a.clone()
+            }
+        ));
+        assert!(same_account(
+            &a,
+            &loc("https://ACCT.blob.core.windows.net/", "acct")
+        ));
+        assert!(!same_account(
+            &a,
+            &loc("https://other.blob.core.windows.net", "other")
+        ));
+        assert!(!same_account(
+            &a,
+            &loc("http://acct.blob.core.windows.net", "acct")
+        ));
+        let emu = loc(
+            "http://127.0.0.1:10000/devstoreaccount1",
+            "devstoreaccount1",
+        );
+        assert!(
+            !same_account(
+                &emu,
+                &loc(
+                    "http://127.0.0.1:10001/devstoreaccount1",
+                    "devstoreaccount1"
+                )
+            ),
+            "two emulators"
+        );
+        assert!(!same_account(
+            &emu,
+            &loc("http://127.0.0.1:10000/other", "other")
+        ));
     }
 
     #[test]
     fn copy_states() {
         assert_eq!(copy_state(Some("pending"), None), CopyState::Pending);
-        assert_eq!(copy_state(Some("success"), Some("ignored")), CopyState::Success);
-        assert_eq!(copy_state(Some("failed"), Some("500 InternalError")), CopyState::Ended("failed".into(), "500 InternalError".into()));
-        assert_eq!(copy_state(Some("aborted"), None), CopyState::Ended("aborted".into(), String::new()));
+        assert_eq!(
+            copy_state(Some("success"), Some("ignored")),
+            CopyState::Success
+        );
+        assert_eq!(
+            copy_state(Some("failed"), Some("500 InternalError")),
+            CopyState::Ended("failed".into(), "500 InternalError".into())
+        );
+        assert_eq!(
+            copy_state(Some("aborted"), None),
+            CopyState::Ended("aborted".into(), String::new())
+        );
         assert!(matches!(copy_state(None, None), CopyState::Ended(..)));
     }
 
     #[test]
     fn pauses_double_up_to_the_cap() {
-        let d: Vec<u64> = (0..8).map(|n| PATIENCE.delay(n).as_millis() as u64).collect();
+        let d: Vec<u64> = (0..8)
+            .map(|n| PATIENCE.delay(n).as_millis() as u64)
+            .collect();
         assert_eq!(d, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
         assert_eq!(PATIENCE.delay(u32::MAX), PATIENCE.max_delay);
         // As many looks as the wait holds at the longest pause, and a few for the short ones.
-        assert_eq!((PATIENCE.max_looks, Patience::up_to(Duration::from_secs(60)).max_looks), (730, 22));
+        assert_eq!(
+            (
+                PATIENCE.max_looks,
+                Patience::up_to(Duration::from_secs(60)).max_looks
+            ),
+            (730, 22)
+        );
     }
 
     /// A look that says pending `pending` times, then `last`; counts the looks.
-    fn looks(pending: u32, last: CopyState, count: &AtomicU32) -> impl FnMut() -> std::future::Ready<Result<(CopyState, u32)>> + '_ {
+    fn looks(
+        pending: u32,
+        last: CopyState,
+        count: &AtomicU32,
+    ) -> impl FnMut() -> std::future::Ready<Result<(CopyState, u32)>> + '_ {
         move || {
             let n = count.fetch_add(1, Ordering::SeqCst);
-            std::future::ready(Ok((if n < pending { CopyState::Pending } else { last.clone() }, n)))
+            std::future::ready(Ok((
+                if n < pending {
+                    CopyState::Pending
+                } else {
+                    last.clone()
+                },
+                n,
+            )))
         }
     }
 
@@ -270,25 +391,50 @@ mod tests {
     async fn waits_until_the_copy_ends() {
         let count = AtomicU32::new(0);
         let start = tokio::time::Instant::now();
-        let (state, n) = wait(&PATIENCE, looks(3, CopyState::Success, &count)).await.unwrap();
+        let (state, n) = wait(&PATIENCE, looks(3, CopyState::Success, &count))
+            .await
+            .unwrap();
         assert_eq!((state, n), (CopyState::Success, 3));
         assert_eq!(start.elapsed(), Duration::from_millis(100 + 200 + 400));
         let failed = CopyState::Ended("failed".into(), "x".into());
         count.store(0, Ordering::SeqCst);
-        assert_eq!(wait(&PATIENCE, looks(0, failed.clone(), &count)).await.unwrap().0, failed);
+        assert_eq!(
+            wait(&PATIENCE, looks(0, failed.clone(), &count))
+                .await
+                .unwrap()
+                .0,
+            failed
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn gives_up_after_so_many_looks_or_so_long() {
         let count = AtomicU32::new(0);
-        let few = Patience { max_looks: 4, ..PATIENCE };
-        assert_eq!(wait(&few, looks(u32::MAX, CopyState::Success, &count)).await.unwrap(), (CopyState::Pending, 3));
+        let few = Patience {
+            max_looks: 4,
+            ..PATIENCE
+        };
+        assert_eq!(
+            wait(&few, looks(u32::MAX, CopyState::Success, &count))
+                .await
+                .unwrap(),
+            (CopyState::Pending, 3)
+        );
         count.store(0, Ordering::SeqCst);
-        let brief = Patience { max_wait: Duration::from_secs(60), ..PATIENCE };
+        let brief = Patience {
+            max_wait: Duration::from_secs(60),
+            ..PATIENCE
+        };
         let start = tokio::time::Instant::now();
-        let (state, _) = wait(&brief, looks(u32::MAX, CopyState::Success, &count)).await.unwrap();
+        let (state, _) = wait(&brief, looks(u32::MAX, CopyState::Success, &count))
+            .await
+            .unwrap();
         assert_eq!(state, CopyState::Pending);
-        assert!(start.elapsed() >= Duration::from_secs(60) && start.elapsed() < Duration::from_secs(66), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() >= Duration::from_secs(60) && start.elapsed() < Duration::from_secs(66),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
@@ -297,11 +443,26 @@ mod tests {
         let mut h = Headers::new();
         h.insert("content-length", "10");
         h.insert("content-md5", super::super::b64(&md5));
-        let source = Meta { md5: Some(md5), ..Meta::default() };
+        let source = Meta {
+            md5: Some(md5),
+            ..Meta::default()
+        };
         assert!(check(10, &source, &h).is_ok());
-        assert!(check(11, &source, &h).unwrap_err().to_string().contains("holds 10 bytes"));
-        let other = Meta { md5: Some([8u8; 16]), ..Meta::default() };
-        assert!(check(10, &other, &h).unwrap_err().to_string().contains("MD5 mismatch"));
-        assert!(check(10, &Meta::default(), &h).is_ok(), "no MD5 at the source: nothing to compare");
+        assert!(check(11, &source, &h)
+            .unwrap_err()
+            .to_string()
+            .contains("holds 10 bytes"));
+        let other = Meta {
+            md5: Some([8u8; 16]),
+            ..Meta::default()
+        };
+        assert!(check(10, &other, &h)
+            .unwrap_err()
+            .to_string()
+            .contains("MD5 mismatch"));
+        assert!(
+            check(10, &Meta::default(), &h).is_ok(),
+            "no MD5 at the source: nothing to compare"
+        );
     }
 }

@@ -35,7 +35,12 @@ use crate::manifest::Entry;
 #[async_trait]
 pub(super) trait Pages: Send + Sync + 'static {
     fn prefix(&self) -> &str;
-    async fn page(&self, marker: Option<&str>, start_from: Option<&str>, max: u32) -> Result<ListPage>;
+    async fn page(
+        &self,
+        marker: Option<&str>,
+        start_from: Option<&str>,
+        max: u32,
+    ) -> Result<ListPage>;
     fn entry(&self, blob: BlobItem) -> Option<Result<Entry>>;
 }
 
@@ -45,8 +50,14 @@ impl Pages for Inner {
         &self.root
     }
 
-    async fn page(&self, marker: Option<&str>, start_from: Option<&str>, max: u32) -> Result<ListPage> {
-        self.list_page(true, &self.root, marker, start_from, max).await
+    async fn page(
+        &self,
+        marker: Option<&str>,
+        start_from: Option<&str>,
+        max: u32,
+    ) -> Result<ListPage> {
+        self.list_page(true, &self.root, marker, start_from, max)
+            .await
     }
 
     fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
@@ -95,7 +106,12 @@ impl Drop for Alive {
 
 /// Every entry under the store's root, in the service's order, listed with up to `concurrency`
 /// requests in flight.
-pub(super) async fn list(pages: Arc<dyn Pages>, concurrency: usize, page: u32, out: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+pub(super) async fn list(
+    pages: Arc<dyn Pages>,
+    concurrency: usize,
+    page: u32,
+    out: &mpsc::Sender<Result<Entry>>,
+) -> Result<()> {
     let lister = Arc::new(Lister {
         prefix: pages.prefix().to_string(),
         pages,
@@ -121,14 +137,24 @@ pub(super) async fn list(pages: Arc<dyn Pages>, concurrency: usize, page: u32, o
                 stack.pop();
             }
             Some(Err(e)) => return Err(e),
-            None => return Err(StoreError::Invalid("a listing task ended before its range was listed".into())),
+            None => {
+                return Err(StoreError::Invalid(
+                    "a listing task ended before its range was listed".into(),
+                ))
+            }
         }
     }
     Ok(())
 }
 
 impl Lister {
-    fn spawn(self: &Arc<Self>, lo: Option<String>, marker: Option<String>, hi: Option<String>, uncut: u32) -> mpsc::Receiver<Result<Piece>> {
+    fn spawn(
+        self: &Arc<Self>,
+        lo: Option<String>,
+        marker: Option<String>,
+        hi: Option<String>,
+        uncut: u32,
+    ) -> mpsc::Receiver<Result<Piece>> {
         let (tx, rx) = mpsc::channel(AHEAD);
         self.live.fetch_add(1, Ordering::SeqCst);
         let alive = Alive(self.clone());
@@ -144,7 +170,14 @@ impl Lister {
 
     /// Lists `[lo, hi)`, from `marker` if given (a continuation), else from `lo`; its first
     /// `uncut` pages are not cut.
-    async fn range(self: &Arc<Self>, lo: Option<String>, mut marker: Option<String>, hi: Option<String>, mut uncut: u32, tx: &mpsc::Sender<Result<Piece>>) -> Result<()> {
+    async fn range(
+        self: &Arc<Self>,
+        lo: Option<String>,
+        mut marker: Option<String>,
+        hi: Option<String>,
+        mut uncut: u32,
+        tx: &mpsc::Sender<Result<Piece>>,
+    ) -> Result<()> {
         let mut start_from = if marker.is_none() { lo.clone() } else { None };
         let mut seen = 0;
         loop {
@@ -152,7 +185,9 @@ impl Lister {
             seen += 1;
             let page = {
                 let _permit = self.requests.acquire().await.expect("never closed");
-                self.pages.page(marker.as_deref(), start_from.as_deref(), self.page).await?
+                self.pages
+                    .page(marker.as_deref(), start_from.as_deref(), self.page)
+                    .await?
             };
             let mut blobs = page.blobs;
             if let Some(lo) = &lo {
@@ -175,7 +210,10 @@ impl Lister {
                 (Some(_), false) if uncut == 0 => self.cut(&blobs, hi.as_deref(), seen),
                 _ => Vec::new(),
             };
-            let entries: Vec<Result<Entry>> = blobs.into_iter().filter_map(|b| self.pages.entry(b)).collect();
+            let entries: Vec<Result<Entry>> = blobs
+                .into_iter()
+                .filter_map(|b| self.pages.entry(b))
+                .collect();
             if !entries.is_empty() && tx.send(Ok(Piece::Entries(entries))).await.is_err() {
                 return Ok(());
             }
@@ -188,7 +226,12 @@ impl Lister {
                 // The remainder as pieces: [marker, b1), [b1, b2), …, [bn, hi).
                 let mut pieces = vec![self.spawn(None, marker.take(), Some(cut[0].clone()), 0)];
                 for (i, b) in cut.iter().enumerate() {
-                    pieces.push(self.spawn(Some(b.clone()), None, cut.get(i + 1).cloned().or_else(|| hi.clone()), 0));
+                    pieces.push(self.spawn(
+                        Some(b.clone()),
+                        None,
+                        cut.get(i + 1).cloned().or_else(|| hi.clone()),
+                        0,
+                    ));
                 }
                 for rx in pieces {
                     if tx.send(Ok(Piece::Range(rx))).await.is_err() {
@@ -208,11 +251,19 @@ impl Lister {
         if !self.cutting.load(Ordering::SeqCst) {
             return Vec::new();
         }
-        let room = self.max_live.saturating_sub(self.live.load(Ordering::SeqCst));
+        let room = self
+            .max_live
+            .saturating_sub(self.live.load(Ordering::SeqCst));
         match (page.first(), page.last()) {
-            (Some(first), Some(last)) if room > 1 => {
-                boundaries(&self.prefix, page.iter().map(|b| b.name.as_str()), &first.name, &last.name, hi, room - 1, seen)
-            }
+            (Some(first), Some(last)) if room > 1 => boundaries(
+                &self.prefix,
+                page.iter().map(|b| b.name.as_str()),
+                &first.name,
+                &last.name,
+                hi,
+                room - 1,
+                seen,
+            ),
             _ => Vec::new(),
         }
     }
@@ -230,10 +281,22 @@ const DIGITS: usize = 10;
 /// the two disagree only between a character above U+FFFF and one in U+E000..=U+FFFF, so a
 /// boundary holds no character from U+E000 up after `prefix` (which every name shares), and a
 /// name falls in the same range whichever order decides.
-pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>, first: &str, last: &str, hi: Option<&str>, want: usize, seen: usize) -> Vec<String> {
+pub(crate) fn boundaries<'a>(
+    prefix: &str,
+    names: impl Iterator<Item = &'a str>,
+    first: &str,
+    last: &str,
+    hi: Option<&str>,
+    want: usize,
+    seen: usize,
+) -> Vec<String> {
     const SAFE: char = '\u{e000}';
     let rest = &last[prefix.len()..];
-    let safe_end = prefix.len() + rest.char_indices().find(|(_, c)| *c >= SAFE).map_or(rest.len(), |(i, _)| i);
+    let safe_end = prefix.len()
+        + rest
+            .char_indices()
+            .find(|(_, c)| *c >= SAFE)
+            .map_or(rest.len(), |(i, _)| i);
     // Where the last character `first` and `last` share starts: the first digit.
     let mut at = prefix.len();
     for ((i, a), b) in last.char_indices().zip(first.chars()) {
@@ -243,7 +306,10 @@ pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>,
         at = i;
     }
     let at = at.max(prefix.len()).min(safe_end);
-    let mut alphabet: Vec<char> = names.flat_map(|n| n.get(at..).unwrap_or("").chars().take(DIGITS)).filter(|c| *c < SAFE).collect();
+    let mut alphabet: Vec<char> = names
+        .flat_map(|n| n.get(at..).unwrap_or("").chars().take(DIGITS))
+        .filter(|c| *c < SAFE)
+        .collect();
     alphabet.sort_unstable();
     alphabet.dedup();
     if alphabet.len() < 2 {
@@ -328,7 +394,11 @@ pub(crate) fn boundaries<'a>(prefix: &str, names: impl Iterator<Item = &'a str>,
         }
         x += step;
     }
-    let starts: Vec<usize> = last[..at + 1].char_indices().map(|(i, _)| i).filter(|&i| i >= prefix.len()).collect();
+    let starts: Vec<usize> = last[..at + 1]
+        .char_indices()
+        .map(|(i, _)| i)
+        .filter(|&i| i >= prefix.len())
+        .collect();
     let mut back = 1;
     while back <= starts.len() {
         let i = starts[starts.len() - back];
@@ -361,7 +431,12 @@ mod tests {
             ""
         }
 
-        async fn page(&self, marker: Option<&str>, start_from: Option<&str>, max: u32) -> Result<ListPage> {
+        async fn page(
+            &self,
+            marker: Option<&str>,
+            start_from: Option<&str>,
+            max: u32,
+        ) -> Result<ListPage> {
             self.requests.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(self.latency).await;
             let from = match (marker, start_from) {
@@ -370,13 +445,26 @@ mod tests {
                 (None, None) => 0,
             };
             let to = (from + max as usize).min(self.names.len());
-            let blobs: Vec<BlobItem> = self.names[from..to].iter().map(|n| BlobItem { name: n.clone(), ..Default::default() }).collect();
+            let blobs: Vec<BlobItem> = self.names[from..to]
+                .iter()
+                .map(|n| BlobItem {
+                    name: n.clone(),
+                    ..Default::default()
+                })
+                .collect();
             let next_marker = (to < self.names.len()).then(|| self.names[to - 1].clone());
-            Ok(ListPage { blobs, prefixes: Vec::new(), next_marker })
+            Ok(ListPage {
+                blobs,
+                prefixes: Vec::new(),
+                next_marker,
+            })
         }
 
         fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
-            Some(Ok(Entry { path: blob.name.into_bytes(), ..Default::default() }))
+            Some(Ok(Entry {
+                path: blob.name.into_bytes(),
+                ..Default::default()
+            }))
         }
     }
 
@@ -384,7 +472,11 @@ mod tests {
     /// checks the order, and gives the requests sent and the virtual seconds taken.
     async fn run(mut names: Vec<String>, concurrency: usize, page: u32) -> (u64, f64) {
         names.sort();
-        let fake = Arc::new(Fake { names: names.clone(), latency: Duration::from_secs(1), requests: AtomicU64::new(0) });
+        let fake = Arc::new(Fake {
+            names: names.clone(),
+            latency: Duration::from_secs(1),
+            requests: AtomicU64::new(0),
+        });
         let (tx, mut rx) = mpsc::channel::<Result<Entry>>(1024);
         let started = tokio::time::Instant::now();
         let reader = tokio::spawn(async move {
@@ -397,27 +489,59 @@ mod tests {
         list(fake.clone(), concurrency, page, &tx).await.unwrap();
         drop(tx);
         let got = reader.await.unwrap();
-        assert!(got == names, "listed {} names, not the {} in order", got.len(), names.len());
-        (fake.requests.load(Ordering::SeqCst), started.elapsed().as_secs_f64())
+        assert!(
+            got == names,
+            "listed {} names, not the {} in order",
+            got.len(),
+            names.len()
+        );
+        (
+            fake.requests.load(Ordering::SeqCst),
+            started.elapsed().as_secs_f64(),
+        )
     }
 
     fn deep(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("proj{}/d{:05}/sub{}/f{i:07}.dat", i % 4, i / 160, (i / 40) % 4)).collect()
+        (0..n)
+            .map(|i| {
+                format!(
+                    "proj{}/d{:05}/sub{}/f{i:07}.dat",
+                    i % 4,
+                    i / 160,
+                    (i / 40) % 4
+                )
+            })
+            .collect()
     }
 
     fn hashed(n: usize) -> Vec<String> {
-        (0..n as u64).map(|i| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17))).collect()
+        (0..n as u64)
+            .map(|i| {
+                format!(
+                    "{:016x}",
+                    i.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(17)
+                )
+            })
+            .collect()
     }
 
     fn tiny(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("t/{:07}/f{}", i / 2, i % 2)).collect()
+        (0..n)
+            .map(|i| format!("t/{:07}/f{}", i / 2, i % 2))
+            .collect()
     }
 
     /// 1 s a page, 5,000 names a page, 16 in flight; deterministic (one thread, virtual time).
     /// What the listing benchmark measures against Azurite at a distance, here at 10^6 names too.
     #[tokio::test(start_paused = true)]
     async fn ranges_beat_one_stream_at_a_bounded_cost() {
-        let layouts = [("deep", deep(25_000)), ("hashed", hashed(25_000)), ("tiny", tiny(25_000)), ("deep", deep(1_000_000)), ("hashed", hashed(1_000_000))];
+        let layouts = [
+            ("deep", deep(25_000)),
+            ("hashed", hashed(25_000)),
+            ("tiny", tiny(25_000)),
+            ("deep", deep(1_000_000)),
+            ("hashed", hashed(1_000_000)),
+        ];
         for (name, names) in layouts {
             let n = names.len();
             let pages = n.div_ceil(5000) as u64;
@@ -427,17 +551,31 @@ mod tests {
             assert_eq!(one, pages, "one stream is a request a page");
             assert!(many_s <= one_s, "{name} {n}: slower than one stream");
             if n >= 1_000_000 {
-                assert!(many_s <= 0.2 * one_s && many as f64 <= 1.6 * pages as f64, "{name} {n}: {many} requests, {many_s} s");
+                assert!(
+                    many_s <= 0.2 * one_s && many as f64 <= 1.6 * pages as f64,
+                    "{name} {n}: {many} requests, {many_s} s"
+                );
             } else {
                 // Four pages as one stream, then a cut whose pieces past the last name cost a
                 // request each: a handful more than one stream, never one per directory.
-                assert!(many <= 3 * pages, "{name} {n}: {many} requests where one stream sends {pages}");
+                assert!(
+                    many <= 3 * pages,
+                    "{name} {n}: {many} requests where one stream sends {pages}"
+                );
             }
         }
     }
 
     fn cut(prefix: &str, page: &[String], hi: Option<&str>, want: usize) -> Vec<String> {
-        boundaries(prefix, page.iter().map(String::as_str), &page[0], page.last().unwrap(), hi, want, want)
+        boundaries(
+            prefix,
+            page.iter().map(String::as_str),
+            &page[0],
+            page.last().unwrap(),
+            hi,
+            want,
+            want,
+        )
     }
 
     #[test]
@@ -447,21 +585,29 @@ mod tests {
         let b = cut("", &page, None, 20);
         // Pieces of a page next to it (1…, 2…), then of two, four… pages up to the top (…, f…).
         assert!(b.len() >= 4, "{b:?}");
-        assert!(b[0] > *page.last().unwrap() && b[0].starts_with('1'), "{b:?}");
+        assert!(
+            b[0] > *page.last().unwrap() && b[0].starts_with('1'),
+            "{b:?}"
+        );
         assert!(b.windows(2).all(|w| w[0] < w[1]));
         assert!(b.last().unwrap().as_str() >= "f", "{b:?}");
     }
 
     #[test]
     fn a_deep_tree_is_cut_after_the_page_at_the_level_that_moves() {
-        let page: Vec<String> = (0..100).flat_map(|d| (0..50).map(move |f| format!("data/d{d:05}/f{f:03}"))).collect();
+        let page: Vec<String> = (0..100)
+            .flat_map(|d| (0..50).map(move |f| format!("data/d{d:05}/f{f:03}")))
+            .collect();
         let b = cut("data/", &page, None, 8);
         // A few pieces next to the page, then the ends of the subtrees it is in: what follows
         // data/d00, and what follows data/d (other directories beside it).
         assert!(b.len() >= 4, "{b:?}");
         assert!(b.iter().all(|k| k.as_str() > "data/d00099/f049"), "{b:?}");
         assert!(b.windows(2).all(|w| w[0] < w[1]));
-        assert!(b.contains(&"data/d01".to_string()) && b.contains(&"data/e".to_string()), "{b:?}");
+        assert!(
+            b.contains(&"data/d01".to_string()) && b.contains(&"data/e".to_string()),
+            "{b:?}"
+        );
     }
 
     #[test]
@@ -469,7 +615,11 @@ mod tests {
         let page: Vec<String> = (0..300).map(|i| format!("ü/é{i:03}")).collect();
         let b = cut("ü/", &page, Some("ü/é9"), 50);
         assert!(!b.is_empty());
-        assert!(b.iter().all(|k| k.as_str() < "ü/é9" && k.as_str() > "ü/é299"), "{b:?}");
+        assert!(
+            b.iter()
+                .all(|k| k.as_str() < "ü/é9" && k.as_str() > "ü/é299"),
+            "{b:?}"
+        );
         assert!(b.iter().all(|k| k.chars().all(|c| c < '\u{e000}')), "{b:?}");
     }
 
@@ -492,6 +642,8 @@ mod tests {
         let page = vec!["same".to_string(), "same".to_string()];
         assert!(cut("", &page, None, 4).is_empty());
         let one_char: Vec<String> = vec!["a".into(), "aa".into(), "aaa".into()];
-        assert!(cut("", &one_char, None, 4).iter().all(|k| k.as_str() > "aaa"));
+        assert!(cut("", &one_char, None, 4)
+            .iter()
+            .all(|k| k.as_str() > "aaa"));
     }
 }

@@ -44,12 +44,17 @@ const BY_EXTENSION: &[(&str, &str)] = &[
 /// The type of a blob named `name`, by its extension (case-insensitive).
 pub fn guess(name: &str) -> &'static str {
     let base = name.rsplit('/').next().unwrap_or(name);
-    let Some((stem, ext)) = base.rsplit_once('.') else { return DEFAULT };
+    let Some((stem, ext)) = base.rsplit_once('.') else {
+        return DEFAULT;
+    };
     if stem.is_empty() {
         // ".bashrc" is a name, not an extension.
         return DEFAULT;
     }
-    BY_EXTENSION.iter().find(|(e, _)| e.eq_ignore_ascii_case(ext)).map_or(DEFAULT, |(_, t)| t)
+    BY_EXTENSION
+        .iter()
+        .find(|(e, _)| e.eq_ignore_ascii_case(ext))
+        .map_or(DEFAULT, |(_, t)| t)
 }
 
 #[cfg(test)]

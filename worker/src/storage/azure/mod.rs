@@ -20,23 +20,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use azure_core::error::CheckSuccessOptions;
 use azure_core::error::ErrorKind;
 use azure_core::http::headers::{HeaderName, Headers};
+use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::policies::Policy;
 use azure_core::http::response::AsyncResponseBody;
-use azure_core::error::CheckSuccessOptions;
-use azure_core::http::{ClientOptions, Context, HttpClient, Method, Pipeline, PipelineSendOptions, PipelineStreamOptions, Request, RetryOptions, StatusCode, Transport, Url};
+use azure_core::http::{
+    ClientOptions, Context, HttpClient, Method, Pipeline, PipelineSendOptions,
+    PipelineStreamOptions, Request, RetryOptions, StatusCode, Transport, Url,
+};
 use azure_storage_blob::models::{
     BlobContainerClientListBlobsOptions, BlockBlobClientCommitBlockListOptions,
     BlockBlobClientStageBlockOptions, BlockListType, BlockLookupList, HttpRange,
     ListBlobsIncludeItem,
 };
-use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
-use azure_storage_blob::{BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions, BlockBlobClient};
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use azure_storage_blob::{
+    BlobClient, BlobClientOptions, BlobContainerClient, BlobContainerClientOptions, BlockBlobClient,
+};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::{Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
@@ -48,7 +53,12 @@ use crate::stats::Stats;
 use auth::{Credential, SharedKeyPolicy};
 
 /// Blob names keep their '/' separators; everything else outside the unreserved set is escaped.
-const PATH_SET: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'/');
+const PATH_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
 
 pub struct AzureStore {
     inner: Arc<Inner>,
@@ -100,7 +110,10 @@ pub struct BlobProps {
 impl BlobProps {
     /// From a HEAD's or a GET's headers.
     fn of(h: &Headers) -> BlobProps {
-        let get = |k: &'static str| h.get_optional_str(&HeaderName::from_static(k)).map(str::to_string);
+        let get = |k: &'static str| {
+            h.get_optional_str(&HeaderName::from_static(k))
+                .map(str::to_string)
+        };
         BlobProps {
             metadata: user_metadata(h),
             content_type: get("content-type"),
@@ -108,7 +121,8 @@ impl BlobProps {
             content_language: get("content-language"),
             content_disposition: get("content-disposition"),
             cache_control: get("cache-control"),
-            tier: get("x-ms-access-tier").filter(|_| get("x-ms-access-tier-inferred").as_deref() != Some("true")),
+            tier: get("x-ms-access-tier")
+                .filter(|_| get("x-ms-access-tier-inferred").as_deref() != Some("true")),
             tags: None,
         }
     }
@@ -116,8 +130,21 @@ impl BlobProps {
 
 /// Index tags as `x-ms-tags` takes them.
 fn tags_header(tags: &[(String, String)]) -> String {
-    const FORM: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
-    tags.iter().map(|(k, v)| format!("{}={}", utf8_percent_encode(k, FORM), utf8_percent_encode(v, FORM))).collect::<Vec<_>>().join("&")
+    const FORM: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    tags.iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                utf8_percent_encode(k, FORM),
+                utf8_percent_encode(v, FORM)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 struct Clients {
@@ -163,33 +190,54 @@ fn http_client(opts: &OpenOptions) -> Result<Arc<dyn HttpClient>> {
         .build()
         .map_err(|e| StoreError::Invalid(format!("HTTP client: {e}")))?;
     // Not reqwest's read_timeout: see stall.rs.
-    Ok(Arc::new(stall::StallTimeout { inner: Arc::new(http), timeout: opts.io_timeout }))
+    Ok(Arc::new(stall::StallTimeout {
+        inner: Arc::new(http),
+        timeout: opts.io_timeout,
+    }))
 }
 
 fn map_err(e: azure_core::Error) -> StoreError {
     let text = auth::error_text(&e);
     match e.kind() {
-        ErrorKind::HttpResponse { status, error_code, raw_response } => {
-            let (body_code, body_msg) = raw_response.as_ref().map(|r| xml::parse_error(r.body())).unwrap_or_default();
+        ErrorKind::HttpResponse {
+            status,
+            error_code,
+            raw_response,
+        } => {
+            let (body_code, body_msg) = raw_response
+                .as_ref()
+                .map(|r| xml::parse_error(r.body()))
+                .unwrap_or_default();
             let retry_after = raw_response
                 .as_ref()
-                .and_then(|r| r.headers().get_optional_str(&HeaderName::from_static("retry-after")))
+                .and_then(|r| {
+                    r.headers()
+                        .get_optional_str(&HeaderName::from_static("retry-after"))
+                })
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let code = error_code.clone().or(body_code);
             if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
                 return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
             }
-            if *status == StatusCode::PreconditionFailed && !code.as_deref().is_some_and(|c| c.starts_with("Lease")) {
+            if *status == StatusCode::PreconditionFailed
+                && !code.as_deref().is_some_and(|c| c.starts_with("Lease"))
+            {
                 // Only reads send If-Match: the blob was rewritten since this copy began. (A
                 // lease held on the blob is a 412 too, LeaseIdMissing and the like.)
                 return StoreError::Integrity("the blob changed while being copied (its ETag no longer matches); not committed".into());
             }
             let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
             if *status == StatusCode::Forbidden {
-                message.push_str(" (check the credentials: `ferry env` shows which source is in use)");
+                message
+                    .push_str(" (check the credentials: `ferry env` shows which source is in use)");
             }
-            StoreError::Http { status: u16::from(*status), code, message, retry_after }
+            StoreError::Http {
+                status: u16::from(*status),
+                code,
+                message,
+                retry_after,
+            }
         }
         ErrorKind::Connection | ErrorKind::Io => StoreError::Transport(text),
         ErrorKind::Credential => StoreError::Auth(text),
@@ -204,7 +252,9 @@ fn body_err(e: azure_core::Error) -> StoreError {
 
 fn blob_name_checked(name: &str) -> Result<()> {
     if name.split('/').any(|c| c == "." || c == "..") {
-        return Err(StoreError::Invalid(format!("blob name {name:?} has a '.' or '..' segment, which HTTP clients rewrite")));
+        return Err(StoreError::Invalid(format!(
+            "blob name {name:?} has a '.' or '..' segment, which HTTP clients rewrite"
+        )));
     }
     Ok(())
 }
@@ -215,7 +265,11 @@ impl AzureStore {
         let choice = auth::choose(opts.auth, loc.sas.is_some(), &loc.account, &*env)?;
         let cred = auth::build(&choice, opts.auth, &loc.account, loc.sas.as_deref(), &*env)?;
         let p = loc.prefix.trim_end_matches('/');
-        let root = if p.is_empty() { String::new() } else { format!("{p}/") };
+        let root = if p.is_empty() {
+            String::new()
+        } else {
+            format!("{p}/")
+        };
         let inner = Inner {
             loc,
             root,
@@ -225,7 +279,10 @@ impl AzureStore {
             retry: opts.retry.clone(),
             stats: opts.stats.clone(),
             block_md5: opts.block_md5,
-            patience: opts.copy_wait.map(copy::Patience::up_to).unwrap_or(copy::PATIENCE),
+            patience: opts
+                .copy_wait
+                .map(copy::Patience::up_to)
+                .unwrap_or(copy::PATIENCE),
             posix_style: opts.posix_style,
             guess_mime: opts.guess_mime,
             keep_tier: opts.keep_tier,
@@ -233,20 +290,33 @@ impl AzureStore {
             list_concurrency: opts.list_concurrency,
             list_page: opts.list_page,
         };
-        Ok(AzureStore { inner: Arc::new(inner) })
+        Ok(AzureStore {
+            inner: Arc::new(inner),
+        })
     }
 
     /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
     pub async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, BlobProps)>> {
         let s = &self.inner;
         let name = s.name(path)?;
-        let Some(h) = s.properties(&name).await? else { return Ok(None) };
+        let Some(h) = s.properties(&name).await? else {
+            return Ok(None);
+        };
         let props = s.props_of(&name, &h).await?;
-        Ok(Some((h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h), props)))
+        Ok(Some((
+            h.get_optional_str(&HeaderName::from_static("etag"))
+                .unwrap_or_default()
+                .to_string(),
+            content_length(&h),
+            props,
+        )))
     }
 
     /// Whether `prefix` itself names a blob (a single-file location).
-    pub async fn blob_exists_at_prefix(loc: &BlobLocation, opts: &OpenOptions) -> Result<Option<u64>> {
+    pub async fn blob_exists_at_prefix(
+        loc: &BlobLocation,
+        opts: &OpenOptions,
+    ) -> Result<Option<u64>> {
         if loc.prefix.is_empty() || loc.prefix.ends_with('/') {
             return Ok(None);
         }
@@ -258,7 +328,11 @@ impl AzureStore {
         parent.prefix = dir;
         let store = AzureStore::new(parent, opts)?;
         // A folder stub names a tree: what is under it is meant, not the stub.
-        Ok(store.head(&names::decode(&name)?).await?.filter(|(e, _)| e.kind != Kind::Dir).map(|(e, _)| e.size()))
+        Ok(store
+            .head(&names::decode(&name)?)
+            .await?
+            .filter(|(e, _)| e.kind != Kind::Dir)
+            .map(|(e, _)| e.size()))
     }
 }
 
@@ -271,7 +345,14 @@ impl AzureStore {
     }
 
     /// `put_node`, keeping the metadata and content properties `props` of a source blob.
-    pub async fn put_with(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta, props: Option<&BlobProps>) -> Result<()> {
+    pub async fn put_with(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&BlobProps>,
+    ) -> Result<()> {
         let s = &self.inner;
         let name = s.name(path)?;
         let mut req = s.request(Method::Put, &name).await?;
@@ -325,7 +406,8 @@ impl Inner {
     }
 
     async fn connect(&self) -> Result<Clients> {
-        let mut url = Url::parse(&self.loc.endpoint).map_err(|e| StoreError::Invalid(format!("bad endpoint {}: {e}", self.loc.endpoint)))?;
+        let mut url = Url::parse(&self.loc.endpoint)
+            .map_err(|e| StoreError::Invalid(format!("bad endpoint {}: {e}", self.loc.endpoint)))?;
         url.path_segments_mut()
             .map_err(|_| StoreError::Invalid(format!("bad endpoint {}", self.loc.endpoint)))?
             .pop_if_empty()
@@ -335,7 +417,10 @@ impl Inner {
         match &self.cred {
             Credential::Anonymous => {}
             Credential::Sas(q) => url.set_query((!q.is_empty()).then_some(q.as_str())),
-            Credential::SharedKey { account, key } => per_try.push(Arc::new(SharedKeyPolicy { account: account.clone(), key: key.clone() })),
+            Credential::SharedKey { account, key } => per_try.push(Arc::new(SharedKeyPolicy {
+                account: account.clone(),
+                key: key.clone(),
+            })),
             Credential::Token(chain) => {
                 if let Some(token) = chain.resolve(&self.http).await? {
                     // The SDK's own check, kept: a token must not travel in clear text.
@@ -346,24 +431,51 @@ impl Inner {
                         )));
                     }
                     bearer = Some(token.clone());
-                    per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(token, [auth::STORAGE_SCOPE])));
+                    per_try.push(Arc::new(BearerTokenAuthorizationPolicy::new(
+                        token,
+                        [auth::STORAGE_SCOPE],
+                    )));
                 }
             }
         }
-        per_try.push(Arc::new(requests::CountingPolicy { stats: self.stats.clone() }));
+        per_try.push(Arc::new(requests::CountingPolicy {
+            stats: self.stats.clone(),
+        }));
         let client_options = ClientOptions {
             transport: Some(Transport::new(self.http.clone())),
             retry: RetryOptions::none(),
             per_try_policies: per_try,
             ..Default::default()
         };
-        let options = BlobClientOptions { client_options: client_options.clone(), ..Default::default() };
-        let pipeline = Pipeline::new(option_env!("CARGO_PKG_NAME"), option_env!("CARGO_PKG_VERSION"), client_options.clone(), Vec::new(), Vec::new(), None);
-        let container_options = BlobContainerClientOptions { client_options, ..Default::default() };
+        let options = BlobClientOptions {
+            client_options: client_options.clone(),
+            ..Default::default()
+        };
+        let pipeline = Pipeline::new(
+            option_env!("CARGO_PKG_NAME"),
+            option_env!("CARGO_PKG_VERSION"),
+            client_options.clone(),
+            Vec::new(),
+            Vec::new(),
+            None,
+        );
+        let container_options = BlobContainerClientOptions {
+            client_options,
+            ..Default::default()
+        };
         let mut level_url = url.clone();
         level_url.query_pairs_mut().append_pair("delimiter", "/");
-        let client = |u: Url| BlobContainerClient::new(u, None, Some(container_options.clone())).map_err(map_err);
-        Ok(Clients { options, pipeline, container: client(url.clone())?, by_level: client(level_url)?, base: url, token: bearer })
+        let client = |u: Url| {
+            BlobContainerClient::new(u, None, Some(container_options.clone())).map_err(map_err)
+        };
+        Ok(Clients {
+            options,
+            pipeline,
+            container: client(url.clone())?,
+            by_level: client(level_url)?,
+            base: url,
+            token: bearer,
+        })
     }
 
     /// One blob's URL, with the SAS query when the credential is one. Built here, not by the
@@ -372,7 +484,11 @@ impl Inner {
     async fn blob_url(&self, name: &str) -> Result<Url> {
         let c = self.clients().await?;
         let mut url = c.base.clone();
-        url.set_path(&format!("{}/{}", c.base.path(), utf8_percent_encode(name, PATH_SET)));
+        url.set_path(&format!(
+            "{}/{}",
+            c.base.path(),
+            utf8_percent_encode(name, PATH_SET)
+        ));
         Ok(url)
     }
 
@@ -388,7 +504,10 @@ impl Inner {
     /// response header were a sixth of ferry's CPU on 16 KiB blobs.
     async fn request(&self, method: Method, name: &str) -> Result<Request> {
         let mut req = Request::new(self.blob_url(name).await?, method);
-        req.insert_header("x-ms-version", self.clients().await?.options.version.clone());
+        req.insert_header(
+            "x-ms-version",
+            self.clients().await?.options.version.clone(),
+        );
         Ok(req)
     }
 
@@ -397,15 +516,25 @@ impl Inner {
     async fn send(&self, req: &Request, ok: &'static [u16]) -> Result<Headers> {
         let pipeline = &self.clients().await?.pipeline;
         self.call(|| async {
-            let opts = PipelineSendOptions { check_success: CheckSuccessOptions { success_codes: ok }, ..Default::default() };
-            Ok(pipeline.send(&Context::new(), &mut req.clone(), Some(opts)).await?.headers().clone())
+            let opts = PipelineSendOptions {
+                check_success: CheckSuccessOptions { success_codes: ok },
+                ..Default::default()
+            };
+            Ok(pipeline
+                .send(&Context::new(), &mut req.clone(), Some(opts))
+                .await?
+                .headers()
+                .clone())
         })
         .await
     }
 
     /// The blob's properties (HEAD), or None where there is no such blob.
     async fn properties(&self, name: &str) -> Result<Option<Headers>> {
-        match self.send(&self.request(Method::Head, name).await?, &[200]).await {
+        match self
+            .send(&self.request(Method::Head, name).await?, &[200])
+            .await
+        {
             Ok(h) => Ok(Some(h)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -414,7 +543,13 @@ impl Inner {
 
     /// One GET of `len` bytes at `offset` (the whole blob when `len` is 0), as one request.
     /// With `version` (an ETag) the service refuses (412) to serve bytes of any other version.
-    async fn open_range(&self, name: &str, offset: u64, len: u64, version: Option<&str>) -> Result<(Headers, AsyncResponseBody)> {
+    async fn open_range(
+        &self,
+        name: &str,
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<(Headers, AsyncResponseBody)> {
         let mut req = self.request(Method::Get, name).await?;
         req.insert_header("accept", "application/octet-stream");
         if let Some(v) = version {
@@ -423,16 +558,39 @@ impl Inner {
         if len > 0 {
             req.insert_header("range", HttpRange::new(offset, len).to_string());
         }
-        let opts = PipelineStreamOptions { check_success: CheckSuccessOptions { success_codes: &[200, 206] }, ..Default::default() };
-        let (_, headers, body) = self.clients().await?.pipeline.stream(&Context::new(), &mut req, Some(opts)).await.map_err(map_err)?.deconstruct();
+        let opts = PipelineStreamOptions {
+            check_success: CheckSuccessOptions {
+                success_codes: &[200, 206],
+            },
+            ..Default::default()
+        };
+        let (_, headers, body) = self
+            .clients()
+            .await?
+            .pipeline
+            .stream(&Context::new(), &mut req, Some(opts))
+            .await
+            .map_err(map_err)?
+            .deconstruct();
         Ok((headers, body))
     }
 
     /// One page of List Blobs under `prefix`: all names (`recursive`) or one level, from
     /// `marker` or from the key `start_from`.
-    async fn list_page(&self, recursive: bool, prefix: &str, marker: Option<&str>, start_from: Option<&str>, page: u32) -> Result<xml::ListPage> {
+    async fn list_page(
+        &self,
+        recursive: bool,
+        prefix: &str,
+        marker: Option<&str>,
+        start_from: Option<&str>,
+        page: u32,
+    ) -> Result<xml::ListPage> {
         let clients = self.clients().await?;
-        let client = if recursive { &clients.container } else { &clients.by_level };
+        let client = if recursive {
+            &clients.container
+        } else {
+            &clients.by_level
+        };
         // One page per call, so a failed page is retried from its own marker.
         let body = retry(&self.retry, &self.stats, || async {
             let opts = BlobContainerClientListBlobsOptions {
@@ -456,12 +614,19 @@ impl Inner {
 
     /// Streams the entries under `root` + `sub` (`sub` empty or ending in '/'): all of them,
     /// or one level with `recursive` false. Paths stay relative to the root.
-    async fn list_under(&self, sub: &str, recursive: bool, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+    async fn list_under(
+        &self,
+        sub: &str,
+        recursive: bool,
+        tx: &mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
         let s = self;
         let prefix = format!("{}{sub}", s.root);
         let mut marker: Option<String> = None;
         loop {
-            let page = s.list_page(recursive, &prefix, marker.as_deref(), None, s.list_page).await?;
+            let page = s
+                .list_page(recursive, &prefix, marker.as_deref(), None, s.list_page)
+                .await?;
             // A folder stub and the prefix of the blobs under it are one directory: listed once,
             // as the stub, which has the metadata.
             let mut stubs = std::collections::HashSet::new();
@@ -479,10 +644,10 @@ impl Inner {
             }
             for p in page.prefixes {
                 if let Some(e) = s.prefix_entry(&p) {
-                    if e.as_ref().map_or(true, |e| !stubs.contains(&e.path)) {
-                        if tx.send(e).await.is_err() {
-                            return Ok(());
-                        }
+                    if e.as_ref().map_or(true, |e| !stubs.contains(&e.path))
+                        && tx.send(e).await.is_err()
+                    {
+                        return Ok(());
                     }
                 }
             }
@@ -499,13 +664,29 @@ impl Inner {
             Err(e) => return Some(Err(e)),
         };
         let p = posix::read(&b.metadata);
-        Some(Ok(Entry { path, kind: p.kind, size: Some(b.size), mtime: p.mtime.or(b.last_modified), md5: b.md5, mode: p.mode, owner: p.owner, ..Default::default() }))
+        Some(Ok(Entry {
+            path,
+            kind: p.kind,
+            size: Some(b.size),
+            mtime: p.mtime.or(b.last_modified),
+            md5: b.md5,
+            mode: p.mode,
+            owner: p.owner,
+            ..Default::default()
+        }))
     }
 
     /// The directory a listed prefix (`root/dir/`) stands for.
     fn prefix_entry(&self, prefix: &str) -> Option<Result<Entry>> {
         let dir = self.rel_of(prefix.trim_end_matches('/'))?;
-        Some(dir.map(|path| Entry { path, kind: Kind::Dir, size: Some(0), mtime: None, md5: None, ..Default::default() }))
+        Some(dir.map(|path| Entry {
+            path,
+            kind: Kind::Dir,
+            size: Some(0),
+            mtime: None,
+            md5: None,
+            ..Default::default()
+        }))
     }
 
     /// The metadata a blob standing for a node of `kind` with attributes `meta` gets.
@@ -521,18 +702,34 @@ impl Inner {
         if !self.keep_tier {
             p.tier = None;
         }
-        let tagged = h.get_optional_str(&HeaderName::from_static("x-ms-tag-count")).is_some_and(|n| n != "0");
+        let tagged = h
+            .get_optional_str(&HeaderName::from_static("x-ms-tag-count"))
+            .is_some_and(|n| n != "0");
         if self.keep_tags && tagged {
             let blob = self.blob(name).await?;
-            let tags = self.call(|| blob.get_tags(None)).await?.into_model().map_err(map_err)?;
-            let pairs: Vec<(String, String)> = tags.blob_tag_set.unwrap_or_default().into_iter().filter_map(|t| Some((t.key?, t.value.unwrap_or_default()))).collect();
+            let tags = self
+                .call(|| blob.get_tags(None))
+                .await?
+                .into_model()
+                .map_err(map_err)?;
+            let pairs: Vec<(String, String)> = tags
+                .blob_tag_set
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
+                .collect();
             p.tags = Some(tags_header(&pairs));
         }
         Ok(p)
     }
 
     /// A copy of a blob keeps all of its metadata, ferry's keys written over it.
-    fn metadata_with(&self, meta: &Meta, kind: Kind, props: Option<&BlobProps>) -> HashMap<String, String> {
+    fn metadata_with(
+        &self,
+        meta: &Meta,
+        kind: Kind,
+        props: Option<&BlobProps>,
+    ) -> HashMap<String, String> {
         let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
         m.extend(self.metadata_of(meta, kind));
         m
@@ -540,13 +737,25 @@ impl Inner {
 
     /// The content properties of blob `name`: a source blob's, else a type guessed from the
     /// name. (The `x-ms-blob-*` forms: a `Content-Encoding` header would describe the request.)
-    fn content_headers(&self, name: &str, kind: Kind, props: Option<&BlobProps>) -> Vec<(&'static str, String)> {
+    fn content_headers(
+        &self,
+        name: &str,
+        kind: Kind,
+        props: Option<&BlobProps>,
+    ) -> Vec<(&'static str, String)> {
         let guessed = match kind {
             Kind::File if self.guess_mime => mime::guess(name),
             _ => mime::DEFAULT,
         };
-        let Some(p) = props else { return vec![("x-ms-blob-content-type", guessed.to_string())] };
-        let mut h = vec![("x-ms-blob-content-type", p.content_type.clone().unwrap_or_else(|| mime::DEFAULT.to_string()))];
+        let Some(p) = props else {
+            return vec![("x-ms-blob-content-type", guessed.to_string())];
+        };
+        let mut h = vec![(
+            "x-ms-blob-content-type",
+            p.content_type
+                .clone()
+                .unwrap_or_else(|| mime::DEFAULT.to_string()),
+        )];
         let mut add = |k, v: &Option<String>| h.extend(v.clone().map(|v| (k, v)));
         add("x-ms-blob-content-encoding", &p.content_encoding);
         add("x-ms-blob-content-language", &p.content_language);
@@ -560,7 +769,10 @@ impl Inner {
 
 /// A response's user metadata (`x-ms-meta-*`), keys lowercased.
 fn user_metadata(h: &Headers) -> HashMap<String, String> {
-    posix::lowercased(h.iter().filter_map(|(k, v)| Some((k.as_str().strip_prefix("x-ms-meta-")?, v.as_str()))))
+    posix::lowercased(
+        h.iter()
+            .filter_map(|(k, v)| Some((k.as_str().strip_prefix("x-ms-meta-")?, v.as_str()))),
+    )
 }
 
 fn meta_from_headers(h: &Headers, ranged: bool) -> Meta {
@@ -574,17 +786,23 @@ fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
     let md5 = if ranged { None } else { get("content-md5") };
     let p = posix::read(&user_metadata(h));
     let meta = Meta {
-        mtime: p.mtime.or_else(|| get("last-modified").and_then(xml::parse_http_date)),
+        mtime: p
+            .mtime
+            .or_else(|| get("last-modified").and_then(xml::parse_http_date)),
         mode: p.mode,
         uid: p.owner.map(|o| o.0),
         gid: p.owner.map(|o| o.1),
-        md5: md5.or_else(|| get("x-ms-blob-content-md5")).and_then(xml::decode_md5),
+        md5: md5
+            .or_else(|| get("x-ms-blob-content-md5"))
+            .and_then(xml::decode_md5),
     };
     (meta, p.kind)
 }
 
 fn content_length(h: &Headers) -> u64 {
-    h.get_optional_str(&HeaderName::from_static("content-length")).and_then(|v| v.parse().ok()).unwrap_or(0)
+    h.get_optional_str(&HeaderName::from_static("content-length"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 #[async_trait]
@@ -602,7 +820,11 @@ impl Store for AzureStore {
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
-        let sub = if dir.is_empty() { String::new() } else { format!("{}/", names::encode(dir)?) };
+        let sub = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", names::encode(dir)?)
+        };
         let (tx, mut rx) = mpsc::channel(1024);
         let lister = async move {
             let r = self.inner.list_under(&sub, false, &tx).await;
@@ -626,18 +848,41 @@ impl Store for AzureStore {
         Ok(s.properties(&s.name(path)?).await?.map(|h| {
             let (meta, kind) = meta_and_kind(&h, false);
             let owner = meta.uid.zip(meta.gid);
-            (Entry { path: path.to_vec(), kind, size: Some(content_length(&h)), mtime: meta.mtime, md5: meta.md5, mode: meta.mode, owner, ..Default::default() }, meta)
+            (
+                Entry {
+                    path: path.to_vec(),
+                    kind,
+                    size: Some(content_length(&h)),
+                    mtime: meta.mtime,
+                    md5: meta.md5,
+                    mode: meta.mode,
+                    owner,
+                    ..Default::default()
+                },
+                meta,
+            )
         }))
     }
 
     async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
         let s = &self.inner;
         Ok(s.properties(&s.name(path)?).await?.map(|h| {
-            (h.get_optional_str(&HeaderName::from_static("etag")).unwrap_or_default().to_string(), content_length(&h))
+            (
+                h.get_optional_str(&HeaderName::from_static("etag"))
+                    .unwrap_or_default()
+                    .to_string(),
+                content_length(&h),
+            )
         }))
     }
 
-    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
+    async fn read(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<Chunk> {
         let s = &self.inner;
         let name = s.name(path)?;
         // The body read is inside the retry: a connection cut mid-body is retried like a 503.
@@ -649,32 +894,65 @@ impl Store for AzureStore {
             while let Some(c) = body.next().await {
                 let c = c.map_err(body_err)?;
                 if data.len() + c.len() > len as usize {
-                    return Err(StoreError::Integrity(format!("long read of {name}: more than the {len} bytes asked for")));
+                    return Err(StoreError::Integrity(format!(
+                        "long read of {name}: more than the {len} bytes asked for"
+                    )));
                 }
                 data.extend_from_slice(&c);
             }
             if data.len() as u64 != len {
-                return Err(StoreError::Integrity(format!("short read of {name}: got {} of {len} bytes", data.len())));
+                return Err(StoreError::Integrity(format!(
+                    "short read of {name}: got {} of {len} bytes",
+                    data.len()
+                )));
             }
-            Ok(Chunk { data: data.freeze(), meta: Some(meta) })
+            Ok(Chunk {
+                data: data.freeze(),
+                meta: Some(meta),
+            })
         })
         .await
     }
 
-    async fn read_stream(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
+    async fn read_stream(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<(Option<Meta>, BoxStream<'static, Result<Bytes>>)> {
         if len == 0 {
             let chunk = self.read(path, offset, len, version).await?;
             return Ok((chunk.meta, Box::pin(futures::stream::empty())));
         }
         let inner = self.inner.clone();
         let name = inner.name(path)?;
-        let (headers, body) = retry(&inner.retry, &inner.stats, || inner.open_range(&name, offset, len, version)).await?;
+        let (headers, body) = retry(&inner.retry, &inner.stats, || {
+            inner.open_range(&name, offset, len, version)
+        })
+        .await?;
         let meta = meta_from_headers(&headers, true);
         // A body cut short resumes with If-Match on the ETag of the first response, so the rest
         // cannot come from a newer version of the blob.
-        let etag = version.map(str::to_string).or_else(|| headers.get_optional_str(&HeaderName::from_static("etag")).map(str::to_string));
-        let state = RangeStream { inner, name, etag, next: offset, end: offset + len, body: Some(body), retries: 0, started: std::time::Instant::now() };
-        Ok((Some(meta), Box::pin(futures::stream::unfold(state, RangeStream::step))))
+        let etag = version.map(str::to_string).or_else(|| {
+            headers
+                .get_optional_str(&HeaderName::from_static("etag"))
+                .map(str::to_string)
+        });
+        let state = RangeStream {
+            inner,
+            name,
+            etag,
+            next: offset,
+            end: offset + len,
+            body: Some(body),
+            retries: 0,
+            started: std::time::Instant::now(),
+        };
+        Ok((
+            Some(meta),
+            Box::pin(futures::stream::unfold(state, RangeStream::step)),
+        ))
     }
 
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
@@ -685,16 +963,34 @@ impl Store for AzureStore {
         let s = &self.inner;
         let blob = s.blob(&s.name(path)?).await?.block_blob_client();
         let listed = retry(&s.retry, &s.stats, || async {
-            match blob.get_block_list(BlockListType::Uncommitted, None).await.map_err(map_err) {
-                Ok(r) => Ok(r.into_model().map_err(map_err)?.uncommitted_blocks.unwrap_or_default()),
+            match blob
+                .get_block_list(BlockListType::Uncommitted, None)
+                .await
+                .map_err(map_err)
+            {
+                Ok(r) => Ok(r
+                    .into_model()
+                    .map_err(map_err)?
+                    .uncommitted_blocks
+                    .unwrap_or_default()),
                 Err(e) if e.is_not_found() => Ok(Vec::new()),
                 Err(e) => Err(e),
             }
         })
         .await?;
-        let staged = listed.into_iter().filter_map(|b| Some((b.name?, b.size?))).collect();
+        let staged = listed
+            .into_iter()
+            .filter_map(|b| Some((b.name?, b.size?)))
+            .collect();
         let ids = Mutex::new(vec![None; plan.blocks() as usize]);
-        Ok(Box::new(AzureUpload { inner: self.inner.clone(), name: s.name(path)?, blob, staged, ids, props: Mutex::new(None) }))
+        Ok(Box::new(AzureUpload {
+            inner: self.inner.clone(),
+            name: s.name(path)?,
+            blob,
+            staged,
+            ids,
+            props: Mutex::new(None),
+        }))
     }
 
     async fn delete(&self, path: &[u8]) -> Result<()> {
@@ -762,13 +1058,21 @@ impl Store for AzureStore {
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let s = &self.inner;
         let name = s.name(path)?;
-        let h = s.properties(&name).await?.ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
+        let h = s
+            .properties(&name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
         let (_, now) = meta_and_kind(&h, false);
         if now != kind {
-            return Err(StoreError::Integrity(format!("is no longer a {} (changed meanwhile)", kind.name())));
+            return Err(StoreError::Integrity(format!(
+                "is no longer a {} (changed meanwhile)",
+                kind.name()
+            )));
         }
         let mut req = s.request(Method::Put, &name).await?;
-        req.url_mut().query_pairs_mut().append_pair("comp", "metadata");
+        req.url_mut()
+            .query_pairs_mut()
+            .append_pair("comp", "metadata");
         req.insert_header("content-length", "0");
         if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
             req.insert_header("if-match", etag.to_string());
@@ -781,13 +1085,20 @@ impl Store for AzureStore {
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
-        src.as_azure().is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
+        src.as_azure()
+            .is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
     }
 
     async fn copy_from(&self, src: &dyn Store, entry: &Entry, dst_path: &[u8]) -> Result<()> {
         match src.as_azure() {
-            Some(s) if self.can_copy_from(src) => copy::copy_blob(&s.inner, &self.inner, entry, dst_path).await,
-            _ => Err(StoreError::Unsupported(format!("server-side copy from {} into {}", src.describe(), self.describe()))),
+            Some(s) if self.can_copy_from(src) => {
+                copy::copy_blob(&s.inner, &self.inner, entry, dst_path).await
+            }
+            _ => Err(StoreError::Unsupported(format!(
+                "server-side copy from {} into {}",
+                src.describe(),
+                self.describe()
+            ))),
         }
     }
 
@@ -804,7 +1115,10 @@ impl Store for AzureStore {
             // A container SAS may not create containers, only use its own: if listing it works,
             // it exists, which is all `mk` promises.
             Err(e @ StoreError::Http { status: 403, .. }) => {
-                let probe = BlobContainerClientListBlobsOptions { maxresults: Some(1), ..Default::default() };
+                let probe = BlobContainerClientListBlobsOptions {
+                    maxresults: Some(1),
+                    ..Default::default()
+                };
                 let listed = match container.list_blobs(Some(probe)).map_err(map_err) {
                     Ok(pager) => matches!(pager.into_pages().next().await, Some(Ok(_))),
                     Err(_) => false,
@@ -841,7 +1155,16 @@ impl RangeStream {
                 return None;
             }
             if self.body.is_none() {
-                match self.inner.open_range(&self.name, self.next, self.end - self.next, self.etag.as_deref()).await {
+                match self
+                    .inner
+                    .open_range(
+                        &self.name,
+                        self.next,
+                        self.end - self.next,
+                        self.etag.as_deref(),
+                    )
+                    .await
+                {
                     Ok((_, b)) => self.body = Some(b),
                     Err(e) => match self.backoff(e).await {
                         Ok(()) => continue,
@@ -855,8 +1178,15 @@ impl RangeStream {
                     self.next += c.len() as u64;
                     return Some((Ok(c), self));
                 }
-                Some(Ok(_)) => return Some(self.fail(StoreError::Integrity("long read: more bytes than the range asked for".into()))),
-                None => StoreError::Transport(format!("truncated body: {} bytes short", self.end - self.next)),
+                Some(Ok(_)) => {
+                    return Some(self.fail(StoreError::Integrity(
+                        "long read: more bytes than the range asked for".into(),
+                    )))
+                }
+                None => StoreError::Transport(format!(
+                    "truncated body: {} bytes short",
+                    self.end - self.next
+                )),
                 Some(Err(e)) => body_err(e),
             };
             self.body = None;
@@ -870,7 +1200,9 @@ impl RangeStream {
     async fn backoff(&mut self, err: StoreError) -> Result<()> {
         let policy = &self.inner.retry;
         match err.retry_label() {
-            Some(label) if self.retries < policy.max_retries && self.started.elapsed() < policy.budget => {
+            Some(label)
+                if self.retries < policy.max_retries && self.started.elapsed() < policy.budget =>
+            {
                 self.inner.stats.retried(&label);
                 tokio::time::sleep(policy.backoff(self.retries, err.retry_after())).await;
                 self.retries += 1;
@@ -926,8 +1258,12 @@ impl Upload for AzureUpload {
         // it: without one it computes a CRC64 in JavaScript to echo back.)
         let md5 = s.block_md5.then(|| md5.to_vec());
         s.call(|| {
-            let opts = BlockBlobClientStageBlockOptions { transactional_content_md5: md5.clone(), ..Default::default() };
-            self.blob.stage_block(&id, data.len() as u64, data.clone().into(), Some(opts))
+            let opts = BlockBlobClientStageBlockOptions {
+                transactional_content_md5: md5.clone(),
+                ..Default::default()
+            };
+            self.blob
+                .stage_block(&id, data.len() as u64, data.clone().into(), Some(opts))
         })
         .await?;
         Ok(true)
@@ -948,13 +1284,21 @@ impl Upload for AzureUpload {
         let ids: Vec<Vec<u8>> = ids
             .into_iter()
             .enumerate()
-            .map(|(i, id)| id.ok_or_else(|| StoreError::Invalid(format!("block {i} was never written"))))
+            .map(|(i, id)| {
+                id.ok_or_else(|| StoreError::Invalid(format!("block {i} was never written")))
+            })
             .collect::<Result<_>>()?;
         let props = self.props.lock().unwrap().take();
-        let content: HashMap<&str, String> = s.content_headers(&self.name, Kind::File, props.as_ref()).into_iter().collect();
+        let content: HashMap<&str, String> = s
+            .content_headers(&self.name, Kind::File, props.as_ref())
+            .into_iter()
+            .collect();
         let metadata = s.metadata_with(meta, Kind::File, props.as_ref());
         s.call(|| async {
-            let list = BlockLookupList { latest: Some(ids.clone()), ..Default::default() };
+            let list = BlockLookupList {
+                latest: Some(ids.clone()),
+                ..Default::default()
+            };
             let opts = BlockBlobClientCommitBlockListOptions {
                 blob_content_md5: meta.md5.map(|m| m.to_vec()),
                 metadata: Some(metadata.clone()),
@@ -967,7 +1311,9 @@ impl Upload for AzureUpload {
                 blob_tags_string: content.get("x-ms-tags").cloned(),
                 ..Default::default()
             };
-            self.blob.commit_block_list(list.try_into()?, Some(opts)).await
+            self.blob
+                .commit_block_list(list.try_into()?, Some(opts))
+                .await
         })
         .await?;
         Ok(())
@@ -984,7 +1330,10 @@ mod tests {
 
     #[test]
     fn tags_are_form_encoded() {
-        let tags = [("team".to_string(), "data eng".to_string()), ("path".to_string(), "a/b:c+d=e".to_string())];
+        let tags = [
+            ("team".to_string(), "data eng".to_string()),
+            ("path".to_string(), "a/b:c+d=e".to_string()),
+        ];
         assert_eq!(tags_header(&tags), "team=data%20eng&path=a%2Fb%3Ac%2Bd%3De");
     }
 }

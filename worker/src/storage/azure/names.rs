@@ -62,7 +62,8 @@ fn control_symbol(c: char) -> Option<char> {
 
 /// A character that stands for another in an encoded segment (the trailing full stop apart).
 fn is_replacement(c: char) -> bool {
-    matches!(c, FULL_BACKSLASH | FULL_SLASH | SYMBOL_DEL | QUOTE) || (SYMBOLS..SYMBOLS + 0x20).contains(&(c as u32))
+    matches!(c, FULL_BACKSLASH | FULL_SLASH | SYMBOL_DEL | QUOTE)
+        || (SYMBOLS..SYMBOLS + 0x20).contains(&(c as u32))
 }
 
 fn encode_segment(seg: &str, out: &mut String) {
@@ -105,7 +106,9 @@ fn decode_segment(seg: &str, out: &mut String) {
         let last = chars.peek().is_none();
         match c {
             QUOTE => match chars.next() {
-                Some(q) if is_replacement(q) || (q == FULL_STOP && chars.peek().is_none()) => out.push(q),
+                Some(q) if is_replacement(q) || (q == FULL_STOP && chars.peek().is_none()) => {
+                    out.push(q)
+                }
                 Some(q) => {
                     out.push(QUOTE);
                     out.push(q);
@@ -138,7 +141,10 @@ pub fn encode(rel: &[u8]) -> Result<String, NameError> {
 /// Whether `name` may hold something encoding changes; most names do not, and are their own
 /// path.
 fn plain(name: &str) -> bool {
-    !name.split('/').any(|s| s.ends_with('.')) && !name.chars().any(|c| control_symbol(c).is_some() || c == '\\' || c == FULL_STOP || is_replacement(c))
+    !name.split('/').any(|s| s.ends_with('.'))
+        && !name.chars().any(|c| {
+            control_symbol(c).is_some() || c == '\\' || c == FULL_STOP || is_replacement(c)
+        })
 }
 
 /// The relative path a blob name (below the store's root) stands for.
@@ -213,8 +219,22 @@ mod tests {
 
     #[test]
     fn names_encoding_never_writes_are_refused() {
-        for name in ["x.", "dir./x", "a\tb", "a\\b", "a\x7f", "lone‛quote", "‛x", "trail‛", "a‛．b"] {
-            assert!(matches!(decode(name), Err(NameError::NotCanonical(_))), "{name:?} -> {:?}", decode(name));
+        for name in [
+            "x.",
+            "dir./x",
+            "a\tb",
+            "a\\b",
+            "a\x7f",
+            "lone‛quote",
+            "‛x",
+            "trail‛",
+            "a‛．b",
+        ] {
+            assert!(
+                matches!(decode(name), Err(NameError::NotCanonical(_))),
+                "{name:?} -> {:?}",
+                decode(name)
+            );
         }
     }
 
@@ -231,11 +251,14 @@ mod tests {
 
     /// Every character that matters to the mapping, and a few that must pass untouched.
     const ALPHABET: &[char] = &[
-        'a', 'Z', '.', '/', '\\', '\0', '\t', '\n', '\r', '\x01', '\x1f', '\x7f', ' ', '‛', '‼', '＼', '／', '．', '␀', '␁', '␉', '␟', '␠', '␡', '␢', 'é', '😀',
+        'a', 'Z', '.', '/', '\\', '\0', '\t', '\n', '\r', '\x01', '\x1f', '\x7f', ' ', '‛', '‼',
+        '＼', '／', '．', '␀', '␁', '␉', '␟', '␠', '␡', '␢', 'é', '😀',
     ];
 
     fn random_name(rng: &mut fastrand::Rng) -> String {
-        (0..rng.usize(0..12)).map(|_| ALPHABET[rng.usize(..ALPHABET.len())]).collect()
+        (0..rng.usize(0..12))
+            .map(|_| ALPHABET[rng.usize(..ALPHABET.len())])
+            .collect()
     }
 
     #[test]
@@ -246,14 +269,28 @@ mod tests {
             let raw = random_name(&mut rng);
             let blob = enc(&raw);
             // Nothing the service would rewrite or mark unsafe is left in an encoded segment.
-            assert!(!blob.contains('\\') && !blob.chars().any(|c| control_symbol(c).is_some()), "{raw:?} -> {blob:?}");
-            assert!(!blob.split('/').any(|s| s.ends_with('.')), "{raw:?} -> {blob:?}");
-            assert_eq!(blob.matches('/').count(), raw.matches('/').count(), "{raw:?} -> {blob:?}");
+            assert!(
+                !blob.contains('\\') && !blob.chars().any(|c| control_symbol(c).is_some()),
+                "{raw:?} -> {blob:?}"
+            );
+            assert!(
+                !blob.split('/').any(|s| s.ends_with('.')),
+                "{raw:?} -> {blob:?}"
+            );
+            assert_eq!(
+                blob.matches('/').count(),
+                raw.matches('/').count(),
+                "{raw:?} -> {blob:?}"
+            );
             if raw.split('/').any(|s| s == "." || s == "..") {
                 assert!(decode(&blob).is_err());
                 continue;
             }
-            assert_eq!(decode(&blob).unwrap(), raw.as_bytes(), "{raw:?} -> {blob:?}");
+            assert_eq!(
+                decode(&blob).unwrap(),
+                raw.as_bytes(),
+                "{raw:?} -> {blob:?}"
+            );
             if let Some(other) = seen.insert(blob.clone(), raw.clone()) {
                 assert_eq!(other, raw, "two names on one blob {blob:?}");
             }
@@ -266,7 +303,12 @@ mod tests {
         for _ in 0..200_000 {
             let name = random_name(&mut rng);
             if let Ok(path) = decode(&name) {
-                assert_eq!(encode(&path).unwrap(), name, "{name:?} -> {:?}", String::from_utf8_lossy(&path));
+                assert_eq!(
+                    encode(&path).unwrap(),
+                    name,
+                    "{name:?} -> {:?}",
+                    String::from_utf8_lossy(&path)
+                );
             }
         }
     }

@@ -45,8 +45,13 @@ pub struct Posix {
 }
 
 /// Metadata keys are case-insensitive; the service gives them back as they were written.
-pub fn lowercased<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> HashMap<String, String> {
-    pairs.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())).collect()
+pub fn lowercased<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> HashMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect()
 }
 
 fn truthy(v: Option<&String>) -> bool {
@@ -67,11 +72,18 @@ fn permissions(v: &str) -> Option<u32> {
 /// with nanoseconds), then azcopy's standard ones, then AMLFS's.
 pub fn read(m: &HashMap<String, String>) -> Posix {
     let get = |k: &str| m.get(k).map(|v| v.trim());
-    let st_mode = get("mode").and_then(|v| u32::from_str_radix(v, 8).ok()).or_else(|| get("permissions").and_then(permissions));
+    let st_mode = get("mode")
+        .and_then(|v| u32::from_str_radix(v, 8).ok())
+        .or_else(|| get("permissions").and_then(permissions));
     let mtime = get("mtime")
         .and_then(super::xml::parse_rfc3339)
         .or_else(|| get("modtime").and_then(|v| parse_nanos(v).or_else(|| parse_go_time(v))));
-    let id = |a: &str, b: &str, c: &str| get(a).or_else(|| get(b)).or_else(|| get(c)).and_then(|v| v.parse::<u32>().ok());
+    let id = |a: &str, b: &str, c: &str| {
+        get(a)
+            .or_else(|| get(b))
+            .or_else(|| get(c))
+            .and_then(|v| v.parse::<u32>().ok())
+    };
     let owner = id("uid", "posix_owner", "owner").zip(id("gid", "posix_group", "group"));
     // The markers first; then type bits, which AMLFS's four digits do not carry.
     let kind = if truthy(m.get(FOLDER_KEY)) {
@@ -85,7 +97,12 @@ pub fn read(m: &HashMap<String, String>) -> Posix {
             _ => Kind::File,
         }
     };
-    Posix { mtime, mode: st_mode.map(|s| s & 0o7777), owner, kind }
+    Posix {
+        mtime,
+        mode: st_mode.map(|s| s & 0o7777),
+        owner,
+        kind,
+    }
 }
 
 /// The metadata for a node of `kind` with attributes `meta`, in rclone's keys and `style`'s.
@@ -138,12 +155,23 @@ const MODE_KEYS: [&str; 2] = ["mode", "permissions"];
 const OWNER_KEYS: [&str; 6] = ["uid", "gid", "posix_owner", "posix_group", "owner", "group"];
 /// What says which kind of node a blob is: azcopy's `is_char_dev` and friends describe the
 /// node too (and azcopy sets `is_char_dev` on symlinks by mistake).
-const KIND_KEYS: [&str; 5] = [SYMLINK_KEY, FOLDER_KEY, "is_char_dev", "is_block_dev", "is_fifo"];
+const KIND_KEYS: [&str; 5] = [
+    SYMLINK_KEY,
+    FOLDER_KEY,
+    "is_char_dev",
+    "is_block_dev",
+    "is_fifo",
+];
 
 /// The blob's metadata `current` after setting the attributes `meta` has on a node of `kind`:
 /// each attribute given replaces its keys of every style, and every other key (the user's own,
 /// an attribute not given) stays as it was.
-pub fn replaced(current: &HashMap<String, String>, meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, String> {
+pub fn replaced(
+    current: &HashMap<String, String>,
+    meta: &Meta,
+    kind: Kind,
+    style: PosixStyle,
+) -> HashMap<String, String> {
     let mut gone: Vec<&str> = KIND_KEYS.to_vec();
     if meta.mtime.is_some() {
         gone.extend(MTIME_KEYS);
@@ -154,14 +182,21 @@ pub fn replaced(current: &HashMap<String, String>, meta: &Meta, kind: Kind, styl
     if meta.uid.is_some() && meta.gid.is_some() {
         gone.extend(OWNER_KEYS);
     }
-    let mut out: HashMap<String, String> = current.iter().filter(|(k, _)| !gone.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut out: HashMap<String, String> = current
+        .iter()
+        .filter(|(k, _)| !gone.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     out.extend(write(meta, kind, style));
     out
 }
 
 fn parse_nanos(v: &str) -> Option<Mtime> {
     let n: i128 = v.parse().ok()?;
-    Some(Mtime { secs: n.div_euclid(1_000_000_000) as i64, nanos: n.rem_euclid(1_000_000_000) as u32 })
+    Some(Mtime {
+        secs: n.div_euclid(1_000_000_000) as i64,
+        nanos: n.rem_euclid(1_000_000_000) as u32,
+    })
 }
 
 fn format_nanos(t: Mtime) -> String {
@@ -180,7 +215,10 @@ fn parse_go_time(v: &str) -> Option<Mtime> {
 }
 
 fn format_go_time(t: Mtime) -> String {
-    let iso = super::xml::format_rfc3339(Mtime { secs: t.secs, nanos: 0 });
+    let iso = super::xml::format_rfc3339(Mtime {
+        secs: t.secs,
+        nanos: 0,
+    });
     // "YYYY-MM-DDTHH:MM:SS.000000000Z"
     format!("{} {} +0000", &iso[..10], &iso[11..19])
 }
@@ -193,70 +231,245 @@ mod tests {
         lowercased(pairs.iter().copied())
     }
 
-    const T: Mtime = Mtime { secs: 1700000000, nanos: 123456789 };
+    const T: Mtime = Mtime {
+        secs: 1700000000,
+        nanos: 123456789,
+    };
 
     #[test]
     fn azcopy_standard_is_read() {
-        let p = read(&map(&[("permissions", "33188"), ("modtime", "1700000000123456789"), ("posix_owner", "1001"), ("posix_group", "1002"), ("posix_atime", "1")]));
-        assert_eq!(p, Posix { mtime: Some(T), mode: Some(0o644), owner: Some((1001, 1002)), kind: Kind::File });
+        let p = read(&map(&[
+            ("permissions", "33188"),
+            ("modtime", "1700000000123456789"),
+            ("posix_owner", "1001"),
+            ("posix_group", "1002"),
+            ("posix_atime", "1"),
+        ]));
+        assert_eq!(
+            p,
+            Posix {
+                mtime: Some(T),
+                mode: Some(0o644),
+                owner: Some((1001, 1002)),
+                kind: Kind::File
+            }
+        );
         // A symlink as azcopy writes it: is_char_dev set too, which must not decide anything.
-        let l = read(&map(&[("is_symlink", "true"), ("is_char_dev", "true"), ("permissions", "41471")]));
+        let l = read(&map(&[
+            ("is_symlink", "true"),
+            ("is_char_dev", "true"),
+            ("permissions", "41471"),
+        ]));
         assert_eq!((l.kind, l.mode), (Kind::Symlink, Some(0o777)));
         let d = read(&map(&[("hdi_isfolder", "true"), ("permissions", "16877")]));
         assert_eq!((d.kind, d.mode), (Kind::Dir, Some(0o755)));
-        assert_eq!(read(&map(&[("permissions", "41471")])).kind, Kind::Symlink, "type bits alone");
+        assert_eq!(
+            read(&map(&[("permissions", "41471")])).kind,
+            Kind::Symlink,
+            "type bits alone"
+        );
         assert_eq!(read(&map(&[("is_char_dev", "true")])).kind, Kind::File);
     }
 
     #[test]
     fn amlfs_is_read() {
-        let p = read(&map(&[("Permissions", "0750"), ("modtime", "2023-11-15 00:13:20 +0200"), ("owner", "0"), ("group", "42")]));
-        assert_eq!(p, Posix { mtime: Some(Mtime { secs: 1700000000, nanos: 0 }), mode: Some(0o750), owner: Some((0, 42)), kind: Kind::File });
-        assert_eq!(read(&map(&[("permissions", "4755")])).mode, Some(0o4755), "set-uid in four octal digits");
-        assert_eq!(parse_go_time("2023-11-14 22:13:20 -0030"), Some(Mtime { secs: 1700000000 + 1800, nanos: 0 }));
+        let p = read(&map(&[
+            ("Permissions", "0750"),
+            ("modtime", "2023-11-15 00:13:20 +0200"),
+            ("owner", "0"),
+            ("group", "42"),
+        ]));
+        assert_eq!(
+            p,
+            Posix {
+                mtime: Some(Mtime {
+                    secs: 1700000000,
+                    nanos: 0
+                }),
+                mode: Some(0o750),
+                owner: Some((0, 42)),
+                kind: Kind::File
+            }
+        );
+        assert_eq!(
+            read(&map(&[("permissions", "4755")])).mode,
+            Some(0o4755),
+            "set-uid in four octal digits"
+        );
+        assert_eq!(
+            parse_go_time("2023-11-14 22:13:20 -0030"),
+            Some(Mtime {
+                secs: 1700000000 + 1800,
+                nanos: 0
+            })
+        );
         assert_eq!(parse_go_time("2023-11-14 22:13:20"), None);
         assert_eq!(parse_go_time("2023-11-14 22:13:20 +0é0"), None);
     }
 
     #[test]
     fn rclone_is_read_and_wins() {
-        let p = read(&map(&[("mtime", "2023-11-14T22:13:20.123456789Z"), ("mode", "100640"), ("uid", "5"), ("gid", "6"), ("permissions", "33188"), ("posix_owner", "9")]));
-        assert_eq!(p, Posix { mtime: Some(T), mode: Some(0o640), owner: Some((5, 6)), kind: Kind::File });
+        let p = read(&map(&[
+            ("mtime", "2023-11-14T22:13:20.123456789Z"),
+            ("mode", "100640"),
+            ("uid", "5"),
+            ("gid", "6"),
+            ("permissions", "33188"),
+            ("posix_owner", "9"),
+        ]));
+        assert_eq!(
+            p,
+            Posix {
+                mtime: Some(T),
+                mode: Some(0o640),
+                owner: Some((5, 6)),
+                kind: Kind::File
+            }
+        );
         assert_eq!(read(&map(&[("mode", "120777")])).kind, Kind::Symlink);
-        assert_eq!(read(&map(&[("uid", "5")])).owner, None, "a uid alone is no owner");
-        assert_eq!(read(&map(&[("mode", "junk"), ("modtime", "junk")])), Posix::default());
+        assert_eq!(
+            read(&map(&[("uid", "5")])).owner,
+            None,
+            "a uid alone is no owner"
+        );
+        assert_eq!(
+            read(&map(&[("mode", "junk"), ("modtime", "junk")])),
+            Posix::default()
+        );
     }
 
     #[test]
     fn written_keys_read_back_in_every_style() {
-        let meta = Meta { mtime: Some(T), mode: Some(0o4755), uid: Some(7), gid: Some(8), md5: None };
+        let meta = Meta {
+            mtime: Some(T),
+            mode: Some(0o4755),
+            uid: Some(7),
+            gid: Some(8),
+            md5: None,
+        };
         for style in [PosixStyle::Standard, PosixStyle::Amlfs] {
             for kind in [Kind::File, Kind::Dir, Kind::Symlink] {
                 let m = write(&meta, kind, style);
-                assert_eq!(read(&m), Posix { mtime: Some(T), mode: Some(0o4755), owner: Some((7, 8)), kind }, "{style:?} {kind:?}");
+                assert_eq!(
+                    read(&m),
+                    Posix {
+                        mtime: Some(T),
+                        mode: Some(0o4755),
+                        owner: Some((7, 8)),
+                        kind
+                    },
+                    "{style:?} {kind:?}"
+                );
                 // Without rclone's keys, what the other style wrote reads back on its own.
-                let theirs: HashMap<String, String> = m.iter().filter(|(k, _)| !["mtime", "mode", "uid", "gid"].contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+                let theirs: HashMap<String, String> = m
+                    .iter()
+                    .filter(|(k, _)| !["mtime", "mode", "uid", "gid"].contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 let p = read(&theirs);
-                let secs_only = Mtime { secs: T.secs, nanos: if style == PosixStyle::Amlfs { 0 } else { T.nanos } };
-                assert_eq!(p, Posix { mtime: Some(secs_only), mode: Some(0o4755), owner: Some((7, 8)), kind }, "{style:?} {kind:?} alone");
+                let secs_only = Mtime {
+                    secs: T.secs,
+                    nanos: if style == PosixStyle::Amlfs {
+                        0
+                    } else {
+                        T.nanos
+                    },
+                };
+                assert_eq!(
+                    p,
+                    Posix {
+                        mtime: Some(secs_only),
+                        mode: Some(0o4755),
+                        owner: Some((7, 8)),
+                        kind
+                    },
+                    "{style:?} {kind:?} alone"
+                );
             }
         }
         let std = write(&meta, Kind::File, PosixStyle::Standard);
-        assert_eq!((std["permissions"].as_str(), std["modtime"].as_str(), std["posix_owner"].as_str()), ("35309", "1700000000123456789", "7"));
-        assert_eq!((std["mode"].as_str(), std["mtime"].as_str(), std["gid"].as_str()), ("104755", "2023-11-14T22:13:20.123456789Z", "8"));
+        assert_eq!(
+            (
+                std["permissions"].as_str(),
+                std["modtime"].as_str(),
+                std["posix_owner"].as_str()
+            ),
+            ("35309", "1700000000123456789", "7")
+        );
+        assert_eq!(
+            (
+                std["mode"].as_str(),
+                std["mtime"].as_str(),
+                std["gid"].as_str()
+            ),
+            ("104755", "2023-11-14T22:13:20.123456789Z", "8")
+        );
         let aml = write(&meta, Kind::Symlink, PosixStyle::Amlfs);
-        assert_eq!((aml["permissions"].as_str(), aml["modtime"].as_str(), aml["owner"].as_str(), aml["group"].as_str()), ("4755", "2023-11-14 22:13:20 +0000", "7", "8"));
-        assert_eq!((aml["is_symlink"].as_str(), aml["mode"].as_str()), ("true", "124755"));
+        assert_eq!(
+            (
+                aml["permissions"].as_str(),
+                aml["modtime"].as_str(),
+                aml["owner"].as_str(),
+                aml["group"].as_str()
+            ),
+            ("4755", "2023-11-14 22:13:20 +0000", "7", "8")
+        );
+        assert_eq!(
+            (aml["is_symlink"].as_str(), aml["mode"].as_str()),
+            ("true", "124755")
+        );
         assert!(write(&Meta::default(), Kind::File, PosixStyle::Standard).is_empty());
     }
 
     #[test]
     fn an_update_keeps_other_metadata() {
-        let now = map(&[("project", "x"), ("mode", "100600"), ("permissions", "0600"), ("posix_owner", "1"), ("posix_group", "2"), ("is_char_dev", "true"), ("mtime", "2023-11-14T22:13:20Z")]);
-        let new = replaced(&now, &Meta { mode: Some(0o644), ..Meta::default() }, Kind::File, PosixStyle::Standard);
-        let want = map(&[("project", "x"), ("mode", "100644"), ("permissions", "33188"), ("posix_owner", "1"), ("posix_group", "2"), ("mtime", "2023-11-14T22:13:20Z")]);
-        assert_eq!(new, want, "the mode replaced in both styles; the owner, mtime and the user's key kept");
-        let owned = replaced(&now, &Meta { uid: Some(3), gid: Some(4), ..Meta::default() }, Kind::Dir, PosixStyle::Amlfs);
-        assert_eq!((owned.get("posix_owner"), owned["owner"].as_str(), owned["hdi_isfolder"].as_str()), (None, "3", "true"));
+        let now = map(&[
+            ("project", "x"),
+            ("mode", "100600"),
+            ("permissions", "0600"),
+            ("posix_owner", "1"),
+            ("posix_group", "2"),
+            ("is_char_dev", "true"),
+            ("mtime", "2023-11-14T22:13:20Z"),
+        ]);
+        let new = replaced(
+            &now,
+            &Meta {
+                mode: Some(0o644),
+                ..Meta::default()
+            },
+            Kind::File,
+            PosixStyle::Standard,
+        );
+        let want = map(&[
+            ("project", "x"),
+            ("mode", "100644"),
+            ("permissions", "33188"),
+            ("posix_owner", "1"),
+            ("posix_group", "2"),
+            ("mtime", "2023-11-14T22:13:20Z"),
+        ]);
+        assert_eq!(
+            new, want,
+            "the mode replaced in both styles; the owner, mtime and the user's key kept"
+        );
+        let owned = replaced(
+            &now,
+            &Meta {
+                uid: Some(3),
+                gid: Some(4),
+                ..Meta::default()
+            },
+            Kind::Dir,
+            PosixStyle::Amlfs,
+        );
+        assert_eq!(
+            (
+                owned.get("posix_owner"),
+                owned["owner"].as_str(),
+                owned["hdi_isfolder"].as_str()
+            ),
+            (None, "3", "true")
+        );
     }
 }

@@ -14,7 +14,12 @@ use crate::stats::{RequestKind, Stats};
 
 /// What a request is, from its method, its `comp` and `restype` parameters and whether it
 /// names a source to copy from: the operation names of the Blob service's REST reference.
-pub fn classify(method: &Method, comp: Option<&str>, restype: Option<&str>, copy_source: bool) -> RequestKind {
+pub fn classify(
+    method: &Method,
+    comp: Option<&str>,
+    restype: Option<&str>,
+    copy_source: bool,
+) -> RequestKind {
     use RequestKind::*;
     let container = restype == Some("container");
     match (method, comp) {
@@ -42,8 +47,16 @@ fn kind_of(req: &Request) -> RequestKind {
             _ => {}
         }
     }
-    let copy_source = req.headers().get_optional_str(&HeaderName::from_static("x-ms-copy-source")).is_some();
-    classify(&req.method(), comp.as_deref(), restype.as_deref(), copy_source)
+    let copy_source = req
+        .headers()
+        .get_optional_str(&HeaderName::from_static("x-ms-copy-source"))
+        .is_some();
+    classify(
+        &req.method(),
+        comp.as_deref(),
+        restype.as_deref(),
+        copy_source,
+    )
 }
 
 /// Counts each request it passes on. Placed last among the per-try policies: what it counts has
@@ -61,7 +74,12 @@ impl std::fmt::Debug for CountingPolicy {
 
 #[async_trait]
 impl Policy for CountingPolicy {
-    async fn send(&self, ctx: &Context, req: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
+    async fn send(
+        &self,
+        ctx: &Context,
+        req: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
         self.stats.requests.sent(kind_of(req));
         next[0].send(ctx, req, &next[1..]).await
     }
@@ -85,30 +103,92 @@ mod tests {
     fn kinds_of_the_operations_ferry_sends() {
         let c = "http://127.0.0.1:10000/acct/cont";
         let b = "http://127.0.0.1:10000/acct/cont/dir/b.bin";
-        assert_eq!(kind(Method::Get, &format!("{c}?restype=container&comp=list&maxresults=5000"), false), ListPages);
-        assert_eq!(kind(Method::Get, &format!("{c}?delimiter=%2F&restype=container&comp=list"), false), ListPages);
+        assert_eq!(
+            kind(
+                Method::Get,
+                &format!("{c}?restype=container&comp=list&maxresults=5000"),
+                false
+            ),
+            ListPages
+        );
+        assert_eq!(
+            kind(
+                Method::Get,
+                &format!("{c}?delimiter=%2F&restype=container&comp=list"),
+                false
+            ),
+            ListPages
+        );
         assert_eq!(kind(Method::Put, b, false), Puts);
-        assert_eq!(kind(Method::Put, &format!("{b}?comp=block&blockid=Zm9v"), false), Blocks);
-        assert_eq!(kind(Method::Put, &format!("{b}?comp=block&blockid=Zm9v"), true), Blocks);
-        assert_eq!(kind(Method::Put, &format!("{b}?comp=blocklist"), false), BlockLists);
+        assert_eq!(
+            kind(Method::Put, &format!("{b}?comp=block&blockid=Zm9v"), false),
+            Blocks
+        );
+        assert_eq!(
+            kind(Method::Put, &format!("{b}?comp=block&blockid=Zm9v"), true),
+            Blocks
+        );
+        assert_eq!(
+            kind(Method::Put, &format!("{b}?comp=blocklist"), false),
+            BlockLists
+        );
         assert_eq!(kind(Method::Get, b, false), Gets);
         assert_eq!(kind(Method::Head, b, false), Heads);
-        assert_eq!(kind(Method::Get, &format!("{c}?restype=container"), false), Heads);
+        assert_eq!(
+            kind(Method::Get, &format!("{c}?restype=container"), false),
+            Heads
+        );
         assert_eq!(kind(Method::Delete, b, false), Deletes);
         assert_eq!(kind(Method::Put, b, true), Copies);
-        assert_eq!(kind(Method::Put, &format!("{b}?comp=metadata"), false), Others);
-        assert_eq!(kind(Method::Put, &format!("{b}?comp=copy&copyid=x"), false), Others);
-        assert_eq!(kind(Method::Put, &format!("{c}?restype=container"), false), Others);
-        assert_eq!(kind(Method::Delete, &format!("{c}?restype=container"), false), Others);
-        assert_eq!(kind(Method::Post, &format!("{c}?restype=container&comp=batch"), false), Batches);
-        assert_eq!(kind(Method::Get, &format!("{b}?comp=blocklist&blocklisttype=uncommitted"), false), Others);
+        assert_eq!(
+            kind(Method::Put, &format!("{b}?comp=metadata"), false),
+            Others
+        );
+        assert_eq!(
+            kind(Method::Put, &format!("{b}?comp=copy&copyid=x"), false),
+            Others
+        );
+        assert_eq!(
+            kind(Method::Put, &format!("{c}?restype=container"), false),
+            Others
+        );
+        assert_eq!(
+            kind(Method::Delete, &format!("{c}?restype=container"), false),
+            Others
+        );
+        assert_eq!(
+            kind(
+                Method::Post,
+                &format!("{c}?restype=container&comp=batch"),
+                false
+            ),
+            Batches
+        );
+        assert_eq!(
+            kind(
+                Method::Get,
+                &format!("{b}?comp=blocklist&blocklisttype=uncommitted"),
+                false
+            ),
+            Others
+        );
         assert_eq!(kind(Method::Get, &format!("{b}?comp=tags"), false), Others);
     }
 
     #[test]
     fn a_sas_query_does_not_change_the_kind() {
         let sas = "sv=2024-08-04&ss=b&srt=co&sp=rl&sig=abc%3D";
-        assert_eq!(kind(Method::Get, &format!("http://h/a/c/x?{sas}"), false), Gets);
-        assert_eq!(kind(Method::Get, &format!("http://h/a/c?restype=container&comp=list&{sas}"), false), ListPages);
+        assert_eq!(
+            kind(Method::Get, &format!("http://h/a/c/x?{sas}"), false),
+            Gets
+        );
+        assert_eq!(
+            kind(
+                Method::Get,
+                &format!("http://h/a/c?restype=container&comp=list&{sas}"),
+                false
+            ),
+            ListPages
+        );
     }
 }

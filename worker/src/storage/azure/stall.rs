@@ -28,7 +28,13 @@ pub struct StallTimeout {
 
 fn timed_out(timeout: Duration, what: &str) -> azure_core::Error {
     // "timed out" is what `StoreError::retry_label` counts a retry as "timeout" by.
-    azure_core::Error::with_message(ErrorKind::Io, format!("{what} timed out: nothing received for {} s", timeout.as_secs()))
+    azure_core::Error::with_message(
+        ErrorKind::Io,
+        format!(
+            "{what} timed out: nothing received for {} s",
+            timeout.as_secs()
+        ),
+    )
 }
 
 #[async_trait]
@@ -40,7 +46,11 @@ impl HttpClient for StallTimeout {
             .await
             .map_err(|_| timed_out(self.timeout, "waiting for a response"))??;
         let (status, headers, body) = rsp.deconstruct();
-        let body: PinnedStream = Box::pin(Body { inner: body, timeout: self.timeout, clock: None });
+        let body: PinnedStream = Box::pin(Body {
+            inner: body,
+            timeout: self.timeout,
+            clock: None,
+        });
         Ok(AsyncRawResponse::new(status, headers, body))
     }
 }
@@ -78,8 +88,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn time_between_reads_is_not_a_stall() {
-        let chunks = futures::stream::iter([Ok(Bytes::from_static(b"a")), Ok(Bytes::from_static(b"b"))]);
-        let mut body = Body { inner: chunks, timeout: Duration::from_secs(1), clock: None };
+        let chunks =
+            futures::stream::iter([Ok(Bytes::from_static(b"a")), Ok(Bytes::from_static(b"b"))]);
+        let mut body = Body {
+            inner: chunks,
+            timeout: Duration::from_secs(1),
+            clock: None,
+        };
         assert_eq!(body.next().await.unwrap().unwrap(), "a");
         // Ferry holds the body back (a bandwidth cap) far longer than the timeout.
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -89,7 +104,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_that_delivers_nothing_times_out() {
-        let mut body = Body { inner: futures::stream::pending::<azure_core::Result<Bytes>>(), timeout: Duration::from_secs(1), clock: None };
+        let mut body = Body {
+            inner: futures::stream::pending::<azure_core::Result<Bytes>>(),
+            timeout: Duration::from_secs(1),
+            clock: None,
+        };
         let started = tokio::time::Instant::now();
         let err = body.next().await.unwrap().unwrap_err();
         assert!(err.to_string().contains("timed out"), "{err}");

@@ -31,7 +31,11 @@ fn bad(e: impl std::fmt::Display) -> StoreError {
 }
 
 pub fn decode_md5(b64: &str) -> Option<[u8; 16]> {
-    base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok()?.try_into().ok()
+    base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?
+        .try_into()
+        .ok()
 }
 
 /// RFC 3339 with optional fraction, as rclone writes `mtime` metadata and ferry does too.
@@ -39,7 +43,11 @@ pub fn parse_rfc3339(s: &str) -> Option<Mtime> {
     let s = s.trim();
     let (date, time) = s.split_once(['T', 't'])?;
     let mut d = date.split('-');
-    let (y, mo, da): (i64, u32, u32) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    let (y, mo, da): (i64, u32, u32) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
     let (clock, offset_secs) = if let Some(c) = time.strip_suffix(['Z', 'z']) {
         (c, 0i64)
     } else {
@@ -47,29 +55,49 @@ pub fn parse_rfc3339(s: &str) -> Option<Mtime> {
         let (c, off) = time.split_at(pos);
         let sign = if off.starts_with('-') { -1 } else { 1 };
         let (oh, om) = off[1..].split_once(':')?;
-        (c, sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60))
+        (
+            c,
+            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60),
+        )
     };
     let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
     let mut t = hms.split(':');
-    let (h, mi, se): (i64, i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let (h, mi, se): (i64, i64, i64) = (
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+    );
     // Metadata is whatever a writer put there: slice by bytes only once it is known to be digits.
     if !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let frac = &frac[..frac.len().min(9)];
-    let mut nanos: u32 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let mut nanos: u32 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     for _ in frac.len()..9 {
         nanos *= 10;
     }
     let days = days_from_civil(y, mo, da);
-    Some(Mtime { secs: days * 86400 + h * 3600 + mi * 60 + se - offset_secs, nanos })
+    Some(Mtime {
+        secs: days * 86400 + h * 3600 + mi * 60 + se - offset_secs,
+        nanos,
+    })
 }
 
 pub fn format_rfc3339(m: Mtime) -> String {
     let days = m.secs.div_euclid(86400);
     let rem = m.secs.rem_euclid(86400);
     let (y, mo, d) = civil_from_days(days);
-    format!("{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z", rem / 3600, rem % 3600 / 60, rem % 60, m.nanos)
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        m.nanos
+    )
 }
 
 // Howard Hinnant's proleptic Gregorian day arithmetic.
@@ -92,7 +120,15 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let mp = (5 * doy + 2) / 153;
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, m, d)
+    (
+        if m <= 2 {
+            yoe + era * 400 + 1
+        } else {
+            yoe + era * 400
+        },
+        m,
+        d,
+    )
 }
 
 pub fn parse_http_date(s: &str) -> Option<Mtime> {
@@ -112,17 +148,18 @@ pub fn parse_list(xml: &[u8]) -> Result<ListPage> {
             Event::Start(e) => {
                 let name = String::from_utf8_lossy(e.local_name().as_ref()).into_owned();
                 if name == "Name" {
-                    encoded = e.attributes().flatten().any(|a| a.key.as_ref() == b"Encoded" && a.value.as_ref() == b"true");
+                    encoded = e
+                        .attributes()
+                        .flatten()
+                        .any(|a| a.key.as_ref() == b"Encoded" && a.value.as_ref() == b"true");
                 }
                 if name == "Blob" {
                     cur = BlobItem::default();
                 }
                 stack.push(name);
             }
-            Event::End(_) => {
-                if stack.pop().as_deref() == Some("Blob") {
-                    page.blobs.push(std::mem::take(&mut cur));
-                }
+            Event::End(_) if stack.pop().as_deref() == Some("Blob") => {
+                page.blobs.push(std::mem::take(&mut cur));
             }
             Event::Text(t) => {
                 let text = t.unescape().map_err(bad)?.into_owned();
@@ -132,22 +169,25 @@ pub fn parse_list(xml: &[u8]) -> Result<ListPage> {
                 match (parent, leaf) {
                     ("Blob", "Name") => {
                         cur.name = if encoded {
-                            percent_encoding::percent_decode_str(&text).decode_utf8().map_err(bad)?.into_owned()
+                            percent_encoding::percent_decode_str(&text)
+                                .decode_utf8()
+                                .map_err(bad)?
+                                .into_owned()
                         } else {
                             text
                         }
                     }
                     ("BlobPrefix", "Name") => page.prefixes.push(text),
-                    ("Properties", "Content-Length") => cur.size = text.trim().parse().map_err(bad)?,
+                    ("Properties", "Content-Length") => {
+                        cur.size = text.trim().parse().map_err(bad)?
+                    }
                     ("Properties", "Last-Modified") => cur.last_modified = parse_http_date(&text),
                     ("Properties", "Content-MD5") => cur.md5 = decode_md5(&text),
                     ("Metadata", key) => {
                         cur.metadata.insert(key.to_ascii_lowercase(), text);
                     }
-                    ("EnumerationResults", "NextMarker") => {
-                        if !text.is_empty() {
-                            page.next_marker = Some(text)
-                        }
+                    ("EnumerationResults", "NextMarker") if !text.is_empty() => {
+                        page.next_marker = Some(text)
                     }
                     _ => {}
                 }
@@ -206,7 +246,13 @@ mod tests {
         assert_eq!(a.size, 12);
         assert_eq!(a.md5.unwrap()[0], 0xd4);
         assert_eq!(a.metadata["mtime"], "2023-11-14T22:13:20.123456789Z");
-        assert_eq!(a.last_modified, Some(Mtime { secs: 1700000000, nanos: 0 }));
+        assert_eq!(
+            a.last_modified,
+            Some(Mtime {
+                secs: 1700000000,
+                nanos: 0
+            })
+        );
         assert_eq!(a.metadata["mode"], "100644");
         assert_eq!(a.metadata["posix_owner"], "7", "keys lowercased");
         assert_eq!(p.blobs[1].name, "p/\u{fffe}");
@@ -216,10 +262,26 @@ mod tests {
 
     #[test]
     fn rfc3339_round_trip_and_offsets() {
-        for m in [Mtime { secs: 0, nanos: 0 }, Mtime { secs: 1700000000, nanos: 5 }, Mtime { secs: -86401, nanos: 999_999_999 }] {
+        for m in [
+            Mtime { secs: 0, nanos: 0 },
+            Mtime {
+                secs: 1700000000,
+                nanos: 5,
+            },
+            Mtime {
+                secs: -86401,
+                nanos: 999_999_999,
+            },
+        ] {
             assert_eq!(parse_rfc3339(&format_rfc3339(m)), Some(m));
         }
-        assert_eq!(parse_rfc3339("2023-11-14T23:13:20+01:00"), Some(Mtime { secs: 1700000000, nanos: 0 }));
+        assert_eq!(
+            parse_rfc3339("2023-11-14T23:13:20+01:00"),
+            Some(Mtime {
+                secs: 1700000000,
+                nanos: 0
+            })
+        );
         assert_eq!(parse_rfc3339("nonsense"), None);
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20.12345678éé"), None);
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20.1+é:00"), None);

@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::beneath::{self, fd};
-use super::posix::{apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times, stamp, temp_name, unchanged};
+use super::posix::{
+    apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times,
+    stamp, temp_name, unchanged,
+};
 use super::{LocalFs, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
@@ -40,7 +43,11 @@ impl Identity {
         unsafe {
             let m = libc::umask(0o022);
             libc::umask(m);
-            Identity { euid: libc::geteuid(), egid: libc::getegid(), umask: m as u32 }
+            Identity {
+                euid: libc::geteuid(),
+                egid: libc::getegid(),
+                umask: m as u32,
+            }
         }
     }
 }
@@ -89,7 +96,13 @@ pub enum TempIn<'a> {
 /// Copies `size` bytes of `input` into `out`. With `sparse`, only the data the filesystem
 /// says the source holds (SEEK_DATA/SEEK_HOLE, never a scan for zeros) is written, and the
 /// file sized with ftruncate, so a hole at either end or between stays a hole.
-fn copy_data(input: &File, out: &File, md: &std::fs::Metadata, quirks: &Quirks, sparse: bool) -> io::Result<()> {
+fn copy_data(
+    input: &File,
+    out: &File,
+    md: &std::fs::Metadata,
+    quirks: &Quirks,
+    sparse: bool,
+) -> io::Result<()> {
     let size = md.len();
     // Fewer blocks than the size needs is the sign of a hole (GNU cp's test, on the stat
     // already taken): a dense file, the common case, costs no lseek, which on NFS 4.2 and
@@ -99,11 +112,15 @@ fn copy_data(input: &File, out: &File, md: &std::fs::Metadata, quirks: &Quirks, 
     }
     let mut pos = 0;
     while pos < size {
-        let Some(start) = seek(input, pos, libc::SEEK_DATA)? else { break };
+        let Some(start) = seek(input, pos, libc::SEEK_DATA)? else {
+            break;
+        };
         if start >= size {
             break;
         }
-        let end = seek(input, start, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        let end = seek(input, start, libc::SEEK_HOLE)?
+            .unwrap_or(size)
+            .min(size);
         copy_segment(input, out, start, end - start, quirks)?;
         pos = end;
     }
@@ -130,7 +147,13 @@ fn seek(f: &File, from: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
 
 /// Copies `len` bytes at `offset` of `input` to the same offset of `out`: by the kernel where
 /// it can, else by reads and writes.
-fn copy_segment(input: &File, out: &File, offset: u64, len: u64, quirks: &Quirks) -> io::Result<()> {
+fn copy_segment(
+    input: &File,
+    out: &File,
+    offset: u64,
+    len: u64,
+    quirks: &Quirks,
+) -> io::Result<()> {
     if quirks.no_copy_range.load(Relaxed) {
         return copy_rw(input, out, offset, len);
     }
@@ -139,13 +162,24 @@ fn copy_segment(input: &File, out: &File, offset: u64, len: u64, quirks: &Quirks
     while (off_in as u64) < end {
         let left = end - off_in as u64;
         // SAFETY: valid fds and offsets the kernel advances.
-        let n = unsafe { libc::copy_file_range(input.as_raw_fd(), &mut off_in, out.as_raw_fd(), &mut off_out, left as usize, 0) };
+        let n = unsafe {
+            libc::copy_file_range(
+                input.as_raw_fd(),
+                &mut off_in,
+                out.as_raw_fd(),
+                &mut off_out,
+                left as usize,
+                0,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
                 // Across filesystems, or a kernel or filesystem without it: plain reads and
                 // writes from where we are, for this file and every later one.
-                Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM) => {
+                Some(
+                    libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM,
+                ) => {
                     quirks.no_copy_range.store(true, Relaxed);
                     copy_rw(input, out, off_in as u64, left)
                 }
@@ -154,7 +188,10 @@ fn copy_segment(input: &File, out: &File, offset: u64, len: u64, quirks: &Quirks
             };
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being copied"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shrank while being copied",
+            ));
         }
     }
     Ok(())
@@ -167,7 +204,10 @@ fn copy_rw(input: &File, out: &File, mut offset: u64, mut left: u64) -> io::Resu
         let want = left.min(buf.len() as u64) as usize;
         let n = input.read_at(&mut buf[..want], offset)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being copied"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shrank while being copied",
+            ));
         }
         out.write_all_at(&buf[..n], offset)?;
         offset += n as u64;
@@ -194,7 +234,18 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// `src_xattrs`: the digest of the source's attributes where its listing read them (an entry
 /// listed without any costs no call here).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn stage_file(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> io::Result<Staged> {
+pub(super) fn stage_file(
+    src: &dyn LocalFs,
+    dst: &LocalStore,
+    src_rel: &[u8],
+    dst_rel: &[u8],
+    src_xattrs: Option<u64>,
+    id: &Identity,
+    quirks: &Quirks,
+    keep: &Preserve,
+    absent: bool,
+    temp_in: TempIn,
+) -> io::Result<Staged> {
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -206,7 +257,11 @@ pub(super) fn stage_file(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], ds
     let (dir, name) = dst.parent(dst_rel, true)?;
     let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync;
     // Created with its final permission bits where the umask allows, saving a chmod.
-    let (out, as_) = match absent.then(|| dst.open_unnamed(&dir, mode & 0o777)).transpose()?.flatten() {
+    let (out, as_) = match absent
+        .then(|| dst.open_unnamed(&dir, mode & 0o777))
+        .transpose()?
+        .flatten()
+    {
         Some(f) => (f, None),
         None => {
             let tmp = temp_name(name, "partial");
@@ -297,37 +352,88 @@ impl Staged {
 
 /// A symlink, with its owner, mtime and the attributes the kernel lets one hold (`trusted.*`
 /// and `security.*`, as root; `src_xattrs` as for `stage_file`).
-pub(super) fn copy_symlink(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
-    let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+pub(super) fn copy_symlink(
+    src: &dyn LocalFs,
+    dst: &LocalStore,
+    src_rel: &[u8],
+    dst_rel: &[u8],
+    src_xattrs: Option<u64>,
+    id: &Identity,
+    keep: &Preserve,
+) -> io::Result<Refused> {
+    let md = src
+        .lstat(src_rel)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
     let target = src.readlink(src_rel)?;
     let (dir, name) = dst.parent(dst_rel, true)?;
-    let meta = Meta { mode: None, ..keep.keep(meta_of(&md)) };
+    let meta = Meta {
+        mode: None,
+        ..keep.keep(meta_of(&md))
+    };
     let wanted = Wanted::as_user(keep, id.euid);
     symlink_into_place(&dir, name, &target, |tmp| {
         let mut refused = Refused::default();
         // Owner first: chown drops security.capability, which a symlink may hold.
-        apply_link_meta(&dir, tmp, &Meta { mtime: None, ..meta.clone() })?;
+        apply_link_meta(
+            &dir,
+            tmp,
+            &Meta {
+                mtime: None,
+                ..meta.clone()
+            },
+        )?;
         if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.no_xattrs_here() {
             if let Some(want) = src.read_xattrs(src_rel, wanted)?.filter(|w| !w.is_empty()) {
                 let link = beneath::open_at(fd(&dir), tmp, libc::O_PATH, 0)?;
-                refused = xattrs::apply(&On::Follow(&xattrs::proc_path(link.as_raw_fd())), &want, None, wanted)?;
+                refused = xattrs::apply(
+                    &On::Follow(&xattrs::proc_path(link.as_raw_fd())),
+                    &want,
+                    None,
+                    wanted,
+                )?;
             }
         }
-        apply_link_meta(&dir, tmp, &Meta { mtime: meta.mtime, ..Meta::default() })?;
+        apply_link_meta(
+            &dir,
+            tmp,
+            &Meta {
+                mtime: meta.mtime,
+                ..Meta::default()
+            },
+        )?;
         Ok(refused)
     })
 }
 
 /// Makes symlink `rel` pointing at `target` (as written), with the owner and mtime of `meta`.
-pub(super) fn make_symlink(dst: &LocalStore, rel: &[u8], target: &[u8], meta: &Meta) -> io::Result<()> {
+pub(super) fn make_symlink(
+    dst: &LocalStore,
+    rel: &[u8],
+    target: &[u8],
+    meta: &Meta,
+) -> io::Result<()> {
     let (dir, name) = dst.parent(rel, true)?;
-    symlink_into_place(&dir, name, target, |tmp| apply_link_meta(&dir, tmp, &Meta { mode: None, ..meta.clone() }))
+    symlink_into_place(&dir, name, target, |tmp| {
+        apply_link_meta(
+            &dir,
+            tmp,
+            &Meta {
+                mode: None,
+                ..meta.clone()
+            },
+        )
+    })
 }
 
 /// Makes a symlink to `target` under a temp name in `dir`, lets `finish` set what it keeps
 /// (given the temp name), then renames it to `name`: a reader never sees a half-made link, and
 /// a failure leaves nothing under the temp name.
-fn symlink_into_place<T>(dir: &OwnedFd, name: &[u8], target: &[u8], finish: impl FnOnce(&[u8]) -> io::Result<T>) -> io::Result<T> {
+fn symlink_into_place<T>(
+    dir: &OwnedFd,
+    name: &[u8],
+    target: &[u8],
+    finish: impl FnOnce(&[u8]) -> io::Result<T>,
+) -> io::Result<T> {
     let tmp = temp_name(name, "partial");
     let _ = beneath::unlink_at(fd(dir), &tmp, false);
     beneath::symlink_at(target, fd(dir), &tmp)?;
@@ -342,26 +448,56 @@ fn symlink_into_place<T>(dir: &OwnedFd, name: &[u8], target: &[u8], finish: impl
 /// and attributes) under a temp name, then renames it into place, as a file is committed:
 /// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
 /// `stage_file`.
-pub(super) fn make_node(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> io::Result<Refused> {
+pub(super) fn make_node(
+    src: &dyn LocalFs,
+    dst: &LocalStore,
+    src_rel: &[u8],
+    dst_rel: &[u8],
+    src_xattrs: Option<u64>,
+    id: &Identity,
+    keep: &Preserve,
+) -> io::Result<Refused> {
     // The device number is not in the listing: the node's own lstat gives it, and the rest.
-    let md = src.lstat(src_rel)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-    if !matches!(kind_of(md.file_type()), Some(Kind::Fifo | Kind::CharDev | Kind::BlockDev)) {
+    let md = src
+        .lstat(src_rel)?
+        .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    if !matches!(
+        kind_of(md.file_type()),
+        Some(Kind::Fifo | Kind::CharDev | Kind::BlockDev)
+    ) {
         return Err(io::Error::other("no longer a fifo or device node"));
     }
     let (dir, name) = dst.parent(dst_rel, true)?;
     let tmp = temp_name(name, "partial");
     let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-    let c = std::ffi::CString::new(tmp.clone()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let c = std::ffi::CString::new(tmp.clone())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mode = md.mode() & 0o7777;
     // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
-    if unsafe { libc::mknodat(fd(&dir).as_raw_fd(), c.as_ptr(), (md.mode() & libc::S_IFMT) | (mode & 0o777), md.rdev()) } != 0 {
+    if unsafe {
+        libc::mknodat(
+            fd(&dir).as_raw_fd(),
+            c.as_ptr(),
+            (md.mode() & libc::S_IFMT) | (mode & 0o777),
+            md.rdev(),
+        )
+    } != 0
+    {
         return Err(io::Error::last_os_error());
     }
     let made = (|| {
         let mut refused = Refused::default();
         let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
         if chown {
-            apply_link_meta(&dir, &tmp, &Meta { uid: Some(md.uid()), gid: Some(md.gid()), ..Meta::default() })?;
+            apply_link_meta(
+                &dir,
+                &tmp,
+                &Meta {
+                    uid: Some(md.uid()),
+                    gid: Some(md.gid()),
+                    ..Meta::default()
+                },
+            )?;
         }
         // Opened as a path, never as a fifo (which would wait for a writer) nor a device.
         let node = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
@@ -379,7 +515,14 @@ pub(super) fn make_node(src: &dyn LocalFs, dst: &LocalStore, src_rel: &[u8], dst
             }
         }
         if keep.times {
-            apply_link_meta(&dir, &tmp, &Meta { mtime: meta_of(&md).mtime, ..Meta::default() })?;
+            apply_link_meta(
+                &dir,
+                &tmp,
+                &Meta {
+                    mtime: meta_of(&md).mtime,
+                    ..Meta::default()
+                },
+            )?;
         }
         beneath::rename_at(fd(&dir), &tmp, name)?;
         Ok(refused)
@@ -402,7 +545,11 @@ pub struct DirNow {
 impl DirNow {
     /// What `mkdir` gives a directory made by this process.
     pub fn made(id: &Identity) -> DirNow {
-        DirNow { mode: 0o777 & !id.umask, owner: (id.euid, id.egid), mtime: None }
+        DirNow {
+            mode: 0o777 & !id.umask,
+            owner: (id.euid, id.egid),
+            mtime: None,
+        }
     }
 }
 
@@ -412,10 +559,17 @@ impl DirNow {
 /// Nothing is done through a symlink standing where the directory should be: owner and times
 /// are set on the name without following it, and the mode on the directory opened with
 /// `O_NOFOLLOW`.
-pub(super) fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Option<DirNow>) -> io::Result<()> {
+pub(super) fn finish_dir(
+    dst: &LocalStore,
+    rel: &[u8],
+    want: &Meta,
+    known: Option<DirNow>,
+) -> io::Result<()> {
     let (parent, name) = dst.parent(rel, true)?;
     let refused = |e: io::Error| match e.raw_os_error() {
-        Some(libc::ELOOP | libc::ENOTDIR) => io::Error::other("a symlink or a file stands where the directory should be (not followed)"),
+        Some(libc::ELOOP | libc::ENOTDIR) => io::Error::other(
+            "a symlink or a file stands where the directory should be (not followed)",
+        ),
         _ => e,
     };
     let todo = match known {
@@ -434,20 +588,54 @@ pub(super) fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Optio
             if !md.is_dir() {
                 return Err(refused(io::Error::from_raw_os_error(libc::ENOTDIR)));
             }
-            let mtime = Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 });
-            to_change(DirNow { mode: md.mode() & 0o7777, owner: (md.uid(), md.gid()), mtime }, want)
+            let mtime = Some(Mtime {
+                secs: md.mtime(),
+                nanos: md.mtime_nsec() as u32,
+            });
+            to_change(
+                DirNow {
+                    mode: md.mode() & 0o7777,
+                    owner: (md.uid(), md.gid()),
+                    mtime,
+                },
+                want,
+            )
         }
     };
     let Some(todo) = todo else { return Ok(()) };
     if let Some((uid, gid)) = todo.owner {
-        apply_link_meta(&parent, name, &Meta { uid: Some(uid), gid: Some(gid), ..Meta::default() })?;
+        apply_link_meta(
+            &parent,
+            name,
+            &Meta {
+                uid: Some(uid),
+                gid: Some(gid),
+                ..Meta::default()
+            },
+        )?;
     }
     if let Some(mode) = todo.mode {
-        let dir = File::from(beneath::open_at(fd(&parent), name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(refused)?);
-        apply_meta_fd(&dir, &Meta { mode: Some(mode), ..Meta::default() })?;
+        let dir = File::from(
+            beneath::open_at(fd(&parent), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+                .map_err(refused)?,
+        );
+        apply_meta_fd(
+            &dir,
+            &Meta {
+                mode: Some(mode),
+                ..Meta::default()
+            },
+        )?;
     }
     if todo.mtime.is_some() {
-        apply_link_meta(&parent, name, &Meta { mtime: todo.mtime, ..Meta::default() })?;
+        apply_link_meta(
+            &parent,
+            name,
+            &Meta {
+                mtime: todo.mtime,
+                ..Meta::default()
+            },
+        )?;
     }
     Ok(())
 }
@@ -457,9 +645,25 @@ pub(super) fn finish_dir(dst: &LocalStore, rel: &[u8], want: &Meta, known: Optio
 pub(super) fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
     let root = File::from(dst.dir(b"", true)?.try_clone()?);
     let md = root.metadata()?;
-    let now = DirNow { mode: md.mode() & 0o7777, owner: (md.uid(), md.gid()), mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }) };
+    let now = DirNow {
+        mode: md.mode() & 0o7777,
+        owner: (md.uid(), md.gid()),
+        mtime: Some(Mtime {
+            secs: md.mtime(),
+            nanos: md.mtime_nsec() as u32,
+        }),
+    };
     match to_change(now, want) {
-        Some(todo) => apply_meta_fd(&root, &Meta { uid: todo.owner.map(|o| o.0), gid: todo.owner.map(|o| o.1), mode: todo.mode, mtime: todo.mtime, md5: None }),
+        Some(todo) => apply_meta_fd(
+            &root,
+            &Meta {
+                uid: todo.owner.map(|o| o.0),
+                gid: todo.owner.map(|o| o.1),
+                mode: todo.mode,
+                mtime: todo.mtime,
+                md5: None,
+            },
+        ),
         None => Ok(()),
     }
 }
@@ -501,12 +705,30 @@ mod tests {
         let quirks = Quirks::default();
         for (absent, name) in [(true, "f1"), (false, "f2")] {
             let to = format!("d/{name}");
-            let staged = stage_file(&src, &dst, b"d/f", to.as_bytes(), None, &Identity::current(), &quirks, &Preserve::ALL, absent, TempIn::Final).unwrap();
+            let staged = stage_file(
+                &src,
+                &dst,
+                b"d/f",
+                to.as_bytes(),
+                None,
+                &Identity::current(),
+                &quirks,
+                &Preserve::ALL,
+                absent,
+                TempIn::Final,
+            )
+            .unwrap();
             assert!(!t.path().join("dst").join(&to).exists());
             staged.commit().unwrap();
-            assert_eq!(std::fs::read(t.path().join("dst").join(&to)).unwrap(), b"hello");
+            assert_eq!(
+                std::fs::read(t.path().join("dst").join(&to)).unwrap(),
+                b"hello"
+            );
         }
-        let mut names: Vec<_> = std::fs::read_dir(t.path().join("dst/d")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let mut names: Vec<_> = std::fs::read_dir(t.path().join("dst/d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         names.sort();
         assert_eq!(names, ["f1", "f2"], "no temp name left behind");
     }
@@ -514,7 +736,19 @@ mod tests {
     #[test]
     fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
         let (t, src, dst) = tree();
-        let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, true, TempIn::Final).unwrap();
+        let staged = stage_file(
+            &src,
+            &dst,
+            b"d/f",
+            b"d/f",
+            None,
+            &Identity::current(),
+            &Quirks::default(),
+            &Preserve::ALL,
+            true,
+            TempIn::Final,
+        )
+        .unwrap();
         std::fs::write(t.path().join("dst/d/f"), b"someone else").unwrap();
         staged.commit().unwrap();
         assert_eq!(std::fs::read(t.path().join("dst/d/f")).unwrap(), b"hello");
@@ -524,9 +758,24 @@ mod tests {
     fn a_discarded_file_leaves_nothing() {
         let (t, src, dst) = tree();
         for absent in [true, false] {
-            let staged = stage_file(&src, &dst, b"d/f", b"d/f", None, &Identity::current(), &Quirks::default(), &Preserve::ALL, absent, TempIn::Final).unwrap();
+            let staged = stage_file(
+                &src,
+                &dst,
+                b"d/f",
+                b"d/f",
+                None,
+                &Identity::current(),
+                &Quirks::default(),
+                &Preserve::ALL,
+                absent,
+                TempIn::Final,
+            )
+            .unwrap();
             staged.discard();
-            assert_eq!(std::fs::read_dir(t.path().join("dst/d")).unwrap().count(), 0);
+            assert_eq!(
+                std::fs::read_dir(t.path().join("dst/d")).unwrap().count(),
+                0
+            );
         }
     }
 
@@ -537,8 +786,18 @@ mod tests {
         let meta = meta_of(&md);
         finish_dir(&dst, b"d", &meta, None).unwrap();
         let got = std::fs::metadata(t.path().join("dst/d")).unwrap();
-        assert_eq!((got.mtime(), got.mtime_nsec(), got.mode()), (md.mtime(), md.mtime_nsec(), md.mode()));
-        let now = DirNow { mode: got.mode() & 0o7777, owner: (got.uid(), got.gid()), mtime: Some(Mtime { secs: got.mtime(), nanos: got.mtime_nsec() as u32 }) };
+        assert_eq!(
+            (got.mtime(), got.mtime_nsec(), got.mode()),
+            (md.mtime(), md.mtime_nsec(), md.mode())
+        );
+        let now = DirNow {
+            mode: got.mode() & 0o7777,
+            owner: (got.uid(), got.gid()),
+            mtime: Some(Mtime {
+                secs: got.mtime(),
+                nanos: got.mtime_nsec() as u32,
+            }),
+        };
         assert!(to_change(now, &meta).is_none());
         let _ = src;
     }

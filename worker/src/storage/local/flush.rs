@@ -98,23 +98,43 @@ mod tests {
         let s = LocalStore::new(t.path().to_path_buf(), true);
         std::fs::create_dir(t.path().join("d")).unwrap();
         std::fs::write(t.path().join("d/f3"), b"old and longer than the new bytes").unwrap();
-        let meta = Meta { mtime: Some(Mtime { secs: 1_600_000_000, nanos: 5 }), mode: Some(0o640), ..Meta::default() };
+        let meta = Meta {
+            mtime: Some(Mtime {
+                secs: 1_600_000_000,
+                nanos: 5,
+            }),
+            mode: Some(0o640),
+            ..Meta::default()
+        };
         let puts = (0..32).map(|i| {
             let (s, meta) = (s.clone(), meta.clone());
-            tokio::spawn(async move { s.put(format!("d/f{i}").as_bytes(), Bytes::from(format!("file {i}")), &meta).await })
+            tokio::spawn(async move {
+                s.put(
+                    format!("d/f{i}").as_bytes(),
+                    Bytes::from(format!("file {i}")),
+                    &meta,
+                )
+                .await
+            })
         });
         for p in futures::future::join_all(puts).await {
             p.unwrap().unwrap();
         }
         let fl = s.flushes.state.lock().unwrap();
         assert!(fl.done >= 1 && fl.done == fl.started && fl.failed.is_none());
-        let names: Vec<String> = std::fs::read_dir(t.path().join("d")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let names: Vec<String> = std::fs::read_dir(t.path().join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
         assert_eq!(names.len(), 32, "{names:?}");
         for i in 0..32 {
             let p = t.path().join(format!("d/f{i}"));
             assert_eq!(std::fs::read(&p).unwrap(), format!("file {i}").as_bytes());
             let md = std::fs::metadata(&p).unwrap();
-            assert_eq!((md.mode() & 0o7777, md.mtime(), md.mtime_nsec()), (0o640, 1_600_000_000, 5));
+            assert_eq!(
+                (md.mode() & 0o7777, md.mtime(), md.mtime_nsec()),
+                (0o640, 1_600_000_000, 5)
+            );
         }
     }
 }

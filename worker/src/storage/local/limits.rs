@@ -12,7 +12,10 @@ pub(super) fn dir_cache_max() -> usize {
 
 /// The soft limit on open files (after `raise_open_files_limit`).
 pub fn open_files_limit() -> u64 {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: r is a valid rlimit to fill.
     match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
         0 => r.rlim_cur,
@@ -24,7 +27,10 @@ pub fn open_files_limit() -> u64 {
 /// program: the usual soft limit, 1,024, is a fraction of what directory handles and 256
 /// files in flight (two descriptors each) can hold at once.
 pub fn raise_open_files_limit() {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: r is a valid rlimit, read then written back with only the soft limit raised.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {

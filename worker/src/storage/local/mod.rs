@@ -32,8 +32,8 @@ use crate::error::StoreError;
 use crate::xattrs::Wanted;
 
 pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
-pub use limits::raise_open_files_limit;
 pub(crate) use limits::open_files_limit;
+pub use limits::raise_open_files_limit;
 pub use ops::LocalFs;
 pub(crate) use posix::{entry_of, entry_with_target, is_remote, meta_of, temp_name};
 use walk::XattrLister;
@@ -67,7 +67,15 @@ struct DirCache {
 
 impl LocalStore {
     pub fn new(root: PathBuf, fsync: bool) -> Self {
-        LocalStore { root, root_fd: Arc::new(OnceLock::new()), dirs: Arc::default(), fsync, flushes: Arc::default(), no_tmpfile: Arc::default(), xattrs: XattrLister::default() }
+        LocalStore {
+            root,
+            root_fd: Arc::new(OnceLock::new()),
+            dirs: Arc::default(),
+            fsync,
+            flushes: Arc::default(),
+            no_tmpfile: Arc::default(),
+            xattrs: XattrLister::default(),
+        }
     }
 
     /// Listings of this store read the attributes `wanted` names (`--preserve`).
@@ -130,7 +138,8 @@ impl LocalStore {
     /// The directory holding `rel` (made when `create`), opened without following a symlink
     /// below the root, and `rel`'s final name.
     fn parent<'a>(&self, rel: &'a [u8], create: bool) -> std::io::Result<(Arc<OwnedFd>, &'a [u8])> {
-        check_relative(rel).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        check_relative(rel)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (dir, name) = beneath::split(rel);
         Ok((self.dir(dir, create)?, name))
     }
@@ -147,7 +156,13 @@ impl LocalStore {
 
     /// Puts a finished temp file in place: its bytes on disk first (unless `--no-fsync`), so a
     /// crash never leaves a file under its final name with less than its content.
-    fn commit_temp(&self, dir: &OwnedFd, tmp: &[u8], name: &[u8], file: &fs::File) -> std::io::Result<()> {
+    fn commit_temp(
+        &self,
+        dir: &OwnedFd,
+        tmp: &[u8],
+        name: &[u8],
+        file: &fs::File,
+    ) -> std::io::Result<()> {
         if self.fsync {
             file.sync_all()?;
         }
@@ -161,7 +176,12 @@ impl LocalStore {
         }
         match beneath::open_at(fd(dir), b".", libc::O_TMPFILE | libc::O_RDWR, mode) {
             Ok(f) => Ok(Some(fs::File::from(f))),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)
+                ) =>
+            {
                 self.no_tmpfile.store(true, Relaxed);
                 Ok(None)
             }
@@ -179,7 +199,14 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a/b..c")).unwrap();
         let s = LocalStore::new(t.path().to_path_buf(), false);
-        for bad in [&b"../etc/passwd"[..], b"a/../../b", b"/abs", b"a//b", b"./a", b""] {
+        for bad in [
+            &b"../etc/passwd"[..],
+            b"a/../../b",
+            b"/abs",
+            b"a//b",
+            b"./a",
+            b"",
+        ] {
             assert!(s.parent(bad, false).is_err(), "{bad:?}");
         }
         assert!(s.parent(b"a/b..c/.d", false).is_ok());

@@ -11,7 +11,10 @@ use bytes::Bytes;
 
 use super::beneath::{self, fd};
 use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
-use super::posix::{apply_link_meta, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at, remove_tree_at, staging_name, stamp, temp_name, unchanged};
+use super::posix::{
+    apply_link_meta, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at,
+    remove_tree_at, staging_name, stamp, temp_name, unchanged,
+};
 use super::store::changed;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
@@ -63,7 +66,12 @@ pub trait LocalFs: Send + Sync {
     fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()>;
     /// Makes the kept attributes of `rel` those of `want`, setting the new and removing the
     /// gone.
-    fn write_xattrs(&self, rel: &[u8], want: &xattrs::Attrs, wanted: Wanted) -> std::io::Result<xattrs::Refused>;
+    fn write_xattrs(
+        &self,
+        rel: &[u8],
+        want: &xattrs::Attrs,
+        wanted: Wanted,
+    ) -> std::io::Result<xattrs::Refused>;
     /// A staging directory for temp files (see `copy::TempIn`), one of the few a run's
     /// threads share: under the root, named so that listings skip it. The names are the same in
     /// every run and every process: a temp name is unique to its final name, so processes
@@ -81,11 +89,38 @@ pub trait LocalFs: Send + Sync {
     fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64>;
     /// Stages file `src_rel` of `src` as `dst_rel` here (`copy::stage_file`).
     #[allow(clippy::too_many_arguments)]
-    fn stage_file(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> std::io::Result<Staged>;
+    fn stage_file(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        quirks: &Quirks,
+        keep: &Preserve,
+        absent: bool,
+        temp_in: TempIn,
+    ) -> std::io::Result<Staged>;
     /// Copies symlink `src_rel` of `src` as `dst_rel` here (`copy::copy_symlink`).
-    fn copy_symlink(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused>;
+    fn copy_symlink(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        keep: &Preserve,
+    ) -> std::io::Result<xattrs::Refused>;
     /// Makes here a fifo or device node like `src_rel` of `src` (`copy::make_node`).
-    fn make_node(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused>;
+    fn make_node(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        keep: &Preserve,
+    ) -> std::io::Result<xattrs::Refused>;
     /// Makes symlink `rel` pointing at `target` (`copy::make_symlink`).
     fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()>;
     /// Gives directory `rel` the metadata `want` (`copy::finish_dir`).
@@ -100,7 +135,9 @@ impl LocalFs for LocalStore {
     }
 
     fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>> {
-        let r = self.parent(rel, false).and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
+        let r = self
+            .parent(rel, false)
+            .and_then(|(dir, name)| beneath::lstat_at(fd(&dir), name));
         match r {
             Ok(md) => Ok(Some(md)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -111,7 +148,9 @@ impl LocalFs for LocalStore {
     fn open_file(&self, rel: &[u8]) -> std::io::Result<File> {
         let (dir, name) = self.parent(rel, false)?;
         match beneath::open_at(fd(&dir), name, libc::O_RDONLY, 0) {
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(std::io::Error::other("is a symlink now, not a file (not followed)")),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(std::io::Error::other(
+                "is a symlink now, not a file (not followed)",
+            )),
             r => Ok(File::from(r?)),
         }
     }
@@ -124,7 +163,9 @@ impl LocalFs for LocalStore {
     fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]> {
         let (dir, name) = self.parent(rel, false)?;
         match beneath::open_at(fd(&dir), name, libc::O_RDONLY, 0) {
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(super::posix::link_md5(&beneath::readlink_at(fd(&dir), name)?)),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Ok(super::posix::link_md5(
+                &beneath::readlink_at(fd(&dir), name)?,
+            )),
             r => md5_reader(File::from(r?)),
         }
     }
@@ -140,14 +181,23 @@ impl LocalFs for LocalStore {
             return Ok(None);
         }
         let before = stamp(&md);
-        let data = crate::storage::bufpool::filled(md.len() as usize, |buf| read_exact_at(&f, buf, 0).map_err(&io)).map_err(changed)?;
-        f.metadata().and_then(|now| unchanged(&before, &now)).map_err(&io).map_err(changed)?;
+        let data = crate::storage::bufpool::filled(md.len() as usize, |buf| {
+            read_exact_at(&f, buf, 0).map_err(&io)
+        })
+        .map_err(changed)?;
+        f.metadata()
+            .and_then(|now| unchanged(&before, &now))
+            .map_err(&io)
+            .map_err(changed)?;
         Ok(Some((data, meta_of(&md))))
     }
 
     fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>> {
         let h = self.handle(rel)?;
-        let r = xattrs::read(&xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h))), wanted);
+        let r = xattrs::read(
+            &xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h))),
+            wanted,
+        );
         if let Ok(None) = r {
             self.xattrs.found_none();
         }
@@ -211,17 +261,29 @@ impl LocalFs for LocalStore {
         let (dir, name) = self.parent(rel, false)?;
         let f = File::from(beneath::open_at(fd(&dir), name, libc::O_PATH, 0)?);
         if kind_of(f.metadata()?.file_type()) != Some(kind) {
-            return Err(std::io::Error::other(format!("is no longer a {} (changed meanwhile)", kind.name())));
+            return Err(std::io::Error::other(format!(
+                "is no longer a {} (changed meanwhile)",
+                kind.name()
+            )));
         }
         if kind == Kind::Symlink {
-            return apply_link_meta(&dir, name, &Meta { mode: None, ..meta.clone() });
+            return apply_link_meta(
+                &dir,
+                name,
+                &Meta {
+                    mode: None,
+                    ..meta.clone()
+                },
+            );
         }
         // An `O_PATH` handle takes neither fchmod nor futimens: its /proc name does, and
         // names this very inode, whatever happens to the path meanwhile.
         let proc = crate::xattrs::proc_path(f.as_raw_fd());
         if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
             // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
-            chowned(unsafe { libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })?;
+            chowned(unsafe {
+                libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH)
+            })?;
         }
         if let Some(mode) = meta.mode {
             // SAFETY: a valid C string. After chown, which clears set-id bits.
@@ -239,7 +301,12 @@ impl LocalFs for LocalStore {
         Ok(())
     }
 
-    fn write_xattrs(&self, rel: &[u8], want: &xattrs::Attrs, wanted: Wanted) -> std::io::Result<xattrs::Refused> {
+    fn write_xattrs(
+        &self,
+        rel: &[u8],
+        want: &xattrs::Attrs,
+        wanted: Wanted,
+    ) -> std::io::Result<xattrs::Refused> {
         let h = self.handle(rel)?;
         let on = xattrs::On::Follow(&xattrs::proc_path(std::os::fd::AsRawFd::as_raw_fd(&h)));
         match xattrs::read(&on, wanted)? {
@@ -269,18 +336,49 @@ impl LocalFs for LocalStore {
 
     fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64> {
         use std::os::unix::fs::MetadataExt;
-        File::from(self.dir(rel, true)?.try_clone()?).metadata().map(|m| m.dev())
+        File::from(self.dir(rel, true)?.try_clone()?)
+            .metadata()
+            .map(|m| m.dev())
     }
 
-    fn stage_file(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, quirks: &Quirks, keep: &Preserve, absent: bool, temp_in: TempIn) -> std::io::Result<Staged> {
-        copy::stage_file(src, self, src_rel, dst_rel, src_xattrs, id, quirks, keep, absent, temp_in)
+    fn stage_file(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        quirks: &Quirks,
+        keep: &Preserve,
+        absent: bool,
+        temp_in: TempIn,
+    ) -> std::io::Result<Staged> {
+        copy::stage_file(
+            src, self, src_rel, dst_rel, src_xattrs, id, quirks, keep, absent, temp_in,
+        )
     }
 
-    fn copy_symlink(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused> {
+    fn copy_symlink(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        keep: &Preserve,
+    ) -> std::io::Result<xattrs::Refused> {
         copy::copy_symlink(src, self, src_rel, dst_rel, src_xattrs, id, keep)
     }
 
-    fn make_node(&self, src: &dyn LocalFs, src_rel: &[u8], dst_rel: &[u8], src_xattrs: Option<u64>, id: &Identity, keep: &Preserve) -> std::io::Result<xattrs::Refused> {
+    fn make_node(
+        &self,
+        src: &dyn LocalFs,
+        src_rel: &[u8],
+        dst_rel: &[u8],
+        src_xattrs: Option<u64>,
+        id: &Identity,
+        keep: &Preserve,
+    ) -> std::io::Result<xattrs::Refused> {
         copy::make_node(src, self, src_rel, dst_rel, src_xattrs, id, keep)
     }
 

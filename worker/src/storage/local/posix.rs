@@ -21,7 +21,6 @@ pub(super) fn is_partial_name(name: &[u8]) -> bool {
     name.starts_with(PARTIAL_PREFIX) && (name.ends_with(b".partial") || name.ends_with(b".journal"))
 }
 
-
 /// Removes `name` in `dir`: a file or symlink at once, a directory after everything in it.
 pub(super) fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     match beneath::unlink_at(fd(dir), name, false) {
@@ -41,11 +40,25 @@ pub(super) fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> 
 
 /// `linkat` of `from` in `from_dir` as `to` in `to_dir`: the entry itself, never a symlink's
 /// target.
-pub(super) fn link_at(from_dir: std::os::fd::BorrowedFd, from: &[u8], to_dir: std::os::fd::BorrowedFd, to: &[u8]) -> std::io::Result<()> {
+pub(super) fn link_at(
+    from_dir: std::os::fd::BorrowedFd,
+    from: &[u8],
+    to_dir: std::os::fd::BorrowedFd,
+    to: &[u8],
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let (a, b) = (std::ffi::CString::new(from)?, std::ffi::CString::new(to)?);
     // SAFETY: valid descriptors and C strings; no flags: a symlink is linked, not followed.
-    if unsafe { libc::linkat(from_dir.as_raw_fd(), a.as_ptr(), to_dir.as_raw_fd(), b.as_ptr(), 0) } != 0 {
+    if unsafe {
+        libc::linkat(
+            from_dir.as_raw_fd(),
+            a.as_ptr(),
+            to_dir.as_raw_fd(),
+            b.as_ptr(),
+            0,
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -73,7 +86,15 @@ fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let c = std::ffi::CString::new(name)?;
     // SAFETY: valid descriptors and C strings.
-    let rc = unsafe { libc::linkat(f.as_raw_fd(), c"".as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_EMPTY_PATH) };
+    let rc = unsafe {
+        libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
     if rc == 0 {
         return Ok(());
     }
@@ -84,7 +105,16 @@ fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     }
     let proc = crate::xattrs::proc_path(f.as_raw_fd());
     // SAFETY: valid descriptor and C strings.
-    if unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), dir.as_raw_fd(), c.as_ptr(), libc::AT_SYMLINK_FOLLOW) } != 0 {
+    if unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc.as_ptr(),
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -93,7 +123,10 @@ fn link_unnamed(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
 /// `statfs` magic numbers of filesystems reached over a network (linux/magic.h and the
 /// filesystems' own headers): NFS, SMB/CIFS (three generations), FUSE (blobfuse, sshfs, the
 /// project's latencyfs), Lustre, GPFS, CephFS, AFS, 9p, BeeGFS.
-const REMOTE_MAGIC: [i64; 11] = [0x6969, 0x517B, 0xFF534D42, 0xFE534D42, 0x65735546, 0x0BD00BD0, 0x47504653, 0x00C36400, 0x5346414F, 0x01021997, 0x19830326];
+const REMOTE_MAGIC: [i64; 11] = [
+    0x6969, 0x517B, 0xFF534D42, 0xFE534D42, 0x65735546, 0x0BD00BD0, 0x47504653, 0x00C36400,
+    0x5346414F, 0x01021997, 0x19830326,
+];
 
 /// Whether `root` sits on a filesystem where each metadata call is a network round trip
 /// (NFS, SMB, Lustre, FUSE, ...): such a tree needs many more calls in flight to hide the
@@ -153,20 +186,34 @@ pub(super) fn md5_reader(mut f: File) -> std::io::Result<[u8; 16]> {
 /// What identifies the bytes of a local file at a moment: if any part moves, they may have.
 /// ctime catches an in-place rewrite that put the old size and mtime back.
 pub(super) fn stamp(md: &fs::Metadata) -> String {
-    format!("{}:{}:{}:{}.{}:{}.{}", md.dev(), md.ino(), md.len(), md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
+    format!(
+        "{}:{}:{}:{}.{}:{}.{}",
+        md.dev(),
+        md.ino(),
+        md.len(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ctime(),
+        md.ctime_nsec()
+    )
 }
 
 /// Fails when a file changed between two looks at it.
 pub(super) fn unchanged(before: &str, now: &fs::Metadata) -> std::io::Result<()> {
     if stamp(now) != before {
-        return Err(std::io::Error::other("the source changed while being copied (size, mtime or ctime moved); not committed"));
+        return Err(std::io::Error::other(
+            "the source changed while being copied (size, mtime or ctime moved); not committed",
+        ));
     }
     Ok(())
 }
 
 pub(crate) fn meta_of(md: &fs::Metadata) -> Meta {
     Meta {
-        mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }),
+        mtime: Some(Mtime {
+            secs: md.mtime(),
+            nanos: md.mtime_nsec() as u32,
+        }),
         mode: Some(md.mode() & 0o7777),
         uid: Some(md.uid()),
         gid: Some(md.gid()),
@@ -198,7 +245,11 @@ pub(crate) fn link_md5(target: &[u8]) -> [u8; 16] {
 
 /// `entry_of`, and a symlink's target digest from `target`, which is asked for only for a
 /// symlink. A target that cannot be read leaves it unknown (the size and mtime rules then apply).
-pub(crate) fn entry_with_target(rel: Vec<u8>, md: &fs::Metadata, target: impl FnOnce() -> std::io::Result<Vec<u8>>) -> Option<Entry> {
+pub(crate) fn entry_with_target(
+    rel: Vec<u8>,
+    md: &fs::Metadata,
+    target: impl FnOnce() -> std::io::Result<Vec<u8>>,
+) -> Option<Entry> {
     let mut e = entry_of(rel, md)?;
     if e.kind == Kind::Symlink {
         e.md5 = target().ok().map(|t| link_md5(&t));
@@ -208,12 +259,19 @@ pub(crate) fn entry_with_target(rel: Vec<u8>, md: &fs::Metadata, target: impl Fn
 
 pub(crate) fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
     let kind = kind_of(md.file_type())?;
-    let size = if kind == Kind::File || kind == Kind::Symlink { md.len() } else { 0 };
+    let size = if kind == Kind::File || kind == Kind::Symlink {
+        md.len()
+    } else {
+        0
+    };
     Some(Entry {
         path: rel,
         kind,
         size: Some(size),
-        mtime: Some(Mtime { secs: md.mtime(), nanos: md.mtime_nsec() as u32 }),
+        mtime: Some(Mtime {
+            secs: md.mtime(),
+            nanos: md.mtime_nsec() as u32,
+        }),
         md5: None,
         mode: Some(md.mode() & 0o7777),
         owner: Some((md.uid(), md.gid())),
@@ -225,8 +283,14 @@ pub(crate) fn entry_of(rel: Vec<u8>, md: &fs::Metadata) -> Option<Entry> {
 /// The `times` argument of futimens/utimensat that sets the mtime and leaves the atime.
 pub(super) fn mtime_times(m: Mtime) -> [libc::timespec; 2] {
     [
-        libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        libc::timespec { tv_sec: m.secs as libc::time_t, tv_nsec: m.nanos as _ },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: m.secs as libc::time_t,
+            tv_nsec: m.nanos as _,
+        },
     ]
 }
 
@@ -280,7 +344,8 @@ pub(super) fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::i
     if let Some(m) = meta.mtime {
         let times = mtime_times(m);
         // SAFETY: valid descriptor, C string and a two-element array.
-        if unsafe { libc::utimensat(d, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        if unsafe { libc::utimensat(d, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0
+        {
             return Err(std::io::Error::last_os_error());
         }
     }
@@ -296,12 +361,15 @@ pub(crate) fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
     format!(".ferry-{:016x}.{suffix}", fnv1a(name)).into_bytes()
 }
 
-
 pub(super) fn read_exact_at(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         match f.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => return Err(std::io::Error::other("the source is shorter than listed (changed while being copied?)")),
+            Ok(0) => {
+                return Err(std::io::Error::other(
+                    "the source is shorter than listed (changed while being copied?)",
+                ))
+            }
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -312,14 +380,36 @@ pub(super) fn read_exact_at(f: &File, buf: &mut [u8], offset: u64) -> std::io::R
 
 /// Writes `pieces` one after another at `offset`, in as few `pwritev` calls as the kernel
 /// allows: the pieces go to disk from where they arrived, without being gathered first.
-pub(super) fn write_all_vectored_at(f: &File, pieces: &[Bytes], mut offset: u64) -> std::io::Result<()> {
+pub(super) fn write_all_vectored_at(
+    f: &File,
+    pieces: &[Bytes],
+    mut offset: u64,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let mut rest: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).filter(|p| !p.is_empty()).collect();
+    let mut rest: Vec<&[u8]> = pieces
+        .iter()
+        .map(|p| &p[..])
+        .filter(|p| !p.is_empty())
+        .collect();
     let mut first = 0;
     while first < rest.len() {
-        let iov: Vec<libc::iovec> = rest[first..].iter().take(1024).map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+        let iov: Vec<libc::iovec> = rest[first..]
+            .iter()
+            .take(1024)
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut _,
+                iov_len: p.len(),
+            })
+            .collect();
         // SAFETY: valid fd; the iovecs point into slices that outlive the call.
-        let n = unsafe { libc::pwritev(f.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset as libc::off_t) };
+        let n = unsafe {
+            libc::pwritev(
+                f.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -328,7 +418,10 @@ pub(super) fn write_all_vectored_at(f: &File, pieces: &[Bytes], mut offset: u64)
             return Err(e);
         }
         if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
         }
         offset += n as u64;
         let mut n = n as usize;

@@ -9,7 +9,10 @@ use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
 use super::ops::LocalFs;
-use super::posix::{apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp, temp_name, unchanged};
+use super::posix::{
+    apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
+    temp_name, unchanged,
+};
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
 use super::LocalStore;
@@ -21,7 +24,9 @@ use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
 /// state built from the old bytes must go.
 pub(super) fn changed(e: StoreError) -> StoreError {
     match e {
-        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::Other => StoreError::Integrity(format!("{path}: {source}")),
+        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::Other => {
+            StoreError::Integrity(format!("{path}: {source}"))
+        }
         e => e,
     }
 }
@@ -33,7 +38,11 @@ impl Store for LocalStore {
     }
 
     async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
-        let (root, threads, xattrs) = (self.root.clone(), walk_threads(super::posix::is_remote(&self.root)), self.xattrs.clone());
+        let (root, threads, xattrs) = (
+            self.root.clone(),
+            walk_threads(super::posix::is_remote(&self.root)),
+            self.xattrs.clone(),
+        );
         blocking(move || walk(&root, recursive, threads, &xattrs, &tx)).await
     }
 
@@ -46,17 +55,31 @@ impl Store for LocalStore {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
-            Ok(md.and_then(|md| entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))))
+            Ok(md.and_then(|md| {
+                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))
+            }))
         })
         .await
     }
 
     async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
         let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || Ok(me.lstat(&rel).map_err(me.io_err(&rel))?.map(|md| (stamp(&md), md.len())))).await
+        blocking(move || {
+            Ok(me
+                .lstat(&rel)
+                .map_err(me.io_err(&rel))?
+                .map(|md| (stamp(&md), md.len())))
+        })
+        .await
     }
 
-    async fn read(&self, path: &[u8], offset: u64, len: u64, version: Option<&str>) -> Result<Chunk> {
+    async fn read(
+        &self,
+        path: &[u8],
+        offset: u64,
+        len: u64,
+        version: Option<&str>,
+    ) -> Result<Chunk> {
         let (me, rel, version) = (self.clone(), path.to_vec(), version.map(str::to_string));
         blocking(move || {
             let io = me.io_err(&rel);
@@ -66,7 +89,9 @@ impl Store for LocalStore {
                 None => Ok(()),
             };
             check(&f).map_err(&io).map_err(changed)?;
-            let data = crate::storage::bufpool::filled(len as usize, |buf| read_exact_at(&f, buf, offset).map_err(&io))?;
+            let data = crate::storage::bufpool::filled(len as usize, |buf| {
+                read_exact_at(&f, buf, offset).map_err(&io)
+            })?;
             // After the read too: a write during it would otherwise go unseen.
             check(&f).map_err(&io).map_err(changed)?;
             Ok(Chunk { data, meta: None })
@@ -85,7 +110,10 @@ impl Store for LocalStore {
             // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
             // flush shared with the files written beside it, before it gets its name.
             if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
-                return written(&f).and_then(|_| me.sync_one()).and_then(|_| link_in(&f, &dir, name)).map_err(me.io_err(&rel));
+                return written(&f)
+                    .and_then(|_| me.sync_one())
+                    .and_then(|_| link_in(&f, &dir, name))
+                    .map_err(me.io_err(&rel));
             }
             let tmp = temp_name(name, "partial");
             let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {

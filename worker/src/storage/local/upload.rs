@@ -44,7 +44,10 @@ impl LocalUpload {
             .and_then(|j| File::from(j).read_to_string(&mut previous))
             .is_ok();
         // The partial file of an earlier run, only if it is still a regular file of ours.
-        let old = beneath::open_at(fd(&dir), &tmp, libc::O_RDWR, 0).map(File::from).ok().filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
+        let old = beneath::open_at(fd(&dir), &tmp, libc::O_RDWR, 0)
+            .map(File::from)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
         let (file, journal) = match old {
             Some(f) if had_journal && previous.starts_with(&header) => {
                 for line in previous[header.len()..].lines() {
@@ -52,7 +55,18 @@ impl LocalUpload {
                         staged[i] = true;
                     }
                 }
-                (f, File::from(beneath::open_at(fd(&dir), &journal_name, libc::O_WRONLY | libc::O_APPEND, 0).map_err(&io)?))
+                (
+                    f,
+                    File::from(
+                        beneath::open_at(
+                            fd(&dir),
+                            &journal_name,
+                            libc::O_WRONLY | libc::O_APPEND,
+                            0,
+                        )
+                        .map_err(&io)?,
+                    ),
+                )
             }
             _ => {
                 let mut j = create_temp(&dir, &journal_name, 0o600).map_err(&io)?;
@@ -61,7 +75,17 @@ impl LocalUpload {
             }
         };
         file.set_len(plan.size).map_err(&io)?;
-        Ok(LocalUpload { store, rel, dir, tmp, journal_name, file: Arc::new(file), journal: Mutex::new(journal), staged, plan })
+        Ok(LocalUpload {
+            store,
+            rel,
+            dir,
+            tmp,
+            journal_name,
+            file: Arc::new(file),
+            journal: Mutex::new(journal),
+            staged,
+            plan,
+        })
     }
 
     fn io_err(&self) -> impl Fn(std::io::Error) -> StoreError + '_ {
@@ -89,7 +113,10 @@ impl Upload for LocalUpload {
         let file = self.file.clone();
         let offset = idx * self.plan.block_size + offset_in_block;
         let what = self.store.full_path(&self.rel).display().to_string();
-        blocking(move || write_all_vectored_at(&file, &data, offset).map_err(|e| StoreError::io(what, e))).await
+        blocking(move || {
+            write_all_vectored_at(&file, &data, offset).map_err(|e| StoreError::io(what, e))
+        })
+        .await
     }
 
     async fn finish_block(&self, idx: u64) -> Result<()> {
@@ -103,8 +130,12 @@ impl Upload for LocalUpload {
         let offset = idx * self.plan.block_size;
         let len = self.plan.block_len(idx) as usize;
         let what = self.store.full_path(&self.rel).display().to_string();
-        blocking(move || Ok(Some(crate::storage::bufpool::filled(len, |buf| read_exact_at(&file, buf, offset).map_err(|e| StoreError::io(&what, e)))?)))
-            .await
+        blocking(move || {
+            Ok(Some(crate::storage::bufpool::filled(len, |buf| {
+                read_exact_at(&file, buf, offset).map_err(|e| StoreError::io(&what, e))
+            })?))
+        })
+        .await
     }
 
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()> {
@@ -113,7 +144,9 @@ impl Upload for LocalUpload {
             let io = self.io_err();
             let (_, name) = beneath::split(&self.rel);
             apply_meta_fd(&self.file, &meta).map_err(&io)?;
-            self.store.commit_temp(&self.dir, &self.tmp, name, &self.file).map_err(&io)?;
+            self.store
+                .commit_temp(&self.dir, &self.tmp, name, &self.file)
+                .map_err(&io)?;
             let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
             Ok(())
         })

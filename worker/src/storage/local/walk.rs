@@ -27,7 +27,10 @@ pub(super) struct XattrLister {
 
 impl XattrLister {
     pub(super) fn new(wanted: Wanted) -> Self {
-        XattrLister { wanted, none_here: Arc::default() }
+        XattrLister {
+            wanted,
+            none_here: Arc::default(),
+        }
     }
 
     /// Whether this run learnt that the filesystem holds no attributes at all.
@@ -58,23 +61,39 @@ impl XattrLister {
     }
 }
 
-
 /// Parallel directory walk. Threads share a stack of directories; results stream to `tx`.
-pub(super) fn walk(root: &Path, recursive: bool, threads: usize, xattrs: &XattrLister, tx: &mpsc::Sender<Result<Entry>>) -> Result<()> {
+pub(super) fn walk(
+    root: &Path,
+    recursive: bool,
+    threads: usize,
+    xattrs: &XattrLister,
+    tx: &mpsc::Sender<Result<Entry>>,
+) -> Result<()> {
     // The root itself is followed if it is a symlink: it is what the user named (`cp -H`).
     let md = fs::metadata(root).map_err(|e| StoreError::io(root.display().to_string(), e))?;
     if !md.is_dir() {
-        return Err(StoreError::Invalid(format!("{} is not a directory", root.display())));
+        return Err(StoreError::Invalid(format!(
+            "{} is not a directory",
+            root.display()
+        )));
     }
     struct Queue {
         dirs: Vec<Vec<u8>>,
         busy: usize,
         failed: bool,
     }
-    let state = Mutex::new(Queue { dirs: vec![Vec::new()], busy: 0, failed: false });
+    let state = Mutex::new(Queue {
+        dirs: vec![Vec::new()],
+        busy: 0,
+        failed: false,
+    });
     let cv = Condvar::new();
     let work = |rel: &[u8]| -> Result<Vec<Vec<u8>>> {
-        let dir = if rel.is_empty() { root.to_path_buf() } else { root.join(OsStr::from_bytes(rel)) };
+        let dir = if rel.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(OsStr::from_bytes(rel))
+        };
         let rd = fs::read_dir(&dir).map_err(|e| StoreError::io(dir.display().to_string(), e))?;
         let mut subdirs = Vec::new();
         for de in rd {
@@ -96,13 +115,17 @@ pub(super) fn walk(root: &Path, recursive: bool, threads: usize, xattrs: &XattrL
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 // One entry that cannot be read is reported; its siblings are still listed.
                 Err(e) => {
-                    if tx.blocking_send(Err(StoreError::io(de.path().display().to_string(), e))).is_err() {
+                    if tx
+                        .blocking_send(Err(StoreError::io(de.path().display().to_string(), e)))
+                        .is_err()
+                    {
                         return Ok(Vec::new());
                     }
                     continue;
                 }
             };
-            if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path())) {
+            if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path()))
+            {
                 entry.xattrs = xattrs.digest(&de.path());
                 if entry.kind == Kind::Dir && recursive {
                     subdirs.push(child);
@@ -161,7 +184,11 @@ pub(super) fn walk_threads(remote: bool) -> usize {
     if remote {
         return 64;
     }
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).clamp(4, 16) * 2
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(4, 16)
+        * 2
 }
 
 impl LocalStore {
@@ -172,7 +199,14 @@ impl LocalStore {
         let dir = self.full_path(rel);
         let rd = match fs::read_dir(&dir) {
             Ok(rd) => rd,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => return Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None)
+            }
             Err(e) => return Err(e),
         };
         let mut out = Vec::new();
@@ -187,8 +221,17 @@ impl LocalStore {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e),
             };
-            let path = if rel.is_empty() { name.as_bytes().to_vec() } else { [rel, b"/", name.as_bytes()].concat() };
-            out.extend(entry_with_target(path, &md, || read_link(&de.path())).map(|e| Entry { xattrs: self.xattrs.digest(&de.path()), ..e }));
+            let path = if rel.is_empty() {
+                name.as_bytes().to_vec()
+            } else {
+                [rel, b"/", name.as_bytes()].concat()
+            };
+            out.extend(
+                entry_with_target(path, &md, || read_link(&de.path())).map(|e| Entry {
+                    xattrs: self.xattrs.digest(&de.path()),
+                    ..e
+                }),
+            );
         }
         Ok(Some(out))
     }
