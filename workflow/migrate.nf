@@ -7,6 +7,7 @@ include { COPY            } from './modules/copy.nf'
 include { VERIFY          } from './modules/verify.nf'
 include { PRUNE           } from './modules/prune.nf'
 include { FINAL_CHECK     } from './modules/final_check.nf'
+include { CARRY           } from './modules/carry.nf'
 include { REPORT          } from './modules/report.nf'
 
 workflow MIGRATE {
@@ -49,7 +50,7 @@ workflow MIGRATE {
         VERIFY(step('verify'), PLAN.out.verify.flatten().map(byPart).combine(copied).map { part, manifest, done, expected -> [part, manifest] })
         // toList() emits also when no verify ran (collect() would not); the prune step's guard
         // decides from the plan.
-        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList())
+        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList(), inputs.map { it.source }, inputs.map { it.dest })
         if (run.final_check)
             FINAL_CHECK(step('final_check'), PRUNE.out.json)
     }
@@ -58,7 +59,12 @@ workflow MIGRATE {
         VERIFY(step('verify'), COPY.out.json.join(copyParts).map { part, json, manifest -> [part, manifest] })
     }
 
-    def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec)
+    // Once every verify has ended (and prune, in the final phase): a verify that failed left no
+    // record of what it saw, and the step then refuses, so the next pass lists fresh.
+    def deleted = phase == 'final' ? PRUNE.out.deleted : Channel.value([])
+    CARRY(step('carry'), PLAN.out.plan, VERIFY.out.observed.toList(), inputs.map { it.dest ?: [] }, deleted)
+
+    def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec, CARRY.out.rec)
     if (phase == 'final') {
         records = records.mix(PRUNE.out.rec)
         if (run.final_check)

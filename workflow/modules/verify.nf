@@ -12,6 +12,7 @@ process VERIFY {
 
     output:
     tuple val(part), path("rec/verify/part-${part}.json"), emit: json
+    path "rec/verify/part-${part}.observed.tsv", emit: observed   // what it saw, for CARRY
     path 'rec', emit: rec
 
     script:

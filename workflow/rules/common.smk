@@ -142,9 +142,22 @@ def all_benchmarks(step, ids):
     return [records(step, part).bench for part in ids]
 
 
+def carry_inputs(wildcards):
+    """What the carried state is made of: what every verify saw, the listing the plan used, and
+    in the final phase what prune deleted."""
+    files = {"verified": all_verify_json(wildcards)}
+    if PHASE != "baseline":
+        files["listing"] = records("list_dest").out
+    if FINAL:
+        files["pruned"] = records("prune").out
+    return files
+
+
 def report_inputs(wildcards):
     """Everything the report reads; requesting it is also what pulls the whole phase in."""
-    steps = ["list_source", "plan"] + ([] if PHASE == "baseline" else ["list_dest"])
+    steps = ["list_source", "plan", "carry"] + (
+        [] if PHASE == "baseline" else ["list_dest"]
+    )
     if FINAL:
         steps.append("prune")
     if RUN_INFO["final_check"]:
@@ -159,6 +172,7 @@ def report_inputs(wildcards):
     }
     if FINAL:
         files["prune"] = records("prune").out
+    files["carry"] = records("carry").out
     if RUN_INFO["final_check"]:
         files["final_check"] = records("final_check").out
     return files

@@ -151,6 +151,7 @@ STEPS = {
     "verify": "verify",
     "prune": "prune",
     "final_check": "verify",
+    "carry": "list",
     "report": "report",
     "replicate": "replicate",
 }
@@ -164,6 +165,22 @@ def run_dir(cfg: dict) -> str:
     """<outdir>/<run_name>/<phase>[-pass<N>]: the run's records, the same for both engines."""
     phase = cfg["phase"] if cfg["pass"] == 1 else f"{cfg['phase']}-pass{cfg['pass']}"
     return os.path.join(cfg["outdir"], run_name(cfg), phase)
+
+
+def pass_name(cfg: dict) -> str:
+    """The pass, as the carried state records who took and left it: its run directory's name."""
+    return os.path.basename(run_dir(cfg))
+
+
+def state_location(cfg: dict) -> str:
+    """Where the destination's carried state is kept (docs/scale.md)."""
+    if cfg["state"]:
+        return cfg["state"] if is_blob(cfg["state"]) else os.path.abspath(cfg["state"])
+    return os.path.abspath(os.path.join(cfg["outdir"], run_name(cfg), "state"))
+
+
+def carried_args(cfg: dict) -> list[str]:
+    return ["--carried", "{state}", "--pass", pass_name(cfg)]
 
 
 def replicate_only(cfg: dict) -> bool:
@@ -276,6 +293,11 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     replaced by small local trees in a stub run."""
     ends = ["{source}", "{dest}"]
     if step in ("list_source", "list_dest"):
+        # The destination: the state the last complete pass carried, where it still holds.
+        carried = []
+        if step == "list_dest":
+            how = ["--fresh"] if cfg["dest_listing"] == "fresh" else []
+            carried = [*carried_args(cfg), "--probe", str(cfg["dest_probe"]), *how]
         return [
             ferry,
             "ls",
@@ -284,13 +306,15 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--format",
             "tsv",
             *list_args(cfg),
+            *carried,
             "--summary",
             "{summary}",
         ]
     if step == "make_dest":
         # ferry copy refuses to create a missing container (a typo would otherwise create a new
-        # one silently); the baseline is where a migration legitimately starts from nothing.
-        return [ferry, "mk", "{dest}", "--source", "{source}"]
+        # one silently); the baseline is where a migration legitimately starts from nothing. It
+        # also marks any carried state out of date: the baseline writes the destination.
+        return [ferry, "mk", "{dest}", "--source", "{source}", *carried_args(cfg)]
     if step == "plan":
         dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
         return [
@@ -327,6 +351,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--files-from",
             "{manifest}",
             *verify_args(cfg),
+            # What it saw: the destination's entries the pass wrote, for `ferry carry`.
+            "--observed",
+            "{observed}",
             "--progress-file",
             "{progress}",
             "--json",
@@ -334,10 +361,16 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     if step == "prune":
         # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
         # counted against the job's memory.
+        # Both sides as the plan saw them: the source is frozen, and the destination was written
+        # since only by this pass (a deletion of what it already replaced finds nothing).
         return [
             ferry,
             "prune",
             *ends,
+            "--files-from",
+            "{source_listing}",
+            "--dest-from",
+            "{dest_listing}",
             *prune_args(cfg),
             "--scratch",
             "{scratch}",
@@ -347,6 +380,29 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         ]
     if step == "final_check":
         return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
+    if step == "carry":
+        planned = [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}"]
+        pruned = (
+            ["--deleted", "{deleted_log}"]
+            if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
+            else []
+        )
+        return [
+            ferry,
+            "carry",
+            "{dest}",
+            "--state",
+            "{state}",
+            "--pass",
+            pass_name(cfg),
+            *planned,
+            "--observed",
+            "{observed}",
+            *pruned,
+            "--scratch",
+            "{scratch}",
+            "--json",
+        ]
     if step == "replicate":
         r = cfg["replicate"]
         return [
@@ -398,6 +454,8 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["argv"] = argv(cfg, step, ferry)
     ends = cfg["replicate"] if step == "replicate" else cfg
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
+    if step in ("list_dest", "make_dest", "carry"):
+        spec["values"]["state"] = state_location(cfg)
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
     if step in ("copy", "verify"):
@@ -491,6 +549,9 @@ NF_GROUPS = [
             "ferry_bin",
             "auth",
             "list",
+            "dest_listing",
+            "dest_probe",
+            "state",
             "plan",
             "compare",
             "copy",

@@ -168,7 +168,7 @@ def requests_by_step(run_dir: str, plan: dict | None) -> dict:
         for spec in (plan or {}).get(key, []):
             rec = records(step, spec["id"], run_dir)
             docs.append((step, load_json(rec.out) or load_json(rec.failed)))
-    for step in ("prune", "final_check"):
+    for step in ("prune", "final_check", "carry"):
         rec = records(step, root=run_dir)
         docs.append((step, load_json(rec.out) or load_json(rec.failed)))
     by_step: dict[str, dict[str, int]] = {}
@@ -195,6 +195,21 @@ def depth_used(docs: list[dict]) -> dict:
         "final": largest("final"),
         "peak": largest("peak"),
     }
+
+
+def dest_listing(run_dir: str, phase: str, failures: list) -> dict | None:
+    """How the pass knew the destination (the state the last pass carried, or a fresh listing
+    and why) and what it left for the next pass (docs/scale.md)."""
+    if phase == "baseline":
+        listed = None
+    else:
+        summary = load_json(os.path.join(run_dir, LISTING_SUMMARIES["list_dest"]))
+        listed = (summary or {}).get("carried")
+    rec = records("carry", root=run_dir)
+    carry = load_json(rec.out)
+    if carry is None and nonempty(rec.log):
+        failures.append({"stage": "carry", "error": last_log_line(rec.log) or "carry failed"})
+    return {"listed": listed, "left": (carry or {}).get("doc")}
 
 
 def build(
@@ -291,6 +306,8 @@ def build(
         if prune and prune.get("log"):
             # The deletion list lives in the run directory, wherever the engine ran prune from.
             prune = {**prune, "log": os.path.join("prune", os.path.basename(prune["log"]))}
+
+    dest_state = dest_listing(run_dir, phase, failures)
 
     final_check = None
     if phase == "final":
@@ -400,6 +417,7 @@ def build(
             "verify": verify_totals,
             "prune": prune,
             "final_check": final_check,
+            "dest_listing": dest_state,
             "requests": requests_by_step(run_dir, plan),
             "depth": depth_used(copy_docs),
         },
@@ -433,6 +451,27 @@ def fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
+
+
+def dest_listing_lines(d: dict | None) -> list[str]:
+    if not d:
+        return []
+    out = []
+    listed = d.get("listed")
+    if listed and listed.get("used"):
+        out.append(
+            f"Destination: not listed; planned against the state {listed['written_by']} left "
+            f"({listed['probed']} entries probed on the destination, all as carried)."
+        )
+    elif listed:
+        out.append(f"Destination: listed fresh ({listed['reason']}).")
+    left = d.get("left")
+    out.append(
+        f"Carried to the next pass: {left['entries']:,} entries."
+        if left
+        else "Carried to the next pass: nothing (the next pass lists the destination fresh)."
+    )
+    return [*out, ""]
 
 
 def markdown(report: dict) -> str:
@@ -485,6 +524,7 @@ def markdown(report: dict) -> str:
         f"{v['missing_on_dst']} missing on destination, {v['missing_on_src']} missing on source, {v['error']} errors.",
         "",
     ]
+    lines += dest_listing_lines(t.get("dest_listing"))
     if t["prune"] is not None:
         p = t["prune"]
         lines += [

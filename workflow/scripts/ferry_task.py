@@ -66,10 +66,16 @@ RECORDS = {
         "benchmarks/final_check.tsv",
         "failed/final-check.json",
     ),
+    "carry": Records(
+        "carry/carry.json", "logs/carry.log", "benchmarks/carry.tsv", "failed/carry.json"
+    ),
     # The replication's own run directory (replicate.py writes its report, {report}, itself).
     "replicate": Records(None, "replicate.log", "benchmark.tsv"),
 }
 PLAN_DIR = "plan"
+# What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
+# carry step patches the carried destination listing with it.
+OBSERVED = "verify/part-{part}.observed.tsv"
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
 DELETED_LOG = "prune/deleted.txt"
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
@@ -145,6 +151,7 @@ def stub_ends(step: str, where: str) -> dict:
                 # Both sides alike to the second, so a verify of the metadata finds them the same.
                 os.utime(path, (1_700_000_000, 1_700_000_000))
         ends[side] = os.path.abspath(root)
+    ends["state"] = os.path.abspath(os.path.join(where, "state"))
     return ends
 
 
@@ -180,6 +187,21 @@ def prune_guard(root: str) -> list[str]:
     return problems
 
 
+def observed_records(root: str) -> list[str]:
+    """What every verify of the plan saw, for `ferry carry`: each must be there, or the pass is
+    not complete and leaves no carried state."""
+    plan = load_json(os.path.join(root, PLAN_DIR, "plan.json"))
+    if plan is None:
+        raise SystemExit("ferry-task: carry: no plan.json in the records")
+    paths = [
+        os.path.join(root, OBSERVED.format(part=spec["id"])) for spec in plan["verify_partitions"]
+    ]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"ferry-task: carry: no record of what verify saw: {', '.join(missing)}")
+    return paths
+
+
 def run_step(
     step: str,
     spec: dict,
@@ -213,6 +235,10 @@ def run_step(
             **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
         }
     )
+    if step == "verify":
+        values["observed"] = os.path.join(root, OBSERVED.format(part=part))
+    if step == "carry":
+        values["observed"] = observed_records(root)
     if step in LISTING_SUMMARIES:
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
     if "run_dir" in values:
