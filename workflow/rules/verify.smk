@@ -20,7 +20,7 @@ rule verify:
         "../envs/ferry.yaml"
     threads: threads("verify")
     resources:
-        **requests("verify", runtime=FINAL),
+        **requests("verify", runtime=AUDIT),
     shell:
         task("verify") + " --set manifest={input.manifest:q}"
 

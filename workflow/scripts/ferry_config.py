@@ -238,7 +238,7 @@ def copy_args(cfg: dict) -> list[str]:
 
 
 def verify_args(cfg: dict) -> list[str]:
-    final = cfg["phase"] == "final"
+    final = cfg["phase"] in ("final", "audit")
     return [
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--download"] if final and cfg["checksum"] and cfg["verify_download"] else []),
@@ -296,7 +296,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         # The destination: the state the last complete pass carried, where it still holds.
         carried = []
         if step == "list_dest":
-            how = ["--fresh"] if cfg["dest_listing"] == "fresh" else []
+            # An audit looks at the destination as it is, never as it was carried.
+            fresh = cfg["dest_listing"] == "fresh" or cfg["phase"] == "audit"
+            how = ["--fresh"] if fresh else []
             carried = [*carried_args(cfg), "--probe", str(cfg["dest_probe"]), *how]
         return [
             ferry,
@@ -382,6 +384,8 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
     if step == "carry":
         planned = [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}"]
+        # The audit's fresh listing is the state as it is: no verify's record to patch it with.
+        observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
         pruned = (
             ["--deleted", "{deleted_log}"]
             if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
@@ -396,8 +400,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--pass",
             pass_name(cfg),
             *planned,
-            "--observed",
-            "{observed}",
+            *observed,
             *pruned,
             "--scratch",
             "{scratch}",
@@ -467,7 +470,7 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
 
 def report_args(cfg: dict) -> list[str]:
     """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
-    final = cfg["phase"] == "final"
+    final = cfg["phase"] in ("final", "audit")
     return [
         "--run-name",
         run_name(cfg),
@@ -521,6 +524,7 @@ def resolve(
         "dir": run_dir(cfg),
         "phase": cfg["phase"],
         "final": cfg["phase"] == "final",
+        "audit": cfg["phase"] == "audit",
         "final_check": final_check(cfg),
         "replicate_only": only,
         # Where the engine's own records (Nextflow's trace, timeline, report) go.

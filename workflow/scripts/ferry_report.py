@@ -308,6 +308,16 @@ def build(
             prune = {**prune, "log": os.path.join("prune", os.path.basename(prune["log"]))}
 
     dest_state = dest_listing(run_dir, phase, failures)
+    extra = ((plan or {}).get("extra_on_dest") or {}).get("files") or 0
+    if phase == "audit" and extra:
+        # Verify partitions look at the source's paths; what only the destination holds is
+        # the plan's to find.
+        failures.append(
+            {
+                "stage": "audit",
+                "error": f"{extra} files only on the destination (listed in plan/delete.tsv)",
+            }
+        )
 
     final_check = None
     if phase == "final":
@@ -696,7 +706,7 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="write the report of RUN_DIR")
     b.add_argument("run_dir")
     b.add_argument("--run-name", required=True)
-    b.add_argument("--phase", required=True, choices=["baseline", "incremental", "final"])
+    b.add_argument("--phase", required=True, choices=["baseline", "incremental", "final", "audit"])
     b.add_argument("--pass", dest="pass_", type=int, default=1, help="the pass of the phase")
     b.add_argument("--source", required=True, help="as it may be shown (no query string)")
     b.add_argument("--dest", required=True, help="as it may be shown (no query string)")

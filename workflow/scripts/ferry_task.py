@@ -237,7 +237,7 @@ def run_step(
     )
     if step == "verify":
         values["observed"] = os.path.join(root, OBSERVED.format(part=part))
-    if step == "carry":
+    if step == "carry" and "{observed}" in spec["argv"]:
         values["observed"] = observed_records(root)
     if step in LISTING_SUMMARIES:
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
