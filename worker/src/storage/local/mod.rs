@@ -7,10 +7,12 @@
 //! - `ops`: `LocalFs`; `copy`: local → local staging and committing of files, links, nodes
 //!   and directories;
 //! - `walk`: parallel listings; `flush`: shared `syncfs`; `limits`: the open-files limit;
+//! - `inherit`: what a new entry takes from its directory (group, default ACL);
 //! - `posix`: system-call helpers and the mapping from `stat` to the manifest.
 
 mod copy;
 mod flush;
+mod inherit;
 mod limits;
 mod ops;
 mod posix;
@@ -32,6 +34,7 @@ use crate::error::StoreError;
 use crate::xattrs::Wanted;
 
 pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
+pub use inherit::Inherits;
 pub(crate) use limits::open_files_limit;
 pub use limits::raise_open_files_limit;
 pub use ops::LocalFs;
@@ -63,6 +66,8 @@ pub struct LocalStore {
 struct DirCache {
     fds: Mutex<std::collections::HashMap<Vec<u8>, Arc<OwnedFd>>>,
     opening_root: Mutex<()>,
+    /// What each directory written into passes on to the entries made in it.
+    inherits: Mutex<std::collections::HashMap<Vec<u8>, Inherits>>,
 }
 
 impl LocalStore {
@@ -131,8 +136,20 @@ impl LocalStore {
     /// Drops a directory's handle, once it is deleted: a new directory of that name is a
     /// different one.
     fn forget_dir(&self, rel: &[u8]) {
-        let mut fds = self.dirs.fds.lock().unwrap();
-        fds.retain(|k, _| !(k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/')));
+        let below = |k: &[u8]| k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/');
+        self.dirs.fds.lock().unwrap().retain(|k, _| !below(k));
+        self.dirs.inherits.lock().unwrap().retain(|k, _| !below(k));
+    }
+
+    /// What directory `rel` (made where missing) passes on to the entries made in it, asked
+    /// once a run.
+    fn inherits_of(&self, rel: &[u8]) -> std::io::Result<Inherits> {
+        if let Some(i) = self.dirs.inherits.lock().unwrap().get(rel) {
+            return Ok(*i);
+        }
+        let i = Inherits::of(&*self.dir(rel, true)?, self.xattrs.none_here())?;
+        self.dirs.inherits.lock().unwrap().insert(rel.to_vec(), i);
+        Ok(i)
     }
 
     /// The directory holding `rel` (made when `create`), opened without following a symlink

@@ -163,7 +163,12 @@ impl Store for LocalStore {
 
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
-        blocking(move || LocalFs::set_meta(&me, &rel, kind, &meta).map_err(me.io_err(&rel))).await
+        blocking(move || {
+            LocalFs::set_meta(&me, &rel, kind, &meta)
+                .map(drop)
+                .map_err(me.io_err(&rel))
+        })
+        .await
     }
 
     async fn create_root(&self) -> Result<bool> {
