@@ -127,6 +127,9 @@ def test_one_error_format_naming_the_field(params, field):
 
 def test_the_final_check_and_report_follow_the_phase():
     assert resolve(phase="final")["run"]["final_check"]
+    # The final check compares metadata too: directories (which no partition's verify sees),
+    # attributes and ACLs.
+    assert "--metadata" in resolve(phase="final")["steps"]["final_check"]["argv"]
     assert not resolve(phase="final", list={"include": ["a*"], "exclude": []})["run"]["final_check"]
     assert not resolve(phase="final", prune={"dry_run": True})["run"]["final_check"]
     args = resolve(phase="final", checksum=True)["run"]["report_args"]

@@ -156,7 +156,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     ))?;
     let deleted = match args.dry_run {
         true => plan.list(&mut log, !args.json).await?,
-        false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
+        false => {
+            let n = plan.delete(&dst, &mut log, &stats, concurrency).await?;
+            plan.restore_mtimes(&src, &dst, &stats).await?;
+            n
+        }
     };
     log.finish()?;
     Ok(report(&args, &plan, deleted, over_limit, &stats, &log_path))
@@ -316,6 +320,11 @@ struct Deletions {
     dir_count: u64,
     /// The destination's files and symlinks, for --max-delete's percentage.
     dest_files: u64,
+    /// The directories that stay but lose an entry, as the source lists them: a deletion moves
+    /// a directory's mtime, which goes back to the source's once they are done.
+    touched: Spill,
+    /// The root loses an entry.
+    root_touched: bool,
 }
 
 impl Deletions {
@@ -323,14 +332,25 @@ impl Deletions {
     async fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
         let mut files = Spill::create(scratch.join("delete-files"))?;
         let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
+        let mut touched = TouchedDirs::new(Spill::create(scratch.join("touched-dirs"))?);
         let (mut file_count, mut dest_files) = (0, 0);
         let mut pacer = Pacer::default();
         for pair in Join::new(source.merge()?, dest.merge()?)? {
             pacer.tick().await;
             let (d, kept) = match pair? {
                 Pair::Source(_) => continue,
-                Pair::Both(_, d) => (d, true),
-                Pair::Dest(d) => (d, false),
+                Pair::Both(s, d) => {
+                    touched.advance(&d.path)?;
+                    if s.kind == Kind::Dir && d.kind == Kind::Dir {
+                        touched.open(s);
+                    }
+                    (d, true)
+                }
+                Pair::Dest(d) => {
+                    touched.advance(&d.path)?;
+                    touched.lose(&d.path);
+                    (d, false)
+                }
             };
             dirs.advance(&d.path)?;
             if d.kind != Kind::Dir {
@@ -346,13 +366,61 @@ impl Deletions {
             }
         }
         let (dirs, dir_count) = dirs.finish()?;
+        let (touched, root_touched) = touched.finish()?;
         Ok(Deletions {
             files,
             file_count,
             dirs,
             dir_count,
             dest_files,
+            touched,
+            root_touched,
         })
+    }
+
+    /// Gives the local directories that lost entries their source mtimes back (as `rsync
+    /// --delete -t` leaves them): the root's from a look at the source root. Blob storage has no
+    /// directory whose mtime a deletion moves.
+    async fn restore_mtimes(
+        &mut self,
+        src: &Arc<dyn Store>,
+        dst: &Arc<dyn Store>,
+        stats: &Stats,
+    ) -> anyhow::Result<()> {
+        if dst.local().is_none() {
+            return Ok(());
+        }
+        for d in self.touched.read()? {
+            let d = d.map_err(PlanError::Scratch)?;
+            let Some(mtime) = d.mtime else { continue };
+            let meta = crate::storage::Meta {
+                mtime: Some(mtime),
+                ..Default::default()
+            };
+            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta).await {
+                stats.failed(
+                    d.display_path(),
+                    format!("directory mtime not restored: {e}"),
+                );
+            }
+        }
+        let Some(root) = src.local_root().filter(|_| self.root_touched) else {
+            return Ok(());
+        };
+        let (root, name, dst) = (root.to_path_buf(), dst.describe(), dst.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            let meta = crate::storage::local::meta_of(&std::fs::metadata(&root)?);
+            let local = dst.local().expect("a local destination");
+            local.finish_root(&crate::storage::Meta {
+                mtime: meta.mtime,
+                ..Default::default()
+            })
+        })
+        .await?;
+        if let Err(e) = done {
+            stats.failed(name, format!("directory mtime not restored: {e}"));
+        }
+        Ok(())
     }
 
     /// A dry run: the log gets every planned deletion, and stdout too when `print`.
@@ -538,6 +606,65 @@ impl EmptiedDirs {
             self.close()?;
         }
         Ok((self.out, self.count))
+    }
+}
+
+/// The kept directories that lose an entry, found in the same pass as `EmptiedDirs`: the
+/// kept directories holding the current path are open (at most its depth), each noting
+/// whether an entry directly in it goes; one is decided when the walk leaves its range.
+struct TouchedDirs {
+    open: Vec<(Entry, bool)>,
+    out: Spill,
+    root: bool,
+}
+
+impl TouchedDirs {
+    fn new(out: Spill) -> Self {
+        TouchedDirs {
+            open: Vec::new(),
+            out,
+            root: false,
+        }
+    }
+
+    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
+        while let Some((dir, _)) = self.open.last() {
+            if in_range(&dir.path, path) {
+                break;
+            }
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    /// A directory both sides have, as the source lists it.
+    fn open(&mut self, dir: Entry) {
+        self.open.push((dir, false));
+    }
+
+    /// `path` goes: its directory's mtime moves.
+    fn lose(&mut self, path: &[u8]) {
+        let parent = crate::storage::beneath::split(path).0;
+        match self.open.last_mut() {
+            _ if parent.is_empty() => self.root = true,
+            Some((dir, lost)) if dir.path == parent => *lost = true,
+            _ => {}
+        }
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        let (dir, lost) = self.open.pop().expect("closed only when open");
+        if lost {
+            self.out.push(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<(Spill, bool)> {
+        while !self.open.is_empty() {
+            self.close()?;
+        }
+        Ok((self.out, self.root))
     }
 }
 

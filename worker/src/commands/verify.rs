@@ -214,7 +214,11 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .progress_file
         .clone()
         .map(|p| ProgressFile::start(p, "verify", stats.clone()));
-    let opts = open_options(&args.common, concurrency, stats.clone());
+    let mut opts = open_options(&args.common, concurrency, stats.clone());
+    // Listings read the attributes `--metadata` compares (of local trees; a digest each).
+    if args.metadata {
+        opts.xattrs = crate::xattrs::Wanted::of(&args.preserve.preserve);
+    }
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
@@ -240,9 +244,10 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             // A partition: both sides are looked at fresh (the manifest may predate the copy),
             // in the directories it names only.
             let listed = read_manifest(m)?;
+            // Directories it names only for their metadata.
             let paths: Vec<&[u8]> = listed
                 .iter()
-                .filter(|e| e.kind != Kind::Dir)
+                .filter(|e| e.kind != Kind::Dir || args.metadata)
                 .map(|e| &e.path[..])
                 .collect();
             let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;

@@ -55,8 +55,16 @@ impl Store for LocalStore {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
+            // The attributes' digest as a listing reads it: an entry looked up alone (a few
+            // names of a directory, `storage::index_paths`) compares as a listed one does.
             Ok(md.and_then(|md| {
-                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))
+                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| {
+                    let e = crate::manifest::Entry {
+                        xattrs: me.xattrs.digest(&me.full_path(&rel)),
+                        ..e
+                    };
+                    (e, meta_of(&md))
+                })
             }))
         })
         .await
