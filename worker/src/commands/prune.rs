@@ -760,6 +760,56 @@ mod tests {
     }
 
     #[test]
+    fn the_directories_that_stay_and_lose_an_entry_are_found() {
+        let scratch = tempfile::tempdir().unwrap();
+        let sort = |paths: &[&str], stem: &str| {
+            crate::sorted::sort_entries(
+                paths.iter().map(|p| Ok(entry(p))),
+                scratch.path(),
+                stem,
+                150,
+            )
+            .unwrap()
+        };
+        let src = ["a/", "a/k", "a/b/", "a/b/k", "a.b/", "c/", "c/k", "k"];
+        let dst = [
+            "a/",
+            "a/k",
+            "a/x",
+            "a/b/",
+            "a/b/k",
+            "a/b/gone/",
+            "a/b/gone/y",
+            "a.b/",
+            "a.b/z",
+            "c/",
+            "c/k",
+            "k",
+        ];
+        let (s, d) = (sort(&src, "s"), sort(&dst, "d"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut plan = rt
+            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .unwrap();
+        let touched: Vec<String> = plan
+            .touched
+            .read()
+            .unwrap()
+            .map(|e| e.unwrap().display_path())
+            .collect();
+        // "a/b/gone" goes whole: only "a/b", where it was, moves; "c" loses nothing.
+        assert_eq!(touched, ["a.b", "a/b", "a"]);
+        assert!(!plan.root_touched);
+        let (s, d) = (sort(&["k"], "s2"), sort(&["k", "top"], "d2"));
+        let plan = rt
+            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .unwrap();
+        assert!(plan.root_touched);
+    }
+
+    #[test]
     fn siblings_sorting_between_a_directory_and_its_children() {
         // "a.b" and "a-b" sort after "a" but before "a/…"; "a/b.c" between "a/b" and "a/b/…".
         // A kept file under "a/b" must keep "a" and "a/b", and nothing else.

@@ -26,7 +26,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::beneath::{self, fd};
 use super::check_relative;
@@ -63,11 +63,19 @@ pub struct LocalStore {
 /// the directory it was opened on, so a directory swapped for a symlink meanwhile is never
 /// followed either.
 #[derive(Default)]
+struct InheritsCell {
+    known: OnceLock<Inherits>,
+    asking: Mutex<()>,
+}
+
+#[derive(Default)]
 struct DirCache {
     fds: Mutex<std::collections::HashMap<Vec<u8>, Arc<OwnedFd>>>,
     opening_root: Mutex<()>,
-    /// What each directory written into passes on to the entries made in it.
-    inherits: Mutex<std::collections::HashMap<Vec<u8>, Inherits>>,
+    /// What each directory written into passes on to the entries made in it, asked by the first
+    /// thread to need it while the others bound for it wait; read without a lock once known
+    /// (every file written looks it up).
+    inherits: RwLock<std::collections::HashMap<Vec<u8>, Arc<InheritsCell>>>,
 }
 
 impl LocalStore {
@@ -138,18 +146,29 @@ impl LocalStore {
     fn forget_dir(&self, rel: &[u8]) {
         let below = |k: &[u8]| k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/');
         self.dirs.fds.lock().unwrap().retain(|k, _| !below(k));
-        self.dirs.inherits.lock().unwrap().retain(|k, _| !below(k));
+        self.dirs.inherits.write().unwrap().retain(|k, _| !below(k));
     }
 
     /// What directory `rel` (made where missing) passes on to the entries made in it, asked
     /// once a run.
     fn inherits_of(&self, rel: &[u8]) -> std::io::Result<Inherits> {
-        if let Some(i) = self.dirs.inherits.lock().unwrap().get(rel) {
+        let known = self.dirs.inherits.read().unwrap().get(rel).cloned();
+        let cell = match known {
+            Some(c) => c,
+            None => {
+                let mut all = self.dirs.inherits.write().unwrap();
+                all.entry(rel.to_vec()).or_default().clone()
+            }
+        };
+        if let Some(i) = cell.known.get() {
+            return Ok(*i);
+        }
+        let _asking = cell.asking.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = cell.known.get() {
             return Ok(*i);
         }
         let i = Inherits::of(&*self.dir(rel, true)?, self.xattrs.none_here())?;
-        self.dirs.inherits.lock().unwrap().insert(rel.to_vec(), i);
-        Ok(i)
+        Ok(*cell.known.get_or_init(|| i))
     }
 
     /// The directory holding `rel` (made when `create`), opened without following a symlink
