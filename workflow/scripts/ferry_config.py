@@ -346,8 +346,8 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--json",
         ]
     if step == "final_check":
-        # Metadata too (mode, owner, attributes and ACLs, of directories as well as files):
-        # what the partitions' verify cannot see, a directory, is seen here.
+        # Metadata too (mode, owner, mtime, attributes and ACLs, of directories as well as
+        # files): what the partitions' verify cannot see, a directory, is seen here.
         return [ferry, "verify", *ends, "--metadata", "--scratch", "{scratch}", "--json"]
     if step == "replicate":
         r = cfg["replicate"]

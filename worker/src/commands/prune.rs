@@ -320,11 +320,10 @@ struct Deletions {
     dir_count: u64,
     /// The destination's files and symlinks, for --max-delete's percentage.
     dest_files: u64,
-    /// The directories that stay but lose an entry, as the source lists them: a deletion moves
-    /// a directory's mtime, which goes back to the source's once they are done.
+    /// The directories that stay and lose an entry, or whose mtime is not the source's already
+    /// (the parts of a pipeline write into one directory in no order), as the source lists
+    /// them: each gets the source's mtime once the deletions are done.
     touched: Spill,
-    /// The root loses an entry.
-    root_touched: bool,
 }
 
 impl Deletions {
@@ -342,7 +341,8 @@ impl Deletions {
                 Pair::Both(s, d) => {
                     touched.advance(&d.path)?;
                     if s.kind == Kind::Dir && d.kind == Kind::Dir {
-                        touched.open(s);
+                        let differs = s.mtime.is_some() && s.mtime != d.mtime;
+                        touched.open(s, differs);
                     }
                     (d, true)
                 }
@@ -366,7 +366,7 @@ impl Deletions {
             }
         }
         let (dirs, dir_count) = dirs.finish()?;
-        let (touched, root_touched) = touched.finish()?;
+        let touched = touched.finish()?;
         Ok(Deletions {
             files,
             file_count,
@@ -374,13 +374,13 @@ impl Deletions {
             dir_count,
             dest_files,
             touched,
-            root_touched,
         })
     }
 
-    /// Gives the local directories that lost entries their source mtimes back (as `rsync
-    /// --delete -t` leaves them): the root's from a look at the source root. Blob storage has no
-    /// directory whose mtime a deletion moves.
+    /// Gives the local directories that lost entries, or have another mtime than the source's,
+    /// the source's (as `rsync --delete -t` leaves them); the root its from a look at the
+    /// source root (set only where it differs). Blob storage has no directory whose mtime a
+    /// deletion moves.
     async fn restore_mtimes(
         &mut self,
         src: &Arc<dyn Store>,
@@ -404,7 +404,7 @@ impl Deletions {
                 );
             }
         }
-        let Some(root) = src.local_root().filter(|_| self.root_touched) else {
+        let Some(root) = src.local_root() else {
             return Ok(());
         };
         let (root, name, dst) = (root.to_path_buf(), dst.describe(), dst.clone());
@@ -609,13 +609,13 @@ impl EmptiedDirs {
     }
 }
 
-/// The kept directories that lose an entry, found in the same pass as `EmptiedDirs`: the
-/// kept directories holding the current path are open (at most its depth), each noting
-/// whether an entry directly in it goes; one is decided when the walk leaves its range.
+/// The kept directories whose mtime must be set, found in the same pass as `EmptiedDirs`:
+/// the kept directories holding the current path are open (at most its depth), each noting
+/// whether its mtime differs or an entry directly in it goes; one is decided when the walk
+/// leaves its range.
 struct TouchedDirs {
     open: Vec<(Entry, bool)>,
     out: Spill,
-    root: bool,
 }
 
 impl TouchedDirs {
@@ -623,7 +623,6 @@ impl TouchedDirs {
         TouchedDirs {
             open: Vec::new(),
             out,
-            root: false,
         }
     }
 
@@ -637,16 +636,15 @@ impl TouchedDirs {
         Ok(())
     }
 
-    /// A directory both sides have, as the source lists it.
-    fn open(&mut self, dir: Entry) {
-        self.open.push((dir, false));
+    /// A directory both sides have, as the source lists it; `differs`: not with its mtime.
+    fn open(&mut self, dir: Entry, differs: bool) {
+        self.open.push((dir, differs));
     }
 
-    /// `path` goes: its directory's mtime moves.
+    /// `path` goes: its directory's mtime moves (the root's is set wherever it differs).
     fn lose(&mut self, path: &[u8]) {
         let parent = crate::storage::beneath::split(path).0;
         match self.open.last_mut() {
-            _ if parent.is_empty() => self.root = true,
             Some((dir, lost)) if dir.path == parent => *lost = true,
             _ => {}
         }
@@ -660,11 +658,11 @@ impl TouchedDirs {
         Ok(())
     }
 
-    fn finish(mut self) -> io::Result<(Spill, bool)> {
+    fn finish(mut self) -> io::Result<Spill> {
         while !self.open.is_empty() {
             self.close()?;
         }
-        Ok((self.out, self.root))
+        Ok(self.out)
     }
 }
 
@@ -801,12 +799,6 @@ mod tests {
             .collect();
         // "a/b/gone" goes whole: only "a/b", where it was, moves; "c" loses nothing.
         assert_eq!(touched, ["a.b", "a/b", "a"]);
-        assert!(!plan.root_touched);
-        let (s, d) = (sort(&["k"], "s2"), sort(&["k", "top"], "d2"));
-        let plan = rt
-            .block_on(Deletions::plan(&s, &d, scratch.path()))
-            .unwrap();
-        assert!(plan.root_touched);
     }
 
     #[test]
