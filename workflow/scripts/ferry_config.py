@@ -381,7 +381,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--json",
         ]
     if step == "final_check":
-        return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
+        # Metadata too (mode, owner, mtime, attributes and ACLs, of directories as well as
+        # files): what the partitions' verify cannot see, a directory, is seen here.
+        return [ferry, "verify", *ends, "--metadata", "--scratch", "{scratch}", "--json"]
     if step == "carry":
         planned = [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}"]
         # The audit's fresh listing is the state as it is: no verify's record to patch it with.

@@ -150,6 +150,9 @@ def stub_ends(step: str, where: str) -> dict:
                     handle.write(data)
                 # Both sides alike to the second, so a verify of the metadata finds them the same.
                 os.utime(path, (1_700_000_000, 1_700_000_000))
+            # Their directories too (a verify of the metadata compares a directory's mtime).
+            for dirpath, _dirs, _files in os.walk(root, topdown=False):
+                os.utime(dirpath, (1_700_000_000, 1_700_000_000))
         ends[side] = os.path.abspath(root)
     ends["state"] = os.path.abspath(os.path.join(where, "state"))
     return ends

@@ -160,7 +160,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     ))?;
     let deleted = match args.dry_run {
         true => plan.list(&mut log, !args.json).await?,
-        false => plan.delete(&dst, &mut log, &stats, concurrency).await?,
+        false => {
+            let n = plan.delete(&dst, &mut log, &stats, concurrency).await?;
+            plan.restore_mtimes(&src, &dst, &stats).await?;
+            n
+        }
     };
     log.finish()?;
     Ok(report(&args, &plan, deleted, over_limit, &stats, &log_path))
@@ -320,6 +324,10 @@ struct Deletions {
     dir_count: u64,
     /// The destination's files and symlinks, for --max-delete's percentage.
     dest_files: u64,
+    /// The directories that stay and lose an entry, or whose mtime is not the source's already
+    /// (the parts of a pipeline write into one directory in no order), as the source lists
+    /// them: each gets the source's mtime once the deletions are done.
+    touched: Spill,
 }
 
 impl Deletions {
@@ -327,14 +335,26 @@ impl Deletions {
     async fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
         let mut files = Spill::create(scratch.join("delete-files"))?;
         let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
+        let mut touched = TouchedDirs::new(Spill::create(scratch.join("touched-dirs"))?);
         let (mut file_count, mut dest_files) = (0, 0);
         let mut pacer = Pacer::default();
         for pair in Join::new(source.merge()?, dest.merge()?)? {
             pacer.tick().await;
             let (d, kept) = match pair? {
                 Pair::Source(_) => continue,
-                Pair::Both(_, d) => (d, true),
-                Pair::Dest(d) => (d, false),
+                Pair::Both(s, d) => {
+                    touched.advance(&d.path)?;
+                    if s.kind == Kind::Dir && d.kind == Kind::Dir {
+                        let differs = s.mtime.is_some() && s.mtime != d.mtime;
+                        touched.open(s, differs);
+                    }
+                    (d, true)
+                }
+                Pair::Dest(d) => {
+                    touched.advance(&d.path)?;
+                    touched.lose(&d.path);
+                    (d, false)
+                }
             };
             dirs.advance(&d.path)?;
             if d.kind != Kind::Dir {
@@ -350,13 +370,61 @@ impl Deletions {
             }
         }
         let (dirs, dir_count) = dirs.finish()?;
+        let touched = touched.finish()?;
         Ok(Deletions {
             files,
             file_count,
             dirs,
             dir_count,
             dest_files,
+            touched,
         })
+    }
+
+    /// Gives the local directories that lost entries, or have another mtime than the source's,
+    /// the source's (as `rsync --delete -t` leaves them); the root its from a look at the
+    /// source root (set only where it differs). Blob storage has no directory whose mtime a
+    /// deletion moves.
+    async fn restore_mtimes(
+        &mut self,
+        src: &Arc<dyn Store>,
+        dst: &Arc<dyn Store>,
+        stats: &Stats,
+    ) -> anyhow::Result<()> {
+        if dst.local().is_none() {
+            return Ok(());
+        }
+        for d in self.touched.read()? {
+            let d = d.map_err(PlanError::Scratch)?;
+            let Some(mtime) = d.mtime else { continue };
+            let meta = crate::storage::Meta {
+                mtime: Some(mtime),
+                ..Default::default()
+            };
+            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta).await {
+                stats.failed(
+                    d.display_path(),
+                    format!("directory mtime not restored: {e}"),
+                );
+            }
+        }
+        let Some(root) = src.local_root() else {
+            return Ok(());
+        };
+        let (root, name, dst) = (root.to_path_buf(), dst.describe(), dst.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            let meta = crate::storage::local::meta_of(&std::fs::metadata(&root)?);
+            let local = dst.local().expect("a local destination");
+            local.finish_root(&crate::storage::Meta {
+                mtime: meta.mtime,
+                ..Default::default()
+            })
+        })
+        .await?;
+        if let Err(e) = done {
+            stats.failed(name, format!("directory mtime not restored: {e}"));
+        }
+        Ok(())
     }
 
     /// A dry run: the log gets every planned deletion, and stdout too when `print`.
@@ -545,6 +613,63 @@ impl EmptiedDirs {
     }
 }
 
+/// The kept directories whose mtime must be set, found in the same pass as `EmptiedDirs`:
+/// the kept directories holding the current path are open (at most its depth), each noting
+/// whether its mtime differs or an entry directly in it goes; one is decided when the walk
+/// leaves its range.
+struct TouchedDirs {
+    open: Vec<(Entry, bool)>,
+    out: Spill,
+}
+
+impl TouchedDirs {
+    fn new(out: Spill) -> Self {
+        TouchedDirs {
+            open: Vec::new(),
+            out,
+        }
+    }
+
+    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
+        while let Some((dir, _)) = self.open.last() {
+            if in_range(&dir.path, path) {
+                break;
+            }
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    /// A directory both sides have, as the source lists it; `differs`: not with its mtime.
+    fn open(&mut self, dir: Entry, differs: bool) {
+        self.open.push((dir, differs));
+    }
+
+    /// `path` goes: its directory's mtime moves (the root's is set wherever it differs).
+    fn lose(&mut self, path: &[u8]) {
+        let parent = crate::storage::beneath::split(path).0;
+        match self.open.last_mut() {
+            Some((dir, lost)) if dir.path == parent => *lost = true,
+            _ => {}
+        }
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        let (dir, lost) = self.open.pop().expect("closed only when open");
+        if lost {
+            self.out.push(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<Spill> {
+        while !self.open.is_empty() {
+            self.close()?;
+        }
+        Ok(self.out)
+    }
+}
+
 /// Whether `path` is inside directory `dir`.
 fn under(dir: &[u8], path: &[u8]) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
@@ -634,6 +759,50 @@ mod tests {
         assert_eq!(files, ["gone/a/b", "gone/c", "keep/extra"]);
         assert_eq!(dirs, ["empty", "gone/a", "gone"]);
         assert_eq!(dest_files, 5);
+    }
+
+    #[test]
+    fn the_directories_that_stay_and_lose_an_entry_are_found() {
+        let scratch = tempfile::tempdir().unwrap();
+        let sort = |paths: &[&str], stem: &str| {
+            crate::sorted::sort_entries(
+                paths.iter().map(|p| Ok(entry(p))),
+                scratch.path(),
+                stem,
+                150,
+            )
+            .unwrap()
+        };
+        let src = ["a/", "a/k", "a/b/", "a/b/k", "a.b/", "c/", "c/k", "k"];
+        let dst = [
+            "a/",
+            "a/k",
+            "a/x",
+            "a/b/",
+            "a/b/k",
+            "a/b/gone/",
+            "a/b/gone/y",
+            "a.b/",
+            "a.b/z",
+            "c/",
+            "c/k",
+            "k",
+        ];
+        let (s, d) = (sort(&src, "s"), sort(&dst, "d"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut plan = rt
+            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .unwrap();
+        let touched: Vec<String> = plan
+            .touched
+            .read()
+            .unwrap()
+            .map(|e| e.unwrap().display_path())
+            .collect();
+        // "a/b/gone" goes whole: only "a/b", where it was, moves; "c" loses nothing.
+        assert_eq!(touched, ["a.b", "a/b", "a"]);
     }
 
     #[test]

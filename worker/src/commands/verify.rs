@@ -219,8 +219,9 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .clone()
         .map(|p| ProgressFile::start(p, "verify", stats.clone()));
     let mut opts = open_options(&args.common, concurrency, stats.clone());
-    if args.observed.is_some() {
-        // What --observed records stands for a listing (`ferry ls`), attributes included.
+    // Listings read the attributes `--metadata` compares (of local trees; a digest each), and
+    // what --observed records stands for a listing (`ferry ls`), attributes included.
+    if args.metadata || args.observed.is_some() {
         opts.xattrs = crate::xattrs::Wanted::of(&args.preserve.preserve);
     }
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
@@ -253,9 +254,10 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             if args.observed.is_some() {
                 observe = listed.iter().map(|e| e.path.clone()).collect();
             }
+            // Directories it names only for their metadata.
             let paths: Vec<&[u8]> = listed
                 .iter()
-                .filter(|e| e.kind != Kind::Dir)
+                .filter(|e| e.kind != Kind::Dir || args.metadata)
                 .map(|e| &e.path[..])
                 .collect();
             let (mut found, failed) = storage::index_paths(&src, &paths, concurrency).await;

@@ -26,7 +26,7 @@ use crate::storage::local::{
     TempIn,
 };
 use crate::storage::Meta;
-use crate::xattrs::Wanted;
+use crate::xattrs::{self, Wanted};
 
 /// Staged files committed together after one flush: enough to spread its cost, few enough
 /// that a batch's open descriptors (unnamed files stay open until linked) stay modest, and
@@ -665,16 +665,22 @@ impl Engine {
                 .and_then(|md| entry_of(job.src.path.clone(), &md))
                 .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?,
         };
-        dst.set_meta(
+        let chowned = dst.set_meta(
             &job.dst_path,
             job.src.kind,
             &self.opts.preserve.keep(meta_of_entry(&entry)),
         )?;
-        // The attributes only where both listings read them and they differ: the verdict may
-        // have been the mode's alone.
-        match (job.src.xattrs, existing.and_then(|e| e.xattrs)) {
-            (Some(a), Some(b)) if a != b => self.copy_xattrs(&job.src.path, &job.dst_path),
-            _ => Ok(()),
+        // The attributes only where both listings read them and they differ (the verdict may
+        // have been the mode's alone), or where a chown took the source's capability away
+        // (after the chown, as a first write has it).
+        let differ = matches!(
+            (job.src.xattrs, existing.and_then(|e| e.xattrs)),
+            (Some(a), Some(b)) if a != b
+        );
+        let lost_capability = chowned && job.src.xattrs.is_none_or(xattrs::holds_capability);
+        match differ || lost_capability {
+            true => self.copy_xattrs(&job.src.path, &job.dst_path),
+            false => Ok(()),
         }
     }
 
@@ -710,8 +716,19 @@ impl Engine {
         // Deepest first, so setting a parent's mtime comes after its children are done.
         for level in by_level(dirs).into_iter().rev() {
             parallel(&level, self.depth.limit(), |d| {
-                let known = if made.contains(&d.dst_path) {
-                    Some(DirNow::made(&id))
+                // What a directory made this run got from its parent (asked once a parent).
+                let parent = made
+                    .contains(&d.dst_path)
+                    .then(|| dst.inherits(crate::storage::beneath::split(&d.dst_path).0));
+                let parent = match parent.transpose() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let why = format!("directory: {e}");
+                        return self.stats.failed(d.src.display_path(), why);
+                    }
+                };
+                let known = if let Some(parent) = parent {
+                    Some(DirNow::made(&id, parent))
                 } else {
                     self.dst_dir(&d.dst_path).and_then(|e| {
                         let mtime = if touched.contains(&d.dst_path) {
@@ -720,7 +737,7 @@ impl Engine {
                             e.mtime
                         };
                         Some(DirNow {
-                            mode: e.mode?,
+                            mode: Some(e.mode?),
                             owner: e.owner?,
                             mtime,
                         })
@@ -741,10 +758,11 @@ impl Engine {
                     }),
                 };
                 // Attributes where the two digests differ, or are not known: a directory
-                // made this run has none (a default ACL inherited from a parent made this run
-                // cannot be, since parents get theirs after their children).
-                let dst_xattrs = if made.contains(&d.dst_path) {
-                    Some(crate::xattrs::empty_digest())
+                // made this run has none unless its parent has a default ACL, which it
+                // inherits (a parent made this run gets the source's ACLs after its children,
+                // so it passes on what its own parent has).
+                let dst_xattrs = if let Some(parent) = parent {
+                    (!parent.default_acl).then(crate::xattrs::empty_digest)
                 } else {
                     self.dst_dir(&d.dst_path).and_then(|e| e.xattrs)
                 };

@@ -24,7 +24,7 @@ use super::posix::{
     apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times,
     stamp, temp_name, unchanged,
 };
-use super::{LocalFs, LocalStore};
+use super::{Inherits, LocalFs, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
 use crate::storage::Meta;
@@ -38,6 +38,11 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// The owner of an entry this process makes in a directory passing on `inherits`.
+    pub fn made_owner(&self, inherits: Inherits) -> (u32, u32) {
+        (self.euid, inherits.group.unwrap_or(self.egid))
+    }
+
     pub fn current() -> Identity {
         // SAFETY: plain libc calls without pointers; umask is restored at once.
         unsafe {
@@ -256,6 +261,13 @@ pub(super) fn stage_file(
     let mode = md.mode() & 0o7777;
     let (dir, name) = dst.parent(dst_rel, true)?;
     let synced = matches!(temp_in, TempIn::Staging(_)) && dst.fsync;
+    // What the file gets from the directory it is made in (a staging directory is made in the
+    // root, and has what the root passes on).
+    let made_in = match temp_in {
+        TempIn::Final => beneath::split(dst_rel).0,
+        TempIn::Staging(_) => b"",
+    };
+    let inherits = dst.inherits_of(made_in)?;
     // Created with its final permission bits where the umask allows, saving a chmod.
     let (out, as_) = match absent
         .then(|| dst.open_unnamed(&dir, mode & 0o777))
@@ -277,7 +289,7 @@ pub(super) fn stage_file(
         copy_data(&input, &out, &md, quirks, keep.sparse)?;
         // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
         unchanged(&before, &input.metadata()?)?;
-        let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
+        let chown = keep.owner && (md.uid(), md.gid()) != id.made_owner(inherits);
         if chown {
             // SAFETY: valid fd.
             chowned(unsafe { libc::fchown(out.as_raw_fd(), md.uid(), md.gid()) })?;
@@ -285,13 +297,12 @@ pub(super) fn stage_file(
         // After chown (which drops security.capability) and before chmod: an access ACL sets
         // the group bits from its mask, which a set-id bit then goes on top of.
         let wanted = Wanted::as_user(keep, id.euid);
-        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.no_xattrs_here() {
-            if let Some(want) = xattrs::read(&On::Fd(input.as_raw_fd()), wanted)? {
-                refused = xattrs::apply(&On::Fd(out.as_raw_fd()), &want, None, wanted)?;
-            }
-        }
-        // chown clears set-id bits, and the umask may have cleared others.
-        if keep.mode && (chown || mode & !0o777 != 0 || mode & id.umask != 0) {
+        refused = set_first_attrs(&out, &input, src, src_xattrs, wanted, inherits)?;
+        // chown clears set-id bits, the umask may have cleared others, and a default ACL of
+        // the directory masks the mode instead of the umask.
+        if keep.mode
+            && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
+        {
             // SAFETY: valid fd.
             if unsafe { libc::fchmod(out.as_raw_fd(), mode as libc::mode_t) } != 0 {
                 return Err(io::Error::last_os_error());
@@ -323,6 +334,43 @@ pub(super) fn stage_file(
             Err(e)
         }
     }
+}
+
+/// Gives a new file `out` the kept attributes of the source (`input`, `src_xattrs` as for
+/// `stage_file`) and no others: where the directory it was made in has a default ACL, the
+/// ACLs it inherited from it go where the source has none.
+fn set_first_attrs(
+    out: &File,
+    input: &File,
+    src: &dyn LocalFs,
+    src_xattrs: Option<u64>,
+    wanted: Wanted,
+    inherits: Inherits,
+) -> io::Result<Refused> {
+    let inherited = match inherits.default_acl && wanted.acls {
+        true => xattrs::read(
+            &On::Fd(out.as_raw_fd()),
+            Wanted {
+                xattrs: false,
+                ..wanted
+            },
+        )?,
+        false => None,
+    };
+    let want =
+        match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) && !src.no_xattrs_here() {
+            true => xattrs::read(&On::Fd(input.as_raw_fd()), wanted)?,
+            false => None,
+        };
+    if want.is_none() && inherited.is_none() {
+        return Ok(Refused::default());
+    }
+    xattrs::apply(
+        &On::Fd(out.as_raw_fd()),
+        &want.unwrap_or_default(),
+        inherited.as_ref(),
+        wanted,
+    )
 }
 
 impl Staged {
@@ -468,6 +516,7 @@ pub(super) fn make_node(
         return Err(io::Error::other("no longer a fifo or device node"));
     }
     let (dir, name) = dst.parent(dst_rel, true)?;
+    let inherits = dst.inherits_of(beneath::split(dst_rel).0)?;
     let tmp = temp_name(name, "partial");
     let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     let c = std::ffi::CString::new(tmp.clone())
@@ -487,7 +536,7 @@ pub(super) fn make_node(
     }
     let made = (|| {
         let mut refused = Refused::default();
-        let chown = keep.owner && (md.uid() != id.euid || md.gid() != id.egid);
+        let chown = keep.owner && (md.uid(), md.gid()) != id.made_owner(inherits);
         if chown {
             apply_link_meta(
                 &dir,
@@ -502,16 +551,36 @@ pub(super) fn make_node(
         // Opened as a path, never as a fifo (which would wait for a writer) nor a device.
         let node = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
         let on_node = xattrs::proc_path(node.as_raw_fd());
-        if keep.mode && (chown || mode & !0o777 != 0 || mode & id.umask != 0) {
+        let wanted = Wanted::as_user(keep, id.euid);
+        // As for a file: the ACLs inherited from a default ACL go where the source has none.
+        let inherited = match inherits.default_acl && wanted.acls {
+            true => xattrs::read(
+                &On::Follow(&on_node),
+                Wanted {
+                    xattrs: false,
+                    ..wanted
+                },
+            )?,
+            false => None,
+        };
+        let want = match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
+            true => src.read_xattrs(src_rel, wanted)?,
+            false => None,
+        };
+        if want.is_some() || inherited.is_some() {
+            refused = xattrs::apply(
+                &On::Follow(&on_node),
+                &want.unwrap_or_default(),
+                inherited.as_ref(),
+                wanted,
+            )?;
+        }
+        if keep.mode
+            && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
+        {
             // SAFETY: a valid C string naming the node just made.
             if unsafe { libc::chmod(on_node.as_ptr(), mode as libc::mode_t) } != 0 {
                 return Err(io::Error::last_os_error());
-            }
-        }
-        let wanted = Wanted::as_user(keep, id.euid);
-        if wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
-            if let Some(want) = src.read_xattrs(src_rel, wanted)? {
-                refused = xattrs::apply(&On::Follow(&on_node), &want, None, wanted)?;
             }
         }
         if keep.times {
@@ -537,17 +606,19 @@ pub(super) fn make_node(
 /// having made it this run. `mtime` is None when this run changed its entries (the mtime
 /// moved).
 pub struct DirNow {
-    pub mode: u32,
+    /// None where not known (a directory made under a default ACL has the mode it allows).
+    pub mode: Option<u32>,
     pub owner: (u32, u32),
     pub mtime: Option<Mtime>,
 }
 
 impl DirNow {
-    /// What `mkdir` gives a directory made by this process.
-    pub fn made(id: &Identity) -> DirNow {
+    /// What `mkdir` gives a directory made by this process in a directory passing on `parent`.
+    pub fn made(id: &Identity, parent: Inherits) -> DirNow {
+        let setgid = if parent.setgid { libc::S_ISGID } else { 0 };
         DirNow {
-            mode: 0o777 & !id.umask,
-            owner: (id.euid, id.egid),
+            mode: (!parent.default_acl).then_some((0o777 & !id.umask) | setgid),
+            owner: id.made_owner(parent),
             mtime: None,
         }
     }
@@ -594,7 +665,7 @@ pub(super) fn finish_dir(
             });
             to_change(
                 DirNow {
-                    mode: md.mode() & 0o7777,
+                    mode: Some(md.mode() & 0o7777),
                     owner: (md.uid(), md.gid()),
                     mtime,
                 },
@@ -646,7 +717,7 @@ pub(super) fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
     let root = File::from(dst.dir(b"", true)?.try_clone()?);
     let md = root.metadata()?;
     let now = DirNow {
-        mode: md.mode() & 0o7777,
+        mode: Some(md.mode() & 0o7777),
         owner: (md.uid(), md.gid()),
         mtime: Some(Mtime {
             secs: md.mtime(),
@@ -681,7 +752,9 @@ fn to_change(now: DirNow, want: &Meta) -> Option<Change> {
         _ => None,
     };
     // chown clears set-id bits: the mode goes on again after it.
-    let mode = want.mode.filter(|&m| m != now.mode || owner.is_some());
+    let mode = want
+        .mode
+        .filter(|&m| Some(m) != now.mode || owner.is_some());
     let mtime = want.mtime.filter(|&m| now.mtime != Some(m));
     (owner.is_some() || mode.is_some() || mtime.is_some()).then_some(Change { owner, mode, mtime })
 }
@@ -791,7 +864,7 @@ mod tests {
             (md.mtime(), md.mtime_nsec(), md.mode())
         );
         let now = DirNow {
-            mode: got.mode() & 0o7777,
+            mode: Some(got.mode() & 0o7777),
             owner: (got.uid(), got.gid()),
             mtime: Some(Mtime {
                 secs: got.mtime(),

@@ -7,10 +7,12 @@
 //! - `ops`: `LocalFs`; `copy`: local → local staging and committing of files, links, nodes
 //!   and directories;
 //! - `walk`: parallel listings; `flush`: shared `syncfs`; `limits`: the open-files limit;
+//! - `inherit`: what a new entry takes from its directory (group, default ACL);
 //! - `posix`: system-call helpers and the mapping from `stat` to the manifest.
 
 mod copy;
 mod flush;
+mod inherit;
 mod limits;
 mod ops;
 mod posix;
@@ -24,7 +26,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::beneath::{self, fd};
 use super::check_relative;
@@ -32,6 +34,7 @@ use crate::error::StoreError;
 use crate::xattrs::Wanted;
 
 pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
+pub use inherit::Inherits;
 pub(crate) use limits::open_files_limit;
 pub use limits::raise_open_files_limit;
 pub use ops::LocalFs;
@@ -60,9 +63,19 @@ pub struct LocalStore {
 /// the directory it was opened on, so a directory swapped for a symlink meanwhile is never
 /// followed either.
 #[derive(Default)]
+struct InheritsCell {
+    known: OnceLock<Inherits>,
+    asking: Mutex<()>,
+}
+
+#[derive(Default)]
 struct DirCache {
     fds: Mutex<std::collections::HashMap<Vec<u8>, Arc<OwnedFd>>>,
     opening_root: Mutex<()>,
+    /// What each directory written into passes on to the entries made in it, asked by the first
+    /// thread to need it while the others bound for it wait; read without a lock once known
+    /// (every file written looks it up).
+    inherits: RwLock<std::collections::HashMap<Vec<u8>, Arc<InheritsCell>>>,
 }
 
 impl LocalStore {
@@ -131,8 +144,31 @@ impl LocalStore {
     /// Drops a directory's handle, once it is deleted: a new directory of that name is a
     /// different one.
     fn forget_dir(&self, rel: &[u8]) {
-        let mut fds = self.dirs.fds.lock().unwrap();
-        fds.retain(|k, _| !(k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/')));
+        let below = |k: &[u8]| k.starts_with(rel) && (k.len() == rel.len() || k[rel.len()] == b'/');
+        self.dirs.fds.lock().unwrap().retain(|k, _| !below(k));
+        self.dirs.inherits.write().unwrap().retain(|k, _| !below(k));
+    }
+
+    /// What directory `rel` (made where missing) passes on to the entries made in it, asked
+    /// once a run.
+    fn inherits_of(&self, rel: &[u8]) -> std::io::Result<Inherits> {
+        let known = self.dirs.inherits.read().unwrap().get(rel).cloned();
+        let cell = match known {
+            Some(c) => c,
+            None => {
+                let mut all = self.dirs.inherits.write().unwrap();
+                all.entry(rel.to_vec()).or_default().clone()
+            }
+        };
+        if let Some(i) = cell.known.get() {
+            return Ok(*i);
+        }
+        let _asking = cell.asking.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = cell.known.get() {
+            return Ok(*i);
+        }
+        let i = Inherits::of(&*self.dir(rel, true)?, self.xattrs.none_here())?;
+        Ok(*cell.known.get_or_init(|| i))
     }
 
     /// The directory holding `rel` (made when `create`), opened without following a symlink

@@ -62,8 +62,9 @@ pub trait LocalFs: Send + Sync {
     /// never missing.
     fn hard_link(&self, from: &[u8], to: &[u8], absent: bool) -> std::io::Result<()>;
     /// Sets owner, mode and times of `rel` in place (a symlink's own owner and times, never its
-    /// target's), checking first that it still is of kind `kind`.
-    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()>;
+    /// target's), checking first that it still is of kind `kind`. True where the owner changed:
+    /// the kernel has then removed the file's capability, if it had one.
+    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<bool>;
     /// Makes the kept attributes of `rel` those of `want`, setting the new and removing the
     /// gone.
     fn write_xattrs(
@@ -85,6 +86,9 @@ pub trait LocalFs: Send + Sync {
     /// (not an fsync per file or directory) that is shared: a caller joins the next flush to
     /// start, and the threads waiting with it return together when it ends.
     fn sync(&self) -> std::io::Result<()>;
+    /// What directory `rel` (made, with its parents, where missing) passes on to the entries
+    /// made in it (`Inherits`).
+    fn inherits(&self, rel: &[u8]) -> std::io::Result<super::Inherits>;
     /// The device directory `rel` (made, with its parents, where missing) is on.
     fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64>;
     /// Stages file `src_rel` of `src` as `dst_rel` here (`copy::stage_file`).
@@ -256,30 +260,41 @@ impl LocalFs for LocalStore {
         r
     }
 
-    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<()> {
+    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<bool> {
         use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
         let (dir, name) = self.parent(rel, false)?;
         let f = File::from(beneath::open_at(fd(&dir), name, libc::O_PATH, 0)?);
-        if kind_of(f.metadata()?.file_type()) != Some(kind) {
+        let md = f.metadata()?;
+        if kind_of(md.file_type()) != Some(kind) {
             return Err(std::io::Error::other(format!(
                 "is no longer a {} (changed meanwhile)",
                 kind.name()
             )));
         }
+        // Only an owner that differs: a chown to the same owner still makes the kernel remove
+        // the file's capability and set-id bits.
+        let owner = match (meta.uid, meta.gid) {
+            (Some(uid), Some(gid)) if (uid, gid) != (md.uid(), md.gid()) => Some((uid, gid)),
+            _ => None,
+        };
         if kind == Kind::Symlink {
             return apply_link_meta(
                 &dir,
                 name,
                 &Meta {
                     mode: None,
+                    uid: owner.map(|o| o.0),
+                    gid: owner.map(|o| o.1),
                     ..meta.clone()
                 },
-            );
+            )
+            .map(|_| owner.is_some());
         }
         // An `O_PATH` handle takes neither fchmod nor futimens: its /proc name does, and
         // names this very inode, whatever happens to the path meanwhile.
         let proc = crate::xattrs::proc_path(f.as_raw_fd());
-        if let (Some(uid), Some(gid)) = (meta.uid, meta.gid) {
+        if let Some((uid, gid)) = owner {
             // SAFETY: valid descriptor and an empty C string with AT_EMPTY_PATH.
             chowned(unsafe {
                 libc::fchownat(f.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH)
@@ -298,7 +313,7 @@ impl LocalFs for LocalStore {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        Ok(())
+        Ok(owner.is_some())
     }
 
     fn write_xattrs(
@@ -332,6 +347,10 @@ impl LocalFs for LocalStore {
 
     fn sync(&self) -> std::io::Result<()> {
         self.flush(std::time::Duration::ZERO)
+    }
+
+    fn inherits(&self, rel: &[u8]) -> std::io::Result<super::Inherits> {
+        self.inherits_of(rel)
     }
 
     fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64> {

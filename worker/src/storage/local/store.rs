@@ -60,21 +60,15 @@ impl Store for LocalStore {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
+            // The attributes' digest as a listing reads it: an entry looked up alone (a few
+            // names of a directory, `storage::index_paths`) compares as a listed one does.
             Ok(md.and_then(|md| {
-                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))
-            }))
-        })
-        .await
-    }
-
-    async fn look(&self, path: &[u8]) -> Result<Option<Entry>> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || {
-            let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
-            Ok(md.and_then(|md| {
-                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| Entry {
-                    xattrs: me.xattrs.digest(&me.full_path(&rel)),
-                    ..e
+                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| {
+                    let e = crate::manifest::Entry {
+                        xattrs: me.xattrs.digest(&me.full_path(&rel)),
+                        ..e
+                    };
+                    (e, meta_of(&md))
                 })
             }))
         })
@@ -191,7 +185,12 @@ impl Store for LocalStore {
 
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
-        blocking(move || LocalFs::set_meta(&me, &rel, kind, &meta).map_err(me.io_err(&rel))).await
+        blocking(move || {
+            LocalFs::set_meta(&me, &rel, kind, &meta)
+                .map(drop)
+                .map_err(me.io_err(&rel))
+        })
+        .await
     }
 
     async fn create_root(&self) -> Result<bool> {
