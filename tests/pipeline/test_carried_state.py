@@ -32,7 +32,7 @@ def dest_list_pages(rep: dict) -> int:
 @pytest.mark.timeout(600)
 def test_nextflow_carries_the_destination_in_blob_beside_it(tmp_path, ferry_bin, azurite, request):
     src = tmp_path / "src"
-    content = migration_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30)
     dest = new_container(azurite, request)
     state = new_container(azurite, request)
     outdir, launch = tmp_path / "results", tmp_path / "launch"
@@ -76,7 +76,7 @@ def test_nextflow_carries_the_destination_in_blob_beside_it(tmp_path, ferry_bin,
 @pytest.mark.timeout(600)
 def test_after_a_pass_that_stopped_early_the_next_lists_fresh(tmp_path, ferry_bin):
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
-    content = migration_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30)
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
     # A pass that took the state and ended before leaving a new one (killed, or stopped here).
     pipeline(
@@ -100,7 +100,7 @@ def test_what_another_tool_did_is_caught_and_repaired(tmp_path, ferry_bin, azuri
     every carried file) finds the first two, the pass lists afresh and copies them again; the
     final pass prunes the third, and the audit finds the trees the same."""
     src, outdir = tmp_path / "src", tmp_path / "results"
-    content = migration_tree(src, files=30, big=0)
+    content = migration_tree(src, files=30)
     container = new_container(azurite, request)
     dest = container.at("share")
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))

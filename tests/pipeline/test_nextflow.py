@@ -194,6 +194,7 @@ def test_local_baseline_copies_everything(local_runs):
         "plan": 1,
         "copy": 3,
         "verify": 3,
+        "carry": 1,
     }
 
 
