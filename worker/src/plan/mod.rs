@@ -134,10 +134,10 @@ pub struct PlanDoc {
     pub verify_scope: &'static str,
 }
 
-/// Appends the planned directories and nodes to the first copy part, made if there is none.
-fn append_dirs(dirs: &Path, copy: &Path, parts: &mut Vec<PartRow>) -> anyhow::Result<()> {
+/// Appends the planned directories and nodes to the first part in `dir`, made if there is none.
+fn append_dirs(dirs: &Path, dir: &Path, parts: &mut Vec<PartRow>) -> anyhow::Result<()> {
     use std::io::{BufRead, Write};
-    let first = copy.join(crate::partition::part_name(0));
+    let first = dir.join(crate::partition::part_name(0));
     if parts.is_empty() {
         manifest::Writer::new(std::fs::File::create(&first)?)?.finish()?;
         parts.push(PartRow {
@@ -317,9 +317,11 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             if verdict != Verdict::Same {
                 to_copy.dirs += 1;
                 to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
-                if !audit {
-                    dirs.write(&src)?;
-                }
+            }
+            // The audit verifies every directory and node (their metadata); other phases make
+            // or update those that differ.
+            if audit || verdict != Verdict::Same {
+                dirs.write(&src)?;
             }
             return Ok(());
         }
@@ -366,22 +368,27 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
 
     let mut copy_parts = rows(copy.finish()?);
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
-    if to_copy.dirs > 0 {
-        append_dirs(
-            &scratch.join("dirs.tsv"),
-            &out.join("copy"),
-            &mut copy_parts,
-        )?;
-    }
+    let dirs_planned = scratch.join("dirs.tsv");
     let verify_parts = match verify {
-        Some(v) => rows(v.finish()?),
-        None => copy_parts
-            .iter()
-            .map(|p| PartRow {
-                id: p.id.clone(),
-                ..*p
-            })
-            .collect(),
+        Some(v) => {
+            let mut parts = rows(v.finish()?);
+            if source.dirs + source.specials > 0 {
+                append_dirs(&dirs_planned, &out.join("verify"), &mut parts)?;
+            }
+            parts
+        }
+        None => {
+            if to_copy.dirs > 0 {
+                append_dirs(&dirs_planned, &out.join("copy"), &mut copy_parts)?;
+            }
+            copy_parts
+                .iter()
+                .map(|p| PartRow {
+                    id: p.id.clone(),
+                    ..*p
+                })
+                .collect()
+        }
     };
     source.files = source_files.files;
     source.bytes = source_files.bytes;
