@@ -173,21 +173,31 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
     assert first[1:] == [str(v) for v in CASES[first[0]][0]] + ["-"] * 4
 
 
-def test_final_verifies_the_whole_source(tmp_path, run_ferry, listings):
-    out = tmp_path / "plan"
-    run_ferry(
-        "plan", *listings, "--out", out, "--phase", "final", "--compare", "size", "--parts", "2"
-    )
-    plan = json.loads((out / "plan.json").read_text())
-    assert plan["verify_scope"] == "all"
-    assert sorted(p for part in parts_of(out, "verify") for p in part) == sorted(SOURCE_FILES)
-    assert sorted(p for part in parts_of(out, "copy") for p in part) == sorted(
+def test_final_verifies_what_it_copies_and_the_audit_everything(tmp_path, run_ferry, listings):
+    final, audit = tmp_path / "final", tmp_path / "audit"
+    common = ["--compare", "size", "--parts", "2"]
+    run_ferry("plan", *listings, "--out", final, "--phase", "final", *common)
+    plan = json.loads((final / "plan.json").read_text())
+    # The downtime's verify checks what the pass wrote: the copy parts themselves.
+    assert plan["verify_scope"] == "copied"
+    assert plan["verify_partitions"] == plan["copy_partitions"]
+    assert sorted(p for part in parts_of(final, "copy") for p in part) == sorted(
         NEW + ["grew.txt", "was-a-dir"]
     )
+    assert len(plan["copy_partitions"]) == 2
+    # The audit copies nothing and verifies every source entry, directories and nodes included
+    # (at the end of its first part).
+    run_ferry("plan", *listings, "--out", audit, "--phase", "audit", *common)
+    plan = json.loads((audit / "plan.json").read_text())
+    assert plan["verify_scope"] == "all" and plan["copy_partitions"] == []
+    assert parts_of(audit, "copy") == []
+    dirs = [p for p, (s, _) in CASES.items() if s and s[0] == "d"]
+    verified = [p for part in parts_of(audit, "verify") for p in part]
+    assert sorted(verified) == sorted(SOURCE_FILES + dirs)
+    assert parts_of(audit, "verify")[0][-len(dirs) :] == sorted(dirs)
     assert [p["files"] for p in plan["verify_partitions"]] == [
-        len(p) for p in parts_of(out, "verify")
+        len([p for p in part if p not in dirs]) for part in parts_of(audit, "verify")
     ]
-    assert len(plan["verify_partitions"]) == 2 and len(plan["copy_partitions"]) == 2
 
 
 def test_baseline_copies_everything_and_skips_symlinks_for_blob(tmp_path, run_ferry, listings):
