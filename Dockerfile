@@ -8,6 +8,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY worker/ worker/
+# The run directory's layout, which the worker compiles in (worker/src/run_dir.rs).
+COPY workflow/scripts/run_dir.json workflow/scripts/
 COPY scripts/setup.sh scripts/
 RUN scripts/setup.sh --worker
 

@@ -78,6 +78,22 @@ class Ferry {
             """.stripIndent()
     }
 
+    /**
+     * Where a step's record of `kind` (out, log, bench, failed) goes in the run directory's
+     * layout (workflow/scripts/run_dir.json, in the step map as `layout`), for partition `part`.
+     */
+    static String record(Map run, String step, String kind, Object part = null) {
+        def pattern = run.layout.steps[step][kind] as String
+        if (pattern == null)
+            throw new IllegalArgumentException("ferry: the layout has no ${kind} record for step ${step}")
+        return part == null ? pattern : pattern.replace('{part}', part.toString())
+    }
+
+    /** The same record inside a task's `rec` directory, its share of the run directory. */
+    static String rec(Map run, String step, String kind, Object part = null) {
+        return 'rec/' + record(run, step, kind, part)
+    }
+
     /** A word for bash: single-quoted, so spaces, quotes, tabs and newlines pass unchanged. */
     static String q(Object value) {
         return "'" + value.toString().replace("'", "'\\''") + "'"

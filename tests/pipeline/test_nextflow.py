@@ -267,6 +267,11 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     assert set(verify_status.values()) == {"ok"}
     assert statuses(trace(outdir, "baseline"), "COPY") == ["COMPLETED"] * len(ok) + ["FAILED"]
     assert not (run / "report.json").exists()
+    assert sorted(p.name for p in run.glob("report-incomplete.*")) == [
+        "report-incomplete.html",
+        "report-incomplete.json",
+        "report-incomplete.md",
+    ]
 
     unblock()
     nextflow(launch, "-resume", params=params)
@@ -280,7 +285,8 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     assert statuses(rows, "LIST") == ["CACHED"] and statuses(rows, "PLAN") == ["CACHED"]
     rep = report(outdir, "baseline")
     assert rep["status"] == "complete" and rep["failures"] == []
-    assert not (run / "report-incomplete.json").exists() and not (run / "failed").exists()
+    # Every page of the failed attempt's report went with it, the HTML one too.
+    assert list(run.glob("report-incomplete.*")) == [] and not (run / "failed").exists()
     # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
     runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
     assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]

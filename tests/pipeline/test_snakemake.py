@@ -353,6 +353,11 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(
     assert verify_status.pop(failed[0]["id"]) == "not run"
     assert set(verify_status.values()) == {"ok"}
     assert not (run / "report.json").exists()
+    assert sorted(p.name for p in run.glob("report-incomplete.*")) == [
+        "report-incomplete.html",
+        "report-incomplete.json",
+        "report-incomplete.md",
+    ]
     good_outputs = {p["id"]: (run / "copy" / f"part-{p['id']}.json").stat().st_mtime_ns for p in ok}
 
     unblock()
@@ -368,7 +373,8 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(
     assert "rule copy:" in proc.stdout + proc.stderr
     text = proc.stdout + proc.stderr
     assert text.count("rule copy:") == 1, "only the failed partition may be copied again"
-    assert not (run / "report-incomplete.json").exists()
+    # Every page of the failed attempt's report went with it.
+    assert list(run.glob("report-incomplete.*")) == [] and not (run / "failed").exists()
     # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
     runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
     assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]

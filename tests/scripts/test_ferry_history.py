@@ -14,7 +14,7 @@ import sys
 
 import ferry_history
 import ferry_report
-import ferry_task
+import ferry_run_dir
 import pytest
 
 T0 = 1_700_000_000.0
@@ -278,7 +278,7 @@ def test_history_lines_are_read_back_once_each_and_cut_lines_skipped(tmp_path):
     rec = measured("baseline", T0, SOURCE)
     assert ferry_history.append(str(root), rec)
     assert not ferry_history.append(str(root), rec), "a run is recorded once"
-    with open(root / ferry_task.HISTORY, "a", encoding="utf-8") as handle:
+    with open(root / ferry_run_dir.HISTORY, "a", encoding="utf-8") as handle:
         handle.write('{"version": 1, "run_id": "cut sh')
     assert ferry_history.append(str(root), measured("incremental", T0 + HOUR, 10))
     assert [r["phase"] for r in ferry_history.load(str(root))] == ["baseline", "incremental"]
@@ -291,12 +291,12 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     marker = ferry_history.start(str(killed_dir), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0)
     bench = killed_dir / "benchmarks" / "list_source.tsv"
     bench.parent.mkdir(parents=True)
-    bench.write_text(ferry_task.BENCH_HEADER + "12.0\t1.0\t10.0\n")
+    bench.write_text(ferry_run_dir.BENCH_HEADER + "12.0\t1.0\t10.0\n")
     os.utime(bench, (T0 + 20, T0 + 20))
     # A reader sees it as killed at once (its engine is gone), without writing anything.
     loaded = ferry_history.load(str(root))
     assert [(r["status"], r["run_id"]) for r in loaded] == [("killed", marker["run_id"])]
-    assert not (root / ferry_task.HISTORY).exists()
+    assert not (root / ferry_run_dir.HISTORY).exists()
     killed = loaded[0]
     assert (killed["phase"], killed["pass"], killed["engine"]) == ("incremental", 2, "snakemake")
     assert (
@@ -329,7 +329,7 @@ def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
     root = tmp_path / "m"
     marker = ferry_history.start(str(root / "baseline"), "snakemake", REPORT_ARGS, now=T0)
     marker["host"] = "elsewhere"  # its process cannot be seen from here
-    (root / "baseline" / ferry_task.RUN_STARTED).write_text(json.dumps(marker))
+    (root / "baseline" / ferry_run_dir.RUN_STARTED).write_text(json.dumps(marker))
     assert [r["status"] for r in ferry_history.load(str(root))] == ["running"]
     assert ferry_history.settle(str(root)) == []
     ferry_history.start(

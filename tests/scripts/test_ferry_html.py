@@ -15,7 +15,7 @@ import types
 
 import ferry_html
 import ferry_report
-import ferry_task
+import ferry_run_dir
 import pytest
 from support.rundir import RunDir
 
@@ -242,7 +242,7 @@ def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
 
 
 def test_a_job_still_running_shows_from_its_progress_file(finished, history):
-    progress = finished.path / ferry_task.PROGRESS.format(step="verify", part="00001")
+    progress = finished.path / ferry_run_dir.PROGRESS["verify"].format(part="00001")
     progress.parent.mkdir()
     progress.write_text(
         json.dumps(
@@ -345,7 +345,7 @@ def test_an_incomplete_run_gets_report_incomplete_html_and_the_rerun_removes_it(
     page = finished.path / "report-incomplete.html"
     assert "incomplete" in page.read_text(encoding="utf-8")
     assert not (finished.path / "report.html").exists()
-    ferry_report.discard_incomplete(str(finished.path))
+    ferry_run_dir.discard_incomplete(str(finished.path))
     assert not page.exists()
 
 

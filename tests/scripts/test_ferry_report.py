@@ -9,6 +9,7 @@ import datetime as dt
 import json
 
 import ferry_report
+import ferry_run_dir
 import ferry_task
 import pytest
 from support.rundir import RunDir
@@ -495,9 +496,9 @@ def test_onerror_and_onsuccess_hooks(finished, tmp_path):
         .read_text()
         .startswith("# ferry baseline run `r1`: incomplete")
     )
-    ferry_report.discard_incomplete(str(finished.path))
+    ferry_run_dir.discard_incomplete(str(finished.path))
     assert not any(p.name.startswith("report-incomplete") for p in finished.path.iterdir())
-    ferry_report.discard_incomplete(str(finished.path))  # nothing left to remove: no error
+    ferry_run_dir.discard_incomplete(str(finished.path))  # nothing left to remove: no error
     ferry_report.write_incomplete(str(tmp_path / "never-made"), args)
     assert not (tmp_path / "never-made").exists()
 

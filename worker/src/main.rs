@@ -16,6 +16,7 @@ mod plan;
 mod preserve;
 mod progress;
 mod retry;
+mod run_dir;
 mod same;
 mod sorted;
 mod stats;

@@ -14,7 +14,7 @@ process PRUNE {
     path verified, stageAs: 'rec/verify/*'
 
     output:
-    path 'rec/prune/prune.json', emit: json
+    path("${Ferry.rec(run, 'prune', 'out')}"), emit: json
     path 'rec', emit: rec
 
     script:

@@ -11,7 +11,7 @@ process VERIFY {
     tuple val(part), path(manifest, stageAs: 'plan/verify/*')
 
     output:
-    tuple val(part), path("rec/verify/part-${part}.json"), emit: json
+    tuple val(part), path("${Ferry.rec(run, 'verify', 'out', part)}"), emit: json
     path 'rec', emit: rec
 
     script:

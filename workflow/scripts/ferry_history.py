@@ -70,7 +70,7 @@ import socket
 import sys
 import time
 
-from ferry_task import HISTORY, RUN_STARTED
+from ferry_run_dir import HISTORY, RUN_STARTED
 from ferrylib import REQUEST_KINDS as KINDS
 from ferrylib import fmt_bytes, load_json, write_json
 

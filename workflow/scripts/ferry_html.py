@@ -26,10 +26,10 @@ import os
 import re
 import sys
 
-from ferry_task import PROGRESS, RECORDS, records
+from ferry_run_dir import PROGRESS, RECORDS, records
 from ferrylib import fmt_bytes, load_json
 
-# One colour per step, in the pipeline's order (ferry_task.RECORDS), so a step looks the same in
+# One colour per step, in the pipeline's order (run_dir.json), so a step looks the same in
 # every plot; "list" stands for both listings and making the destination.
 COLOURS = {
     "list": "#7f8fa6",
@@ -49,15 +49,12 @@ COLOURS = {
 OTHER_COLOUR = "#576574"
 # The steps of a projected final pass (ferry_history.project), in the order they happen.
 PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
-# Progress files the worker rewrites while a job runs (ferry_task.PROGRESS); a job still running
-# has no timing file yet, so its bar on the timeline comes from there.
-PROGRESS_DIR, PROGRESS_FILE = os.path.split(PROGRESS)
-PROGRESS_NAME = re.compile(
-    re.escape(PROGRESS_FILE)
-    .replace(re.escape("{step}"), r"(?P<step>[a-z_]+)")
-    .replace(re.escape("{part}"), r"(?P<part>[^/]+?)")
-    + "$"
-)
+# Progress files the worker rewrites while a job runs (ferry_run_dir.PROGRESS); a job still
+# running has no timing file yet, so its bar on the timeline comes from there.
+PROGRESS_NAMES = {
+    step: re.compile(re.escape(pattern).replace(re.escape("{part}"), r"(?P<part>[^/]+?)") + "$")
+    for step, pattern in PROGRESS.items()
+}
 
 WIDTH = 860  # every plot's drawing width, px (the page is read at about 1400 px)
 
@@ -331,16 +328,17 @@ def job_spans(report: dict, run_dir: str, bench: dict[str, dict]) -> list[dict]:
 
 def progress_docs(run_dir: str):
     """(document, step, partition) of each progress file under the run directory."""
-    where = os.path.join(run_dir, PROGRESS_DIR)
-    try:
-        names = sorted(os.listdir(where))
-    except OSError:
-        return
-    for name in names:
-        match = PROGRESS_NAME.match(name)
-        doc = load_json(os.path.join(where, name)) if match else None
-        if doc and match.group("step") in RECORDS:
-            yield doc, match.group("step"), match.group("part")
+    for step, name in PROGRESS_NAMES.items():
+        where = os.path.join(run_dir, os.path.dirname(PROGRESS[step]))
+        try:
+            found = sorted(os.listdir(where))
+        except OSError:
+            continue
+        for entry in found:
+            match = name.match(os.path.join(os.path.dirname(PROGRESS[step]), entry))
+            doc = load_json(os.path.join(where, entry)) if match else None
+            if doc:
+                yield doc, step, match.group("part")
 
 
 def other_jobs(bench: dict[str, dict]) -> list[dict]:

@@ -19,7 +19,7 @@ Sources, the same whichever engine ran the steps: the worker's `--json` document
 bytes, retries, the worker's own seconds), and one timing file per step under benchmarks/
 (a TSV with at least the columns s, cpu_time and max_rss: Snakemake's benchmark files, or what
 ferry_task.py writes for both engines), whose modification time marks the step's end. Where each
-record lives is ferry_task.RECORDS.
+record lives is run_dir.json (ferry_run_dir.py).
 """
 
 import argparse
@@ -32,14 +32,13 @@ from collections import Counter, defaultdict
 
 import ferry_history
 import ferry_html
-from ferry_task import LISTING_SUMMARIES, PLAN_DIR, RECORDS, records
+import ferry_run_dir
+from ferry_run_dir import BENCHMARKS_DIR, LISTING_SUMMARIES, PLAN, RECORDS, records
 from ferrylib import REQUEST_KINDS, load_json, write_json
 from ferrylib import fmt_bytes as human_bytes
 
 STEP_ORDER = list(RECORDS)
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
-INCOMPLETE = ("report-incomplete.json", "report-incomplete.md")
-INCOMPLETE_HTML = "report-incomplete.html"  # beside the .md, as report.html is beside report.md
 
 
 def read_benchmark(path: str) -> dict | None:
@@ -71,7 +70,7 @@ def read_benchmark(path: str) -> dict | None:
 def benchmarks(run_dir: str) -> dict[str, dict]:
     """{'copy/part-00000': {...}, 'list_source': {...}, ...}"""
     found = {}
-    root = os.path.join(run_dir, "benchmarks")
+    root = os.path.join(run_dir, BENCHMARKS_DIR)
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             if not name.endswith(".tsv"):
@@ -206,7 +205,7 @@ def build(
     complete: bool,
     final_check_expected: bool = False,
 ) -> dict:
-    plan = load_json(os.path.join(run_dir, PLAN_DIR, "plan.json"))
+    plan = load_json(os.path.join(run_dir, PLAN))
     bench = benchmarks(run_dir)
     failures: list[dict] = []
     ignored_entries: list[dict] = []
@@ -584,16 +583,15 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(report: dict, json_path: str, md_path: str, run_dir: str | None = None) -> None:
-    write_json(json_path, report)
-    tmp = f"{md_path}.tmp"
+def write(report: dict, paths: dict[str, str], run_dir: str) -> None:
+    """The report's three forms at paths {json, md, html} (ferry_run_dir.report_paths)."""
+    write_json(paths["json"], report)
+    tmp = f"{paths['md']}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(markdown(report))
-    os.replace(tmp, md_path)
-    # The page people open: report.html beside report.md (ferry_html.py).
-    ferry_html.write(
-        report, os.path.splitext(md_path)[0] + ".html", run_dir or os.path.dirname(md_path)
-    )
+    os.replace(tmp, paths["md"])
+    # The page people open (ferry_html.py).
+    ferry_html.write(report, paths["html"], run_dir)
 
 
 def write_incomplete(run_dir: str, report_args: list[str]) -> None:
@@ -605,8 +603,9 @@ def write_incomplete(run_dir: str, report_args: list[str]) -> None:
         report = build(run_dir, args.run_name, args.phase, args.source, args.dest, complete=False)
         report["checksum_verified"] = args.checksum
         add_history(report, args, ended_in_error=True)
-        write(report, *(os.path.join(run_dir, name) for name in INCOMPLETE), run_dir)
-        print(f"ferry: partial report in {os.path.join(run_dir, INCOMPLETE[1])}", file=sys.stderr)
+        paths = ferry_run_dir.report_paths(run_dir, complete=False)
+        write(report, paths, run_dir)
+        print(f"ferry: partial report in {paths['md']}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - a broken partial report must not hide the real error
         print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
 
@@ -637,15 +636,6 @@ def add_history(report: dict, args, ended_in_error: bool = False) -> None:
     report["projection"] = ferry_history.project(
         records, checksum=args.checksum or args.final_checksum
     )
-
-
-def discard_incomplete(run_dir: str) -> None:
-    """onsuccess hook: a partial report from an earlier failed attempt is now misleading."""
-    for name in (*INCOMPLETE, INCOMPLETE_HTML):
-        try:
-            os.remove(os.path.join(run_dir, name))
-        except FileNotFoundError:
-            pass
 
 
 def parser() -> argparse.ArgumentParser:
@@ -697,17 +687,15 @@ def main(argv=None) -> int:
     )
     report["checksum_verified"] = args.checksum
     add_history(report, args)
-    names = (
-        INCOMPLETE
-        if args.by_status and report["status"] != "complete"
-        else ("report.json", "report.md")
+    paths = ferry_run_dir.report_paths(
+        args.run_dir, complete=not args.by_status or report["status"] == "complete"
     )
-    write(
-        report,
-        args.json_path or os.path.join(args.run_dir, names[0]),
-        args.md_path or os.path.join(args.run_dir, names[1]),
-        args.run_dir,
-    )
+    if args.json_path:
+        paths["json"] = args.json_path
+    if args.md_path:
+        paths["md"] = args.md_path
+        paths["html"] = os.path.splitext(args.md_path)[0] + ".html"
+    write(report, paths, args.run_dir)
     print(f"ferry: report {report['status']}, {len(report['failures'])} failures", file=sys.stderr)
     return 0
 

@@ -1,5 +1,5 @@
 //! `ferry status RUN_DIR`: how far a pipeline phase is, read from what its jobs leave in the run
-//! directory (docs/pipeline.md, "Run directory"): the plan's partitions, each job's report, a
+//! directory (workflow/scripts/run_dir.json; docs/pipeline.md, "Run directory"): the plan's partitions, each job's report, a
 //! failed job's report under failed/, and the progress file every copy and verify job rewrites
 //! every few seconds. Never the engines' internals, so it reads a Snakemake run as a Nextflow
 //! one, running, finished or killed.
@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Args;
 use serde_json::{json, Value};
 
+use crate::run_dir::{Kind, LAYOUT};
 use crate::units::human_bytes;
 
 /// A progress file not rewritten for this long belongs to a job that is no longer running
@@ -85,12 +86,13 @@ fn gone_here(progress: &Value) -> bool {
 fn partition(dir: &Path, step: &str, spec: &Value, at: f64) -> Value {
     let id = spec["id"].as_str().unwrap_or_default();
     let (files, bytes) = (num(spec, &["files"]), num(spec, &["bytes"]));
-    let done = read(&dir.join(step).join(format!("part-{id}.json")));
-    let failed = dir.join("failed").join(format!("{step}-part-{id}.json"));
-    let progress = read(&dir.join("progress").join(format!("{step}-part-{id}.json")));
+    let record = |kind| LAYOUT.record(dir, step, kind, id);
+    let done = record(Kind::Out).and_then(|p| read(&p));
+    let failed = record(Kind::Failed).is_some_and(|p| p.exists());
+    let progress = record(Kind::Progress).and_then(|p| read(&p));
     let (state, files_done, bytes_done, rate) = match (&done, &progress) {
         (Some(_), _) => ("done", files, bytes, 0.0),
-        (None, _) if failed.exists() => ("failed", 0.0, 0.0, 0.0),
+        (None, _) if failed => ("failed", 0.0, 0.0, 0.0),
         (None, Some(p)) => {
             let fresh = at - num(p, &["updated"]) < STALE && p["finished"] != true && !gone_here(p);
             let state = if fresh { "running" } else { "stopped" };
@@ -126,11 +128,11 @@ fn tally(parts: &[Value]) -> Value {
 
 /// The whole phase at time `at`, as `--json` prints it.
 pub fn status(dir: &Path, at: f64) -> Value {
-    let report = read(&dir.join("report.json"));
-    let incomplete = read(&dir.join("report-incomplete.json"));
-    let Some(plan) = read(&dir.join("plan").join("plan.json")) else {
+    let report = read(&dir.join(&LAYOUT.report.json));
+    let incomplete = read(&dir.join(&LAYOUT.incomplete_report.json));
+    let Some(plan) = read(&dir.join(&LAYOUT.plan)) else {
         let listing = dir
-            .join("listing")
+            .join(&LAYOUT.listing_dir)
             .read_dir()
             .map(|mut d| d.next().is_some())
             .unwrap_or(false);
