@@ -356,25 +356,3 @@ def test_the_cli_projects_from_a_run_root(tmp_path, converging, capsys):
     assert doc["ok"] and len(doc["backtest"]) == 3
     assert ferry_history.main(["project", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith("a final pass started now would take ≈")
-
-
-def test_requests_are_summed_over_sides_and_missing_ones_are_zeros():
-    both = {
-        "requests": {
-            "source": {"gets": 2, "list_pages": 1},
-            "dest": {"puts": 3, "gets": 1, "blocks": 4},
-        }
-    }
-    assert ferry_report.request_counts(both) == {
-        **KIND_ZERO,
-        "gets": 3,
-        "list_pages": 1,
-        "puts": 3,
-        "blocks": 4,
-    }
-    assert ferry_report.request_counts({"requests": {"heads": 7, "weird": "x"}}) == {
-        **KIND_ZERO,
-        "heads": 7,
-    }
-    assert ferry_report.request_counts({"files": {}}) == KIND_ZERO
-    assert ferry_report.request_counts(None) == KIND_ZERO

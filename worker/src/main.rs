@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod depth;
+mod documents;
 mod engine;
 mod error;
 mod filter;
@@ -74,6 +75,10 @@ fn main() -> ExitCode {
             Prune(a) => commands::prune::run(a).await,
             Names(a) => commands::names::run(a),
             Status(a) => commands::status::run(a),
+            Schema => {
+                print!("{}", documents::schema_text());
+                Ok(std::process::ExitCode::SUCCESS)
+            }
         }
     });
     match result {

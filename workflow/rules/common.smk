@@ -10,6 +10,7 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
 import ferry_config  # noqa: E402
+import ferry_docs  # noqa: E402
 import ferry_history  # noqa: E402
 import ferry_report  # noqa: E402
 import ferry_run_dir  # noqa: E402
@@ -108,7 +109,7 @@ def _plan_dir():
 
 def _plan():
     _plan_dir()  # the checkpoint: the plan is made before it is read
-    return ferrylib.load_json(os.path.join(RUN, ferry_run_dir.PLAN))
+    return ferry_docs.load("plan", os.path.join(RUN, ferry_run_dir.PLAN))
 
 
 def copy_ids():

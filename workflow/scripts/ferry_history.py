@@ -70,8 +70,10 @@ import socket
 import sys
 import time
 
+import ferry_model
+import ferry_run
+from ferry_docs import REQUEST_KINDS as KINDS
 from ferry_run_dir import HISTORY, RUN_STARTED
-from ferrylib import REQUEST_KINDS as KINDS
 from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
@@ -338,15 +340,10 @@ def last_activity(run_dir: str) -> float | None:
 
 def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     """The record of a run that never reported (killed), from what it left in its directory."""
-    import ferry_report  # here: ferry_report appends records through this module
-
-    args = ferry_report.parser().parse_args(["build", marker_dir, *marker.get("report_args", [])])
-    report = ferry_report.build(
-        marker_dir, args.run_name, args.phase, args.source, args.dest, complete=False
-    )
-    report["checksum_verified"] = args.checksum
+    opts = ferry_run.options(marker_dir, marker["report_args"])
+    report = ferry_model.build(ferry_run.read(marker_dir), opts, complete=False)
     ended = last_activity(marker_dir) or epoch(marker.get("started")) or time.time()
-    return record(report, marker, os.path.basename(marker_dir), status, ended, args.pass_)
+    return record(report, marker, os.path.basename(marker_dir), status, ended, opts.pass_)
 
 
 def settle(root: str, starting: float | None = None, skip: str | None = None) -> list[dict]:

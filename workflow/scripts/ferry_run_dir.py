@@ -32,6 +32,8 @@ RECORDS = {
     step: Records(spec.get("out"), spec["log"], spec["bench"], spec.get("failed"))
     for step, spec in LAYOUT["steps"].items()
 }
+# Which of the worker's documents (ferry_docs.py) a step's output is.
+DOCUMENTS = {step: spec["document"] for step, spec in LAYOUT["steps"].items() if "document" in spec}
 PLAN_DIR = LAYOUT["plan_dir"]
 PLAN = LAYOUT["plan"]
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}

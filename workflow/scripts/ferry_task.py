@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+import ferry_docs
 from ferry_run_dir import (
     BENCH_HEADER,
     DELETED_LOG,
@@ -36,7 +37,6 @@ from ferry_run_dir import (
     partitioned,
     records,
 )
-from ferrylib import load_json
 
 # A stub run's ends: the same two files on both sides where the step checks a finished copy, an
 # empty destination where it lists or copies (so the plan has something to cut in two).
@@ -111,15 +111,15 @@ def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, f
 def prune_guard(root: str) -> list[str]:
     """Why prune must not run, or [] when every verify partition of the plan passed: whatever the
     engine's graph says, an empty or failed fan-out never reaches `ferry prune`."""
-    plan = load_json(os.path.join(root, PLAN))
+    plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
         return ["no plan: the fan-out never happened"]
     problems = []
-    for spec in plan.get("verify_partitions", []):
-        doc = load_json(records("verify", spec["id"], root).out)
+    for spec in plan["verify_partitions"]:
+        doc = ferry_docs.load("verify", records("verify", spec["id"], root).out)
         if doc is None:
             problems.append(f"verify partition {spec['id']} has no result")
-        elif any(doc.get(key) for key in ("differ", "missing_on_dst", "error")):
+        elif not doc["passed"]:
             problems.append(f"verify partition {spec['id']} found differences")
     return problems
 

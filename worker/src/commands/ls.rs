@@ -63,7 +63,13 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     drop(out);
     if let Some(path) = &args.summary {
-        let summary = serde_json::json!({"command": "ls", "entries": entries, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
+        let summary = crate::documents::LsSummary {
+            version: Default::default(),
+            command: "ls",
+            entries,
+            seconds: super::seconds(started),
+            requests: stats.requests.counts(),
+        };
         crate::jsonfile::replace(path, &summary)
             .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }
