@@ -43,6 +43,8 @@ def phase(tmp_path, run_ferry):
     docs["prune"] = run_ferry("prune", src, dst, "--dry-run", "--json").json
     docs["rm"] = run_ferry("rm", "--recursive", "--dry-run", dst / "d", "--json").json
     docs["status"] = run_ferry("status", run, "--json").json
+    state = tmp_path / "state"
+    docs["carry"] = run_ferry("carry", dst, "--state", state, "--pass", "baseline", "--json").json
     return docs
 
 

@@ -40,6 +40,8 @@ pub enum Command {
     Verify(crate::commands::verify::VerifyArgs),
     /// Delete from the destination what the source no longer has (the final pass)
     Prune(crate::commands::prune::PruneArgs),
+    /// Leave the destination's state, as a pass left it, for the next pass to plan against
+    Carry(crate::commands::carry::CarryArgs),
     /// How far a pipeline phase is: partitions done, running, failed, pending; throughput, ETA
     Status(crate::commands::status::StatusArgs),
     /// For scripts: a manifest's entries with their raw paths and temp names, NUL-separated
@@ -178,7 +180,30 @@ pub struct LsArgs {
     #[command(flatten)]
     pub filters: Filters,
     #[command(flatten)]
+    pub carried: CarriedArgs,
+    /// With --carried: how many carried files and links to look up on the destination before
+    /// the carried listing stands for a fresh one
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "state")]
+    pub probe: usize,
+    /// With --carried: list afresh all the same (the carried state is still taken)
+    #[arg(long, requires = "state")]
+    pub fresh: bool,
+    #[command(flatten)]
+    pub sorting: Sorting,
+    #[command(flatten)]
     pub common: Common,
+}
+
+/// The destination's state carried from pass to pass (docs/scale.md).
+#[derive(Args, Debug, Clone)]
+pub struct CarriedArgs {
+    /// Where this destination's carried state is kept (a directory or Blob prefix outside it):
+    /// `ls` lists from it when it is current, `mk` marks it out of date for the pass
+    #[arg(long = "carried", value_name = "STATE", requires = "pass")]
+    pub state: Option<String>,
+    /// The pass taking the carried state (its run directory's name)
+    #[arg(long, value_name = "NAME", requires = "state")]
+    pub pass: Option<String>,
 }
 
 fn parse_block_size(s: &str) -> Result<u64, String> {
@@ -297,6 +322,8 @@ pub struct MkArgs {
     /// Write a JSON summary (created, seconds, requests by kind) to FILE
     #[arg(long, value_name = "FILE")]
     pub summary: Option<PathBuf>,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
     #[command(flatten)]
     pub common: Common,
 }

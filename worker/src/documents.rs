@@ -199,6 +199,22 @@ pub struct LsSummary {
     pub entries: u64,
     pub seconds: f64,
     pub requests: Requests,
+    /// With --carried: whether the carried destination state was used, or why not; null
+    /// without --carried.
+    pub carried: Option<CarriedSummary>,
+}
+
+/// Whether a pass planned against the destination's carried state (crate::carried).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CarriedSummary {
+    pub used: bool,
+    /// The pass that left the state used; null when none was used.
+    pub written_by: Option<String>,
+    /// Carried entries looked up on the destination before use.
+    pub probed: u64,
+    /// Why the destination was listed afresh; null when the state was used.
+    pub reason: Option<String>,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -350,6 +366,10 @@ pub fn schemas() -> serde_json::Value {
     add("mk_summary", schemars::schema_for!(MkSummary));
     add("progress", schemars::schema_for!(ProgressDoc));
     add("status", schemars::schema_for!(StatusDoc));
+    add(
+        "carry",
+        schemars::schema_for!(crate::commands::carry::CarryDoc),
+    );
     serde_json::json!({
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,

@@ -1,5 +1,6 @@
 //! ferry: the transfer worker. See docs/worker.md.
 
+mod carried;
 mod cli;
 mod commands;
 mod depth;
@@ -73,6 +74,7 @@ fn main() -> ExitCode {
             Plan(a) => commands::plan::run(a),
             Verify(a) => commands::verify::run(a).await,
             Prune(a) => commands::prune::run(a).await,
+            Carry(a) => commands::carry::run(a).await,
             Names(a) => commands::names::run(a),
             Status(a) => commands::status::run(a),
             Schema => {

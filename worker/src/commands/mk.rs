@@ -23,6 +23,10 @@ pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("{} already exists", store.describe());
     }
+    // The pass about to write the destination leaves the carried state out of date.
+    if let (Some(state), Some(pass)) = (&args.carried.state, &args.carried.pass) {
+        super::state_of(state, &loc, &opts)?.take(pass).await?;
+    }
     if let Some(path) = &args.summary {
         let summary = crate::documents::MkSummary {
             version: Default::default(),

@@ -1,5 +1,6 @@
 //! One module per subcommand; shared resolution of locations and options lives here.
 
+pub mod carry;
 pub mod copy;
 pub mod env;
 pub mod ls;
@@ -76,6 +77,19 @@ pub fn open_options(common: &Common, concurrency: usize, stats: Arc<Stats>) -> O
 
 pub fn open(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Arc<dyn Store>> {
     storage::open(loc, opts).with_context(|| format!("cannot open {loc}"))
+}
+
+/// The carried-state location of the destination at `dest`, refused where the two overlap: the
+/// state would be listed, copied over and pruned as part of the tree.
+pub fn state_of(
+    state: &str,
+    dest: &Location,
+    opts: &OpenOptions,
+) -> anyhow::Result<crate::carried::State> {
+    let loc = parse_location(state)?;
+    crate::overlap::refuse(dest, &loc)
+        .context("the carried state must be kept outside the destination")?;
+    Ok(crate::carried::State::new(open(&loc, opts)?))
 }
 
 /// A location is either a tree (directory / prefix) or one object. `name` is what the object

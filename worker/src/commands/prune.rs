@@ -26,6 +26,10 @@ pub struct PruneArgs {
     /// The source as a manifest instead of a fresh listing (e.g. the pipeline's own listing)
     #[arg(long, value_name = "MANIFEST")]
     pub files_from: Option<PathBuf>,
+    /// The destination as a manifest instead of a fresh listing: the listing the pass planned
+    /// against (carried or fresh), written to since only by the pass itself
+    #[arg(long, value_name = "MANIFEST")]
+    pub dest_from: Option<PathBuf>,
     /// List what would be deleted; delete nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -196,7 +200,7 @@ async fn plan(
 ) -> Result<Deletions, Stop> {
     let budget = args.sorting.memory.budget();
     // A source we could not read completely must never be mistaken for one that lost files.
-    let source = match sort_source(args, src, scratch, budget).await {
+    let source = match sort_side(args.files_from.as_deref(), src, scratch, "source", budget).await {
         Err(SortError::Listing(e)) => {
             return Err(Stop::Refused(format!("the source listing failed ({e})")))
         }
@@ -208,7 +212,7 @@ async fn plan(
             src.describe()
         )));
     }
-    let dest = match sort_store(dst, scratch, "dest", budget).await {
+    let dest = match sort_side(args.dest_from.as_deref(), dst, scratch, "dest", budget).await {
         Err(SortError::Listing(e)) => {
             return Err(Stop::Refused(format!(
                 "the destination listing failed ({e})"
@@ -293,26 +297,26 @@ fn report(
     }
 }
 
-/// The source's entries sorted by path: a fresh listing, or the `--files-from` manifest
-/// (checked line by line; a path listed twice is found by the join).
-async fn sort_source(
-    args: &PruneArgs,
-    src: &Arc<dyn Store>,
+/// One side's entries sorted by path: a fresh listing, or a manifest (checked line by line; a
+/// path listed twice is found by the join).
+async fn sort_side(
+    manifest: Option<&Path>,
+    store: &Arc<dyn Store>,
     scratch: &Path,
+    stem: &str,
     budget: usize,
 ) -> Result<Runs, SortError> {
-    match &args.files_from {
+    match manifest {
         Some(m) => {
             let entries = manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
-            let (mut sort, mut pacer) =
-                (PathSort::new(scratch, "source", budget), Pacer::default());
+            let (mut sort, mut pacer) = (PathSort::new(scratch, stem, budget), Pacer::default());
             for e in entries {
                 sort.push(e)?;
                 pacer.tick().await;
             }
             sort.finish()
         }
-        None => sort_store(src, scratch, "source", budget).await,
+        None => sort_store(store, scratch, stem, budget).await,
     }
 }
 

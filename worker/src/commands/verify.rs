@@ -47,6 +47,10 @@ pub struct VerifyArgs {
     /// List identical files too (`= path`)
     #[arg(long)]
     pub all: bool,
+    /// Write what the destination holds at the manifest's paths, files and directories, as a
+    /// manifest sorted by path: what `ferry carry` patches the carried listing with
+    #[arg(long, value_name = "PATH", requires = "files_from")]
+    pub observed: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
     /// Keep PATH rewritten with the run's progress as JSON (every 2 seconds and at the end), for
@@ -215,9 +219,15 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .progress_file
         .clone()
         .map(|p| ProgressFile::start(p, "verify", stats.clone()));
-    let opts = open_options(&args.common, concurrency, stats.clone());
+    let mut opts = open_options(&args.common, concurrency, stats.clone());
+    if args.observed.is_some() {
+        // What --observed records stands for a listing (`ferry ls`), attributes included.
+        opts.xattrs = crate::xattrs::Wanted::of(&args.preserve.preserve);
+    }
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let mut rows: Vec<Row> = Vec::new();
+    // Paths whose destination entries go to --observed, besides those compared.
+    let mut observe: Vec<Vec<u8>> = Vec::new();
     let (src, dst, src_entries, rename) = match resolve(&src_loc, &opts, true).await? {
         Root::Object {
             parent,
@@ -241,6 +251,9 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             // A partition: both sides are looked at fresh (the manifest may predate the copy),
             // in the directories it names only.
             let listed = read_manifest(m)?;
+            if args.observed.is_some() {
+                observe = listed.iter().map(|e| e.path.clone()).collect();
+            }
             let paths: Vec<&[u8]> = listed
                 .iter()
                 .filter(|e| e.kind != Kind::Dir)
@@ -262,12 +275,19 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             .into_iter()
             .collect(),
         None => {
-            let paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
+            let mut paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
+            if !observe.is_empty() {
+                paths = observe.iter().map(|p| &p[..]).collect();
+            }
             let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
             rows.extend(unlisted(&paths, &failed, "destination"));
             found
         }
     };
+    if let Some(path) = &args.observed {
+        write_observed(path, &dst_index)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     // Paths already judged (their directory could not be listed) are not judged again.
     let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
     let blob_side = blob_side(&src, &dst);
@@ -295,6 +315,17 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         report.add(row)?;
     }
     report.finish(&src, &dst, &stats, progress, started).await
+}
+
+/// The destination's entries a verify looked up, sorted by path.
+fn write_observed(path: &Path, found: &HashMap<Vec<u8>, Entry>) -> io::Result<()> {
+    let mut entries: Vec<&Entry> = found.values().collect();
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut w = crate::manifest::Writer::new(BufWriter::new(File::create(path)?))?;
+    for e in entries {
+        w.write(e)?;
+    }
+    w.finish()?.flush()
 }
 
 /// Counts a row as decided, for the progress file: the same, or not (differ, missing, error);

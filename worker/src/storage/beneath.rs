@@ -82,7 +82,8 @@ fn openat2_beneath(dir: RawFd, path: &[u8], flags: libc::c_int) -> io::Result<Ow
 /// What a failed step means to a user: a symlink (or a file) stands where a directory should.
 fn explain(e: io::Error, rel: &[u8]) -> io::Error {
     match e.raw_os_error() {
-        Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV) => io::Error::other(
+        Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV) => io::Error::new(
+            io::ErrorKind::NotADirectory,
             format!(
                 "{}: a symlink or a non-directory stands on the way; ferry never follows symlinks below a root",
                 crate::manifest::escape_path(rel)

@@ -106,6 +106,12 @@ pub trait Store: Send + Sync {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
+    /// One entry as a listing gives it (`head` leaves out what only a listing reads, such as a
+    /// local file's attribute digest): for lookups that stand in for a listing.
+    async fn look(&self, path: &[u8]) -> Result<Option<Entry>> {
+        Ok(self.head(path).await?.map(|(e, _)| e))
+    }
+
     /// A token that changes whenever the object's bytes may have (an ETag; a local file's
     /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
     async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
@@ -309,8 +315,8 @@ pub async fn index_paths(
             let found = if wanted.len() < LOOKS {
                 let mut out = Vec::new();
                 for p in &wanted {
-                    match store.head(p).await {
-                        Ok(Some((e, _))) => out.push(e),
+                    match store.look(p).await {
+                        Ok(Some(e)) => out.push(e),
                         Ok(None) => {}
                         Err(e) => return (dir.to_vec(), Err(e)),
                     }

@@ -24,7 +24,12 @@ use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
 /// state built from the old bytes must go.
 pub(super) fn changed(e: StoreError) -> StoreError {
     match e {
-        StoreError::Io { path, source } if source.kind() == std::io::ErrorKind::Other => {
+        StoreError::Io { path, source }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::Other | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
             StoreError::Integrity(format!("{path}: {source}"))
         }
         e => e,
@@ -57,6 +62,20 @@ impl Store for LocalStore {
             let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
             Ok(md.and_then(|md| {
                 entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| (e, meta_of(&md)))
+            }))
+        })
+        .await
+    }
+
+    async fn look(&self, path: &[u8]) -> Result<Option<Entry>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let md = me.lstat(&rel).map_err(me.io_err(&rel))?;
+            Ok(md.and_then(|md| {
+                entry_with_target(rel.clone(), &md, || me.readlink(&rel)).map(|e| Entry {
+                    xattrs: me.xattrs.digest(&me.full_path(&rel)),
+                    ..e
+                })
             }))
         })
         .await
@@ -149,7 +168,16 @@ impl Store for LocalStore {
                 }
             });
             match r {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                // Below a file or link there is nothing to delete: a pass that replaced a
+                // directory took what it held (prune deletes from the listing it planned with).
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    Ok(())
+                }
                 r => r.map_err(me.io_err(&rel)),
             }
         })
