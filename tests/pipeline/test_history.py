@@ -222,7 +222,7 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     killed, done = history(outdir)
     assert (killed["run_id"], killed["status"], killed["engine"]) == (
         marker["run_id"],
-        "killed",
+        "stopped",
         "snakemake",
     )
     assert killed["started"] == marker["started"] and killed["wall_seconds"] > 0
@@ -233,7 +233,7 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     assert done["copied"]["files"] > 0
     # A killed run is no measure of a pass: the projection stands on the complete one.
     rep = report(outdir, "baseline")
-    assert [r["status"] for r in rep["history"]] == ["killed", "complete"]
+    assert [r["status"] for r in rep["history"]] == ["stopped", "complete"]
     assert rep["projection"]["passes"] == 1 and rep["projection"]["records"] == 2
     assert status(ferry_bin, run)["state"] == "complete"
 
@@ -285,7 +285,7 @@ def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_pa
     killed, done = history(outdir)
     assert (killed["run_id"], killed["status"], killed["engine"]) == (
         marker["run_id"],
-        "killed",
+        "stopped",
         "nextflow",
     )
     assert (done["status"], done["engine"]) == ("complete", "nextflow") and done[

@@ -226,7 +226,7 @@ def test_equal_deltas_are_steady():
 
 
 def test_only_complete_passes_are_measures(converging):
-    converging.append(measured("incremental", T0 + 3.75 * HOUR, 5000, 4, status="killed"))
+    converging.append(measured("incremental", T0 + 3.75 * HOUR, 5000, 4, status="stopped"))
     converging.append(measured("incremental", T0 + 3.8 * HOUR, 5000, 5, status="failed"))
     p = ferry_history.project(converging, now=T0 + 4 * HOUR)
     assert p["passes"] == 4 and p["records"] == 6
@@ -234,7 +234,7 @@ def test_only_complete_passes_are_measures(converging):
 
 
 def test_no_projection_without_a_complete_pass():
-    p = ferry_history.project([measured("baseline", T0, SOURCE, status="killed")], now=T0 + HOUR)
+    p = ferry_history.project([measured("baseline", T0, SOURCE, status="stopped")], now=T0 + HOUR)
     assert not p["ok"] and "no complete pass" in p["why_not"]
     p = ferry_history.project([measured("baseline", T0, SOURCE)], now=T0 + HOUR)
     assert p["ok"] and p["converging"] == "unknown"
@@ -284,6 +284,14 @@ def test_history_lines_are_read_back_once_each_and_cut_lines_skipped(tmp_path):
     assert [r["phase"] for r in ferry_history.load(str(root))] == ["baseline", "incremental"]
 
 
+def test_an_older_history_s_killed_reads_as_stopped(tmp_path):
+    """Records written before the job states were one vocabulary said "killed"."""
+    root = tmp_path / "m"
+    old = measured("baseline", T0, SOURCE, status="killed")
+    assert ferry_history.append(str(root), old)
+    assert [r["status"] for r in ferry_history.load(str(root))] == ["stopped"]
+
+
 def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     root = tmp_path / "m"
     killed_dir = root / "incremental-pass2"
@@ -295,7 +303,7 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     os.utime(bench, (T0 + 20, T0 + 20))
     # A reader sees it as killed at once (its engine is gone), without writing anything.
     loaded = ferry_history.load(str(root))
-    assert [(r["status"], r["run_id"]) for r in loaded] == [("killed", marker["run_id"])]
+    assert [(r["status"], r["run_id"]) for r in loaded] == [("stopped", marker["run_id"])]
     assert not (root / ferry_run_dir.HISTORY).exists()
     killed = loaded[0]
     assert (killed["phase"], killed["pass"], killed["engine"]) == ("incremental", 2, "snakemake")
@@ -309,12 +317,12 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     # The next run of the phase starts: the killed one gets its record first.
     ferry_history.start(str(killed_dir), "snakemake", REPORT_ARGS, now=T0 + 100)
     on_disk = ferry_history.read(str(root))
-    assert [(r["status"], r["run_id"]) for r in on_disk] == [("killed", marker["run_id"])]
+    assert [(r["status"], r["run_id"]) for r in on_disk] == [("stopped", marker["run_id"])]
     # ... and its report appends its own.
     report = ferry_report.build(str(killed_dir), "m", "incremental", "/s", "/d", complete=True)
     rec = ferry_history.record_run(str(killed_dir), report, pass_=2, now=T0 + 130)
     assert rec["status"] == "failed"  # no plan: the report names the listing that never finished
-    assert [r["status"] for r in ferry_history.load(str(root))] == ["killed", rec["status"]]
+    assert [r["status"] for r in ferry_history.load(str(root))] == ["stopped", rec["status"]]
     assert ferry_history.load(str(root))[1]["wall_seconds"] == 30
 
 
@@ -336,7 +344,7 @@ def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
         str(root / "incremental"), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0 + HOUR
     )
     assert [(r["run_dir"], r["status"]) for r in ferry_history.read(str(root))] == [
-        ("baseline", "killed")
+        ("baseline", "stopped")
     ]
 
 

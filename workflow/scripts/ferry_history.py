@@ -9,13 +9,13 @@ RUN_ROOT is `<outdir>/<run_name>`, above the phase directories; its `history.jso
 records, oldest first. The two functions other code calls return plain dicts and lists:
 
 load(run_root) -> list[record], ordered by `started`; runs that started and never recorded
-their end (killed: the engine got SIGKILL, no report ran) appear as `killed` records built from
+their end (killed: the engine got SIGKILL, no report ran) appear as `stopped` records built from
 what they left, or `running` while their engine is alive on this host (from another host: until
 a later run starts). A record:
 
     {"version": 1, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
      "pass": int, "run_dir": str (the phase directory's name under the run root),
-     "status": "complete"|"incomplete"|"failed"|"killed"|"running",
+     "status": "complete"|"incomplete"|"failed"|"stopped"|"running",   # ferry status's words
      "engine": "snakemake"|"nextflow"|"unknown",
      "started": ISO str|None, "ended": ISO str|None, "wall_seconds": float|None,
      "source": {"files": int|None, "bytes": int|None},
@@ -208,6 +208,9 @@ def read(root: str) -> list[dict]:
             continue  # a line cut short by a full disk or a kill: the others still count
         if isinstance(rec, dict) and rec.get("run_id") not in seen:
             seen.add(rec.get("run_id"))
+            if rec.get("status") == "killed":
+                # Histories written before the job states were one vocabulary said "killed".
+                rec["status"] = "stopped"
             out.append(rec)
     return out
 
@@ -357,7 +360,7 @@ def settle(root: str, starting: float | None = None, skip: str | None = None) ->
         if marker["run_id"] in recorded or marker["run_id"] == skip or not gone(marker, began):
             continue
         try:
-            rec = unrecorded(marker_dir, marker, "killed")
+            rec = unrecorded(marker_dir, marker, "stopped")
         except Exception as err:  # noqa: BLE001 - a broken leftover must not stop the new run
             print(f"ferry: could not record the run in {marker_dir}: {err}", file=sys.stderr)
             continue
@@ -396,7 +399,7 @@ def record_run(
 
 
 def load(run_root: str) -> list[dict]:
-    """Every run of the migration, oldest first: the records, and a `killed` or `running` one
+    """Every run of the migration, oldest first: the records, and a `stopped` or `running` one
     made (not written) for each run that left a marker and no record."""
     records = read(run_root)
     recorded = {r.get("run_id") for r in records}
@@ -406,7 +409,7 @@ def load(run_root: str) -> list[dict]:
             continue
         try:
             records.append(
-                unrecorded(marker_dir, marker, "killed" if gone(marker, began) else "running")
+                unrecorded(marker_dir, marker, "stopped" if gone(marker, began) else "running")
             )
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
@@ -758,7 +761,7 @@ def project(
     checksum: bool | None = None,
 ) -> dict:
     """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
-    records (load()'s list; failed, killed and running ones are not measures of a pass).
+    records (load()'s list; failed, stopped and running ones are not measures of a pass).
     checksum: whether that pass verifies by MD5 (default: as the last final pass did, else not)."""
     now = time.time() if now is None else now
     passes = sorted(
