@@ -255,16 +255,16 @@ def _int(value) -> int:
 def record(
     report: dict, marker: dict | None, run_dir_name: str, status: str, ended: float, pass_: int = 1
 ) -> dict:
-    """A run's record from its report (ferry_report.build) and its start marker."""
+    """A run's record from its report (ferry_model.build: every key present) and its start
+    marker. Without a plan (a run that never got that far), its plan's counts are nothing."""
     marker = marker or {}
-    plan = report.get("plan") or {}
-    to_copy = plan.get("to_copy") or {}
-    extra = plan.get("extra_on_dest") or {}
-    totals = report["totals"]
-    started = epoch(marker.get("started")) or epoch(report["time"].get("first_job_started_at"))
-    verify = totals.get("verify") or {}
-    requests = totals.get("requests") or {}
-    per_step = report["time"].get("per_step") or {}
+    plan = report["plan"]
+    totals, per_step = report["totals"], report["time"]["per_step"]
+    started = epoch(marker.get("started")) or epoch(report["time"]["first_job_started_at"])
+    verify, requests = totals["verify"], totals["requests"]
+    planned = ("files", "bytes", "new", "changed", "metadata_only", "type_changed", "undecided")
+    to_copy = plan["to_copy"] if plan else dict.fromkeys(planned, 0)
+    extra = plan["extra_on_dest"] if plan else {"files": 0, "bytes": 0}
     return {
         "version": VERSION,
         "run_id": marker.get("run_id") or f"{iso(started or ended)}-{run_dir_name}-unmarked",
@@ -277,53 +277,27 @@ def record(
         "started": iso(started),
         "ended": iso(ended),
         "wall_seconds": round(ended - started, 3) if started else None,
-        "source": {
-            "files": (plan.get("source") or {}).get("files"),
-            "bytes": (plan.get("source") or {}).get("bytes"),
-        },
-        "dest": {
-            "files": (plan.get("dest") or {}).get("files"),
-            "bytes": (plan.get("dest") or {}).get("bytes"),
-        },
+        "source": {k: plan["source"][k] if plan else None for k in ("files", "bytes")},
+        "dest": {k: plan["dest"][k] if plan and plan["dest"] else None for k in ("files", "bytes")},
         "planned": {
-            "files": _int(to_copy.get("files")),
-            "bytes": _int(to_copy.get("bytes")),
-            **{
-                k: _int(to_copy.get(k))
-                for k in ("new", "changed", "metadata_only", "type_changed", "undecided")
-            },
-            "deleted": _int(extra.get("files")),
-            "deleted_bytes": _int(extra.get("bytes")),
+            **{k: to_copy[k] for k in planned},
+            "deleted": extra["files"],
+            "deleted_bytes": extra["bytes"],
         },
-        "copied": {
-            "files": _int(totals["files"].get("copied")),
-            "bytes": _int(totals["bytes"].get("copied")),
-        },
-        "verified": {
-            "files": sum(_int(v) for v in verify.values()),
-            **{k: _int(v) for k, v in verify.items()},
-        },
-        "checksum": bool(report.get("checksum_verified")),
+        "copied": {"files": totals["files"]["copied"], "bytes": totals["bytes"]["copied"]},
+        "verified": {"files": sum(verify.values()), **verify},
+        "checksum": report["checksum_verified"],
         # What the report lists as failed: files, verify differences, jobs without a result.
-        "failed": len(report.get("failures") or []),
-        "retries": _int((totals.get("retries") or {}).get("total")),
-        "requests": {
-            "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
-            "by_step": {
-                s: {k: _int(c.get(k)) for k in KINDS}
-                for s, c in (requests.get("by_step") or {}).items()
-            },
-        },
+        "failed": len(report["failures"]),
+        "retries": totals["retries"]["total"],
+        "requests": {"total": requests["total"], "by_step": requests["by_step"]},
         "steps": {
-            s: {
-                "seconds": per_step[s].get("seconds", 0.0),
-                "span": per_step[s].get("span_seconds", per_step[s].get("seconds", 0.0)),
-            }
+            s: {"seconds": per_step[s]["seconds"], "span": per_step[s]["span_seconds"]}
             for s in STEPS
             if s in per_step
         },
-        "partitions": len(report.get("partitions") or []),
-        "depth": totals.get("depth") or {"mode": None, "final": None, "peak": None},
+        "partitions": len(report["partitions"]),
+        "depth": totals["depth"],
     }
 
 
