@@ -395,3 +395,15 @@ def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
         assert html.escape(ferry_history.line(report["projection"])[1:]) in page
     else:
         assert "No projection yet" in page
+
+
+def test_a_report_of_another_version_is_refused_by_name(finished, capsys):
+    """A report.json from before the job states were one vocabulary has no `state` per
+    partition: the page says to make the report again rather than fail on a missing key."""
+    old = ferry_report.build(str(finished.path), "r1", "baseline", "/s", "/d", True)
+    del old["version"]
+    write_json(str(finished.path / "report.json"), old)
+    with pytest.raises(SystemExit):
+        ferry_html.main([str(finished.path), "--out", str(finished.path / "page.html")])
+    assert "a report of version 1" in capsys.readouterr().err
+    assert not (finished.path / "page.html").exists()

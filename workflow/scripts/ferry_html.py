@@ -25,6 +25,7 @@ import json
 import os
 import sys
 
+import ferry_model
 from ferrylib import fmt_bytes
 
 # One colour per step, in the pipeline's order (run_dir.json), so a step looks the same in
@@ -189,32 +190,25 @@ def stacked_bars(name: str, title: str, columns: list[tuple[str, dict]], fmt) ->
 def single_run_history(report: dict) -> list[dict]:
     """The current run as the history's only record (ferry_history's shape), for a run whose
     output directory has no history yet: the page then shows this pass alone rather than nothing."""
-    t = report.get("totals", {})
-    tm = report.get("time", {})
-    plan = (report.get("plan") or {}).get("to_copy") or {}
+    t, tm = report["totals"], report["time"]
+    plan = report["plan"]["to_copy"] if report["plan"] else {}
     return [
         {
-            "phase": report.get("phase"),
-            "pass": report.get("pass", 1),
-            "status": report.get("status"),
-            "started": tm.get("first_job_started_at"),
-            "ended": report.get("generated_at"),
-            "wall_seconds": tm.get("elapsed_seconds"),
-            "source": {
-                "files": t.get("files", {}).get("source"),
-                "bytes": t.get("bytes", {}).get("source"),
-            },
+            "phase": report["phase"],
+            "pass": report["pass"],
+            "status": report["status"],
+            "started": tm["first_job_started_at"],
+            "ended": report["generated_at"],
+            "wall_seconds": tm["elapsed_seconds"],
+            "source": {"files": t["files"]["source"], "bytes": t["bytes"]["source"]},
             "planned": {
                 key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")
             },
-            "copied": {
-                "files": t.get("files", {}).get("copied"),
-                "bytes": t.get("bytes", {}).get("copied"),
-            },
-            "failed": t.get("files", {}).get("failed"),
+            "copied": {"files": t["files"]["copied"], "bytes": t["bytes"]["copied"]},
+            "failed": t["files"]["failed"],
             "steps": {
-                step: {"seconds": stats.get("seconds"), "span": stats.get("span_seconds")}
-                for step, stats in (tm.get("per_step") or {}).items()
+                step: {"seconds": stats["seconds"], "span": stats["span_seconds"]}
+                for step, stats in tm["per_step"].items()
             },
         }
     ]
@@ -602,12 +596,12 @@ def totals_section(report: dict) -> str:
         (
             "failed",
             f"{fmt_count(t['files']['failed'])} files",
-            f"{len(report.get('failures') or [])} failures",
+            f"{len(report['failures'])} failures",
         ),
         (
             "elapsed",
-            fmt_seconds(tm.get("elapsed_seconds")),
-            f"{fmt_seconds(tm.get('job_seconds'))} of jobs",
+            fmt_seconds(tm["elapsed_seconds"]),
+            f"{fmt_seconds(tm['job_seconds'])} of jobs",
         ),
         (
             "partitions",
@@ -645,7 +639,7 @@ def timeline_section(report: dict) -> str:
 
 def failures_section(report: dict) -> str:
     rows = []
-    for f in (report.get("failures") or [])[:500]:
+    for f in report["failures"][:500]:
         rows.append(
             [
                 f.get("stage"),
@@ -654,7 +648,7 @@ def failures_section(report: dict) -> str:
                 f.get("error") or f.get("reason") or f.get("status", ""),
             ]
         )
-    more = len(report.get("failures") or []) - len(rows)
+    more = len(report["failures"]) - len(rows)
     return table(["step", "partition", "path", "why"], rows, numeric_from=99, cls="failures") + (
         f'<p class="note">… and {more} more in report.json.</p>' if more > 0 else ""
     )
@@ -673,7 +667,7 @@ def partitions_section(report: dict) -> str:
             fmt_count(p.get("retries")),
             fmt_seconds(p.get("job_seconds")),
         ]
-        for p in report.get("partitions", [])
+        for p in report["partitions"]
     ]
     return table(
         ["partition", "state", "files", "bytes", "copied", "skipped", "failed", "retries", "job"],
@@ -734,7 +728,7 @@ def page(report: dict, history: list[dict], projection: dict | None) -> str:
         f"<h1>ferry {esc(report['phase'])} run <code>{esc(report['run_name'])}</code>: "
         f'<span class="status-{esc(report["status"])}">{esc(report["status"])}</span></h1>',
         f'<p class="meta">from <code>{esc(report["source"])}</code> to <code>{esc(report["dest"])}</code> · '
-        f"generated {esc(fmt_time(report.get('generated_at')))} UTC</p>",
+        f"generated {esc(fmt_time(report['generated_at']))} UTC</p>",
         totals_section(report),
         "<h2>The final pass, projected</h2>",
         projection_section(projection),
@@ -745,7 +739,7 @@ def page(report: dict, history: list[dict], projection: dict | None) -> str:
         timeline_section(report),
         "<h2>Copy partitions</h2>",
         partitions_section(report),
-        f"<h2>Failures ({len(report.get('failures') or [])})</h2>",
+        f"<h2>Failures ({len(report['failures'])})</h2>",
         failures_section(report),
     ]
     return "\n".join(
@@ -791,6 +785,11 @@ def main(argv=None) -> int:
     source = args.report or os.path.join(args.run_dir, "report.json")
     with open(source, encoding="utf-8") as handle:
         report = json.load(handle)
+    if report.get("version") != ferry_model.VERSION:
+        p.error(
+            f"{source}: a report of version {report.get('version', 1)}; this page renders version "
+            f"{ferry_model.VERSION}: make the report again (ferry_report.py build)"
+        )
     out = args.out or os.path.splitext(source)[0] + ".html"
     if "history" not in report:
         # A report made without --history (by hand): the history beside the run, if any.

@@ -16,6 +16,9 @@ import ferry_docs
 from ferry_run import timing_key
 from ferry_run_dir import RECORDS
 
+# The report's own version: 2 since partitions have a `state` and the report its `jobs`
+# (report.json files before it have none).
+VERSION = 2
 STEP_ORDER = list(RECORDS)
 # The steps that run once a phase (not per partition), the timeline's top lanes.
 SINGLE_STEPS = [s for s in STEP_ORDER if "{part}" not in RECORDS[s].log and s != "replicate"]
@@ -302,6 +305,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
     now = time.time()
     plan = run["plan"]
     return {
+        "version": VERSION,
         "status": "complete" if whole else "incomplete",
         "run_name": opts.run_name,
         "phase": opts.phase,
