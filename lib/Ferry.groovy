@@ -89,6 +89,24 @@ class Ferry {
         return part == null ? pattern : pattern.replace('{part}', part.toString())
     }
 
+    /**
+     * The run directory's folders that the steps' records go to ({copy,verify,...}, as a glob's
+     * alternatives), but the listing's and the plan's, which their own processes publish: what
+     * the REPORT process publishes of the records it gathered.
+     */
+    static String recordDirs(Map layout) {
+        def dirs = new LinkedHashSet<String>()
+        layout.steps.each { step, rec ->
+            ['out', 'log', 'bench', 'failed'].each { kind ->
+                def path = rec[kind] as String
+                if (path?.contains('/'))
+                    dirs << path.split('/')[0]
+            }
+        }
+        dirs.removeAll([layout.listing_dir, layout.plan_dir])
+        return dirs.join(',')
+    }
+
     /** The same record inside a task's `rec` directory, its share of the run directory. */
     static String rec(Map run, String step, String kind, Object part = null) {
         return 'rec/' + record(run, step, kind, part)
