@@ -414,7 +414,7 @@ mod tests {
         assert!(
             CHECKED_IN == schema_text(),
             "workflow/scripts/worker-documents.schema.json is stale: regenerate it with \
-             `worker/target/release/ferry schema > workflow/scripts/worker-documents.schema.json`"
+             `make worker-schema`"
         );
     }
 
