@@ -26,6 +26,7 @@ include: "workflow/rules/plan.smk"
 include: "workflow/rules/copy.smk"
 include: "workflow/rules/verify.smk"
 include: "workflow/rules/prune.smk"
+include: "workflow/rules/carry.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/replicate.smk"
 

@@ -1,5 +1,6 @@
 // One phase of a migration (docs/pipeline.md): list -> plan -> one copy and one verify per
-// partition -> (final) prune -> final check -> report, the steps of the Snakemake pipeline.
+// partition -> (final) prune -> carry -> report, the steps of the Snakemake pipeline; the audit
+// lists both sides afresh and verifies every partition of the whole tree.
 
 include { LIST; MAKE_DEST } from './modules/list.nf'
 include { PLAN            } from './modules/plan.nf'
@@ -7,6 +8,7 @@ include { COPY            } from './modules/copy.nf'
 include { VERIFY          } from './modules/verify.nf'
 include { PRUNE           } from './modules/prune.nf'
 include { FINAL_CHECK     } from './modules/final_check.nf'
+include { CARRY           } from './modules/carry.nf'
 include { REPORT          } from './modules/report.nf'
 
 workflow MIGRATE {
@@ -42,24 +44,32 @@ workflow MIGRATE {
     def copyParts = PLAN.out.copy.flatten().map(byPart)
     COPY(step('copy'), copyParts)
 
-    if (phase == 'final') {
-        // Every verify of the final phase looks at the whole destination: it starts once all
-        // copies of the plan have succeeded (none started if one failed).
-        def planned = PLAN.out.plan.map { f -> new groovy.json.JsonSlurper().parseText(f.text).copy_partitions.size() }
-        def copied = COPY.out.json.count().combine(planned).filter { done, expected -> done == expected }
-        VERIFY(step('verify'), PLAN.out.verify.flatten().map(byPart).combine(copied).map { part, manifest, done, expected -> [part, manifest] })
-        // toList() emits also when no verify ran (collect() would not); the prune step's guard
-        // decides from the plan.
-        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList())
-        if (run.final_check)
-            FINAL_CHECK(step('final_check'), PRUNE.out.json)
+    if (phase == 'audit') {
+        // The audit copies nothing: its verify partitions cover the whole source.
+        VERIFY(step('verify'), PLAN.out.verify.flatten().map(byPart))
     }
     else {
         // A partition's verify checks what its own copy just wrote.
         VERIFY(step('verify'), COPY.out.json.join(copyParts).map { part, json, manifest -> [part, manifest] })
     }
+    if (phase == 'final') {
+        // toList() emits also when no verify ran (collect() would not); the prune step's guard
+        // decides from the plan.
+        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList(), inputs.map { it.source }, inputs.map { it.dest })
+        if (run.final_check)
+            FINAL_CHECK(step('final_check'), PRUNE.out.json)
+    }
 
-    def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec)
+    // Once every verify has ended (and prune, in the final phase): a verify that failed left no
+    // record of what it saw, and the step then refuses, so the next pass lists fresh. The
+    // audit's fresh listing is the destination as it is: it is carried whatever verify finds.
+    if (phase == 'audit')
+        CARRY(step('carry'), PLAN.out.plan, Channel.value([]), inputs.map { it.dest }, Channel.value([]))
+    else
+        CARRY(step('carry'), PLAN.out.plan, VERIFY.out.observed.toList(), inputs.map { it.dest ?: [] },
+              phase == 'final' ? PRUNE.out.deleted : Channel.value([]))
+
+    def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec, CARRY.out.rec)
     if (phase == 'final') {
         records = records.mix(PRUNE.out.rec)
         if (run.final_check)

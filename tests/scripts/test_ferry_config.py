@@ -127,10 +127,13 @@ def test_one_error_format_naming_the_field(params, field):
 
 
 def test_the_final_check_and_report_follow_the_phase():
-    assert resolve(phase="final")["run"]["final_check"]
-    assert not resolve(phase="final", list={"include": ["a*"], "exclude": []})["run"]["final_check"]
-    assert not resolve(phase="final", prune={"dry_run": True})["run"]["final_check"]
-    args = resolve(phase="final", checksum=True)["run"]["report_args"]
+    # The whole-tree check is the audit's, after the downtime, unless asked for inside it.
+    assert not resolve(phase="final")["run"]["final_check"]
+    assert resolve(phase="final", final_check=True)["run"]["final_check"]
+    inside = {"phase": "final", "final_check": True}
+    assert not resolve(**inside, list={"include": ["a*"], "exclude": []})["run"]["final_check"]
+    assert not resolve(**inside, prune={"dry_run": True})["run"]["final_check"]
+    args = resolve(phase="final", checksum=True, final_check=True)["run"]["report_args"]
     assert (
         args[args.index("--phase") + 1] == "final"
         and "--checksum" in args

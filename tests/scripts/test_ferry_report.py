@@ -553,3 +553,33 @@ def test_requests_are_summed_by_step_over_every_document(run):
         "verify": zero | {"heads": 7},
     }
     assert requests["total"] == zero | {"puts": 4, "blocks": 4, "gets": 2, "heads": 7}
+
+
+def test_how_the_destination_was_known_and_what_the_audit_found(finished):
+    """The carried state a pass planned against (ls --summary's `carried`), and an audit's
+    files only on the destination, which are its failures."""
+    finished.plan(
+        copy=[("00000", 3, 3000), ("00001", 2, 5000)],
+        verify=[("00000", 5, 8000)],
+        extra_on_dest={"files": 2, "bytes": 20},
+    )
+    carried = {"used": True, "written_by": "incremental", "probed": 3, "reason": None}
+    summary = {
+        "version": 1,
+        "command": "ls",
+        "entries": 7,
+        "seconds": 0.1,
+        "requests": RunDir.requests(list_pages=1),
+        "carried": carried,
+    }
+    (finished.path / "listing").mkdir()
+    (finished.path / "listing" / "dest-summary.json").write_text(json.dumps(summary))
+    report = build(finished, phase="audit")
+    assert report["totals"]["dest_listing"] == {"listed": carried, "left": None}
+    assert report["totals"]["requests"]["by_step"]["list_dest"]["list_pages"] == 1
+    assert report["failures"] == [
+        {"stage": "audit", "error": "2 files only on the destination (listed in plan/delete.tsv)"}
+    ]
+    md = ferry_markdown.markdown(report)
+    assert "Destination: not listed; planned against the state incremental left" in md
+    assert "Carried to the next pass: nothing" in md

@@ -12,14 +12,19 @@ process PRUNE {
     val run
     path plan, stageAs: 'rec/plan/plan.json'
     path verified, stageAs: 'rec/verify/*'
+    // The listings the plan used: prune deletes what they say the source lacks, listing nothing.
+    // Outside `rec`, which the report gathers: they may be large.
+    path source_listing, stageAs: 'in/source.tsv'
+    path dest_listing, stageAs: 'in/dest.tsv'
 
     output:
     path("${Ferry.rec(run, 'prune', 'out')}"), emit: json
+    path("rec/${run.layout.deleted_log}"), emit: deleted
     path 'rec', emit: rec
 
     script:
-    Ferry.task('prune', run)
+    Ferry.task('prune', run, set: [source_listing: 'in/source.tsv', dest_listing: 'in/dest.tsv'])
 
     stub:
-    Ferry.task('prune', run, stub: true)
+    Ferry.task('prune', run, set: [source_listing: 'in/source.tsv', dest_listing: 'in/dest.tsv'], stub: true)
 }

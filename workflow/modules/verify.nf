@@ -12,6 +12,7 @@ process VERIFY {
 
     output:
     tuple val(part), path("${Ferry.rec(run, 'verify', 'out', part)}"), emit: json
+    path("${Ferry.rec(run, 'verify', 'observed', part)}"), emit: observed   // what it saw, for CARRY
     path 'rec', emit: rec
 
     script:

@@ -30,6 +30,8 @@ STEPS = RESOLVED["steps"]
 REPLICATE_ONLY = RUN_INFO["replicate_only"]
 PHASE = RUN_INFO["phase"]
 FINAL = RUN_INFO["final"]
+# The audit verifies the whole tree and copies nothing (docs/pipeline.md).
+AUDIT = PHASE == "audit"
 RUN = RUN_INFO["dir"]
 TASK = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_task.py")
 REPORT = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py")
@@ -100,7 +102,7 @@ def partition_group():
     """Per-partition copy and verify share one cluster job, except in the final phase, where
     every verify waits for all copies and the group would fuse all partitions into one job.
     """
-    return None if FINAL else "partition"
+    return None if AUDIT else "partition"
 
 
 def _plan_dir():
@@ -121,14 +123,14 @@ def verify_ids():
 
 
 def verify_manifest(wildcards):
-    sub = "verify" if FINAL else "copy"
+    sub = "verify" if AUDIT else "copy"
     return os.path.join(_plan_dir(), sub, f"part-{wildcards.part}.tsv")
 
 
 def verify_after(wildcards):
     # A verify may only look at the destination once the data it checks has been written.
-    if FINAL:
-        return all_copy_json(wildcards)
+    if AUDIT:
+        return []
     return [records("copy", wildcards.part).out]
 
 
@@ -144,9 +146,23 @@ def all_benchmarks(step, ids):
     return [records(step, part).bench for part in ids]
 
 
+def carry_inputs(wildcards):
+    """What the carried state is made of: what every verify saw, the listing the plan used, and
+    in the final phase what prune deleted."""
+    # The audit's listing is the destination as it is: nothing to patch, whatever verify found.
+    files = {} if AUDIT else {"verified": all_verify_json(wildcards)}
+    if PHASE != "baseline":
+        files["listing"] = records("list_dest").out
+    if FINAL:
+        files["pruned"] = records("prune").out
+    return files
+
+
 def report_inputs(wildcards):
     """Everything the report reads; requesting it is also what pulls the whole phase in."""
-    steps = ["list_source", "plan"] + ([] if PHASE == "baseline" else ["list_dest"])
+    steps = ["list_source", "plan", "carry"] + (
+        [] if PHASE == "baseline" else ["list_dest"]
+    )
     if FINAL:
         steps.append("prune")
     if RUN_INFO["final_check"]:
@@ -161,6 +177,7 @@ def report_inputs(wildcards):
     }
     if FINAL:
         files["prune"] = records("prune").out
+    files["carry"] = records("carry").out
     if RUN_INFO["final_check"]:
         files["final_check"] = records("final_check").out
     return files

@@ -9,6 +9,7 @@ rule verify:
         after=verify_after,
     output:
         json=records("verify").out,
+        observed=f"{RUN}/{ferry_run_dir.OBSERVED}",
         bench=records("verify").bench,
     log:
         records("verify").log,
@@ -19,7 +20,7 @@ rule verify:
         "../envs/ferry.yaml"
     threads: threads("verify")
     resources:
-        **requests("verify", runtime=FINAL),
+        **requests("verify", runtime=AUDIT),
     shell:
         task("verify") + " --set manifest={input.manifest:q}"
 

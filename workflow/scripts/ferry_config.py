@@ -152,6 +152,7 @@ STEPS = {
     "verify": "verify",
     "prune": "prune",
     "final_check": "verify",
+    "carry": "list",
     "report": "report",
     "replicate": "replicate",
 }
@@ -165,6 +166,22 @@ def run_dir(cfg: dict) -> str:
     """<outdir>/<run_name>/<phase>[-pass<N>]: the run's records, the same for both engines."""
     phase = cfg["phase"] if cfg["pass"] == 1 else f"{cfg['phase']}-pass{cfg['pass']}"
     return os.path.join(cfg["outdir"], run_name(cfg), phase)
+
+
+def pass_name(cfg: dict) -> str:
+    """The pass, as the carried state records who took and left it: its run directory's name."""
+    return os.path.basename(run_dir(cfg))
+
+
+def state_location(cfg: dict) -> str:
+    """Where the destination's carried state is kept (docs/scale.md)."""
+    if cfg["state"]:
+        return cfg["state"] if is_blob(cfg["state"]) else os.path.abspath(cfg["state"])
+    return os.path.abspath(os.path.join(cfg["outdir"], run_name(cfg), "state"))
+
+
+def carried_args(cfg: dict) -> list[str]:
+    return ["--carried", "{state}", "--pass", pass_name(cfg)]
 
 
 def replicate_only(cfg: dict) -> bool:
@@ -222,7 +239,7 @@ def copy_args(cfg: dict) -> list[str]:
 
 
 def verify_args(cfg: dict) -> list[str]:
-    final = cfg["phase"] == "final"
+    final = cfg["phase"] in ("final", "audit")
     return [
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--download"] if final and cfg["checksum"] and cfg["verify_download"] else []),
@@ -277,6 +294,13 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     replaced by small local trees in a stub run."""
     ends = ["{source}", "{dest}"]
     if step in ("list_source", "list_dest"):
+        # The destination: the state the last complete pass carried, where it still holds.
+        carried = []
+        if step == "list_dest":
+            # An audit looks at the destination as it is, never as it was carried.
+            fresh = cfg["dest_listing"] == "fresh" or cfg["phase"] == "audit"
+            how = ["--fresh"] if fresh else []
+            carried = [*carried_args(cfg), "--probe", str(cfg["dest_probe"]), *how]
         return [
             ferry,
             "ls",
@@ -285,13 +309,15 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--format",
             "tsv",
             *list_args(cfg),
+            *carried,
             "--summary",
             "{summary}",
         ]
     if step == "make_dest":
         # ferry copy refuses to create a missing container (a typo would otherwise create a new
-        # one silently); the baseline is where a migration legitimately starts from nothing.
-        return [ferry, "mk", "{dest}", "--source", "{source}"]
+        # one silently); the baseline is where a migration legitimately starts from nothing. It
+        # also marks any carried state out of date: the baseline writes the destination.
+        return [ferry, "mk", "{dest}", "--source", "{source}", *carried_args(cfg)]
     if step == "plan":
         dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
         return [
@@ -328,6 +354,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--files-from",
             "{manifest}",
             *verify_args(cfg),
+            # What it saw: the destination's entries the pass wrote, for `ferry carry`.
+            "--observed",
+            "{observed}",
             "--progress-file",
             "{progress}",
             "--json",
@@ -335,10 +364,16 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     if step == "prune":
         # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
         # counted against the job's memory.
+        # Both sides as the plan saw them: the source is frozen, and the destination was written
+        # since only by this pass (a deletion of what it already replaced finds nothing).
         return [
             ferry,
             "prune",
             *ends,
+            "--files-from",
+            "{source_listing}",
+            "--dest-from",
+            "{dest_listing}",
             *prune_args(cfg),
             "--scratch",
             "{scratch}",
@@ -348,6 +383,30 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         ]
     if step == "final_check":
         return [ferry, "verify", *ends, "--scratch", "{scratch}", "--json"]
+    if step == "carry":
+        planned = [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}"]
+        # The audit's fresh listing is the state as it is: no verify's record to patch it with.
+        observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
+        pruned = (
+            ["--deleted", "{deleted_log}"]
+            if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
+            else []
+        )
+        return [
+            ferry,
+            "carry",
+            "{dest}",
+            "--state",
+            "{state}",
+            "--pass",
+            pass_name(cfg),
+            *planned,
+            *observed,
+            *pruned,
+            "--scratch",
+            "{scratch}",
+            "--json",
+        ]
     if step == "replicate":
         r = cfg["replicate"]
         return [
@@ -399,6 +458,8 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["argv"] = argv(cfg, step, ferry)
     ends = cfg["replicate"] if step == "replicate" else cfg
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
+    if step in ("list_dest", "make_dest", "carry"):
+        spec["values"]["state"] = state_location(cfg)
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
     if step in ("copy", "verify"):
@@ -410,7 +471,7 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
 
 def report_args(cfg: dict) -> list[str]:
     """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
-    final = cfg["phase"] == "final"
+    final = cfg["phase"] in ("final", "audit")
     return [
         "--run-name",
         run_name(cfg),
@@ -464,6 +525,7 @@ def resolve(
         "dir": run_dir(cfg),
         "phase": cfg["phase"],
         "final": cfg["phase"] == "final",
+        "audit": cfg["phase"] == "audit",
         "final_check": final_check(cfg),
         "replicate_only": only,
         # Where the engine's own records (Nextflow's trace, timeline, report) go.
@@ -494,6 +556,9 @@ NF_GROUPS = [
             "ferry_bin",
             "auth",
             "list",
+            "dest_listing",
+            "dest_probe",
+            "state",
             "plan",
             "compare",
             "copy",

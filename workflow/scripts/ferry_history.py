@@ -298,6 +298,9 @@ def record(
         },
         "partitions": len(report["partitions"]),
         "depth": totals["depth"],
+        # Whether the pass left the destination's state for the next one, which then lists only
+        # the source (docs/scale.md).
+        "carried": totals["dest_listing"]["left"] is not None,
     }
 
 
@@ -566,10 +569,15 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
         f"the trees are as large as the last pass listed them ({source:,} files at the source)"
     )
 
-    listing = max(
+    # A pass after one that carried the destination's state lists only the source.
+    carried = bool(last.get("carried")) and phase != "audit"
+    full_listing = max(
         seconds_for(source, r["list_source_files_per_s"]),
         seconds_for(dest, r["list_dest_files_per_s"] or r["list_source_files_per_s"]),
     )
+    listing = seconds_for(source, r["list_source_files_per_s"]) if carried else full_listing
+    if carried:
+        assumptions.append("the destination is not listed: its state is carried from the last pass")
     if not r["list_dest_files_per_s"]:
         assumptions.append(
             "the destination lists as fast as the source (no destination listing measured)"
@@ -582,7 +590,8 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     if (delta_files or delta_bytes) and not r["copy_files_per_s"]:
         assumptions.append("no copy measured yet: the copy's time is unknown")
     final = phase == "final"
-    verified = source if final else delta_files
+    # Every pass verifies what it copied; the whole tree is the audit's (projected apart).
+    verified = delta_files
     verify = seconds_for(verified, r["verify_files_per_s"])
     if verified and not r["verify_files_per_s"]:
         # A verify by size reads what a listing of both sides reads.
@@ -592,14 +601,15 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
         )
     if final and checksum:
         md5_rate = r["verify_md5_bytes_per_s"] or r["copy_bytes_per_s"]
-        verify = max(verify, seconds_for(_int((last.get("source") or {}).get("bytes")), md5_rate))
+        verify = max(verify, seconds_for(delta_bytes, md5_rate))
         if not r["verify_md5_bytes_per_s"]:
             assumptions.append(
                 "verifying by MD5 reads every byte at the copy's measured bytes/s (no MD5 verify measured)"
             )
     if final:
         assumptions.append(
-            f"the final pass verifies every source file ({'by MD5' if checksum else 'by size'})"
+            f"the final pass verifies what it copies ({'by MD5' if checksum else 'by size'}); "
+            "the whole tree is checked by the audit, after the downtime"
         )
     prune = (
         seconds_for(deletes, r["prune_entries_per_s"] or r["copy_files_per_s"]) if final else 0.0
@@ -607,7 +617,8 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     if final and deletes and not r["prune_entries_per_s"]:
         assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
     final_check = 0.0
-    if final:
+    # The in-window whole-tree check only where the last final pass ran one (final_check: true).
+    if final and r["final_check_entries_per_s"]:
         final_check = (
             seconds_for(source + dest, r["final_check_entries_per_s"])
             if r["final_check_entries_per_s"]
@@ -631,11 +642,11 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
 
     units = {
         "list_source": source,
-        "list_dest": dest,
+        "list_dest": 0 if carried else dest,
         "copy": delta_files,
         "verify": verified,
         "prune": deletes if final else 0,
-        "final_check": (source + dest) if final else 0,
+        "final_check": (source + dest) if final and r["final_check_entries_per_s"] else 0,
     }
     measured_units = {
         "list_source": lambda x: files_of(x, "source"),
@@ -649,9 +660,26 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     for step, n in units.items():
         for kind, per in requests_per_unit(passes, step, measured_units[step]).items():
             by_kind[kind] += per * n
+    audit = {
+        "listing": full_listing,
+        "plan": seconds_for(source + dest, r["plan_entries_per_s"]),
+        "verify": max(
+            seconds_for(source, r["verify_files_per_s"])
+            if r["verify_files_per_s"]
+            else full_listing,
+            seconds_for(_int((last.get("source") or {}).get("bytes")), r["verify_md5_bytes_per_s"])
+            if checksum and r["verify_md5_bytes_per_s"]
+            else 0.0,
+        ),
+    }
     return {
         "seconds": round(sum(steps.values()), 3),
         "steps": {k: round(v, 3) for k, v in steps.items()},
+        # The whole-tree check after the cut-over: both sides listed afresh, every file verified.
+        "audit": {
+            "seconds": round(sum(audit.values()) + r["overhead_seconds"], 3),
+            "steps": {k: round(v, 3) for k, v in audit.items()},
+        },
         "delta": {
             "files": round(delta_files),
             "bytes": round(delta_bytes),
@@ -738,8 +766,15 @@ def project(
     records (load()'s list; failed, stopped and running ones are not measures of a pass).
     checksum: whether that pass verifies by MD5 (default: as the last final pass did, else not)."""
     now = time.time() if now is None else now
+    # An audit copies nothing and finds no change: it is no measure of a migration pass.
     passes = sorted(
-        (r for r in records if r.get("status") == "complete" and epoch(r.get("started"))),
+        (
+            r
+            for r in records
+            if r.get("status") == "complete"
+            and epoch(r.get("started"))
+            and r.get("phase") != "audit"
+        ),
         key=lambda r: epoch(r["started"]),
     )
     base = {"phase": phase, "at": iso(now), "records": len(records), "passes": len(passes)}
@@ -803,9 +838,11 @@ def line(p: dict) -> str:
         for key, word in STEP_WORDS
         if key in p["steps"] and (p["steps"][key] or key in ("listing", "copy", "verify"))
     )
+    audit = p.get("audit")
+    after = f"; the audit after it ≈ {duration(audit['seconds'])}" if audit else ""
     return (
         f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
-        f"with ≈ {p['requests']:,} Blob requests; passes {p.get('converging', 'unknown')}"
+        f"with ≈ {p['requests']:,} Blob requests{after}; passes {p.get('converging', 'unknown')}"
     )
 
 

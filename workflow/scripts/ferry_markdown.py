@@ -84,6 +84,7 @@ def checks(report: dict) -> list[str]:
         f"{v['error']} errors.",
         "",
     ]
+    lines += dest_listing(t["dest_listing"])
     if (p := t["prune"]) is not None:
         lines += [
             f"Prune: {p['deleted']} deleted, {p['would_delete']} would delete"
@@ -100,6 +101,25 @@ def checks(report: dict) -> list[str]:
             "",
         ]
     return lines
+
+
+def dest_listing(d: dict) -> list[str]:
+    """How the pass knew the destination, and what it carried to the next."""
+    listed, left = d["listed"], d["left"]
+    out = []
+    if listed and listed["used"]:
+        out.append(
+            f"Destination: not listed; planned against the state {listed['written_by']} left "
+            f"({listed['probed']} entries probed on the destination, all as carried)."
+        )
+    elif listed:
+        out.append(f"Destination: listed fresh ({listed['reason']}).")
+    out.append(
+        f"Carried to the next pass: {left['entries']:,} entries."
+        if left
+        else "Carried to the next pass: nothing (the next pass lists the destination fresh)."
+    )
+    return [*out, ""]
 
 
 def time_table(tm: dict) -> list[str]:

@@ -152,6 +152,27 @@ def final_checking(run: dict) -> tuple[dict | None, list[dict]]:
     return check, [{"stage": "final_check", "error": error, **check}]
 
 
+def dest_listing(run: dict, phase: str) -> tuple[dict, list[dict]]:
+    """How the pass knew the destination (the state the last pass carried, or a fresh listing
+    and why) and what it left for the next pass (docs/scale.md); and the carry step's failure."""
+    summary = run["listings"]["list_dest"]
+    listed = summary["carried"] if summary and phase != "baseline" else None
+    carry = run["carry"]
+    failures = [job_failure("carry", carry)] if carry["doc"] is None and carry["error"] else []
+    left = carry["doc"]["doc"] if carry["doc"] else None
+    return {"listed": listed, "left": left}, failures
+
+
+def audit_failures(run: dict, phase: str) -> list[dict]:
+    """The audit finds what only the destination holds in its plan: verify partitions look at
+    the source's paths."""
+    extra = run["plan"]["extra_on_dest"]["files"] if run["plan"] else 0
+    if phase != "audit" or not extra:
+        return []
+    error = f"{extra} files only on the destination (listed in plan/delete.tsv)"
+    return [{"stage": "audit", "error": error}]
+
+
 def per_step(bench: dict[str, dict]) -> dict[str, dict]:
     """Each step's jobs, seconds (summed and longest), CPU, peak RSS and span (first start to
     last end: what a pass waits for, where `seconds` adds the partitions up)."""
@@ -184,7 +205,7 @@ def requests(run: dict) -> dict:
     left, failed jobs' included (their requests were made too), and the listings' summaries."""
     docs = list(run["listings"].items())
     docs += [(step, job["doc"]) for step in ("copy", "verify") for job in run[step]]
-    docs += [(step, run[step]["doc"]) for step in ("prune", "final_check")]
+    docs += [(step, run[step]["doc"]) for step in ("prune", "final_check", "carry")]
     by_step: dict[str, dict[str, int]] = {}
     for step, doc in docs:
         if doc is not None:
@@ -243,7 +264,7 @@ def span(step: str, part, start: float, seconds: float, size: int, state: str) -
     }
 
 
-def totals(run: dict, copy: dict, verify: dict, prune, final_check) -> dict:
+def totals(run: dict, copy: dict, verify: dict, prune, final_check, dest) -> dict:
     plan = run["plan"] or {}
     source, planned = plan.get("source", {}), plan.get("to_copy", {})
     return {
@@ -259,6 +280,7 @@ def totals(run: dict, copy: dict, verify: dict, prune, final_check) -> dict:
         "verify": verify["totals"],
         "prune": prune,
         "final_check": final_check,
+        "dest_listing": dest,
         "requests": requests(run),
         "depth": depth(run),
     }
@@ -294,13 +316,9 @@ def build(run: dict, opts, complete: bool = True) -> dict:
     copy, verify = copies(run), verifies(run)
     prune, prune_failures = pruning(run) if opts.phase == "final" else (None, [])
     final_check, check_failures = final_checking(run) if opts.phase == "final" else (None, [])
-    failures = (
-        preparation_failures(run)
-        + copy["failures"]
-        + verify["failures"]
-        + prune_failures
-        + check_failures
-    )
+    dest, carry_failures = dest_listing(run, opts.phase)
+    failures = preparation_failures(run) + copy["failures"] + verify["failures"] + prune_failures
+    failures += carry_failures + audit_failures(run, opts.phase) + check_failures
     whole = complete and finished(run, opts, copy, verify, prune, final_check) and not failures
     now = time.time()
     plan = run["plan"]
@@ -315,7 +333,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
         "checksum_verified": opts.checksum,
         "generated_at": iso(now),
         "plan": {key: plan[key] for key in PLAN_KEYS} if plan else None,
-        "totals": totals(run, copy, verify, prune, final_check),
+        "totals": totals(run, copy, verify, prune, final_check, dest),
         "time": times(run, copy, verify, now),
         "partitions": copy["rows"],
         "verify_partitions": verify["rows"],

@@ -4,6 +4,7 @@ the history and report.html are made from, read once, each worker document throu
 renderers (ferry_markdown.py, ferry_html.py) only render that.
 
     read(run_dir) -> {"plan", "copy": [job], "verify": [job], "prune": job, "final_check": job,
+                      "carry": job,
                       "listings": {step: summary}, "timings": {key: timing},
                       "preparation": [{"stage", "error"}]}
 
@@ -153,6 +154,7 @@ def read(run_dir: str) -> dict:
         "verify": partitions("verify"),
         "prune": job(run_dir, "prune", None, bench),
         "final_check": job(run_dir, "final_check", None, bench),
+        "carry": job(run_dir, "carry", None, bench),
         "listings": {
             step: ferry_docs.load("ls_summary", os.path.join(run_dir, path))
             for step, path in LISTING_SUMMARIES.items()
@@ -174,7 +176,7 @@ def options_parser(add_help: bool = True) -> argparse.ArgumentParser:
     )
     p.add_argument("run_dir")
     p.add_argument("--run-name", required=True)
-    p.add_argument("--phase", required=True, choices=["baseline", "incremental", "final"])
+    p.add_argument("--phase", required=True, choices=["baseline", "incremental", "final", "audit"])
     p.add_argument("--pass", dest="pass_", type=int, default=1, help="the pass of the phase")
     p.add_argument("--source", required=True, help="as it may be shown (no query string)")
     p.add_argument("--dest", required=True, help="as it may be shown (no query string)")

@@ -35,6 +35,9 @@ RECORDS = {
 # Which of the worker's documents (ferry_docs.py) a step's output is.
 DOCUMENTS = {step: spec["document"] for step, spec in LAYOUT["steps"].items() if "document" in spec}
 PLAN_DIR = LAYOUT["plan_dir"]
+# What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
+# carry step patches the carried destination listing with it.
+OBSERVED = LAYOUT["steps"]["verify"]["observed"]
 PLAN = LAYOUT["plan"]
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
 DELETED_LOG = LAYOUT["deleted_log"]

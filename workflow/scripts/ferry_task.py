@@ -29,6 +29,7 @@ from ferry_run_dir import (
     DELETED_LOG,
     LISTING_SUMMARIES,
     LISTINGS,
+    OBSERVED,
     PLAN,
     PLAN_DIR,
     PROGRESS,
@@ -89,6 +90,7 @@ def stub_ends(step: str, where: str) -> dict:
                 # Both sides alike to the second, so a verify of the metadata finds them the same.
                 os.utime(path, (1_700_000_000, 1_700_000_000))
         ends[side] = os.path.abspath(root)
+    ends["state"] = os.path.abspath(os.path.join(where, "state"))
     return ends
 
 
@@ -124,6 +126,21 @@ def prune_guard(root: str) -> list[str]:
     return problems
 
 
+def observed_records(root: str) -> list[str]:
+    """What every verify of the plan saw, for `ferry carry`: each must be there, or the pass is
+    not complete and leaves no carried state."""
+    plan = ferry_docs.load("plan", os.path.join(root, PLAN))
+    if plan is None:
+        raise SystemExit("ferry-task: carry: no plan.json in the records")
+    paths = [
+        os.path.join(root, OBSERVED.format(part=spec["id"])) for spec in plan["verify_partitions"]
+    ]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise SystemExit(f"ferry-task: carry: no record of what verify saw: {', '.join(missing)}")
+    return paths
+
+
 def run_step(
     step: str,
     spec: dict,
@@ -157,6 +174,10 @@ def run_step(
             **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
         }
     )
+    if step == "verify":
+        values["observed"] = os.path.join(root, OBSERVED.format(part=part))
+    if step == "carry" and "{observed}" in spec["argv"]:
+        values["observed"] = observed_records(root)
     if step in LISTING_SUMMARIES:
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
     if "run_dir" in values and step in PROGRESS:

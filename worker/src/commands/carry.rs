@@ -27,7 +27,7 @@ pub struct CarryArgs {
     pub listing: Option<PathBuf>,
     /// What a verify of the pass saw on the destination (`ferry verify --observed`); one per
     /// verify, covering every path the pass wrote
-    #[arg(long, value_name = "MANIFEST", num_args = 1..)]
+    #[arg(long, value_name = "MANIFEST", num_args = 0..)]
     pub observed: Vec<PathBuf>,
     /// What the pass's prune deleted (its --log)
     #[arg(long, value_name = "MANIFEST")]

@@ -18,12 +18,13 @@ pub const AUTO_MAX_BYTES: u64 = 128 << 30;
 pub struct PlanArgs {
     /// `ferry ls -r` manifest of the source
     pub source_listing: PathBuf,
-    /// `ferry ls -r` manifest of the destination (incremental and final phases only)
+    /// `ferry ls -r` manifest of the destination (every phase but the baseline)
     pub dest_listing: Option<PathBuf>,
     /// Directory to write the plan into (replaced as a whole when complete)
     #[arg(long)]
     pub out: PathBuf,
-    /// baseline copies everything; incremental copies what differs; final also verifies all
+    /// baseline copies everything; incremental and final copy what differs (and verify it);
+    /// audit copies nothing and verifies everything
     #[arg(long, value_enum)]
     pub phase: Phase,
     /// How the listings tell that a file changed
@@ -64,7 +65,7 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
                 d.display()
             )
         }
-        (Phase::Incremental | Phase::Final, None) => {
+        (Phase::Incremental | Phase::Final | Phase::Audit, None) => {
             bail!(
                 "--phase {} compares with the destination: give DEST_LISTING",
                 args.phase.name()

@@ -23,6 +23,9 @@ pub enum Phase {
     Baseline,
     Incremental,
     Final,
+    /// The whole-tree check after the final pass, out of the downtime: nothing is copied,
+    /// every source entry is verified.
+    Audit,
 }
 
 impl Phase {
@@ -31,6 +34,7 @@ impl Phase {
             Phase::Baseline => "baseline",
             Phase::Incremental => "incremental",
             Phase::Final => "final",
+            Phase::Audit => "audit",
         }
     }
 }
@@ -247,8 +251,10 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         opts.tool,
         opts.method,
     )?;
+    // An audit checks everything and copies nothing; every other phase verifies what it copied.
+    let audit = opts.phase == Phase::Audit;
     let mut verify = match opts.phase {
-        Phase::Final => Some(Splitter::new(
+        Phase::Audit => Some(Splitter::new(
             out.join("verify"),
             scratch.to_path_buf(),
             "verify",
@@ -319,7 +325,9 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             if verdict != Verdict::Same {
                 to_copy.dirs += 1;
                 to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
-                dirs.write(&src)?;
+                if !audit {
+                    dirs.write(&src)?;
+                }
             }
             return Ok(());
         }
@@ -342,7 +350,9 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         if let Some(v) = verify.as_mut() {
             v.push(&src)?;
         }
-        if opts.links && src.link.is_some() {
+        if audit {
+            // Nothing is copied: the verify partitions are the whole plan.
+        } else if opts.links && src.link.is_some() {
             linked.push(&src)?;
             if verdict != Verdict::Same {
                 linked_copied.push(&src)?;
@@ -405,10 +415,6 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         partitioning: opts.partitioning.clone(),
         copy_partitions: copy_parts,
         verify_partitions: verify_parts,
-        verify_scope: if opts.phase == Phase::Final {
-            "all"
-        } else {
-            "copied"
-        },
+        verify_scope: if audit { "all" } else { "copied" },
     })
 }

@@ -1,0 +1,26 @@
+// The destination as this pass left it, for the next pass to plan against instead of listing it
+// (docs/scale.md): `ferry carry` patches the listing the plan used with what every verify saw and
+// what prune deleted, and leaves it at the state location. A pass that fails before this step
+// leaves no new state, and the next pass lists the destination fresh.
+
+process CARRY {
+    label 'ferry'
+    errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
+
+    input:
+    val run
+    path plan, stageAs: 'rec/plan/plan.json'
+    path observed, stageAs: 'rec/verify/*'
+    path dest_listing, stageAs: 'in/dest.tsv'     // [] in the baseline, which lists nothing
+    path deleted, stageAs: 'in/deleted.txt'       // [] but in the final phase
+
+    output:
+    path("${Ferry.rec(run, 'carry', 'out')}"), emit: json
+    path 'rec', emit: rec
+
+    script:
+    Ferry.task('carry', run, set: [dest_listing: 'in/dest.tsv', deleted_log: 'in/deleted.txt'])
+
+    stub:
+    Ferry.task('carry', run, set: [dest_listing: 'in/dest.tsv', deleted_log: 'in/deleted.txt'], stub: true)
+}
