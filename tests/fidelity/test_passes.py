@@ -265,13 +265,20 @@ def test_the_final_phase_carries_metadata_and_type_changes(tmp_path, ferry_bin, 
     parts = "plan={mode: parts, parts: 3}"
 
     def run(phase: str) -> dict:
+        # The final pass's whole-tree check looks at every attribute these passes carry.
         if engine == "snakemake":
-            pipeline(*base_config(ferry_bin, outdir, src, dest, phase), parts)
+            pipeline(*base_config(ferry_bin, outdir, src, dest, phase), parts, "final_check=true")
         else:
             nextflow(
                 tmp_path / "launch",
                 params=params_for(
-                    ferry_bin, outdir, src, dest, phase, plan={"mode": "parts", "parts": 3}
+                    ferry_bin,
+                    outdir,
+                    src,
+                    dest,
+                    phase,
+                    plan={"mode": "parts", "parts": 3},
+                    final_check=True,
                 ),
             )
         return json.loads((outdir / "t" / phase / "report.json").read_text())

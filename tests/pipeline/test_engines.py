@@ -212,16 +212,25 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     rep = eng.assert_same("incremental")
     assert rep["plan"]["extra_on_dest"]["files"] == len(deleted)
 
-    # --- final: checksums, prune, whole-tree check ------------------------------------------------
+    # --- final: checksums and prune, against the carried destination ---------------------------
     for engine in eng.dest:
         eng.run(engine, "final")
     assert eng.blobs("nextflow") == md5s(content)
     rep = eng.assert_same("final")
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
-    assert rep["totals"]["final_check"]["same"] == len(content) + 1  # and the symlink
+    assert rep["totals"]["final_check"] is None  # the whole tree is the audit's
+    assert rep["totals"]["dest_listing"]["listed"]["written_by"] == "incremental"
     assert rep["checksum_verified"] is True
     assert {r: s["jobs"] for r, s in rep["time"]["per_step"].items()}.keys() >= {
         "prune",
-        "final_check",
+        "carry",
         "list_dest",
     }
+
+    # --- audit: both sides afresh, every file checked, nothing copied ---------------------------
+    for engine in eng.dest:
+        eng.run(engine, "audit")
+    rep = eng.assert_same("audit")
+    assert rep["totals"]["verify"]["same"] == len(content) + 1  # and the symlink
+    assert rep["partitions"] == [] and rep["failures"] == []
+    assert rep["totals"]["dest_listing"]["listed"]["used"] is False

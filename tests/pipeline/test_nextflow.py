@@ -116,7 +116,7 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     ran = {r["process"].split(":")[-1] for r in trace(outdir, "final", "stub")}
-    assert ran == {"LIST", "PLAN", "COPY", "VERIFY", "PRUNE", "FINAL_CHECK", "REPORT"}, ran
+    assert ran == {"LIST", "PLAN", "COPY", "VERIFY", "PRUNE", "CARRY", "REPORT"}, ran
     assert statuses(trace(outdir, "final", "stub"), "COPY") == ["COMPLETED", "COMPLETED"]
 
 

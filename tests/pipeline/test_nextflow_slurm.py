@@ -47,9 +47,9 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     assert {int(r["native_id"]) for r in rows} == set(jobs), (rows, jobs)
     assert all(desc.endswith("COMPLETED") for desc in jobs.values()), jobs
     names = " ".join(jobs.values())
-    for step in ("LIST", "MAKE_DEST", "PLAN", "COPY", "VERIFY", "REPORT"):
+    for step in ("LIST", "MAKE_DEST", "PLAN", "COPY", "VERIFY", "CARRY", "REPORT"):
         assert f"MIGRATE_{step}" in names, (step, names)
-    assert len(jobs) == 1 + 1 + 1 + 2 + 2 + 1
+    assert len(jobs) == 1 + 1 + 1 + 2 + 2 + 1 + 1
     # Slurm was asked for the copy's configured resources (config/config.yaml: resources.copy).
     copy = next(r for r in rows if r["process"].endswith("COPY"))
     script = (Path(copy["workdir"]) / ".command.run").read_text()
@@ -59,7 +59,9 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     _added, _changed, deleted = modify_tree(src, content)
     seen = set(completed_jobs())
     nextflow(
-        launch, params=params_for(ferry_bin, outdir, src, dest, "final", **parts), profile="slurm"
+        launch,
+        params=params_for(ferry_bin, outdir, src, dest, "final", final_check=True, **parts),
+        profile="slurm",
     )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
     rep = report(outdir, "final")

@@ -201,18 +201,17 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     assert rep["totals"]["requests"]["by_step"]["prune"]["list_pages"] == 0
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
     assert not rep["totals"]["prune"]["refused"]
-    assert rep["totals"]["verify"]["same"] == len(content) + 1, (
-        "final verifies every file (and the link), not just changes"
-    )
-    assert rep["totals"]["final_check"]["same"] == len(content) + 1
-    assert rep["totals"]["final_check"]["missing_on_src"] == 0
+    # The final pass verifies what it copied; the whole tree is the audit's, after it.
+    assert rep["totals"]["verify"]["same"] == rep["totals"]["files"]["planned"]
+    assert rep["totals"]["final_check"] is None
     assert rep["totals"]["files"]["failed"] == 0
     assert rep["checksum_verified"] is True
     deleted_log = (outdir / "t" / "final" / "prune" / "deleted.txt").read_text()
     for rel in deleted:
         assert rel in deleted_log
     rules = jobs_per_step(rep)
-    assert rules["prune"] == 1 and rules["final_check"] == 1 and rules["list_dest"] == 1
+    assert rules["prune"] == 1 and rules["carry"] == 1 and rules["list_dest"] == 1
+    assert "final_check" not in rules
     assert_no_secret(outdir, REPO / ".snakemake" / "log")
 
 
@@ -240,9 +239,12 @@ def test_local_to_nfs_style_directory_with_fpart(tmp_path, ferry_bin):
     rep = report(outdir, "final")
     assert rep["status"] == "complete"
     assert rep["totals"]["prune"]["deleted"] == len(deleted)
-    assert rep["totals"]["final_check"]["differ"] == 0
-    assert rep["totals"]["final_check"]["missing_on_src"] == 0
-    assert rep["totals"]["final_check"]["missing_on_dst"] == 0
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "audit"), fpart)
+    rep = report(outdir, "audit")
+    assert rep["status"] == "complete", rep["failures"]
+    verify = rep["totals"]["verify"]
+    assert verify["same"] == len(content) + 1  # and the symlink
+    assert verify["differ"] == verify["missing_on_dst"] == verify["missing_on_src"] == 0
 
 
 @pytest.mark.timeout(300)
@@ -300,11 +302,12 @@ def test_each_step_of_a_phase_lists_an_nfs_like_destination_once(tmp_path, ferry
         _added, _changed, deleted = modify_tree(src, content)
         final = phase("final")
         assert local_snapshot(fs.source / "share") == md5s(content)
-        # Copy, verify and the final check read directories; the destination's listing and prune
-        # do not (the state is carried, prune deletes from the plan's listings). The files that
+        # Only copy and verify read directories, those the change touched; the destination's
+        # listing and prune do not (the state is carried, prune deletes from the plan's
+        # listings), nor a whole-tree check (the audit's, after the downtime). The files that
         # changed looked up, the probe's 64 entries, and a few requests for each job: far fewer
         # than one a file.
-        assert 2 * dirs <= final["opendir"] <= 4 * step, final
+        assert final["opendir"] <= 2 * step, final
         lookups = final.get("lookup", 0) + final.get("getattr", 0)
         assert lookups < len(content) / 4 + 64, final
         assert final.get("unlink", 0) == len(deleted), final

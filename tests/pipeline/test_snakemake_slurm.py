@@ -57,17 +57,24 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     assert rep["totals"]["verify"]["same"] == len(content) + 1
 
     new_jobs = {job: desc for job, desc in completed_jobs().items() if job not in seen_before}
-    # One job lists and plans, then one job per partition (its copy and verify grouped).
-    assert len(new_jobs) == 3, new_jobs
+    # One job lists and plans, then one job per partition (its copy and verify grouped), then
+    # one carries the destination's state.
+    assert len(new_jobs) == 4, new_jobs
     assert all(desc.endswith("COMPLETED") for desc in new_jobs.values()), new_jobs
     comments = squeue_comments(new_jobs)
     assert set(comments) == set(new_jobs), "squeue no longer knows jobs that just ran"
-    assert_rules_ran(comments.values(), ["list_source", "plan", "copy", "verify"])
+    assert_rules_ran(comments.values(), ["list_source", "plan", "copy", "verify", "carry"])
     assert sum("copy" in c and "verify" in c for c in comments.values()) == 2, comments
 
     _added, _changed, deleted = modify_tree(src, content)
     seen_before = set(completed_jobs())
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), parts, profile="profiles/slurm")
+    # The whole-tree check inside the final pass, as a job of its own (final_check: true).
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "final"),
+        parts,
+        "final_check=true",
+        profile="profiles/slurm",
+    )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
     rep = report(outdir, "final")
     assert rep["status"] == "complete"
@@ -78,11 +85,12 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     comments = squeue_comments(new_jobs)
     assert_rules_ran(
         comments.values(),
-        ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check"],
+        ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check", "carry"],
     )
     rules = jobs_per_step(rep)
-    # Grouped: listing+plan is one job; copies, verifies, prune and the final check alone.
-    assert len(new_jobs) == 1 + rules["copy"] + rules["verify"] + 2, (new_jobs, rules)
+    # Grouped: listing+plan is one job, a partition's copy and verify one; prune, the final check
+    # and carry alone.
+    assert len(new_jobs) == 1 + rules["copy"] + 3, (new_jobs, rules)
     assert_no_secret(outdir, REPO / ".snakemake" / "slurm_logs")
 
 
