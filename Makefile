@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO_MANIFEST := worker/Cargo.toml
 PYTEST := .venv/bin/pytest
 
-.PHONY: setup build lint test test-fast demo bench nextflow-schema faults-deep
+.PHONY: setup build lint test test-fast demo bench nextflow-schema worker-schema faults-deep
 
 setup:
 	scripts/setup.sh
@@ -49,3 +49,8 @@ bench: setup
 # nextflow_schema.json is generated from workflow/schemas/config.schema.yaml (a test checks it).
 nextflow-schema:
 	.venv/bin/python workflow/scripts/ferry_config.py nextflow-schema > nextflow_schema.json
+
+# The worker documents' JSON Schema, generated from their types (worker/src/documents.rs); the
+# worker's tests fail while the checked-in one is stale.
+worker-schema: build
+	worker/target/release/ferry schema > workflow/scripts/worker-documents.schema.json

@@ -51,7 +51,7 @@ onstart:
 
 
 onsuccess:
-    ferry_report.discard_incomplete(RUN)
+    ferry_run_dir.discard_incomplete(RUN)
 
 
 onerror:

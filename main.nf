@@ -16,12 +16,12 @@ workflow {
     if (resolved.run.replicate_only)
         error "ferry: no migration configured (config fields 'source' and 'dest' are empty); for the replication, run -entry REPLICATE"
     FerryConfig.started(resolved.run, projectDir)
-    MIGRATE(resolved.run, resolved.steps)
-    MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved.run.dir) }
+    MIGRATE(resolved.run, resolved.steps, resolved.layout)
+    MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved, projectDir) }
 }
 
 // One dataset onto every MPI rank (docs/replicate.md), separate from the migration phases:
 //   nextflow run main.nf -entry REPLICATE --replicate.source SRC --replicate.dest 'DIR/{rank}'
 workflow REPLICATE {
-    MPI_REPLICATE([run_dir: resolved.run.replicate_dir, spec: resolved.steps.replicate])
+    MPI_REPLICATE([run_dir: resolved.run.replicate_dir, spec: resolved.steps.replicate, layout: resolved.layout])
 }

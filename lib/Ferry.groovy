@@ -78,6 +78,40 @@ class Ferry {
             """.stripIndent()
     }
 
+    /**
+     * Where a step's record of `kind` (out, log, bench, failed) goes in the run directory's
+     * layout (workflow/scripts/run_dir.json, in the step map as `layout`), for partition `part`.
+     */
+    static String record(Map run, String step, String kind, Object part = null) {
+        def pattern = run.layout.steps[step][kind] as String
+        if (pattern == null)
+            throw new IllegalArgumentException("ferry: the layout has no ${kind} record for step ${step}")
+        return part == null ? pattern : pattern.replace('{part}', part.toString())
+    }
+
+    /**
+     * The run directory's folders that the steps' records go to ({copy,verify,...}, as a glob's
+     * alternatives), but the listing's and the plan's, which their own processes publish: what
+     * the REPORT process publishes of the records it gathered.
+     */
+    static String recordDirs(Map layout) {
+        def dirs = new LinkedHashSet<String>()
+        layout.steps.each { step, rec ->
+            ['out', 'log', 'bench', 'failed'].each { kind ->
+                def path = rec[kind] as String
+                if (path?.contains('/'))
+                    dirs << path.split('/')[0]
+            }
+        }
+        dirs.removeAll([layout.listing_dir, layout.plan_dir])
+        return dirs.join(',')
+    }
+
+    /** The same record inside a task's `rec` directory, its share of the run directory. */
+    static String rec(Map run, String step, String kind, Object part = null) {
+        return 'rec/' + record(run, step, kind, part)
+    }
+
     /** A word for bash: single-quoted, so spaces, quotes, tabs and newlines pass unchanged. */
     static String q(Object value) {
         return "'" + value.toString().replace("'", "'\\''") + "'"

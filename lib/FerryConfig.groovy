@@ -1,5 +1,4 @@
 import groovy.json.JsonSlurper
-import java.nio.file.Files
 import java.nio.file.Path
 import nextflow.exception.AbortOperationException
 
@@ -36,23 +35,28 @@ class FerryConfig {
 
     /**
      * After the report: a complete run clears what an earlier failed attempt left in the run
-     * directory; an incomplete one ends the run in an error that names its report.
+     * directory, by the clean-up the Snakemake pipeline runs too (ferry_run_dir.py); an
+     * incomplete one ends the run in an error that names its report.
      */
-    static void finish(Path reportJson, String runDir) {
+    static void finish(Path reportJson, Map resolved, Path projectDir) {
         def report = new JsonSlurper().parseText(reportJson.text) as Map
-        def dir = nextflow.Nextflow.file(runDir) as Path
+        String runDir = resolved.run.dir
         if (report.status == 'complete') {
-            for (name in ['report-incomplete.json', 'report-incomplete.md'])
-                Files.deleteIfExists(dir.resolve(name))
-            def failed = dir.resolve('failed')
-            if (Files.isDirectory(failed))
-                failed.deleteDir()
+            def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_run_dir.py').toString(),
+                       'discard-incomplete', runDir]
+            def proc = cmd.execute()
+            def out = new StringBuilder(), err = new StringBuilder()
+            proc.waitForProcessOutput(out, err)
+            if (err)
+                System.err.print(err.toString())
+            if (proc.exitValue() != 0)
+                throw new AbortOperationException("ferry: the run is complete, but what an earlier attempt left in ${runDir} could not be removed")
             return
         }
         def failures = (report.failures ?: []) as List<Map>
         def first = failures ? failures[0] : null
         def what = first ? "${first.stage}${first.partition != null ? ' partition ' + first.partition : ''}: ${first.error ?: first.reason ?: first.status}" : 'a step did not finish'
         throw new AbortOperationException("ferry: the ${report.phase} phase is incomplete (${failures.size()} failures; first: ${what}); " +
-            "see ${runDir}/report-incomplete.md. Run again with -resume to redo only what failed.")
+            "see ${runDir}/${resolved.layout.incomplete_report.md}. Run again with -resume to redo only what failed.")
     }
 }

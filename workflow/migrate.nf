@@ -15,13 +15,14 @@ workflow MIGRATE {
     take:
     run     // the resolution's run: directory, phase, report arguments (ferry_config.py resolve)
     steps   // the resolution's steps: each step's command and environment
+    layout  // the run directory's layout (workflow/scripts/run_dir.json)
 
     main:
     def phase = run.phase
     // What each task gets: its run directory (the run key: a new phase or pass never reuses an
     // old listing) and its own step's spec, so -resume after changing, say, the copy settings
     // still reuses the listings.
-    def step = { name -> [run_dir: run.dir, spec: steps[name]] }
+    def step = { name -> [run_dir: run.dir, spec: steps[name], layout: layout] }
 
     def sides = phase == 'baseline' ? ['source'] : ['source', 'dest']
     LIST(channel.fromList(sides).map { side -> [side, step("list_${side}")] })
@@ -75,7 +76,7 @@ workflow MIGRATE {
             records = records.mix(FINAL_CHECK.out.rec)
     }
     // Once every step has ended, failed ones included: their records say what went wrong.
-    REPORT([run_dir: run.dir, report_args: run.report_args],
+    REPORT([run_dir: run.dir, report_args: run.report_args, layout: layout],
            records.toList().map { done -> done + Ferry.failedRecords() })
 
     emit:

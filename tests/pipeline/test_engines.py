@@ -33,6 +33,9 @@ TIMING_KEYS = {
     "max_rss_mb",
     "worker_seconds",
     "span_seconds",
+    # Each job's times on the timeline (report.json's `jobs`).
+    "start",
+    "end",
     # The history's records: which run, which engine, when, and each step's span.
     "run_id",
     "engine",

@@ -137,7 +137,7 @@ def status_while_copying(ferry_bin, run: Path) -> dict:
     deadline = time.monotonic() + 30
     while True:
         st = status(ferry_bin, run)
-        if st["state"] == "running" and st["bytes"]["done"] > 0:
+        if st["state"] == "running" and st["progress"]["bytes"]["done"] > 0:
             return st
         assert time.monotonic() < deadline, st
         time.sleep(0.3)
@@ -145,21 +145,22 @@ def status_while_copying(ferry_bin, run: Path) -> dict:
 
 def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
     st = status_while_copying(ferry_bin, run)
-    assert st["copy"]["running"] >= 1, st["copy"]
-    assert st["bytes_per_second"] > 0 and st["eta_seconds"] > 0
-    assert 0 < st["bytes"]["done"] < st["bytes"]["planned"]
-    assert st["slowest_running"] in {p["id"] for p in st["partitions"]["copy"]}
+    p = st["progress"]
+    assert p["copy"]["running"] >= 1, p["copy"]
+    assert p["bytes_per_second"] > 0 and p["eta_seconds"] > 0
+    assert 0 < p["bytes"]["done"] < p["bytes"]["planned"]
+    assert p["slowest_running"] in {part["id"] for part in p["partitions"]["copy"]}
     kill()
     deadline = time.monotonic() + 10  # the killed jobs' processes gone from this machine
     while (st := status(ferry_bin, run))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert st["state"] == "stopped" and st["copy"]["running"] == 0, st
-    tally = st["copy"]
+    assert st["state"] == "stopped" and st["progress"]["copy"]["running"] == 0, st
+    tally = st["progress"]["copy"]
     assert (
         tally["stopped"] >= 1
         and tally["done"] + tally["stopped"] + tally["pending"] == tally["planned"]
     ), tally
-    assert st["eta_seconds"] is None
+    assert st["progress"]["eta_seconds"] is None
     text = subprocess.run(
         [str(ferry_bin), "status", str(run)], capture_output=True, text=True, check=True
     ).stdout
@@ -221,7 +222,7 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     killed, done = history(outdir)
     assert (killed["run_id"], killed["status"], killed["engine"]) == (
         marker["run_id"],
-        "killed",
+        "stopped",
         "snakemake",
     )
     assert killed["started"] == marker["started"] and killed["wall_seconds"] > 0
@@ -232,7 +233,7 @@ def test_a_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_path, ferry
     assert done["copied"]["files"] > 0
     # A killed run is no measure of a pass: the projection stands on the complete one.
     rep = report(outdir, "baseline")
-    assert [r["status"] for r in rep["history"]] == ["killed", "complete"]
+    assert [r["status"] for r in rep["history"]] == ["stopped", "complete"]
     assert rep["projection"]["passes"] == 1 and rep["projection"]["records"] == 2
     assert status(ferry_bin, run)["state"] == "complete"
 
@@ -284,7 +285,7 @@ def test_a_nextflow_run_killed_mid_copy_is_recorded_as_killed_by_the_next(tmp_pa
     killed, done = history(outdir)
     assert (killed["run_id"], killed["status"], killed["engine"]) == (
         marker["run_id"],
-        "killed",
+        "stopped",
         "nextflow",
     )
     assert (done["status"], done["engine"]) == ("complete", "nextflow") and done[

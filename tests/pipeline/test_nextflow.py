@@ -255,19 +255,24 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     assert proc.returncode != 0
     run = run_dir(outdir, "baseline")
     partial = json.loads((run / "report-incomplete.json").read_text())
-    failed = [p for p in partial["partitions"] if p["status"] == "failed"]
+    failed = [p for p in partial["partitions"] if p["state"] == "failed"]
     assert len(failed) == 1, partial["partitions"]
-    ok = [p for p in partial["partitions"] if p["status"] == "ok"]
+    ok = [p for p in partial["partitions"] if p["state"] == "done"]
     assert len(ok) == len(partial["partitions"]) - 1 >= 2
     copy_failures = [f for f in partial["failures"] if f["stage"] == "copy"]
     assert [(f["partition"], f["path"]) for f in copy_failures] == [
         (failed[0]["id"], "blocked/only.txt")
     ]
-    verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
-    assert verify_status.pop(failed[0]["id"]) == "not run"
-    assert set(verify_status.values()) == {"ok"}
+    verify_status = {v["id"]: v["state"] for v in partial["verify_partitions"]}
+    assert verify_status.pop(failed[0]["id"]) == "pending"
+    assert set(verify_status.values()) == {"done"}
     assert statuses(trace(outdir, "baseline"), "COPY") == ["COMPLETED"] * len(ok) + ["FAILED"]
     assert not (run / "report.json").exists()
+    assert sorted(p.name for p in run.glob("report-incomplete.*")) == [
+        "report-incomplete.html",
+        "report-incomplete.json",
+        "report-incomplete.md",
+    ]
 
     unblock()
     nextflow(launch, "-resume", params=params)
@@ -281,7 +286,8 @@ def test_resume_redoes_only_the_failed_partition(tmp_path, ferry_bin, read_only_
     assert statuses(rows, "LIST") == ["CACHED"] and statuses(rows, "PLAN") == ["CACHED"]
     rep = report(outdir, "baseline")
     assert rep["status"] == "complete" and rep["failures"] == []
-    assert not (run / "report-incomplete.json").exists() and not (run / "failed").exists()
+    # Every page of the failed attempt's report went with it, the HTML one too.
+    assert list(run.glob("report-incomplete.*")) == [] and not (run / "failed").exists()
     # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
     runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
     assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]

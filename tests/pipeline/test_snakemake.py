@@ -150,7 +150,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     # with spaces, ünïcødé, gone), which a blob destination keeps as folder stubs, besides them.
     assert sum(p["files"] for p in rep["partitions"]) == entries
     assert rep["plan"]["to_copy"]["dirs"] == 6
-    assert all(p["status"] == "ok" and p["worker_seconds"] is not None for p in rep["partitions"])
+    assert all(p["state"] == "done" and p["worker_seconds"] is not None for p in rep["partitions"])
     assert jobs_per_step(rep) == {
         "list_source": 1,
         "make_dest": 1,
@@ -359,8 +359,8 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(
     run = outdir / "t" / "baseline"
     partial = json.loads((run / "report-incomplete.json").read_text())
     assert partial["status"] == "incomplete"
-    failed = [p for p in partial["partitions"] if p["status"] == "failed"]
-    ok = [p for p in partial["partitions"] if p["status"] == "ok"]
+    failed = [p for p in partial["partitions"] if p["state"] == "failed"]
+    ok = [p for p in partial["partitions"] if p["state"] == "done"]
     assert len(failed) == 1, partial["partitions"]
     assert len(ok) == len(partial["partitions"]) - 1 >= 2
     copy_failures = [f for f in partial["failures"] if f["stage"] == "copy"]
@@ -368,10 +368,15 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(
     assert copy_failures[0]["partition"] == failed[0]["id"]
     assert copy_failures[0]["path"] == "blocked/only.txt"
     # The failed partition's verify never started; the others' did.
-    verify_status = {v["id"]: v["status"] for v in partial["verify_partitions"]}
-    assert verify_status.pop(failed[0]["id"]) == "not run"
-    assert set(verify_status.values()) == {"ok"}
+    verify_status = {v["id"]: v["state"] for v in partial["verify_partitions"]}
+    assert verify_status.pop(failed[0]["id"]) == "pending"
+    assert set(verify_status.values()) == {"done"}
     assert not (run / "report.json").exists()
+    assert sorted(p.name for p in run.glob("report-incomplete.*")) == [
+        "report-incomplete.html",
+        "report-incomplete.json",
+        "report-incomplete.md",
+    ]
     good_outputs = {p["id"]: (run / "copy" / f"part-{p['id']}.json").stat().st_mtime_ns for p in ok}
 
     unblock()
@@ -387,7 +392,8 @@ def test_rerun_after_failed_partition_redoes_only_that_partition(
     assert "rule copy:" in proc.stdout + proc.stderr
     text = proc.stdout + proc.stderr
     assert text.count("rule copy:") == 1, "only the failed partition may be copied again"
-    assert not (run / "report-incomplete.json").exists()
+    # Every page of the failed attempt's report went with it.
+    assert list(run.glob("report-incomplete.*")) == [] and not (run / "failed").exists()
     # Both runs are in the migration's history, the failed one as failed (docs/pipeline.md, History).
     runs = [json.loads(line) for line in (outdir / "t" / "history.jsonl").read_text().splitlines()]
     assert [(r["status"], r["failed"] > 0) for r in runs] == [("failed", True), ("complete", False)]

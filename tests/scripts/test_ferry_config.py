@@ -10,6 +10,7 @@ import ferry_config
 import ferry_task
 import pytest
 from ferrylib import ConfigError
+from support.rundir import RunDir
 
 MIGRATION = {"source": "/data/share", "dest": "az://archive/share"}
 
@@ -290,7 +291,6 @@ def test_prune_runs_the_worker_only_when_its_guard_lets_it(tmp_path):
     assert ferry_task.main(["prune", "--records", str(tmp_path), "--spec", spec]) == 1
     assert "ferry: prune refused: no plan" in (tmp_path / "logs" / "prune.log").read_text()
     assert not (tmp_path / "prune" / "prune.json").exists()
-    (tmp_path / "plan").mkdir()
-    (tmp_path / "plan" / "plan.json").write_text(json.dumps({"verify_partitions": []}))
+    RunDir(tmp_path).plan()
     assert ferry_task.main(["prune", "--records", str(tmp_path), "--spec", spec]) == 0
     assert json.loads((tmp_path / "prune" / "prune.json").read_text()) == {"deleted": 0}

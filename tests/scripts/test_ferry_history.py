@@ -14,7 +14,7 @@ import sys
 
 import ferry_history
 import ferry_report
-import ferry_task
+import ferry_run_dir
 import pytest
 
 T0 = 1_700_000_000.0
@@ -234,7 +234,7 @@ def test_equal_deltas_are_steady():
 
 
 def test_only_complete_passes_are_measures(converging):
-    converging.append(measured("incremental", T0 + 3.75 * HOUR, 5000, 4, status="killed"))
+    converging.append(measured("incremental", T0 + 3.75 * HOUR, 5000, 4, status="stopped"))
     converging.append(measured("incremental", T0 + 3.8 * HOUR, 5000, 5, status="failed"))
     p = ferry_history.project(converging, now=T0 + 4 * HOUR)
     assert p["passes"] == 4 and p["records"] == 6
@@ -242,7 +242,7 @@ def test_only_complete_passes_are_measures(converging):
 
 
 def test_no_projection_without_a_complete_pass():
-    p = ferry_history.project([measured("baseline", T0, SOURCE, status="killed")], now=T0 + HOUR)
+    p = ferry_history.project([measured("baseline", T0, SOURCE, status="stopped")], now=T0 + HOUR)
     assert not p["ok"] and "no complete pass" in p["why_not"]
     p = ferry_history.project([measured("baseline", T0, SOURCE)], now=T0 + HOUR)
     assert p["ok"] and p["converging"] == "unknown"
@@ -286,10 +286,18 @@ def test_history_lines_are_read_back_once_each_and_cut_lines_skipped(tmp_path):
     rec = measured("baseline", T0, SOURCE)
     assert ferry_history.append(str(root), rec)
     assert not ferry_history.append(str(root), rec), "a run is recorded once"
-    with open(root / ferry_task.HISTORY, "a", encoding="utf-8") as handle:
+    with open(root / ferry_run_dir.HISTORY, "a", encoding="utf-8") as handle:
         handle.write('{"version": 1, "run_id": "cut sh')
     assert ferry_history.append(str(root), measured("incremental", T0 + HOUR, 10))
     assert [r["phase"] for r in ferry_history.load(str(root))] == ["baseline", "incremental"]
+
+
+def test_an_older_history_s_killed_reads_as_stopped(tmp_path):
+    """Records written before the job states were one vocabulary said "killed"."""
+    root = tmp_path / "m"
+    old = measured("baseline", T0, SOURCE, status="killed")
+    assert ferry_history.append(str(root), old)
+    assert [r["status"] for r in ferry_history.load(str(root))] == ["stopped"]
 
 
 def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
@@ -299,12 +307,12 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     marker = ferry_history.start(str(killed_dir), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0)
     bench = killed_dir / "benchmarks" / "list_source.tsv"
     bench.parent.mkdir(parents=True)
-    bench.write_text(ferry_task.BENCH_HEADER + "12.0\t1.0\t10.0\n")
+    bench.write_text(ferry_run_dir.BENCH_HEADER + "12.0\t1.0\t10.0\n")
     os.utime(bench, (T0 + 20, T0 + 20))
     # A reader sees it as killed at once (its engine is gone), without writing anything.
     loaded = ferry_history.load(str(root))
-    assert [(r["status"], r["run_id"]) for r in loaded] == [("killed", marker["run_id"])]
-    assert not (root / ferry_task.HISTORY).exists()
+    assert [(r["status"], r["run_id"]) for r in loaded] == [("stopped", marker["run_id"])]
+    assert not (root / ferry_run_dir.HISTORY).exists()
     killed = loaded[0]
     assert (killed["phase"], killed["pass"], killed["engine"]) == ("incremental", 2, "snakemake")
     assert (
@@ -317,12 +325,12 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     # The next run of the phase starts: the killed one gets its record first.
     ferry_history.start(str(killed_dir), "snakemake", REPORT_ARGS, now=T0 + 100)
     on_disk = ferry_history.read(str(root))
-    assert [(r["status"], r["run_id"]) for r in on_disk] == [("killed", marker["run_id"])]
+    assert [(r["status"], r["run_id"]) for r in on_disk] == [("stopped", marker["run_id"])]
     # ... and its report appends its own.
     report = ferry_report.build(str(killed_dir), "m", "incremental", "/s", "/d", complete=True)
     rec = ferry_history.record_run(str(killed_dir), report, pass_=2, now=T0 + 130)
     assert rec["status"] == "failed"  # no plan: the report names the listing that never finished
-    assert [r["status"] for r in ferry_history.load(str(root))] == ["killed", rec["status"]]
+    assert [r["status"] for r in ferry_history.load(str(root))] == ["stopped", rec["status"]]
     assert ferry_history.load(str(root))[1]["wall_seconds"] == 30
 
 
@@ -337,14 +345,14 @@ def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
     root = tmp_path / "m"
     marker = ferry_history.start(str(root / "baseline"), "snakemake", REPORT_ARGS, now=T0)
     marker["host"] = "elsewhere"  # its process cannot be seen from here
-    (root / "baseline" / ferry_task.RUN_STARTED).write_text(json.dumps(marker))
+    (root / "baseline" / ferry_run_dir.RUN_STARTED).write_text(json.dumps(marker))
     assert [r["status"] for r in ferry_history.load(str(root))] == ["running"]
     assert ferry_history.settle(str(root)) == []
     ferry_history.start(
         str(root / "incremental"), "snakemake", REPORT_ARGS, pid=dead_pid(), now=T0 + HOUR
     )
     assert [(r["run_dir"], r["status"]) for r in ferry_history.read(str(root))] == [
-        ("baseline", "killed")
+        ("baseline", "stopped")
     ]
 
 
@@ -364,25 +372,3 @@ def test_the_cli_projects_from_a_run_root(tmp_path, converging, capsys):
     assert doc["ok"] and len(doc["backtest"]) == 3
     assert ferry_history.main(["project", str(tmp_path)]) == 0
     assert capsys.readouterr().out.startswith("a final pass started now would take ≈")
-
-
-def test_requests_are_summed_over_sides_and_missing_ones_are_zeros():
-    both = {
-        "requests": {
-            "source": {"gets": 2, "list_pages": 1},
-            "dest": {"puts": 3, "gets": 1, "blocks": 4},
-        }
-    }
-    assert ferry_report.request_counts(both) == {
-        **KIND_ZERO,
-        "gets": 3,
-        "list_pages": 1,
-        "puts": 3,
-        "blocks": 4,
-    }
-    assert ferry_report.request_counts({"requests": {"heads": 7, "weird": "x"}}) == {
-        **KIND_ZERO,
-        "heads": 7,
-    }
-    assert ferry_report.request_counts({"files": {}}) == KIND_ZERO
-    assert ferry_report.request_counts(None) == KIND_ZERO

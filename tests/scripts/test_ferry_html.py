@@ -15,8 +15,9 @@ import types
 
 import ferry_html
 import ferry_report
-import ferry_task
+import ferry_run_dir
 import pytest
+from ferrylib import write_json
 from support.rundir import RunDir
 
 T0 = 1_700_000_000.0
@@ -159,7 +160,12 @@ def page_of(run: RunDir, phase: str = "final") -> str:
     if getattr(module, "in_report", False):
         report["history"], report["projection"] = module.records, module.projection
     out = run.path / "page.html"
-    ferry_html.write(report, str(out), str(run.path))
+    if "history" in report:
+        ferry_html.write(report, str(out))
+    else:
+        # A report without its history: the page's command reads it beside the run.
+        write_json(str(run.path / "report.json"), report)
+        ferry_html.main([str(run.path), "--out", str(out)])
     return out.read_text(encoding="utf-8")
 
 
@@ -229,11 +235,7 @@ def test_time_per_step_stacks_each_pass(finished, history):
 
 
 def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
-    spans = ferry_html.job_spans(
-        ferry_report.build(str(finished.path), "r1", "final", "/s", "/d", True),
-        str(finished.path),
-        ferry_html.timings(str(finished.path)),
-    )
+    spans = ferry_report.build(str(finished.path), "r1", "final", "/s", "/d", True)["jobs"]
     copy1 = next(s for s in spans if (s["step"], s["part"]) == ("copy", "00001"))
     assert (copy1["start"], copy1["end"], copy1["bytes"]) == (T0 + 3, T0 + 7, 4_000_000)
     timeline = plots(page_of(finished))["timeline"]
@@ -241,23 +243,27 @@ def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
     assert "copy part 00001: 4.0 s, 3.8 MiB, 976.6 KiB/s" in timeline
 
 
-def test_a_job_still_running_shows_from_its_progress_file(finished, history):
-    progress = finished.path / ferry_task.PROGRESS.format(step="verify", part="00001")
+def test_a_job_stopped_mid_way_shows_from_its_progress_file(finished, history):
+    finished.plan(copy=[("00000", 3, 3000)], verify=[("00000", 5, 8000), ("00001", 1, 1000)])
+    progress = finished.path / ferry_run_dir.PROGRESS["verify"].format(part="00001")
     progress.parent.mkdir()
-    progress.write_text(
-        json.dumps(
-            {
-                "command": "verify",
-                "started": T0 + 7,
-                "updated": T0 + 9,
-                "finished": False,
-                "bytes": {"done": 1000, "total": None},
-            }
-        )
-    )
+    doc = {
+        "version": 1,
+        "command": "verify",
+        "pid": 1,
+        "host": "elsewhere",
+        "started": T0 + 7,
+        "updated": T0 + 9,
+        "finished": False,
+        "files": {"done": 1, "failed": 0, "total": None},
+        "bytes": {"done": 1000, "total": None},
+        "bytes_per_second": 500,
+        "requests": RunDir.requests(),
+    }
+    progress.write_text(json.dumps(doc))
     timeline = plots(page_of(finished))["timeline"]
-    assert 'class="mark running"' in timeline
-    assert "verify part 00001: 2.0 s, 1000 B, 500 B/s (running)" in timeline
+    assert 'class="mark unfinished"' in timeline
+    assert "verify part 00001: 2.0 s, 1000 B, 500 B/s (stopped)" in timeline
 
 
 def test_a_single_run_without_history_shows_itself(finished, history):
@@ -345,7 +351,7 @@ def test_an_incomplete_run_gets_report_incomplete_html_and_the_rerun_removes_it(
     page = finished.path / "report-incomplete.html"
     assert "incomplete" in page.read_text(encoding="utf-8")
     assert not (finished.path / "report.html").exists()
-    ferry_report.discard_incomplete(str(finished.path))
+    ferry_run_dir.discard_incomplete(str(finished.path))
     assert not page.exists()
 
 
@@ -389,3 +395,15 @@ def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
         assert html.escape(ferry_history.line(report["projection"])[1:]) in page
     else:
         assert "No projection yet" in page
+
+
+def test_a_report_of_another_version_is_refused_by_name(finished, capsys):
+    """A report.json from before the job states were one vocabulary has no `state` per
+    partition: the page says to make the report again rather than fail on a missing key."""
+    old = ferry_report.build(str(finished.path), "r1", "baseline", "/s", "/d", True)
+    del old["version"]
+    write_json(str(finished.path / "report.json"), old)
+    with pytest.raises(SystemExit):
+        ferry_html.main([str(finished.path), "--out", str(finished.path / "page.html")])
+    assert "a report of version 1" in capsys.readouterr().err
+    assert not (finished.path / "page.html").exists()

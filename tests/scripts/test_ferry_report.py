@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import ferry_markdown
 import ferry_report
+import ferry_run_dir
 import ferry_task
 import pytest
 from support.rundir import RunDir
@@ -70,7 +72,7 @@ def test_a_finished_run_adds_up_the_partitions(finished):
     }
     assert t["bytes"] == {"source": 8000, "planned": 8000, "copied": 7000, "skipped": 1000}
     assert t["retries"] == {"total": 4, "by_status": {"500": 1, "503": 3}}
-    assert t["partitions"] == {"copy": 2, "copy_ok": 2, "verify": 1, "verify_ok": 1}
+    assert t["partitions"] == {"copy": 2, "copy_done": 2, "verify": 1, "verify_done": 1}
     assert t["verify"] == {
         "same": 5,
         "differ": 0,
@@ -83,8 +85,8 @@ def test_a_finished_run_adds_up_the_partitions(finished):
     )
     assert [p["id"] for p in report["partitions"]] == ["00000", "00001"]
     first = report["partitions"][0]
-    assert (first["status"], first["files"], first["bytes"], first["copied"], first["retries"]) == (
-        "ok",
+    assert (first["state"], first["files"], first["bytes"], first["copied"], first["retries"]) == (
+        "done",
         3,
         3000,
         3,
@@ -95,7 +97,7 @@ def test_a_finished_run_adds_up_the_partitions(finished):
         "id": "00000",
         "files": 5,
         "bytes": 8000,
-        "status": "ok",
+        "state": "done",
         "same": 5,
         "differ": 0,
         "missing_on_dst": 0,
@@ -186,12 +188,12 @@ def test_a_copy_partition_the_worker_failed_names_its_files(finished):
     finished.result("copy", "00001").unlink()
     report = build(finished)
     assert report["status"] == "incomplete"
-    assert [p["status"] for p in report["partitions"]] == ["ok", "failed"]
+    assert [p["state"] for p in report["partitions"]] == ["done", "failed"]
     assert report["failures"] == [
         {"stage": "copy", "partition": "00001", "path": "a/b.txt", "error": "HTTP 403"}
     ]
     assert report["totals"]["files"]["failed"] == 1 and report["totals"]["files"]["copied"] == 4
-    assert report["totals"]["partitions"]["copy_ok"] == 1
+    assert report["totals"]["partitions"]["copy_done"] == 1
 
 
 def test_a_job_that_died_without_json_is_told_by_its_log(run):
@@ -203,8 +205,8 @@ def test_a_job_that_died_without_json_is_told_by_its_log(run):
     )  # no JSON anywhere, but the worker said something
     run.log("copy", "", part="00002")  # scheduled, never started
     report = build(run)
-    assert [p["status"] for p in report["partitions"]] == ["failed", "failed", "not run"]
-    assert [p["status"] for p in report["verify_partitions"]] == ["not run"]
+    assert [p["state"] for p in report["partitions"]] == ["failed", "failed", "pending"]
+    assert [p["state"] for p in report["verify_partitions"]] == ["pending"]
     assert report["failures"] == [
         {"stage": "copy", "partition": "00000", "error": "ferry: cannot reach the account"},
         {"stage": "copy", "partition": "00001", "error": "worker killed"},
@@ -224,10 +226,9 @@ def test_differences_found_by_verify_are_failures(run):
     run.plan(copy=[("00000", 3, 30)], verify=[("00000", 3, 30)])
     run.copied("00000", copied=3, bytes_copied=30)
     entries = [
-        {"path": "x", "status": "same"},
-        {"path": "y", "status": "differ"},
-        {"path": "z", "status": "="},
-        {"path": "w", "status": "missing_on_dst"},
+        {"path": "x", "reason": "", "status": "same"},
+        {"path": "y", "reason": "size 1 != 2", "status": "differ"},
+        {"path": "w", "reason": "", "status": "missing_on_dst"},
     ]
     run.verified("00000", same=2, differ=1, missing_on_dst=1, entries=entries)
     report = build(run)
@@ -268,8 +269,26 @@ def test_a_partial_report_is_never_complete(finished):
 def test_a_run_with_every_result_but_a_truncated_one_is_incomplete(finished):
     finished.result("verify", "00000").write_text('{"same": 5, "diff')
     report = build(finished)
-    assert report["verify_partitions"][0]["status"] == "not run"
+    assert report["verify_partitions"][0]["state"] == "failed"
     assert report["status"] == "incomplete"
+    (failure,) = report["failures"]
+    assert failure["stage"] == "verify" and "not JSON" in failure["error"], failure
+
+
+def test_a_document_with_a_renamed_key_is_an_error_not_a_zero(finished):
+    """What the worker's schema does not allow (a key renamed, a count that is no integer) is
+    named in the report, never read as a default."""
+    doc = json.loads(finished.result("copy", "00001").read_text())
+    doc["files"]["copies"] = doc["files"].pop("copied")
+    finished.result("copy", "00001").write_text(json.dumps(doc))
+    report = build(finished)
+    assert [p["state"] for p in report["partitions"]] == ["done", "failed"]
+    assert report["totals"]["files"]["copied"] == 3  # the other partition's alone
+    (failure,) = report["failures"]
+    assert "('copies' was unexpected)" in failure["error"], failure
+    doc["files"]["copied"] = 1.0
+    finished.result("copy", "00001").write_text(json.dumps(doc))
+    assert "failed" in [p["state"] for p in build(finished)["partitions"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +394,7 @@ def test_a_final_check_that_differs_is_a_failure(final):
 
 
 def test_markdown_of_a_finished_run(finished):
-    md = ferry_report.markdown(build(finished))
+    md = ferry_markdown.markdown(build(finished))
     assert md.startswith("# ferry baseline run `r1`: complete\n")
     assert "- source: `/src`\n- destination: `az://acct/ctr`\n" in md
     assert "| copied | 4 | 6.84 KiB |" in md
@@ -385,7 +404,7 @@ def test_markdown_of_a_finished_run(finished):
         "Verify (copied files): 5 same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors."
         in md
     )
-    assert "| 00001 | ok | 2 | 4.88 KiB | 1 | 1 | 0 | 2 | 2.50 | 3.00 |" in md
+    assert "| 00001 | done | 2 | 4.88 KiB | 1 | 1 | 0 | 2 | 2.50 | 3.00 |" in md
     assert f"| {RunDir.rule('copy')} | 2 | 5.00 | 3.00 | 3.50 | 50.00 |" in md
     assert md.endswith("## Failures\n\nNone.\n")
     assert "Prune:" not in md and "Final check" not in md and "## Not migrated" not in md
@@ -396,7 +415,7 @@ def test_markdown_of_failures_and_what_was_not_migrated(run):
     failures = [{"path": f"f{i:03d}", "error": "HTTP 500"} for i in range(250)]
     ignored = [{"path": f"dev/n{i}", "reason": "a device node cannot be a blob"} for i in range(60)]
     run.copied("00000", copied=50, failed=250, failures=failures, ignored=ignored)
-    md = ferry_report.markdown(build(run))
+    md = ferry_markdown.markdown(build(run))
     assert md.startswith("# ferry baseline run `r1`: incomplete\n")
     assert "- copy (partition 00000) `f000`: HTTP 500\n" in md
     assert "- copy (partition 00000) `f199`: HTTP 500\n- ... and 50 more in report.json\n" in md
@@ -408,7 +427,7 @@ def test_markdown_of_failures_and_what_was_not_migrated(run):
 
 def test_markdown_without_a_plan_or_partitions(run):
     run.log("list_source", "ferry: no such directory\n")
-    md = ferry_report.markdown(build(run))
+    md = ferry_markdown.markdown(build(run))
     assert "| at source | - | - |" in md
     assert "| (nothing to copy) |" in md and "| (nothing to verify) |" in md
     assert "- list_source (list_source): ferry: no such directory\n" in md
@@ -418,7 +437,7 @@ def test_markdown_of_the_final_phase(final):
     final.pruned(
         {"deleted": 0, "would_delete": 3, "dry_run": True, "log": "prune/prune-deleted.log"}
     )
-    md = ferry_report.markdown(build(final, phase="final"))
+    md = ferry_markdown.markdown(build(final, phase="final"))
     assert "Prune: 0 deleted, 3 would delete (dry run); list in `prune/prune-deleted.log`." in md
     assert (
         "Final check of the whole trees: 5 same, 0 differ, 0 missing on destination, 0 extra on destination."
@@ -438,7 +457,7 @@ def test_markdown_of_the_final_phase(final):
     ],
 )
 def test_fmt_bytes(n, text):
-    assert ferry_report.fmt_bytes(n) == text
+    assert ferry_markdown.fmt_bytes(n) == text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,7 +481,7 @@ def test_build_command_writes_report_or_report_incomplete(finished, capsys):
     assert ferry_report.main(args) == 0
     report = json.loads((finished.path / "report.json").read_text())
     assert report["status"] == "complete" and report["checksum_verified"] is False
-    assert (finished.path / "report.md").read_text() == ferry_report.markdown(report)
+    assert (finished.path / "report.md").read_text() == ferry_markdown.markdown(report)
     assert "ferry: report complete, 0 failures" in capsys.readouterr().err
 
     (finished.path / "report.json").unlink()
@@ -495,9 +514,9 @@ def test_onerror_and_onsuccess_hooks(finished, tmp_path):
         .read_text()
         .startswith("# ferry baseline run `r1`: incomplete")
     )
-    ferry_report.discard_incomplete(str(finished.path))
+    ferry_run_dir.discard_incomplete(str(finished.path))
     assert not any(p.name.startswith("report-incomplete") for p in finished.path.iterdir())
-    ferry_report.discard_incomplete(str(finished.path))  # nothing left to remove: no error
+    ferry_run_dir.discard_incomplete(str(finished.path))  # nothing left to remove: no error
     ferry_report.write_incomplete(str(tmp_path / "never-made"), args)
     assert not (tmp_path / "never-made").exists()
 
@@ -511,8 +530,56 @@ def test_prune_guard_lets_prune_run_only_after_every_planned_verify_passed(run):
         "verify partition 00001 found differences",
         "verify partition 00002 has no result",
     ]
-    run.verified(
-        "00001", same=1, missing_on_src=4
-    )  # extra files on the destination are what prune removes
+    # A listed file gone from the source since the plan: the verify did not pass (its own
+    # exit status says so too), and prune waits for a new plan.
+    run.verified("00001", same=1, missing_on_src=4)
     run.verified("00002", same=1)
+    assert ferry_task.prune_guard(str(run.path)) == ["verify partition 00001 found differences"]
+    run.verified("00001", same=1)
     assert ferry_task.prune_guard(str(run.path)) == []
+
+
+def test_requests_are_summed_by_step_over_every_document(run):
+    """Each worker document's requests (every kind, as its schema says) summed by step, a failed
+    job's too: its requests were made and billed."""
+    run.plan(copy=[("00000", 1, 1), ("00001", 1, 1)], verify=[("00000", 2, 2)])
+    run.copied("00000", copied=1, requests={"puts": 3, "blocks": 4})
+    run.copy_failed("00001", RunDir.copy_doc(failed=1, requests={"gets": 2, "puts": 1}))
+    run.verified("00000", same=2, requests=RunDir.requests(heads=7))
+    requests = build(run)["totals"]["requests"]
+    zero = RunDir.requests()
+    assert requests["by_step"] == {
+        "copy": zero | {"puts": 4, "blocks": 4, "gets": 2},
+        "verify": zero | {"heads": 7},
+    }
+    assert requests["total"] == zero | {"puts": 4, "blocks": 4, "gets": 2, "heads": 7}
+
+
+def test_how_the_destination_was_known_and_what_the_audit_found(finished):
+    """The carried state a pass planned against (ls --summary's `carried`), and an audit's
+    files only on the destination, which are its failures."""
+    finished.plan(
+        copy=[("00000", 3, 3000), ("00001", 2, 5000)],
+        verify=[("00000", 5, 8000)],
+        extra_on_dest={"files": 2, "bytes": 20},
+    )
+    carried = {"used": True, "written_by": "incremental", "probed": 3, "reason": None}
+    summary = {
+        "version": 1,
+        "command": "ls",
+        "entries": 7,
+        "seconds": 0.1,
+        "requests": RunDir.requests(list_pages=1),
+        "carried": carried,
+    }
+    (finished.path / "listing").mkdir()
+    (finished.path / "listing" / "dest-summary.json").write_text(json.dumps(summary))
+    report = build(finished, phase="audit")
+    assert report["totals"]["dest_listing"] == {"listed": carried, "left": None}
+    assert report["totals"]["requests"]["by_step"]["list_dest"]["list_pages"] == 1
+    assert report["failures"] == [
+        {"stage": "audit", "error": "2 files only on the destination (listed in plan/delete.tsv)"}
+    ]
+    md = ferry_markdown.markdown(report)
+    assert "Destination: not listed; planned against the state incremental left" in md
+    assert "Carried to the next pass: nothing" in md

@@ -36,27 +36,54 @@ class RunDir:
 
     def plan(self, copy=(), verify=(), **extra) -> dict:
         """plan/plan.json with copy and verify partitions given as (id, files, bytes)."""
+        files, size = sum(f for _, f, _ in copy), sum(b for _, _, b in copy)
         doc = {
+            "version": 1,
+            "phase": "incremental",
             "compare": "size-mtime",
-            "source": {"files": sum(f for _, f, _ in copy), "bytes": sum(b for _, _, b in copy)},
+            "source": {
+                "files": files,
+                "bytes": size,
+                "dirs": 0,
+                "symlinks": 0,
+                "symlinks_not_migrated": 0,
+                "specials": 0,
+            },
+            "dest": {"files": 0, "bytes": 0},
             "to_copy": {
-                "files": sum(f for _, f, _ in copy),
-                "bytes": sum(b for _, _, b in copy),
-                "new": sum(f for _, f, _ in copy),
+                "files": files,
+                "bytes": size,
+                "new": files,
                 "changed": 0,
                 "undecided": 0,
+                "metadata_only": 0,
+                "type_changed": 0,
+                "dirs": 0,
+                "linked": 0,
             },
             "unchanged": 0,
             "extra_on_dest": {"files": 0, "bytes": 0},
-            "verify_scope": "copied",
+            "partitioning": {
+                "tool": "ferry",
+                "mode": "max-files",
+                "parts": None,
+                "max_files": 1000,
+                "max_bytes": None,
+            },
             "copy_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in copy],
             "verify_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in verify],
+            "verify_scope": "copied",
             **extra,
         }
         self._json(self.path / "plan" / "plan.json", doc)
         return doc
 
     # the worker's JSON per partition ----------------------------------------------------------
+
+    @staticmethod
+    def requests(**counts) -> dict:
+        kinds = ("list_pages", "puts", "blocks", "block_lists", "gets", "heads", "deletes")
+        return dict.fromkeys((*kinds, "batches", "copies", "others"), 0) | counts
 
     @staticmethod
     def copy_doc(
@@ -69,46 +96,101 @@ class RunDir:
         seconds=1.0,
         failures=(),
         ignored=(),
+        requests=None,
         **files,
     ) -> dict:
-        """A `ferry copy --json` summary (docs/worker.md)."""
+        """A `ferry copy --json` document, whole (docs/worker.md)."""
         retries = retries or {}
         return {
+            "version": 1,
+            "command": "copy",
+            "source": "/src",
+            "dest": "/dst",
+            "dry_run": False,
             "files": {
                 "total": copied + skipped + failed,
                 "copied": copied,
                 "skipped": skipped,
                 "failed": failed,
+                "ignored": len(ignored),
+                "server_copied": 0,
                 "metadata_only": 0,
                 "replaced": 0,
-                "ignored": len(ignored),
                 **files,
             },
             "bytes": {
                 "total": bytes_copied + bytes_skipped,
                 "copied": bytes_copied,
                 "skipped": bytes_skipped,
+                "server_copied": 0,
             },
             "blocks": {"sent": 0, "reused": 0},
             "retries": {"total": sum(retries.values()), "by_status": retries},
-            "seconds": seconds,
+            "requests": RunDir.requests(**(requests or {})),
+            "concurrency": {
+                "mode": "fixed",
+                "initial": 16,
+                "final": 16,
+                "peak": 16,
+                "min": 16,
+                "max": 16,
+                "throttled": 0,
+                "trace": [],
+            },
             "failures": list(failures),
             "ignored": list(ignored),
+            "ignored_by_reason": {},
+            "not_kept": {},
+            "seconds": seconds,
         }
 
     @staticmethod
     def verify_doc(
-        same=0, differ=0, missing_on_dst=0, missing_on_src=0, error=0, seconds=0.5, entries=()
+        same=0,
+        differ=0,
+        missing_on_dst=0,
+        missing_on_src=0,
+        error=0,
+        seconds=0.5,
+        entries=(),
+        **fields,
     ) -> dict:
-        """A `ferry verify --json` summary (docs/worker.md)."""
+        """A `ferry verify --json` document, whole (docs/worker.md)."""
         return {
-            "same": same,
+            "version": 1,
+            "passed": not (differ or missing_on_dst or missing_on_src or error),
+            "checksum": False,
+            "command": "verify",
+            "dest": "/dst",
             "differ": differ,
+            "entries": list(entries),
+            "error": error,
             "missing_on_dst": missing_on_dst,
             "missing_on_src": missing_on_src,
-            "error": error,
+            "requests": RunDir.requests(),
+            "same": same,
             "seconds": seconds,
-            "entries": list(entries),
+            "source": "/src",
+            **fields,
+        }
+
+    @staticmethod
+    def prune_doc(**fields) -> dict:
+        """A `ferry prune --json` document, whole (docs/worker.md)."""
+        return {
+            "version": 1,
+            "command": "prune",
+            "dry_run": False,
+            "deleted": 0,
+            "would_delete": 0,
+            "dirs": 0,
+            "failed": 0,
+            "failures": [],
+            "refused": None,
+            "warning": None,
+            "log": "/scratch/prune-deleted.log",
+            "requests": RunDir.requests(),
+            **fields,
         }
 
     # where each result lies ------------------------------------------------------------------
@@ -156,11 +238,13 @@ class RunDir:
     def verify_failed(self, part: str, doc: dict | str = "") -> None:
         self._json(self.failed_result("verify", part), doc)
 
-    def pruned(self, doc: dict, failed: bool = False) -> None:
-        self._json(self.prune_json(failed), doc)
+    def pruned(self, fields: dict, failed: bool = False) -> None:
+        """prune.json: a whole document with `fields` as given."""
+        self._json(self.prune_json(failed), self.prune_doc(**fields))
 
-    def final_check(self, doc: dict, failed: bool = False) -> None:
-        self._json(self.final_check_json(failed), doc)
+    def final_check(self, counts: dict, failed: bool = False) -> None:
+        """The final check's verify document with these counts."""
+        self._json(self.final_check_json(failed), self.verify_doc(**counts))
 
     # logs and timings --------------------------------------------------------------------------
 

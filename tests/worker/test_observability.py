@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 
-import ferrylib
+import ferry_docs
 from support.requests import KINDS, assert_counted
 from support.trees import make_tree
 
@@ -97,9 +97,9 @@ def test_download_blob_copy_verify_and_rm_count_their_requests(
 
 
 def test_the_pipeline_scripts_know_every_kind():
-    # The report and the history sum reports key by key over this list: a kind missing from it
-    # would vanish from both.
-    assert ferrylib.REQUEST_KINDS == KINDS
+    # The report and the history sum reports key by key over the kinds the worker's schema
+    # names (ferry_docs.py): a kind missing from it would vanish from both.
+    assert ferry_docs.REQUEST_KINDS == KINDS
 
 
 def test_local_copies_report_zero_requests(tmp_path, run_ferry):

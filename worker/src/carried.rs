@@ -29,7 +29,7 @@ const DOC: &[u8] = b"dest.json";
 const BLOCK: u64 = 8 << 20;
 
 /// `dest.json` at the state location: what the carried listing describes and who wrote it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct StateDoc {
     pub version: u32,
     /// The destination the listing describes, as ferry names it in messages (no secrets).
@@ -56,14 +56,21 @@ pub enum Decision {
 
 impl Decision {
     /// What `ferry ls --summary` says of it, under `carried`.
-    pub fn summary(&self) -> serde_json::Value {
+    pub fn summary(&self) -> crate::documents::CarriedSummary {
+        use crate::documents::CarriedSummary;
         match self {
-            Decision::Carried { doc, probed, .. } => serde_json::json!({
-                "used": true, "written_by": doc.written_by, "probed": probed, "reason": null,
-            }),
-            Decision::Fresh(why) => serde_json::json!({
-                "used": false, "written_by": null, "probed": 0, "reason": why,
-            }),
+            Decision::Carried { doc, probed, .. } => CarriedSummary {
+                used: true,
+                written_by: Some(doc.written_by.clone()),
+                probed: *probed as u64,
+                reason: None,
+            },
+            Decision::Fresh(why) => CarriedSummary {
+                used: false,
+                written_by: None,
+                probed: 0,
+                reason: Some(why.clone()),
+            },
         }
     }
 }
@@ -344,7 +351,7 @@ fn disagrees(carried: &Entry, seen: &Entry) -> Option<String> {
 }
 
 /// What `merge` was given and wrote.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Merged {
     pub entries: u64,
     pub observed: u64,

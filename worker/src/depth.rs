@@ -48,7 +48,7 @@ const OP_BYTES: f64 = 64.0 * 1024.0;
 /// Trial results kept for the report.
 const TRACE_MAX: usize = 64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Fixed,
@@ -57,14 +57,16 @@ pub enum Mode {
 
 /// One finished trial, for the JSON report: when (seconds since start), at which limit, and the
 /// rate measured (bytes per second, requests counted as `OP_BYTES` each).
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+#[derive(Clone, Copy, Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Step {
     pub at: f64,
     pub limit: usize,
     pub rate: f64,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Report {
     pub mode: Mode,
     pub initial: usize,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Writes `v` to a temporary file beside `path` (one filesystem, so the rename is atomic) and
 /// renames it over `path`. Not synced: a report that a crash loses is rewritten by the next run,
 /// and a sync every few seconds would cost more on a network filesystem than the file is worth.
-pub fn replace(path: &Path, v: &serde_json::Value) -> std::io::Result<()> {
+pub fn replace<T: serde::Serialize>(path: &Path, v: &T) -> std::io::Result<()> {
     let tmp = temp_beside(path);
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;

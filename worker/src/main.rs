@@ -4,6 +4,7 @@ mod carried;
 mod cli;
 mod commands;
 mod depth;
+mod documents;
 mod engine;
 mod error;
 mod filter;
@@ -17,6 +18,7 @@ mod plan;
 mod preserve;
 mod progress;
 mod retry;
+mod run_dir;
 mod same;
 mod sorted;
 mod stats;
@@ -75,6 +77,10 @@ fn main() -> ExitCode {
             Carry(a) => commands::carry::run(a).await,
             Names(a) => commands::names::run(a),
             Status(a) => commands::status::run(a),
+            Schema => {
+                print!("{}", documents::schema_text());
+                Ok(std::process::ExitCode::SUCCESS)
+            }
         }
     });
     match result {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::documents::{Count, FileCount, ProgressDoc};
+
 use crate::stats::Stats;
 use crate::units::human_bytes;
 
@@ -217,22 +219,30 @@ fn snapshot(
     started: f64,
     finished: bool,
     bytes_per_second: f64,
-) -> serde_json::Value {
+) -> ProgressDoc {
     let g = Stats::get;
     let known = stats.totals_known();
     let total = |n: u64| known.then_some(n);
-    serde_json::json!({
-        "command": command,
-        "pid": std::process::id(),
-        "host": hostname(),
-        "started": started,
-        "updated": epoch(SystemTime::now()),
-        "finished": finished,
-        "files": {"done": files, "failed": g(&stats.files_failed), "total": total(g(&stats.files_total))},
-        "bytes": {"done": bytes, "total": total(g(&stats.bytes_total))},
-        "bytes_per_second": bytes_per_second.round(),
-        "requests": stats.requests.to_json(),
-    })
+    ProgressDoc {
+        version: Default::default(),
+        command: command.to_string(),
+        pid: std::process::id(),
+        host: hostname(),
+        started,
+        updated: epoch(SystemTime::now()),
+        finished,
+        files: FileCount {
+            done: files,
+            failed: g(&stats.files_failed),
+            total: total(g(&stats.files_total)),
+        },
+        bytes: Count {
+            done: bytes,
+            total: total(g(&stats.bytes_total)),
+        },
+        bytes_per_second: bytes_per_second.round() as u64,
+        requests: stats.requests.counts(),
+    }
 }
 
 /// Bytes per second over the last `RATE_OVER`, from samples of the bytes done.
@@ -287,14 +297,16 @@ mod tests {
         Stats::add(&stats.files_total, 3);
         Stats::add(&stats.files_copied, 1);
         Stats::add(&stats.bytes_copied, 10);
-        let v = snapshot("copy", &stats, stats.done(), 1.0, false, 0.0);
+        let v =
+            serde_json::to_value(snapshot("copy", &stats, stats.done(), 1.0, false, 0.0)).unwrap();
         assert!(
             v["files"]["total"].is_null() && v["bytes"]["total"].is_null(),
             "{v}"
         );
         assert_eq!(v["files"]["done"], 1);
         stats.totals_final();
-        let v = snapshot("copy", &stats, stats.done(), 1.0, true, 0.0);
+        let v =
+            serde_json::to_value(snapshot("copy", &stats, stats.done(), 1.0, true, 0.0)).unwrap();
         assert_eq!(v["files"]["total"], 3);
         assert_eq!(v["finished"], true);
         assert_eq!(

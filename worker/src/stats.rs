@@ -202,22 +202,6 @@ impl RequestKind {
         RequestKind::Copies,
         RequestKind::Others,
     ];
-
-    /// Its key in `requests` of the JSON reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            RequestKind::ListPages => "list_pages",
-            RequestKind::Puts => "puts",
-            RequestKind::Blocks => "blocks",
-            RequestKind::BlockLists => "block_lists",
-            RequestKind::Gets => "gets",
-            RequestKind::Heads => "heads",
-            RequestKind::Deletes => "deletes",
-            RequestKind::Batches => "batches",
-            RequestKind::Copies => "copies",
-            RequestKind::Others => "others",
-        }
-    }
 }
 
 /// Requests sent, by kind: each attempt of a retried request counts, as each is billed.
@@ -233,14 +217,23 @@ impl Requests {
         self.0[kind as usize].load(Relaxed)
     }
 
-    /// `{"list_pages": n, "puts": n, ...}`: every kind, zeros included, so a pipeline sums
-    /// reports without asking which keys there are.
-    pub fn to_json(&self) -> serde_json::Value {
-        RequestKind::ALL
-            .iter()
-            .map(|&k| (k.name().to_string(), serde_json::Value::from(self.get(k))))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+    /// Every kind's count, zeros included, so a pipeline sums reports without asking which
+    /// keys there are.
+    pub fn counts(&self) -> crate::documents::Requests {
+        use RequestKind::*;
+        let g = |k| self.get(k);
+        crate::documents::Requests {
+            list_pages: g(ListPages),
+            puts: g(Puts),
+            blocks: g(Blocks),
+            block_lists: g(BlockLists),
+            gets: g(Gets),
+            heads: g(Heads),
+            deletes: g(Deletes),
+            batches: g(Batches),
+            copies: g(Copies),
+            others: g(Others),
+        }
     }
 }
 
@@ -254,7 +247,7 @@ mod tests {
         r.sent(RequestKind::Blocks);
         r.sent(RequestKind::Blocks);
         r.sent(RequestKind::Others);
-        let v = r.to_json();
+        let v = serde_json::to_value(r.counts()).unwrap();
         let o = v.as_object().unwrap();
         assert_eq!(o.len(), RequestKind::ALL.len());
         assert_eq!(o["blocks"], 2);

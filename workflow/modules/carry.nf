@@ -15,7 +15,7 @@ process CARRY {
     path deleted, stageAs: 'in/deleted.txt'       // [] but in the final phase
 
     output:
-    path 'rec/carry/carry.json', emit: json
+    path("${Ferry.rec(run, 'carry', 'out')}"), emit: json
     path 'rec', emit: rec
 
     script:

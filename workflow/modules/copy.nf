@@ -12,7 +12,7 @@ process COPY {
     tuple val(part), path(manifest, stageAs: 'plan/copy/*')
 
     output:
-    tuple val(part), path("rec/copy/part-${part}.json"), emit: json
+    tuple val(part), path("${Ferry.rec(run, 'copy', 'out', part)}"), emit: json
     path 'rec', emit: rec
 
     script:

@@ -7,20 +7,20 @@ process LIST {
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
     // The listing lies outside `rec` (every step's records, which the report gathers): it may be large.
-    publishDir "${run.run_dir}", mode: 'copy', pattern: 'listing/*.tsv'
+    publishDir "${run.run_dir}", mode: 'copy', pattern: "${run.layout.listing_dir}/*.tsv"
 
     input:
     tuple val(side), val(run)        // 'source' or 'dest', and the run key and step spec
 
     output:
-    tuple val(side), path("listing/${side}.tsv"), emit: listing
+    tuple val(side), path("${Ferry.record(run, "list_${side}", 'out')}"), emit: listing
     path 'rec', emit: rec
 
     script:
-    Ferry.task("list_${side}", run, out: "listing/${side}.tsv")
+    Ferry.task("list_${side}", run, out: Ferry.record(run, "list_${side}", 'out'))
 
     stub:
-    Ferry.task("list_${side}", run, out: "listing/${side}.tsv", stub: true)
+    Ferry.task("list_${side}", run, out: Ferry.record(run, "list_${side}", 'out'), stub: true)
 }
 
 // `ferry copy` refuses to create a missing container (a typo would otherwise create a new one

@@ -14,7 +14,7 @@ process PLAN {
     val dest_ready                                        // the baseline waits for MAKE_DEST
 
     output:
-    path 'plan/plan.json', emit: plan
+    path("${run.layout.plan}"), emit: plan
     path 'plan/copy/part-*.tsv', emit: copy, optional: true
     path 'plan/verify/part-*.tsv', emit: verify, optional: true
     path 'plan/**', emit: files               // with summaries and delete.tsv, for the run directory

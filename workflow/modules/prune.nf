@@ -18,8 +18,8 @@ process PRUNE {
     path dest_listing, stageAs: 'in/dest.tsv'
 
     output:
-    path 'rec/prune/prune.json', emit: json
-    path 'rec/prune/deleted.txt', emit: deleted
+    path("${Ferry.rec(run, 'prune', 'out')}"), emit: json
+    path("rec/${run.layout.deleted_log}"), emit: deleted
     path 'rec', emit: rec
 
     script:

@@ -13,8 +13,9 @@ process REPLICATE {
     val run                 // run_dir and the step's spec
 
     output:
-    path 'rec/report.json', emit: json
-    path 'rec/{replicate.log,benchmark.tsv}'
+    path("rec/${run.layout.replicate_report}"), emit: json
+    path("${Ferry.rec(run, 'replicate', 'log')}")
+    path("${Ferry.rec(run, 'replicate', 'bench')}")
 
     script:
     Ferry.task('replicate', run)

@@ -10,7 +10,7 @@ process REPORT {
     publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : name }
 
     input:
-    val run                                   // run_dir, report_args
+    val run                                   // run_dir, report_args, layout
     path records, stageAs: 'rec*'             // every step's rec directory
 
     output:
@@ -18,7 +18,7 @@ process REPORT {
     path 'run/report*.md', emit: md
     path 'run/report*.html', emit: html      // beside the .md, by the same command (ferry_html.py)
     // Files, not directories: publishing a directory would replace the run's one (plan/ is PLAN's).
-    path 'run/{copy,verify,prune,failed,logs,benchmarks}/**', emit: records, optional: true
+    path "run/{${Ferry.recordDirs(run.layout)}}/**", emit: records, optional: true
 
     script:
     Ferry.report(run, projectDir)

@@ -11,8 +11,8 @@ process VERIFY {
     tuple val(part), path(manifest, stageAs: 'plan/verify/*')
 
     output:
-    tuple val(part), path("rec/verify/part-${part}.json"), emit: json
-    path "rec/verify/part-${part}.observed.tsv", emit: observed   // what it saw, for CARRY
+    tuple val(part), path("${Ferry.rec(run, 'verify', 'out', part)}"), emit: json
+    path("${Ferry.rec(run, 'verify', 'observed', part)}"), emit: observed   // what it saw, for CARRY
     path 'rec', emit: rec
 
     script:

@@ -10,8 +10,10 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
 import ferrylib  # noqa: E402
 import ferry_config  # noqa: E402
+import ferry_docs  # noqa: E402
 import ferry_history  # noqa: E402
 import ferry_report  # noqa: E402
+import ferry_run_dir  # noqa: E402
 import ferry_task  # noqa: E402
 
 # The one resolution both engines run with (workflow/scripts/ferry_config.py): every rule reads
@@ -33,15 +35,16 @@ AUDIT = PHASE == "audit"
 RUN = RUN_INFO["dir"]
 TASK = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_task.py")
 REPORT = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py")
+REPORT_PATHS = ferry_run_dir.report_paths(RUN, complete=True)
 
 
 def records(step, part="{part}"):
-    """The step's outputs, log and timing file in the run directory (ferry_task.RECORDS)."""
-    return ferry_task.records(step, part, RUN)
+    """The step's outputs, log and timing file in the run directory (run_dir.json)."""
+    return ferry_run_dir.records(step, part, RUN)
 
 
 def records_in(root, step):
-    return ferry_task.records(step, None, root)
+    return ferry_run_dir.records(step, None, root)
 
 
 def literal(word):
@@ -51,9 +54,7 @@ def literal(word):
 
 def task(step, root=RUN):
     """The shell command that runs a ferry step, ferry_task.py with the step's spec."""
-    part = (
-        " --part {wildcards.part}" if "{part}" in ferry_task.RECORDS[step].log else ""
-    )
+    part = " --part {wildcards.part}" if ferry_run_dir.partitioned(step) else ""
     return (
         f"{literal(sys.executable)} {literal(TASK)} {step} --records {literal(root)}{part}"
         f" --spec {literal(json.dumps(STEPS[step], ensure_ascii=False))}"
@@ -109,7 +110,8 @@ def _plan_dir():
 
 
 def _plan():
-    return ferrylib.load_json(os.path.join(_plan_dir(), "plan.json"))
+    _plan_dir()  # the checkpoint: the plan is made before it is read
+    return ferry_docs.load("plan", os.path.join(RUN, ferry_run_dir.PLAN))
 
 
 def copy_ids():
@@ -166,7 +168,7 @@ def report_inputs(wildcards):
     if RUN_INFO["final_check"]:
         steps.append("final_check")
     files = {
-        "plan": os.path.join(_plan_dir(), "plan.json"),
+        "plan": os.path.join(RUN, ferry_run_dir.PLAN),
         "copies": all_copy_json(wildcards),
         "verifies": all_verify_json(wildcards),
         "bench": [records(step).bench for step in steps]
@@ -187,4 +189,4 @@ def migration_report(wildcards):
             "no migration configured (config fields 'source' and 'dest' are empty); "
             "for the replication, ask for its target: `snakemake replicate`"
         )
-    return [f"{RUN}/report.json", f"{RUN}/report.md"]
+    return [REPORT_PATHS["json"], REPORT_PATHS["md"]]

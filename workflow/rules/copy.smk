@@ -5,7 +5,7 @@
 
 rule copy:
     input:
-        manifest=f"{RUN}/{ferry_task.PLAN_DIR}/copy/part-{{part}}.tsv",
+        manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/copy/part-{{part}}.tsv",
     output:
         json=records("copy").out,
         bench=records("copy").bench,

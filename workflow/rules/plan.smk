@@ -14,7 +14,7 @@ checkpoint plan:
             )
         ),
     output:
-        plan=directory(f"{RUN}/{ferry_task.PLAN_DIR}"),
+        plan=directory(f"{RUN}/{ferry_run_dir.PLAN_DIR}"),
         bench=records("plan").bench,
     log:
         records("plan").log,

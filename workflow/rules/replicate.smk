@@ -22,7 +22,7 @@ REPLICATE_PYTHON = (
 
 rule replicate:
     output:
-        report=f"{REPLICATE_RUN}/report.json",
+        report=os.path.join(REPLICATE_RUN, ferry_run_dir.REPLICATE_REPORT),
         bench=records_in(REPLICATE_RUN, "replicate").bench,
     log:
         records_in(REPLICATE_RUN, "replicate").log,

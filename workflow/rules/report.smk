@@ -7,12 +7,12 @@ rule report:
     input:
         unpack(report_inputs),
     output:
-        json=f"{RUN}/report.json",
-        md=f"{RUN}/report.md",
+        json=REPORT_PATHS["json"],
+        md=REPORT_PATHS["md"],
         # Written beside report.md by the same command (workflow/scripts/ferry_html.py).
-        html=f"{RUN}/report.html",
+        html=REPORT_PATHS["html"],
     log:
-        f"{RUN}/logs/report.log",
+        os.path.join(RUN, ferry_run_dir.REPORT["log"]),
     conda:
         "../envs/ferry.yaml"
     threads: threads("report")

@@ -9,7 +9,7 @@ rule verify:
         after=verify_after,
     output:
         json=records("verify").out,
-        observed=f"{RUN}/{ferry_task.OBSERVED}",
+        observed=f"{RUN}/{ferry_run_dir.OBSERVED}",
         bench=records("verify").bench,
     log:
         records("verify").log,

@@ -1,7 +1,7 @@
 """The pipeline's one contract: a config resolved and checked once, and everything both engines
 run with, derived from it in one place.
 
-    resolve(params) -> {"config": ..., "run": ..., "steps": {step: spec}, "warnings": [...]}
+    resolve(params) -> {"config": ..., "run": ..., "steps": {step: spec}, "layout": ..., "warnings": [...]}
 
 Snakemake calls resolve() once (workflow/rules/common.smk); Nextflow runs `ferry_config.py
 resolve` once, while its configuration is read (nextflow.config), and everything after reads only
@@ -22,6 +22,7 @@ import os
 import shlex
 import sys
 
+import ferry_run_dir
 from ferrylib import (
     ConfigError,
     check_config,
@@ -536,7 +537,9 @@ def resolve(
         "report_args": report_args(cfg),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
-    return {"config": cfg, "run": run, "steps": steps, "warnings": warnings}
+    # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).
+    layout = ferry_run_dir.LAYOUT
+    return {"config": cfg, "run": run, "steps": steps, "layout": layout, "warnings": warnings}
 
 
 # --- nextflow_schema.json ------------------------------------------------------------------------

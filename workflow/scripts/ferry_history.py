@@ -9,13 +9,13 @@ RUN_ROOT is `<outdir>/<run_name>`, above the phase directories; its `history.jso
 records, oldest first. The two functions other code calls return plain dicts and lists:
 
 load(run_root) -> list[record], ordered by `started`; runs that started and never recorded
-their end (killed: the engine got SIGKILL, no report ran) appear as `killed` records built from
+their end (killed: the engine got SIGKILL, no report ran) appear as `stopped` records built from
 what they left, or `running` while their engine is alive on this host (from another host: until
 a later run starts). A record:
 
     {"version": 1, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
      "pass": int, "run_dir": str (the phase directory's name under the run root),
-     "status": "complete"|"incomplete"|"failed"|"killed"|"running",
+     "status": "complete"|"incomplete"|"failed"|"stopped"|"running",   # ferry status's words
      "engine": "snakemake"|"nextflow"|"unknown",
      "started": ISO str|None, "ended": ISO str|None, "wall_seconds": float|None,
      "source": {"files": int|None, "bytes": int|None},
@@ -70,8 +70,10 @@ import socket
 import sys
 import time
 
-from ferry_task import HISTORY, RUN_STARTED
-from ferrylib import REQUEST_KINDS as KINDS
+import ferry_model
+import ferry_run
+from ferry_docs import REQUEST_KINDS as KINDS
+from ferry_run_dir import HISTORY, RUN_STARTED
 from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
@@ -206,6 +208,9 @@ def read(root: str) -> list[dict]:
             continue  # a line cut short by a full disk or a kill: the others still count
         if isinstance(rec, dict) and rec.get("run_id") not in seen:
             seen.add(rec.get("run_id"))
+            if rec.get("status") == "killed":
+                # Histories written before the job states were one vocabulary said "killed".
+                rec["status"] = "stopped"
             out.append(rec)
     return out
 
@@ -250,16 +255,16 @@ def _int(value) -> int:
 def record(
     report: dict, marker: dict | None, run_dir_name: str, status: str, ended: float, pass_: int = 1
 ) -> dict:
-    """A run's record from its report (ferry_report.build) and its start marker."""
+    """A run's record from its report (ferry_model.build: every key present) and its start
+    marker. Without a plan (a run that never got that far), its plan's counts are nothing."""
     marker = marker or {}
-    plan = report.get("plan") or {}
-    to_copy = plan.get("to_copy") or {}
-    extra = plan.get("extra_on_dest") or {}
-    totals = report["totals"]
-    started = epoch(marker.get("started")) or epoch(report["time"].get("first_job_started_at"))
-    verify = totals.get("verify") or {}
-    requests = totals.get("requests") or {}
-    per_step = report["time"].get("per_step") or {}
+    plan = report["plan"]
+    totals, per_step = report["totals"], report["time"]["per_step"]
+    started = epoch(marker.get("started")) or epoch(report["time"]["first_job_started_at"])
+    verify, requests = totals["verify"], totals["requests"]
+    planned = ("files", "bytes", "new", "changed", "metadata_only", "type_changed", "undecided")
+    to_copy = plan["to_copy"] if plan else dict.fromkeys(planned, 0)
+    extra = plan["extra_on_dest"] if plan else {"files": 0, "bytes": 0}
     return {
         "version": VERSION,
         "run_id": marker.get("run_id") or f"{iso(started or ended)}-{run_dir_name}-unmarked",
@@ -272,56 +277,30 @@ def record(
         "started": iso(started),
         "ended": iso(ended),
         "wall_seconds": round(ended - started, 3) if started else None,
-        "source": {
-            "files": (plan.get("source") or {}).get("files"),
-            "bytes": (plan.get("source") or {}).get("bytes"),
-        },
-        "dest": {
-            "files": (plan.get("dest") or {}).get("files"),
-            "bytes": (plan.get("dest") or {}).get("bytes"),
-        },
+        "source": {k: plan["source"][k] if plan else None for k in ("files", "bytes")},
+        "dest": {k: plan["dest"][k] if plan and plan["dest"] else None for k in ("files", "bytes")},
         "planned": {
-            "files": _int(to_copy.get("files")),
-            "bytes": _int(to_copy.get("bytes")),
-            **{
-                k: _int(to_copy.get(k))
-                for k in ("new", "changed", "metadata_only", "type_changed", "undecided")
-            },
-            "deleted": _int(extra.get("files")),
-            "deleted_bytes": _int(extra.get("bytes")),
+            **{k: to_copy[k] for k in planned},
+            "deleted": extra["files"],
+            "deleted_bytes": extra["bytes"],
         },
-        "copied": {
-            "files": _int(totals["files"].get("copied")),
-            "bytes": _int(totals["bytes"].get("copied")),
-        },
-        "verified": {
-            "files": sum(_int(v) for v in verify.values()),
-            **{k: _int(v) for k, v in verify.items()},
-        },
-        "checksum": bool(report.get("checksum_verified")),
+        "copied": {"files": totals["files"]["copied"], "bytes": totals["bytes"]["copied"]},
+        "verified": {"files": sum(verify.values()), **verify},
+        "checksum": report["checksum_verified"],
         # What the report lists as failed: files, verify differences, jobs without a result.
-        "failed": len(report.get("failures") or []),
-        "retries": _int((totals.get("retries") or {}).get("total")),
-        "requests": {
-            "total": {k: _int((requests.get("total") or {}).get(k)) for k in KINDS},
-            "by_step": {
-                s: {k: _int(c.get(k)) for k in KINDS}
-                for s, c in (requests.get("by_step") or {}).items()
-            },
-        },
+        "failed": len(report["failures"]),
+        "retries": totals["retries"]["total"],
+        "requests": {"total": requests["total"], "by_step": requests["by_step"]},
         "steps": {
-            s: {
-                "seconds": per_step[s].get("seconds", 0.0),
-                "span": per_step[s].get("span_seconds", per_step[s].get("seconds", 0.0)),
-            }
+            s: {"seconds": per_step[s]["seconds"], "span": per_step[s]["span_seconds"]}
             for s in STEPS
             if s in per_step
         },
-        "partitions": len(report.get("partitions") or []),
-        "depth": totals.get("depth") or {"mode": None, "final": None, "peak": None},
+        "partitions": len(report["partitions"]),
+        "depth": totals["depth"],
         # Whether the pass left the destination's state for the next one, which then lists only
         # the source (docs/scale.md).
-        "carried": bool((totals.get("dest_listing") or {}).get("left")),
+        "carried": totals["dest_listing"]["left"] is not None,
     }
 
 
@@ -341,15 +320,10 @@ def last_activity(run_dir: str) -> float | None:
 
 def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     """The record of a run that never reported (killed), from what it left in its directory."""
-    import ferry_report  # here: ferry_report appends records through this module
-
-    args = ferry_report.parser().parse_args(["build", marker_dir, *marker.get("report_args", [])])
-    report = ferry_report.build(
-        marker_dir, args.run_name, args.phase, args.source, args.dest, complete=False
-    )
-    report["checksum_verified"] = args.checksum
+    opts = ferry_run.options(marker_dir, marker["report_args"])
+    report = ferry_model.build(ferry_run.read(marker_dir), opts, complete=False)
     ended = last_activity(marker_dir) or epoch(marker.get("started")) or time.time()
-    return record(report, marker, os.path.basename(marker_dir), status, ended, args.pass_)
+    return record(report, marker, os.path.basename(marker_dir), status, ended, opts.pass_)
 
 
 def settle(root: str, starting: float | None = None, skip: str | None = None) -> list[dict]:
@@ -363,7 +337,7 @@ def settle(root: str, starting: float | None = None, skip: str | None = None) ->
         if marker["run_id"] in recorded or marker["run_id"] == skip or not gone(marker, began):
             continue
         try:
-            rec = unrecorded(marker_dir, marker, "killed")
+            rec = unrecorded(marker_dir, marker, "stopped")
         except Exception as err:  # noqa: BLE001 - a broken leftover must not stop the new run
             print(f"ferry: could not record the run in {marker_dir}: {err}", file=sys.stderr)
             continue
@@ -402,7 +376,7 @@ def record_run(
 
 
 def load(run_root: str) -> list[dict]:
-    """Every run of the migration, oldest first: the records, and a `killed` or `running` one
+    """Every run of the migration, oldest first: the records, and a `stopped` or `running` one
     made (not written) for each run that left a marker and no record."""
     records = read(run_root)
     recorded = {r.get("run_id") for r in records}
@@ -412,7 +386,7 @@ def load(run_root: str) -> list[dict]:
             continue
         try:
             records.append(
-                unrecorded(marker_dir, marker, "killed" if gone(marker, began) else "running")
+                unrecorded(marker_dir, marker, "stopped" if gone(marker, began) else "running")
             )
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
@@ -789,7 +763,7 @@ def project(
     checksum: bool | None = None,
 ) -> dict:
     """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
-    records (load()'s list; failed, killed and running ones are not measures of a pass).
+    records (load()'s list; failed, stopped and running ones are not measures of a pass).
     checksum: whether that pass verifies by MD5 (default: as the last final pass did, else not)."""
     now = time.time() if now is None else now
     # An audit copies nothing and finds no change: it is no measure of a migration pass.

@@ -23,13 +23,12 @@ import datetime as dt
 import html
 import json
 import os
-import re
 import sys
 
-from ferry_task import PROGRESS, RECORDS, records
-from ferrylib import fmt_bytes, load_json
+import ferry_model
+from ferrylib import fmt_bytes
 
-# One colour per step, in the pipeline's order (ferry_task.RECORDS), so a step looks the same in
+# One colour per step, in the pipeline's order (run_dir.json), so a step looks the same in
 # every plot; "list" stands for both listings and making the destination.
 COLOURS = {
     "list": "#7f8fa6",
@@ -49,16 +48,6 @@ COLOURS = {
 OTHER_COLOUR = "#576574"
 # The steps of a projected final pass (ferry_history.project), in the order they happen.
 PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
-# Progress files the worker rewrites while a job runs (ferry_task.PROGRESS); a job still running
-# has no timing file yet, so its bar on the timeline comes from there.
-PROGRESS_DIR, PROGRESS_FILE = os.path.split(PROGRESS)
-PROGRESS_NAME = re.compile(
-    re.escape(PROGRESS_FILE)
-    .replace(re.escape("{step}"), r"(?P<step>[a-z_]+)")
-    .replace(re.escape("{part}"), r"(?P<part>[^/]+?)")
-    + "$"
-)
-
 WIDTH = 860  # every plot's drawing width, px (the page is read at about 1400 px)
 
 
@@ -201,32 +190,25 @@ def stacked_bars(name: str, title: str, columns: list[tuple[str, dict]], fmt) ->
 def single_run_history(report: dict) -> list[dict]:
     """The current run as the history's only record (ferry_history's shape), for a run whose
     output directory has no history yet: the page then shows this pass alone rather than nothing."""
-    t = report.get("totals", {})
-    tm = report.get("time", {})
-    plan = (report.get("plan") or {}).get("to_copy") or {}
+    t, tm = report["totals"], report["time"]
+    plan = report["plan"]["to_copy"] if report["plan"] else {}
     return [
         {
-            "phase": report.get("phase"),
-            "pass": report.get("pass", 1),
-            "status": report.get("status"),
-            "started": tm.get("first_job_started_at"),
-            "ended": report.get("generated_at"),
-            "wall_seconds": tm.get("elapsed_seconds"),
-            "source": {
-                "files": t.get("files", {}).get("source"),
-                "bytes": t.get("bytes", {}).get("source"),
-            },
+            "phase": report["phase"],
+            "pass": report["pass"],
+            "status": report["status"],
+            "started": tm["first_job_started_at"],
+            "ended": report["generated_at"],
+            "wall_seconds": tm["elapsed_seconds"],
+            "source": {"files": t["files"]["source"], "bytes": t["bytes"]["source"]},
             "planned": {
                 key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")
             },
-            "copied": {
-                "files": t.get("files", {}).get("copied"),
-                "bytes": t.get("bytes", {}).get("copied"),
-            },
-            "failed": t.get("files", {}).get("failed"),
+            "copied": {"files": t["files"]["copied"], "bytes": t["bytes"]["copied"]},
+            "failed": t["files"]["failed"],
             "steps": {
-                step: {"seconds": stats.get("seconds"), "span": stats.get("span_seconds")}
-                for step, stats in (tm.get("per_step") or {}).items()
+                step: {"seconds": stats["seconds"], "span": stats["span_seconds"]}
+                for step, stats in tm["per_step"].items()
             },
         }
     ]
@@ -276,97 +258,6 @@ def pass_label(rec: dict) -> str:
     )
 
 
-def bench_key(path: str) -> str:
-    """A timing file's key in ferry_report.benchmarks(): its path under benchmarks/, no .tsv."""
-    return path.split("/", 1)[1][: -len(".tsv")]
-
-
-def timings(run_dir: str) -> dict[str, dict]:
-    """Every job's timing file, read as the report reads them (start, seconds)."""
-    import ferry_report  # noqa: PLC0415 - ferry_report imports this module; the reading is its
-
-    return ferry_report.benchmarks(run_dir)
-
-
-def job_spans(report: dict, run_dir: str, bench: dict[str, dict]) -> list[dict]:
-    """Every copy and verify job of the phase: partition, step, start, end, bytes, running?
-    From each job's timing file (its end is the file's time) and its bytes from the report (the
-    worker's JSON); a job still running has only its progress file, read up to its last update."""
-    spans = []
-    for step, rows, bytes_key in (
-        ("copy", report.get("partitions", []), "bytes_copied"),
-        ("verify", report.get("verify_partitions", []), "bytes"),
-    ):
-        for row in rows:
-            job = bench.get(bench_key(records(step, row["id"]).bench))
-            if job:
-                spans.append(
-                    {
-                        "step": step,
-                        "part": row["id"],
-                        "start": job["start"],
-                        "end": job["start"] + job["seconds"],
-                        "bytes": row.get(bytes_key) or 0,
-                        "status": row.get("status"),
-                        "running": False,
-                    }
-                )
-    seen = {(s["step"], s["part"]) for s in spans}
-    for doc, step, part in progress_docs(run_dir):
-        if (step, part) in seen or not doc.get("started"):
-            continue
-        spans.append(
-            {
-                "step": step,
-                "part": part,
-                "start": float(doc["started"]),
-                "end": float(doc.get("updated") or doc["started"]),
-                "bytes": (doc.get("bytes") or {}).get("done") or 0,
-                "status": "ok" if doc.get("finished") else "running",
-                "running": not doc.get("finished"),
-            }
-        )
-    return sorted(spans, key=lambda s: (s["part"], s["step"] != "copy"))
-
-
-def progress_docs(run_dir: str):
-    """(document, step, partition) of each progress file under the run directory."""
-    where = os.path.join(run_dir, PROGRESS_DIR)
-    try:
-        names = sorted(os.listdir(where))
-    except OSError:
-        return
-    for name in names:
-        match = PROGRESS_NAME.match(name)
-        doc = load_json(os.path.join(where, name)) if match else None
-        if doc and match.group("step") in RECORDS:
-            yield doc, match.group("step"), match.group("part")
-
-
-def other_jobs(bench: dict[str, dict]) -> list[dict]:
-    """The phase's single jobs (listings, plan, prune, final check) as spans, for the timeline's
-    top lanes: where the time before and after the copies went."""
-    spans = []
-    for step in RECORDS:
-        rec = RECORDS[step]
-        if "{part}" in rec.bench or step == "replicate":
-            continue
-        job = bench.get(bench_key(rec.bench))
-        if job:
-            spans.append(
-                {
-                    "step": step,
-                    "part": None,
-                    "start": job["start"],
-                    "end": job["start"] + job["seconds"],
-                    "bytes": 0,
-                    "status": "ok",
-                    "running": False,
-                }
-            )
-    return spans
-
-
 # ---------------------------------------------------------------------------------------------
 # the plots
 
@@ -401,8 +292,7 @@ def timeline(spans: list[dict], singles: list[dict]) -> str:
                 f"{s['step']} {('part ' + s['part']) if s['part'] else ''}: {fmt_seconds(seconds)}, "
                 f"{fmt_bytes(s['bytes'])}"
                 + (f", {fmt_bytes(rate)}/s" if rate else "")
-                + (" (running)" if s["running"] else "")
-                + ("" if s["status"] in ("ok", "running") else f" ({s['status']})")
+                + ("" if s["state"] == "done" else f" ({s['state']})")
             )
             h = lane_h - 6 if kind == "step" else (lane_h - 6) / 2
             dy = 0 if kind == "step" or s["step"] == "copy" else h
@@ -416,7 +306,7 @@ def timeline(spans: list[dict], singles: list[dict]) -> str:
                     h,
                     colour(s["step"]),
                     tip,
-                    "mark running" if s["running"] else "mark",
+                    "mark" if s["state"] == "done" else "mark unfinished",
                 )
             )
             if rate and w > 70 and s["step"] == "copy":
@@ -706,17 +596,17 @@ def totals_section(report: dict) -> str:
         (
             "failed",
             f"{fmt_count(t['files']['failed'])} files",
-            f"{len(report.get('failures') or [])} failures",
+            f"{len(report['failures'])} failures",
         ),
         (
             "elapsed",
-            fmt_seconds(tm.get("elapsed_seconds")),
-            f"{fmt_seconds(tm.get('job_seconds'))} of jobs",
+            fmt_seconds(tm["elapsed_seconds"]),
+            f"{fmt_seconds(tm['job_seconds'])} of jobs",
         ),
         (
             "partitions",
-            f"{t['partitions']['copy_ok']}/{t['partitions']['copy']} copied",
-            f"{t['partitions']['verify_ok']}/{t['partitions']['verify']} verified",
+            f"{t['partitions']['copy_done']}/{t['partitions']['copy']} copied",
+            f"{t['partitions']['verify_done']}/{t['partitions']['verify']} verified",
         ),
     ]
     return (
@@ -729,10 +619,9 @@ def totals_section(report: dict) -> str:
     )
 
 
-def timeline_section(report: dict, run_dir: str | None) -> str:
-    bench = timings(run_dir) if run_dir else {}
-    spans = job_spans(report, run_dir, bench) if run_dir else []
-    singles = other_jobs(bench)
+def timeline_section(report: dict) -> str:
+    spans = [j for j in report["jobs"] if j["part"] is not None]
+    singles = [j for j in report["jobs"] if j["part"] is None]
     if not spans and not singles:
         return '<p class="note">No job timings in the run directory: no timeline.</p>'
     out = [
@@ -750,7 +639,7 @@ def timeline_section(report: dict, run_dir: str | None) -> str:
 
 def failures_section(report: dict) -> str:
     rows = []
-    for f in (report.get("failures") or [])[:500]:
+    for f in report["failures"][:500]:
         rows.append(
             [
                 f.get("stage"),
@@ -759,7 +648,7 @@ def failures_section(report: dict) -> str:
                 f.get("error") or f.get("reason") or f.get("status", ""),
             ]
         )
-    more = len(report.get("failures") or []) - len(rows)
+    more = len(report["failures"]) - len(rows)
     return table(["step", "partition", "path", "why"], rows, numeric_from=99, cls="failures") + (
         f'<p class="note">… and {more} more in report.json.</p>' if more > 0 else ""
     )
@@ -769,7 +658,7 @@ def partitions_section(report: dict) -> str:
     rows = [
         [
             p["id"],
-            p["status"],
+            p["state"],
             fmt_count(p["files"]),
             fmt_bytes(p["bytes"]),
             fmt_count(p.get("copied")),
@@ -778,10 +667,10 @@ def partitions_section(report: dict) -> str:
             fmt_count(p.get("retries")),
             fmt_seconds(p.get("job_seconds")),
         ]
-        for p in report.get("partitions", [])
+        for p in report["partitions"]
     ]
     return table(
-        ["partition", "status", "files", "bytes", "copied", "skipped", "failed", "retries", "job"],
+        ["partition", "state", "files", "bytes", "copied", "skipped", "failed", "retries", "job"],
         rows,
         numeric_from=2,
     )
@@ -803,7 +692,7 @@ table.failures td{max-width:520px;overflow-wrap:anywhere}
 figure{margin:8px 0} figcaption{color:#555;font-size:12px} .plots{display:flex;flex-wrap:wrap;gap:10px}
 .plots svg{width:540px;height:auto}
 svg.plot{max-width:100%;height:auto;background:#fff} svg .grid{stroke:#e5e5e5} svg .lbl{font-size:11px;fill:#444}
-svg .val{font-size:10px;fill:#333} svg .inbar{font-size:10px;fill:#fff} svg .running{opacity:.55}
+svg .val{font-size:10px;fill:#333} svg .inbar{font-size:10px;fill:#fff} svg .unfinished{opacity:.55}
 .headline{font-size:16px} .ok{color:#2d7d32} .warn{color:#b9770e} .note{color:#666;font-style:italic}
 """
 
@@ -831,9 +720,7 @@ CHECKS = """
 """
 
 
-def page(
-    report: dict, history: list[dict], projection: dict | None, run_dir: str | None = None
-) -> str:
+def page(report: dict, history: list[dict], projection: dict | None) -> str:
     own = not history
     history = history or single_run_history(report)
     title = f"ferry {report['phase']} run {report['run_name']}: {report['status']}"
@@ -841,7 +728,7 @@ def page(
         f"<h1>ferry {esc(report['phase'])} run <code>{esc(report['run_name'])}</code>: "
         f'<span class="status-{esc(report["status"])}">{esc(report["status"])}</span></h1>',
         f'<p class="meta">from <code>{esc(report["source"])}</code> to <code>{esc(report["dest"])}</code> · '
-        f"generated {esc(fmt_time(report.get('generated_at')))} UTC</p>",
+        f"generated {esc(fmt_time(report['generated_at']))} UTC</p>",
         totals_section(report),
         "<h2>The final pass, projected</h2>",
         projection_section(projection),
@@ -849,10 +736,10 @@ def page(
         history_section(history, own),
         per_pass_plots(history),
         "<h2>This pass over time</h2>",
-        timeline_section(report, run_dir),
+        timeline_section(report),
         "<h2>Copy partitions</h2>",
         partitions_section(report),
-        f"<h2>Failures ({len(report.get('failures') or [])})</h2>",
+        f"<h2>Failures ({len(report['failures'])})</h2>",
         failures_section(report),
     ]
     return "\n".join(
@@ -876,17 +763,13 @@ def history_root(run_dir: str) -> str:
     return os.path.dirname(os.path.abspath(run_dir.rstrip("/")))
 
 
-def write(report: dict, html_path: str, run_dir: str, root: str | None = None) -> None:
-    """The page of `report`. Its history and projection are the report's own (ferry_report.py
-    puts them there with --history, for either engine); a report without them (an older one,
-    rebuilt by hand) has them read from the run's output directory."""
-    if "history" in report:
-        history, projection = report.get("history") or [], report.get("projection")
-    else:
-        history, projection = load_history(root or history_root(run_dir))
+def write(report: dict, html_path: str) -> None:
+    """The page of `report`, with the history and projection it carries (ferry_report.py puts
+    them there with --history, for either engine); without them, the pass alone."""
+    history, projection = report.get("history") or [], report.get("projection")
     tmp = f"{html_path}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(page(report, history, projection, run_dir))
+        handle.write(page(report, history, projection))
     os.replace(tmp, html_path)
 
 
@@ -902,8 +785,18 @@ def main(argv=None) -> int:
     source = args.report or os.path.join(args.run_dir, "report.json")
     with open(source, encoding="utf-8") as handle:
         report = json.load(handle)
+    if report.get("version") != ferry_model.VERSION:
+        p.error(
+            f"{source}: a report of version {report.get('version', 1)}; this page renders version "
+            f"{ferry_model.VERSION}: make the report again (ferry_report.py build)"
+        )
     out = args.out or os.path.splitext(source)[0] + ".html"
-    write(report, out, args.run_dir, args.history)
+    if "history" not in report:
+        # A report made without --history (by hand): the history beside the run, if any.
+        report["history"], report["projection"] = load_history(
+            args.history or history_root(args.run_dir)
+        )
+    write(report, out)
     print(out)
     return 0
 

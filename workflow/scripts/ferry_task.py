@@ -1,5 +1,5 @@
 """Runs one step of a phase, for either engine, and leaves its records in the run directory's
-layout (docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
+layout (run_dir.json, docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
 log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
 
     ferry_task.py STEP --spec JSON --records DIR [--part ID] [--set NAME=VALUE]... [--stub]
@@ -22,89 +22,28 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import NamedTuple
 
-from ferrylib import load_json
-
-
-class Records(NamedTuple):
-    out: str | None  # the worker's stdout; None: it goes to the log
-    log: str
-    bench: str
-    failed: str | None = None  # where `out` goes when the step fails
-
-
-# The run directory's layout, relative to its root, for every step ferry runs ({part}: a plan
-# partition's id). Snakemake declares these paths as the rules' outputs; Nextflow publishes them.
-RECORDS = {
-    "list_source": Records(
-        "listing/source.tsv", "logs/list_source.log", "benchmarks/list_source.tsv"
-    ),
-    "list_dest": Records("listing/dest.tsv", "logs/list_dest.log", "benchmarks/list_dest.tsv"),
-    "make_dest": Records(
-        "listing/dest-ready.txt", "logs/make_dest.log", "benchmarks/make_dest.tsv"
-    ),
-    "plan": Records(None, "logs/plan.log", "benchmarks/plan.tsv"),
-    "copy": Records(
-        "copy/part-{part}.json",
-        "logs/copy/part-{part}.log",
-        "benchmarks/copy/part-{part}.tsv",
-        "failed/copy-part-{part}.json",
-    ),
-    "verify": Records(
-        "verify/part-{part}.json",
-        "logs/verify/part-{part}.log",
-        "benchmarks/verify/part-{part}.tsv",
-        "failed/verify-part-{part}.json",
-    ),
-    "prune": Records(
-        "prune/prune.json", "logs/prune.log", "benchmarks/prune.tsv", "failed/prune.json"
-    ),
-    "final_check": Records(
-        "verify/final-check.json",
-        "logs/final_check.log",
-        "benchmarks/final_check.tsv",
-        "failed/final-check.json",
-    ),
-    "carry": Records(
-        "carry/carry.json", "logs/carry.log", "benchmarks/carry.tsv", "failed/carry.json"
-    ),
-    # The replication's own run directory (replicate.py writes its report, {report}, itself).
-    "replicate": Records(None, "replicate.log", "benchmark.tsv"),
-}
-PLAN_DIR = "plan"
-# What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
-# carry step patches the carried destination listing with it.
-OBSERVED = "verify/part-{part}.observed.tsv"
-LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
-DELETED_LOG = "prune/deleted.txt"
-# Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them), when the
-# listing step writes one.
-LISTING_SUMMARIES = {
-    "list_source": "listing/source-summary.json",
-    "list_dest": "listing/dest-summary.json",
-}
-# A run of the phase, from its start to its record: the engine's start hook leaves RUN_STARTED
-# in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
-# in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
-RUN_STARTED = "run_started.json"
-# What a copy or verify job rewrites every few seconds while it runs (the worker's
-# --progress-file): `ferry status` reads it, and report.html's timeline shows a running job from it.
-PROGRESS = "progress/{step}-part-{part}.json"
-HISTORY = "history.jsonl"
-BENCH_HEADER = "s\tcpu_time\tmax_rss\n"
+import ferry_docs
+from ferry_run_dir import (
+    BENCH_HEADER,
+    DELETED_LOG,
+    LISTING_SUMMARIES,
+    LISTINGS,
+    OBSERVED,
+    PLAN,
+    PLAN_DIR,
+    PROGRESS,
+    RECORDS,
+    REPLICATE_REPORT,
+    partitioned,
+    records,
+)
 
 # A stub run's ends: the same two files on both sides where the step checks a finished copy, an
 # empty destination where it lists or copies (so the plan has something to cut in two).
 STUB_FILES = {"a.txt": b"a\n", "dir/b.txt": b"bb\n"}
 STUB_DEST_FILLED = {"verify", "prune", "final_check"}
 STUB_CUT = ["--parts", "2"]
-
-
-def records(step: str, part: str | None = None, root: str = "") -> Records:
-    """The step's record paths under root, for one partition where the step has them."""
-    spec = RECORDS[step]
-    return Records(*(os.path.join(root, p.format(part=part)) if p else None for p in spec))
 
 
 def fill(argv: list[str], values: dict) -> list[str]:
@@ -177,15 +116,15 @@ def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, f
 def prune_guard(root: str) -> list[str]:
     """Why prune must not run, or [] when every verify partition of the plan passed: whatever the
     engine's graph says, an empty or failed fan-out never reaches `ferry prune`."""
-    plan = load_json(os.path.join(root, PLAN_DIR, "plan.json"))
+    plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
         return ["no plan: the fan-out never happened"]
     problems = []
-    for spec in plan.get("verify_partitions", []):
-        doc = load_json(records("verify", spec["id"], root).out)
+    for spec in plan["verify_partitions"]:
+        doc = ferry_docs.load("verify", records("verify", spec["id"], root).out)
         if doc is None:
             problems.append(f"verify partition {spec['id']} has no result")
-        elif any(doc.get(key) for key in ("differ", "missing_on_dst", "error")):
+        elif not doc["passed"]:
             problems.append(f"verify partition {spec['id']} found differences")
     return problems
 
@@ -193,7 +132,7 @@ def prune_guard(root: str) -> list[str]:
 def observed_records(root: str) -> list[str]:
     """What every verify of the plan saw, for `ferry carry`: each must be there, or the pass is
     not complete and leaves no carried state."""
-    plan = load_json(os.path.join(root, PLAN_DIR, "plan.json"))
+    plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
         raise SystemExit("ferry-task: carry: no plan.json in the records")
     paths = [
@@ -232,7 +171,7 @@ def run_step(
             "plan_dir": os.path.join(root, PLAN_DIR),
             "scratch": os.path.dirname(rec.out) if rec.out else root,
             "deleted_log": os.path.join(root, DELETED_LOG),
-            "report": os.path.join(root, "report.json"),
+            "report": os.path.join(root, REPLICATE_REPORT),
             "python": sys.executable,
             "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
             **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
@@ -244,8 +183,8 @@ def run_step(
         values["observed"] = observed_records(root)
     if step in LISTING_SUMMARIES:
         values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
-    if "run_dir" in values:
-        values["progress"] = os.path.join(values["run_dir"], PROGRESS.format(step=step, part=part))
+    if "run_dir" in values and step in PROGRESS:
+        values["progress"] = os.path.join(values["run_dir"], PROGRESS[step].format(part=part))
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
@@ -272,7 +211,8 @@ def run_step(
         # plan.json among the records.
         os.makedirs(os.path.join(root, PLAN_DIR), exist_ok=True)
         shutil.copyfile(
-            os.path.join(values["plan_dir"], "plan.json"), os.path.join(root, PLAN_DIR, "plan.json")
+            os.path.join(values["plan_dir"], os.path.relpath(PLAN, PLAN_DIR)),
+            os.path.join(root, PLAN),
         )
     with open(rec.bench, "w", encoding="utf-8") as bench:
         bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
@@ -311,7 +251,7 @@ def main(argv=None) -> int:
         "--stub", action="store_true", help="run on two small local trees (Nextflow's -stub-run)"
     )
     args = parser.parse_args(argv)
-    if "{part}" in RECORDS[args.step].log and not args.part:
+    if partitioned(args.step) and not args.part:
         parser.error(f"{args.step} needs --part")
     overrides = dict(item.split("=", 1) for item in args.set)
     return run_step(

@@ -36,19 +36,6 @@ _SIZE_UNITS = {
 # fields) under it too.
 MANIFEST_HEADER = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs"
 
-# The kinds of Blob requests the worker counts (the `requests` of its --json output, docs/worker.md).
-REQUEST_KINDS = (
-    "list_pages",
-    "puts",
-    "blocks",
-    "block_lists",
-    "gets",
-    "heads",
-    "deletes",
-    "batches",
-    "copies",
-    "others",
-)
 
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 

@@ -28,6 +28,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import ferry_docs
 import ferrylib
 import numpy as np
 from mpi4py import MPI
@@ -465,18 +466,18 @@ def download(
         cmd += ["--max-bandwidth", str(per_rank_bandwidth(job))]
     res = run_ferry(job, cmd, "ferry copy")
     try:
-        summary = json.loads(res.stdout)
-    except ValueError:
-        raise RuntimeError(f"ferry copy printed no JSON summary: {res.stderr[-2000:]}") from None
+        summary = ferry_docs.parse("copy", res.stdout, "ferry copy --json")
+    except ferry_docs.DocumentError as err:
+        raise RuntimeError(f"{err}: {res.stderr[-2000:]}") from None
     if res.returncode != 0 or summary["files"]["failed"]:
-        failures = "; ".join(f"{f['path']}: {f['error']}" for f in summary.get("failures", [])[:5])
+        failures = "; ".join(f"{f['path']}: {f['error']}" for f in summary["failures"][:5])
         raise RuntimeError(
             f"ferry copy failed for {summary['files']['failed']} file(s): {failures}"
         )
     return {
         "files": summary["files"]["copied"],
         "bytes": summary["bytes"]["copied"],
-        "seconds": summary.get("seconds"),
+        "seconds": summary["seconds"],
         "retries": summary["retries"]["total"],
     }
 

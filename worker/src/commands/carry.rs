@@ -41,15 +41,16 @@ pub struct CarryArgs {
 }
 
 /// `ferry carry --json`.
-#[derive(Serialize)]
-struct CarryDoc {
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct CarryDoc {
+    version: crate::documents::Version,
     command: &'static str,
     state: String,
     #[serde(flatten)]
     merged: Merged,
     doc: StateDoc,
     seconds: f64,
-    requests: serde_json::Value,
+    requests: crate::documents::Requests,
 }
 
 pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {
@@ -82,12 +83,13 @@ pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {
     );
     if args.json {
         print_json(&serde_json::to_value(CarryDoc {
+            version: Default::default(),
             command: "carry",
             state: state.describe(),
             merged,
             doc,
             seconds: super::seconds(started),
-            requests: stats.requests.to_json(),
+            requests: stats.requests.counts(),
         })?);
     }
     Ok(ExitCode::SUCCESS)

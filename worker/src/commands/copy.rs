@@ -3,7 +3,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use serde_json::json;
 
 use super::{
     complete_entries, default_concurrency, entries_of, object_destination, open, open_options,
@@ -363,36 +362,51 @@ fn report(
 ) {
     let g = Stats::get;
     if args.json {
-        let failures: Vec<_> = stats
-            .failures()
-            .into_iter()
-            .map(|(p, e)| json!({"path": p, "error": e}))
-            .collect();
-        let ignored: Vec<_> = stats
-            .ignored_list()
-            .into_iter()
-            .map(|(p, why)| json!({"path": p, "reason": why}))
-            .collect();
-        super::print_json(&json!({
-            "command": "copy",
-            "source": src.describe(),
-            "dest": dst.describe(),
-            "dry_run": args.dry_run,
-            "files": {"total": g(&stats.files_total), "copied": g(&stats.files_copied), "skipped": g(&stats.files_skipped),
-                      "failed": g(&stats.files_failed), "ignored": g(&stats.files_ignored), "server_copied": g(&stats.files_server_copied),
-                      "metadata_only": g(&stats.meta_updated), "replaced": g(&stats.replaced)},
-            "bytes": {"total": g(&stats.bytes_total), "copied": g(&stats.bytes_copied), "skipped": g(&stats.bytes_skipped),
-                      "server_copied": g(&stats.bytes_server_copied)},
-            "blocks": {"sent": g(&stats.blocks_sent), "reused": g(&stats.blocks_reused)},
-            "retries": {"total": g(&stats.retries_total), "by_status": stats.retries_by_status()},
-            "requests": stats.requests.to_json(),
-            "concurrency": depth,
-            "failures": failures,
-            "ignored": ignored,
-            "ignored_by_reason": stats.ignored_by_reason(),
-            "not_kept": stats.not_kept_by_kind(),
-            "seconds": (seconds * 1000.0).round() / 1000.0,
-        }));
+        use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
+        let failures = stats.failures().into_iter();
+        let ignored = stats.ignored_list().into_iter();
+        super::print_json(&CopyDoc {
+            version: Default::default(),
+            command: "copy",
+            source: src.describe(),
+            dest: dst.describe(),
+            dry_run: args.dry_run,
+            files: CopyFiles {
+                total: g(&stats.files_total),
+                copied: g(&stats.files_copied),
+                skipped: g(&stats.files_skipped),
+                failed: g(&stats.files_failed),
+                ignored: g(&stats.files_ignored),
+                server_copied: g(&stats.files_server_copied),
+                metadata_only: g(&stats.meta_updated),
+                replaced: g(&stats.replaced),
+            },
+            bytes: CopyBytes {
+                total: g(&stats.bytes_total),
+                copied: g(&stats.bytes_copied),
+                skipped: g(&stats.bytes_skipped),
+                server_copied: g(&stats.bytes_server_copied),
+            },
+            blocks: Blocks {
+                sent: g(&stats.blocks_sent),
+                reused: g(&stats.blocks_reused),
+            },
+            retries: crate::documents::Retries {
+                total: g(&stats.retries_total),
+                by_status: stats.retries_by_status(),
+            },
+            requests: stats.requests.counts(),
+            concurrency: depth.clone(),
+            failures: failures
+                .map(|(path, error)| PathError { path, error })
+                .collect(),
+            ignored: ignored
+                .map(|(path, reason)| PathReason { path, reason })
+                .collect(),
+            ignored_by_reason: stats.ignored_by_reason(),
+            not_kept: stats.not_kept_by_kind(),
+            seconds: (seconds * 1000.0).round() / 1000.0,
+        });
         return;
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };

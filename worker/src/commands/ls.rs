@@ -80,10 +80,14 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     drop(out);
     if let Some(path) = &args.summary {
-        let mut summary = serde_json::json!({"command": "ls", "entries": entries, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
-        if let Some(c) = &carried {
-            summary["carried"] = c.summary();
-        }
+        let summary = crate::documents::LsSummary {
+            version: Default::default(),
+            command: "ls",
+            entries,
+            seconds: super::seconds(started),
+            requests: stats.requests.counts(),
+            carried: carried.as_ref().map(|c| c.summary()),
+        };
         crate::jsonfile::replace(path, &summary)
             .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }

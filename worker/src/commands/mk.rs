@@ -28,7 +28,13 @@ pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
         super::state_of(state, &loc, &opts)?.take(pass).await?;
     }
     if let Some(path) = &args.summary {
-        let summary = serde_json::json!({"command": "mk", "created": created, "seconds": super::seconds(started), "requests": stats.requests.to_json()});
+        let summary = crate::documents::MkSummary {
+            version: Default::default(),
+            command: "mk",
+            created,
+            seconds: super::seconds(started),
+            requests: stats.requests.counts(),
+        };
         crate::jsonfile::replace(path, &summary)
             .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }

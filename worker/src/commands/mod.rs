@@ -337,10 +337,11 @@ pub fn seconds(started: std::time::Instant) -> f64 {
     (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0
 }
 
-pub fn print_json(v: &serde_json::Value) {
+/// A document of crate::documents on stdout.
+pub fn print_json<T: serde::Serialize>(doc: &T) {
     println!(
         "{}",
-        serde_json::to_string_pretty(v).expect("JSON values always serialise")
+        serde_json::to_string_pretty(doc).expect("documents always serialise")
     );
 }
 

@@ -3,10 +3,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use crate::documents::{PathError, PruneDoc};
 use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
-use serde_json::json;
 
 use super::{
     default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_roots,
@@ -130,9 +130,20 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
 
     let refuse = |why: String| -> anyhow::Result<ExitCode> {
         if args.json {
-            super::print_json(
-                &json!({"command": "prune", "dry_run": args.dry_run, "deleted": 0, "would_delete": 0, "refused": why, "log": null, "requests": stats.requests.to_json()}),
-            );
+            super::print_json(&PruneDoc {
+                version: Default::default(),
+                command: "prune",
+                dry_run: args.dry_run,
+                deleted: 0,
+                would_delete: 0,
+                dirs: 0,
+                failed: 0,
+                failures: Vec::new(),
+                refused: Some(why.clone()),
+                warning: None,
+                log: None,
+                requests: stats.requests.counts(),
+            });
         }
         eprintln!("prune refused, nothing deleted: {why}");
         Ok(ExitCode::from(1))
@@ -248,16 +259,23 @@ fn report(
     let (n, dest_files) = (plan.file_count, plan.dest_files);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
-        let failures: Vec<_> = stats
-            .failures()
-            .into_iter()
-            .map(|(p, e)| json!({"path": p, "error": e}))
-            .collect();
-        super::print_json(&json!({
-            "command": "prune", "dry_run": args.dry_run, "deleted": deleted, "would_delete": n,
-            "dirs": plan.dir_count, "failed": failed, "failures": failures, "refused": null,
-            "warning": over_limit, "log": log_path.display().to_string(), "requests": stats.requests.to_json(),
-        }));
+        let failures = stats.failures().into_iter();
+        super::print_json(&PruneDoc {
+            version: Default::default(),
+            command: "prune",
+            dry_run: args.dry_run,
+            deleted,
+            would_delete: n,
+            dirs: plan.dir_count,
+            failed,
+            failures: failures
+                .map(|(path, error)| PathError { path, error })
+                .collect(),
+            refused: None,
+            warning: over_limit,
+            log: Some(log_path.display().to_string()),
+            requests: stats.requests.counts(),
+        });
     } else if args.dry_run {
         eprintln!(
             "would delete {n} of {dest_files} destination files and {} directories; list in {}",

@@ -2,7 +2,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use serde_json::json;
 
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
 use crate::cli::RmArgs;
@@ -67,14 +66,19 @@ pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let n_deleted = deleted.load(std::sync::atomic::Ordering::Relaxed);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
-        let failures: Vec<_> = stats
-            .failures()
-            .into_iter()
-            .map(|(p, e)| json!({"path": p, "error": e}))
-            .collect();
-        super::print_json(
-            &json!({"command": "rm", "dry_run": args.dry_run, "deleted": n_deleted, "would_delete": would_delete, "failed": failed, "failures": failures, "requests": stats.requests.to_json()}),
-        );
+        let failures = stats.failures().into_iter();
+        super::print_json(&crate::documents::RmDoc {
+            version: Default::default(),
+            command: "rm",
+            dry_run: args.dry_run,
+            deleted: n_deleted,
+            would_delete,
+            failed,
+            failures: failures
+                .map(|(path, error)| crate::documents::PathError { path, error })
+                .collect(),
+            requests: stats.requests.counts(),
+        });
     } else if args.dry_run {
         eprintln!("would delete {would_delete} (listed above)");
     } else {

@@ -1,5 +1,5 @@
 //! `ferry status RUN_DIR`: how far a pipeline phase is, read from what its jobs leave in the run
-//! directory (docs/pipeline.md, "Run directory"): the plan's partitions, each job's report, a
+//! directory (workflow/scripts/run_dir.json; docs/pipeline.md, "Run directory"): the plan's partitions, each job's report, a
 //! failed job's report under failed/, and the progress file every copy and verify job rewrites
 //! every few seconds. Never the engines' internals, so it reads a Snakemake run as a Nextflow
 //! one, running, finished or killed.
@@ -10,8 +10,15 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 
+use crate::documents::{
+    Amount, JobState, PartitionStatus, PhaseState, PlanProgress, ProgressDoc, StatusDoc,
+    StepPartitions, Tally,
+};
+
+use crate::run_dir::{Kind, LAYOUT};
 use crate::units::human_bytes;
 
 /// A progress file not rewritten for this long belongs to a job that is no longer running
@@ -42,7 +49,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     loop {
         let st = status(&args.run_dir, now());
         show(&st, args.json, redraw);
-        if st["state"] != "running" {
+        if st.state != PhaseState::Running {
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_secs_f64(every.max(0.2)));
@@ -56,129 +63,164 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn read(path: &Path) -> Option<Value> {
+fn read<T: DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-fn num(v: &Value, path: &[&str]) -> f64 {
-    path.iter()
-        .try_fold(v, |v, k| v.get(k))
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0)
+/// What status reads of plan.json: the partitions.
+#[derive(Deserialize)]
+struct Plan {
+    phase: String,
+    copy_partitions: Vec<Planned>,
+    verify_partitions: Vec<Planned>,
+}
+
+#[derive(Deserialize)]
+struct Planned {
+    id: String,
+    files: u64,
+    bytes: u64,
+}
+
+/// What status reads of a report: whether the phase is complete.
+#[derive(Deserialize)]
+struct Report {
+    status: String,
 }
 
 /// The job wrote its progress on this machine and its process is no more: killed, without
 /// waiting for its file to go stale.
-fn gone_here(progress: &Value) -> bool {
-    let (Some(host), Some(pid)) = (progress["host"].as_str(), progress["pid"].as_u64()) else {
-        return false;
-    };
+fn gone_here(progress: &ProgressDoc) -> bool {
     // A killed process may linger a moment as a zombie, state Z, until it is reaped.
-    let alive = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+    let alive = std::fs::read_to_string(format!("/proc/{}/stat", progress.pid)).is_ok_and(|stat| {
         stat.rsplit_once(") ")
             .is_some_and(|(_, rest)| !rest.starts_with('Z'))
     });
-    host == crate::progress::hostname() && !alive
+    progress.host == crate::progress::hostname() && !alive
 }
 
 /// One partition of a step: where it stands and how much of it is done.
-fn partition(dir: &Path, step: &str, spec: &Value, at: f64) -> Value {
-    let id = spec["id"].as_str().unwrap_or_default();
-    let (files, bytes) = (num(spec, &["files"]), num(spec, &["bytes"]));
-    let done = read(&dir.join(step).join(format!("part-{id}.json")));
-    let failed = dir.join("failed").join(format!("{step}-part-{id}.json"));
-    let progress = read(&dir.join("progress").join(format!("{step}-part-{id}.json")));
-    let (state, files_done, bytes_done, rate) = match (&done, &progress) {
-        (Some(_), _) => ("done", files, bytes, 0.0),
-        (None, _) if failed.exists() => ("failed", 0.0, 0.0, 0.0),
-        (None, Some(p)) => {
-            let fresh = at - num(p, &["updated"]) < STALE && p["finished"] != true && !gone_here(p);
-            let state = if fresh { "running" } else { "stopped" };
-            let rate = if fresh {
-                num(p, &["bytes_per_second"])
+fn partition(dir: &Path, step: &str, spec: &Planned, at: f64) -> PartitionStatus {
+    let record = |kind| LAYOUT.record(dir, step, kind, &spec.id);
+    let done = record(Kind::Out).is_some_and(|p| read::<serde_json::Value>(&p).is_some());
+    let failed = record(Kind::Failed).is_some_and(|p| p.exists());
+    let progress = record(Kind::Progress).and_then(|p| read::<ProgressDoc>(&p));
+    let (state, files_done, bytes_done, rate) = match &progress {
+        _ if done => (JobState::Done, spec.files, spec.bytes, 0),
+        _ if failed => (JobState::Failed, 0, 0, 0),
+        Some(p) => {
+            let fresh = at - p.updated < STALE && !p.finished && !gone_here(p);
+            let state = if fresh {
+                JobState::Running
             } else {
-                0.0
+                JobState::Stopped
             };
-            (
-                state,
-                num(p, &["files", "done"]),
-                num(p, &["bytes", "done"]),
-                rate,
-            )
+            let rate = if fresh { p.bytes_per_second } else { 0 };
+            (state, p.files.done, p.bytes.done, rate)
         }
-        (None, None) => ("pending", 0.0, 0.0, 0.0),
+        None => (JobState::Pending, 0, 0, 0),
     };
-    let left = (bytes - bytes_done).max(0.0);
-    json!({
-        "id": id, "state": state, "files": files, "bytes": bytes,
-        "files_done": files_done, "bytes_done": bytes_done, "bytes_per_second": rate,
-        "eta_seconds": if rate > 0.0 { Some(left / rate) } else { None },
-    })
+    let left = spec.bytes.saturating_sub(bytes_done);
+    PartitionStatus {
+        id: spec.id.clone(),
+        state,
+        files: spec.files,
+        bytes: spec.bytes,
+        files_done,
+        bytes_done,
+        bytes_per_second: rate,
+        eta_seconds: (rate > 0).then(|| left as f64 / rate as f64),
+    }
 }
 
-fn tally(parts: &[Value]) -> Value {
-    let count = |s: &str| parts.iter().filter(|p| p["state"] == s).count();
-    json!({
-        "planned": parts.len(), "done": count("done"), "running": count("running"),
-        "failed": count("failed"), "stopped": count("stopped"), "pending": count("pending"),
-    })
+fn tally(parts: &[PartitionStatus]) -> Tally {
+    let mut t = Tally {
+        planned: parts.len() as u64,
+        ..Tally::default()
+    };
+    for p in parts {
+        *match p.state {
+            JobState::Pending => &mut t.pending,
+            JobState::Running => &mut t.running,
+            JobState::Done => &mut t.done,
+            JobState::Failed => &mut t.failed,
+            JobState::Stopped => &mut t.stopped,
+        } += 1;
+    }
+    t
 }
 
 /// The whole phase at time `at`, as `--json` prints it.
-pub fn status(dir: &Path, at: f64) -> Value {
-    let report = read(&dir.join("report.json"));
-    let incomplete = read(&dir.join("report-incomplete.json"));
-    let Some(plan) = read(&dir.join("plan").join("plan.json")) else {
+pub fn status(dir: &Path, at: f64) -> StatusDoc {
+    let complete =
+        read::<Report>(&dir.join(&LAYOUT.report.json)).is_some_and(|r| r.status == "complete");
+    let incomplete = dir.join(&LAYOUT.incomplete_report.json).is_file();
+    let doc = |state, progress| StatusDoc {
+        version: Default::default(),
+        run_dir: dir.display().to_string(),
+        state,
+        progress,
+    };
+    let Some(plan) = read::<Plan>(&dir.join(&LAYOUT.plan)) else {
         let listing = dir
-            .join("listing")
+            .join(&LAYOUT.listing_dir)
             .read_dir()
             .map(|mut d| d.next().is_some())
             .unwrap_or(false);
-        let state = if incomplete.is_some() {
-            "incomplete"
+        let state = if incomplete {
+            PhaseState::Incomplete
         } else if listing {
-            "planning"
+            PhaseState::Planning
         } else {
-            "listing"
+            PhaseState::Listing
         };
-        return json!({"run_dir": dir, "state": state, "plan": null});
+        return doc(state, None);
     };
-    let parts = |key: &str, step: &str| -> Vec<Value> {
-        plan[key]
-            .as_array()
-            .map(|a| a.iter().map(|s| partition(dir, step, s, at)).collect())
-            .unwrap_or_default()
+    let parts = |specs: &[Planned], step| -> Vec<PartitionStatus> {
+        specs.iter().map(|s| partition(dir, step, s, at)).collect()
     };
-    let copy = parts("copy_partitions", "copy");
-    let verify = parts("verify_partitions", "verify");
+    let copy = parts(&plan.copy_partitions, "copy");
+    let verify = parts(&plan.verify_partitions, "verify");
     let all = || copy.iter().chain(&verify);
-    let sum = |key: &str| copy.iter().map(|p| num(p, &[key])).sum::<f64>();
-    let (bytes, bytes_done, rate) = (
-        sum("bytes"),
-        sum("bytes_done"),
-        all().map(|p| num(p, &["bytes_per_second"])).sum::<f64>(),
+    let (bytes, bytes_done) = (
+        copy.iter().map(|p| p.bytes).sum::<u64>(),
+        copy.iter().map(|p| p.bytes_done).sum::<u64>(),
     );
-    let running = all().any(|p| p["state"] == "running");
-    let state = match (&report, &incomplete) {
-        (Some(r), _) if r["status"] == "complete" => "complete",
-        _ if running => "running",
-        (_, Some(_)) => "incomplete",
-        _ if all().all(|p| p["state"] == "done") => "finishing",
-        _ => "stopped",
+    let rate = all().map(|p| p.bytes_per_second).sum::<u64>();
+    let running = all().any(|p| p.state == JobState::Running);
+    let state = match () {
+        _ if complete => PhaseState::Complete,
+        _ if running => PhaseState::Running,
+        _ if incomplete => PhaseState::Incomplete,
+        _ if all().all(|p| p.state == JobState::Done) => PhaseState::Finishing,
+        _ => PhaseState::Stopped,
     };
     let slowest = all()
-        .filter(|p| p["state"] == "running")
-        .max_by(|a, b| num(a, &["eta_seconds"]).total_cmp(&num(b, &["eta_seconds"])))
-        .map(|p| p["id"].clone());
-    let eta = (rate > 0.0).then(|| (bytes - bytes_done).max(0.0) / rate);
-    json!({
-        "run_dir": dir, "state": state, "phase": plan["phase"],
-        "copy": tally(&copy), "verify": tally(&verify),
-        "files": {"planned": sum("files"), "done": sum("files_done")},
-        "bytes": {"planned": bytes, "done": bytes_done},
-        "bytes_per_second": rate, "eta_seconds": eta, "slowest_running": slowest,
-        "partitions": {"copy": copy, "verify": verify},
-    })
+        .filter(|p| p.state == JobState::Running)
+        .max_by(|a, b| {
+            a.eta_seconds
+                .unwrap_or(0.0)
+                .total_cmp(&b.eta_seconds.unwrap_or(0.0))
+        })
+        .map(|p| p.id.clone());
+    let progress = PlanProgress {
+        phase: plan.phase,
+        copy: tally(&copy),
+        verify: tally(&verify),
+        files: Amount {
+            planned: copy.iter().map(|p| p.files).sum(),
+            done: copy.iter().map(|p| p.files_done).sum(),
+        },
+        bytes: Amount {
+            planned: bytes,
+            done: bytes_done,
+        },
+        bytes_per_second: rate,
+        eta_seconds: (rate > 0).then(|| bytes.saturating_sub(bytes_done) as f64 / rate as f64),
+        slowest_running: slowest,
+        partitions: StepPartitions { copy, verify },
+    };
+    doc(state, Some(progress))
 }
 
 fn percent(done: f64, of: f64) -> String {
@@ -189,49 +231,54 @@ fn percent(done: f64, of: f64) -> String {
     }
 }
 
-fn text(st: &Value) -> String {
+fn text(st: &StatusDoc) -> String {
+    let state = serde_json::to_value(st.state).unwrap_or_default();
     let mut out = format!(
         "ferry status {}: {}\n",
-        st["run_dir"].as_str().unwrap_or_default(),
-        st["state"].as_str().unwrap_or_default()
+        st.run_dir,
+        state.as_str().unwrap_or_default()
     );
-    if st.get("copy").is_none() {
+    let Some(p) = &st.progress else {
         return out;
-    }
-    for step in ["copy", "verify"] {
-        let t = &st[step];
+    };
+    for (step, t) in [("copy", &p.copy), ("verify", &p.verify)] {
         out += &format!(
             "  {step} partitions: {} done, {} running, {} failed, {} stopped, {} pending (of {})\n",
-            t["done"], t["running"], t["failed"], t["stopped"], t["pending"], t["planned"]
+            t.done, t.running, t.failed, t.stopped, t.pending, t.planned
         );
     }
-    let (fd, fp) = (num(st, &["files", "done"]), num(st, &["files", "planned"]));
-    let (bd, bp) = (num(st, &["bytes", "done"]), num(st, &["bytes", "planned"]));
+    let (fd, fp) = (p.files.done, p.files.planned);
+    let (bd, bp) = (p.bytes.done, p.bytes.planned);
     out += &format!(
-        "  copied: {} of {} files ({}), {} of {} ({})\n",
-        fd as u64,
-        fp as u64,
-        percent(fd, fp),
-        human_bytes(bd as u64),
-        human_bytes(bp as u64),
-        percent(bd, bp)
+        "  copied: {fd} of {fp} files ({}), {} of {} ({})\n",
+        percent(fd as f64, fp as f64),
+        human_bytes(bd),
+        human_bytes(bp),
+        percent(bd as f64, bp as f64)
     );
-    let eta = st["eta_seconds"]
-        .as_f64()
+    let eta = p
+        .eta_seconds
         .map_or("unknown".into(), |s| format!("{s:.0} s"));
     out += &format!(
         "  throughput: {}/s, ETA {eta}\n",
-        human_bytes(num(st, &["bytes_per_second"]) as u64)
+        human_bytes(p.bytes_per_second)
     );
-    if let Some(id) = st["slowest_running"].as_str() {
+    if let Some(id) = &p.slowest_running {
         out += &format!("  slowest running partition: {id}\n");
     }
     out
 }
 
-fn show(st: &Value, as_json: bool, redraw: bool) {
+fn show(st: &StatusDoc, as_json: bool, redraw: bool) {
     let mut stdout = std::io::stdout().lock();
-    let body = if as_json { format!("{st}\n") } else { text(st) };
+    let body = if as_json {
+        format!(
+            "{}\n",
+            serde_json::to_string(st).expect("documents always serialise")
+        )
+    } else {
+        text(st)
+    };
     // Home and clear, so a watched status stays in place instead of scrolling.
     let _ = write!(
         stdout,
@@ -244,11 +291,37 @@ fn show(st: &Value, as_json: bool, redraw: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
     fn write(dir: &Path, rel: &str, v: Value) {
         let path = dir.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, v.to_string()).unwrap();
+    }
+
+    /// A progress file as a copy job on another machine writes it.
+    fn progress(updated: f64, files: u64, bytes: u64, rate: u64) -> Value {
+        serde_json::to_value(ProgressDoc {
+            version: Default::default(),
+            command: "copy".into(),
+            pid: 1,
+            host: "another-machine".into(),
+            started: 0.0,
+            updated,
+            finished: false,
+            files: crate::documents::FileCount {
+                done: files,
+                failed: 0,
+                total: None,
+            },
+            bytes: crate::documents::Count {
+                done: bytes,
+                total: None,
+            },
+            bytes_per_second: rate,
+            requests: Default::default(),
+        })
+        .unwrap()
     }
 
     #[test]
@@ -266,46 +339,45 @@ mod tests {
         write(
             dir,
             "progress/copy-part-1.json",
-            json!({"updated": 995.0, "finished": false,
-            "files": {"done": 4}, "bytes": {"done": 400}, "bytes_per_second": 60.0}),
+            progress(995.0, 4, 400, 60),
         );
         write(
             dir,
             "progress/copy-part-2.json",
-            json!({"updated": 900.0, "finished": false,
-            "files": {"done": 2}, "bytes": {"done": 200}, "bytes_per_second": 50.0}),
+            progress(900.0, 2, 200, 50),
         );
         write(dir, "failed/copy-part-3.json", json!({}));
         let st = status(dir, 1000.0);
-        let states: Vec<_> = st["partitions"]["copy"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["state"].clone())
-            .collect();
-        assert_eq!(states, ["done", "running", "stopped", "failed", "pending"]);
-        assert_eq!(st["state"], "running");
-        assert_eq!(st["copy"]["done"], 1);
-        assert_eq!(num(&st, &["bytes", "done"]), 1600.0);
-        assert_eq!(num(&st, &["bytes_per_second"]), 60.0);
-        assert_eq!(num(&st, &["eta_seconds"]), (5000.0 - 1600.0) / 60.0);
-        assert_eq!(st["slowest_running"], "1");
+        let p = st.progress.as_ref().unwrap();
+        let states: Vec<_> = p.partitions.copy.iter().map(|p| p.state).collect();
+        use JobState::*;
+        assert_eq!(states, [Done, Running, Stopped, Failed, Pending]);
+        assert_eq!(st.state, PhaseState::Running);
+        assert_eq!(p.copy.done, 1);
+        assert_eq!(p.bytes.done, 1600);
+        assert_eq!(p.bytes_per_second, 60);
+        assert_eq!(p.eta_seconds, Some((5000.0 - 1600.0) / 60.0));
+        assert_eq!(p.slowest_running.as_deref(), Some("1"));
+        // Counts are integers in the document, never floats.
+        let doc = serde_json::to_value(&st).unwrap();
+        assert_eq!(doc["progress"]["files"]["planned"], json!(50));
+        assert!(doc["progress"]["partitions"]["copy"][4]["files_done"].is_u64());
         // Later, nothing has been rewritten: the run was stopped (killed), not running.
-        assert_eq!(status(dir, 2000.0)["state"], "stopped");
+        assert_eq!(status(dir, 2000.0).state, PhaseState::Stopped);
     }
 
     #[test]
     fn before_the_plan_and_after_the_report() {
         let tmp = tempfile::tempdir().unwrap();
-        assert_eq!(status(tmp.path(), 0.0)["state"], "listing");
+        assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Listing);
         write(tmp.path(), "listing/source.tsv", json!(null));
-        assert_eq!(status(tmp.path(), 0.0)["state"], "planning");
+        assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Planning);
         write(
             tmp.path(),
             "plan/plan.json",
-            json!({"copy_partitions": [], "verify_partitions": []}),
+            json!({"phase": "baseline", "copy_partitions": [], "verify_partitions": []}),
         );
         write(tmp.path(), "report.json", json!({"status": "complete"}));
-        assert_eq!(status(tmp.path(), 0.0)["state"], "complete");
+        assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Complete);
     }
 }

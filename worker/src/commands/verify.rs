@@ -10,6 +10,7 @@ use crate::hash::Md5;
 use anyhow::Context;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -62,7 +63,7 @@ pub struct VerifyArgs {
     pub common: Common,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Status {
     Same,
@@ -505,7 +506,8 @@ async fn verify_trees(
 }
 
 /// One line of the report.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 struct Row {
     // Fields in the order of the JSON's keys (alphabetical, as they have always been printed).
     path: String,
@@ -617,6 +619,8 @@ impl<'a> Report<'a> {
                 }
             };
             let doc = Summary {
+                version: Default::default(),
+                passed: bad == 0,
                 checksum: self.args.checksum,
                 command: "verify",
                 dest: dst.describe(),
@@ -625,7 +629,7 @@ impl<'a> Report<'a> {
                 error,
                 missing_on_dst,
                 missing_on_src,
-                requests: stats.requests.to_json(),
+                requests: stats.requests.counts(),
                 same,
                 seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
                 source: src.describe(),
@@ -644,17 +648,24 @@ impl<'a> Report<'a> {
 }
 
 /// `--json`'s document, keys in the order they have always been printed in.
-#[derive(Serialize)]
-struct Summary {
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Summary {
+    version: crate::documents::Version,
+    /// Every entry the same: the one answer to "did the verify pass?" that the pipeline reads
+    /// (prune's guard, the report), the same as the exit status 0.
+    passed: bool,
     checksum: bool,
     command: &'static str,
     dest: String,
     differ: usize,
+    /// The entries not the same (all of them with --all).
+    #[schemars(with = "Vec<Row>")]
     entries: Entries,
     error: usize,
     missing_on_dst: usize,
     missing_on_src: usize,
-    requests: serde_json::Value,
+    requests: crate::documents::Requests,
     same: usize,
     seconds: f64,
     source: String,

@@ -9,6 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::manifest::{self, Entry, Kind};
@@ -58,7 +59,8 @@ pub struct Options {
 
 // plan.json, field for field as the pipelines' report reads it.
 
-#[derive(Serialize, Default, Clone, Copy)]
+#[derive(Serialize, JsonSchema, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
 pub struct Totals {
     pub files: u64,
     pub bytes: u64,
@@ -71,7 +73,8 @@ impl Totals {
     }
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
 pub struct SourceCounts {
     pub files: u64,
     pub bytes: u64,
@@ -82,7 +85,8 @@ pub struct SourceCounts {
     pub specials: u64,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
 pub struct ToCopy {
     pub files: u64,
     pub bytes: u64,
@@ -103,7 +107,8 @@ pub struct ToCopy {
 }
 
 /// What was asked, in the shape of the pipelines' `partition` config.
-#[derive(Serialize, Clone)]
+#[derive(Serialize, JsonSchema, Clone)]
+#[serde(deny_unknown_fields)]
 pub struct Partitioning {
     pub tool: &'static str,
     pub mode: &'static str,
@@ -112,15 +117,18 @@ pub struct Partitioning {
     pub max_bytes: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PartRow {
     pub id: String,
     pub files: u64,
     pub bytes: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PlanDoc {
+    pub version: crate::documents::Version,
     pub phase: &'static str,
     pub compare: &'static str,
     pub source: SourceCounts,
@@ -399,6 +407,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         started.elapsed().as_secs_f64()
     );
     Ok(PlanDoc {
+        version: Default::default(),
         phase: opts.phase.name(),
         compare: if baseline {
             "none"

@@ -1,0 +1,426 @@
+//! The JSON documents the worker prints (`--json`) or writes (`--summary`, `--progress-file`,
+//! plan.json), one type each. Each carries `version`; their JSON Schema, generated from these
+//! types (`ferry schema`), is checked in as workflow/scripts/worker-documents.schema.json, which
+//! the pipeline's scripts validate every document against (ferry_docs.py): a renamed or missing
+//! key is an error there, not a silent 0. A test fails while the checked-in schema is stale.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The documents' version: raised when a document changes in a way an old reader would misread.
+pub const VERSION: u32 = 1;
+
+/// `"version": 1` in every document; reading another version is an error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Version;
+
+impl Serialize for Version {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_u32(VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        match u32::deserialize(de)? {
+            VERSION => Ok(Version),
+            other => Err(serde::de::Error::custom(format!(
+                "document version {other}, this worker reads {VERSION}"
+            ))),
+        }
+    }
+}
+
+impl JsonSchema for Version {
+    fn schema_name() -> Cow<'static, str> {
+        "Version".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "integer", "const": VERSION})
+    }
+}
+
+/// Blob requests sent, by kind (crate::stats::RequestKind): each attempt of a retried request
+/// counts, as each is billed.
+#[derive(Serialize, Deserialize, JsonSchema, Default, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Requests {
+    pub list_pages: u64,
+    pub puts: u64,
+    pub blocks: u64,
+    pub block_lists: u64,
+    pub gets: u64,
+    pub heads: u64,
+    pub deletes: u64,
+    pub batches: u64,
+    pub copies: u64,
+    pub others: u64,
+}
+
+/// Where a job of a pipeline phase stands: one vocabulary for `ferry status`, the report,
+/// the history and report.html.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Not started (or not reached: an earlier step failed).
+    Pending,
+    /// Its progress file is being rewritten.
+    Running,
+    /// It left its report: it ended well.
+    Done,
+    /// It ended in failure (its report, if any, under failed/).
+    Failed,
+    /// It started and was stopped (killed) before it ended.
+    Stopped,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathError {
+    pub path: String,
+    pub error: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PathReason {
+    pub path: String,
+    pub reason: String,
+}
+
+// ---- ferry copy --json
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CopyFiles {
+    pub total: u64,
+    pub copied: u64,
+    pub skipped: u64,
+    pub failed: u64,
+    pub ignored: u64,
+    pub server_copied: u64,
+    pub metadata_only: u64,
+    pub replaced: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CopyBytes {
+    pub total: u64,
+    pub copied: u64,
+    pub skipped: u64,
+    pub server_copied: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Blocks {
+    pub sent: u64,
+    pub reused: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Retries {
+    pub total: u64,
+    /// By HTTP status or error class.
+    pub by_status: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CopyDoc {
+    pub version: Version,
+    pub command: &'static str,
+    pub source: String,
+    pub dest: String,
+    pub dry_run: bool,
+    pub files: CopyFiles,
+    pub bytes: CopyBytes,
+    pub blocks: Blocks,
+    pub retries: Retries,
+    pub requests: Requests,
+    /// How many requests the copy kept in flight, and how the limit moved.
+    pub concurrency: crate::depth::Report,
+    pub failures: Vec<PathError>,
+    pub ignored: Vec<PathReason>,
+    pub ignored_by_reason: BTreeMap<String, u64>,
+    /// What of the source's metadata the destination could not keep, by kind.
+    pub not_kept: BTreeMap<String, u64>,
+    pub seconds: f64,
+}
+
+// ---- ferry prune --json, ferry rm --json
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneDoc {
+    pub version: Version,
+    pub command: &'static str,
+    pub dry_run: bool,
+    pub deleted: u64,
+    pub would_delete: u64,
+    pub dirs: u64,
+    pub failed: u64,
+    pub failures: Vec<PathError>,
+    /// Why nothing was deleted; null when prune ran.
+    pub refused: Option<String>,
+    /// Set when the deletions exceed prune's limit (a dry run says so instead of refusing).
+    pub warning: Option<String>,
+    /// The deletion list; null when prune was refused.
+    pub log: Option<String>,
+    pub requests: Requests,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RmDoc {
+    pub version: Version,
+    pub command: &'static str,
+    pub dry_run: bool,
+    pub deleted: u64,
+    pub would_delete: u64,
+    pub failed: u64,
+    pub failures: Vec<PathError>,
+    pub requests: Requests,
+}
+
+// ---- ferry ls --summary, ferry mk --summary
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LsSummary {
+    pub version: Version,
+    pub command: &'static str,
+    pub entries: u64,
+    pub seconds: f64,
+    pub requests: Requests,
+    /// With --carried: whether the carried destination state was used, or why not; null
+    /// without --carried.
+    pub carried: Option<CarriedSummary>,
+}
+
+/// Whether a pass planned against the destination's carried state (crate::carried).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CarriedSummary {
+    pub used: bool,
+    /// The pass that left the state used; null when none was used.
+    pub written_by: Option<String>,
+    /// Carried entries looked up on the destination before use.
+    pub probed: u64,
+    /// Why the destination was listed afresh; null when the state was used.
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MkSummary {
+    pub version: Version,
+    pub command: &'static str,
+    pub created: bool,
+    pub seconds: f64,
+    pub requests: Requests,
+}
+
+// ---- --progress-file
+
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Count {
+    pub done: u64,
+    /// Unknown (null) until the job has counted all it has to do.
+    pub total: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileCount {
+    pub done: u64,
+    pub failed: u64,
+    pub total: Option<u64>,
+}
+
+/// What a copy or verify job rewrites every few seconds while it runs.
+#[derive(Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressDoc {
+    pub version: Version,
+    pub command: String,
+    pub pid: u32,
+    pub host: String,
+    /// Seconds since the epoch.
+    pub started: f64,
+    pub updated: f64,
+    pub finished: bool,
+    pub files: FileCount,
+    pub bytes: Count,
+    pub bytes_per_second: u64,
+    pub requests: Requests,
+}
+
+// ---- ferry status --json
+
+/// Where a phase stands as a whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseState {
+    /// No plan yet, no listing written.
+    Listing,
+    /// A listing written, no plan yet.
+    Planning,
+    Running,
+    /// Every partition done, the report not yet written.
+    Finishing,
+    /// Nothing running and not finished: killed, or its jobs failed and the engine gave up.
+    Stopped,
+    /// The report says incomplete.
+    Incomplete,
+    Complete,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionStatus {
+    pub id: String,
+    pub state: JobState,
+    pub files: u64,
+    pub bytes: u64,
+    pub files_done: u64,
+    pub bytes_done: u64,
+    pub bytes_per_second: u64,
+    pub eta_seconds: Option<f64>,
+}
+
+/// How many partitions of a step are in each state.
+#[derive(Serialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Tally {
+    pub planned: u64,
+    pub pending: u64,
+    pub running: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub stopped: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Amount {
+    pub planned: u64,
+    pub done: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepPartitions {
+    pub copy: Vec<PartitionStatus>,
+    pub verify: Vec<PartitionStatus>,
+}
+
+/// The phase's progress, once it has a plan.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanProgress {
+    pub phase: String,
+    pub copy: Tally,
+    pub verify: Tally,
+    pub files: Amount,
+    pub bytes: Amount,
+    pub bytes_per_second: u64,
+    pub eta_seconds: Option<f64>,
+    pub slowest_running: Option<String>,
+    pub partitions: StepPartitions,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct StatusDoc {
+    pub version: Version,
+    pub run_dir: String,
+    pub state: PhaseState,
+    /// Null before the plan is made.
+    pub progress: Option<PlanProgress>,
+}
+
+/// Every document, by the name the pipeline's scripts read it under, with its schema.
+pub fn schemas() -> serde_json::Value {
+    let mut all = serde_json::Map::new();
+    let mut add = |name: &str, schema: Schema| {
+        let mut value = schema.to_value();
+        closed(&mut value);
+        all.insert(name.into(), value);
+    };
+    add("copy", schemars::schema_for!(CopyDoc));
+    add(
+        "verify",
+        schemars::schema_for!(crate::commands::verify::Summary),
+    );
+    add("prune", schemars::schema_for!(PruneDoc));
+    add("rm", schemars::schema_for!(RmDoc));
+    add("plan", schemars::schema_for!(crate::plan::PlanDoc));
+    add("ls_summary", schemars::schema_for!(LsSummary));
+    add("mk_summary", schemars::schema_for!(MkSummary));
+    add("progress", schemars::schema_for!(ProgressDoc));
+    add("status", schemars::schema_for!(StatusDoc));
+    add(
+        "carry",
+        schemars::schema_for!(crate::commands::carry::CarryDoc),
+    );
+    serde_json::json!({
+        "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
+        "version": VERSION,
+        "documents": all,
+    })
+}
+
+/// Every object of a document has every key it names, null where an Option is None (none of
+/// these types skips a key), and no other key: so a reader is told of a key renamed or dropped,
+/// whichever side it is on.
+fn closed(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::Object(props)) = map.get("properties") {
+                let keys = props.keys().cloned().map(Value::String).collect();
+                map.insert("required".into(), Value::Array(keys));
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            map.values_mut().for_each(closed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(closed),
+        _ => {}
+    }
+}
+
+/// `ferry schema`: the schemas, as checked in.
+pub fn schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&schemas()).expect("a schema serialises");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHECKED_IN: &str = include_str!("../../workflow/scripts/worker-documents.schema.json");
+
+    #[test]
+    fn the_checked_in_schema_is_the_one_the_types_make() {
+        assert!(
+            CHECKED_IN == schema_text(),
+            "workflow/scripts/worker-documents.schema.json is stale: regenerate it with \
+             `make worker-schema`"
+        );
+    }
+
+    #[test]
+    fn a_version_other_than_this_one_is_refused() {
+        assert!(serde_json::from_str::<Version>("1").is_ok());
+        assert!(serde_json::from_str::<Version>("2").is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! The run directory's layout, compiled in from its one definition (workflow/scripts/run_dir.json,
+//! which the pipeline's scripts and both engines read too), so `ferry status` finds each file
+//! where the steps leave it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+
+const DEFINITION: &str = include_str!("../../workflow/scripts/run_dir.json");
+
+/// Where one step leaves its records; `{part}` stands for a plan partition's id.
+#[derive(Debug, Deserialize)]
+pub struct StepRecords {
+    pub out: Option<String>,
+    pub failed: Option<String>,
+    pub progress: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReportNames {
+    pub json: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Layout {
+    pub steps: BTreeMap<String, StepRecords>,
+    pub listing_dir: String,
+    pub plan: String,
+    pub report: ReportNames,
+    pub incomplete_report: ReportNames,
+}
+
+pub static LAYOUT: LazyLock<Layout> = LazyLock::new(|| {
+    serde_json::from_str(DEFINITION).expect("workflow/scripts/run_dir.json is the layout")
+});
+
+impl Layout {
+    /// The record of `kind` that `step` leaves for partition `part`, under `dir`; None when the
+    /// step leaves no such record.
+    pub fn record(&self, dir: &Path, step: &str, kind: Kind, part: &str) -> Option<PathBuf> {
+        let rec = self.steps.get(step)?;
+        let pattern = match kind {
+            Kind::Out => &rec.out,
+            Kind::Failed => &rec.failed,
+            Kind::Progress => &rec.progress,
+        };
+        pattern
+            .as_deref()
+            .map(|p| dir.join(p.replace("{part}", part)))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Out,
+    Failed,
+    Progress,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_definition_names_every_record_status_reads() {
+        for step in ["copy", "verify"] {
+            for kind in [Kind::Out, Kind::Failed, Kind::Progress] {
+                let path = LAYOUT.record(Path::new("run"), step, kind, "00001");
+                assert!(path.is_some_and(|p| p.to_string_lossy().contains("00001")));
+            }
+        }
+        assert!(LAYOUT.plan.ends_with(".json"));
+    }
+}

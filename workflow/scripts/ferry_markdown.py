@@ -1,0 +1,226 @@
+"""report.md: the run report (ferry_model.py) rendered for people, section by section. It
+renders; every number comes from the report as it is."""
+
+from __future__ import annotations
+
+import ferry_history
+from ferrylib import fmt_bytes as human_bytes
+
+SHOWN_IGNORED = 50
+SHOWN_FAILURES = 200
+
+
+def fmt_bytes(n) -> str:
+    return human_bytes(n, decimals=2)
+
+
+def fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def heading(report: dict) -> list[str]:
+    return [
+        f"# ferry {report['phase']} run `{report['run_name']}`: {report['status']}",
+        "",
+        f"- source: `{report['source']}`",
+        f"- destination: `{report['dest']}`",
+        f"- generated: {report['generated_at']}",
+        "",
+    ]
+
+
+def totals(t: dict) -> list[str]:
+    files, byts = t["files"], t["bytes"]
+    return [
+        "## Totals",
+        "",
+        "| | files | bytes |",
+        "|---|---:|---:|",
+        f"| at source | {fmt(files['source'])} | {fmt_bytes(byts['source'])} |",
+        f"| planned for copy | {fmt(files['planned'])} | {fmt_bytes(byts['planned'])} |",
+        f"| copied | {files['copied']} | {fmt_bytes(byts['copied'])} |",
+        f"| skipped by ferry (already there) | {files['skipped']} | {fmt_bytes(byts['skipped'])} |",
+        f"| of them, only metadata set (mode, owner, times, attributes) | {files['metadata_only']} | |",
+        f"| entries of another type replaced | {files['replaced']} | |",
+        f"| ignored by ferry (cannot exist at the destination) | {files['ignored']} | |",
+        f"| failed | {files['failed']} | |",
+        "",
+    ]
+
+
+def plan_line(plan: dict | None) -> list[str]:
+    if not plan:
+        return []
+    c = plan["to_copy"]
+    symlinks = plan["source"]["symlinks_not_migrated"]
+    return [
+        f"Plan: {c['new']} new, {c['changed']} changed, "
+        f"{c['undecided']} left to ferry's `--compare {plan['compare']}`, "
+        f"{c['metadata_only']} with new metadata only, "
+        f"{c['type_changed']} of another type before, "
+        f"{c['dirs']} directories and nodes to make or update, "
+        f"{plan['unchanged']} unchanged; {plan['extra_on_dest']['files']} files "
+        "on the destination are not at the source."
+        + (f" {symlinks} symlinks are not migrated (blob storage has none)." if symlinks else ""),
+        "",
+    ]
+
+
+def checks(report: dict) -> list[str]:
+    """Retries, verify, prune and the final check, a line each."""
+    t = report["totals"]
+    retries, v = t["retries"], t["verify"]
+    by_status = ", ".join(f"{k}: {n}" for k, n in retries["by_status"].items()) or "none"
+    scope = (report["plan"] or {}).get("verify_scope", "-")
+    lines = [
+        f"Retries: {retries['total']} ({by_status}).",
+        "",
+        f"Verify ({scope} files): {v['same']} same, {v['differ']} differ, "
+        f"{v['missing_on_dst']} missing on destination, {v['missing_on_src']} missing on source, "
+        f"{v['error']} errors.",
+        "",
+    ]
+    lines += dest_listing(t["dest_listing"])
+    if (p := t["prune"]) is not None:
+        lines += [
+            f"Prune: {p['deleted']} deleted, {p['would_delete']} would delete"
+            + (" (dry run)" if p["dry_run"] else "")
+            + (f", refused: {p['refused']}" if p["refused"] else "")
+            + (f"; list in `{p['log']}`" if p["log"] else "")
+            + ".",
+            "",
+        ]
+    if (fc := t["final_check"]) is not None:
+        lines += [
+            f"Final check of the whole trees: {fc['same']} same, {fc['differ']} differ, "
+            f"{fc['missing_on_dst']} missing on destination, {fc['missing_on_src']} extra on destination.",
+            "",
+        ]
+    return lines
+
+
+def dest_listing(d: dict) -> list[str]:
+    """How the pass knew the destination, and what it carried to the next."""
+    listed, left = d["listed"], d["left"]
+    out = []
+    if listed and listed["used"]:
+        out.append(
+            f"Destination: not listed; planned against the state {listed['written_by']} left "
+            f"({listed['probed']} entries probed on the destination, all as carried)."
+        )
+    elif listed:
+        out.append(f"Destination: listed fresh ({listed['reason']}).")
+    out.append(
+        f"Carried to the next pass: {left['entries']:,} entries."
+        if left
+        else "Carried to the next pass: nothing (the next pass lists the destination fresh)."
+    )
+    return [*out, ""]
+
+
+def time_table(tm: dict) -> list[str]:
+    lines = [
+        "## Where the time went",
+        "",
+        f"Elapsed since the first job started: {fmt(tm['elapsed_seconds'])} s; job time summed over all jobs: "
+        f"{fmt(tm['job_seconds'])} s (of which ferry reported {fmt(tm['worker_copy_seconds'])} s copying and "
+        f"{fmt(tm['worker_verify_seconds'])} s verifying). The gap between job time and the ferry seconds is "
+        "start-up per job; elapsed beyond job time is scheduling (and, on a cluster, queueing).",
+        "",
+        "| step | jobs | wall s | longest s | CPU s | max RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for step, s in tm["per_step"].items():
+        lines.append(
+            f"| {step} | {s['jobs']} | {fmt(s['seconds'])} | {fmt(s['max_seconds'])} | "
+            f"{fmt(s['cpu_seconds'])} | {fmt(s['max_rss_mb'])} |"
+        )
+    return lines
+
+
+def copy_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        "### Copy partitions",
+        "",
+        "| partition | state | files | bytes | copied | skipped | failed | retries | ferry s | job s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in rows:
+        counts = (p.get(k) for k in ("copied", "skipped", "failed", "retries", "worker_seconds"))
+        lines.append(
+            f"| {p['id']} | {p['state']} | {p['files']} | {fmt_bytes(p['bytes'])} | "
+            + " | ".join(fmt(c) for c in counts)
+            + f" | {fmt(p['job_seconds'])} |"
+        )
+    if not rows:
+        lines.append("| (nothing to copy) | | | | | | | | | |")
+    return lines
+
+
+def verify_table(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        "### Verify partitions",
+        "",
+        "| partition | state | files | same | differ | missing on dst | errors | ferry s | job s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    keys = ("same", "differ", "missing_on_dst", "error", "worker_seconds")
+    for p in rows:
+        lines.append(
+            f"| {p['id']} | {p['state']} | {p['files']} | "
+            + " | ".join(fmt(p.get(k)) for k in keys)
+            + f" | {fmt(p['job_seconds'])} |"
+        )
+    if not rows:
+        lines.append("| (nothing to verify) | | | | | | | | |")
+    return lines
+
+
+def ignored(items: list[dict]) -> list[str]:
+    if not items:
+        return []
+    lines = ["", "## Not migrated", ""]
+    lines += [f"- `{item['path']}`: {item['reason']}" for item in items[:SHOWN_IGNORED]]
+    if len(items) > SHOWN_IGNORED:
+        lines.append(f"- ... and {len(items) - SHOWN_IGNORED} more in report.json")
+    return lines
+
+
+def migration(report: dict) -> list[str]:
+    """The projection of the final pass and the history, where the report carries them."""
+    lines = []
+    if report.get("projection") is not None:
+        lines += ["", "## Projection of the final pass", ""]
+        lines += ferry_history.projection_markdown(report["projection"])
+    if report.get("history") is not None:
+        lines += ["", "## History of the migration", ""]
+        lines += ferry_history.history_markdown(report["history"])
+    return lines
+
+
+def failures(items: list[dict]) -> list[str]:
+    lines = ["", "## Failures", ""]
+    if not items:
+        return lines + ["None."]
+    for f in items[:SHOWN_FAILURES]:
+        where = f"partition {f['partition']}" if "partition" in f else f["stage"]
+        what = f.get("error") or f.get("reason") or f.get("status", "")
+        path = f" `{f['path']}`" if f.get("path") else ""
+        lines.append(f"- {f['stage']} ({where}){path}: {what}")
+    if len(items) > SHOWN_FAILURES:
+        lines.append(f"- ... and {len(items) - SHOWN_FAILURES} more in report.json")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    lines = heading(report) + totals(report["totals"]) + plan_line(report["plan"])
+    lines += checks(report) + time_table(report["time"])
+    lines += copy_table(report["partitions"]) + verify_table(report["verify_partitions"])
+    lines += ignored(report["ignored"]) + migration(report) + failures(report["failures"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,343 @@
+"""The run report's model: made of what ferry_run.py read of the run directory, nothing else.
+report.json is this model as it is; ferry_markdown.py and ferry_html.py render it. Its shape:
+docs/pipeline.md, "The report".
+
+    build(run, opts, complete) -> report
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections import Counter, defaultdict
+
+import ferry_docs
+from ferry_run import timing_key
+from ferry_run_dir import RECORDS
+
+# The report's own version: 2 since partitions have a `state` and the report its `jobs`
+# (report.json files before it have none).
+VERSION = 2
+STEP_ORDER = list(RECORDS)
+# The steps that run once a phase (not per partition), the timeline's top lanes.
+SINGLE_STEPS = [s for s in STEP_ORDER if "{part}" not in RECORDS[s].log and s != "replicate"]
+VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
+COPY_FILE_KEYS = ["copied", "skipped", "metadata_only", "replaced", "ignored", "failed"]
+PLAN_KEYS = [
+    "compare",
+    "source",
+    "dest",
+    "to_copy",
+    "unchanged",
+    "extra_on_dest",
+    "partitioning",
+    "verify_scope",
+]
+
+
+def iso(epoch: float | None) -> str | None:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds") if epoch else None
+
+
+def job_failure(stage: str, job: dict, part: str | None = None) -> dict:
+    """A job that ended without saying which files failed: its log's last words."""
+    where = {"partition": part} if part is not None else {}
+    return {"stage": stage, **where, "error": job["error"]}
+
+
+def preparation_failures(run: dict) -> list[dict]:
+    """Why there is no plan: the last words of whichever listing or planning step failed."""
+    if run["plan"] is not None:
+        return []
+    return run["preparation"] or [
+        {"stage": "plan", "error": "no plan was made (listing or planning did not finish)"}
+    ]
+
+
+def job_seconds(job: dict) -> float | None:
+    return round(job["timing"]["seconds"], 3) if job["timing"] else None
+
+
+def copy_row(job: dict) -> dict:
+    row = {"id": job["id"], "files": job["files"], "bytes": job["bytes"], "state": job["state"]}
+    doc = job["doc"]
+    if doc:
+        files = doc["files"]
+        row |= {key: files[key] for key in ("copied", "skipped", "metadata_only", "ignored")}
+        row |= {
+            "failed": files["failed"],
+            "bytes_copied": doc["bytes"]["copied"],
+            "retries": doc["retries"]["total"],
+            "worker_seconds": doc["seconds"],
+        }
+    return row | {"job_seconds": job_seconds(job)}
+
+
+def copies(run: dict) -> dict:
+    """The copy partitions: a row each, their totals, and what they failed or left out."""
+    files, byts = dict.fromkeys(COPY_FILE_KEYS, 0), {"copied": 0, "skipped": 0}
+    retries, by_status = 0, Counter()
+    rows, failures, ignored = [], [], []
+    for job in run["copy"]:
+        rows.append(copy_row(job))
+        doc = job["doc"]
+        if doc is None:
+            if job["error"]:
+                failures.append(job_failure("copy", job, job["id"]))
+            continue
+        for key in files:
+            files[key] += doc["files"][key]
+        for key in byts:
+            byts[key] += doc["bytes"][key]
+        retries += doc["retries"]["total"]
+        by_status.update(doc["retries"]["by_status"])
+        failures += [{"stage": "copy", "partition": job["id"], **f} for f in doc["failures"]]
+        ignored += [{"partition": job["id"], **item} for item in doc["ignored"]]
+    return {
+        "rows": rows,
+        "files": files,
+        "bytes": byts,
+        "retries": {"total": retries, "by_status": dict(sorted(by_status.items()))},
+        "failures": failures,
+        "ignored": ignored,
+    }
+
+
+def verifies(run: dict) -> dict:
+    totals = dict.fromkeys(VERIFY_KEYS, 0)
+    rows, failures = [], []
+    for job in run["verify"]:
+        row = {"id": job["id"], "files": job["files"], "bytes": job["bytes"], "state": job["state"]}
+        doc = job["doc"]
+        if doc:
+            row |= {key: doc[key] for key in VERIFY_KEYS} | {"worker_seconds": doc["seconds"]}
+            for key in VERIFY_KEYS:
+                totals[key] += doc[key]
+            failures += [
+                {"stage": "verify", "partition": job["id"], **entry}
+                for entry in doc["entries"]
+                if entry["status"] != "same"
+            ]
+        elif job["error"]:
+            failures.append(job_failure("verify", job, job["id"]))
+        rows.append(row | {"job_seconds": job_seconds(job)})
+    return {"rows": rows, "totals": totals, "failures": failures}
+
+
+def pruning(run: dict) -> tuple[dict | None, list[dict]]:
+    """prune's document as the report shows it, and its failures."""
+    job = run["prune"]
+    doc = job["doc"]
+    if doc is None:
+        return None, ([job_failure("prune", job)] if job["error"] else [])
+    failures = [{"stage": "prune", **f} for f in doc["failures"]]
+    if doc["refused"]:
+        failures.insert(0, {"stage": "prune", "error": f"prune refused: {doc['refused']}"})
+    if doc["log"]:
+        # The deletion list lives in the run directory, wherever the engine ran prune from.
+        doc = doc | {"log": os.path.join("prune", os.path.basename(doc["log"]))}
+    return doc, failures
+
+
+def final_checking(run: dict) -> tuple[dict | None, list[dict]]:
+    """The whole-tree check after prune: its counts, and a failure unless it passed."""
+    doc = run["final_check"]["doc"]
+    if doc is None:
+        return None, []
+    check = {key: doc[key] for key in VERIFY_KEYS} | {"seconds": doc["seconds"]}
+    if doc["passed"]:
+        return check, []
+    error = "destination differs from source after prune"
+    return check, [{"stage": "final_check", "error": error, **check}]
+
+
+def dest_listing(run: dict, phase: str) -> tuple[dict, list[dict]]:
+    """How the pass knew the destination (the state the last pass carried, or a fresh listing
+    and why) and what it left for the next pass (docs/scale.md); and the carry step's failure."""
+    summary = run["listings"]["list_dest"]
+    listed = summary["carried"] if summary and phase != "baseline" else None
+    carry = run["carry"]
+    failures = [job_failure("carry", carry)] if carry["doc"] is None and carry["error"] else []
+    left = carry["doc"]["doc"] if carry["doc"] else None
+    return {"listed": listed, "left": left}, failures
+
+
+def audit_failures(run: dict, phase: str) -> list[dict]:
+    """The audit finds what only the destination holds in its plan: verify partitions look at
+    the source's paths."""
+    extra = run["plan"]["extra_on_dest"]["files"] if run["plan"] else 0
+    if phase != "audit" or not extra:
+        return []
+    error = f"{extra} files only on the destination (listed in plan/delete.tsv)"
+    return [{"stage": "audit", "error": error}]
+
+
+def per_step(bench: dict[str, dict]) -> dict[str, dict]:
+    """Each step's jobs, seconds (summed and longest), CPU, peak RSS and span (first start to
+    last end: what a pass waits for, where `seconds` adds the partitions up)."""
+    steps: dict[str, dict] = defaultdict(
+        lambda: dict.fromkeys(("jobs", "seconds", "max_seconds", "cpu_seconds", "max_rss_mb"), 0)
+    )
+    spans: dict[str, tuple[float, float]] = {}
+    for key, job in bench.items():
+        step = key.split("/", 1)[0]
+        s = steps[step]
+        s["jobs"] += 1
+        s["seconds"] += job["seconds"]
+        s["max_seconds"] = max(s["max_seconds"], job["seconds"])
+        s["cpu_seconds"] += job["cpu_seconds"] or 0.0
+        s["max_rss_mb"] = max(s["max_rss_mb"], job["max_rss_mb"] or 0.0)
+        end = job["start"] + job["seconds"]
+        first, last = spans.get(step, (job["start"], end))
+        spans[step] = (min(first, job["start"]), max(last, end))
+    ordered = {step: steps[step] for step in STEP_ORDER if step in steps}
+    ordered |= {step: s for step, s in steps.items() if step not in ordered}
+    for step, s in ordered.items():
+        s["span_seconds"] = spans[step][1] - spans[step][0]
+        for key in ("seconds", "max_seconds", "cpu_seconds", "max_rss_mb", "span_seconds"):
+            s[key] = round(float(s[key]), 3)
+    return ordered
+
+
+def requests(run: dict) -> dict:
+    """{"total": {kind: n}, "by_step": {step: {kind: n}}} over every worker document the run
+    left, failed jobs' included (their requests were made too), and the listings' summaries."""
+    docs = list(run["listings"].items())
+    docs += [(step, job["doc"]) for step in ("copy", "verify") for job in run[step]]
+    docs += [(step, run[step]["doc"]) for step in ("prune", "final_check", "carry")]
+    by_step: dict[str, dict[str, int]] = {}
+    for step, doc in docs:
+        if doc is not None:
+            counts = by_step.setdefault(step, dict.fromkeys(ferry_docs.REQUEST_KINDS, 0))
+            for kind in counts:
+                counts[kind] += doc["requests"][kind]
+    total = {k: sum(c[k] for c in by_step.values()) for k in ferry_docs.REQUEST_KINDS}
+    return {"total": total, "by_step": by_step}
+
+
+def depth(run: dict) -> dict:
+    """The copies' depth (the worker's `concurrency`): its mode and the largest limit settled on
+    and tried over the partitions."""
+    used = [job["doc"]["concurrency"] for job in run["copy"] if job["doc"]]
+    return {
+        "mode": used[0]["mode"] if used else None,
+        "final": max((c["final"] for c in used), default=None),
+        "peak": max((c["peak"] for c in used), default=None),
+    }
+
+
+def jobs(run: dict) -> list[dict]:
+    """Every job with a time, for report.html's timeline: from its timing (its end is the
+    file's time), or, for a copy or verify job without one (still running, or stopped), from
+    its progress file up to its last rewrite."""
+    spans = []
+    for step in STEP_ORDER:
+        timing = run["timings"].get(timing_key(step)) if step in SINGLE_STEPS else None
+        if timing:
+            spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done"))
+    for step in ("copy", "verify"):
+        for job in run[step]:
+            timing, progress, doc = job["timing"], job["progress"], job["doc"]
+            size = (doc["bytes"]["copied"] if step == "copy" else job["bytes"]) if doc else 0
+            if timing:
+                spans.append(
+                    span(step, job["id"], timing["start"], timing["seconds"], size, job["state"])
+                )
+            elif progress:
+                seconds = progress["updated"] - progress["started"]
+                size = progress["bytes"]["done"]
+                spans.append(
+                    span(step, job["id"], progress["started"], seconds, size, job["state"])
+                )
+    return spans
+
+
+def span(step: str, part, start: float, seconds: float, size: int, state: str) -> dict:
+    return {
+        "step": step,
+        "part": part,
+        "start": start,
+        "end": start + seconds,
+        "bytes": size,
+        "state": state,
+    }
+
+
+def totals(run: dict, copy: dict, verify: dict, prune, final_check, dest) -> dict:
+    plan = run["plan"] or {}
+    source, planned = plan.get("source", {}), plan.get("to_copy", {})
+    return {
+        "files": {"source": source.get("files"), "planned": planned.get("files"), **copy["files"]},
+        "bytes": {"source": source.get("bytes"), "planned": planned.get("bytes"), **copy["bytes"]},
+        "retries": copy["retries"],
+        "partitions": {
+            "copy": len(copy["rows"]),
+            "copy_done": sum(r["state"] == "done" for r in copy["rows"]),
+            "verify": len(verify["rows"]),
+            "verify_done": sum(r["state"] == "done" for r in verify["rows"]),
+        },
+        "verify": verify["totals"],
+        "prune": prune,
+        "final_check": final_check,
+        "dest_listing": dest,
+        "requests": requests(run),
+        "depth": depth(run),
+    }
+
+
+def times(run: dict, copy: dict, verify: dict, now: float) -> dict:
+    bench = run["timings"]
+    first = min((job["start"] for job in bench.values()), default=None)
+    return {
+        "elapsed_seconds": round(now - first, 3) if first else None,
+        "first_job_started_at": iso(first),
+        "job_seconds": round(sum(job["seconds"] for job in bench.values()), 3),
+        "worker_copy_seconds": round(sum(r.get("worker_seconds", 0) for r in copy["rows"]), 3),
+        "worker_verify_seconds": round(sum(r.get("worker_seconds", 0) for r in verify["rows"]), 3),
+        "per_step": per_step(bench),
+    }
+
+
+def finished(run: dict, opts, copy: dict, verify: dict, prune, final_check) -> bool:
+    """Every step the phase needs left its result: an engine that carries on past a failed step
+    (Nextflow) runs the report anyway, and a step that never ran is no success."""
+    return (
+        run["plan"] is not None
+        and all(r["state"] == "done" for r in copy["rows"] + verify["rows"])
+        and (opts.phase != "final" or (prune is not None and not prune["refused"]))
+        and (not opts.final_check or final_check is not None)
+    )
+
+
+def build(run: dict, opts, complete: bool = True) -> dict:
+    """The report of the run: opts are its report_args (ferry_run.options); complete=False for
+    the partial report of a run that ended in an error."""
+    copy, verify = copies(run), verifies(run)
+    prune, prune_failures = pruning(run) if opts.phase == "final" else (None, [])
+    final_check, check_failures = final_checking(run) if opts.phase == "final" else (None, [])
+    dest, carry_failures = dest_listing(run, opts.phase)
+    failures = preparation_failures(run) + copy["failures"] + verify["failures"] + prune_failures
+    failures += carry_failures + audit_failures(run, opts.phase) + check_failures
+    whole = complete and finished(run, opts, copy, verify, prune, final_check) and not failures
+    now = time.time()
+    plan = run["plan"]
+    return {
+        "version": VERSION,
+        "status": "complete" if whole else "incomplete",
+        "run_name": opts.run_name,
+        "phase": opts.phase,
+        "pass": opts.pass_,
+        "source": opts.source,
+        "dest": opts.dest,
+        "checksum_verified": opts.checksum,
+        "generated_at": iso(now),
+        "plan": {key: plan[key] for key in PLAN_KEYS} if plan else None,
+        "totals": totals(run, copy, verify, prune, final_check, dest),
+        "time": times(run, copy, verify, now),
+        "partitions": copy["rows"],
+        "verify_partitions": verify["rows"],
+        "jobs": jobs(run),
+        "failures": failures,
+        "ignored": copy["ignored"],
+    }

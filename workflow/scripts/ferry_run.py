@@ -1,0 +1,202 @@
+"""The one reader of a phase's run directory (run_dir.json's layout): every fact the report,
+the history and report.html are made from, read once, each worker document through its schema
+(ferry_docs.py). What it returns is plain data; ferry_model.py makes the report of it, and the
+renderers (ferry_markdown.py, ferry_html.py) only render that.
+
+    read(run_dir) -> {"plan", "copy": [job], "verify": [job], "prune": job, "final_check": job,
+                      "carry": job,
+                      "listings": {step: summary}, "timings": {key: timing},
+                      "preparation": [{"stage", "error"}]}
+
+A job: {"id", "files", "bytes" (as planned), "state", "doc" (the worker's document or None),
+"error" (the last line of its log, when it failed without a document), "timing", "progress"}.
+Its state is one of ferry status's (pending / running / done / failed / stopped): done when it
+left its document, failed when it left it under failed/ (or only a log), stopped when its
+progress file says it began and never finished, pending when it left nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+
+import ferry_docs
+from ferry_run_dir import BENCHMARKS_DIR, DOCUMENTS, LISTING_SUMMARIES, PLAN, PROGRESS, records
+
+STATES = ("pending", "running", "done", "failed", "stopped")
+
+
+def read_timing(path: str) -> dict | None:
+    """A timing file (columns s, cpu_time, max_rss; Snakemake's benchmark or ferry_task.py's):
+    the job's seconds, CPU seconds, peak RSS, and its start (the file's time is its end)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        end = os.path.getmtime(path)
+    except OSError:
+        return None
+    if not rows:
+        return None
+    row = rows[-1]
+
+    def num(key):
+        try:
+            return float(row.get(key, "NA"))
+        except (TypeError, ValueError):
+            return None
+
+    seconds = num("s") or 0.0
+    return {
+        "seconds": seconds,
+        "cpu_seconds": num("cpu_time"),
+        "max_rss_mb": num("max_rss"),
+        "start": end - seconds,
+    }
+
+
+def timings(run_dir: str) -> dict[str, dict]:
+    """Every job's timing, by its path under benchmarks/ without .tsv: {'copy/part-00000': ...}."""
+    found = {}
+    root = os.path.join(run_dir, BENCHMARKS_DIR)
+    for dirpath, _dirs, files in os.walk(root):
+        for name in sorted(files):
+            if name.endswith(".tsv"):
+                key = os.path.relpath(os.path.join(dirpath, name), root)[: -len(".tsv")]
+                timing = read_timing(os.path.join(dirpath, name))
+                if timing:
+                    found[key] = timing
+    return found
+
+
+def timing_key(step: str, part: str | None = None) -> str:
+    """A job's key in timings()."""
+    bench = records(step, part).bench
+    return os.path.relpath(bench, BENCHMARKS_DIR)[: -len(".tsv")]
+
+
+def last_log_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = [line.strip() for line in handle if line.strip()]
+    except FileNotFoundError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> dict:
+    rec = records(step, part, run_dir)
+    kind = DOCUMENTS[step]
+    progress = (
+        ferry_docs.load("progress", os.path.join(run_dir, PROGRESS[step].format(part=part)))
+        if step in PROGRESS
+        else None
+    )
+    found = {"state": "pending", "doc": None, "error": None, "progress": progress}
+    found["timing"] = bench.get(timing_key(step, part))
+    try:
+        doc = ferry_docs.load(kind, rec.out)
+    except ferry_docs.DocumentError as err:
+        # Not what the worker writes (cut short, or another worker's version): no result, and
+        # the report says why instead of counting it as nothing.
+        return found | {"state": "failed", "error": str(err)}
+    if doc is not None:
+        return found | {"state": "done", "doc": doc}
+    if os.path.exists(rec.failed):
+        found |= {"state": "failed", "doc": ferry_docs.load_failed(kind, rec.failed)}
+    elif progress is not None and not progress["finished"]:
+        found["state"] = "stopped"
+    # Snakemake creates (empty) log files when it schedules a job, even one that then never
+    # starts because its predecessor failed; only a worker that said something has run.
+    elif _nonempty(rec.log):
+        found["state"] = "failed"
+    if found["state"] != "pending" and found["doc"] is None:
+        found["error"] = (
+            last_log_line(rec.log)
+            or f"{step} job {found['state']} without a report from the worker"
+        )
+    return found
+
+
+def preparation(run_dir: str) -> list[dict]:
+    """What the listing and planning steps said last, for a run without a plan."""
+    found = []
+    for step in ("make_dest", "list_source", "list_dest", "plan"):
+        line = last_log_line(records(step, root=run_dir).log)
+        if line:
+            found.append({"stage": step, "error": line})
+    return found
+
+
+def read(run_dir: str) -> dict:
+    plan = ferry_docs.load("plan", os.path.join(run_dir, PLAN))
+    bench = timings(run_dir)
+
+    def partitions(step: str) -> list[dict]:
+        specs = plan[f"{step}_partitions"] if plan else []
+        return [
+            {"id": s["id"], "files": s["files"], "bytes": s["bytes"]}
+            | job(run_dir, step, s["id"], bench)
+            for s in specs
+        ]
+
+    return {
+        "run_dir": run_dir,
+        "plan": plan,
+        "copy": partitions("copy"),
+        "verify": partitions("verify"),
+        "prune": job(run_dir, "prune", None, bench),
+        "final_check": job(run_dir, "final_check", None, bench),
+        "carry": job(run_dir, "carry", None, bench),
+        "listings": {
+            step: ferry_docs.load("ls_summary", os.path.join(run_dir, path))
+            for step, path in LISTING_SUMMARIES.items()
+        },
+        "timings": bench,
+        "preparation": [] if plan else preparation(run_dir),
+    }
+
+
+# --- what the engines say of the run: ferry_config.py's run.report_args ---------------------------
+
+
+def options_parser(add_help: bool = True) -> argparse.ArgumentParser:
+    """The report's options (ferry_config.py's run.report_args), as the engines pass them."""
+    p = argparse.ArgumentParser(
+        prog="ferry_report.py build",
+        description="The run report of one pipeline phase.",
+        add_help=add_help,
+    )
+    p.add_argument("run_dir")
+    p.add_argument("--run-name", required=True)
+    p.add_argument("--phase", required=True, choices=["baseline", "incremental", "final", "audit"])
+    p.add_argument("--pass", dest="pass_", type=int, default=1, help="the pass of the phase")
+    p.add_argument("--source", required=True, help="as it may be shown (no query string)")
+    p.add_argument("--dest", required=True, help="as it may be shown (no query string)")
+    p.add_argument("--checksum", action="store_true", help="the final verify compared MD5s")
+    p.add_argument(
+        "--final-check", action="store_true", help="the phase includes a final whole-tree check"
+    )
+    p.add_argument(
+        "--final-checksum",
+        action="store_true",
+        help="the final pass verifies by MD5 (config checksum): the projection's assumption",
+    )
+    p.add_argument(
+        "--history",
+        metavar="DIR",
+        help="the run directory on disk (absolute): the run's record goes to its run root's history",
+    )
+    return p
+
+
+def options(run_dir: str, report_args: list[str]) -> argparse.Namespace:
+    """The options a run's report was (or would be) made with, from its report_args."""
+    return options_parser().parse_args([run_dir, *report_args])

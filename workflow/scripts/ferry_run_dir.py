@@ -1,0 +1,114 @@
+"""The run directory's layout, read from its one definition (run_dir.json beside this file, which
+the worker compiles in and the Nextflow pipeline gets through ferry_config.py's resolution), and
+the one clean-up of a previous attempt's leftovers that both engines run after a complete run.
+
+    ferry_run_dir.py discard-incomplete RUN_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import NamedTuple
+
+DEFINITION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_dir.json")
+with open(DEFINITION, encoding="utf-8") as _handle:
+    LAYOUT = json.load(_handle)
+
+
+class Records(NamedTuple):
+    out: str | None  # the worker's stdout; None: it goes to the log
+    log: str
+    bench: str
+    failed: str | None = None  # where `out` goes when the step fails
+
+
+# Every step ferry runs, in the pipeline's order, and where its records go ({part}: a plan
+# partition's id). Snakemake declares these paths as the rules' outputs; Nextflow publishes them.
+RECORDS = {
+    step: Records(spec.get("out"), spec["log"], spec["bench"], spec.get("failed"))
+    for step, spec in LAYOUT["steps"].items()
+}
+# Which of the worker's documents (ferry_docs.py) a step's output is.
+DOCUMENTS = {step: spec["document"] for step, spec in LAYOUT["steps"].items() if "document" in spec}
+PLAN_DIR = LAYOUT["plan_dir"]
+# What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
+# carry step patches the carried destination listing with it.
+OBSERVED = LAYOUT["steps"]["verify"]["observed"]
+PLAN = LAYOUT["plan"]
+LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
+DELETED_LOG = LAYOUT["deleted_log"]
+# Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them).
+LISTING_SUMMARIES = {
+    step: spec["summary"] for step, spec in LAYOUT["steps"].items() if "summary" in spec
+}
+# What a copy or verify job rewrites every few seconds while it runs (the worker's
+# --progress-file): `ferry status` reads it, and report.html's timeline shows a running job from it.
+PROGRESS = {step: spec["progress"] for step, spec in LAYOUT["steps"].items() if "progress" in spec}
+PROGRESS_DIR = LAYOUT["progress_dir"]
+BENCHMARKS_DIR = LAYOUT["benchmarks_dir"]
+BENCH_HEADER = "\t".join(LAYOUT["bench_columns"]) + "\n"
+# A run of the phase, from its start to its record: the engine's start hook leaves RUN_STARTED
+# in the run directory (ferry_history.start); the report appends the run's record to HISTORY,
+# in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
+RUN_STARTED = LAYOUT["run_started"]
+HISTORY = LAYOUT["run_root"]["history"]
+REPORT = LAYOUT["report"]
+INCOMPLETE_REPORT = LAYOUT["incomplete_report"]
+REPLICATE_REPORT = LAYOUT["replicate_report"]
+
+
+def records(step: str, part: str | None = None, root: str = "") -> Records:
+    """The step's record paths under root, for one partition where the step has them."""
+    return Records(*(os.path.join(root, p.format(part=part)) if p else None for p in RECORDS[step]))
+
+
+def partitioned(step: str) -> bool:
+    """Whether the step runs once per plan partition (its records carry {part})."""
+    return "{part}" in RECORDS[step].log
+
+
+def report_paths(run_dir: str, complete: bool) -> dict[str, str]:
+    """{json, md, html} of the phase's report: report.* or, for an incomplete run,
+    report-incomplete.*."""
+    names = REPORT if complete else INCOMPLETE_REPORT
+    return {kind: os.path.join(run_dir, names[kind]) for kind in ("json", "md", "html")}
+
+
+def discard_incomplete(run_dir: str) -> list[str]:
+    """After a complete run: what an earlier failed attempt left (its partial report, every page
+    of it, and the failed jobs' records) is now misleading. The one clean-up both engines run
+    (Snakemake's onsuccess, Nextflow's FerryConfig.finish). Returns what it removed."""
+    removed = []
+    for name in INCOMPLETE_REPORT.values():
+        path = os.path.join(run_dir, name)
+        try:
+            os.remove(path)
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    failed = os.path.join(run_dir, LAYOUT["failed_dir"])
+    if os.path.isdir(failed):
+        shutil.rmtree(failed)
+        removed.append(failed)
+    return removed
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="ferry_run_dir.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser(
+        "discard-incomplete", help="after a complete run: remove what failed ones left"
+    )
+    d.add_argument("run_dir")
+    args = p.parse_args(argv)
+    for path in discard_incomplete(args.run_dir):
+        print(f"ferry: removed {path}, left by an earlier attempt", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
