@@ -93,6 +93,25 @@ fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
     }
 }
 
+/// The mtime a blob stands for: the one its metadata stores, unless ferry recorded the
+/// Content-MD5 it wrote (`written_md5`) and the blob's is now another or none. Then another tool
+/// rewrote the bytes and kept the metadata (blobfuse2 edits in place so, at the same size), the
+/// stored mtime describes bytes that are gone, and the blob's Last-Modified, the time of the
+/// rewrite, stands instead: the blob then differs from every copy ferry made by its mtime, and
+/// is changed to each comparison but size alone, whichever side of a pass it is on. A rewrite
+/// that drops the metadata too has only its Last-Modified, with the same effect.
+pub fn blob_mtime(
+    stored: Option<Mtime>,
+    written_md5: Option<[u8; 16]>,
+    content_md5: Option<[u8; 16]>,
+    last_modified: Option<Mtime>,
+) -> Option<Mtime> {
+    match written_md5 {
+        Some(w) if content_md5 != Some(w) => last_modified,
+        _ => stored.or(last_modified),
+    }
+}
+
 /// Whether the bytes of two entries of one kind are the same, as far as listings tell.
 fn bytes(src: &Entry, dst: &Entry, compare: Compare) -> Verdict {
     // A symlink's `md5` is its target's (local listings read it; a symlink blob holds the target):
@@ -405,6 +424,33 @@ mod tests {
                 ALL
             ),
             Same
+        );
+    }
+
+    #[test]
+    fn a_blob_rewritten_by_another_tool_has_the_mtime_of_the_rewrite() {
+        let (stored, rewrite) = (Mtime::parse("100"), Mtime::parse("500"));
+        let (ours, theirs) = (Some([1; 16]), Some([2; 16]));
+        assert_eq!(
+            blob_mtime(stored, ours, ours, rewrite),
+            stored,
+            "as written"
+        );
+        assert_eq!(
+            blob_mtime(stored, ours, theirs, rewrite),
+            rewrite,
+            "new bytes"
+        );
+        assert_eq!(blob_mtime(stored, ours, None, rewrite), rewrite, "MD5 gone");
+        assert_eq!(
+            blob_mtime(None, None, None, rewrite),
+            rewrite,
+            "metadata gone"
+        );
+        assert_eq!(
+            blob_mtime(stored, None, theirs, rewrite),
+            stored,
+            "no record: another tool's blob, its mtime trusted"
         );
     }
 

@@ -163,7 +163,7 @@ struct Clients {
     token: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
 }
 
-fn b64(data: &[u8]) -> String {
+pub(super) fn b64(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
 }
@@ -668,7 +668,7 @@ impl Inner {
             path,
             kind: p.kind,
             size: Some(b.size),
-            mtime: p.mtime.or(b.last_modified),
+            mtime: crate::same::blob_mtime(p.mtime, p.written_md5, b.md5, b.last_modified),
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
@@ -731,6 +731,8 @@ impl Inner {
         props: Option<&BlobProps>,
     ) -> HashMap<String, String> {
         let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
+        // The source's record is of the source's write; this copy gets its own, or none.
+        m.remove(posix::WRITTEN_MD5_KEY);
         m.extend(self.metadata_of(meta, kind));
         m
     }
@@ -785,16 +787,16 @@ fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
     // A ranged GET's Content-MD5 would be the range's; the blob's is in x-ms-blob-content-md5.
     let md5 = if ranged { None } else { get("content-md5") };
     let p = posix::read(&user_metadata(h));
+    let md5 = md5
+        .or_else(|| get("x-ms-blob-content-md5"))
+        .and_then(xml::decode_md5);
+    let last_modified = get("last-modified").and_then(xml::parse_http_date);
     let meta = Meta {
-        mtime: p
-            .mtime
-            .or_else(|| get("last-modified").and_then(xml::parse_http_date)),
+        mtime: crate::same::blob_mtime(p.mtime, p.written_md5, md5, last_modified),
         mode: p.mode,
         uid: p.owner.map(|o| o.0),
         gid: p.owner.map(|o| o.1),
-        md5: md5
-            .or_else(|| get("x-ms-blob-content-md5"))
-            .and_then(xml::decode_md5),
+        md5,
     };
     (meta, p.kind)
 }

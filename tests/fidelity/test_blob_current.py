@@ -1,0 +1,79 @@
+"""Blobs that stay current: a blob another tool rewrote behind ferry's back is seen as changed
+on every pass, whichever side it is on, and folder stubs follow their source directories."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+
+NS = 1_000_000_000
+MTIME_NS = 1_700_000_000 * NS + 123_456_789
+
+
+def props(container, name: str):
+    return container.client.get_blob_client(name).get_blob_properties()
+
+
+def rewrite(container, name: str, data: bytes, *, blocks: bool, keep_metadata: bool) -> None:
+    """Writes `data` over blob `name` as blobfuse2 does after an edit in place: its file cache
+    uploads the file whole (Put Blob, which the service gives a Content-MD5 of the new bytes);
+    its block cache stages blocks and commits them with no Content-MD5, and drops the metadata."""
+    from azure.storage.blob import BlobBlock
+
+    blob = container.client.get_blob_client(name)
+    metadata = dict(blob.get_blob_properties().metadata) if keep_metadata else None
+    if blocks:
+        block_id = base64.b64encode(b"blobfuse-0000").decode()
+        blob.stage_block(block_id, data)
+        blob.commit_block_list([BlobBlock(block_id)], metadata=metadata)
+    else:
+        blob.upload_blob(data, overwrite=True, metadata=metadata)
+
+
+def files(out) -> tuple:
+    f = out.json["files"]
+    return f["copied"], f["skipped"], f["metadata_only"]
+
+
+def test_a_blob_rewritten_by_another_tool_is_seen_as_changed(tmp_path, container, run_ferry):
+    src, back = tmp_path / "src", tmp_path / "back"
+    src.mkdir()
+    names = ("put-kept.txt", "blocks-kept.txt", "blocks-dropped.txt", "untouched.txt")
+    for name in names:
+        (src / name).write_bytes(b"original contents, 32 bytes....\n")
+        os.utime(src / name, ns=(MTIME_NS, MTIME_NS))
+    run_ferry("copy", "-r", src, container)
+    for name in names:
+        p = props(container, name)
+        written = base64.b64encode(hashlib.md5((src / name).read_bytes()).digest()).decode()
+        assert p.metadata["ferry_md5"] == written, p.metadata
+        assert bytes(p.content_settings.content_md5) == base64.b64decode(written)
+    run_ferry("copy", "-r", container, back)
+
+    edited = b"EDITED contents, still 32 bytes\n"
+    assert len(edited) == len((src / names[0]).read_bytes())
+    rewrite(container, "put-kept.txt", edited, blocks=False, keep_metadata=True)
+    rewrite(container, "blocks-kept.txt", edited, blocks=True, keep_metadata=True)
+    rewrite(container, "blocks-dropped.txt", edited, blocks=True, keep_metadata=False)
+    assert props(container, "blocks-kept.txt").content_settings.content_md5 is None
+    assert props(container, "blocks-kept.txt").metadata["mtime"].startswith("2023-11-14")
+    assert props(container, "put-kept.txt").content_settings.content_md5 is not None
+
+    down = run_ferry("copy", "-r", container, back, "--json")
+    assert files(down) == (3, 1, 0), down.json
+    for name in names[:3]:
+        assert (back / name).read_bytes() == edited, name
+    assert (back / "untouched.txt").stat().st_mtime_ns == MTIME_NS
+    again = run_ferry("copy", "-r", container, back, "--json")
+    assert files(again) == (0, 4, 0), ("a rewritten blob converges", again.json)
+
+    # The other way, the source unchanged: the blobs are put back as the source has them.
+    up = run_ferry("copy", "-r", src, container, "--json")
+    assert files(up) == (3, 1, 0), up.json
+    for name in names:
+        assert container.client.download_blob(name).readall() == (src / name).read_bytes()
+        assert props(container, name).metadata["mtime"] == "2023-11-14T22:13:20.123456789Z"
+    assert files(run_ferry("copy", "-r", src, container, "--json")) == (0, 4, 0)
+    assert stat.S_ISREG(os.lstat(back / "put-kept.txt").st_mode)
