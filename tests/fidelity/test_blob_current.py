@@ -77,3 +77,60 @@ def test_a_blob_rewritten_by_another_tool_is_seen_as_changed(tmp_path, container
         assert props(container, name).metadata["mtime"] == "2023-11-14T22:13:20.123456789Z"
     assert files(run_ferry("copy", "-r", src, container, "--json")) == (0, 4, 0)
     assert stat.S_ISREG(os.lstat(back / "put-kept.txt").st_mode)
+
+
+def stub(container, name: str) -> tuple:
+    m = props(container, name).metadata
+    return m["hdi_isfolder"], m["mode"], m["uid"], m["gid"], m["mtime"]
+
+
+def test_folder_stubs_and_the_top_directory_follow_the_source(
+    tmp_path, container, other_container, run_ferry
+):
+    src = tmp_path / "src"
+    (src / "d/sub").mkdir(parents=True)
+    (src / "d/sub/f.txt").write_bytes(b"f")
+    (src / "e").mkdir()
+    for path, mode in (("d/sub", 0o750), ("d", 0o755), ("e", 0o755), ("", 0o700)):
+        os.chmod(src / path, mode)
+        os.utime(src / path, ns=(MTIME_NS, MTIME_NS))
+    below, at_root = container.at("p"), other_container
+    for dst in (below, at_root):
+        run_ferry("copy", "-r", src, dst)
+    assert stub(container, "p") == ("true", "40700", "0", "0", "2023-11-14T22:13:20.123456789Z")
+    root = at_root.client.get_container_properties().metadata
+    assert (root["mode"], root["mtime"]) == ("40700", "2023-11-14T22:13:20.123456789Z"), root
+
+    # Between passes: a directory's mode, owner and mtime change, another's mtime alone (an
+    # entry made and removed), and the top directory's.
+    os.chmod(src / "d/sub", 0o2770)
+    os.chown(src / "d", 1234, 5678)
+    os.chmod(src, 0o711)
+    later = MTIME_NS + 86_400 * NS
+    for path in ("d/sub", "d", "e", ""):
+        os.utime(src / path, ns=(later, later))
+    when = "2023-11-15T22:13:20.123456789Z"
+    for dst in (below, at_root):
+        out = run_ferry("copy", "-r", src, dst, "--json")
+        assert out.json["bytes"]["copied"] == 0, out.json
+        assert out.json["files"]["metadata_only"] == 3, out.json
+        again = run_ferry("copy", "-r", src, dst, "--json")
+        assert again.json["files"]["metadata_only"] == 0, again.json
+    assert stub(container, "p/d/sub") == ("true", "42770", "0", "0", when)
+    assert stub(container, "p/d") == ("true", "40755", "1234", "5678", when)
+    assert stub(container, "p/e") == ("true", "40755", "0", "0", when)
+    assert stub(container, "p") == ("true", "40711", "0", "0", when)
+    root = at_root.client.get_container_properties().metadata
+    assert (root["mode"], root["mtime"]) == ("40711", when), root
+
+    # And back: every directory, the top one included, as the source has it.
+    for dst, back in ((below, tmp_path / "back1"), (at_root, tmp_path / "back2")):
+        run_ferry("copy", "-r", dst, back)
+        for path in ("d/sub", "d", "e", ""):
+            a, b = os.lstat(src / path), os.lstat(back / path)
+            assert (stat.S_IMODE(b.st_mode), b.st_uid, b.st_gid, b.st_mtime_ns) == (
+                stat.S_IMODE(a.st_mode),
+                a.st_uid,
+                a.st_gid,
+                later,
+            ), (dst, path)

@@ -66,6 +66,9 @@ pub struct Attrs {
     /// A file's or symlink's mtime, where the bytes are told apart by something else (MD5,
     /// a symlink's target): then a newer mtime alone is set, not ignored.
     pub times: bool,
+    /// A directory's mtime, where the destination keeps it apart from what the directory holds
+    /// (a folder stub in Blob storage, which nothing written into the folder moves).
+    pub dir_times: bool,
 }
 
 impl Attrs {
@@ -75,6 +78,7 @@ impl Attrs {
         owner: false,
         xattrs: false,
         times: false,
+        dir_times: false,
     };
 }
 
@@ -196,16 +200,28 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs
     }
     let verdict = match src.kind {
         Kind::File | Kind::Symlink => bytes(src, dst, compare),
-        // A directory has no bytes, and its mtime is not compared: it moves with every entry
+        // A directory has no bytes, and its mtime is not compared (but where `dir_times` says
+        // the destination keeps it apart): it moves with every entry
         // made or removed in it, and the parallel jobs of a pipeline write into one directory
         // in no order, so the last of them sets it. Nodes likewise have only metadata.
         Kind::Dir | Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => Verdict::Same,
     };
     match verdict {
         Verdict::Same if meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        Verdict::Same if attrs.dir_times && dir_mtime_differs(src, dst) => Verdict::MetaOnly,
         Verdict::Same if attrs.times && mtime_alone_differs(src, dst, compare) => Verdict::MetaOnly,
         v => v,
     }
+}
+
+/// Whether a directory's kept mtime is not the source's: another one, or none at all (a Blob
+/// prefix without its folder stub, which then gets one).
+fn dir_mtime_differs(src: &Entry, dst: &Entry) -> bool {
+    src.kind == Kind::Dir
+        && match (src.mtime, dst.mtime) {
+            (Some(_), None) => true,
+            (a, b) => same_mtime(a, b) == Some(false),
+        }
 }
 
 /// Whether bytes told the same by their MD5 (or a symlink's target) carry another mtime: size
@@ -260,6 +276,7 @@ mod tests {
         owner: true,
         xattrs: true,
         times: true,
+        dir_times: false,
     };
 
     #[test]
@@ -569,5 +586,34 @@ mod tests {
             MetaOnly
         );
         assert_eq!(classify(&d, Some(&d.clone()), Compare::Md5, ALL), Same);
+        // A folder stub keeps its mtime apart: there it is compared, and a bare prefix has none.
+        let stubs = Attrs {
+            dir_times: true,
+            ..ALL
+        };
+        let moved = Entry {
+            mtime: Mtime::parse("5"),
+            ..d.clone()
+        };
+        assert_eq!(
+            classify(&d, Some(&moved), Compare::SizeMtime, stubs),
+            MetaOnly
+        );
+        let prefix = Entry {
+            mtime: None,
+            ..d.clone()
+        };
+        assert_eq!(
+            classify(&d, Some(&prefix), Compare::SizeMtime, stubs),
+            MetaOnly
+        );
+        assert_eq!(
+            classify(&d, Some(&d.clone()), Compare::SizeMtime, stubs),
+            Same
+        );
+        assert_eq!(
+            classify(&src, Some(&src.clone()), Compare::SizeMtime, stubs),
+            Same
+        );
     }
 }

@@ -40,8 +40,8 @@ pub struct EngineOptions {
     pub max_bandwidth: Option<u64>,
     /// Bytes of blocks and ranges held in memory at once, all files together.
     pub memory: u64,
-    /// Local → local copy of a whole tree: the destination root gets the source root's owner,
-    /// mode and mtime at the end.
+    /// A copy of a whole tree: the destination root gets the source root's owner, mode and
+    /// mtime at the end.
     pub finish_root: bool,
     /// Let the destination copy files itself where it can (`Store::can_copy_from`).
     pub server_copy: bool,
@@ -149,6 +149,9 @@ impl Engine {
             if !blob_dst {
                 self.dirs(dirs, true).await;
             }
+            if self.opts.finish_root {
+                self.finish_root_through_blob().await;
+            }
         }
         if self.dst.local().is_some() {
             let dst = self.dst.clone();
@@ -187,6 +190,46 @@ impl Engine {
                     }
                 })
                 .await;
+        }
+    }
+
+    /// The destination root gets the source root's mode, owner and mtime, as `cp -a` and
+    /// `rsync -a src/` give it; in Blob storage they are kept by the root's folder stub or the
+    /// container's metadata (`AzureStore::root_meta`).
+    async fn finish_root_through_blob(&self) {
+        let done: Result<()> = async {
+            let meta = match (self.src.local_root(), self.src.as_azure()) {
+                (Some(root), _) => {
+                    let root = root.to_path_buf();
+                    let md = crate::storage::blocking(move || {
+                        std::fs::metadata(&root)
+                            .map_err(|e| StoreError::io(root.display().to_string(), e))
+                    })
+                    .await?;
+                    Some(crate::storage::local::meta_of(&md))
+                }
+                (None, Some(src)) => src.root_meta().await?,
+                _ => None,
+            };
+            let Some(meta) = meta.map(|m| self.opts.preserve.keep(m)) else {
+                return Ok(());
+            };
+            match self.dst.as_azure() {
+                Some(dst) => dst.set_root_meta(&meta).await.map(drop),
+                None => {
+                    blocking_local(&self.dst, move |local| {
+                        local
+                            .finish_root(&meta)
+                            .map_err(|e| StoreError::io(local.path(b"").display().to_string(), e))
+                    })
+                    .await
+                }
+            }
+        }
+        .await;
+        if let Err(e) = done {
+            self.stats
+                .failed(self.dst.describe(), format!("the top directory: {e}"));
         }
     }
 
@@ -235,19 +278,19 @@ impl Engine {
             self.dst.remove_all(&job.dst_path).await?;
             Stats::add(&self.stats.replaced, 1);
         }
-        match verdict {
-            Verdict::Same => Ok(Outcome::Skipped),
-            Verdict::MetaOnly => self
-                .dst
-                .set_meta(&job.dst_path, Kind::Dir, &meta)
-                .await
-                .map(|_| Outcome::MetaUpdated),
-            _ => self
-                .azure_dst()?
-                .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta)
-                .await
-                .map(|_| Outcome::Copied),
-        }
+        let outcome = match verdict {
+            Verdict::Same => return Ok(Outcome::Skipped),
+            Verdict::MetaOnly => match self.dst.set_meta(&job.dst_path, Kind::Dir, &meta).await {
+                // A prefix without its stub: the stub is made.
+                Err(StoreError::NotFound(_)) => Outcome::MetaUpdated,
+                r => return r.map(|_| Outcome::MetaUpdated),
+            },
+            _ => Outcome::Copied,
+        };
+        self.azure_dst()?
+            .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta)
+            .await
+            .map(|_| outcome)
     }
 
     fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
@@ -441,12 +484,7 @@ impl Engine {
             return Ok(Verdict::New);
         }
         let existing = self.existing(job).await?;
-        let verdict = same::classify(
-            &job.src,
-            existing.as_ref(),
-            self.opts.compare,
-            self.opts.preserve.attrs(),
-        );
+        let verdict = same::classify(&job.src, existing.as_ref(), self.opts.compare, self.attrs());
         let (Verdict::Undecided, Compare::Md5, Some(d)) = (verdict, self.opts.compare, &existing)
         else {
             return Ok(settled(verdict));
@@ -459,13 +497,17 @@ impl Engine {
             Some(m) => Some(m),
             None => self.local_md5(&self.dst, &job.dst_path).await?,
         };
-        Ok(same::by_hashes(
-            &job.src,
-            d,
-            sm,
-            dm,
-            self.opts.preserve.attrs(),
-        ))
+        Ok(same::by_hashes(&job.src, d, sm, dm, self.attrs()))
+    }
+
+    /// The attributes compared: `--preserve`'s, and a directory's mtime where the destination
+    /// is Blob storage, whose folder stubs keep it apart from what they hold.
+    fn attrs(&self) -> same::Attrs {
+        let attrs = self.opts.preserve.attrs();
+        same::Attrs {
+            dir_times: attrs.times && self.dst.as_azure().is_some(),
+            ..attrs
+        }
     }
 
     /// A local file small enough for one request, read whole with one open: its bytes, its

@@ -12,6 +12,7 @@ pub mod mime;
 pub mod names;
 pub mod posix;
 mod requests;
+mod root;
 mod stall;
 pub mod xml;
 
@@ -354,7 +355,21 @@ impl AzureStore {
         props: Option<&BlobProps>,
     ) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
+        s.put_named(&s.name(path)?, kind, data, meta, props).await
+    }
+}
+
+impl Inner {
+    /// One Put Blob of `name` itself (see `AzureStore::put_with`).
+    async fn put_named(
+        &self,
+        name: &str,
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&BlobProps>,
+    ) -> Result<()> {
+        let (s, name) = (self, name.to_string());
         let mut req = s.request(Method::Put, &name).await?;
         req.insert_header("content-length", data.len().to_string());
         if let Some(md5) = meta.md5 {
@@ -1059,31 +1074,7 @@ impl Store for AzureStore {
     /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        let h = s
-            .properties(&name)
-            .await?
-            .ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
-        let (_, now) = meta_and_kind(&h, false);
-        if now != kind {
-            return Err(StoreError::Integrity(format!(
-                "is no longer a {} (changed meanwhile)",
-                kind.name()
-            )));
-        }
-        let mut req = s.request(Method::Put, &name).await?;
-        req.url_mut()
-            .query_pairs_mut()
-            .append_pair("comp", "metadata");
-        req.insert_header("content-length", "0");
-        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
-            req.insert_header("if-match", etag.to_string());
-        }
-        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
-            req.insert_header(format!("x-ms-meta-{k}"), v);
-        }
-        s.send(&req, &[200]).await?;
-        Ok(())
+        s.set_meta_named(&s.name(path)?, kind, meta).await
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
@@ -1103,7 +1094,6 @@ impl Store for AzureStore {
             ))),
         }
     }
-
     fn as_azure(&self) -> Option<&AzureStore> {
         Some(self)
     }
@@ -1133,6 +1123,37 @@ impl Store for AzureStore {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Inner {
+    /// `Store::set_meta` of blob `name` itself.
+    async fn set_meta_named(&self, name: &str, kind: Kind, meta: &Meta) -> Result<()> {
+        let (s, name) = (self, name.to_string());
+        let h = s
+            .properties(&name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
+        let (_, now) = meta_and_kind(&h, false);
+        if now != kind {
+            return Err(StoreError::Integrity(format!(
+                "is no longer a {} (changed meanwhile)",
+                kind.name()
+            )));
+        }
+        let mut req = s.request(Method::Put, &name).await?;
+        req.url_mut()
+            .query_pairs_mut()
+            .append_pair("comp", "metadata");
+        req.insert_header("content-length", "0");
+        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
+            req.insert_header("if-match", etag.to_string());
+        }
+        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        s.send(&req, &[200]).await?;
+        Ok(())
     }
 }
 
