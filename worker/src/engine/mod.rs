@@ -7,6 +7,7 @@
 //! - Blob → local: `download.rs` (ranges streamed to disk, hashed as they arrive);
 //! - anything → Blob: here (`transfer`).
 
+mod blob_attrs;
 mod download;
 mod local;
 
@@ -268,6 +269,7 @@ impl Engine {
                     .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
             })
             .await?;
+            self.attrs_from_blob(job).await?;
             return Ok(if verdict == Verdict::MetaOnly {
                 Outcome::MetaUpdated
             } else {
@@ -278,19 +280,29 @@ impl Engine {
             self.dst.remove_all(&job.dst_path).await?;
             Stats::add(&self.stats.replaced, 1);
         }
+        let attrs = self.attrs_for_blob(job).await?;
+        let dst = self.azure_dst()?;
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
-            Verdict::MetaOnly => match self.dst.set_meta(&job.dst_path, Kind::Dir, &meta).await {
+            Verdict::MetaOnly => match dst
+                .set_meta_with(&job.dst_path, Kind::Dir, &meta, attrs.clone())
+                .await
+            {
                 // A prefix without its stub: the stub is made.
                 Err(StoreError::NotFound(_)) => Outcome::MetaUpdated,
                 r => return r.map(|_| Outcome::MetaUpdated),
             },
             _ => Outcome::Copied,
         };
-        self.azure_dst()?
-            .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta)
-            .await
-            .map(|_| outcome)
+        dst.put_with(
+            &job.dst_path,
+            Kind::Dir,
+            Bytes::new(),
+            &meta,
+            attr_props(attrs).as_ref(),
+        )
+        .await
+        .map(|_| outcome)
     }
 
     fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
@@ -351,12 +363,14 @@ impl Engine {
             }
             None => {
                 let md5 = self.opts.put_md5.then(|| hash::digest(&target));
+                let props = attr_props(self.attrs_for_blob(job).await?);
                 self.azure_dst()?
-                    .put_node(
+                    .put_with(
                         &job.dst_path,
                         Kind::Symlink,
                         Bytes::from(target),
                         &Meta { md5, ..meta },
+                        props.as_ref(),
                     )
                     .await
             }
@@ -405,13 +419,20 @@ impl Engine {
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                self.dst
-                    .set_meta(
-                        &job.dst_path,
-                        job.src.kind,
-                        &self.opts.preserve.keep(meta_of_entry(&job.src)),
-                    )
-                    .await?;
+                let meta = self.opts.preserve.keep(meta_of_entry(&job.src));
+                match self.dst.as_azure() {
+                    Some(dst) => {
+                        let attrs = self.attrs_for_blob(job).await?;
+                        dst.set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
+                            .await?
+                    }
+                    None => {
+                        self.dst
+                            .set_meta(&job.dst_path, job.src.kind, &meta)
+                            .await?;
+                        self.attrs_from_blob(job).await?;
+                    }
+                }
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
@@ -421,7 +442,9 @@ impl Engine {
             _ => {}
         }
         if job.src.kind == Kind::Symlink {
-            return self.symlink(job).await.map(|_| Outcome::Copied);
+            self.symlink(job).await?;
+            self.attrs_from_blob(job).await?;
+            return Ok(Outcome::Copied);
         }
         if self.server_side(job) {
             return self
@@ -430,7 +453,9 @@ impl Engine {
                 .await
                 .map(|_| Outcome::ServerCopied);
         }
-        self.transfer(job).await.map(|_| Outcome::Copied)
+        self.transfer(job).await?;
+        self.attrs_from_blob(job).await?;
+        Ok(Outcome::Copied)
     }
 
     /// What of `meta` the destination gets: what `--preserve` keeps. A local file whose
@@ -526,12 +551,14 @@ impl Engine {
         let path = &job.src.path;
         let local_src = self.src.local_root().is_some();
         let bs = self.opts.block_size;
+        // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
+        let attrs = attr_props(self.attrs_for_blob(job).await?);
         if local_src && job.src.size() <= bs {
             let _mem = self.reserve(job.src.size()).await;
             let mut permit = self.depth.acquire().await;
             if let Some((data, meta)) = self.read_local_small(path, bs).await? {
                 let n = data.len() as u64;
-                self.put_small(job, data, meta, None).await?;
+                self.put_small(job, data, meta, attrs.as_ref()).await?;
                 permit.done(n);
                 return Ok(());
             }
@@ -600,7 +627,7 @@ impl Engine {
             )
         };
         let version = version.as_deref();
-        let props = props.map(|(_, p)| p);
+        let props = props.map(|(_, p)| p).or(attrs);
 
         if size <= bs {
             let _mem = self.reserve(size).await;
@@ -825,6 +852,14 @@ pub fn meta_of_entry(e: &Entry) -> Meta {
         gid: e.owner.map(|o| o.1),
         md5: None,
     }
+}
+
+/// A blob's metadata beyond ferry's POSIX keys: the `ferry_xattrs` value, where there is one.
+fn attr_props(value: Option<Option<String>>) -> Option<crate::storage::azure::BlobProps> {
+    value.flatten().map(|v| crate::storage::azure::BlobProps {
+        metadata: [(crate::storage::azure::xattrs::KEY.to_string(), v)].into(),
+        ..Default::default()
+    })
 }
 
 /// Why a fifo, socket or device node is not copied to this destination.

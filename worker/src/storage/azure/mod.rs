@@ -14,6 +14,7 @@ pub mod posix;
 mod requests;
 mod root;
 mod stall;
+pub mod xattrs;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -343,6 +344,19 @@ impl AzureStore {
     /// as the blob's.
     pub async fn put_node(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta) -> Result<()> {
         self.put_with(path, kind, data, meta, None).await
+    }
+
+    /// `Store::set_meta`, and the stored extended attributes: `attrs` as `Engine` gives them
+    /// (None: left as they are; Some(None): none stored).
+    pub async fn set_meta_with(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        attrs: Option<Option<String>>,
+    ) -> Result<()> {
+        let s = &self.inner;
+        s.set_meta_named(&s.name(path)?, kind, meta, attrs).await
     }
 
     /// `put_node`, keeping the metadata and content properties `props` of a source blob.
@@ -687,6 +701,11 @@ impl Inner {
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
+            xattrs: b
+                .metadata
+                .get(xattrs::KEY)
+                .and_then(|v| xattrs::decode(v))
+                .map(|a| crate::xattrs::digest(&a)),
             ..Default::default()
         }))
     }
@@ -771,7 +790,7 @@ impl Inner {
             "x-ms-blob-content-type",
             p.content_type
                 .clone()
-                .unwrap_or_else(|| mime::DEFAULT.to_string()),
+                .unwrap_or_else(|| guessed.to_string()),
         )];
         let mut add = |k, v: &Option<String>| h.extend(v.clone().map(|v| (k, v)));
         add("x-ms-blob-content-encoding", &p.content_encoding);
@@ -1074,7 +1093,7 @@ impl Store for AzureStore {
     /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        s.set_meta_named(&s.name(path)?, kind, meta).await
+        s.set_meta_named(&s.name(path)?, kind, meta, None).await
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
@@ -1128,7 +1147,13 @@ impl Store for AzureStore {
 
 impl Inner {
     /// `Store::set_meta` of blob `name` itself.
-    async fn set_meta_named(&self, name: &str, kind: Kind, meta: &Meta) -> Result<()> {
+    async fn set_meta_named(
+        &self,
+        name: &str,
+        kind: Kind,
+        meta: &Meta,
+        attrs: Option<Option<String>>,
+    ) -> Result<()> {
         let (s, name) = (self, name.to_string());
         let h = s
             .properties(&name)
@@ -1149,7 +1174,17 @@ impl Inner {
         if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
             req.insert_header("if-match", etag.to_string());
         }
-        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
+        let mut m = posix::replaced(&user_metadata(&h), meta, kind, s.posix_style);
+        match attrs {
+            Some(Some(v)) => {
+                m.insert(xattrs::KEY.to_string(), v);
+            }
+            Some(None) => {
+                m.remove(xattrs::KEY);
+            }
+            None => {}
+        }
+        for (k, v) in m {
             req.insert_header(format!("x-ms-meta-{k}"), v);
         }
         s.send(&req, &[200]).await?;

@@ -49,9 +49,10 @@ impl AzureStore {
         };
         match s.properties(&name).await? {
             Some(h) if stored(&h).is_some_and(|now| !differs(&now, meta)) => Ok(false),
-            Some(h) if posix::read(&user_metadata(&h)).kind == Kind::Dir => {
-                s.set_meta_named(&name, Kind::Dir, meta).await.map(|_| true)
-            }
+            Some(h) if posix::read(&user_metadata(&h)).kind == Kind::Dir => s
+                .set_meta_named(&name, Kind::Dir, meta, None)
+                .await
+                .map(|_| true),
             // None, or a blob of the user's own at that name, which is left alone: a file
             // there and a folder of the same name cannot both be.
             Some(_) => Ok(false),
