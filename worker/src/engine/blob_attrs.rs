@@ -1,7 +1,8 @@
 //! Extended attributes and ACLs through Blob storage (`storage::azure::xattrs`): read from a
 //! local source only for entries its listing saw some on (no call for the others), stored in the
 //! blob's metadata where they fit and counted under `not_kept` where not; written back onto
-//! what a download makes, from the blob's metadata.
+//! what a download makes, from the blob's metadata. Holes Blob cannot hold: a sparse file
+//! uploaded is counted.
 
 use super::{blocking_local, Engine, Job};
 use crate::error::{Result, StoreError};
@@ -88,5 +89,26 @@ impl Engine {
         .await?;
         refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
+    }
+
+    /// Whether uploading this local file writes its holes as data: asked (one SEEK_HOLE) only of
+    /// a file of more than one block with `sparse` kept, since a file within one block is read
+    /// and sent whole before anything else is known of it.
+    pub(super) async fn holes_dropped(&self, job: &Job) -> Result<bool> {
+        if self.src.local().is_none() || self.dst.as_azure().is_none() || !self.opts.preserve.sparse
+        {
+            return Ok(false);
+        }
+        let (rel, size) = (job.src.path.clone(), job.src.size());
+        blocking_local(&self.src, move |local| {
+            use std::os::fd::AsRawFd;
+            let path = local.path(&rel);
+            let f = std::fs::File::open(&path)
+                .map_err(|e| StoreError::io(path.display().to_string(), e))?;
+            // SAFETY: an open fd; SEEK_HOLE only reads the file's layout.
+            let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
+            Ok(hole >= 0 && (hole as u64) < size)
+        })
+        .await
     }
 }

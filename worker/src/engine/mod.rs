@@ -680,8 +680,13 @@ impl Engine {
                 .download(job, up, plan, meta, expected_md5, need_hash, version)
                 .await;
         }
+        let holes = self.holes_dropped(job).await?;
         self.upload(job, up, plan, meta, expected_md5, need_hash, version)
-            .await
+            .await?;
+        if holes {
+            self.stats.not_kept("holes");
+        }
+        Ok(())
     }
 
     /// One request's worth: hashed, checked against what the source promised, written whole.
