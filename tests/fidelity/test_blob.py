@@ -5,6 +5,7 @@ Blobs are planted through the Python SDK exactly as the other tools write them."
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -425,8 +426,11 @@ def test_blob_to_blob_keeps_user_metadata_and_content_properties(
     for name in ("small.csv.gz", "big.csv.gz"):
         src, dst = props_of(container, name), props_of(other_container, name)
         assert dst[1:] == src[1:] == tuple(PROPS.values()), name
-        # Every key of the source, and rclone's and azcopy's keys for what it says.
+        written = container.client.get_blob_client(name).get_blob_properties()
+        # Every key of the source, rclone's and azcopy's keys for what it says, and the
+        # Content-MD5 the copy was given.
         assert dst[0] == {
+            "ferry_md5": base64.b64encode(written.content_settings.content_md5).decode(),
             **src[0],
             "mtime": "2023-11-14T22:13:20.000000000Z",
             "mode": "100640",

@@ -86,6 +86,7 @@ impl Preserve {
             owner: self.owner && root,
             xattrs: self.xattrs || self.acls,
             times: self.times,
+            dir_times: false,
         }
     }
 }

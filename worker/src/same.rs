@@ -66,6 +66,9 @@ pub struct Attrs {
     /// A file's or symlink's mtime, where the bytes are told apart by something else (MD5,
     /// a symlink's target): then a newer mtime alone is set, not ignored.
     pub times: bool,
+    /// A directory's mtime, where the destination keeps it apart from what the directory holds
+    /// (a folder stub in Blob storage, which nothing written into the folder moves).
+    pub dir_times: bool,
 }
 
 impl Attrs {
@@ -75,6 +78,7 @@ impl Attrs {
         owner: false,
         xattrs: false,
         times: false,
+        dir_times: false,
     };
 }
 
@@ -90,6 +94,25 @@ fn same_mtime(a: Option<Mtime>, b: Option<Mtime>) -> Option<bool> {
     match (a, b) {
         (Some(a), Some(b)) => Some((nanos(a) - nanos(b)).abs() <= MTIME_TOLERANCE_NS),
         _ => None,
+    }
+}
+
+/// The mtime a blob stands for: the one its metadata stores, unless ferry recorded the
+/// Content-MD5 it wrote (`written_md5`) and the blob's is now another or none. Then another tool
+/// rewrote the bytes and kept the metadata (blobfuse2 edits in place so, at the same size), the
+/// stored mtime describes bytes that are gone, and the blob's Last-Modified, the time of the
+/// rewrite, stands instead: the blob then differs from every copy ferry made by its mtime, and
+/// is changed to each comparison but size alone, whichever side of a pass it is on. A rewrite
+/// that drops the metadata too has only its Last-Modified, with the same effect.
+pub fn blob_mtime(
+    stored: Option<Mtime>,
+    written_md5: Option<[u8; 16]>,
+    content_md5: Option<[u8; 16]>,
+    last_modified: Option<Mtime>,
+) -> Option<Mtime> {
+    match written_md5 {
+        Some(w) if content_md5 != Some(w) => last_modified,
+        _ => stored.or(last_modified),
     }
 }
 
@@ -178,16 +201,28 @@ pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs
     }
     let verdict = match src.kind {
         Kind::File | Kind::Symlink => bytes(src, dst, compare),
-        // A directory has no bytes, and its mtime is not compared: it moves with every entry
+        // A directory has no bytes, and its mtime is not compared (but where `dir_times` says
+        // the destination keeps it apart): it moves with every entry
         // made or removed in it, and the parallel jobs of a pipeline write into one directory
         // in no order, so the last of them sets it. Nodes likewise have only metadata.
         Kind::Dir | Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => Verdict::Same,
     };
     match verdict {
         Verdict::Same if meta_differs(src, dst, attrs) => Verdict::MetaOnly,
+        Verdict::Same if attrs.dir_times && dir_mtime_differs(src, dst) => Verdict::MetaOnly,
         Verdict::Same if attrs.times && mtime_alone_differs(src, dst, compare) => Verdict::MetaOnly,
         v => v,
     }
+}
+
+/// Whether a directory's kept mtime is not the source's: another one, or none at all (a Blob
+/// prefix without its folder stub, which then gets one).
+fn dir_mtime_differs(src: &Entry, dst: &Entry) -> bool {
+    src.kind == Kind::Dir
+        && match (src.mtime, dst.mtime) {
+            (Some(_), None) => true,
+            (a, b) => same_mtime(a, b) == Some(false),
+        }
 }
 
 /// Whether bytes told the same by their MD5 (or a symlink's target) carry another mtime: size
@@ -242,6 +277,7 @@ mod tests {
         owner: true,
         xattrs: true,
         times: true,
+        dir_times: false,
     };
 
     #[test]
@@ -410,6 +446,33 @@ mod tests {
     }
 
     #[test]
+    fn a_blob_rewritten_by_another_tool_has_the_mtime_of_the_rewrite() {
+        let (stored, rewrite) = (Mtime::parse("100"), Mtime::parse("500"));
+        let (ours, theirs) = (Some([1; 16]), Some([2; 16]));
+        assert_eq!(
+            blob_mtime(stored, ours, ours, rewrite),
+            stored,
+            "as written"
+        );
+        assert_eq!(
+            blob_mtime(stored, ours, theirs, rewrite),
+            rewrite,
+            "new bytes"
+        );
+        assert_eq!(blob_mtime(stored, ours, None, rewrite), rewrite, "MD5 gone");
+        assert_eq!(
+            blob_mtime(None, None, None, rewrite),
+            rewrite,
+            "metadata gone"
+        );
+        assert_eq!(
+            blob_mtime(stored, None, theirs, rewrite),
+            stored,
+            "no record: another tool's blob, its mtime trusted"
+        );
+    }
+
+    #[test]
     fn an_mtime_alone_is_set_when_md5_tells_the_bytes() {
         use Verdict::*;
         let src = f("a", Some(5), Some("200"), Some(1));
@@ -524,5 +587,34 @@ mod tests {
             MetaOnly
         );
         assert_eq!(classify(&d, Some(&d.clone()), Compare::Md5, ALL), Same);
+        // A folder stub keeps its mtime apart: there it is compared, and a bare prefix has none.
+        let stubs = Attrs {
+            dir_times: true,
+            ..ALL
+        };
+        let moved = Entry {
+            mtime: Mtime::parse("5"),
+            ..d.clone()
+        };
+        assert_eq!(
+            classify(&d, Some(&moved), Compare::SizeMtime, stubs),
+            MetaOnly
+        );
+        let prefix = Entry {
+            mtime: None,
+            ..d.clone()
+        };
+        assert_eq!(
+            classify(&d, Some(&prefix), Compare::SizeMtime, stubs),
+            MetaOnly
+        );
+        assert_eq!(
+            classify(&d, Some(&d.clone()), Compare::SizeMtime, stubs),
+            Same
+        );
+        assert_eq!(
+            classify(&src, Some(&src.clone()), Compare::SizeMtime, stubs),
+            Same
+        );
     }
 }

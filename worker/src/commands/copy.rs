@@ -145,7 +145,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 Some(c) => c as u64 * args.block_size,
                 None => ADAPTIVE_MEMORY,
             },
-            finish_root: both_local && whole_tree,
+            finish_root: whole_tree,
             server_copy: args.server_copy && dst.can_copy_from(&*src),
             preserve: args.preserve.preserve,
         },

@@ -7,6 +7,7 @@
 //! - Blob → local: `download.rs` (ranges streamed to disk, hashed as they arrive);
 //! - anything → Blob: here (`transfer`).
 
+mod blob_attrs;
 mod download;
 mod local;
 
@@ -40,8 +41,8 @@ pub struct EngineOptions {
     pub max_bandwidth: Option<u64>,
     /// Bytes of blocks and ranges held in memory at once, all files together.
     pub memory: u64,
-    /// Local → local copy of a whole tree: the destination root gets the source root's owner,
-    /// mode and mtime at the end.
+    /// A copy of a whole tree: the destination root gets the source root's owner, mode and
+    /// mtime at the end.
     pub finish_root: bool,
     /// Let the destination copy files itself where it can (`Store::can_copy_from`).
     pub server_copy: bool,
@@ -149,6 +150,9 @@ impl Engine {
             if !blob_dst {
                 self.dirs(dirs, true).await;
             }
+            if self.opts.finish_root {
+                self.finish_root_through_blob().await;
+            }
         }
         if self.dst.local().is_some() {
             let dst = self.dst.clone();
@@ -190,6 +194,46 @@ impl Engine {
         }
     }
 
+    /// The destination root gets the source root's mode, owner and mtime, as `cp -a` and
+    /// `rsync -a src/` give it; in Blob storage they are kept by the root's folder stub or the
+    /// container's metadata (`AzureStore::root_meta`).
+    async fn finish_root_through_blob(&self) {
+        let done: Result<()> = async {
+            let meta = match (self.src.local_root(), self.src.as_azure()) {
+                (Some(root), _) => {
+                    let root = root.to_path_buf();
+                    let md = crate::storage::blocking(move || {
+                        std::fs::metadata(&root)
+                            .map_err(|e| StoreError::io(root.display().to_string(), e))
+                    })
+                    .await?;
+                    Some(crate::storage::local::meta_of(&md))
+                }
+                (None, Some(src)) => src.root_meta().await?,
+                _ => None,
+            };
+            let Some(meta) = meta.map(|m| self.opts.preserve.keep(m)) else {
+                return Ok(());
+            };
+            match self.dst.as_azure() {
+                Some(dst) => dst.set_root_meta(&meta).await.map(drop),
+                None => {
+                    blocking_local(&self.dst, move |local| {
+                        local
+                            .finish_root(&meta)
+                            .map_err(|e| StoreError::io(local.path(b"").display().to_string(), e))
+                    })
+                    .await
+                }
+            }
+        }
+        .await;
+        if let Err(e) = done {
+            self.stats
+                .failed(self.dst.describe(), format!("the top directory: {e}"));
+        }
+    }
+
     /// Removes what stands where a local directory goes (a file, a symlink), before the
     /// files go in: removed after, it would take them along.
     async fn clear_way(&self, dirs: &[Job]) {
@@ -225,6 +269,7 @@ impl Engine {
                     .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
             })
             .await?;
+            self.attrs_from_blob(job).await?;
             return Ok(if verdict == Verdict::MetaOnly {
                 Outcome::MetaUpdated
             } else {
@@ -235,19 +280,29 @@ impl Engine {
             self.dst.remove_all(&job.dst_path).await?;
             Stats::add(&self.stats.replaced, 1);
         }
-        match verdict {
-            Verdict::Same => Ok(Outcome::Skipped),
-            Verdict::MetaOnly => self
-                .dst
-                .set_meta(&job.dst_path, Kind::Dir, &meta)
+        let attrs = self.attrs_for_blob(job).await?;
+        let dst = self.azure_dst()?;
+        let outcome = match verdict {
+            Verdict::Same => return Ok(Outcome::Skipped),
+            Verdict::MetaOnly => match dst
+                .set_meta_with(&job.dst_path, Kind::Dir, &meta, attrs.clone())
                 .await
-                .map(|_| Outcome::MetaUpdated),
-            _ => self
-                .azure_dst()?
-                .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta)
-                .await
-                .map(|_| Outcome::Copied),
-        }
+            {
+                // A prefix without its stub: the stub is made.
+                Err(StoreError::NotFound(_)) => Outcome::MetaUpdated,
+                r => return r.map(|_| Outcome::MetaUpdated),
+            },
+            _ => Outcome::Copied,
+        };
+        dst.put_with(
+            &job.dst_path,
+            Kind::Dir,
+            Bytes::new(),
+            &meta,
+            attr_props(attrs).as_ref(),
+        )
+        .await
+        .map(|_| outcome)
     }
 
     fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
@@ -308,12 +363,14 @@ impl Engine {
             }
             None => {
                 let md5 = self.opts.put_md5.then(|| hash::digest(&target));
+                let props = attr_props(self.attrs_for_blob(job).await?);
                 self.azure_dst()?
-                    .put_node(
+                    .put_with(
                         &job.dst_path,
                         Kind::Symlink,
                         Bytes::from(target),
                         &Meta { md5, ..meta },
+                        props.as_ref(),
                     )
                     .await
             }
@@ -362,13 +419,20 @@ impl Engine {
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                self.dst
-                    .set_meta(
-                        &job.dst_path,
-                        job.src.kind,
-                        &self.opts.preserve.keep(meta_of_entry(&job.src)),
-                    )
-                    .await?;
+                let meta = self.opts.preserve.keep(meta_of_entry(&job.src));
+                match self.dst.as_azure() {
+                    Some(dst) => {
+                        let attrs = self.attrs_for_blob(job).await?;
+                        dst.set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
+                            .await?
+                    }
+                    None => {
+                        self.dst
+                            .set_meta(&job.dst_path, job.src.kind, &meta)
+                            .await?;
+                        self.attrs_from_blob(job).await?;
+                    }
+                }
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
@@ -378,7 +442,9 @@ impl Engine {
             _ => {}
         }
         if job.src.kind == Kind::Symlink {
-            return self.symlink(job).await.map(|_| Outcome::Copied);
+            self.symlink(job).await?;
+            self.attrs_from_blob(job).await?;
+            return Ok(Outcome::Copied);
         }
         if self.server_side(job) {
             return self
@@ -387,7 +453,9 @@ impl Engine {
                 .await
                 .map(|_| Outcome::ServerCopied);
         }
-        self.transfer(job).await.map(|_| Outcome::Copied)
+        self.transfer(job).await?;
+        self.attrs_from_blob(job).await?;
+        Ok(Outcome::Copied)
     }
 
     /// What of `meta` the destination gets: what `--preserve` keeps. A local file whose
@@ -441,12 +509,7 @@ impl Engine {
             return Ok(Verdict::New);
         }
         let existing = self.existing(job).await?;
-        let verdict = same::classify(
-            &job.src,
-            existing.as_ref(),
-            self.opts.compare,
-            self.opts.preserve.attrs(),
-        );
+        let verdict = same::classify(&job.src, existing.as_ref(), self.opts.compare, self.attrs());
         let (Verdict::Undecided, Compare::Md5, Some(d)) = (verdict, self.opts.compare, &existing)
         else {
             return Ok(settled(verdict));
@@ -459,13 +522,17 @@ impl Engine {
             Some(m) => Some(m),
             None => self.local_md5(&self.dst, &job.dst_path).await?,
         };
-        Ok(same::by_hashes(
-            &job.src,
-            d,
-            sm,
-            dm,
-            self.opts.preserve.attrs(),
-        ))
+        Ok(same::by_hashes(&job.src, d, sm, dm, self.attrs()))
+    }
+
+    /// The attributes compared: `--preserve`'s, and a directory's mtime where the destination
+    /// is Blob storage, whose folder stubs keep it apart from what they hold.
+    fn attrs(&self) -> same::Attrs {
+        let attrs = self.opts.preserve.attrs();
+        same::Attrs {
+            dir_times: attrs.times && self.dst.as_azure().is_some(),
+            ..attrs
+        }
     }
 
     /// A local file small enough for one request, read whole with one open: its bytes, its
@@ -484,12 +551,14 @@ impl Engine {
         let path = &job.src.path;
         let local_src = self.src.local_root().is_some();
         let bs = self.opts.block_size;
+        // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
+        let attrs = attr_props(self.attrs_for_blob(job).await?);
         if local_src && job.src.size() <= bs {
             let _mem = self.reserve(job.src.size()).await;
             let mut permit = self.depth.acquire().await;
             if let Some((data, meta)) = self.read_local_small(path, bs).await? {
                 let n = data.len() as u64;
-                self.put_small(job, data, meta, None).await?;
+                self.put_small(job, data, meta, attrs.as_ref()).await?;
                 permit.done(n);
                 return Ok(());
             }
@@ -558,7 +627,7 @@ impl Engine {
             )
         };
         let version = version.as_deref();
-        let props = props.map(|(_, p)| p);
+        let props = props.map(|(_, p)| p).or(attrs);
 
         if size <= bs {
             let _mem = self.reserve(size).await;
@@ -611,8 +680,13 @@ impl Engine {
                 .download(job, up, plan, meta, expected_md5, need_hash, version)
                 .await;
         }
+        let holes = self.holes_dropped(job).await?;
         self.upload(job, up, plan, meta, expected_md5, need_hash, version)
-            .await
+            .await?;
+        if holes {
+            self.stats.not_kept("holes");
+        }
+        Ok(())
     }
 
     /// One request's worth: hashed, checked against what the source promised, written whole.
@@ -783,6 +857,14 @@ pub fn meta_of_entry(e: &Entry) -> Meta {
         gid: e.owner.map(|o| o.1),
         md5: None,
     }
+}
+
+/// A blob's metadata beyond ferry's POSIX keys: the `ferry_xattrs` value, where there is one.
+fn attr_props(value: Option<Option<String>>) -> Option<crate::storage::azure::BlobProps> {
+    value.flatten().map(|v| crate::storage::azure::BlobProps {
+        metadata: [(crate::storage::azure::xattrs::KEY.to_string(), v)].into(),
+        ..Default::default()
+    })
 }
 
 /// Why a fifo, socket or device node is not copied to this destination.

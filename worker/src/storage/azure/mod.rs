@@ -12,7 +12,9 @@ pub mod mime;
 pub mod names;
 pub mod posix;
 mod requests;
+mod root;
 mod stall;
+pub mod xattrs;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -163,7 +165,7 @@ struct Clients {
     token: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
 }
 
-fn b64(data: &[u8]) -> String {
+pub(super) fn b64(data: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(data)
 }
@@ -344,6 +346,19 @@ impl AzureStore {
         self.put_with(path, kind, data, meta, None).await
     }
 
+    /// `Store::set_meta`, and the stored extended attributes: `attrs` as `Engine` gives them
+    /// (None: left as they are; Some(None): none stored).
+    pub async fn set_meta_with(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        attrs: Option<Option<String>>,
+    ) -> Result<()> {
+        let s = &self.inner;
+        s.set_meta_named(&s.name(path)?, kind, meta, attrs).await
+    }
+
     /// `put_node`, keeping the metadata and content properties `props` of a source blob.
     pub async fn put_with(
         &self,
@@ -354,7 +369,21 @@ impl AzureStore {
         props: Option<&BlobProps>,
     ) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
+        s.put_named(&s.name(path)?, kind, data, meta, props).await
+    }
+}
+
+impl Inner {
+    /// One Put Blob of `name` itself (see `AzureStore::put_with`).
+    async fn put_named(
+        &self,
+        name: &str,
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&BlobProps>,
+    ) -> Result<()> {
+        let (s, name) = (self, name.to_string());
         let mut req = s.request(Method::Put, &name).await?;
         req.insert_header("content-length", data.len().to_string());
         if let Some(md5) = meta.md5 {
@@ -668,10 +697,15 @@ impl Inner {
             path,
             kind: p.kind,
             size: Some(b.size),
-            mtime: p.mtime.or(b.last_modified),
+            mtime: crate::same::blob_mtime(p.mtime, p.written_md5, b.md5, b.last_modified),
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
+            xattrs: b
+                .metadata
+                .get(xattrs::KEY)
+                .and_then(|v| xattrs::decode(v))
+                .map(|a| crate::xattrs::digest(&a)),
             ..Default::default()
         }))
     }
@@ -731,6 +765,8 @@ impl Inner {
         props: Option<&BlobProps>,
     ) -> HashMap<String, String> {
         let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
+        // The source's record is of the source's write; this copy gets its own, or none.
+        m.remove(posix::WRITTEN_MD5_KEY);
         m.extend(self.metadata_of(meta, kind));
         m
     }
@@ -754,7 +790,7 @@ impl Inner {
             "x-ms-blob-content-type",
             p.content_type
                 .clone()
-                .unwrap_or_else(|| mime::DEFAULT.to_string()),
+                .unwrap_or_else(|| guessed.to_string()),
         )];
         let mut add = |k, v: &Option<String>| h.extend(v.clone().map(|v| (k, v)));
         add("x-ms-blob-content-encoding", &p.content_encoding);
@@ -785,16 +821,16 @@ fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
     // A ranged GET's Content-MD5 would be the range's; the blob's is in x-ms-blob-content-md5.
     let md5 = if ranged { None } else { get("content-md5") };
     let p = posix::read(&user_metadata(h));
+    let md5 = md5
+        .or_else(|| get("x-ms-blob-content-md5"))
+        .and_then(xml::decode_md5);
+    let last_modified = get("last-modified").and_then(xml::parse_http_date);
     let meta = Meta {
-        mtime: p
-            .mtime
-            .or_else(|| get("last-modified").and_then(xml::parse_http_date)),
+        mtime: crate::same::blob_mtime(p.mtime, p.written_md5, md5, last_modified),
         mode: p.mode,
         uid: p.owner.map(|o| o.0),
         gid: p.owner.map(|o| o.1),
-        md5: md5
-            .or_else(|| get("x-ms-blob-content-md5"))
-            .and_then(xml::decode_md5),
+        md5,
     };
     (meta, p.kind)
 }
@@ -1057,31 +1093,7 @@ impl Store for AzureStore {
     /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
     async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
         let s = &self.inner;
-        let name = s.name(path)?;
-        let h = s
-            .properties(&name)
-            .await?
-            .ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
-        let (_, now) = meta_and_kind(&h, false);
-        if now != kind {
-            return Err(StoreError::Integrity(format!(
-                "is no longer a {} (changed meanwhile)",
-                kind.name()
-            )));
-        }
-        let mut req = s.request(Method::Put, &name).await?;
-        req.url_mut()
-            .query_pairs_mut()
-            .append_pair("comp", "metadata");
-        req.insert_header("content-length", "0");
-        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
-            req.insert_header("if-match", etag.to_string());
-        }
-        for (k, v) in posix::replaced(&user_metadata(&h), meta, kind, s.posix_style) {
-            req.insert_header(format!("x-ms-meta-{k}"), v);
-        }
-        s.send(&req, &[200]).await?;
-        Ok(())
+        s.set_meta_named(&s.name(path)?, kind, meta, None).await
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
@@ -1101,7 +1113,6 @@ impl Store for AzureStore {
             ))),
         }
     }
-
     fn as_azure(&self) -> Option<&AzureStore> {
         Some(self)
     }
@@ -1131,6 +1142,53 @@ impl Store for AzureStore {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Inner {
+    /// `Store::set_meta` of blob `name` itself.
+    async fn set_meta_named(
+        &self,
+        name: &str,
+        kind: Kind,
+        meta: &Meta,
+        attrs: Option<Option<String>>,
+    ) -> Result<()> {
+        let (s, name) = (self, name.to_string());
+        let h = s
+            .properties(&name)
+            .await?
+            .ok_or_else(|| StoreError::NotFound("vanished from the destination".into()))?;
+        let (_, now) = meta_and_kind(&h, false);
+        if now != kind {
+            return Err(StoreError::Integrity(format!(
+                "is no longer a {} (changed meanwhile)",
+                kind.name()
+            )));
+        }
+        let mut req = s.request(Method::Put, &name).await?;
+        req.url_mut()
+            .query_pairs_mut()
+            .append_pair("comp", "metadata");
+        req.insert_header("content-length", "0");
+        if let Some(etag) = h.get_optional_str(&HeaderName::from_static("etag")) {
+            req.insert_header("if-match", etag.to_string());
+        }
+        let mut m = posix::replaced(&user_metadata(&h), meta, kind, s.posix_style);
+        match attrs {
+            Some(Some(v)) => {
+                m.insert(xattrs::KEY.to_string(), v);
+            }
+            Some(None) => {
+                m.remove(xattrs::KEY);
+            }
+            None => {}
+        }
+        for (k, v) in m {
+            req.insert_header(format!("x-ms-meta-{k}"), v);
+        }
+        s.send(&req, &[200]).await?;
+        Ok(())
     }
 }
 

@@ -10,6 +10,11 @@
 //! (blobfuse2 marks symlinks and folders with the same two keys.) Every style is read; ferry
 //! writes rclone's keys and one of the other two, so rclone, azcopy and ferry itself all
 //! restore what ferry stored.
+//!
+//! Beside them ferry records the Content-MD5 it wrote (`ferry_md5`, base64 as the property
+//! itself): another tool that rewrites the bytes and keeps the metadata (blobfuse2 does) leaves
+//! a Content-MD5 that disagrees with it, or none, and the stored mtime is then known to
+//! describe bytes that are gone (`same::blob_mtime`).
 
 use std::collections::HashMap;
 
@@ -33,6 +38,8 @@ const S_IFLNK: u32 = 0o120000;
 
 pub const SYMLINK_KEY: &str = "is_symlink";
 pub const FOLDER_KEY: &str = "hdi_isfolder";
+/// The Content-MD5 ferry gave the blob when it wrote it.
+pub const WRITTEN_MD5_KEY: &str = "ferry_md5";
 
 /// What a blob's metadata says about the node it stands for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +49,8 @@ pub struct Posix {
     pub mode: Option<u32>,
     pub owner: Option<(u32, u32)>,
     pub kind: Kind,
+    /// The Content-MD5 ferry recorded when it wrote the blob (`WRITTEN_MD5_KEY`).
+    pub written_md5: Option<[u8; 16]>,
 }
 
 /// Metadata keys are case-insensitive; the service gives them back as they were written.
@@ -102,6 +111,7 @@ pub fn read(m: &HashMap<String, String>) -> Posix {
         mode: st_mode.map(|s| s & 0o7777),
         owner,
         kind,
+        written_md5: get(WRITTEN_MD5_KEY).and_then(super::xml::decode_md5),
     }
 }
 
@@ -116,6 +126,9 @@ pub fn write(meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, Stri
         Kind::Symlink => S_IFLNK,
         _ => S_IFREG,
     };
+    if let Some(md5) = meta.md5 {
+        put(WRITTEN_MD5_KEY, super::b64(&md5));
+    }
     match kind {
         Kind::Dir => put(FOLDER_KEY, "true".into()),
         Kind::Symlink => put(SYMLINK_KEY, "true".into()),
@@ -251,7 +264,8 @@ mod tests {
                 mtime: Some(T),
                 mode: Some(0o644),
                 owner: Some((1001, 1002)),
-                kind: Kind::File
+                kind: Kind::File,
+                written_md5: None,
             }
         );
         // A symlink as azcopy writes it: is_char_dev set too, which must not decide anything.
@@ -288,7 +302,8 @@ mod tests {
                 }),
                 mode: Some(0o750),
                 owner: Some((0, 42)),
-                kind: Kind::File
+                kind: Kind::File,
+                written_md5: None,
             }
         );
         assert_eq!(
@@ -323,7 +338,8 @@ mod tests {
                 mtime: Some(T),
                 mode: Some(0o640),
                 owner: Some((5, 6)),
-                kind: Kind::File
+                kind: Kind::File,
+                written_md5: None,
             }
         );
         assert_eq!(read(&map(&[("mode", "120777")])).kind, Kind::Symlink);
@@ -356,7 +372,8 @@ mod tests {
                         mtime: Some(T),
                         mode: Some(0o4755),
                         owner: Some((7, 8)),
-                        kind
+                        kind,
+                        written_md5: None,
                     },
                     "{style:?} {kind:?}"
                 );
@@ -381,7 +398,8 @@ mod tests {
                         mtime: Some(secs_only),
                         mode: Some(0o4755),
                         owner: Some((7, 8)),
-                        kind
+                        kind,
+                        written_md5: None,
                     },
                     "{style:?} {kind:?} alone"
                 );
@@ -419,6 +437,15 @@ mod tests {
             ("true", "124755")
         );
         assert!(write(&Meta::default(), Kind::File, PosixStyle::Standard).is_empty());
+        let recorded = write(
+            &Meta {
+                md5: Some([7; 16]),
+                ..Meta::default()
+            },
+            Kind::File,
+            PosixStyle::Standard,
+        );
+        assert_eq!(read(&recorded).written_md5, Some([7; 16]));
     }
 
     #[test]
