@@ -226,3 +226,15 @@ def test_a_state_inside_the_destination_is_refused(tmp_path, run_ferry):
     make_tree(dst, {"f": b"f"})
     out = run_ferry("ls", "-r", dst, "--carried", dst / ".state", "--pass", "p", check=2)
     assert "outside the destination" in out.stderr
+
+
+def test_a_carried_listing_that_cannot_be_read_means_a_fresh_listing(tmp_path, run_ferry):
+    src = tmp_path / "src"
+    make_tree(src, TREE)
+    (tmp_path / "dst").mkdir()
+    p = Pass(run_ferry, tmp_path, src, tmp_path / "dst", tmp_path / "state")
+    p.run()
+    (tmp_path / "state" / "dest.tsv").unlink()
+    _, summary = p.ls_dest()
+    assert "cannot be read" in summary["carried"]["reason"], summary["carried"]
+    assert summary["entries"] == len(TREE) + 3  # and the directories a, a/b, many

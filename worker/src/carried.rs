@@ -172,8 +172,20 @@ impl State {
         }
         let scratch = Scratch::new(scratch_in)?;
         let listing = scratch.path().join("carried.tsv");
-        self.fetch(LISTING, &listing).await?;
-        let sample = sample(&listing, probe, seed(pass))?;
+        // A listing that cannot be read back is no reason to fail the pass: it lists afresh.
+        let sample = match self.fetch(LISTING, &listing).await {
+            Ok(()) => sample(&listing, probe, seed(pass)),
+            Err(e) => Err(e),
+        };
+        let sample = match sample {
+            Ok(s) => s,
+            Err(e) => {
+                return Ok(Decision::Fresh(format!(
+                    "the carried listing at {} cannot be read ({e:#})",
+                    self.describe()
+                )))
+            }
+        };
         let probed = sample.len();
         let mismatches = probe_dest(dest, sample).await?;
         if let Some((path, why)) = mismatches.first() {
@@ -433,8 +445,11 @@ pub fn merge(
         if !emptied.is_empty() && ancestors(&path).any(|a| emptied.contains(a)) {
             continue;
         }
-        if deleted.is_some() {
-            emptied.insert(path);
+        if let Some(d) = deleted {
+            // A deleted directory's contents went with it; a deleted file is just gone.
+            if d.kind == Kind::Dir {
+                emptied.insert(path);
+            }
             continue;
         }
         let keep = match (was, now) {

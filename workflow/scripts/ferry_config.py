@@ -243,8 +243,10 @@ def verify_args(cfg: dict) -> list[str]:
     return [
         *(["--checksum"] if final and cfg["checksum"] else []),
         *(["--download"] if final and cfg["checksum"] and cfg["verify_download"] else []),
-        # The cut-over checks what a migration must carry besides bytes: mtime, mode, owner.
+        # The cut-over checks what a migration must carry besides bytes: mtime, mode, owner;
+        # the audit, once nothing writes into them, directories' mtimes too.
         *(["--metadata"] if final else []),
+        *(["--dir-mtimes"] if cfg["phase"] == "audit" else []),
     ]
 
 

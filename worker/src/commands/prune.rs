@@ -224,7 +224,7 @@ async fn plan(
         }
         runs => runs?,
     };
-    match Deletions::plan(&source, &dest, scratch).await {
+    match Deletions::plan(&source, &dest, scratch, args.dest_from.is_some()).await {
         Err(PlanError::Join(
             e @ JoinError::Duplicate {
                 side: Side::Source, ..
@@ -349,8 +349,15 @@ struct Deletions {
 }
 
 impl Deletions {
-    /// One merge-join of the two sorted listings.
-    async fn plan(source: &Runs, dest: &Runs, scratch: &Path) -> Result<Deletions, PlanError> {
+    /// One merge-join of the two sorted listings. `planned`: the destination's listing is the
+    /// one its pass planned against (`--dest-from`), so the directories the source has and it
+    /// lacks were made since, by the pass's copies, and take the source's mtime too.
+    async fn plan(
+        source: &Runs,
+        dest: &Runs,
+        scratch: &Path,
+        planned: bool,
+    ) -> Result<Deletions, PlanError> {
         let mut files = Spill::create(scratch.join("delete-files"))?;
         let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
         let mut touched = TouchedDirs::new(Spill::create(scratch.join("touched-dirs"))?);
@@ -359,12 +366,18 @@ impl Deletions {
         for pair in Join::new(source.merge()?, dest.merge()?)? {
             pacer.tick().await;
             let (d, kept) = match pair? {
-                Pair::Source(_) => continue,
+                Pair::Source(s) => {
+                    if planned && s.kind == Kind::Dir {
+                        touched.advance(&s.path)?;
+                        touched.open(s, true);
+                    }
+                    continue;
+                }
                 Pair::Both(s, d) => {
                     touched.advance(&d.path)?;
-                    if s.kind == Kind::Dir && d.kind == Kind::Dir {
+                    if s.kind == Kind::Dir && (d.kind == Kind::Dir || planned) {
                         let differs = s.mtime.is_some() && s.mtime != d.mtime;
-                        touched.open(s, differs);
+                        touched.open(s, differs || d.kind != Kind::Dir);
                     }
                     (d, true)
                 }
@@ -710,6 +723,11 @@ fn unix_now() -> u64 {
 mod tests {
     use super::*;
 
+    /// `paths` sorted into runs of a few entries each, so that merges are exercised.
+    fn sorted(paths: &[&str], scratch: &Path, stem: &str) -> Runs {
+        crate::sorted::sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch, stem, 150).unwrap()
+    }
+
     fn entry(path: &str) -> Entry {
         let (path, kind) = match path.strip_suffix('/') {
             Some(dir) => (dir, Kind::Dir),
@@ -727,21 +745,13 @@ mod tests {
     /// entries per run; returns the files and the directories in the order they would go.
     fn plan(src: &[&str], dst: &[&str]) -> (Vec<String>, Vec<String>, u64) {
         let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| {
-            crate::sorted::sort_entries(
-                paths.iter().map(|p| Ok(entry(p))),
-                scratch.path(),
-                stem,
-                150,
-            )
-            .unwrap()
-        };
+        let sort = |paths: &[&str], stem: &str| sorted(paths, scratch.path(), stem);
         let (s, d) = (sort(src, "s"), sort(dst, "d"));
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let mut plan = rt
-            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .block_on(Deletions::plan(&s, &d, scratch.path(), false))
             .unwrap();
         let read = |spill: &mut Spill| {
             spill
@@ -782,15 +792,7 @@ mod tests {
     #[test]
     fn the_directories_that_stay_and_lose_an_entry_are_found() {
         let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| {
-            crate::sorted::sort_entries(
-                paths.iter().map(|p| Ok(entry(p))),
-                scratch.path(),
-                stem,
-                150,
-            )
-            .unwrap()
-        };
+        let sort = |paths: &[&str], stem: &str| sorted(paths, scratch.path(), stem);
         let src = ["a/", "a/k", "a/b/", "a/b/k", "a.b/", "c/", "c/k", "k"];
         let dst = [
             "a/",
@@ -811,7 +813,7 @@ mod tests {
             .build()
             .unwrap();
         let mut plan = rt
-            .block_on(Deletions::plan(&s, &d, scratch.path()))
+            .block_on(Deletions::plan(&s, &d, scratch.path(), false))
             .unwrap();
         let touched: Vec<String> = plan
             .touched

@@ -47,6 +47,10 @@ pub struct VerifyArgs {
     /// List identical files too (`= path`)
     #[arg(long)]
     pub all: bool,
+    /// With --metadata and --files-from: compare directories' mtimes too (whole trees always
+    /// do), for a check made once nothing writes into them any more (the audit)
+    #[arg(long, requires = "metadata")]
+    pub dir_mtimes: bool,
     /// Write what the destination holds at the manifest's paths, files and directories, as a
     /// manifest sorted by path: what `ferry carry` patches the carried listing with
     #[arg(long, value_name = "PATH", requires = "files_from")]
@@ -197,9 +201,15 @@ async fn compare(
             (Err(e), _) | (_, Err(e)) => return (Status::Error, e),
         }
     }
+    // A directory's mtime is settled only once nothing writes into it: two whole trees, or a
+    // partition checked after its pass (--dir-mtimes); not while other parts still copy.
+    let attrs = crate::same::Attrs {
+        dir_times: args.files_from.is_none() || args.dir_mtimes,
+        ..args.preserve.preserve.attrs()
+    };
     match args
         .metadata
-        .then(|| crate::same::full_difference(s, d, args.preserve.preserve.attrs()))
+        .then(|| crate::same::full_difference(s, d, attrs))
         .flatten()
     {
         Some(why) => (Status::Differ, why),
