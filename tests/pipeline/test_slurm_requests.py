@@ -84,11 +84,13 @@ def test_each_step_gets_its_partition_account_time_and_memory_in_both_engines(
     assert local_snapshot(dest) == local_snapshot(src)
     jobs = sorted(request(j) for j in new_jobs(before))
     # One job lists and plans (two listings side by side: twice list's memory); one job copies
-    # and verifies its partition, in the copy's partition and account, with the copy's limits.
+    # and verifies its partition, in the copy's partition and account, with the copy's limits;
+    # one carries the destination's state, with list's.
     assert jobs == sorted(
         [
             ("debug", account, "4", "1200"),
             ("ferry-alt", "ferry-alt", "7", "900"),
+            ("debug", account, "4", "600"),
         ]
     ), jobs
 
@@ -116,5 +118,6 @@ def test_each_step_gets_its_partition_account_time_and_memory_in_both_engines(
         "PLAN": ("debug", account, "5", "500"),
         "COPY": ("ferry-alt", "ferry-alt", "7", "900"),
         "VERIFY": ("debug", account, "6", "400"),
+        "CARRY": ("debug", account, "4", "600"),
         "REPORT": ("debug", account, "10", "1000"),
     }, by_step

@@ -346,6 +346,9 @@ struct Deletions {
     /// (the parts of a pipeline write into one directory in no order), as the source lists
     /// them: each gets the source's mtime once the deletions are done.
     touched: Spill,
+    /// The destination's listing predates the pass's copies (`--dest-from`): a touched
+    /// directory's mtime is looked at before it is set.
+    planned: bool,
 }
 
 impl Deletions {
@@ -367,17 +370,26 @@ impl Deletions {
             pacer.tick().await;
             let (d, kept) = match pair? {
                 Pair::Source(s) => {
-                    if planned && s.kind == Kind::Dir {
+                    if planned {
+                        // Made by the pass: so was its directory's new mtime.
                         touched.advance(&s.path)?;
-                        touched.open(s, true);
+                        touched.lose(&s.path);
+                        if s.kind == Kind::Dir {
+                            touched.open(s, true);
+                        }
                     }
                     continue;
                 }
                 Pair::Both(s, d) => {
                     touched.advance(&d.path)?;
+                    if planned && rewritten(&s, &d) {
+                        touched.lose(&s.path);
+                    }
                     if s.kind == Kind::Dir && (d.kind == Kind::Dir || planned) {
+                        // A planned listing's directory mtimes are as a verify saw them, before
+                        // later parts wrote into them: each is looked at when the time comes.
                         let differs = s.mtime.is_some() && s.mtime != d.mtime;
-                        touched.open(s, differs || d.kind != Kind::Dir);
+                        touched.open(s, differs || planned);
                     }
                     (d, true)
                 }
@@ -409,6 +421,7 @@ impl Deletions {
             dir_count,
             dest_files,
             touched,
+            planned,
         })
     }
 
@@ -428,6 +441,16 @@ impl Deletions {
         for d in self.touched.read()? {
             let d = d.map_err(PlanError::Scratch)?;
             let Some(mtime) = d.mtime else { continue };
+            if self.planned {
+                match dst.head(&d.path).await {
+                    Ok(Some((now, _))) if now.kind == Kind::Dir && now.mtime == Some(mtime) => {
+                        continue
+                    }
+                    Ok(Some(_)) => {}
+                    // Gone or unreadable: nothing of the pass's to mend.
+                    Ok(None) | Err(_) => continue,
+                }
+            }
             let meta = crate::storage::Meta {
                 mtime: Some(mtime),
                 ..Default::default()
@@ -679,9 +702,9 @@ impl TouchedDirs {
     /// `path` goes: its directory's mtime moves (the root's is set wherever it differs).
     fn lose(&mut self, path: &[u8]) {
         let parent = crate::storage::beneath::split(path).0;
-        match self.open.last_mut() {
-            Some((dir, lost)) if dir.path == parent => *lost = true,
-            _ => {}
+        // Not always the innermost: `a/b` is still open at `a/b.txt`, which sorts before `a/b/x`.
+        if let Some((_, lost)) = self.open.iter_mut().rev().find(|(d, _)| d.path == parent) {
+            *lost = true;
         }
     }
 
@@ -699,6 +722,12 @@ impl TouchedDirs {
         }
         Ok(self.out)
     }
+}
+
+/// Whether the pass that planned against `d` wrote `s`'s name (so moved its directory's mtime):
+/// where they differ at all, the pass copied it or left it to the copy to decide.
+fn rewritten(s: &Entry, d: &Entry) -> bool {
+    s.kind != d.kind || (s.kind != Kind::Dir && (s.size != d.size || s.mtime != d.mtime))
 }
 
 /// Whether `path` is inside directory `dir`.
