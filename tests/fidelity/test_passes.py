@@ -446,7 +446,11 @@ def test_verify_metadata_compares_attributes_acls_and_directories(tmp_path, run_
         os.chown(dst / "d" / "sub", 0, 55)
         want.add("bin")
     assert differing(run_ferry, src, dst, "--metadata") == want
-    assert differing(run_ferry, src, dst, "--metadata", "--files-from", manifest) == want
+    # A partition compares directories' mtimes only when told they are settled (the audit's):
+    # during a pass, other parts still write into them.
+    partition = ("--metadata", "--files-from", manifest)
+    assert differing(run_ferry, src, dst, *partition, "--dir-mtimes") == want
+    assert differing(run_ferry, src, dst, *partition) == want - {"e"}
     # Without --metadata, the bytes alone: all the same.
     assert differing(run_ferry, src, dst) == set()
 
