@@ -112,7 +112,8 @@ def test_profile_polls_right_with_accounting_on(slurm, tmp_path, ferry_bin):
     assert local_snapshot(dest) == md5s(content)
     assert report(outdir, "baseline")["status"] == "complete"
     new_jobs = sorted(job for job in completed_jobs() if job not in seen_before)
-    assert len(new_jobs) == 3, new_jobs
+    # Listing and plan, a job per partition, and carry.
+    assert len(new_jobs) == 4, new_jobs
     # slurmctld hands finished jobs to slurmdbd from a queue, so the records can trail the jobs'
     # end by some seconds: ask again for a bounded time.
     want = {str(job): "COMPLETED" for job in new_jobs}
@@ -171,8 +172,10 @@ def test_requests_reach_slurm_as_configured_and_grow_after_a_timeout(slurm, tmp_
     # Listing + plan: list's runtime alone (plan runs after it in the same job and adds no time);
     # the two listings run side by side, so twice list's memory (plan's is below that). Then the partition job (copy + verify): copy's runtime alone, the
     # larger memory of the two; killed at 1 minute, retried with 2 minutes and twice the memory.
+    # Last, carry, with list's limits.
     assert limits == [
         ("COMPLETED", "3", "1200"),
         ("TIMEOUT", "1", "800"),
         ("COMPLETED", "2", "1600"),
+        ("COMPLETED", "3", "600"),
     ], jobs
