@@ -4,6 +4,7 @@ after a kill, corrupted on the wire, and verified. Blobs are read back with the 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -216,12 +217,14 @@ def test_killed_blob_to_blob_copy_resumes_from_the_staged_blocks(
     assert blob.download_blob().readall() == data
     props = blob.get_blob_properties()
     assert bytes(props.content_settings.content_md5) == hashlib.md5(data).digest()
-    # rclone's keys, and azcopy's standard ones (docs/worker.md, "POSIX attributes in Blob").
+    # rclone's keys, and azcopy's standard ones (docs/worker.md, "POSIX attributes in Blob"),
+    # and the Content-MD5 ferry wrote, which tells a rewrite by another tool.
     assert props.metadata == {
         "mtime": mtime,
         "mode": "100640",
         "modtime": "1500000000123456789",
         "permissions": "33184",
+        "ferry_md5": base64.b64encode(hashlib.md5(data).digest()).decode(),
     }
     assert len(blob.get_block_list("committed")[0]) == blocks
 

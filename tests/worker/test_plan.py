@@ -117,6 +117,7 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
     assert all(len(part) <= 3 for part in copied)
     size = {p: CASES[p][0][1] for p in SOURCE_FILES}
     assert plan == {
+        "version": 1,
         "phase": "incremental",
         "compare": compare,
         "source": {

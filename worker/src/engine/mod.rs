@@ -228,9 +228,17 @@ impl Engine {
             }
         }
         .await;
-        if let Err(e) = done {
-            self.stats
-                .failed(self.dst.describe(), format!("the top directory: {e}"));
+        match done {
+            Ok(()) => {}
+            // A credential that may write blobs but not the container's metadata (a SAS for
+            // blobs): the files are all there, the top directory's attributes are not kept.
+            Err(e @ (StoreError::Auth(_) | StoreError::Http { status: 403, .. })) => {
+                eprintln!("ferry: the top directory's attributes not kept: {e}");
+                self.stats.not_kept("top directory");
+            }
+            Err(e) => self
+                .stats
+                .failed(self.dst.describe(), format!("the top directory: {e}")),
         }
     }
 
