@@ -173,11 +173,8 @@ impl State {
         let scratch = Scratch::new(scratch_in)?;
         let listing = scratch.path().join("carried.tsv");
         // A listing that cannot be read back is no reason to fail the pass: it lists afresh.
-        let sample = match self.fetch(LISTING, &listing).await {
-            Ok(()) => sample(&listing, probe, seed(pass)),
-            Err(e) => Err(e),
-        };
-        let sample = match sample {
+        let read = self.fetch(LISTING, &listing).await;
+        let sample = match read.and_then(|()| sample(&listing, probe, seed(pass))) {
             Ok(s) => s,
             Err(e) => {
                 return Ok(Decision::Fresh(format!(
