@@ -180,3 +180,32 @@ def test_verbs_that_list_a_container_agree_with_one_stream(listed, run_ferry, tm
         assert j["same"] >= len(LAYOUTS["deep"]), j
         p = run_ferry("prune", down, url, "--list-page-size", str(PAGE), "--json", *flags)
         assert p.json["deleted"] == 0, p.json
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_list_jobs_ranges_put_back_together_are_one_listing_byte_for_byte(
+    layout, listed, run_ferry, tmp_path
+):
+    """`list.jobs`: `ferry shard` cuts the container (a first pass: a shallow scan), each job lists
+    its range, and the ranges one after another are the one stream's listing, byte for byte: the
+    ranges are contiguous in the service's order, whatever the names encode to."""
+    url = listed[layout]
+    one, _ = ls(run_ferry, url, tmp_path, "--list-concurrency", "1")
+    shards = tmp_path / "shards.json"
+    run_ferry("shard", url, "--jobs", "3", "--out", shards)
+    doc = json.loads(shards.read_text())
+    assert doc["basis"] == "scan" and len(doc["cuts"]) == 2, doc
+    parts = []
+    for k in (1, 2, 3):
+        summary = tmp_path / f"shard-{k}.json"
+        out = run_ferry(
+            "ls", "-r", url, "--shards", shards, "--shard", str(k), "--summary", summary
+        ).stdout_bytes
+        assert json.loads(summary.read_text())["shard"] == {"index": k, "of": 3}
+        parts.append(out.split(b"\n", 1)[1])
+    header = one.split(b"\n", 1)[0] + b"\n"
+    assert header + b"".join(parts) == one
+    # Balanced by the scan: no range holds everything.
+    assert max(p.count(b"\n") for p in parts) < one.count(b"\n") * 0.8, [
+        p.count(b"\n") for p in parts
+    ]
