@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::{list_all, Meta, OpenOptions, Store, UploadPlan};
 use crate::location::BlobLocation;
 use crate::manifest::{Kind, Mtime};
+use crate::shard::Cuts;
 use crate::stats::Stats;
 
 const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -195,6 +196,29 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
     let top = listing(&store, false).await;
     assert_eq!(top.get(&b"dir"[..]).map(|x| x.0), Some(Kind::Dir));
     assert!(!top.contains_key(&b"dir/empty"[..]));
+    // The recursive listing cut into ranges (list jobs, crate::shard), at listed paths and
+    // between them, a directory's name and its contents apart: every entry in one range.
+    let mut keys: Vec<Vec<u8>> = all.keys().step_by(2).cloned().collect();
+    keys.extend([b"dir".to_vec(), b"dir/".to_vec(), b"zz".to_vec()]);
+    keys.sort();
+    let cuts = Cuts::new(keys);
+    let mut joined = BTreeMap::new();
+    for k in 1..=cuts.jobs() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let (s, c) = (store.clone(), cuts.clone());
+        let lister = tokio::spawn(async move { s.list_range(&c, k, tx).await });
+        while let Some(e) = rx.recv().await {
+            let e = e.unwrap();
+            let path = String::from_utf8_lossy(&e.path).into_owned();
+            let size = e.size();
+            assert!(
+                joined.insert(e.path, (e.kind, size)).is_none(),
+                "{path} listed twice"
+            );
+        }
+        lister.await.unwrap().unwrap();
+    }
+    assert_eq!(joined, all, "the ranges together are not the listing");
 
     // A block upload is invisible until committed, and resumes from staged blocks.
     let plan = UploadPlan {
