@@ -11,6 +11,7 @@ pub mod plan;
 pub mod prune;
 pub mod rm;
 pub mod status;
+pub mod units;
 pub mod verify;
 
 use std::os::unix::ffi::OsStrExt;
