@@ -66,16 +66,31 @@ class Ferry {
 
     /**
      * The report task's command: every step's records gathered into `run/`, then
-     * workflow/scripts/ferry_report.py over them, as the Snakemake rule runs it (its stub too: the
-     * stub steps' records are the worker's own).
+     * workflow/scripts/ferry_report.py over them with the resolution's run.report_argv, the
+     * command the Snakemake rule runs (its stub too: the stub steps' records are the worker's own).
      */
     static String report(Map run, Object projectDir) {
-        def args = run.report_args.collect { q(it) }.join(' ')
+        def args = fill(run.report_argv as List, [run_dir: 'run']).collect { q(it) }.join(' ')
         return """\
             mkdir run
             for rec in rec*; do cp -RLp "\$rec/." run/; done
-            python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run ${args} --by-status
+            python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" ${args}
             """.stripIndent()
+    }
+
+    /**
+     * Each argument that is exactly `{name}` replaced by values[name], as ferry_task.py's fill
+     * does for the steps' commands; a placeholder without a value is an error.
+     */
+    static List<String> fill(List argv, Map values) {
+        return argv.collect { arg ->
+            def m = (arg as String) =~ /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/
+            if (!m.matches())
+                return arg as String
+            if (!values.containsKey(m.group(1)))
+                throw new IllegalArgumentException("ferry: no value for ${arg} in ${argv.take(2)}")
+            return values[m.group(1)] as String
+        }
     }
 
     /**

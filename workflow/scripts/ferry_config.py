@@ -498,6 +498,13 @@ def report_args(cfg: dict) -> list[str]:
     ]
 
 
+def report_argv(cfg: dict) -> list[str]:
+    """The report's command after `ferry_report.py`, the same for both engines; {run_dir} is the
+    records it reads (the run directory, or Nextflow's gathered copy of them). The pages are
+    named by the run's status: report.* when complete, report-incomplete.* otherwise."""
+    return ["build", "{run_dir}", *report_args(cfg), "--by-status"]
+
+
 def resolve(
     params: dict, basedir: str = REPO, absolute: bool = False, schema: dict | None = None
 ) -> dict:
@@ -537,6 +544,7 @@ def resolve(
         "replicate_dir": replicate_run_dir(cfg),
         "ferry": ferry,
         "report_args": report_args(cfg),
+        "report_argv": report_argv(cfg),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
     # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).
