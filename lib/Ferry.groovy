@@ -8,29 +8,21 @@ import java.util.concurrent.ConcurrentLinkedQueue
  */
 class Ferry {
 
-    // Exit statuses that say the task was cut short (killed, out of memory, preempted, over its
-    // time), not that ferry judged the data: worth another attempt with more resources.
-    // 130/143: SIGINT/SIGTERM; 137: SIGKILL (OOM killer, Slurm time limit); 104/134/139: crashes;
-    // 140: Slurm/SGE over a limit; Integer.MAX_VALUE: Nextflow lost the task (node gone).
-    static final Set<Integer> INTERRUPTED = [104, 130, 134, 137, 139, 140, 143, Integer.MAX_VALUE] as Set
-
     // Records (the `rec` directory of docs/pipeline.md's layout) of tasks that failed for good:
     // the report reads them to say what went wrong.
     private static final Queue<Path> FAILED = new ConcurrentLinkedQueue<Path>()
 
     /**
-     * errorStrategy of every ferry step. ferry exits 1 when files failed after its own retries
-     * (a storage outage, a throttled account): worth `job_retries` more attempts, as in the
-     * Snakemake pipeline. Exit 2 is a usage or configuration error: never retried. Interrupted
-     * tasks get up to three attempts with growing resources. A task that stays failed is ignored, so
-     * the other partitions go on (like Snakemake's keep-going); the report then says the run is
-     * incomplete and the run ends in an error. `-resume` redoes just the failed tasks.
+     * errorStrategy of every ferry step: Snakemake's `retries`, exactly. A failed task, whatever
+     * made it fail (files ferry could not copy after its own retries, a kill for time or memory, a
+     * lost node, a usage error), gets `job_retries` more attempts, each asking for attempt × the
+     * configured memory and time (conf/base.config); with job_retries 0, none. A task that stays
+     * failed is ignored, so the other partitions go on (like Snakemake's keep-going); the report
+     * then says the run is incomplete and the run ends in an error. `-resume` redoes just the
+     * failed tasks.
      */
     static String strategy(task, int jobRetries) {
-        Integer status = task.exitStatus as Integer
-        if (status == 1 && task.attempt <= jobRetries)
-            return 'retry'
-        if (status in INTERRUPTED && task.attempt < Math.max(3, jobRetries + 1))
+        if (task.attempt <= jobRetries)
             return 'retry'
         Path rec = task.workDir?.resolve('rec')
         if (rec != null && Files.exists(rec))
@@ -66,16 +58,31 @@ class Ferry {
 
     /**
      * The report task's command: every step's records gathered into `run/`, then
-     * workflow/scripts/ferry_report.py over them, as the Snakemake rule runs it (its stub too: the
-     * stub steps' records are the worker's own).
+     * workflow/scripts/ferry_report.py over them with the resolution's run.report_argv, the
+     * command the Snakemake rule runs (its stub too: the stub steps' records are the worker's own).
      */
     static String report(Map run, Object projectDir) {
-        def args = run.report_args.collect { q(it) }.join(' ')
+        def args = fill(run.report_argv as List, [run_dir: 'run']).collect { q(it) }.join(' ')
         return """\
             mkdir run
             for rec in rec*; do cp -RLp "\$rec/." run/; done
-            python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" build run ${args} --by-status
+            python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" ${args}
             """.stripIndent()
+    }
+
+    /**
+     * Each argument that is exactly `{name}` replaced by values[name], as ferry_task.py's fill
+     * does for the steps' commands; a placeholder without a value is an error.
+     */
+    static List<String> fill(List argv, Map values) {
+        return argv.collect { arg ->
+            def m = (arg as String) =~ /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/
+            if (!m.matches())
+                return arg as String
+            if (!values.containsKey(m.group(1)))
+                throw new IllegalArgumentException("ferry: no value for ${arg} in ${argv.take(2)}")
+            return values[m.group(1)] as String
+        }
     }
 
     /**

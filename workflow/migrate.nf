@@ -76,7 +76,7 @@ workflow MIGRATE {
             records = records.mix(FINAL_CHECK.out.rec)
     }
     // Once every step has ended, failed ones included: their records say what went wrong.
-    REPORT([run_dir: run.dir, report_args: run.report_args, layout: layout],
+    REPORT([run_dir: run.dir, report_argv: run.report_argv, layout: layout],
            records.toList().map { done -> done + Ferry.failedRecords() })
 
     emit:

@@ -1,4 +1,4 @@
-"""Snakemake and Nextflow, given one config file, do the same migration.
+"""Snakemake and Nextflow, given one config file, do the same migration, and retry alike.
 
 One source tree, two Azurite destinations (one per engine), one YAML config passed to Snakemake
 as --configfile and to Nextflow as -params-file. After each phase the two destinations hold the
@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from support.nextflow import nextflow, statuses, trace
-from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, pipeline
+from support.nextflow import nextflow, params_for, statuses, trace
+from support.pipeline import (
+    base_config,
+    blob_snapshot,
+    md5s,
+    migration_tree,
+    modify_tree,
+    pipeline,
+)
 
 # What legitimately differs between two runs of the same phase: when and how long things took.
 TIMING_KEYS = {
@@ -234,3 +242,43 @@ def test_engines_migrate_alike_and_relay(tmp_path, azurite, ferry_bin):
     assert rep["totals"]["verify"]["same"] == len(content) + 1  # and the symlink
     assert rep["partitions"] == [] and rep["failures"] == []
     assert rep["totals"]["dest_listing"]["listed"]["used"] is False
+
+
+def killed_copy(tmp_path: Path, ferry_bin) -> tuple[Path, Path]:
+    """A worker whose every `copy` is killed (SIGKILL: what an out-of-memory kill or a time
+    limit looks like), each attempt counted as a line of the calls file; every other verb runs."""
+    calls, wrapper = tmp_path / "copy-calls", tmp_path / "bin" / "ferry"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = copy ]; then echo attempt >> {shlex.quote(str(calls))}; kill -KILL $$; fi\n'
+        f'exec {shlex.quote(str(ferry_bin))} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, calls
+
+
+@pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
+def test_engines_retry_a_killed_job_alike(tmp_path, ferry_bin, engine):
+    """job_retries means the same in both engines: a job killed every time it runs is run
+    job_retries + 1 times, then the run fails (docs/pipeline.md; Nextflow once retried an
+    interrupted task three times in all, whatever job_retries said)."""
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    migration_tree(src, files=5, big=0)
+    wrapper, calls = killed_copy(tmp_path, ferry_bin)
+    if engine == "snakemake":
+        config = base_config(wrapper, outdir, src, dest, "baseline")
+        proc = pipeline(*config, "job_retries=1", "plan={mode: parts, parts: 1}", expect=None)
+    else:
+        params = params_for(
+            wrapper,
+            outdir,
+            src,
+            dest,
+            "baseline",
+            job_retries=1,
+            plan={"mode": "parts", "parts": 1},
+        )
+        proc = nextflow(tmp_path / "launch", params=params, expect=None)
+    assert proc.returncode != 0
+    assert calls.read_text().splitlines() == ["attempt"] * 2

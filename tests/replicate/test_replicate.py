@@ -391,6 +391,25 @@ def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry
         assert (st.st_mode & 0o7777, st.st_mtime_ns) == (0o640, 1_600_000_000_123_456_789)
 
 
+def test_a_rank_holds_a_file_by_the_workers_rule(tmp_path):
+    """Held or not is the copy's rule (worker/src/same.rs), asked of each rank's worker: an mtime
+    within a microsecond of the listing's is the same file (other tools keep fewer digits), one
+    further off is not, and only that file is broadcast again."""
+    src = tmp_path / "src"
+    spec = many_files_spec(20)
+    make_tree(src, spec)
+    dest = tmp_path / "nodes"
+    replicate("mpirun", 2, src, f"{dest}/{{rank}}", tmp_path)
+    close, far = (dest / "1" / p for p in sorted(spec)[1:3])  # not the empty f00000
+    for path, off in ((close, 700), (far, 2_000)):
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + off))
+    _, rep = replicate("mpirun", 2, src, f"{dest}/{{rank}}", tmp_path)
+    assert rep["plan"]["held_by_all"] == len(spec) - 1
+    assert rep["bytes"]["broadcast"] == far.stat().st_size
+    assert rep["bytes"]["read_from_source"] == 0
+
+
 def test_refusals_are_clear(tmp_path):
     src = tmp_path / "src"
     make_tree(src, {"a.txt": b"a"})

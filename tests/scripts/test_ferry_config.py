@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import ferry_config
+import ferry_report
 import ferry_task
 import pytest
 from ferrylib import ConfigError
@@ -117,6 +118,7 @@ def test_old_key_names_still_work_with_a_warning_each():
         ({"copy": {"concurrency": "lots"}}, "copy.concurrency"),
         ({"copy": {"speed": 3}}, "copy.speed"),
         ({"plan": {"max_bytes": "12 parsecs"}}, "plan.max_bytes"),
+        ({"copy": {"block_size": "lots"}}, "copy.block_size"),
         ({"resources": {"copy": {"mem_mb": -5}}}, "resources.copy.mem_mb"),
         ({"dest": "/data/share/"}, "source' and 'dest"),
     ],
@@ -156,6 +158,18 @@ def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
     assert "--final-checksum" not in args and "--checksum" not in args
     args = resolve(phase="incremental", checksum=True)["run"]["report_args"]
     assert "--final-checksum" in args and "--checksum" not in args
+
+
+def test_one_report_command_for_both_engines(tmp_path):
+    """The report's command comes whole from the resolution (run.report_argv): each engine only
+    says where the records are ({run_dir}: the run directory, or Nextflow's gathered copy), and
+    the pages are named by the run's status, whichever engine made them."""
+    run = resolve(phase="final", checksum=True)["run"]
+    argv = ferry_task.fill(run["report_argv"], {"run_dir": str(tmp_path)})
+    assert argv == ["build", str(tmp_path), *run["report_args"], "--by-status"]
+    opts = ferry_report.parser().parse_args(argv)
+    assert opts.run_dir == str(tmp_path) and opts.by_status and opts.checksum
+    assert opts.json_path is None and opts.md_path is None
 
 
 def test_cli_prints_the_resolution_or_a_named_error(tmp_path, capsys):

@@ -45,6 +45,7 @@ def phase(tmp_path, run_ferry):
     docs["status"] = run_ferry("status", run, "--json").json
     state = tmp_path / "state"
     docs["carry"] = run_ferry("carry", dst, "--state", state, "--pass", "baseline", "--json").json
+    docs["units"] = json.loads(run_ferry("units", "--size", "4MiB", "--rate", "1Gbps").stdout)
     return docs
 
 

@@ -50,6 +50,9 @@ pub enum Command {
     /// For scripts: a manifest's entries with their raw paths and temp names, NUL-separated
     #[command(hide = true)]
     Names(crate::commands::names::NamesArgs),
+    /// For scripts: sizes and rates read by the worker's rules, as JSON
+    #[command(hide = true)]
+    Units(crate::commands::units::UnitsArgs),
     /// For the repository: the JSON Schema of every document the worker prints or writes
     #[command(hide = true)]
     Schema,

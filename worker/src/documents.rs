@@ -357,6 +357,14 @@ pub struct StatusDoc {
     pub progress: Option<PlanProgress>,
 }
 
+/// `ferry units`: sizes and rates in bytes and bytes a second, in the order asked for.
+#[derive(Serialize, JsonSchema)]
+pub struct UnitsDoc {
+    pub version: Version,
+    pub sizes: Vec<u64>,
+    pub rates: Vec<u64>,
+}
+
 /// Every document, by the name the pipeline's scripts read it under, with its schema.
 pub fn schemas() -> serde_json::Value {
     let mut all = serde_json::Map::new();
@@ -382,6 +390,7 @@ pub fn schemas() -> serde_json::Value {
         "carry",
         schemars::schema_for!(crate::commands::carry::CarryDoc),
     );
+    add("units", schemars::schema_for!(UnitsDoc));
     serde_json::json!({
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,

@@ -77,7 +77,8 @@ fn main() -> ExitCode {
             Prune(a) => commands::prune::run(a).await,
             Carry(a) => commands::carry::run(a).await,
             Shard(a) => commands::shard::run(a).await,
-            Names(a) => commands::names::run(a),
+            Names(a) => commands::names::run(a).await,
+            Units(a) => commands::units::run(a),
             Status(a) => commands::status::run(a),
             Schema => {
                 print!("{}", documents::schema_text());

@@ -72,7 +72,7 @@ pub struct Attrs {
 }
 
 impl Attrs {
-    #[cfg(test)]
+    /// The bytes alone (`ferry names --held`: the replication carries no other attribute).
     pub const NONE: Attrs = Attrs {
         mode: false,
         owner: false,

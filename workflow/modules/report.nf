@@ -1,16 +1,17 @@
-// The run report, by the same command as the Snakemake pipeline's (workflow/scripts/ferry_report.py),
+// The run report, by the command the resolution gives both engines (run.report_argv, after
+// workflow/scripts/ferry_report.py),
 // over the records every step left (failed steps' too): always made, also after failures.
 // report.{json,md,html} when the phase is complete, report-incomplete.{json,md,html} otherwise.
 
 process REPORT {
     label 'ferry'
-    // Every run of the phase appends its record to the history (--history in report_args), so
+    // Every run of the phase appends its record to the history (--history in report_argv), so
     // the report is never taken from the cache of an earlier run (-resume).
     cache false
     publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : name }
 
     input:
-    val run                                   // run_dir, report_args, layout
+    val run                                   // run_dir, report_argv, layout
     path records, stageAs: 'rec*'             // every step's rec directory
 
     output:

@@ -1,6 +1,7 @@
-# The run report: built by workflow/scripts/ferry_report.py (the same command the Nextflow
-# pipeline runs) from the worker's own --json outputs and the steps' timing files, so its numbers
-# are the ones the jobs measured, not estimates.
+# The run report: built by workflow/scripts/ferry_report.py with the command the resolution gives
+# both engines (run.report_argv) from the worker's own --json outputs and the steps' timing files,
+# so its numbers are the ones the jobs measured, not estimates. A run found incomplete writes
+# report-incomplete.*, not the outputs below, and so fails.
 
 
 rule report:
@@ -19,7 +20,6 @@ rule report:
     resources:
         **requests("report"),
     params:
-        args=shlex.join(RUN_INFO["report_args"]),
+        argv=shlex.join(ferry_task.fill(RUN_INFO["report_argv"], {"run_dir": RUN})),
     shell:
-        f"{literal(sys.executable)} {literal(REPORT)} build {literal(RUN)}"
-        " {params.args} --json {output.json:q} --md {output.md:q} 2> {log:q}"
+        f"{literal(sys.executable)} {literal(REPORT)}" + " {params.argv} 2> {log:q}"

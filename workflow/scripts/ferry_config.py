@@ -28,7 +28,6 @@ from ferrylib import (
     check_config,
     coerce_cli_strings,
     is_blob,
-    parse_size,
     redact,
     run_name_for,
 )
@@ -223,7 +222,8 @@ def copy_args(cfg: dict) -> list[str]:
         "--compare",
         "none" if cfg["phase"] == "baseline" else cfg["compare"],
         "--block-size",
-        str(parse_size(c["block_size"])),
+        # Sizes and rates as written: the worker reads them by its rules (worker/src/units.rs).
+        str(c["block_size"]),
         "--max-retries",
         str(c["max_retries"]),
     ]
@@ -271,14 +271,14 @@ def cut_args(cfg: dict) -> list[str]:
     if p["mode"] in ("max-files", "max-files-bytes"):
         args += ["--max-files", str(p["max_files"])]
     if p["mode"] in ("max-bytes", "max-files-bytes"):
-        args += ["--max-bytes", str(parse_size(p["max_bytes"]))]
+        args += ["--max-bytes", str(p["max_bytes"])]
     return args
 
 
 def replicate_args(cfg: dict) -> list[str]:
     """workflow/scripts/replicate.py options after SRC DEST --ferry (docs/replicate.md)."""
     r = cfg["replicate"]
-    args = ["--chunk-size", str(parse_size(r["chunk_size"])), "--depth", str(r["depth"])]
+    args = ["--chunk-size", str(r["chunk_size"]), "--depth", str(r["depth"])]
     if r["download_ranks"]:
         args += ["--download-ranks", str(r["download_ranks"])]
     if r["max_bandwidth"]:
@@ -498,6 +498,13 @@ def report_args(cfg: dict) -> list[str]:
     ]
 
 
+def report_argv(cfg: dict) -> list[str]:
+    """The report's command after `ferry_report.py`, the same for both engines; {run_dir} is the
+    records it reads (the run directory, or Nextflow's gathered copy of them). The pages are
+    named by the run's status: report.* when complete, report-incomplete.* otherwise."""
+    return ["build", "{run_dir}", *report_args(cfg), "--by-status"]
+
+
 def resolve(
     params: dict, basedir: str = REPO, absolute: bool = False, schema: dict | None = None
 ) -> dict:
@@ -537,6 +544,7 @@ def resolve(
         "replicate_dir": replicate_run_dir(cfg),
         "ferry": ferry,
         "report_args": report_args(cfg),
+        "report_argv": report_argv(cfg),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
     # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).

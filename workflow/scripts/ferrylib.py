@@ -1,6 +1,7 @@
-"""Helpers shared by the pipeline's scripts and the Snakefile: sizes, locations, JSON documents,
-and configuration checks. Planning (comparing and partitioning manifests) is the worker's alone
-(`ferry plan`), as is reading a manifest's escaped paths (`ferry names`)."""
+"""Helpers shared by the pipeline's scripts and the Snakefile: locations, JSON documents, and
+configuration checks. Planning (comparing and partitioning manifests) is the worker's alone
+(`ferry plan`), as are reading a manifest's escaped paths (`ferry names`) and sizes and rates
+(`ferry units`, or the option that takes them: the pipeline passes them as written)."""
 
 from __future__ import annotations
 
@@ -8,83 +9,6 @@ import hashlib
 import json
 import os
 import re
-
-# The same reading as the worker's (worker/src/units.rs): a bare K/M/G/T is binary, as most
-# storage tools read it; KB/MB/GB/TB are decimal. Sizes are handed to ferry as plain bytes, so
-# the two must agree.
-_SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 1024,
-    "KI": 1024,
-    "KIB": 1024,
-    "M": 1024**2,
-    "MI": 1024**2,
-    "MIB": 1024**2,
-    "G": 1024**3,
-    "GI": 1024**3,
-    "GIB": 1024**3,
-    "T": 1024**4,
-    "TI": 1024**4,
-    "TIB": 1024**4,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "TB": 1000**4,
-}
-# The first line of every manifest the worker writes (docs/manifest.md); it reads v1 lines (five
-# fields) under it too.
-MANIFEST_HEADER = "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs"
-
-
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(value) -> int:
-    """Bytes from 123, "123", "8MiB", "8M", "1.5GB"."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a size: {value!r}")
-    if isinstance(value, int):
-        return value
-    match = _SIZE_RE.match(str(value))
-    if not match or match.group(2).upper() not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {value!r}")
-    return round(float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()])
-
-
-# Rates as the worker reads them (worker/src/units.rs): bits per second are decimal, byte units
-# follow parse_size, the "/s" is optional and a bare number is bytes per second.
-_RATE_UNITS = {
-    "": 1,
-    "B": 1,
-    "bps": 1 / 8,
-    "Kbps": 1e3 / 8,
-    "kbps": 1e3 / 8,
-    "Mbps": 1e6 / 8,
-    "Gbps": 1e9 / 8,
-    "Tbps": 1e12 / 8,
-    "KB": 1e3,
-    "kB": 1e3,
-    "MB": 1e6,
-    "GB": 1e9,
-    "TB": 1e12,
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-    "TiB": 1024**4,
-}
-_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)(?:/s)?\s*$")
-
-
-def parse_rate(value) -> int:
-    """Bytes per second from "500Mbps", "100MB/s", "64MiB/s", "1000"."""
-    match = _RATE_RE.match(str(value))
-    if not match or match.group(2) not in _RATE_UNITS:
-        raise ValueError(f"not a rate: {value!r} (e.g. 500Mbps, 100MB/s, 64MiB/s)")
-    rate = int(float(match.group(1)) * _RATE_UNITS[match.group(2)])
-    if rate < 1:
-        raise ValueError(f"rate {value!r} is below one byte per second")
-    return rate
 
 
 def is_blob(location: str) -> bool:
@@ -140,14 +64,6 @@ def check_config(cfg: dict) -> None:
             "config fields 'source' and 'dest' are required for a migration "
             "(for `snakemake replicate`, set replicate.source and replicate.dest instead)"
         )
-    for field, value in (
-        ("plan.max_bytes", cfg["plan"]["max_bytes"]),
-        ("copy.block_size", cfg["copy"]["block_size"]),
-    ):
-        try:
-            parse_size(value)
-        except ValueError as err:
-            raise ConfigError(f"config field '{field}': {err}") from None
     if cfg["plan"]["tool"] == "fpart" and is_blob(cfg["source"]):
         raise ConfigError(
             "config field 'plan.tool': fpart partitions local sources only; "

@@ -3,12 +3,13 @@
     mpirun -n N python -m mpi4py workflow/scripts/replicate.py SRC DEST [options]
     srun --mpi=pmix -K -n N python -m mpi4py workflow/scripts/replicate.py SRC DEST [options]
 
-Rank 0 lists SRC (`ferry ls -r`, or takes --manifest) and has the worker decode it (`ferry
-names`: raw paths and temp names). Every rank reports which listed files it already holds; files
-no rank holds are split by bytes plus a per-file weight (`ferry partition --parts K --file-weight
-W`) over the downloading ranks, each of which fetches its share with `ferry copy --files-from`;
-then every file some rank lacks is broadcast from a rank that has it (replicate_bcast.py). See
-docs/replicate.md.
+Rank 0 lists SRC (`ferry ls -r`, or takes --manifest) and sends the listing to every rank,
+whose worker decodes it and says which of its files the rank already holds (`ferry names --held`:
+raw paths, temp names, sizes, and the copy's own "same file?" rule). Files no rank holds are
+split by bytes plus a per-file weight (`ferry partition --parts K --file-weight W`) over the
+downloading ranks, each of which fetches its share with `ferry copy --files-from`; then every
+file some rank lacks is broadcast from a rank that has it (replicate_bcast.py). Sizes and rates
+on the command line are read by the worker's rules (`ferry units`). See docs/replicate.md.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def parse_args(argv):
         "--compare",
         choices=["size-mtime", "md5"],
         default="size-mtime",
-        help="when a rank's file counts as already held (default size-mtime, the worker's rule)",
+        help="when a rank's file counts as already held, as `ferry copy --compare` (default size-mtime)",
     )
     p.add_argument(
         "--file-weight",
@@ -118,13 +119,10 @@ def parse_args(argv):
     )
     args = p.parse_args(argv)
     try:
-        args.chunk_size = ferrylib.parse_size(args.chunk_size)
-        args.file_weight = ferrylib.parse_size(args.file_weight)
-        for name in ("max_bandwidth", "max_broadcast_bandwidth"):
-            if getattr(args, name):
-                setattr(args, name, ferrylib.parse_rate(getattr(args, name)))
-    except ValueError as err:
+        args.ferry = find_ferry(args.ferry)
+    except RuntimeError as err:
         p.error(str(err))
+    read_units(p, args)
     if not 1 <= args.chunk_size <= MAX_COLLECTIVE:
         p.error("--chunk-size must be between 1 byte and 1GiB (each broadcast is one MPI call)")
     if args.depth < 1:
@@ -132,6 +130,27 @@ def parse_args(argv):
     if args.download_ranks is not None and args.download_ranks < 1:
         p.error("--download-ranks must be at least 1")
     return args
+
+
+RATES = ("max_bandwidth", "max_broadcast_bandwidth")
+
+
+def read_units(p: Parser, args) -> None:
+    """The sizes and rates of the command line in bytes, read by the worker's rules (`ferry
+    units`), in place; a value it refuses is a usage error with its message."""
+    given = [name for name in RATES if getattr(args, name)]
+    cmd = [args.ferry, "units", "--size", args.chunk_size, "--size", args.file_weight]
+    for name in given:
+        cmd += ["--rate", getattr(args, name)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        p.error(
+            proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else "ferry units failed"
+        )
+    doc = ferry_docs.parse("units", proc.stdout, "ferry units")
+    args.chunk_size, args.file_weight = doc["sizes"]
+    for name, rate in zip(given, doc["rates"]):
+        setattr(args, name, rate)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -236,13 +255,33 @@ def run_ferry(
     return result
 
 
+# Fields of a `ferry names` record (docs/worker.md, "names"), each ended by NUL.
+NAMES_FIELDS = 8
+
+
+def names_records(names: bytes):
+    """The records of `ferry names` output: line, raw path, temp and journal names, type, size,
+    MD5 and held, as bytes."""
+    fields = names.split(b"\0")
+    if len(fields) % NAMES_FIELDS != 1 or fields[-1]:
+        raise ValueError("ferry names: output cut short")
+    for at in range(0, len(fields) - 1, NAMES_FIELDS):
+        yield fields[at : at + NAMES_FIELDS]
+
+
+def shown(raw: bytes) -> str:
+    """A raw path for messages and the report."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
 class Listing:
-    """The files of the manifest, in manifest order, identical on every rank. Built from the
-    output of `ferry names` (docs/worker.md): per entry its manifest line, its raw path and the
-    names of the temp and journal files the worker writes beside it, each field ended by NUL."""
+    """The files of the manifest, in manifest order, the same on every rank but for `held`. Built
+    from the output of `ferry names --held` (docs/worker.md): per entry its manifest line, raw
+    path, the temp and journal names the worker writes beside it, its type, size and MD5, and
+    whether this rank's DEST already holds it by the worker's rule; nothing read from the line."""
 
     def __init__(self, names: bytes):
-        self.lines, self.paths, partials, journals, sizes, mtimes, self.md5 = (
+        self.lines, self.paths, partials, journals, sizes, held, self.md5 = (
             [],
             [],
             [],
@@ -253,31 +292,27 @@ class Listing:
         )
         self.dirs, self.ignored = [], []
         seen = set()
-        fields = names.split(b"\0")
-        if len(fields) % 4 != 1 or fields[-1]:
-            raise ValueError("ferry names: output cut short")
-        for at in range(0, len(fields) - 1, 4):
-            line, raw, partial, journal = fields[at : at + 4]
-            line = line.decode("utf-8")
-            path, kind, size, mtime, md5 = line.split("\t")[:5]
+        for line, raw, partial, journal, kind, size, md5, holds in names_records(names):
             # `ferry names` refuses '.' and '..'; an empty component is a legal blob name but
             # no local one.
             if b"" in raw.split(b"/"):
-                raise ValueError(f"manifest path {path!r} would leave the destination")
-            if kind == "d":
+                raise ValueError(f"manifest path {shown(raw)!r} would leave the destination")
+            if kind == b"dir":
                 self.dirs.append(raw)
-            elif kind != "f":
-                what = {"l": "symlink"}.get(kind, "fifo, socket or device node")
+            elif kind != b"file":
                 self.ignored.append(
-                    {"path": path, "reason": f"{what} (replicate copies files and directories)"}
+                    {
+                        "path": shown(raw),
+                        "reason": f"{kind.decode()} (replicate copies files and directories)",
+                    }
                 )
-            elif size == "-":
+            elif not size:
                 raise ValueError(
-                    f"manifest path {path!r} has no size (replicate needs sizes; "
+                    f"manifest path {shown(raw)!r} has no size (replicate needs sizes; "
                     "bare path lists are not enough)"
                 )
             elif raw in seen:
-                raise ValueError(f"manifest path {path!r} is listed twice")
+                raise ValueError(f"manifest path {shown(raw)!r} is listed twice")
             else:
                 seen.add(raw)
                 self.lines.append(line)
@@ -285,21 +320,24 @@ class Listing:
                 partials.append(partial)
                 journals.append(journal)
                 sizes.append(int(size))
-                mtimes.append(-1 if mtime == "-" else mtime_ns(mtime))
-                self.md5.append(None if md5 == "-" else md5)
+                held.append(holds == b"1")
+                self.md5.append(md5.decode() or None)
         # Fixed-width arrays: two more Python objects a file would double the listing's memory.
         self.temps = np.array(partials, dtype=bytes)
         self.journals = np.array(journals, dtype=bytes)
         self.sizes = np.array(sizes, dtype=np.int64)
-        self.mtimes = np.array(mtimes, dtype=np.int64)
+        self.held = np.array(held, dtype=bool)
 
     def __len__(self):
         return len(self.paths)
 
 
-def mtime_ns(text: str) -> int:
-    secs, _, nanos = text.partition(".")
-    return int(secs) * 1_000_000_000 + int(nanos.ljust(9, "0")[:9] or 0)
+def write_manifest(path: str, lines) -> None:
+    """A manifest of lines as the worker printed them (`ferry names`); no header: the worker
+    reads headerless lines as its current version."""
+    with open(path, "wb") as f:
+        for line in lines:
+            f.write(line + b"\n")
 
 
 def md5_of(path: bytes) -> str:
@@ -327,8 +365,9 @@ def human(n: float) -> str:
 # --- stages --------------------------------------------------------------------------------------
 
 
-def take_listing(job: Job, ferry: str, workdir: str) -> Listing:
-    names = None
+def take_listing(job: Job, ferry: str, workdir: str, dest: str) -> Listing:
+    """Rank 0's listing of SRC, sent to every rank, read by each rank's worker against its DEST."""
+    text = None
     if job.rank == 0:
         manifest = job.args.manifest
         if not manifest:
@@ -340,34 +379,25 @@ def take_listing(job: Job, ferry: str, workdir: str) -> Listing:
                 )
             if res.returncode != 0:
                 raise RuntimeError(f"listing the source failed: {res.stderr[-2000:]}")
-        res = run_ferry(job, [ferry, "names", manifest], "reading the manifest")
-        if res.returncode != 0:
-            raise RuntimeError(f"reading the manifest failed: {res.stderr[-2000:]}")
-        names = res.stdout
-    return Listing(bcast_bytes(job.comm, names))
+        with open(manifest, "rb") as f:
+            text = f.read()
+    mine = os.path.join(workdir, "listing-here.tsv")
+    with open(mine, "wb") as f:
+        f.write(bcast_bytes(job.comm, text))
+    res = run_ferry(
+        job,
+        [ferry, "names", mine, "--held", dest, "--compare", job.args.compare],
+        "reading the listing",
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"reading the listing failed: {res.stderr[-2000:]}")
+    return Listing(res.stdout)
 
 
-def holdings(job: Job, listing: Listing, dest: bytes) -> np.ndarray:
-    """Which listed files each rank already holds: an (N ranks × files) boolean matrix."""
-    held = np.zeros(len(listing), dtype=bool)
-    candidates = []
-    for i, rel in enumerate(listing.paths):
-        try:
-            st = os.lstat(os.path.join(dest, rel))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not stat.S_ISREG(st.st_mode) or st.st_size != listing.sizes[i]:
-            continue
-        if job.args.compare == "md5":
-            if listing.md5[i]:
-                candidates.append(i)
-        elif listing.mtimes[i] >= 0 and st.st_mtime_ns == listing.mtimes[i]:
-            held[i] = True
-    if candidates:
-        digests = hash_files([os.path.join(dest, p) for p in listing.paths], candidates)
-        for i, digest in digests.items():
-            held[i] = digest == listing.md5[i]
-    packed = np.packbits(held)
+def holdings(job: Job, listing: Listing) -> np.ndarray:
+    """Which listed files each rank already holds (each rank's worker said so of its own DEST):
+    an (N ranks × files) boolean matrix."""
+    packed = np.packbits(listing.held)
     everyone = np.empty((job.size, packed.size), dtype=np.uint8)
     job.comm.Allgather(packed, everyone)
     return np.unpackbits(everyone, axis=1, count=len(listing)).astype(bool)
@@ -394,10 +424,7 @@ def assign_roots(
         # Each file weighs its bytes plus a per-request cost, so that one rank does not get
         # a thousand small files while another gets one large file of the same bytes.
         manifest = os.path.join(workdir, "download.tsv")
-        with open(manifest, "w", encoding="utf-8", newline="\n") as f:
-            f.write(ferrylib.MANIFEST_HEADER + "\n")
-            for i in missing:
-                f.write(listing.lines[i] + "\n")
+        write_manifest(manifest, (listing.lines[i] for i in missing))
         parts = os.path.join(workdir, "parts")
         run = run_ferry(
             job,
@@ -417,14 +444,17 @@ def assign_roots(
         )
         if run.returncode != 0:
             raise RuntimeError(f"ferry partition failed: {run.stderr[-2000:]}")
-        position = {listing.lines[i].split("\t", 1)[0]: k for k, i in enumerate(missing)}
+        position = {listing.paths[i]: k for k, i in enumerate(missing)}
         for part in range(downloaders):
-            with open(
-                os.path.join(parts, f"part-{part:05d}.tsv"), encoding="utf-8", newline="\n"
-            ) as f:
-                for line in f:
-                    if line.strip() and not line.startswith("#"):
-                        owner[position[line.split("\t", 1)[0]]] = part
+            res = run_ferry(
+                job,
+                [ferry, "names", os.path.join(parts, f"part-{part:05d}.tsv")],
+                "reading the download's parts",
+            )
+            if res.returncode != 0:
+                raise RuntimeError(f"reading the download's parts failed: {res.stderr[-2000:]}")
+            for record in names_records(res.stdout):
+                owner[position[record[1]]] = part
         if (owner < 0).any():
             raise RuntimeError("ferry partition left files out of every part")
     if missing:
@@ -446,10 +476,7 @@ def download(
     if not mine:
         return {"files": 0, "bytes": 0}
     part = os.path.join(workdir, f"part-rank{job.rank}.tsv")
-    with open(part, "w", encoding="utf-8", newline="\n") as f:
-        f.write(ferrylib.MANIFEST_HEADER + "\n")
-        for i in mine:
-            f.write(listing.lines[i] + "\n")
+    write_manifest(part, (listing.lines[i] for i in mine))
     cmd = [
         ferry,
         "copy",
@@ -588,7 +615,7 @@ def check_replicas(
             bad.append(
                 {
                     "rank": job.rank,
-                    "path": listing.lines[i].split("\t", 1)[0],
+                    "path": shown(listing.paths[i]),
                     "md5": digests[i],
                     "expected": expected,
                     "against": against,
@@ -609,7 +636,7 @@ def replicate(job: Job) -> int:
     comm = job.comm
     dest = args.dest.replace("{rank}", str(job.rank))
     dest_b = os.fsencode(dest)
-    ferry = find_ferry(args.ferry)
+    ferry = args.ferry
     # Two ranks writing one directory would rename each other's temp files away.
     identities = comm.allgather((job.host, os.path.realpath(dest)))
     # Each rank runs two busy threads (MPI and I/O): more than that per core and waits must sleep.
@@ -625,13 +652,13 @@ def replicate(job: Job) -> int:
     workdir = tempfile.mkdtemp(prefix="ferry-replicate-")
     try:
         job.enter("list")
-        listing = take_listing(job, ferry, workdir)
+        listing = take_listing(job, ferry, workdir, dest)
         job.say(
             f"{len(listing)} files, {human(int(listing.sizes.sum()))} in the listing; {job.size} ranks"
         )
 
         job.enter("plan")
-        held = holdings(job, listing, dest_b)
+        held = holdings(job, listing)
         roots = assign_roots(job, listing, held, workdir, ferry)
         to_download = (roots >= 0) & ~held.any(axis=0)
         summary = {

@@ -12,6 +12,7 @@ pub mod prune;
 pub mod rm;
 pub mod shard;
 pub mod status;
+pub mod units;
 pub mod verify;
 
 use std::os::unix::ffi::OsStrExt;
