@@ -341,19 +341,23 @@ def render(res: dict) -> str:
         )
     lines += [
         "",
-        "Backtest (the history's projection of each earlier pass from the passes before it):",
+        "Backtest (the history's projection of each earlier pass from the passes before it; "
+        "priced: the same pass priced with the delta it found, the model's error apart from the "
+        "forecast's):",
         "",
-        "| destination | pass | projected s | actual s | error |",
-        "|---|---|---:|---:|---:|",
+        "| destination | pass | projected s | priced s | actual s | error | priced error |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
+
+    def pct(x) -> str:
+        return f"{x:+.0f} %" if isinstance(x, (int, float)) else "-"
+
     for t in res["targets"]:
         for b in t.get("backtest") or []:
-            err = (
-                f"{b['error_pct']:+.0f} %" if isinstance(b.get("error_pct"), (int, float)) else "-"
-            )
             lines.append(
                 f"| {t['dest']} | {b.get('phase')} {b.get('pass')} | {fmt(b.get('projected_seconds'))} | "
-                f"{fmt(b.get('actual_seconds'))} | {err} |"
+                f"{fmt(b.get('priced_seconds'))} | {fmt(b.get('actual_seconds'))} | "
+                f"{pct(b.get('error_pct'))} | {pct(b.get('priced_error_pct'))} |"
             )
     lines += [
         "",

@@ -407,11 +407,30 @@ def files_of(rec: dict, side: str) -> int:
 def pooled(passes: list[dict], units, seconds) -> float | None:
     """Units per second over the passes that did some of it: total units / total seconds, so a
     big pass weighs more than a small one. None: never measured."""
+    return fitted(passes, units, seconds)[1]
+
+
+def fitted(passes: list[dict], units, seconds) -> tuple[float, float | None]:
+    """A step's time as `fixed + units / rate`, fitted by least squares over the passes that did
+    some of it: the fixed part is what its jobs cost whatever their work (scheduled, started,
+    gathered), which a pass with a small delta pays in full. From passes of one size (or a fit
+    the noise turns upside down) all of it is rate: total units / total seconds. (0, None): never
+    measured."""
     pairs = [(units(r), seconds(r)) for r in passes]
     pairs = [(u, s) for u, s in pairs if u > 0 and s > 0]
     if not pairs:
-        return None
-    return sum(u for u, _ in pairs) / sum(s for _, s in pairs)
+        return 0.0, None
+    proportional = (0.0, sum(u for u, _ in pairs) / sum(s for _, s in pairs))
+    mean_u = sum(u for u, _ in pairs) / len(pairs)
+    mean_s = sum(s for _, s in pairs) / len(pairs)
+    spread = sum((u - mean_u) ** 2 for u, _ in pairs)
+    if spread <= 0:
+        return proportional
+    slope = sum((u - mean_u) * (s - mean_s) for u, s in pairs) / spread
+    fixed = mean_s - slope * mean_u
+    if slope <= 0 or fixed < 0:
+        return proportional
+    return fixed, 1 / slope
 
 
 def overhead(rec: dict) -> float:
@@ -466,53 +485,61 @@ def verified_most(rec: dict) -> bool:
     return _int((rec.get("verified") or {}).get("files")) * 2 >= files_of(rec, "source") > 0
 
 
+# The steps priced by their work, and the work each measured pass did in it.
+WORK = {
+    "list_source": lambda r: files_of(r, "source"),
+    "list_dest": lambda r: files_of(r, "dest"),
+    "plan": lambda r: files_of(r, "source") + files_of(r, "dest"),
+    "copy_files": lambda r: _int((r.get("copied") or {}).get("files")),
+    "copy_bytes": lambda r: _int((r.get("copied") or {}).get("bytes")),
+    "verify_files": lambda r: _int((r.get("verified") or {}).get("files")),
+    "verify_md5_bytes": lambda r: _int((r.get("copied") or {}).get("bytes")),
+    "prune": lambda r: _int((r.get("planned") or {}).get("deleted")),
+    "final_check": lambda r: files_of(r, "source") + files_of(r, "dest"),
+}
+# Where rates() reports each fit's rate, as the report has always named them.
+RATE_NAMES = {
+    "list_source": "list_source_files_per_s",
+    "list_dest": "list_dest_files_per_s",
+    "plan": "plan_entries_per_s",
+    "copy_files": "copy_files_per_s",
+    "copy_bytes": "copy_bytes_per_s",
+    "verify_files": "verify_files_per_s",
+    "verify_md5_bytes": "verify_md5_bytes_per_s",
+    "prune": "prune_entries_per_s",
+    "final_check": "final_check_entries_per_s",
+}
+
+
 def rates(passes: list[dict]) -> dict:
-    """The measured rates, over the latest passes that ran each step (None: never measured)."""
+    """The measured rates, over the latest passes that ran each step (None: never measured), and
+    each step's fixed seconds (`fixed_seconds`, fitted()): the step then takes fixed + work/rate."""
     recent = passes[-RECENT:]
-    with_copies = [r for r in passes if (r.get("copied") or {}).get("files")][-RECENT:]
-    # A verify's time is mostly its jobs' start-up when it checks a few files (an incremental's
-    # delta): only passes that verified most of the tree (a baseline, a final) measure the rate
-    # a final pass's whole-tree verify runs at.
-    size_verifies = [r for r in passes if not r.get("checksum") and verified_most(r)][-RECENT:]
-    md5_verifies = [r for r in passes if r.get("checksum")][-RECENT:]
-    return {
-        "list_source_files_per_s": pooled(
-            recent, lambda r: files_of(r, "source"), lambda r: span(r, "list_source")
-        ),
-        "list_dest_files_per_s": pooled(
-            recent, lambda r: files_of(r, "dest"), lambda r: span(r, "list_dest")
-        ),
-        "plan_entries_per_s": pooled(
-            recent, lambda r: files_of(r, "source") + files_of(r, "dest"), lambda r: span(r, "plan")
-        ),
-        "copy_files_per_s": pooled(
-            with_copies, lambda r: r["copied"]["files"], lambda r: span(r, "copy")
-        ),
-        "copy_bytes_per_s": pooled(
-            with_copies, lambda r: r["copied"]["bytes"], lambda r: span(r, "copy")
-        ),
-        "verify_files_per_s": pooled(
-            size_verifies,
-            lambda r: _int((r.get("verified") or {}).get("files")),
-            lambda r: span(r, "verify"),
-        ),
-        "verify_md5_bytes_per_s": pooled(
-            md5_verifies,
-            lambda r: _int((r.get("source") or {}).get("bytes")),
-            lambda r: span(r, "verify"),
-        ),
-        "prune_entries_per_s": pooled(
-            passes[-RECENT:],
-            lambda r: _int((r.get("planned") or {}).get("deleted")),
-            lambda r: span(r, "prune"),
-        ),
-        "final_check_entries_per_s": pooled(
-            passes[-RECENT:],
-            lambda r: files_of(r, "source") + files_of(r, "dest"),
-            lambda r: span(r, "final_check"),
-        ),
-        "overhead_seconds": sum(overhead(r) for r in recent) / len(recent) if recent else 0.0,
+    # The steps whose work differs most between passes are fitted over them all: the baseline's
+    # large copy fixes the rate, the incremental passes' small ones the fixed part.
+    with_copies = [r for r in passes if (r.get("copied") or {}).get("files")]
+    # A verify by MD5 reads what the pass copied; by size, it looks the files up.
+    size_verifies = [r for r in passes if not r.get("checksum")]
+    md5_verifies = [r for r in passes if r.get("checksum")]
+    over = {
+        "list_source": (recent, "list_source"),
+        "list_dest": (recent, "list_dest"),
+        "plan": (recent, "plan"),
+        "copy_files": (with_copies, "copy"),
+        "copy_bytes": (with_copies, "copy"),
+        "verify_files": (size_verifies, "verify"),
+        "verify_md5_bytes": (md5_verifies, "verify"),
+        "prune": (passes, "prune"),
+        "final_check": (recent, "final_check"),
     }
+    out, fixed = {}, {}
+    for name, (among, step) in over.items():
+        fixed[name], out[RATE_NAMES[name]] = fitted(
+            among, WORK[name], lambda r, step=step: span(r, step)
+        )
+    out["fixed_seconds"] = {k: round(v, 3) for k, v in fixed.items()}
+    out["overhead_seconds"] = sum(overhead(r) for r in recent) / len(recent) if recent else 0.0
+    return out
 
 
 def requests_per_unit(passes: list[dict], step: str, units) -> dict[str, float]:
@@ -535,8 +562,18 @@ def seconds_for(units: float, rate: float | None) -> float:
     return units / rate if units and rate else 0.0
 
 
-def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
-    """The pass `phase` started at `at`, from the complete passes before it (oldest first)."""
+def priced(r: dict, name: str, units: float) -> float:
+    """What `units` of step `name`'s work take: its fixed seconds and its rate (rates())."""
+    rate = r[RATE_NAMES[name]]
+    return r["fixed_seconds"][name] + units / rate if units and rate else 0.0
+
+
+def estimate(
+    passes: list[dict], at: float, phase: str, checksum: bool, work: dict | None = None
+) -> dict:
+    """The pass `phase` started at `at`, from the complete passes before it (oldest first).
+    `work`: the delta it will find ({"files", "bytes", "deleted"}) when known, instead of the
+    one the trend forecasts."""
     assumptions = []
     last = passes[-1]
     r = rates(passes)
@@ -563,6 +600,8 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
         0 if last.get("phase") == "final" else _int((last.get("planned") or {}).get("deleted"))
     )
     deletes = pending_deletes + per_hour["deleted_per_hour"] * hours
+    if work is not None:
+        delta_files, delta_bytes, deletes = work["files"], work["bytes"], work["deleted"]
     source = files_of(last, "source")
     dest = files_of(last, "dest") or source  # after the baseline the destination holds the source
     assumptions.append(
@@ -572,27 +611,24 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
     # A pass after one that carried the destination's state lists only the source.
     carried = bool(last.get("carried")) and phase != "audit"
     full_listing = max(
-        seconds_for(source, r["list_source_files_per_s"]),
-        seconds_for(dest, r["list_dest_files_per_s"] or r["list_source_files_per_s"]),
+        priced(r, "list_source", source),
+        priced(r, "list_dest" if r["list_dest_files_per_s"] else "list_source", dest),
     )
-    listing = seconds_for(source, r["list_source_files_per_s"]) if carried else full_listing
+    listing = priced(r, "list_source", source) if carried else full_listing
     if carried:
         assumptions.append("the destination is not listed: its state is carried from the last pass")
     if not r["list_dest_files_per_s"]:
         assumptions.append(
             "the destination lists as fast as the source (no destination listing measured)"
         )
-    plan = seconds_for(source + dest, r["plan_entries_per_s"])
-    copy = max(
-        seconds_for(delta_files, r["copy_files_per_s"]),
-        seconds_for(delta_bytes, r["copy_bytes_per_s"]),
-    )
+    plan = priced(r, "plan", source + dest)
+    copy = max(priced(r, "copy_files", delta_files), priced(r, "copy_bytes", delta_bytes))
     if (delta_files or delta_bytes) and not r["copy_files_per_s"]:
         assumptions.append("no copy measured yet: the copy's time is unknown")
     final = phase == "final"
     # Every pass verifies what it copied; the whole tree is the audit's (projected apart).
     verified = delta_files
-    verify = seconds_for(verified, r["verify_files_per_s"])
+    verify = priced(r, "verify_files", verified)
     if verified and not r["verify_files_per_s"]:
         # A verify by size reads what a listing of both sides reads.
         verify = listing
@@ -600,8 +636,12 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
             "verifying takes as long as listing both sides (no verify of most of the tree measured)"
         )
     if final and checksum:
-        md5_rate = r["verify_md5_bytes_per_s"] or r["copy_bytes_per_s"]
-        verify = max(verify, seconds_for(delta_bytes, md5_rate))
+        verify = max(
+            verify,
+            priced(r, "verify_md5_bytes", delta_bytes)
+            if r["verify_md5_bytes_per_s"]
+            else seconds_for(delta_bytes, r["copy_bytes_per_s"]),
+        )
         if not r["verify_md5_bytes_per_s"]:
             assumptions.append(
                 "verifying by MD5 reads every byte at the copy's measured bytes/s (no MD5 verify measured)"
@@ -611,21 +651,17 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
             f"the final pass verifies what it copies ({'by MD5' if checksum else 'by size'}); "
             "the whole tree is checked by the audit, after the downtime"
         )
-    prune = (
-        seconds_for(deletes, r["prune_entries_per_s"] or r["copy_files_per_s"]) if final else 0.0
-    )
+    prune = 0.0
+    if final:
+        prune = (
+            priced(r, "prune", deletes)
+            if r["prune_entries_per_s"]
+            else seconds_for(deletes, r["copy_files_per_s"])
+        )
     if final and deletes and not r["prune_entries_per_s"]:
         assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
-    final_check = 0.0
     # The in-window whole-tree check only where the last final pass ran one (final_check: true).
-    if final and r["final_check_entries_per_s"]:
-        final_check = (
-            seconds_for(source + dest, r["final_check_entries_per_s"])
-            if r["final_check_entries_per_s"]
-            else listing
-        )
-        if not r["final_check_entries_per_s"]:
-            assumptions.append("the final check takes as long as the listing (none measured)")
+    final_check = priced(r, "final_check", source + dest) if final else 0.0
     steps = {
         "listing": listing,
         "plan": plan,
@@ -636,8 +672,9 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
         "overhead": r["overhead_seconds"],
     }
     assumptions.append(
-        "each step's time grows in proportion to its work; the overhead (engine start-up, "
-        "scheduling, the report) stays what the last passes measured"
+        "each step takes a fixed time (its jobs' start-up and scheduling) plus its work at a "
+        "rate, both fitted over the last passes; the overhead (engine start-up, the report) stays "
+        "what they measured"
     )
 
     units = {
@@ -662,13 +699,11 @@ def estimate(passes: list[dict], at: float, phase: str, checksum: bool) -> dict:
             by_kind[kind] += per * n
     audit = {
         "listing": full_listing,
-        "plan": seconds_for(source + dest, r["plan_entries_per_s"]),
+        "plan": priced(r, "plan", source + dest),
         "verify": max(
-            seconds_for(source, r["verify_files_per_s"])
-            if r["verify_files_per_s"]
-            else full_listing,
-            seconds_for(_int((last.get("source") or {}).get("bytes")), r["verify_md5_bytes_per_s"])
-            if checksum and r["verify_md5_bytes_per_s"]
+            priced(r, "verify_files", source) if r["verify_files_per_s"] else full_listing,
+            priced(r, "verify_md5_bytes", _int((last.get("source") or {}).get("bytes")))
+            if checksum
             else 0.0,
         ),
     }
@@ -739,6 +774,15 @@ def backtest(passes: list[dict]) -> list[dict]:
         if at is None or rec.get("phase") == "baseline" or not rec.get("wall_seconds"):
             continue
         est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")))
+        # The same pass priced with the delta it found: the model's error apart from the
+        # forecast's.
+        files, byts = delta_of(rec)
+        work = {
+            "files": files,
+            "bytes": byts,
+            "deleted": _int((rec.get("planned") or {}).get("deleted")),
+        }
+        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work)["seconds"]
         actual = float(rec["wall_seconds"])
         out.append(
             {
@@ -749,6 +793,8 @@ def backtest(passes: list[dict]) -> list[dict]:
                 "actual_seconds": round(actual, 3),
                 "error_seconds": round(est["seconds"] - actual, 3),
                 "error_pct": round(100 * (est["seconds"] - actual) / actual, 1) if actual else None,
+                "priced_seconds": priced_,
+                "priced_error_pct": round(100 * (priced_ - actual) / actual, 1) if actual else None,
                 "projected_requests": est["requests"],
                 "actual_requests": actual_requests(rec),
             }
