@@ -52,11 +52,11 @@ SEED = 28
 # the tree and its churn
 
 
-def make_tree(root: Path, files: int, rng: random.Random) -> int:
-    """Files of 1–64 KiB in 20 directories, and one in 200 of 1–4 MiB; returns the bytes."""
+def make_tree(root: Path, files: int, rng: random.Random, max_kib: int = 64) -> int:
+    """Files of 1–`max_kib` KiB in 20 directories, and one in 200 of 1–4 MiB; returns the bytes."""
     total = 0
     for i in range(files):
-        size = rng.randint(1, 4) << 20 if i % 200 == 0 else rng.randint(1, 64) << 10
+        size = rng.randint(1, 4) << 20 if i % 200 == 0 else rng.randint(1, max_kib) << 10
         total += write(root / f"d{i % 20:02d}" / f"f{i:06d}.dat", size, rng)
     return total
 
@@ -74,9 +74,10 @@ class Churn(threading.Thread):
     wall time stays the same: a file rewritten between its copy and its verify would fail the
     pass's verify (rightly), and what is measured here is the projection, not that race."""
 
-    def __init__(self, root: Path, rate: float, seed: int):
+    def __init__(self, root: Path, rate: float, seed: int, max_kib: int = 64):
         super().__init__(daemon=True)
         self.root, self.every, self.rng = root, 60.0 / rate, random.Random(seed)
+        self.max_kib = max_kib
         self.counts = {"changed": 0, "added": 0, "deleted": 0}
         self.halt = threading.Event()
         self.lock = threading.Lock()
@@ -104,7 +105,7 @@ class Churn(threading.Thread):
             path = (
                 self.root / f"d{self.rng.randrange(20):02d}" / f"new-{self.counts['added']:06d}.dat"
             )
-            write(path, self.rng.randint(1, 64) << 10, self.rng)
+            write(path, self.rng.randint(1, self.max_kib) << 10, self.rng)
             self.files.append(path)
             self.counts["added"] += 1
             return
@@ -113,7 +114,7 @@ class Churn(threading.Thread):
             path.unlink()
             self.counts["deleted"] += 1
             return
-        write(path, self.rng.randint(1, 64) << 10, self.rng)
+        write(path, self.rng.randint(1, self.max_kib) << 10, self.rng)
         self.files.append(path)
         self.counts["changed"] += 1
 
@@ -210,12 +211,12 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
     work = SCRATCH / target
     src, outdir = work / "src", work / "results"
     rng = random.Random(SEED)
-    source_bytes = make_tree(src, args.files, rng)
+    source_bytes = make_tree(src, args.files, rng, args.max_kib)
     dest = azurite.url(f"cutover-{target}") if azurite else rel(work / "dest")
     log(
         f"{target}: {args.files} files ({source_bytes / 2**20:.0f} MiB) to {'Azurite' if azurite else 'a local directory'}"
     )
-    churn = Churn(src, args.rate, SEED + 1)
+    churn = Churn(src, args.rate, SEED + 1, args.max_kib)
     command_seconds = {}
     churn.start()
     started = time.monotonic()
@@ -383,6 +384,12 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3, help="incremental passes before the final one")
     p.add_argument("--parts", type=int, default=2, help="partitions of each pass")
     p.add_argument("--targets", default="local,azurite")
+    p.add_argument("--max-kib", type=int, default=64, help="the small files' largest size, KiB")
+    p.add_argument(
+        "--name",
+        default="cutover",
+        help="results/NAME.json and .md, and docs/benchmarks.md's block of that name",
+    )
     p.add_argument(
         "--no-docs", action="store_true", help="results only: no docs block, no screenshot"
     )
@@ -410,6 +417,8 @@ def main() -> int:
             ("interval", args.interval),
             ("passes", args.passes),
             ("parts", args.parts),
+            *((("max-kib", args.max_kib),) if args.max_kib != 64 else ()),
+            *((("name", args.name),) if args.name != "cutover" else ()),
         )
     )
     res = record(
@@ -424,8 +433,8 @@ def main() -> int:
         "parts": args.parts,
     }
     res["targets"] = [{k: v for k, v in t.items() if k != "report_html"} for t in results]
-    print(publish("cutover", "cutover", res, render, docs=not args.no_docs))
-    if not args.no_docs and results:
+    print(publish(args.name, args.name, res, render, docs=not args.no_docs))
+    if not args.no_docs and results and args.name == "cutover":
         screenshot(Path(results[-1]["report_html"]), SCREENSHOT)
     return 0
 
