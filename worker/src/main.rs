@@ -21,6 +21,7 @@ mod retry;
 mod run_dir;
 mod same;
 mod sorted;
+mod sparse;
 mod stats;
 mod storage;
 mod throttle;
