@@ -52,7 +52,9 @@ def sparse_tree(src) -> dict[str, str]:
     return names
 
 
-def test_a_sparse_file_keeps_its_holes_through_blob(tmp_path, container, run_ferry):
+def test_a_sparse_file_keeps_its_holes_through_blob(
+    tmp_path, container, other_container, run_ferry
+):
     src, back = tmp_path / "src", tmp_path / "back"
     names = sparse_tree(src)
     up = run_ferry("copy", "-r", src, container, "--block-size", "1MiB", "--json")
@@ -73,6 +75,11 @@ def test_a_sparse_file_keeps_its_holes_through_blob(tmp_path, container, run_fer
         assert data_segments(d) == data_segments(s), name
         assert allocated(d) == allocated(s), name
     assert allocated(back / "zeros-dense") >= 3 * MiB, "zeros the source held stay data"
+
+    # A copy between containers carries the record with the rest of the metadata.
+    run_ferry("copy", "-r", container, other_container)
+    copied = {n: b.metadata.get("ferry_sparse") for n, b in other_container.blobs().items()}
+    assert copied == {n: m.get("ferry_sparse") for n, m in stored.items()}, copied
 
     # A restored sparse file is no different to verify, with its metadata and by checksum.
     for a, b in ((src, back), (container, back)):
