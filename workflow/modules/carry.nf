@@ -12,8 +12,8 @@ process CARRY {
     path plan, stageAs: 'rec/plan/plan.json'
     path observed, stageAs: 'rec/verify/*'
     path dest_listing, stageAs: 'listing/*'       // [] in the baseline, which lists nothing
-    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
     path deleted, stageAs: 'in/deleted.txt'       // [] but in the final phase
+    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
 
     output:
     path("${Ferry.rec(run, 'carry', 'out')}"), emit: json
