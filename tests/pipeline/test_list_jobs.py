@@ -52,7 +52,7 @@ def same_plan(outdirs: dict[int, Path], phase: str) -> dict[int, dict]:
 def test_snakemake_three_list_jobs_plan_as_one_through_the_final_pass(tmp_path, ferry_bin):
     """Local to local, through the final pass's prune, which reads the three jobs' listings too."""
     src = tmp_path / "src"
-    content = migration_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40)
     dests = {jobs: tmp_path / f"dst-{jobs}" for jobs in JOBS}
     outdirs = {jobs: tmp_path / f"results-{jobs}" for jobs in JOBS}
 
@@ -102,7 +102,7 @@ def test_nextflow_three_list_jobs_plan_as_one_against_the_carried_destination(
     """Local to Azurite, with the destination carried from pass to pass: the shard step decides
     once that the carried state stands, and no list job of the destination lists it."""
     src = tmp_path / "src"
-    content = migration_tree(src, files=40, big=0)
+    content = migration_tree(src, files=40)
     container = new_container(azurite, request)
     dests = {jobs: container.at(f"jobs-{jobs}") for jobs in JOBS}
     outdirs = {jobs: tmp_path / f"results-{jobs}" for jobs in JOBS}

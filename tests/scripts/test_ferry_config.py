@@ -425,6 +425,13 @@ def test_a_list_job_leaves_its_own_records_and_a_worker_writes_its_own_output(tm
     assert json.loads(open(rec.out).read()) == {"jobs": 2}
     assert open(rec.log).read() == "cut\n"
     assert not os.path.exists(rec.out + ".tmp")
+    # Written where the engine publishes it from (Nextflow's SHARD): a copy stays among the
+    # records, for the report.
+    os.remove(rec.out)
+    elsewhere = str(tmp_path / "published.json")
+    args = ["shard", "--records", str(tmp_path), "--out", elsewhere]
+    assert ferry_task.main([*args, "--spec", json.dumps(shard)]) == 0
+    assert json.loads(open(elsewhere).read()) == json.loads(open(rec.out).read()) == {"jobs": 2}
 
 
 def test_a_plan_over_list_jobs_reads_the_patterns_the_worker_expands(tmp_path):

@@ -5,19 +5,19 @@
 process SHARD {
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
-    // Beside the listings in the run directory; the copy in `rec` is the report's.
-    publishDir "${run.run_dir}", mode: 'copy', pattern: "${Ferry.rec(run, 'shard', 'out')}", saveAs: { name -> name.substring(4) }
+    // Beside the listings in the run directory; ferry-task leaves a copy in `rec`, for the report.
+    publishDir "${run.run_dir}", mode: 'copy', pattern: "${run.layout.listing_dir}/*.json"
 
     input:
     val run
 
     output:
-    path("${Ferry.rec(run, 'shard', 'out')}"), emit: shards
+    path("${Ferry.record(run, 'shard', 'out')}"), emit: shards
     path 'rec', emit: rec
 
     script:
-    Ferry.task('shard', run)
+    Ferry.task('shard', run, out: Ferry.record(run, 'shard', 'out'))
 
     stub:
-    Ferry.task('shard', run, stub: true)
+    Ferry.task('shard', run, out: Ferry.record(run, 'shard', 'out'), stub: true)
 }

@@ -27,6 +27,7 @@ import ferry_docs
 from ferry_run_dir import (
     BENCH_HEADER,
     DELETED_LOG,
+    DOCUMENTS,
     LISTING_SUMMARIES,
     LISTINGS,
     OBSERVED,
@@ -157,6 +158,7 @@ def run_step(
     shard: str | None = None,
 ) -> int:
     rec = records(step, part, root, shard)
+    among_records = rec.out
     if out:
         rec = rec._replace(out=out)
     for path in (rec.out, rec.log, rec.bench):
@@ -236,6 +238,11 @@ def run_step(
     if tmp and os.path.exists(tmp):
         if rc == 0:
             os.replace(tmp, rec.out)
+            if step in DOCUMENTS and rec.out != among_records:
+                # A document the engine publishes on its own (Nextflow's SHARD): the report
+                # still finds it among the records.
+                os.makedirs(os.path.dirname(among_records), exist_ok=True)
+                shutil.copyfile(rec.out, among_records)
         elif rec.failed:
             os.makedirs(os.path.dirname(rec.failed), exist_ok=True)
             os.replace(tmp, rec.failed)
