@@ -40,6 +40,24 @@ pub struct StateDoc {
     /// The pass that planned against it (or otherwise began to write the destination): from
     /// then on the listing is out of date until that pass leaves a new one.
     pub taken_by: Option<String>,
+    /// Paths of the listing at about even entry counts apart (escaped as in a manifest): where
+    /// the next pass cuts its listing over several list jobs (crate::shard).
+    #[serde(default)]
+    pub quantiles: Vec<String>,
+}
+
+impl StateDoc {
+    /// What an older or newer layout reads as: a state nobody can use.
+    fn unreadable() -> StateDoc {
+        StateDoc {
+            version: 0,
+            dest: String::new(),
+            written_by: String::new(),
+            entries: 0,
+            taken_by: None,
+            quantiles: Vec::new(),
+        }
+    }
 }
 
 /// Whether a pass plans against the carried listing, or why it lists the destination afresh.
@@ -97,13 +115,7 @@ impl State {
             .with_context(|| format!("{}: not JSON", self.where_(DOC)))?;
         // An older or newer layout is not an error: the pass lists fresh and writes this one.
         if doc.get("version").and_then(|v| v.as_u64()) != Some(VERSION as u64) {
-            return Ok(Some(StateDoc {
-                version: 0,
-                dest: String::new(),
-                written_by: String::new(),
-                entries: 0,
-                taken_by: None,
-            }));
+            return Ok(Some(StateDoc::unreadable()));
         }
         Ok(Some(serde_json::from_value(doc).with_context(|| {
             format!("{}: not a carried-state document", self.where_(DOC))
@@ -200,13 +212,43 @@ impl State {
         })
     }
 
+    /// The carried listing as the shard step of `pass` took it (`decided`), for one of the
+    /// pass's list jobs; an error if the state changed hands since.
+    pub async fn as_taken(
+        &self,
+        pass: &str,
+        decided: &crate::documents::CarriedSummary,
+        scratch_in: Option<&Path>,
+    ) -> anyhow::Result<Decision> {
+        let doc = self.doc().await?.unwrap_or_else(StateDoc::unreadable);
+        if doc.taken_by.as_deref() != Some(pass)
+            || decided.written_by.as_deref() != Some(doc.written_by.as_str())
+        {
+            anyhow::bail!(
+                "the carried state at {} is no longer the one {pass} took (left by {}, taken by {})",
+                self.describe(),
+                doc.written_by,
+                doc.taken_by.as_deref().unwrap_or("nobody")
+            );
+        }
+        let scratch = Scratch::new(scratch_in)?;
+        let listing = scratch.path().join("carried.tsv");
+        self.fetch(LISTING, &listing).await?;
+        Ok(Decision::Carried {
+            doc,
+            listing,
+            probed: decided.probed as usize,
+            _scratch: scratch,
+        })
+    }
+
     /// Leaves `listing` (sorted, `entries` long) as the carried state, written by `pass`.
     pub async fn leave(
         &self,
         dest: &str,
         pass: &str,
         listing: &Path,
-        entries: u64,
+        merged: &Merged,
     ) -> anyhow::Result<StateDoc> {
         self.store.create_root().await?;
         self.store_file(listing, LISTING).await?;
@@ -214,8 +256,9 @@ impl State {
             version: VERSION,
             dest: dest.to_string(),
             written_by: pass.to_string(),
-            entries,
+            entries: merged.entries,
             taken_by: None,
+            quantiles: merged.quantiles.clone(),
         };
         // The document last: until it is written, the state reads as taken (or absent).
         self.write_doc(&doc).await?;
@@ -365,6 +408,9 @@ pub struct Merged {
     pub entries: u64,
     pub observed: u64,
     pub deleted: u64,
+    /// Kept in the state's document (`StateDoc::quantiles`), not repeated here.
+    #[serde(skip)]
+    pub quantiles: Vec<String>,
 }
 
 /// The destination as a pass left it, sorted by path into `out`: the listing it planned against
@@ -372,7 +418,7 @@ pub struct Merged {
 /// (`observed`), and what prune deleted (`deleted`) gone, together with whatever a deleted or
 /// replaced directory held.
 pub fn merge(
-    listing: Option<&Path>,
+    listing: &[PathBuf],
     observed: &[PathBuf],
     deleted: Option<&Path>,
     out: &Path,
@@ -392,7 +438,7 @@ pub fn merge(
             e => e.into(),
         })
     };
-    let old = sorted(listing.into_iter().collect(), "carried")?;
+    let old = sorted(listing.iter().map(PathBuf::as_path).collect(), "carried")?;
     let seen = sorted(observed.iter().map(PathBuf::as_path).collect(), "observed")?;
     let gone = sorted(deleted.into_iter().collect(), "deleted")?;
     let mut counts = Merged {
@@ -410,6 +456,7 @@ pub fn merge(
     // Directories whose contents went with them: deleted, or replaced by a file or link. Few
     // (a pass's own deletions and type changes), and every descendant sorts after its ancestor.
     let mut emptied: std::collections::HashSet<Vec<u8>> = Default::default();
+    let mut quantiles = crate::shard::Quantiles::default();
     loop {
         let next = [old.peek(), seen.peek(), gone.peek()]
             .into_iter()
@@ -460,8 +507,10 @@ pub fn merge(
             (None, None) => continue,
         };
         w.write(&keep)?;
+        quantiles.push(&keep.path);
         counts.entries += 1;
     }
+    counts.quantiles = quantiles.finish();
     w.finish()?.into_inner().map_err(|e| e.into_error())?;
     Ok(counts)
 }
@@ -545,7 +594,7 @@ mod tests {
         );
         let out = t.path().join("new.tsv");
         let n = merge(
-            Some(&listing),
+            std::slice::from_ref(&listing),
             &seen,
             Some(&deleted),
             &out,
@@ -576,7 +625,7 @@ mod tests {
             &[Entry::file("b", 2), dir("a"), Entry::file("a/c", 1)],
         )];
         let out = t.path().join("new.tsv");
-        merge(None, &seen, None, &out, t.path(), 1 << 20).unwrap();
+        merge(&[], &seen, None, &out, t.path(), 1 << 20).unwrap();
         assert_eq!(
             paths(&out),
             [("a", 0), ("a/c", 1), ("b", 2)].map(|(p, s)| (p.to_string(), s))

@@ -42,6 +42,9 @@ pub enum Command {
     Prune(crate::commands::prune::PruneArgs),
     /// Leave the destination's state, as a pass left it, for the next pass to plan against
     Carry(crate::commands::carry::CarryArgs),
+    /// Cut a pass's listing over several list jobs: the key space into ranges balanced by the
+    /// carried listing or a shallow scan, and the destination's carried-or-fresh decision made once
+    Shard(crate::commands::shard::ShardArgs),
     /// How far a pipeline phase is: partitions done, running, failed, pending; throughput, ETA
     Status(crate::commands::status::StatusArgs),
     /// For scripts: a manifest's entries with their raw paths and temp names, NUL-separated
@@ -189,9 +192,23 @@ pub struct LsArgs {
     #[arg(long, requires = "state")]
     pub fresh: bool,
     #[command(flatten)]
+    pub shard: ListShard,
+    #[command(flatten)]
     pub sorting: Sorting,
     #[command(flatten)]
     pub common: Common,
+}
+
+/// One list job of several (`ferry shard`): its range of the key space.
+#[derive(Args, Debug, Clone)]
+pub struct ListShard {
+    /// The document `ferry shard` wrote: the key space cut into ranges, and the destination's
+    /// carried-or-fresh decision, made once for all the list jobs
+    #[arg(long, value_name = "FILE", requires = "shard")]
+    pub shards: Option<PathBuf>,
+    /// Which range this job lists, from 1
+    #[arg(long, value_name = "K", requires = "shards", value_parser = clap::value_parser!(u32).range(1..))]
+    pub shard: Option<u32>,
 }
 
 /// The destination's state carried from pass to pass (docs/scale.md).

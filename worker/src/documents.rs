@@ -202,10 +202,21 @@ pub struct LsSummary {
     /// With --carried: whether the carried destination state was used, or why not; null
     /// without --carried.
     pub carried: Option<CarriedSummary>,
+    /// With --shards: which of the list jobs' ranges this listing is; null for a whole listing.
+    pub shard: Option<ShardOf>,
+}
+
+/// One list job's range among several (crate::shard).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShardOf {
+    /// From 1.
+    pub index: u32,
+    pub of: u32,
 }
 
 /// Whether a pass planned against the destination's carried state (crate::carried).
-#[derive(Serialize, JsonSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CarriedSummary {
     pub used: bool,
@@ -363,6 +374,7 @@ pub fn schemas() -> serde_json::Value {
     add("rm", schemars::schema_for!(RmDoc));
     add("plan", schemars::schema_for!(crate::plan::PlanDoc));
     add("ls_summary", schemars::schema_for!(LsSummary));
+    add("shards", schemars::schema_for!(crate::shard::ShardsDoc));
     add("mk_summary", schemars::schema_for!(MkSummary));
     add("progress", schemars::schema_for!(ProgressDoc));
     add("status", schemars::schema_for!(StatusDoc));

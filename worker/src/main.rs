@@ -20,6 +20,7 @@ mod progress;
 mod retry;
 mod run_dir;
 mod same;
+mod shard;
 mod sorted;
 mod stats;
 mod storage;
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
             Verify(a) => commands::verify::run(a).await,
             Prune(a) => commands::prune::run(a).await,
             Carry(a) => commands::carry::run(a).await,
+            Shard(a) => commands::shard::run(a).await,
             Names(a) => commands::names::run(a),
             Status(a) => commands::status::run(a),
             Schema => {

@@ -25,6 +25,10 @@ pub struct CarryArgs {
     /// The destination listing the pass planned against (none: a baseline, which listed nothing)
     #[arg(long, value_name = "MANIFEST")]
     pub listing: Option<PathBuf>,
+    /// The listing's list jobs (`ferry shard`'s document): --listing names their files with
+    /// {shard}
+    #[arg(long, value_name = "FILE", requires = "listing")]
+    pub shards: Option<PathBuf>,
     /// What a verify of the pass saw on the destination (`ferry verify --observed`); one per
     /// verify, covering every path the pass wrote
     #[arg(long, value_name = "MANIFEST", num_args = 0..)]
@@ -62,8 +66,12 @@ pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {
     let state = state_of(&args.state, &dest_loc, &opts)?;
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
     let out = scratch.path().join("carried.tsv");
+    let listing = match &args.listing {
+        Some(l) => crate::shard::listing_files(l, args.shards.as_deref())?,
+        None => Vec::new(),
+    };
     let merged = carried::merge(
-        args.listing.as_deref(),
+        &listing,
         &args.observed,
         args.deleted.as_deref(),
         &out,
@@ -71,7 +79,7 @@ pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {
         args.sorting.memory.budget(),
     )?;
     let doc = state
-        .leave(&dest.describe(), &args.pass, &out, merged.entries)
+        .leave(&dest.describe(), &args.pass, &out, &merged)
         .await?;
     eprintln!(
         "ferry carry: {} entries of {} left at {} ({} seen by verifies, {} deleted)",

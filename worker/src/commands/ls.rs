@@ -3,16 +3,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use tokio::sync::mpsc;
 
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
 use crate::carried::Decision;
 use crate::cli::{Format, LsArgs};
-use crate::location::Location;
 use crate::manifest::{self, Entry};
+use crate::shard::{Cuts, ShardsDoc};
 use crate::stats::Stats;
-use crate::storage::OpenOptions;
 
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
@@ -23,6 +22,25 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     };
     let loc = parse_location(&args.location)?;
     let filter = super::build_filter(&args.filters)?;
+    // One list job of several: its range, and the decision `ferry shard` made for all of them.
+    let shard = match (&args.shard.shards, args.shard.shard) {
+        (Some(doc), Some(k)) => {
+            anyhow::ensure!(
+                args.recursive,
+                "--shard lists a range of a recursive listing: pass --recursive"
+            );
+            let doc = ShardsDoc::read(doc)?;
+            if k > doc.jobs {
+                bail!(
+                    "--shard {k}: {} cuts the listing into {} ranges",
+                    args.shard.shards.as_ref().unwrap().display(),
+                    doc.jobs
+                );
+            }
+            Some((doc.cuts()?, k as usize, doc))
+        }
+        _ => None,
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut line = String::new();
@@ -41,31 +59,61 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Tsv {
         writeln!(out, "{}", manifest::HEADER)?;
     }
-    let carried = match &args.carried.state {
-        Some(state) => Some(carried_or_fresh(&args, state, &loc, &opts).await?),
-        None => None,
+    let carried = match (&args.carried.state, &shard) {
+        (None, _) => None,
+        (Some(state), None) => {
+            anyhow::ensure!(
+                args.recursive,
+                "--carried stands for a recursive listing: pass --recursive"
+            );
+            let pass = args.carried.pass.as_deref().unwrap_or_default();
+            let scratch = args.sorting.scratch.as_deref();
+            Some(
+                super::carried_or_fresh(state, pass, &loc, &opts, args.probe, args.fresh, scratch)
+                    .await?,
+            )
+        }
+        (Some(state), Some((_, _, doc))) => {
+            let pass = args.carried.pass.as_deref().unwrap_or_default();
+            let scratch = args.sorting.scratch.as_deref();
+            Some(super::carried_as_decided(doc, state, pass, &loc, &opts, scratch).await?)
+        }
     };
+    let range = shard.as_ref().map(|(cuts, k, _)| cuts.range(*k));
     if let Some(Decision::Carried { listing, .. }) = &carried {
-        // Entries as the last pass left them: the filters apply as to a fresh listing.
+        // Entries as the last pass left them: the filters (and the job's range) apply as to a
+        // fresh listing.
         for e in manifest::Reader::open(listing)? {
             let e = e.map_err(anyhow::Error::msg)?;
-            if filter.matches(&e.path) {
+            if filter.matches(&e.path) && range.as_ref().is_none_or(|r| r.contains(&e.path)) {
                 emit(&e, &mut out)?;
             }
         }
     } else {
         match resolve(&loc, &opts, true).await? {
-            Root::Object { entry, name, .. } => emit(
-                &Entry {
-                    path: name,
-                    ..entry
-                },
-                &mut out,
-            )?,
+            Root::Object { entry, name, .. } => {
+                // One object is one range's: the first.
+                if shard.as_ref().is_none_or(|(_, k, _)| *k == 1) {
+                    emit(
+                        &Entry {
+                            path: name,
+                            ..entry
+                        },
+                        &mut out,
+                    )?
+                }
+            }
             Root::Tree(loc) => {
                 let store = open(&loc, &opts)?;
                 let (tx, mut rx) = mpsc::channel(4096);
-                let lister = tokio::spawn(async move { store.list(args.recursive, tx).await });
+                let recursive = args.recursive;
+                let part: Option<(Cuts, usize)> = shard.as_ref().map(|(c, k, _)| (c.clone(), *k));
+                let lister = tokio::spawn(async move {
+                    match part {
+                        Some((cuts, k)) => store.list_range(&cuts, k, tx).await,
+                        None => store.list(recursive, tx).await,
+                    }
+                });
                 // Entries are written as they arrive: constant memory whatever the tree's size.
                 while let Some(item) = rx.recv().await {
                     let e = item?;
@@ -87,44 +135,13 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             seconds: super::seconds(started),
             requests: stats.requests.counts(),
             carried: carried.as_ref().map(|c| c.summary()),
+            shard: shard.as_ref().map(|(_, k, doc)| crate::documents::ShardOf {
+                index: *k as u32,
+                of: doc.jobs,
+            }),
         };
         crate::jsonfile::replace(path, &summary)
             .with_context(|| format!("cannot write the summary {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Whether the carried state of `loc` stands for a fresh listing this pass (it is taken either
-/// way: from now on this pass writes the destination).
-async fn carried_or_fresh(
-    args: &LsArgs,
-    state: &str,
-    loc: &Location,
-    opts: &OpenOptions,
-) -> anyhow::Result<Decision> {
-    anyhow::ensure!(
-        args.recursive,
-        "--carried stands for a recursive listing: pass --recursive"
-    );
-    let pass = args.carried.pass.as_deref().unwrap_or_default();
-    let state = super::state_of(state, loc, opts)?;
-    let dest = open(loc, opts)?;
-    let decision = if args.fresh {
-        state.take(pass).await?;
-        Decision::Fresh("a fresh listing was asked for".into())
-    } else {
-        state
-            .decide(&dest, pass, args.probe, args.sorting.scratch.as_deref())
-            .await?
-    };
-    match &decision {
-        Decision::Carried { doc, probed, .. } => eprintln!(
-            "ferry ls: {} as {} left it ({} entries; {probed} probed, all as carried)",
-            dest.describe(),
-            doc.written_by,
-            doc.entries
-        ),
-        Decision::Fresh(why) => eprintln!("ferry ls: listing {} fresh: {why}", dest.describe()),
-    }
-    Ok(decision)
 }

@@ -10,6 +10,7 @@ pub mod partition;
 pub mod plan;
 pub mod prune;
 pub mod rm;
+pub mod shard;
 pub mod status;
 pub mod verify;
 
@@ -90,6 +91,62 @@ pub fn state_of(
     crate::overlap::refuse(dest, &loc)
         .context("the carried state must be kept outside the destination")?;
     Ok(crate::carried::State::new(open(&loc, opts)?))
+}
+
+/// Whether the carried state of `loc` stands for a fresh listing this pass (it is taken either
+/// way: from now on this pass writes the destination).
+pub async fn carried_or_fresh(
+    state: &str,
+    pass: &str,
+    loc: &Location,
+    opts: &OpenOptions,
+    probe: usize,
+    fresh: bool,
+    scratch: Option<&Path>,
+) -> anyhow::Result<crate::carried::Decision> {
+    use crate::carried::Decision;
+    let state = state_of(state, loc, opts)?;
+    let dest = open(loc, opts)?;
+    let decision = if fresh {
+        state.take(pass).await?;
+        Decision::Fresh("a fresh listing was asked for".into())
+    } else {
+        state.decide(&dest, pass, probe, scratch).await?
+    };
+    match &decision {
+        Decision::Carried { doc, probed, .. } => eprintln!(
+            "ferry: {} as {} left it ({} entries; {probed} probed, all as carried)",
+            dest.describe(),
+            doc.written_by,
+            doc.entries
+        ),
+        Decision::Fresh(why) => eprintln!("ferry: listing {} fresh: {why}", dest.describe()),
+    }
+    Ok(decision)
+}
+
+/// One list job's view of the destination as `ferry shard` decided for the pass: the carried
+/// listing (fetched; taken and probed once, by the shard step), or a fresh listing.
+pub async fn carried_as_decided(
+    shards: &crate::shard::ShardsDoc,
+    state: &str,
+    pass: &str,
+    loc: &Location,
+    opts: &OpenOptions,
+    scratch: Option<&Path>,
+) -> anyhow::Result<crate::carried::Decision> {
+    use crate::carried::Decision;
+    let Some(decided) = &shards.carried else {
+        anyhow::bail!(
+            "the shards document decided nothing about the carried state (ferry shard ran without --carried)"
+        );
+    };
+    if !decided.used {
+        return Ok(Decision::Fresh(decided.reason.clone().unwrap_or_default()));
+    }
+    state_of(state, loc, opts)?
+        .as_taken(pass, decided, scratch)
+        .await
 }
 
 /// A location is either a tree (directory / prefix) or one object. `name` is what the object

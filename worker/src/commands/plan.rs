@@ -20,6 +20,10 @@ pub struct PlanArgs {
     pub source_listing: PathBuf,
     /// `ferry ls -r` manifest of the destination (every phase but the baseline)
     pub dest_listing: Option<PathBuf>,
+    /// The listings' list jobs (`ferry shard`'s document): each listing names their files with
+    /// {shard}
+    #[arg(long, value_name = "FILE")]
+    pub shards: Option<PathBuf>,
     /// Directory to write the plan into (replaced as a whole when complete)
     #[arg(long)]
     pub out: PathBuf,
@@ -100,9 +104,10 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
         } => (Some(max_files), Some(max_bytes)),
         _ => (args.max_files, args.max_bytes),
     };
+    let files = |l: &PathBuf| crate::shard::listing_files(l, args.shards.as_deref());
     Ok(Options {
-        source: args.source_listing.clone(),
-        dest: args.dest_listing.clone(),
+        source: files(&args.source_listing)?,
+        dest: args.dest_listing.as_ref().map(files).transpose()?,
         phase: args.phase,
         compare: args.compare,
         attrs: args.preserve.preserve.attrs(),

@@ -30,6 +30,10 @@ pub struct PruneArgs {
     /// against (carried or fresh), written to since only by the pass itself
     #[arg(long, value_name = "MANIFEST")]
     pub dest_from: Option<PathBuf>,
+    /// The listings' list jobs (`ferry shard`'s document): --files-from and --dest-from name
+    /// their files with {shard}
+    #[arg(long, value_name = "FILE")]
+    pub shards: Option<PathBuf>,
     /// List what would be deleted; delete nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -203,8 +207,14 @@ async fn plan(
     scratch: &Path,
 ) -> Result<Deletions, Stop> {
     let budget = args.sorting.memory.budget();
+    let files = |m: &Option<PathBuf>| {
+        m.as_ref()
+            .map(|m| crate::shard::listing_files(m, args.shards.as_deref()))
+            .transpose()
+    };
+    let (source_files, dest_files) = (files(&args.files_from)?, files(&args.dest_from)?);
     // A source we could not read completely must never be mistaken for one that lost files.
-    let source = match sort_side(args.files_from.as_deref(), src, scratch, "source", budget).await {
+    let source = match sort_side(source_files.as_deref(), src, scratch, "source", budget).await {
         Err(SortError::Listing(e)) => {
             return Err(Stop::Refused(format!("the source listing failed ({e})")))
         }
@@ -216,7 +226,7 @@ async fn plan(
             src.describe()
         )));
     }
-    let dest = match sort_side(args.dest_from.as_deref(), dst, scratch, "dest", budget).await {
+    let dest = match sort_side(dest_files.as_deref(), dst, scratch, "dest", budget).await {
         Err(SortError::Listing(e)) => {
             return Err(Stop::Refused(format!(
                 "the destination listing failed ({e})"
@@ -231,18 +241,19 @@ async fn plan(
             },
         )) => Err(Stop::Refused(format!(
             "the source listing failed ({})",
-            twice(args, e)
+            twice(source_files.as_deref(), e)
         ))),
         plan => Ok(plan?),
     }
 }
 
 /// A path the source names twice, with its lines when it came from a manifest.
-fn twice(args: &PruneArgs, e: JoinError) -> String {
-    match (&args.files_from, &e) {
-        (Some(m), JoinError::Duplicate { path, .. }) => {
-            find_listed_twice(m, path).unwrap_or_else(|| e.to_string())
-        }
+fn twice(files: Option<&[PathBuf]>, e: JoinError) -> String {
+    match (files, &e) {
+        (Some(files), JoinError::Duplicate { path, .. }) => files
+            .iter()
+            .find_map(|m| find_listed_twice(m, path))
+            .unwrap_or_else(|| e.to_string()),
         _ => e.to_string(),
     }
 }
@@ -304,19 +315,22 @@ fn report(
 /// One side's entries sorted by path: a fresh listing, or a manifest (checked line by line; a
 /// path listed twice is found by the join).
 async fn sort_side(
-    manifest: Option<&Path>,
+    manifest: Option<&[PathBuf]>,
     store: &Arc<dyn Store>,
     scratch: &Path,
     stem: &str,
     budget: usize,
 ) -> Result<Runs, SortError> {
     match manifest {
-        Some(m) => {
-            let entries = manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
+        Some(files) => {
             let (mut sort, mut pacer) = (PathSort::new(scratch, stem, budget), Pacer::default());
-            for e in entries {
-                sort.push(e)?;
-                pacer.tick().await;
+            for m in files {
+                let entries =
+                    manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
+                for e in entries {
+                    sort.push(e)?;
+                    pacer.tick().await;
+                }
             }
             sort.finish()
         }

@@ -41,8 +41,9 @@ impl Phase {
 
 /// What the plan is asked for.
 pub struct Options {
-    pub source: PathBuf,
-    pub dest: Option<PathBuf>,
+    /// A listing: its one file, or its list jobs' files.
+    pub source: Vec<PathBuf>,
+    pub dest: Option<Vec<PathBuf>>,
     pub phase: Phase,
     pub compare: Compare,
     /// The attributes compared beyond the bytes (`--preserve`).
@@ -183,11 +184,21 @@ fn rows(parts: Vec<Part>) -> Vec<PartRow> {
         .collect()
 }
 
-/// Sorts one listing by path into runs under `scratch`.
-fn sort_listing(path: &Path, scratch: &Path, stem: &str, budget: usize) -> anyhow::Result<Runs> {
-    let reader = manifest::Reader::open(path)
-        .with_context(|| format!("cannot read listing {}", path.display()))?;
-    sort_entries(reader, scratch, stem, budget).map_err(|e| match e {
+/// Sorts one listing (its files, one after another) by path into runs under `scratch`.
+fn sort_listing(
+    files: &[PathBuf],
+    scratch: &Path,
+    stem: &str,
+    budget: usize,
+) -> anyhow::Result<Runs> {
+    let mut readers = Vec::with_capacity(files.len());
+    for path in files {
+        readers.push(
+            manifest::Reader::open(path)
+                .with_context(|| format!("cannot read listing {}", path.display()))?,
+        );
+    }
+    sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
         // The reader's message names the listing and the line already.
         SortError::Listing(line) => anyhow::Error::msg(line),
         spill => spill.into(),

@@ -14,6 +14,8 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
+use crate::shard::Cuts;
+
 use crate::error::{Result, StoreError};
 use crate::location::Location;
 use crate::manifest::{Entry, Kind, Mtime};
@@ -103,6 +105,35 @@ pub trait Store: Send + Sync {
     /// The entries directly in directory (or prefix) `dir`, `""` for the root; None when it
     /// does not exist. Paths are relative to the root, like a listing's.
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>>;
+
+    /// Streams the entries of a recursive listing that fall in range `k` of `cuts` (one list
+    /// job's share, crate::shard): over all the ranges, the whole listing, each entry once.
+    async fn list_range(
+        &self,
+        cuts: &Cuts,
+        k: usize,
+        tx: mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
+        let range = cuts.range(k);
+        let (all_tx, mut all) = mpsc::channel(1024);
+        let (listed, ()) = tokio::join!(self.list(true, all_tx), async move {
+            while let Some(e) = all.recv().await {
+                let keep = e.as_ref().map_or(true, |e| range.contains(&e.path));
+                if keep && tx.send(e).await.is_err() {
+                    break;
+                }
+            }
+        });
+        listed
+    }
+
+    /// Up to about `max` of the entries directly in `dir` (a first page), for a shallow look at
+    /// a tree's shape; never a complete listing.
+    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Vec<Entry>> {
+        let mut entries = self.list_dir(dir).await?.unwrap_or_default();
+        entries.truncate(max);
+        Ok(entries)
+    }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 

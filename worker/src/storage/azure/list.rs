@@ -104,12 +104,13 @@ impl Drop for Alive {
     }
 }
 
-/// Every entry under the store's root, in the service's order, listed with up to `concurrency`
-/// requests in flight.
+/// Every entry under the store's root whose full name lies in `[lo, hi)` (None: unbounded), in
+/// the service's order, listed with up to `concurrency` requests in flight.
 pub(super) async fn list(
     pages: Arc<dyn Pages>,
     concurrency: usize,
     page: u32,
+    (lo, hi): (Option<String>, Option<String>),
     out: &mpsc::Sender<Result<Entry>>,
 ) -> Result<()> {
     let lister = Arc::new(Lister {
@@ -121,7 +122,7 @@ pub(super) async fn list(
         cutting: AtomicBool::new(concurrency > 1),
         page,
     });
-    let mut stack = vec![lister.spawn(None, None, None, FIRST_PAGES)];
+    let mut stack = vec![lister.spawn(lo, None, hi, FIRST_PAGES)];
     while let Some(top) = stack.last_mut() {
         match top.recv().await {
             Some(Ok(Piece::Entries(entries))) => {
@@ -486,7 +487,9 @@ mod tests {
             }
             got
         });
-        list(fake.clone(), concurrency, page, &tx).await.unwrap();
+        list(fake.clone(), concurrency, page, (None, None), &tx)
+            .await
+            .unwrap();
         drop(tx);
         let got = reader.await.unwrap();
         assert!(

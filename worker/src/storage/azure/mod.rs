@@ -51,6 +51,7 @@ use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
+use crate::shard::Cuts;
 use crate::stats::Stats;
 use auth::{Credential, SharedKeyPolicy};
 
@@ -642,19 +643,23 @@ impl Inner {
     }
 
     /// Streams the entries under `root` + `sub` (`sub` empty or ending in '/'): all of them,
-    /// or one level with `recursive` false. Paths stay relative to the root.
+    /// or one level with `recursive` false; only the first `pages` pages if given. Paths stay
+    /// relative to the root.
     async fn list_under(
         &self,
         sub: &str,
         recursive: bool,
+        pages: Option<(u32, u32)>,
         tx: &mpsc::Sender<Result<Entry>>,
     ) -> Result<()> {
         let s = self;
         let prefix = format!("{}{sub}", s.root);
         let mut marker: Option<String> = None;
+        let (mut left, size) = pages.unwrap_or((u32::MAX, s.list_page));
         loop {
+            left -= 1;
             let page = s
-                .list_page(recursive, &prefix, marker.as_deref(), None, s.list_page)
+                .list_page(recursive, &prefix, marker.as_deref(), None, size)
                 .await?;
             // A folder stub and the prefix of the blobs under it are one directory: listed once,
             // as the stub, which has the metadata.
@@ -681,8 +686,8 @@ impl Inner {
                 }
             }
             match page.next_marker {
-                Some(m) => marker = Some(m),
-                None => return Ok(()),
+                Some(m) if left > 0 => marker = Some(m),
+                _ => return Ok(()),
             }
         }
     }
@@ -841,21 +846,9 @@ fn content_length(h: &Headers) -> u64 {
         .unwrap_or(0)
 }
 
-#[async_trait]
-impl Store for AzureStore {
-    fn describe(&self) -> String {
-        self.inner.loc.display()
-    }
-
-    async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
-        let s = &self.inner;
-        match recursive && s.list_concurrency > 1 {
-            true => list::list(s.clone(), s.list_concurrency, s.list_page, &tx).await,
-            false => s.list_under("", recursive, &tx).await,
-        }
-    }
-
-    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
+impl AzureStore {
+    /// The entries directly in directory `dir`: all, or those of its first pages.
+    async fn level(&self, dir: &[u8], pages: Option<(u32, u32)>) -> Result<Vec<Entry>> {
         let sub = if dir.is_empty() {
             String::new()
         } else {
@@ -863,7 +856,7 @@ impl Store for AzureStore {
         };
         let (tx, mut rx) = mpsc::channel(1024);
         let lister = async move {
-            let r = self.inner.list_under(&sub, false, &tx).await;
+            let r = self.inner.list_under(&sub, false, pages, &tx).await;
             drop(tx);
             r
         };
@@ -874,9 +867,67 @@ impl Store for AzureStore {
             }
             out
         };
-        // A prefix is never absent: an empty one simply lists nothing.
         let (listed, out) = tokio::join!(lister, collect);
-        listed.map(|_| Some(out))
+        listed.map(|_| out)
+    }
+}
+
+#[async_trait]
+impl Store for AzureStore {
+    fn describe(&self) -> String {
+        self.inner.loc.display()
+    }
+
+    async fn list(&self, recursive: bool, tx: mpsc::Sender<Result<Entry>>) -> Result<()> {
+        let s = &self.inner;
+        match recursive && s.list_concurrency > 1 {
+            true => {
+                list::list(
+                    s.clone(),
+                    s.list_concurrency,
+                    s.list_page,
+                    (None, None),
+                    &tx,
+                )
+                .await
+            }
+            false => s.list_under("", recursive, None, &tx).await,
+        }
+    }
+
+    async fn list_range(
+        &self,
+        cuts: &Cuts,
+        k: usize,
+        tx: mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
+        let s = &self.inner;
+        // The ranges are the service's: each cut as the name it encodes to, put back in order
+        // (the encoding does not keep it). A cut is cut short before any character from U+E000
+        // up, where the service's order (UTF-16) and a byte order may disagree (list.rs).
+        let mut keys: Vec<String> = cuts
+            .keys()
+            .iter()
+            .map(|key| {
+                let name = names::encode(key)
+                    .unwrap_or_else(|_| String::from_utf8_lossy(key).into_owned());
+                let safe = name.find(|c| c >= '\u{e000}').unwrap_or(name.len());
+                format!("{}{}", s.root, &name[..safe])
+            })
+            .collect();
+        keys.sort();
+        let lo = (k > 1).then(|| keys[k - 2].clone());
+        let hi = keys.get(k - 1).cloned();
+        list::list(s.clone(), s.list_concurrency, s.list_page, (lo, hi), &tx).await
+    }
+
+    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Vec<Entry>> {
+        self.level(dir, Some((1, max.clamp(1, 5000) as u32))).await
+    }
+
+    async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
+        // A prefix is never absent: an empty one simply lists nothing.
+        self.level(dir, None).await.map(Some)
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
@@ -1056,7 +1107,7 @@ impl Store for AzureStore {
         below.push('/');
         let (tx, mut rx) = mpsc::channel(1024);
         let inner = self.inner.clone();
-        let lister = tokio::spawn(async move { inner.list_under(&below, true, &tx).await });
+        let lister = tokio::spawn(async move { inner.list_under(&below, true, None, &tx).await });
         // What is listed goes in batches as it comes, the last one short.
         let mut deletes = futures::stream::FuturesUnordered::new();
         let (mut chunk, mut listed) = (Vec::new(), true);

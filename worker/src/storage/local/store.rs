@@ -18,6 +18,7 @@ use super::walk::{walk, walk_threads};
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
+use crate::shard::{Cuts, Range};
 use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
@@ -48,7 +49,22 @@ impl Store for LocalStore {
             walk_threads(super::posix::is_remote(&self.root)),
             self.xattrs.clone(),
         );
-        blocking(move || walk(&root, recursive, threads, &xattrs, &tx)).await
+        blocking(move || walk(&root, recursive, &Range::default(), threads, &xattrs, &tx)).await
+    }
+
+    async fn list_range(
+        &self,
+        cuts: &Cuts,
+        k: usize,
+        tx: mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
+        let (root, range, threads, xattrs) = (
+            self.root.clone(),
+            cuts.range(k),
+            walk_threads(super::posix::is_remote(&self.root)),
+            self.xattrs.clone(),
+        );
+        blocking(move || walk(&root, true, &range, threads, &xattrs, &tx)).await
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {

@@ -13,6 +13,7 @@ use super::posix::{entry_with_target, is_partial_name};
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
+use crate::shard::Range;
 use crate::xattrs::{self, Wanted};
 
 /// Reads the digest of an entry's kept attributes for a listing. A filesystem that answers
@@ -65,6 +66,7 @@ impl XattrLister {
 pub(super) fn walk(
     root: &Path,
     recursive: bool,
+    range: &Range,
     threads: usize,
     xattrs: &XattrLister,
     tx: &mpsc::Sender<Result<Entry>>,
@@ -109,6 +111,11 @@ pub(super) fn walk(
                 child.push(b'/');
             }
             child.extend_from_slice(name);
+            // Outside the range, and nothing of the range below it: not even a stat.
+            let listed = range.contains(&child);
+            if !listed && !range.meets_subtree(&child) {
+                continue;
+            }
             let md = match de.metadata() {
                 Ok(md) => md,
                 // Vanished between readdir and stat: a live source; it simply isn't there now.
@@ -127,10 +134,10 @@ pub(super) fn walk(
             if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path()))
             {
                 entry.xattrs = xattrs.digest(&de.path());
-                if entry.kind == Kind::Dir && recursive {
+                if entry.kind == Kind::Dir && recursive && range.meets_subtree(&child) {
                     subdirs.push(child);
                 }
-                if tx.blocking_send(Ok(entry)).is_err() {
+                if listed && tx.blocking_send(Ok(entry)).is_err() {
                     return Ok(Vec::new());
                 }
             }

@@ -1,0 +1,389 @@
+//! A pass's listing spread over several list jobs (`list.jobs`, docs/scale.md): the key space cut
+//! at N-1 paths into N ranges, each listed by a job of its own (`ferry ls --shards --shard K`),
+//! and the N listings read back as one by every step that reads a listing (`--shards`).
+//!
+//! A range is `[lo, hi)` in the manifest's order (paths as bytes), so each entry falls in exactly
+//! one, whatever the tree's shape: a cut may fall inside a directory, between a directory's name
+//! and its contents, or between `a-b` and `a/x`. Balance is the cuts' business, coverage never is.
+//! The cuts come from the entry counts of the listing the last pass carried (`quantiles`, kept
+//! in the carried state), or, on a first pass, from a shallow scan of the source.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::documents::{CarriedSummary, Version};
+use crate::manifest::{self, Entry, Kind};
+use crate::storage::Store;
+
+/// What stands for the shard's number in a listing argument given with `--shards`.
+pub const PLACEHOLDER: &str = "{shard}";
+
+/// Keys kept of a carried listing to cut the next pass by: cuts land within 1/`QUANTILES` of the
+/// tree of where an even split by entries would put them.
+pub const QUANTILES: usize = 256;
+
+/// Directories a first pass's scan lists (one request each on Blob) before it cuts.
+const SCAN_DIRS: usize = 256;
+/// Entries a scan takes of one directory (one page on Blob).
+const SCAN_PAGE: usize = 5000;
+
+/// `ferry shard`'s document (the run directory's listing/shards.json).
+#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShardsDoc {
+    pub version: Version,
+    /// List jobs per side: ranges of the key space.
+    pub jobs: u32,
+    /// The `jobs - 1` paths where one range ends and the next begins, escaped as in a manifest,
+    /// in order (equal neighbours make an empty range).
+    pub cuts: Vec<String>,
+    /// What balanced the ranges.
+    pub basis: Basis,
+    /// The destination's carried-or-fresh decision, made once for every list job of it; null
+    /// when the destination is not listed (a baseline) or not carried.
+    pub carried: Option<CarriedSummary>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Basis {
+    /// The entry counts of the listing the last pass carried.
+    Carried,
+    /// A shallow scan of the source: the first levels' entries, counted.
+    Scan,
+}
+
+impl ShardsDoc {
+    pub fn read(path: &Path) -> anyhow::Result<ShardsDoc> {
+        let text = std::fs::read(path)
+            .with_context(|| format!("cannot read the shards document {}", path.display()))?;
+        let doc: ShardsDoc = serde_json::from_slice(&text)
+            .with_context(|| format!("{}: not a shards document", path.display()))?;
+        doc.cuts()
+            .with_context(|| format!("{}: bad cuts", path.display()))?;
+        Ok(doc)
+    }
+
+    pub fn cuts(&self) -> anyhow::Result<Cuts> {
+        let keys = self
+            .cuts
+            .iter()
+            .map(|c| manifest::unescape_path(c).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if self.jobs == 0 || keys.len() + 1 != self.jobs as usize {
+            bail!(
+                "{} jobs need {} cuts, not {}",
+                self.jobs,
+                self.jobs.saturating_sub(1),
+                keys.len()
+            );
+        }
+        if keys.windows(2).any(|w| w[0] > w[1]) {
+            bail!("the cuts are not in order");
+        }
+        Ok(Cuts { keys })
+    }
+
+    /// The files of one side's listing: `listing` with `{shard}` standing for 1..=jobs.
+    pub fn files(&self, listing: &Path) -> anyhow::Result<Vec<PathBuf>> {
+        let pattern = listing.to_str().filter(|s| s.contains(PLACEHOLDER));
+        let Some(pattern) = pattern else {
+            bail!(
+                "with --shards, a listing names its {} files with {PLACEHOLDER} ({} does not)",
+                self.jobs,
+                listing.display()
+            );
+        };
+        Ok((1..=self.jobs)
+            .map(|k| PathBuf::from(pattern.replace(PLACEHOLDER, &k.to_string())))
+            .collect())
+    }
+}
+
+/// A listing argument: one file, or with `--shards` the files of its list jobs.
+pub fn listing_files(listing: &Path, shards: Option<&Path>) -> anyhow::Result<Vec<PathBuf>> {
+    match shards {
+        Some(doc) => ShardsDoc::read(doc)?.files(listing),
+        None if listing.to_str().is_some_and(|s| s.contains(PLACEHOLDER)) => bail!(
+            "{} names a sharded listing: give --shards too",
+            listing.display()
+        ),
+        None => Ok(vec![listing.to_path_buf()]),
+    }
+}
+
+/// The key space cut into ranges.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cuts {
+    keys: Vec<Vec<u8>>,
+}
+
+/// `[lo, hi)`; None: unbounded on that side.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    pub lo: Option<Vec<u8>>,
+    pub hi: Option<Vec<u8>>,
+}
+
+impl Cuts {
+    pub fn new(keys: Vec<Vec<u8>>) -> Cuts {
+        debug_assert!(keys.windows(2).all(|w| w[0] <= w[1]));
+        Cuts { keys }
+    }
+
+    pub fn jobs(&self) -> usize {
+        self.keys.len() + 1
+    }
+
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// Range `k`, 1-based.
+    pub fn range(&self, k: usize) -> Range {
+        assert!(
+            (1..=self.jobs()).contains(&k),
+            "shard {k} of {}",
+            self.jobs()
+        );
+        Range {
+            lo: (k > 1).then(|| self.keys[k - 2].clone()),
+            hi: self.keys.get(k - 1).cloned(),
+        }
+    }
+}
+
+impl Range {
+    pub fn contains(&self, path: &[u8]) -> bool {
+        self.lo.as_deref().is_none_or(|lo| path >= lo)
+            && self.hi.as_deref().is_none_or(|hi| path < hi)
+    }
+
+    /// Whether anything below directory `dir` can fall in the range: every path under it lies
+    /// in `[dir/, dir0)` ('0' follows '/').
+    pub fn meets_subtree(&self, dir: &[u8]) -> bool {
+        let mut first = dir.to_vec();
+        first.push(b'/');
+        let mut past = dir.to_vec();
+        past.push(b'/' + 1);
+        self.hi.as_deref().is_none_or(|hi| first.as_slice() < hi)
+            && self.lo.as_deref().is_none_or(|lo| lo < past.as_slice())
+    }
+}
+
+/// Keys of a sorted stream at about even counts, in bounded memory whatever its length: every
+/// `every`-th key, the spacing doubled (and every other key dropped) when too many are kept.
+#[derive(Debug)]
+pub struct Quantiles {
+    every: u64,
+    seen: u64,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Default for Quantiles {
+    fn default() -> Self {
+        Quantiles {
+            every: 1,
+            seen: 0,
+            keys: Vec::new(),
+        }
+    }
+}
+
+impl Quantiles {
+    pub fn push(&mut self, path: &[u8]) {
+        if self.seen.is_multiple_of(self.every) {
+            self.keys.push(path.to_vec());
+            if self.keys.len() >= 2 * QUANTILES {
+                self.keys = self.keys.drain(..).step_by(2).collect();
+                self.every *= 2;
+            }
+        }
+        self.seen += 1;
+    }
+
+    /// Escaped as in a manifest, for the carried state's document.
+    pub fn finish(self) -> Vec<String> {
+        self.keys.iter().map(|k| manifest::escape_path(k)).collect()
+    }
+}
+
+/// `jobs - 1` cuts that share `units` (sorted keys, each with its weight) out about evenly: a
+/// cut is placed at the unit that crosses each `k/jobs` of the total weight.
+pub fn even_cuts(units: &[(Vec<u8>, u64)], jobs: usize) -> Cuts {
+    let total: u64 = units.iter().map(|(_, w)| w).sum();
+    let mut keys = Vec::with_capacity(jobs.saturating_sub(1));
+    let mut sum = 0u64;
+    let mut units = units.iter().peekable();
+    for k in 1..jobs {
+        let target = total as u128 * k as u128 / jobs as u128;
+        while let Some((_, w)) = units.peek() {
+            let (before, after) = (sum as u128, (sum + w) as u128);
+            // The unit that crosses the target goes to the side that leaves the nearer split.
+            if before >= target || (after > target && target - before <= after - target) {
+                break;
+            }
+            sum += w;
+            units.next();
+        }
+        // The range ends where the next unit begins; past the last, the ranges left are empty.
+        let at = match units.peek() {
+            Some((key, _)) => key.clone(),
+            None => keys.last().cloned().unwrap_or_default(),
+        };
+        keys.push(at);
+    }
+    // A cut never goes back: equal neighbours are an empty range.
+    for i in 1..keys.len() {
+        if keys[i] < keys[i - 1] {
+            keys[i] = keys[i - 1].clone();
+        }
+    }
+    Cuts::new(keys)
+}
+
+/// Cuts by the carried listing's quantiles (equal entry counts apart).
+pub fn cuts_from_quantiles(quantiles: &[String], jobs: usize) -> anyhow::Result<Cuts> {
+    let units = quantiles
+        .iter()
+        .map(|q| {
+            manifest::unescape_path(q)
+                .map(|k| (k, 1))
+                .map_err(anyhow::Error::msg)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(even_cuts(&units, jobs))
+}
+
+/// Cuts by a shallow look at `store`: the root's entries and those of the first `SCAN_DIRS`
+/// directories met breadth first, each counted once; a directory not looked into counts as many
+/// entries as the directories looked into held on average.
+pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
+    let mut units: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut unread: Vec<Vec<u8>> = Vec::new();
+    let mut level: Vec<Vec<u8>> = vec![Vec::new()];
+    let (mut read, mut held) = (0usize, 0u64);
+    while !level.is_empty() && read < SCAN_DIRS {
+        let take = level.len().min(SCAN_DIRS - read);
+        unread.extend(level.drain(take..));
+        let pages: Vec<_> = futures::stream::iter(level.drain(..))
+            .map(|dir| async move { store.list_dir_sample(&dir, SCAN_PAGE).await })
+            .buffered(16)
+            .collect()
+            .await;
+        for entries in pages {
+            let entries: Vec<Entry> =
+                entries.with_context(|| format!("cannot scan {}", store.describe()))?;
+            read += 1;
+            held += entries.len() as u64;
+            for e in entries {
+                if e.kind == Kind::Dir {
+                    level.push(e.path.clone());
+                }
+                units.push((e.path, 1));
+            }
+        }
+    }
+    unread.append(&mut level);
+    let guess = (held / read.max(1) as u64).max(1);
+    for dir in unread {
+        units.push((dir, guess));
+    }
+    units.sort();
+    Ok(even_cuts(&units, jobs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(lo: Option<&str>, hi: Option<&str>) -> Range {
+        Range {
+            lo: lo.map(|s| s.as_bytes().to_vec()),
+            hi: hi.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn every_path_falls_in_one_range() {
+        let cuts = Cuts::new(vec![
+            b"a-b".to_vec(),
+            b"a/x".to_vec(),
+            b"a/x".to_vec(),
+            b"m".to_vec(),
+        ]);
+        let paths: [&[u8]; 8] = [b"", b"a", b"a-b", b"a/a", b"a/x", b"a/x/y", b"b", b"z"];
+        for p in paths {
+            let n = (1..=cuts.jobs())
+                .filter(|&k| cuts.range(k).contains(p))
+                .count();
+            assert_eq!(n, 1, "{}", String::from_utf8_lossy(p));
+        }
+        assert!(!(1..=cuts.jobs()).any(|k| k == 3 && cuts.range(k).contains(b"a/x")));
+    }
+
+    #[test]
+    fn a_subtree_is_entered_only_when_it_meets_the_range() {
+        // "a/x" lies past "a-b": a range of [a-b, a/x) still holds "a/a", below "a".
+        assert!(r(Some("a-b"), Some("a/x")).meets_subtree(b"a"));
+        assert!(!r(Some("b"), None).meets_subtree(b"a"));
+        assert!(!r(None, Some("a/")).meets_subtree(b"a"));
+        assert!(r(None, Some("a/\x01")).meets_subtree(b"a"));
+        assert!(!r(Some("a0"), None).meets_subtree(b"a"));
+        assert!(r(Some("a/zz"), None).meets_subtree(b"a"));
+    }
+
+    #[test]
+    fn even_cuts_share_the_weight() {
+        let units: Vec<(Vec<u8>, u64)> = (0..100u32)
+            .map(|i| (format!("{i:03}").into_bytes(), 1))
+            .collect();
+        let cuts = even_cuts(&units, 4);
+        assert_eq!(
+            cuts.keys(),
+            [b"025".to_vec(), b"050".to_vec(), b"075".to_vec()]
+        );
+        // Fewer units than jobs: the last ranges are empty, none goes back.
+        let cuts = even_cuts(&units[..2], 4);
+        assert_eq!(cuts.jobs(), 4);
+        assert!(cuts.keys().windows(2).all(|w| w[0] <= w[1]));
+        // A heavy unit gets a range of its own.
+        let units = vec![
+            (b"a".to_vec(), 1),
+            (b"big".to_vec(), 100),
+            (b"c".to_vec(), 1),
+        ];
+        assert_eq!(even_cuts(&units, 2).keys(), [b"big".to_vec()]);
+    }
+
+    #[test]
+    fn quantiles_stay_bounded_and_even() {
+        let mut q = Quantiles::default();
+        for i in 0..100_000u32 {
+            q.push(format!("{i:06}").as_bytes());
+        }
+        let keys = q.finish();
+        assert!(
+            keys.len() >= QUANTILES && keys.len() < 2 * QUANTILES,
+            "{}",
+            keys.len()
+        );
+        let cuts = cuts_from_quantiles(&keys, 4).unwrap();
+        let at: Vec<u32> = cuts
+            .keys()
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).parse().unwrap())
+            .collect();
+        for (k, got) in at.iter().enumerate() {
+            let want = 25_000 * (k as u32 + 1);
+            assert!(
+                got.abs_diff(want) <= 100_000 / QUANTILES as u32,
+                "{got} for {want}"
+            );
+        }
+    }
+}
