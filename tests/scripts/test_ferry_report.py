@@ -566,18 +566,15 @@ def test_how_the_destination_was_known_and_what_the_audit_found(finished):
         extra_on_dest={"files": 2, "bytes": 20},
     )
     carried = {"used": True, "written_by": "incremental", "probed": 3, "reason": None}
-    summary = {
-        "version": 1,
-        "command": "ls",
-        "entries": 7,
-        "seconds": 0.1,
-        "requests": RunDir.requests(list_pages=1),
-        "carried": carried,
-    }
-    (finished.path / "listing").mkdir()
-    (finished.path / "listing" / "dest-summary.json").write_text(json.dumps(summary))
+    finished.listed("dest", RunDir.ls_summary(7, 0.1, carried=carried, list_pages=1))
     report = build(finished, phase="audit")
     assert report["totals"]["dest_listing"] == {"listed": carried, "left": None}
+    # One list job per side: no shard step, the summary as the job left it.
+    assert report["totals"]["listings"] == {
+        "source": None,
+        "dest": {"entries": 7, "seconds": 0.1, "jobs": 1},
+        "shards": None,
+    }
     assert report["totals"]["requests"]["by_step"]["list_dest"]["list_pages"] == 1
     assert report["failures"] == [
         {"stage": "audit", "error": "2 files only on the destination (listed in plan/delete.tsv)"}
