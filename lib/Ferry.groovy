@@ -44,6 +44,8 @@ class Ferry {
         def words = ['ferry-task', step, '--records', 'rec', '--spec', q(JsonOutput.toJson(run.spec))]
         if (opts.part != null)
             words += ['--part', q(opts.part)]
+        if (opts.shard != null)
+            words += ['--shard', q(opts.shard)]
         if (opts.out)
             words += ['--out', q(opts.out)]
         (opts.set ?: [:]).each { name, value -> words += ['--set', q("${name}=${value}")] }
@@ -112,6 +114,17 @@ class Ferry {
         }
         dirs.removeAll([layout.listing_dir, layout.plan_dir])
         return dirs.join(',')
+    }
+
+    /**
+     * Where list job `shard` of a list step leaves its record of `kind` (the layout's `sharded`
+     * records); with shard null, the one list job's (the step's own records).
+     */
+    static String listRecord(Map run, String step, String kind, Object shard) {
+        if (shard == null)
+            return record(run, step, kind)
+        def pattern = run.layout.steps[step].sharded[kind] as String
+        return pattern.replace('{shard}', shard.toString())
     }
 
     /** The same record inside a task's `rec` directory, its share of the run directory. */
