@@ -89,8 +89,10 @@ workflow MIGRATE {
             records = records.mix(FINAL_CHECK.out.rec)
     }
     // Once every step has ended, failed ones included: their records say what went wrong.
-    REPORT([run_dir: run.dir, report_argv: run.report_argv, layout: layout],
-           records.toList().map { done -> done + Ferry.failedRecords() })
+    def root = new File(run.dir as String).parent
+    REPORT([run_dir: run.dir, run_root: root, report_argv: run.report_argv, layout: layout],
+           records.toList().map { done -> done + Ferry.failedRecords() },
+           file("${root}/${layout.run_root.history}"), file("${run.dir}/${layout.run_started}"))
 
     emit:
     report = REPORT.out.json

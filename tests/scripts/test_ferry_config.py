@@ -163,13 +163,18 @@ def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
 
 def test_one_report_command_for_both_engines(tmp_path):
     """The report's command comes whole from the resolution (run.report_argv): each engine only
-    says where the records are ({run_dir}: the run directory, or Nextflow's gathered copy), and
-    the pages are named by the run's status, whichever engine made them."""
+    says where the records are ({run_dir}: the run directory, or Nextflow's gathered copy) and
+    the history ({history}: the run directory on disk, or Nextflow's copy staged into the task),
+    and the pages are named by the run's status, whichever engine made them."""
     run = resolve(phase="final", checksum=True)["run"]
-    argv = ferry_task.fill(run["report_argv"], {"run_dir": str(tmp_path)})
-    assert argv == ["build", str(tmp_path), *run["report_args"], "--by-status"]
+    staged = str(tmp_path / "history" / "final")
+    argv = ferry_task.fill(run["report_argv"], {"run_dir": str(tmp_path), "history": staged})
+    args = run["report_args"]
+    at = args.index("--history") + 1
+    assert argv == ["build", str(tmp_path), *args[:at], staged, *args[at + 1 :], "--by-status"]
     opts = ferry_report.parser().parse_args(argv)
     assert opts.run_dir == str(tmp_path) and opts.by_status and opts.checksum
+    assert opts.history == staged
     assert opts.json_path is None and opts.md_path is None
 
 

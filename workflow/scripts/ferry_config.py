@@ -522,8 +522,10 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     return spec
 
 
-def report_args(cfg: dict) -> list[str]:
-    """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
+def report_args(cfg: dict, history: str | None = None) -> list[str]:
+    """ferry_report.py build options after RUN_DIR: what the report cannot find in the run
+    directory. `history`: the run directory whose run root holds the history (default: the run
+    directory on disk)."""
     final = cfg["phase"] in ("final", "audit")
     return [
         "--run-name",
@@ -540,18 +542,19 @@ def report_args(cfg: dict) -> list[str]:
         *(["--final-check"] if final_check(cfg) else []),
         # Every phase's report projects the final pass, which verifies as configured.
         *(["--final-checksum"] if cfg["checksum"] else []),
-        # The run directory on disk, absolute: Nextflow builds the report on a copy of the
-        # records in a work directory, and the history lives beside the real one.
         "--history",
-        os.path.abspath(run_dir(cfg)),
+        history or os.path.abspath(run_dir(cfg)),
     ]
 
 
 def report_argv(cfg: dict) -> list[str]:
     """The report's command after `ferry_report.py`, the same for both engines; {run_dir} is the
-    records it reads (the run directory, or Nextflow's gathered copy of them). The pages are
-    named by the run's status: report.* when complete, report-incomplete.* otherwise."""
-    return ["build", "{run_dir}", *report_args(cfg), "--by-status"]
+    records it reads (the run directory, or Nextflow's gathered copy of them), {history} the run
+    directory beside the history (the one on disk, or Nextflow's copy of the history and of the
+    run's start marker, staged into the task: an Azure Batch task sees nothing of the head's
+    disk). The pages are named by the run's status: report.* when complete,
+    report-incomplete.* otherwise."""
+    return ["build", "{run_dir}", *report_args(cfg, "{history}"), "--by-status"]
 
 
 def resolve(
