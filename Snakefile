@@ -1,4 +1,4 @@
-# ferry migration pipeline: list -> plan (checkpoint) -> copy per partition -> verify per
+# ferry migration pipeline: (shard ->) list -> plan (checkpoint) -> copy per partition -> verify per
 # partition -> (final) prune -> final check -> report. See docs/pipeline.md; the steps' names in
 # every layer: docs/design/layout.md.
 #
@@ -15,9 +15,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-# Partition ids are the zero-padded numbers of `ferry plan`'s part files.
+# Partition ids are the zero-padded numbers of `ferry plan`'s part files; list jobs are
+# numbered from 1 (list.jobs > 1).
 wildcard_constraints:
     part=r"\d+",
+    shard=r"\d+",
 
 
 include: "workflow/rules/common.smk"

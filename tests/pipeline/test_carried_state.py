@@ -7,9 +7,12 @@ audit, after the cut-over, lists both sides afresh and names what only the desti
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from support.ferry import new_container
-from support.nextflow import nextflow, params_for
+from support.nextflow import nextflow, params_for, trace
 from support.pipeline import (
     base_config,
     blob_snapshot,
@@ -71,6 +74,18 @@ def test_nextflow_carries_the_destination_in_blob_beside_it(tmp_path, ferry_bin,
     assert listed(rep)["written_by"] == "incremental"
     assert dest_list_pages(rep) == 0
     assert rep["totals"]["files"]["planned"] == 0 and rep["partitions"] == []
+
+    # The history reached the report's task as Batch would bring it, staged in with the run's
+    # start marker (the script names nothing of the head's run directory), and went back to the
+    # run root with this pass's record: the projection had every pass.
+    report_task = [r for r in trace(outdir, "incremental-pass2") if r["process"].endswith("REPORT")]
+    script = (Path(report_task[-1]["workdir"]) / ".command.sh").read_text()
+    assert str(outdir) not in script, script
+    root = outdir / "t"
+    history = [json.loads(line) for line in (root / "history.jsonl").read_text().splitlines()]
+    passes = ["baseline", "incremental", "incremental-pass2"]
+    assert [r["run_dir"] for r in history] == passes
+    assert [r["run_dir"] for r in rep["history"]] == passes and rep["projection"]["ok"]
 
 
 @pytest.mark.timeout(600)

@@ -25,6 +25,7 @@ from support.pipeline import (
     migration_tree,
     modify_tree,
     pipeline,
+    plan_files,
 )
 
 # What legitimately differs between two runs of the same phase: when and how long things took.
@@ -77,20 +78,6 @@ def masked_md(text: str, dest: str) -> str:
     text = TIMED_SECTIONS.sub("", text)
     # Seconds and sizes alike; the sizes are compared exactly in report.json.
     return re.sub(r"\b\d+\.\d+\b", "N", text)
-
-
-def plan_files(run: Path) -> dict:
-    """{path: contents} of the plan directory (JSON parsed; engines' own marker files left out)."""
-    files = {}
-    for path in sorted((run / "plan").rglob("*")):
-        if path.is_file() and not path.name.startswith("."):
-            text = path.read_text()
-            # A parallel listing has no fixed order, and a part keeps its listing's order: compare
-            # what each part holds.
-            files[path.relative_to(run).as_posix()] = (
-                json.loads(text) if path.suffix == ".json" else sorted(text.splitlines())
-            )
-    return files
 
 
 class Engines:

@@ -5,6 +5,7 @@ records, placeholders, failed-job handling, prune's guard)."""
 from __future__ import annotations
 
 import json
+import os
 
 import ferry_config
 import ferry_report
@@ -162,13 +163,18 @@ def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
 
 def test_one_report_command_for_both_engines(tmp_path):
     """The report's command comes whole from the resolution (run.report_argv): each engine only
-    says where the records are ({run_dir}: the run directory, or Nextflow's gathered copy), and
-    the pages are named by the run's status, whichever engine made them."""
+    says where the records are ({run_dir}: the run directory, or Nextflow's gathered copy) and
+    the history ({history}: the run directory on disk, or Nextflow's copy staged into the task),
+    and the pages are named by the run's status, whichever engine made them."""
     run = resolve(phase="final", checksum=True)["run"]
-    argv = ferry_task.fill(run["report_argv"], {"run_dir": str(tmp_path)})
-    assert argv == ["build", str(tmp_path), *run["report_args"], "--by-status"]
+    staged = str(tmp_path / "history" / "final")
+    argv = ferry_task.fill(run["report_argv"], {"run_dir": str(tmp_path), "history": staged})
+    args = run["report_args"]
+    at = args.index("--history") + 1
+    assert argv == ["build", str(tmp_path), *args[:at], staged, *args[at + 1 :], "--by-status"]
     opts = ferry_report.parser().parse_args(argv)
     assert opts.run_dir == str(tmp_path) and opts.by_status and opts.checksum
+    assert opts.history == staged
     assert opts.json_path is None and opts.md_path is None
 
 
@@ -308,3 +314,157 @@ def test_prune_runs_the_worker_only_when_its_guard_lets_it(tmp_path):
     RunDir(tmp_path).plan()
     assert ferry_task.main(["prune", "--records", str(tmp_path), "--spec", spec]) == 0
     assert json.loads((tmp_path / "prune" / "prune.json").read_text()) == {"deleted": 0}
+
+
+# --- list.jobs: the listings taken by several jobs ------------------------------------------------
+
+
+def test_one_list_job_per_side_runs_todays_commands():
+    res = resolve(phase="incremental")
+    assert res["config"]["list"]["jobs"] == 1 and res["run"]["shards"] == []
+    steps = res["steps"]
+    for step in ("list_source", "list_dest", "plan", "prune", "carry"):
+        assert not {"--shards", "--shard", "{shards}"} & set(steps[step]["argv"]), step
+    assert steps["list_dest"]["argv"][3:] == [
+        "--recursive",
+        "--format",
+        "tsv",
+        "--carried",
+        "{state}",
+        "--pass",
+        "incremental",
+        "--probe",
+        "64",
+        "--summary",
+        "{summary}",
+    ]
+    plain = {"source_listing": "listing/source.tsv", "dest_listing": "listing/dest.tsv"}
+    for step in ("plan", "prune", "carry"):
+        assert steps[step]["listings"] == plain, step
+
+
+def test_list_jobs_share_one_cut_of_the_key_space_and_one_carried_decision():
+    res = resolve(phase="incremental", list={"jobs": 3}, dest_probe=5)
+    steps = res["steps"]
+    assert res["run"]["shards"] == ["1", "2", "3"]
+    assert steps["shard"]["argv"][1:] == [
+        "shard",
+        "{source}",
+        "{dest}",
+        "--jobs",
+        "3",
+        "--out",
+        "{out}",
+        "--carried",
+        "{state}",
+        "--pass",
+        "incremental",
+        "--probe",
+        "5",
+    ]
+    assert steps["shard"]["values"]["state"] == steps["list_dest"]["values"]["state"]
+    assert steps["shard"]["resources"] == steps["list_source"]["resources"]
+    # Each list job lists its range; the destination's follows the shard step's decision.
+    source = steps["list_source"]["argv"]
+    assert source[source.index("--shards") :] == [
+        "--shards",
+        "{shards}",
+        "--shard",
+        "{shard}",
+        "--summary",
+        "{summary}",
+    ]
+    dest = steps["list_dest"]["argv"]
+    assert dest[dest.index("--carried") :] == [
+        "--carried",
+        "{state}",
+        "--pass",
+        "incremental",
+        "--shards",
+        "{shards}",
+        "--shard",
+        "{shard}",
+        "--summary",
+        "{summary}",
+    ]
+    # Every reader of the listings reads the N of each side as one.
+    sharded = {
+        "source_listing": "listing/source-{shard}.tsv",
+        "dest_listing": "listing/dest-{shard}.tsv",
+    }
+    for step in ("plan", "prune", "carry"):
+        argv = steps[step]["argv"]
+        assert argv[argv.index("--shards") + 1] == "{shards}", step
+        assert steps[step]["listings"] == sharded, step
+    assert "{dest_listing}" in steps["carry"]["argv"]
+
+
+def test_the_shard_step_decides_as_the_destination_listing_did():
+    baseline = resolve(phase="baseline", list={"jobs": 2})["steps"]
+    # The baseline lists no destination: the shard step cuts by the source alone.
+    assert baseline["shard"]["argv"][1:] == ["shard", "{source}", "--jobs", "2", "--out", "{out}"]
+    assert "--shards" not in baseline["carry"]["argv"]  # the baseline's carry reads no listing
+    assert "--shards" in baseline["plan"]["argv"]
+    for params in ({"phase": "audit"}, {"phase": "final", "dest_listing": "fresh"}):
+        argv = resolve(list={"jobs": 2}, **params)["steps"]["shard"]["argv"]
+        assert argv[-1] == "--fresh", params
+    assert "--fresh" not in resolve(phase="final", list={"jobs": 2})["steps"]["shard"]["argv"]
+
+
+@pytest.mark.parametrize("jobs", [0, "two"])
+def test_list_jobs_is_a_count_of_one_or_more(jobs):
+    with pytest.raises(ConfigError, match="config field 'list.jobs'"):
+        resolve(list={"jobs": jobs})
+
+
+def test_a_list_job_leaves_its_own_records_and_a_worker_writes_its_own_output(tmp_path):
+    """A list job's listing, summary, log and timing go to its sharded records, its {shard} and
+    the shards file filled in; a verb that writes its document itself (`--out`) gets a path
+    where the task's output goes."""
+    script = 'printf "%s\\n" "$@"; printf "{}" > "$3"'
+    spec = {
+        "argv": ["sh", "-c", script, "sh", "{shard}", "{shards}", "{summary}"],
+        "values": {},
+    }
+    args = ["list_source", "--records", str(tmp_path), "--shard", "2"]
+    assert ferry_task.main([*args, "--spec", json.dumps(spec)]) == 0
+    rec = ferry_task.records("list_source", root=str(tmp_path), shard="2")
+    assert rec.out == str(tmp_path / "listing" / "source-2.tsv")
+    assert open(rec.out).read().splitlines() == [
+        "2",
+        str(tmp_path / "listing" / "shards.json"),
+        str(tmp_path / "listing" / "source-2-summary.json"),
+    ]
+    assert os.path.exists(rec.log) and os.path.exists(rec.bench)
+    assert rec.bench.endswith(os.path.join("benchmarks", "list_source", "shard-2.tsv"))
+
+    shard = {"argv": ["sh", "-c", 'echo cut; echo \'{"jobs": 2}\' > "$1"', "sh", "{out}"]}
+    assert ferry_task.main(["shard", "--records", str(tmp_path), "--spec", json.dumps(shard)]) == 0
+    rec = ferry_task.records("shard", root=str(tmp_path))
+    assert json.loads(open(rec.out).read()) == {"jobs": 2}
+    assert open(rec.log).read() == "cut\n"
+    assert not os.path.exists(rec.out + ".tmp")
+    # Written where the engine publishes it from (Nextflow's SHARD): a copy stays among the
+    # records, for the report.
+    os.remove(rec.out)
+    elsewhere = str(tmp_path / "published.json")
+    args = ["shard", "--records", str(tmp_path), "--out", elsewhere]
+    assert ferry_task.main([*args, "--spec", json.dumps(shard)]) == 0
+    assert json.loads(open(elsewhere).read()) == json.loads(open(rec.out).read()) == {"jobs": 2}
+
+
+def test_a_plan_over_list_jobs_reads_the_patterns_the_worker_expands(tmp_path):
+    spec = {
+        "argv": ["sh", "-c", 'printf "%s\\n" "$@"', "sh", "{source_listing}", "{dest_listing}"],
+        "values": {},
+        "listings": {
+            "source_listing": "listing/source-{shard}.tsv",
+            "dest_listing": "listing/dest-{shard}.tsv",
+        },
+    }
+    assert ferry_task.main(["plan", "--records", str(tmp_path), "--spec", json.dumps(spec)]) == 0
+    log = (tmp_path / "logs" / "plan.log").read_text().splitlines()
+    assert log == [
+        str(tmp_path / "listing" / "source-{shard}.tsv"),
+        str(tmp_path / "listing" / "dest-{shard}.tsv"),
+    ]

@@ -312,7 +312,7 @@ def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):
     # A reader sees it as killed at once (its engine is gone), without writing anything.
     loaded = ferry_history.load(str(root))
     assert [(r["status"], r["run_id"]) for r in loaded] == [("stopped", marker["run_id"])]
-    assert not (root / ferry_run_dir.HISTORY).exists()
+    assert not (root / ferry_run_dir.HISTORY).read_text()
     killed = loaded[0]
     assert (killed["phase"], killed["pass"], killed["engine"]) == ("incremental", 2, "snakemake")
     assert (

@@ -8,8 +8,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import ferry_html
 import ferry_markdown
 import ferry_report
+import ferry_run
 import ferry_run_dir
 import ferry_task
 import pytest
@@ -564,18 +566,15 @@ def test_how_the_destination_was_known_and_what_the_audit_found(finished):
         extra_on_dest={"files": 2, "bytes": 20},
     )
     carried = {"used": True, "written_by": "incremental", "probed": 3, "reason": None}
-    summary = {
-        "version": 1,
-        "command": "ls",
-        "entries": 7,
-        "seconds": 0.1,
-        "requests": RunDir.requests(list_pages=1),
-        "carried": carried,
-    }
-    (finished.path / "listing").mkdir()
-    (finished.path / "listing" / "dest-summary.json").write_text(json.dumps(summary))
+    finished.listed("dest", RunDir.ls_summary(7, 0.1, carried=carried, list_pages=1))
     report = build(finished, phase="audit")
     assert report["totals"]["dest_listing"] == {"listed": carried, "left": None}
+    # One list job per side: no shard step, the summary as the job left it.
+    assert report["totals"]["listings"] == {
+        "source": None,
+        "dest": {"entries": 7, "seconds": 0.1, "jobs": 1},
+        "shards": None,
+    }
     assert report["totals"]["requests"]["by_step"]["list_dest"]["list_pages"] == 1
     assert report["failures"] == [
         {"stage": "audit", "error": "2 files only on the destination (listed in plan/delete.tsv)"}
@@ -583,3 +582,67 @@ def test_how_the_destination_was_known_and_what_the_audit_found(finished):
     md = ferry_markdown.markdown(report)
     assert "Destination: not listed; planned against the state incremental left" in md
     assert "Carried to the next pass: nothing" in md
+
+
+def test_a_listing_taken_by_several_list_jobs_is_read_as_one(run):
+    """With list.jobs > 1: each side's summaries summed (entries, requests by kind), its seconds
+    the longest job's, the destination's carried decision the shard step's; every list job and
+    the shard job timed and shown."""
+    run.plan(copy=[("00000", 1, 10)], verify=[("00000", 1, 10)])
+    run.copied("00000", copied=1, bytes_copied=10)
+    run.verified("00000", same=1)
+    carried = {"used": True, "written_by": "baseline", "probed": 4, "reason": None}
+    run.sharded(3, basis="carried", carried=carried)
+    run.benchmark("shard", 0.2, end=T0)
+    for k, (entries, seconds, pages) in enumerate([(4, 0.5, 1), (0, 0.1, 1), (7, 1.5, 2)], 1):
+        source = RunDir.ls_summary(entries, seconds, shard=(k, 3), list_pages=pages)
+        run.listed("source", source, shard=k)
+        dest = RunDir.ls_summary(entries + 1, seconds, carried=carried, shard=(k, 3), heads=1)
+        run.listed("dest", dest, shard=k)
+        run.benchmark("list_source", seconds, end=T0 + 2, shard=k)
+        run.benchmark("list_dest", seconds, end=T0 + 2, shard=k)
+    report = build(run, phase="incremental")
+    listings = report["totals"]["listings"]
+    assert listings["source"] == {"entries": 11, "seconds": 1.5, "jobs": 3}
+    assert listings["dest"] == {"entries": 14, "seconds": 1.5, "jobs": 3}
+    assert listings["shards"] == {"jobs": 3, "basis": "carried"}
+    assert report["totals"]["dest_listing"]["listed"] == carried
+    by_step, zero = report["totals"]["requests"]["by_step"], RunDir.requests()
+    assert by_step["list_source"] == zero | {"list_pages": 4}
+    assert by_step["list_dest"] == zero | {"heads": 3}
+    per_step = report["time"]["per_step"]
+    assert (per_step["shard"]["jobs"], per_step["list_source"]["jobs"]) == (1, 3)
+    assert per_step["list_source"]["max_seconds"] == 1.5
+    lanes = [
+        (j["step"], j["shard"]) for j in report["jobs"] if j["step"].startswith(("list", "sh"))
+    ]
+    assert lanes == [("shard", None)] + [
+        (s, k) for s in ("list_source", "list_dest") for k in "123"
+    ]
+    md = ferry_markdown.markdown(report)
+    assert "Listings: source 11 entries by 3 list jobs" in md
+    assert "the key space cut in 3 ranges by the carried listing" in md
+    html = ferry_html.page(report, [], None)
+    assert ">list_source 3<" in html
+
+
+def test_list_jobs_summaries_merge_by_kind_and_the_decision_is_any_jobs(run):
+    """Without the shard step's decision (a source side, or a shard document without one), a
+    job's own `carried` stands; a job that left no summary adds nothing."""
+    carried = {
+        "used": False,
+        "written_by": None,
+        "probed": 0,
+        "reason": "a fresh listing was asked for",
+    }
+    merged = ferry_run.merged_listing(
+        [None, RunDir.ls_summary(2, 0.3, carried=carried, gets=1), RunDir.ls_summary(3, 0.2)]
+    )
+    assert merged == {
+        "entries": 5,
+        "seconds": 0.3,
+        "requests": RunDir.requests(gets=1),
+        "carried": carried,
+        "jobs": 2,
+    }
+    assert ferry_run.merged_listing([None, None]) is None

@@ -145,6 +145,21 @@ def jobs_per_step(rep: dict) -> dict[str, int]:
     return {rule: stats["jobs"] for rule, stats in rep["time"]["per_step"].items()}
 
 
+def plan_files(run: Path) -> dict:
+    """{path: contents} of a run's plan directory (JSON parsed; engines' own marker files left
+    out): two plans are the same plan when these are equal."""
+    files = {}
+    for path in sorted((run / "plan").rglob("*")):
+        if path.is_file() and not path.name.startswith("."):
+            text = path.read_text()
+            # A parallel listing has no fixed order, and a part keeps its listing's order: compare
+            # what each part holds.
+            files[path.relative_to(run).as_posix()] = (
+                json.loads(text) if path.suffix == ".json" else sorted(text.splitlines())
+            )
+    return files
+
+
 def modify_tree(src: Path, content: dict[str, bytes]) -> tuple[set[str], set[str], set[str]]:
     """Add, change and delete files the way users do between passes; keeps `content` in step.
     Returns (added, changed, deleted)."""

@@ -246,6 +246,38 @@ class RunDir:
         """The final check's verify document with these counts."""
         self._json(self.final_check_json(failed), self.verify_doc(**counts))
 
+    # listings ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def ls_summary(entries=0, seconds=0.1, carried=None, shard=None, **requests) -> dict:
+        """A `ferry ls --summary` document, whole (docs/worker.md); shard: (index, of)."""
+        return {
+            "version": 1,
+            "command": "ls",
+            "entries": entries,
+            "seconds": seconds,
+            "requests": RunDir.requests(**requests),
+            "carried": carried,
+            "shard": {"index": shard[0], "of": shard[1]} if shard else None,
+        }
+
+    def listed(self, side: str, doc: dict, shard: int | None = None) -> None:
+        """listing/<side>-summary.json, or listing/<side>-<shard>-summary.json of one list job."""
+        name = f"{side}-summary.json" if shard is None else f"{side}-{shard}-summary.json"
+        self._json(self.path / "listing" / name, doc)
+
+    def sharded(self, jobs: int, basis: str = "scan", carried=None) -> dict:
+        """listing/shards.json: how `ferry shard` cut the key space among the list jobs."""
+        doc = {
+            "version": 1,
+            "jobs": jobs,
+            "cuts": [f"k{i}" for i in range(1, jobs)],
+            "basis": basis,
+            "carried": carried,
+        }
+        self._json(self.path / "listing" / "shards.json", doc)
+        return doc
+
     # logs and timings --------------------------------------------------------------------------
 
     @staticmethod
@@ -266,11 +298,15 @@ class RunDir:
         cpu="NA",
         rss="NA",
         text: str | None = None,
+        shard: int | None = None,
     ) -> None:
-        """benchmarks/<step>.tsv (or <step>/part-<part>.tsv): the columns Snakemake's benchmark files
-        and bin/ferry-task have; its modification time is the job's end."""
+        """benchmarks/<step>.tsv (or <step>/part-<part>.tsv, or a list job's
+        <step>/shard-<shard>.tsv): the columns Snakemake's benchmark files and bin/ferry-task
+        have; its modification time is the job's end."""
         step = self._step(step)
         rel = f"benchmarks/{step}.tsv" if part is None else f"benchmarks/{step}/part-{part}.tsv"
+        if shard is not None:
+            rel = f"benchmarks/{step}/shard-{shard}.tsv"
         if text is None:
             text = f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:01\t{rss}\t{cpu}\n"
         path = self._write(rel, text)

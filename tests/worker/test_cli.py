@@ -265,7 +265,8 @@ def test_verify_json_and_exit_status(tmp_path, container, run_ferry):
 
 def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
     """`ferry names` (hidden, for the replication): per manifest entry its canonical line, its
-    raw path and, for a file, the names of its temp and journal files, each field NUL-ended."""
+    raw path, for a file the names of its temp and journal files, its type, size and MD5, and
+    (with --held only) whether a destination holds it, each field NUL-ended."""
     src = tmp_path / "src"
     want = make_tree(src, {**odd_names_spec(local_only=True), "sub/plain.txt": b"p"})
     listing = run_ferry("ls", "-r", src).stdout_bytes
@@ -273,8 +274,12 @@ def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
     manifest.write_bytes(listing)
     out = run_ferry("names", manifest).stdout_bytes
     fields = out.split(b"\0")
-    assert len(fields) % 4 == 1 and fields[-1] == b""
-    records = [fields[i : i + 4] for i in range(0, len(fields) - 1, 4)]
+    assert len(fields) % 8 == 1 and fields[-1] == b""
+    records = [fields[i : i + 8] for i in range(0, len(fields) - 1, 8)]
+    kinds = {r[1]: r[4] for r in records}
+    assert kinds[b"sub"] == b"dir" and kinds[b"sub/plain.txt"] == b"file"
+    assert all(r[5] == str(len(want[r[1]])).encode() for r in records if r[1] in want)
+    assert all(r[7] == b"" for r in records), "held is said with --held only"
     assert [r[0] + b"\n" for r in records] == listing.split(b"\n", 1)[1].splitlines(keepends=True)
     files = {r[1]: (r[2], r[3]) for r in records if r[0].split(b"\t")[1] == b"f"}
     assert set(files) == set(want)

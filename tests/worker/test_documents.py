@@ -46,6 +46,8 @@ def phase(tmp_path, run_ferry):
     state = tmp_path / "state"
     docs["carry"] = run_ferry("carry", dst, "--state", state, "--pass", "baseline", "--json").json
     docs["units"] = json.loads(run_ferry("units", "--size", "4MiB", "--rate", "1Gbps").stdout)
+    run_ferry("shard", src, "--jobs", "2", "--out", run / "shards.json")
+    docs["shards"] = json.loads((run / "shards.json").read_text())
     return docs
 
 

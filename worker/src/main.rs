@@ -22,6 +22,7 @@ mod run_dir;
 mod same;
 mod shard;
 mod sorted;
+mod sparse;
 mod stats;
 mod storage;
 mod throttle;

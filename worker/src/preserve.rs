@@ -73,6 +73,7 @@ impl Preserve {
             uid: meta.uid.filter(|_| self.owner),
             gid: meta.gid.filter(|_| self.owner),
             md5: meta.md5,
+            sparse: meta.sparse.filter(|_| self.sparse),
         }
     }
 

@@ -11,16 +11,17 @@ process CARRY {
     val run
     path plan, stageAs: 'rec/plan/plan.json'
     path observed, stageAs: 'rec/verify/*'
-    path dest_listing, stageAs: 'in/dest.tsv'     // [] in the baseline, which lists nothing
+    path dest_listing, stageAs: 'listing/*'       // [] in the baseline, which lists nothing
     path deleted, stageAs: 'in/deleted.txt'       // [] but in the final phase
+    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
 
     output:
     path("${Ferry.rec(run, 'carry', 'out')}"), emit: json
     path 'rec', emit: rec
 
     script:
-    Ferry.task('carry', run, set: [dest_listing: 'in/dest.tsv', deleted_log: 'in/deleted.txt'])
+    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json', deleted_log: 'in/deleted.txt'])
 
     stub:
-    Ferry.task('carry', run, set: [dest_listing: 'in/dest.tsv', deleted_log: 'in/deleted.txt'], stub: true)
+    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json', deleted_log: 'in/deleted.txt'], stub: true)
 }

@@ -1,26 +1,31 @@
 // Listings are the ground truth of a phase: the plan, the partitions and the report derive from
 // them. The run key (the run directory: run name, phase, pass) is a task input, so a new phase, a
 // new pass or another source never reuses an old listing, while -resume of the same run does.
+// With list.jobs > 1 each side is listed by that many tasks, one per range of the key space
+// (`shard`, 1 to list.jobs) that SHARD cut first; with one, `shard` is null.
 
 process LIST {
-    tag "${side}"
+    tag "${side}${shard != null ? ' ' + shard : ''}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
     // The listing lies outside `rec` (every step's records, which the report gathers): it may be large.
     publishDir "${run.run_dir}", mode: 'copy', pattern: "${run.layout.listing_dir}/*.tsv"
 
     input:
-    tuple val(side), val(run)        // 'source' or 'dest', and the run key and step spec
+    tuple val(side), val(shard), val(run)   // 'source' or 'dest', the list job, the run key and step spec
+    path shards, stageAs: 'listing/shards.json'   // SHARD's cuts; [] with one list job per side
 
     output:
-    tuple val(side), path("${Ferry.record(run, "list_${side}", 'out')}"), emit: listing
+    tuple val(side), path("${Ferry.listRecord(run, "list_${side}", 'out', shard)}"), emit: listing
     path 'rec', emit: rec
 
     script:
-    Ferry.task("list_${side}", run, out: Ferry.record(run, "list_${side}", 'out'))
+    Ferry.task("list_${side}", run, shard: shard, out: Ferry.listRecord(run, "list_${side}", 'out', shard),
+               set: [shards: 'listing/shards.json'])
 
     stub:
-    Ferry.task("list_${side}", run, out: Ferry.record(run, "list_${side}", 'out'), stub: true)
+    Ferry.task("list_${side}", run, shard: shard, out: Ferry.listRecord(run, "list_${side}", 'out', shard),
+               set: [shards: 'listing/shards.json'], stub: true)
 }
 
 // `ferry copy` refuses to create a missing container (a typo would otherwise create a new one

@@ -9,9 +9,12 @@ process PLAN {
 
     input:
     val run
-    path source_listing, stageAs: 'listing/source.tsv'
-    path dest_listing, stageAs: 'listing/dest.tsv'        // [] in the baseline
+    // Each side's listings under the names the list tasks gave them (one per list job), which are
+    // the names the step's `listings` patterns expand to.
+    path source_listing, stageAs: 'listing/*'
+    path dest_listing, stageAs: 'listing/*'               // [] in the baseline
     val dest_ready                                        // the baseline waits for MAKE_DEST
+    path shards, stageAs: 'listing/shards.json'           // [] with one list job per side
 
     output:
     path("${run.layout.plan}"), emit: plan
@@ -21,9 +24,9 @@ process PLAN {
     path 'rec', emit: rec                     // its log and timing, and a copy of plan.json
 
     script:
-    Ferry.task('plan', run, set: [source_listing: 'listing/source.tsv', dest_listing: 'listing/dest.tsv', plan_dir: 'plan'])
+    Ferry.task('plan', run, set: run.spec.listings + [shards: 'listing/shards.json', plan_dir: 'plan'])
 
     // Two copy partitions (and, in the final phase, two verify partitions): enough to walk every edge.
     stub:
-    Ferry.task('plan', run, set: [source_listing: 'listing/source.tsv', dest_listing: 'listing/dest.tsv', plan_dir: 'plan'], stub: true)
+    Ferry.task('plan', run, set: run.spec.listings + [shards: 'listing/shards.json', plan_dir: 'plan'], stub: true)
 }

@@ -14,8 +14,9 @@ process PRUNE {
     path verified, stageAs: 'rec/verify/*'
     // The listings the plan used: prune deletes what they say the source lacks, listing nothing.
     // Outside `rec`, which the report gathers: they may be large.
-    path source_listing, stageAs: 'in/source.tsv'
-    path dest_listing, stageAs: 'in/dest.tsv'
+    path source_listing, stageAs: 'listing/*'
+    path dest_listing, stageAs: 'listing/*'
+    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
 
     output:
     path("${Ferry.rec(run, 'prune', 'out')}"), emit: json
@@ -23,8 +24,8 @@ process PRUNE {
     path 'rec', emit: rec
 
     script:
-    Ferry.task('prune', run, set: [source_listing: 'in/source.tsv', dest_listing: 'in/dest.tsv'])
+    Ferry.task('prune', run, set: run.spec.listings + [shards: 'listing/shards.json'])
 
     stub:
-    Ferry.task('prune', run, set: [source_listing: 'in/source.tsv', dest_listing: 'in/dest.tsv'], stub: true)
+    Ferry.task('prune', run, set: run.spec.listings + [shards: 'listing/shards.json'], stub: true)
 }

@@ -8,11 +8,15 @@ process REPORT {
     // Every run of the phase appends its record to the history (--history in report_argv), so
     // the report is never taken from the cache of an earlier run (-resume).
     cache false
-    publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : name }
+    publishDir "${run.run_dir}", mode: 'copy', saveAs: { name -> name.startsWith('run/') ? name.substring(4) : null }
+    // The history, with this run's record appended, back to the run root (Ferry.report).
+    publishDir "${run.run_root}", mode: 'copy', saveAs: { name -> name.startsWith('history/') ? name.substring(8) : null }
 
     input:
-    val run                                   // run_dir, report_argv, layout
+    val run                                   // run_dir, run_root, report_argv, layout
     path records, stageAs: 'rec*'             // every step's rec directory
+    path history, stageAs: 'staged/history.jsonl'   // the run root's, from the head
+    path started, stageAs: 'staged/started.json'    // this run's start marker
 
     output:
     path 'run/report*.json', emit: json
@@ -20,6 +24,7 @@ process REPORT {
     path 'run/report*.html', emit: html      // beside the .md, by the same command (ferry_html.py)
     // Files, not directories: publishing a directory would replace the run's one (plan/ is PLAN's).
     path "run/{${Ferry.recordDirs(run.layout)}}/**", emit: records, optional: true
+    path "history/${run.layout.run_root.history}", emit: history
 
     script:
     Ferry.report(run, projectDir)

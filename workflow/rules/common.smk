@@ -36,11 +36,33 @@ RUN = RUN_INFO["dir"]
 TASK = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_task.py")
 REPORT = os.path.join(workflow.basedir, "workflow", "scripts", "ferry_report.py")
 REPORT_PATHS = ferry_run_dir.report_paths(RUN, complete=True)
+# The list jobs of each side, when list.jobs > 1 (their {shard} wildcard); [] for one job.
+SHARDS = RUN_INFO["shards"]
+SHARDED = bool(SHARDS)
 
 
-def records(step, part="{part}"):
-    """The step's outputs, log and timing file in the run directory (run_dir.json)."""
-    return ferry_run_dir.records(step, part, RUN)
+def records(step, part="{part}", shard=None):
+    """The step's outputs, log and timing file in the run directory (run_dir.json); with shard,
+    a list step's records of one list job."""
+    return ferry_run_dir.records(step, part, RUN, shard)
+
+
+def list_records(step):
+    """A list rule's records: of the {shard} wildcard's job when several jobs list each side."""
+    return records(step, shard="{shard}" if SHARDED else None)
+
+
+def listings(step):
+    """Every listing file a list step leaves: one per list job."""
+    if SHARDED:
+        return [records(step, shard=shard).out for shard in SHARDS]
+    return [records(step).out]
+
+
+def list_benchmarks(step):
+    if SHARDED:
+        return [records(step, shard=shard).bench for shard in SHARDS]
+    return [records(step).bench]
 
 
 def records_in(root, step):
@@ -55,6 +77,8 @@ def literal(word):
 def task(step, root=RUN):
     """The shell command that runs a ferry step, ferry_task.py with the step's spec."""
     part = " --part {wildcards.part}" if ferry_run_dir.partitioned(step) else ""
+    if SHARDED and step in ferry_run_dir.SHARDED:
+        part += " --shard {wildcards.shard}"
     return (
         f"{literal(sys.executable)} {literal(TASK)} {step} --records {literal(root)}{part}"
         f" --spec {literal(json.dumps(STEPS[step], ensure_ascii=False))}"
@@ -95,7 +119,10 @@ def retries(step):
 # inside a group (plan after the listings, verify after its copy) is short next to the step it
 # follows and asks for no runtime of its own (requests(..., runtime=False)), so the job's time
 # limit is the configured runtime of list or copy, not a sum. Groups change nothing locally.
-PREPARE_GROUP = "prepare"
+#
+# Several list jobs (list.jobs > 1) are each a cluster job of their own, so that Slurm spreads
+# them over nodes: then no step of the preparation is grouped, and plan asks for its own runtime.
+PREPARE_GROUP = None if SHARDED else "prepare"
 
 
 def partition_group():
@@ -152,7 +179,9 @@ def carry_inputs(wildcards):
     # The audit's listing is the destination as it is: nothing to patch, whatever verify found.
     files = {} if AUDIT else {"verified": all_verify_json(wildcards)}
     if PHASE != "baseline":
-        files["listing"] = records("list_dest").out
+        files["listing"] = listings("list_dest")
+        if SHARDED:
+            files["shards"] = records("shard").out
     if FINAL:
         files["pruned"] = records("prune").out
     return files
@@ -160,9 +189,8 @@ def carry_inputs(wildcards):
 
 def report_inputs(wildcards):
     """Everything the report reads; requesting it is also what pulls the whole phase in."""
-    steps = ["list_source", "plan", "carry"] + (
-        [] if PHASE == "baseline" else ["list_dest"]
-    )
+    steps = ["plan", "carry"] + (["shard"] if SHARDED else [])
+    lists = ["list_source"] + ([] if PHASE == "baseline" else ["list_dest"])
     if FINAL:
         steps.append("prune")
     if RUN_INFO["final_check"]:
@@ -172,6 +200,7 @@ def report_inputs(wildcards):
         "copies": all_copy_json(wildcards),
         "verifies": all_verify_json(wildcards),
         "bench": [records(step).bench for step in steps]
+        + [bench for step in lists for bench in list_benchmarks(step)]
         + all_benchmarks("copy", copy_ids())
         + all_benchmarks("verify", verify_ids()),
     }

@@ -1,13 +1,35 @@
 # Listings are the ground truth of a phase: the plan, the partitions and the report all derive
 # from them, so they are taken once per run directory and reused when a failed run is resumed.
+# With list.jobs > 1, each side is listed by that many jobs, one per range of the key space
+# ({shard}), which the shard step cuts first; the plan reads their listings as one.
+
+
+rule shard:
+    # Once, before the list jobs: the cuts of the key space, and past the baseline the one
+    # carried-or-fresh decision for the destination that its list jobs follow.
+    output:
+        shards=records("shard").out,
+        bench=records("shard").bench,
+    log:
+        records("shard").log,
+    retries: retries("shard")
+    conda:
+        "../envs/ferry.yaml"
+    threads: threads("shard")
+    resources:
+        **requests("shard"),
+    shell:
+        task("shard")
 
 
 rule list_source:
+    input:
+        unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
-        listing=records("list_source").out,
-        bench=records("list_source").bench,
+        listing=list_records("list_source").out,
+        bench=list_records("list_source").bench,
     log:
-        records("list_source").log,
+        list_records("list_source").log,
     retries: retries("list_source")
     group:
         PREPARE_GROUP
@@ -21,11 +43,13 @@ rule list_source:
 
 
 rule list_dest:
+    input:
+        unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
-        listing=records("list_dest").out,
-        bench=records("list_dest").bench,
+        listing=list_records("list_dest").out,
+        bench=list_records("list_dest").bench,
     log:
-        records("list_dest").log,
+        list_records("list_dest").log,
     retries: retries("list_dest")
     group:
         PREPARE_GROUP

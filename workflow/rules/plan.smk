@@ -6,12 +6,13 @@
 checkpoint plan:
     input:
         unpack(
-            lambda wc: {"source": records("list_source").out}
+            lambda wc: {"source": listings("list_source")}
             | (
                 {"dest_ready": records("make_dest").out}
                 if PHASE == "baseline"
-                else {"dest": records("list_dest").out}
+                else {"dest": listings("list_dest")}
             )
+            | ({"shards": records("shard").out} if SHARDED else {})
         ),
     output:
         plan=directory(f"{RUN}/{ferry_run_dir.PLAN_DIR}"),
@@ -25,6 +26,6 @@ checkpoint plan:
         "../envs/ferry.yaml"
     threads: threads("plan")
     resources:
-        **requests("plan", runtime=False),
+        **requests("plan", runtime=SHARDED),
     shell:
         task("plan")

@@ -20,6 +20,11 @@ rule report:
     resources:
         **requests("report"),
     params:
-        argv=shlex.join(ferry_task.fill(RUN_INFO["report_argv"], {"run_dir": RUN})),
+        argv=shlex.join(
+            ferry_task.fill(
+                RUN_INFO["report_argv"],
+                {"run_dir": RUN, "history": os.path.abspath(RUN)},
+            )
+        ),
     shell:
         f"{literal(sys.executable)} {literal(REPORT)}" + " {params.argv} 2> {log:q}"

@@ -143,6 +143,7 @@ def rename_old_keys(params: dict) -> list[str]:
 # The steps of a phase and of the replication, in the order they run; one name each in every
 # layer (docs/design/layout.md). `resources` names the resources.<key> a step asks for.
 STEPS = {
+    "shard": "list",
     "list_source": "list",
     "list_dest": "list",
     "make_dest": "list",
@@ -203,6 +204,29 @@ def final_check(cfg: dict) -> bool:
         and not cfg["prune"]["dry_run"]
         and not (cfg["list"]["include"] or cfg["list"]["exclude"])
     )
+
+
+def list_jobs(cfg: dict) -> int:
+    """How many list jobs take each side's listing, each over one range of the key space."""
+    return cfg["list"]["jobs"]
+
+
+def sharded(cfg: dict) -> bool:
+    """The listings are taken by several jobs: a `shard` step cuts the key space first, and every
+    step that reads a listing reads the jobs' listings as one (--shards)."""
+    return list_jobs(cfg) > 1
+
+
+def shards_args(cfg: dict) -> list[str]:
+    return ["--shards", "{shards}"] if sharded(cfg) else []
+
+
+def dest_decision_args(cfg: dict) -> list[str]:
+    """How a pass decides whether the destination's carried state stands for a listing of it:
+    take the state, probe a sample of it, or list afresh regardless."""
+    # An audit looks at the destination as it is, never as it was carried.
+    fresh = cfg["dest_listing"] == "fresh" or cfg["phase"] == "audit"
+    return [*carried_args(cfg), "--probe", str(cfg["dest_probe"]), *(["--fresh"] if fresh else [])]
 
 
 def list_args(cfg: dict) -> list[str]:
@@ -295,14 +319,31 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     as one argument (ferry_task.py fills them): {source} and {dest} are the configured ends,
     replaced by small local trees in a stub run."""
     ends = ["{source}", "{dest}"]
+    if step == "shard":
+        # Once, before the list jobs: where each job's range of the key space begins, and (past
+        # the baseline) the one carried-or-fresh decision for the destination, which every list
+        # job of the destination then follows. The baseline lists no destination: make_dest
+        # takes the state.
+        dest = [] if cfg["phase"] == "baseline" else ["{dest}"]
+        decision = [] if cfg["phase"] == "baseline" else dest_decision_args(cfg)
+        return [
+            ferry,
+            "shard",
+            "{source}",
+            *dest,
+            "--jobs",
+            str(list_jobs(cfg)),
+            "--out",
+            "{out}",
+            *decision,
+        ]
     if step in ("list_source", "list_dest"):
-        # The destination: the state the last complete pass carried, where it still holds.
+        # The destination: the state the last complete pass carried, where it still holds. Taken
+        # by several jobs, the shard step decided that once and each job follows its record.
         carried = []
         if step == "list_dest":
-            # An audit looks at the destination as it is, never as it was carried.
-            fresh = cfg["dest_listing"] == "fresh" or cfg["phase"] == "audit"
-            how = ["--fresh"] if fresh else []
-            carried = [*carried_args(cfg), "--probe", str(cfg["dest_probe"]), *how]
+            carried = carried_args(cfg) if sharded(cfg) else dest_decision_args(cfg)
+        shard = ["--shards", "{shards}", "--shard", "{shard}"] if sharded(cfg) else []
         return [
             ferry,
             "ls",
@@ -312,6 +353,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "tsv",
             *list_args(cfg),
             *carried,
+            *shard,
             "--summary",
             "{summary}",
         ]
@@ -333,6 +375,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             cfg["phase"],
             "--compare",
             cfg["compare"],
+            *shards_args(cfg),
             "{cut}",
         ]
     if step == "copy":
@@ -376,6 +419,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "{source_listing}",
             "--dest-from",
             "{dest_listing}",
+            *shards_args(cfg),
             *prune_args(cfg),
             "--scratch",
             "{scratch}",
@@ -388,7 +432,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         # files): what the partitions' verify cannot see, a directory, is seen here.
         return [ferry, "verify", *ends, "--metadata", "--scratch", "{scratch}", "--json"]
     if step == "carry":
-        planned = [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}"]
+        planned = (
+            [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}", *shards_args(cfg)]
+        )
         # The audit's fresh listing is the state as it is: no verify's record to patch it with.
         observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
         pruned = (
@@ -462,8 +508,11 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["argv"] = argv(cfg, step, ferry)
     ends = cfg["replicate"] if step == "replicate" else cfg
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
-    if step in ("list_dest", "make_dest", "carry"):
+    if step in ("list_dest", "make_dest", "carry", "shard"):
         spec["values"]["state"] = state_location(cfg)
+    if step in ("plan", "prune", "carry"):
+        # The listings it reads, relative to the run directory (Nextflow stages them so too).
+        spec["listings"] = ferry_run_dir.listings(list_jobs(cfg))
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
     if step in ("copy", "verify"):
@@ -473,8 +522,10 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     return spec
 
 
-def report_args(cfg: dict) -> list[str]:
-    """ferry_report.py build options after RUN_DIR: what the report cannot find in the run directory."""
+def report_args(cfg: dict, history: str | None = None) -> list[str]:
+    """ferry_report.py build options after RUN_DIR: what the report cannot find in the run
+    directory. `history`: the run directory whose run root holds the history (default: the run
+    directory on disk)."""
     final = cfg["phase"] in ("final", "audit")
     return [
         "--run-name",
@@ -491,18 +542,19 @@ def report_args(cfg: dict) -> list[str]:
         *(["--final-check"] if final_check(cfg) else []),
         # Every phase's report projects the final pass, which verifies as configured.
         *(["--final-checksum"] if cfg["checksum"] else []),
-        # The run directory on disk, absolute: Nextflow builds the report on a copy of the
-        # records in a work directory, and the history lives beside the real one.
         "--history",
-        os.path.abspath(run_dir(cfg)),
+        history or os.path.abspath(run_dir(cfg)),
     ]
 
 
 def report_argv(cfg: dict) -> list[str]:
     """The report's command after `ferry_report.py`, the same for both engines; {run_dir} is the
-    records it reads (the run directory, or Nextflow's gathered copy of them). The pages are
-    named by the run's status: report.* when complete, report-incomplete.* otherwise."""
-    return ["build", "{run_dir}", *report_args(cfg), "--by-status"]
+    records it reads (the run directory, or Nextflow's gathered copy of them), {history} the run
+    directory beside the history (the one on disk, or Nextflow's copy of the history and of the
+    run's start marker, staged into the task: an Azure Batch task sees nothing of the head's
+    disk). The pages are named by the run's status: report.* when complete,
+    report-incomplete.* otherwise."""
+    return ["build", "{run_dir}", *report_args(cfg, "{history}"), "--by-status"]
 
 
 def resolve(
@@ -538,6 +590,9 @@ def resolve(
         "final": cfg["phase"] == "final",
         "audit": cfg["phase"] == "audit",
         "final_check": final_check(cfg),
+        # The list jobs of each side ({shard} of run_dir.json's sharded records); [] when one
+        # job lists each side, and there is no shard step.
+        "shards": ferry_run_dir.shard_ids(list_jobs(cfg)) if sharded(cfg) else [],
         "replicate_only": only,
         # Where the engine's own records (Nextflow's trace, timeline, report) go.
         "records_dir": replicate_run_dir(cfg) if only else run_dir(cfg),

@@ -159,8 +159,11 @@ def start(
     (a re-run redoes some steps only, and Nextflow's steps run away from the run directory)."""
     now = time.time() if now is None else now
     pid = os.getpid() if pid is None else pid
-    settle(run_root(run_dir), starting=now)
+    root = run_root(run_dir)
+    settle(root, starting=now)
     os.makedirs(run_dir, exist_ok=True)
+    # There from the start, even empty: Nextflow stages it into the report's task.
+    open(os.path.join(root, HISTORY), "a", encoding="utf-8").close()
     marker = {
         "run_id": f"{dt.datetime.fromtimestamp(now, dt.UTC):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
         "engine": engine,

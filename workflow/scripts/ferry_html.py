@@ -263,12 +263,13 @@ def pass_label(rec: dict) -> str:
 
 
 def timeline(spans: list[dict], singles: list[dict]) -> str:
-    """One lane per single step and per partition; a bar per job from its start to its end,
-    labelled with its throughput (bytes over wall seconds of the job)."""
+    """One lane per single step (per list job, when several took a listing) and per partition; a
+    bar per job from its start to its end, labelled with its throughput (bytes over wall seconds
+    of the job)."""
     t0 = min(s["start"] for s in spans + singles)
     t1 = max(s["end"] for s in spans + singles)
     span = max(t1 - t0, 1e-3)
-    lanes = [("step", s["step"]) for s in singles]
+    lanes = list(dict.fromkeys(("step", (s["step"], s.get("shard"))) for s in singles))
     lanes += [("part", p) for p in dict.fromkeys(s["part"] for s in spans)]
     lane_h, x0, top = 20, 130, 24
     height = top + lane_h * len(lanes) + 40
@@ -282,14 +283,16 @@ def timeline(spans: list[dict], singles: list[dict]) -> str:
         out.append(text(x, height - 20, fmt_seconds(span * frac), "middle"))
     for i, (kind, name) in enumerate(lanes):
         y = top + i * lane_h
-        out.append(text(x0 - 8, y + 13, name if kind == "step" else f"part {name}", "end"))
+        label = f"part {name}" if kind == "part" else " ".join(str(n) for n in name if n)
+        out.append(text(x0 - 8, y + 13, label, "end"))
         for s in singles if kind == "step" else spans:
-            if (s["step"] if kind == "step" else s["part"]) != name:
+            if ((s["step"], s.get("shard")) if kind == "step" else s["part"]) != name:
                 continue
             seconds = s["end"] - s["start"]
             rate = s["bytes"] / seconds if seconds > 0 and s["bytes"] else None
             tip = (
-                f"{s['step']} {('part ' + s['part']) if s['part'] else ''}: {fmt_seconds(seconds)}, "
+                f"{s['step']} {('part ' + s['part']) if s['part'] else ''}"
+                f"{('list job ' + s['shard']) if s.get('shard') else ''}: {fmt_seconds(seconds)}, "
                 f"{fmt_bytes(s['bytes'])}"
                 + (f", {fmt_bytes(rate)}/s" if rate else "")
                 + ("" if s["state"] == "done" else f" ({s['state']})")

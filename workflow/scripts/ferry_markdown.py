@@ -84,6 +84,7 @@ def checks(report: dict) -> list[str]:
         f"{v['error']} errors.",
         "",
     ]
+    lines += listing_line(t["listings"])
     lines += dest_listing(t["dest_listing"])
     if (p := t["prune"]) is not None:
         lines += [
@@ -101,6 +102,26 @@ def checks(report: dict) -> list[str]:
             "",
         ]
     return lines
+
+
+def listing_line(listings: dict) -> list[str]:
+    """What each side's listing held, and how many list jobs took it."""
+    said = []
+    for side, name in (("source", "source"), ("dest", "destination")):
+        one = listings[side]
+        if one:
+            jobs = f" by {one['jobs']} list jobs" if one["jobs"] > 1 else ""
+            said.append(f"{name} {one['entries']:,} entries{jobs} ({fmt(one['seconds'])} s)")
+    if not said:
+        return []
+    shards = listings["shards"]
+    cut = (
+        f"; the key space cut in {shards['jobs']} ranges by "
+        + ("the carried listing" if shards["basis"] == "carried" else "a scan of the source")
+        if shards
+        else ""
+    )
+    return [f"Listings: {', '.join(said)}{cut}.", ""]
 
 
 def dest_listing(d: dict) -> list[str]:

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 import ferry_docs
 from ferry_run import timing_key
-from ferry_run_dir import RECORDS
+from ferry_run_dir import RECORDS, SHARDED, shard_ids
 
 # The report's own version: 2 since partitions have a `state` and the report its `jobs`
 # (report.json files before it have none).
@@ -163,6 +163,23 @@ def dest_listing(run: dict, phase: str) -> tuple[dict, list[dict]]:
     return {"listed": listed, "left": left}, failures
 
 
+def listing_totals(run: dict) -> dict:
+    """Each side's listing: its entries, its seconds (the longest list job's) and how many list
+    jobs took it; and, with several, how the key space was cut among them (the shard step)."""
+    shards = run["shards"]
+    return {
+        "source": _listing(run["listings"]["list_source"]),
+        "dest": _listing(run["listings"]["list_dest"]),
+        "shards": {"jobs": shards["jobs"], "basis": shards["basis"]} if shards else None,
+    }
+
+
+def _listing(listing: dict | None) -> dict | None:
+    if listing is None:
+        return None
+    return {key: listing[key] for key in ("entries", "seconds", "jobs")}
+
+
 def audit_failures(run: dict, phase: str) -> list[dict]:
     """The audit finds what only the destination holds in its plan: verify partitions look at
     the source's paths."""
@@ -232,10 +249,16 @@ def jobs(run: dict) -> list[dict]:
     file's time), or, for a copy or verify job without one (still running, or stopped), from
     its progress file up to its last rewrite."""
     spans = []
+    shards = shard_ids(run["shards"]["jobs"]) if run["shards"] else []
     for step in STEP_ORDER:
         timing = run["timings"].get(timing_key(step)) if step in SINGLE_STEPS else None
         if timing:
             spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done"))
+        # A listing taken by several list jobs: one span each, in the step's lanes.
+        for shard in shards if step in SHARDED else ():
+            timing = run["timings"].get(timing_key(step, shard=shard))
+            if timing:
+                spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done", shard))
     for step in ("copy", "verify"):
         for job in run[step]:
             timing, progress, doc = job["timing"], job["progress"], job["doc"]
@@ -253,10 +276,11 @@ def jobs(run: dict) -> list[dict]:
     return spans
 
 
-def span(step: str, part, start: float, seconds: float, size: int, state: str) -> dict:
+def span(step: str, part, start: float, seconds: float, size: int, state: str, shard=None) -> dict:
     return {
         "step": step,
         "part": part,
+        "shard": shard,
         "start": start,
         "end": start + seconds,
         "bytes": size,
@@ -281,6 +305,7 @@ def totals(run: dict, copy: dict, verify: dict, prune, final_check, dest) -> dic
         "prune": prune,
         "final_check": final_check,
         "dest_listing": dest,
+        "listings": listing_totals(run),
         "requests": requests(run),
         "depth": depth(run),
     }

@@ -4,8 +4,8 @@ the history and report.html are made from, read once, each worker document throu
 renderers (ferry_markdown.py, ferry_html.py) only render that.
 
     read(run_dir) -> {"plan", "copy": [job], "verify": [job], "prune": job, "final_check": job,
-                      "carry": job,
-                      "listings": {step: summary}, "timings": {key: timing},
+                      "carry": job, "shards": the shard step's document or None,
+                      "listings": {step: listing}, "timings": {key: timing},
                       "preparation": [{"stage", "error"}]}
 
 A job: {"id", "files", "bytes" (as planned), "state", "doc" (the worker's document or None),
@@ -13,6 +13,11 @@ A job: {"id", "files", "bytes" (as planned), "state", "doc" (the worker's docume
 Its state is one of ferry status's (pending / running / done / failed / stopped): done when it
 left its document, failed when it left it under failed/ (or only a log), stopped when its
 progress file says it began and never finished, pending when it left nothing.
+
+A listing: {"entries", "seconds", "requests", "carried", "jobs"}, the summaries of the list jobs
+that took it (one, or list.jobs with a shard step) read as one: entries and requests summed,
+seconds the longest job's (they run side by side), carried the destination's decision (the
+shard step's, which every list job of the destination followed); None when no job left one.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ import csv
 import os
 
 import ferry_docs
-from ferry_run_dir import BENCHMARKS_DIR, DOCUMENTS, LISTING_SUMMARIES, PLAN, PROGRESS, records
+from ferry_run_dir import (
+    BENCHMARKS_DIR,
+    DOCUMENTS,
+    LISTING_SUMMARIES,
+    PLAN,
+    PROGRESS,
+    SHARDED_SUMMARIES,
+    SHARDS,
+    records,
+    shard_ids,
+)
 
 STATES = ("pending", "running", "done", "failed", "stopped")
 
@@ -69,9 +84,9 @@ def timings(run_dir: str) -> dict[str, dict]:
     return found
 
 
-def timing_key(step: str, part: str | None = None) -> str:
+def timing_key(step: str, part: str | None = None, shard: str | None = None) -> str:
     """A job's key in timings()."""
-    bench = records(step, part).bench
+    bench = records(step, part, shard=shard).bench
     return os.path.relpath(bench, BENCHMARKS_DIR)[: -len(".tsv")]
 
 
@@ -125,19 +140,56 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
     return found
 
 
-def preparation(run_dir: str) -> list[dict]:
+def preparation(run_dir: str, shards: dict | None) -> list[dict]:
     """What the listing and planning steps said last, for a run without a plan."""
     found = []
-    for step in ("make_dest", "list_source", "list_dest", "plan"):
-        line = last_log_line(records(step, root=run_dir).log)
-        if line:
-            found.append({"stage": step, "error": line})
+    for step in ("make_dest", "shard", "list_source", "list_dest", "plan"):
+        logs = [records(step, root=run_dir).log]
+        if shards and step in SHARDED_SUMMARIES:
+            logs = [records(step, root=run_dir, shard=k).log for k in shard_ids(shards["jobs"])]
+        for log in logs:
+            line = last_log_line(log)
+            if line:
+                found.append({"stage": step, "error": line})
+    return found
+
+
+def merged_listing(summaries: list[dict | None], carried: dict | None = None) -> dict | None:
+    """The list jobs' summaries of one side as one listing (see the module's docstring); carried:
+    the shard step's decision for the destination, which wins over what a job repeats of it."""
+    found = [s for s in summaries if s is not None]
+    if not found:
+        return None
+    return {
+        "entries": sum(s["entries"] for s in found),
+        "seconds": max(s["seconds"] for s in found),
+        "requests": {
+            kind: sum(s["requests"][kind] for s in found) for kind in ferry_docs.REQUEST_KINDS
+        },
+        "carried": carried or next((s["carried"] for s in found if s["carried"]), None),
+        "jobs": len(found),
+    }
+
+
+def listings(run_dir: str, shards: dict | None) -> dict[str, dict | None]:
+    """Each side's listing: its one summary, or with a shard step its list jobs' summaries as one."""
+    found = {}
+    for step, path in LISTING_SUMMARIES.items():
+        if shards is None:
+            paths = [path]
+        else:
+            pattern = SHARDED_SUMMARIES[step]
+            paths = [pattern.format(shard=k) for k in shard_ids(shards["jobs"])]
+        summaries = [ferry_docs.load("ls_summary", os.path.join(run_dir, p)) for p in paths]
+        carried = shards["carried"] if shards and step == "list_dest" else None
+        found[step] = merged_listing(summaries, carried)
     return found
 
 
 def read(run_dir: str) -> dict:
     plan = ferry_docs.load("plan", os.path.join(run_dir, PLAN))
     bench = timings(run_dir)
+    shards = ferry_docs.load("shards", os.path.join(run_dir, SHARDS))
 
     def partitions(step: str) -> list[dict]:
         specs = plan[f"{step}_partitions"] if plan else []
@@ -155,12 +207,10 @@ def read(run_dir: str) -> dict:
         "prune": job(run_dir, "prune", None, bench),
         "final_check": job(run_dir, "final_check", None, bench),
         "carry": job(run_dir, "carry", None, bench),
-        "listings": {
-            step: ferry_docs.load("ls_summary", os.path.join(run_dir, path))
-            for step, path in LISTING_SUMMARIES.items()
-        },
+        "shards": shards,
+        "listings": listings(run_dir, shards),
         "timings": bench,
-        "preparation": [] if plan else preparation(run_dir),
+        "preparation": [] if plan else preparation(run_dir, shards),
     }
 
 

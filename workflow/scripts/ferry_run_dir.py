@@ -32,6 +32,14 @@ RECORDS = {
     step: Records(spec.get("out"), spec["log"], spec["bench"], spec.get("failed"))
     for step, spec in LAYOUT["steps"].items()
 }
+# A list step's records when its listing is taken by list.jobs > 1 jobs, each over one range
+# of the key space ({shard}: 1 to list.jobs, as `ferry shard` cut it): the plan, prune and carry
+# read the N listings as one.
+SHARDED = {
+    step: Records(spec["sharded"]["out"], spec["sharded"]["log"], spec["sharded"]["bench"])
+    for step, spec in LAYOUT["steps"].items()
+    if "sharded" in spec
+}
 # Which of the worker's documents (ferry_docs.py) a step's output is.
 DOCUMENTS = {step: spec["document"] for step, spec in LAYOUT["steps"].items() if "document" in spec}
 PLAN_DIR = LAYOUT["plan_dir"]
@@ -39,12 +47,20 @@ PLAN_DIR = LAYOUT["plan_dir"]
 # carry step patches the carried destination listing with it.
 OBSERVED = LAYOUT["steps"]["verify"]["observed"]
 PLAN = LAYOUT["plan"]
+# Where the cuts of the key space that the list jobs share go (`ferry shard`).
+SHARDS = RECORDS["shard"].out
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
+# The same, taken by several list jobs: patterns whose {shard} the worker expands (--shards).
+SHARDED_LISTINGS = {
+    "source_listing": SHARDED["list_source"].out,
+    "dest_listing": SHARDED["list_dest"].out,
+}
 DELETED_LOG = LAYOUT["deleted_log"]
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them).
 LISTING_SUMMARIES = {
     step: spec["summary"] for step, spec in LAYOUT["steps"].items() if "summary" in spec
 }
+SHARDED_SUMMARIES = {step: LAYOUT["steps"][step]["sharded"]["summary"] for step in SHARDED}
 # What a copy or verify job rewrites every few seconds while it runs (the worker's
 # --progress-file): `ferry status` reads it, and report.html's timeline shows a running job from it.
 PROGRESS = {step: spec["progress"] for step, spec in LAYOUT["steps"].items() if "progress" in spec}
@@ -61,9 +77,24 @@ INCOMPLETE_REPORT = LAYOUT["incomplete_report"]
 REPLICATE_REPORT = LAYOUT["replicate_report"]
 
 
-def records(step: str, part: str | None = None, root: str = "") -> Records:
-    """The step's record paths under root, for one partition where the step has them."""
-    return Records(*(os.path.join(root, p.format(part=part)) if p else None for p in RECORDS[step]))
+def records(step: str, part: str | None = None, root: str = "", shard=None) -> Records:
+    """The step's record paths under root, for one partition where the step has them; with
+    shard, a list step's records of that list job (shard="{shard}": the pattern)."""
+    table = RECORDS if shard is None else SHARDED
+    return Records(
+        *(os.path.join(root, p.format(part=part, shard=shard)) if p else None for p in table[step])
+    )
+
+
+def listings(jobs: int) -> dict[str, str]:
+    """{source_listing, dest_listing}: the listings a plan, prune or carry reads, relative to the
+    run directory; with several list jobs, the patterns the worker expands."""
+    return dict(SHARDED_LISTINGS if jobs > 1 else LISTINGS)
+
+
+def shard_ids(jobs: int) -> list[str]:
+    """The list jobs' ids, as the worker expands {shard}: 1 to jobs."""
+    return [str(k) for k in range(1, jobs + 1)]
 
 
 def partitioned(step: str) -> bool:

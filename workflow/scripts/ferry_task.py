@@ -2,7 +2,7 @@
 layout (run_dir.json, docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
 log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
 
-    ferry_task.py STEP --spec JSON --records DIR [--part ID] [--set NAME=VALUE]... [--stub]
+    ferry_task.py STEP --spec JSON --records DIR [--part ID] [--shard K] [--set NAME=VALUE]... [--stub]
 
 STEP's command line comes whole from its spec (ferry_config.py resolve), with the inputs that
 differ per task as `{placeholders}`; this fills them, so Snakemake and Nextflow run the same
@@ -27,6 +27,7 @@ import ferry_docs
 from ferry_run_dir import (
     BENCH_HEADER,
     DELETED_LOG,
+    DOCUMENTS,
     LISTING_SUMMARIES,
     LISTINGS,
     OBSERVED,
@@ -35,6 +36,8 @@ from ferry_run_dir import (
     PROGRESS,
     RECORDS,
     REPLICATE_REPORT,
+    SHARDED_SUMMARIES,
+    SHARDS,
     partitioned,
     records,
 )
@@ -152,8 +155,10 @@ def run_step(
     overrides: dict,
     stub: bool,
     out: str | None = None,
+    shard: str | None = None,
 ) -> int:
-    rec = records(step, part, root)
+    rec = records(step, part, root, shard)
+    among_records = rec.out
     if out:
         rec = rec._replace(out=out)
     for path in (rec.out, rec.log, rec.bench):
@@ -174,15 +179,22 @@ def run_step(
             "report": os.path.join(root, REPLICATE_REPORT),
             "python": sys.executable,
             "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
-            **{name: os.path.join(root, rel) for name, rel in LISTINGS.items()},
+            **{
+                name: os.path.join(root, rel)
+                for name, rel in spec.get("listings", LISTINGS).items()
+            },
+            "shards": os.path.join(root, SHARDS),
         }
     )
+    if shard is not None:
+        values["shard"] = shard
     if step == "verify":
         values["observed"] = os.path.join(root, OBSERVED.format(part=part))
     if step == "carry" and "{observed}" in spec["argv"]:
         values["observed"] = observed_records(root)
     if step in LISTING_SUMMARIES:
-        values["summary"] = os.path.join(root, LISTING_SUMMARIES[step])
+        summary = LISTING_SUMMARIES[step] if shard is None else SHARDED_SUMMARIES[step]
+        values["summary"] = os.path.join(root, summary.format(shard=shard))
     if "run_dir" in values and step in PROGRESS:
         values["progress"] = os.path.join(values["run_dir"], PROGRESS[step].format(part=part))
     for side_file in ("summary", "progress"):
@@ -191,6 +203,14 @@ def run_step(
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT
+    tmp = f"{rec.out}.tmp" if rec.out else None
+    # A verb that writes its document itself (`ferry shard --out`) writes it where stdout would
+    # have gone; its stdout goes to the log.
+    writes_out = "{out}" in spec["argv"]
+    if writes_out:
+        values["out"] = tmp
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
     values.update(overrides)
     argv = fill(spec["argv"], values)
     if stub and step != "replicate":
@@ -203,8 +223,7 @@ def run_step(
             if problems:
                 log.write("".join(f"ferry: prune refused: {p}\n" for p in problems).encode())
                 return 1
-        tmp = f"{rec.out}.tmp" if rec.out else None
-        with open(tmp, "wb") if tmp else contextlib.nullcontext(log) as stdout:
+        with open(tmp, "wb") if tmp and not writes_out else contextlib.nullcontext(log) as stdout:
             rc, wall, cpu, rss = run_timed(argv, env, stdout, log)
     if step == "plan" and rc == 0 and values["plan_dir"] != os.path.join(root, PLAN_DIR):
         # The plan went elsewhere (Nextflow publishes it on its own): the report still finds
@@ -216,9 +235,14 @@ def run_step(
         )
     with open(rec.bench, "w", encoding="utf-8") as bench:
         bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
-    if tmp:
+    if tmp and os.path.exists(tmp):
         if rc == 0:
             os.replace(tmp, rec.out)
+            if step in DOCUMENTS and rec.out != among_records:
+                # A document the engine publishes on its own (Nextflow's SHARD): the report
+                # still finds it among the records.
+                os.makedirs(os.path.dirname(among_records), exist_ok=True)
+                shutil.copyfile(rec.out, among_records)
         elif rec.failed:
             os.makedirs(os.path.dirname(rec.failed), exist_ok=True)
             os.replace(tmp, rec.failed)
@@ -238,6 +262,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--part", help="the plan partition this task works on")
     parser.add_argument(
+        "--shard", help="the list job's range of the key space (1 to list.jobs) this task lists"
+    )
+    parser.add_argument(
         "--out", help="where the step's output goes instead of its place under --records"
     )
     parser.add_argument(
@@ -255,7 +282,14 @@ def main(argv=None) -> int:
         parser.error(f"{args.step} needs --part")
     overrides = dict(item.split("=", 1) for item in args.set)
     return run_step(
-        args.step, json.loads(args.spec), args.records, args.part, overrides, args.stub, args.out
+        args.step,
+        json.loads(args.spec),
+        args.records,
+        args.part,
+        overrides,
+        args.stub,
+        args.out,
+        args.shard,
     )
 
 

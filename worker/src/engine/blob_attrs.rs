@@ -1,11 +1,14 @@
 //! Extended attributes and ACLs through Blob storage (`storage::azure::xattrs`): read from a
 //! local source only for entries its listing saw some on (no call for the others), stored in the
 //! blob's metadata where they fit and counted under `not_kept` where not; written back onto
-//! what a download makes, from the blob's metadata. Holes Blob cannot hold: a sparse file
-//! uploaded is counted.
+//! what a download makes, from the blob's metadata. Blob holds no holes: where a sparse file
+//! had data is recorded beside them (`storage::azure::sparse`), for a download to make the
+//! holes again.
 
 use super::{blocking_local, Engine, Job};
 use crate::error::{Result, StoreError};
+use crate::sparse::Sparse;
+use crate::storage::azure::sparse as in_blob_sparse;
 use crate::storage::azure::xattrs as in_blob;
 use crate::xattrs::{self, On, Refused, Wanted};
 
@@ -91,24 +94,30 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether uploading this local file writes its holes as data: asked (one SEEK_HOLE) only of
-    /// a file of more than one block with `sparse` kept, since a file within one block is read
-    /// and sent whole before anything else is known of it.
-    pub(super) async fn holes_dropped(&self, job: &Job) -> Result<bool> {
+    /// For an upload of a local file of more than one block: where it holds data, if it has
+    /// holes (an open and an fstat; SEEK_DATA/SEEK_HOLE only for a sparse one).
+    pub(super) async fn sparse_of(&self, job: &Job) -> Result<Option<Sparse>> {
         if self.src.local().is_none() || self.dst.as_azure().is_none() || !self.opts.preserve.sparse
         {
-            return Ok(false);
+            return Ok(None);
         }
-        let (rel, size) = (job.src.path.clone(), job.src.size());
+        let rel = job.src.path.clone();
         blocking_local(&self.src, move |local| {
-            use std::os::fd::AsRawFd;
             let path = local.path(&rel);
-            let f = std::fs::File::open(&path)
-                .map_err(|e| StoreError::io(path.display().to_string(), e))?;
-            // SAFETY: an open fd; SEEK_HOLE only reads the file's layout.
-            let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
-            Ok(hole >= 0 && (hole as u64) < size)
+            let io = |e| StoreError::io(path.display().to_string(), e);
+            let f = std::fs::File::open(&path).map_err(io)?;
+            let md = f.metadata().map_err(io)?;
+            Sparse::of_file(&f, &md).map_err(io)
         })
         .await
     }
+}
+
+/// The layout an upload records (`ferry_sparse`) in the room its `ferry_xattrs` leaves.
+pub(super) fn sparse_within(
+    sparse: Option<Sparse>,
+    props: Option<&crate::storage::azure::BlobProps>,
+) -> Option<Sparse> {
+    let xattrs = props.and_then(|p| p.metadata.get(in_blob::KEY));
+    sparse.map(|s| in_blob_sparse::within(s, in_blob_sparse::room(xattrs.map(String::as_str))))
 }

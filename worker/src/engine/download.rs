@@ -143,6 +143,12 @@ impl Engine {
             .src
             .read_stream(&job.src.path, i * plan.block_size, len, version)
             .await?;
+        // Each range's response says whether the file was sparse at the source (one version:
+        // every range reads at one ETag).
+        let sparse = m
+            .as_ref()
+            .and_then(|m| m.sparse.clone())
+            .filter(|_| self.opts.preserve.sparse);
         let mut pieces: Vec<Bytes> = Vec::new();
         let (mut gathered, mut written) = (0usize, 0u64);
         loop {
@@ -161,7 +167,7 @@ impl Engine {
                 if let Some(tx) = &hash_tx {
                     let _ = tx.send(batch.clone());
                 }
-                up.write_at(i, written, batch).await?;
+                up.write_at(i, written, batch, sparse.as_ref()).await?;
                 written += gathered as u64;
                 gathered = 0;
             }

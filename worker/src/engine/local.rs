@@ -751,6 +751,7 @@ impl Engine {
                         gid: Some(gid),
                         mtime: Some(mtime),
                         md5: None,
+                        sparse: None,
                     }),
                     _ => src.lstat(&d.src.path).and_then(|md| {
                         md.map(|md| meta_of(&md))

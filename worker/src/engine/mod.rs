@@ -688,13 +688,13 @@ impl Engine {
                 .download(job, up, plan, meta, expected_md5, need_hash, version)
                 .await;
         }
-        let holes = self.holes_dropped(job).await?;
-        self.upload(job, up, plan, meta, expected_md5, need_hash, version)
-            .await?;
-        if holes {
-            self.stats.not_kept("holes");
+        // A blob has no holes: where the file had data goes in its metadata instead.
+        let mut meta = meta;
+        if let Some(s) = self.sparse_of(job).await? {
+            meta.sparse = blob_attrs::sparse_within(Some(s), props.as_ref());
         }
-        Ok(())
+        self.upload(job, up, plan, meta, expected_md5, need_hash, version)
+            .await
     }
 
     /// One request's worth: hashed, checked against what the source promised, written whole.
@@ -716,6 +716,9 @@ impl Engine {
         let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
         check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
+        if self.dst.as_azure().is_some() {
+            meta.sparse = blob_attrs::sparse_within(meta.sparse.take(), props);
+        }
         match (props, self.dst.as_azure()) {
             (Some(p), Some(dst)) => {
                 dst.put_with(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p))
@@ -864,6 +867,7 @@ pub fn meta_of_entry(e: &Entry) -> Meta {
         uid: e.owner.map(|o| o.0),
         gid: e.owner.map(|o| o.1),
         md5: None,
+        sparse: None,
     }
 }
 
@@ -905,6 +909,7 @@ fn merge(meta: &mut Meta, from_read: Meta) {
         (meta.uid, meta.gid) = (from_read.uid, from_read.gid);
     }
     meta.md5 = meta.md5.or(from_read.md5);
+    meta.sparse = meta.sparse.take().or(from_read.sparse);
 }
 
 /// The local side of a store the caller knows is local.

@@ -30,6 +30,9 @@ pub struct Meta {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub md5: Option<[u8; 16]>,
+    /// Where a sparse file had data at the source (what a blob records of it, `ferry_sparse`);
+    /// None: a dense file, or not known.
+    pub sparse: Option<crate::sparse::Sparse>,
 }
 
 /// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
@@ -73,8 +76,15 @@ pub trait Upload: Send + Sync {
     fn piecewise(&self) -> bool {
         false
     }
-    /// Writes `data`, pieces in order, at `offset_in_block` of block `idx`.
-    async fn write_at(&self, _idx: u64, _offset_in_block: u64, _data: Vec<Bytes>) -> Result<()> {
+    /// Writes `data`, pieces in order, at `offset_in_block` of block `idx`; with `sparse`, zero
+    /// blocks where the source had holes are left holes (`sparse::runs`).
+    async fn write_at(
+        &self,
+        _idx: u64,
+        _offset_in_block: u64,
+        _data: Vec<Bytes>,
+        _sparse: Option<&crate::sparse::Sparse>,
+    ) -> Result<()> {
         Err(StoreError::Invalid(
             "this store takes whole blocks only".into(),
         ))

@@ -13,6 +13,7 @@ pub mod names;
 pub mod posix;
 mod requests;
 mod root;
+pub mod sparse;
 mod stall;
 pub mod xattrs;
 pub mod xml;
@@ -825,7 +826,8 @@ fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
     let get = |k: &'static str| h.get_optional_str(&HeaderName::from_static(k));
     // A ranged GET's Content-MD5 would be the range's; the blob's is in x-ms-blob-content-md5.
     let md5 = if ranged { None } else { get("content-md5") };
-    let p = posix::read(&user_metadata(h));
+    let user = user_metadata(h);
+    let p = posix::read(&user);
     let md5 = md5
         .or_else(|| get("x-ms-blob-content-md5"))
         .and_then(xml::decode_md5);
@@ -836,6 +838,7 @@ fn meta_and_kind(h: &Headers, ranged: bool) -> (Meta, Kind) {
         uid: p.owner.map(|o| o.0),
         gid: p.owner.map(|o| o.1),
         md5,
+        sparse: user.get(sparse::KEY).and_then(|v| sparse::decode(v)),
     };
     (meta, p.kind)
 }

@@ -129,6 +129,9 @@ pub fn write(meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, Stri
     if let Some(md5) = meta.md5 {
         put(WRITTEN_MD5_KEY, super::b64(&md5));
     }
+    if let Some(s) = &meta.sparse {
+        put(super::sparse::KEY, super::sparse::encode(s));
+    }
     match kind {
         Kind::Dir => put(FOLDER_KEY, "true".into()),
         Kind::Symlink => put(SYMLINK_KEY, "true".into()),
@@ -362,6 +365,7 @@ mod tests {
             uid: Some(7),
             gid: Some(8),
             md5: None,
+            sparse: None,
         };
         for style in [PosixStyle::Standard, PosixStyle::Amlfs] {
             for kind in [Kind::File, Kind::Dir, Kind::Symlink] {

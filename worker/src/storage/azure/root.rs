@@ -94,6 +94,7 @@ fn stored(h: &Headers) -> Option<Meta> {
         uid: p.owner.map(|o| o.0),
         gid: p.owner.map(|o| o.1),
         md5: None,
+        sparse: None,
     })
 }
 

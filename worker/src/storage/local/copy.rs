@@ -27,6 +27,7 @@ use super::posix::{
 use super::{Inherits, LocalFs, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
+use crate::sparse::Sparse;
 use crate::storage::Meta;
 use crate::xattrs::{self, On, Refused, Wanted};
 
@@ -109,45 +110,21 @@ fn copy_data(
     sparse: bool,
 ) -> io::Result<()> {
     let size = md.len();
-    // Fewer blocks than the size needs is the sign of a hole (GNU cp's test, on the stat
-    // already taken): a dense file, the common case, costs no lseek, which on NFS 4.2 and
-    // FUSE is a round trip each.
-    if !(sparse && md.blocks().saturating_mul(512) < size) {
+    // A dense file, the common case, costs no lseek (`Sparse::of_file`), which on NFS 4.2
+    // and FUSE is a round trip each.
+    let layout = if sparse {
+        Sparse::of_file(input, md)?
+    } else {
+        None
+    };
+    let Some(Sparse::Extents(extents)) = layout else {
         return copy_segment(input, out, 0, size, quirks);
-    }
-    let mut pos = 0;
-    while pos < size {
-        let Some(start) = seek(input, pos, libc::SEEK_DATA)? else {
-            break;
-        };
-        if start >= size {
-            break;
-        }
-        let end = seek(input, start, libc::SEEK_HOLE)?
-            .unwrap_or(size)
-            .min(size);
-        copy_segment(input, out, start, end - start, quirks)?;
-        pos = end;
+    };
+    for (start, len) in extents {
+        copy_segment(input, out, start, len, quirks)?;
     }
     // A trailing hole: the size without the bytes.
-    if pos < size {
-        out.set_len(size)?;
-    }
-    Ok(())
-}
-
-/// lseek that answers None past the last data (ENXIO).
-fn seek(f: &File, from: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
-    // SAFETY: a valid fd; lseek only moves the file position.
-    let at = unsafe { libc::lseek(f.as_raw_fd(), from as libc::off_t, whence) };
-    if at < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENXIO) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    Ok(Some(at as u64))
+    out.set_len(size)
 }
 
 /// Copies `len` bytes at `offset` of `input` to the same offset of `out`: by the kernel where
@@ -733,6 +710,7 @@ pub(super) fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
                 mode: todo.mode,
                 mtime: todo.mtime,
                 md5: None,
+                sparse: None,
             },
         ),
         None => Ok(()),

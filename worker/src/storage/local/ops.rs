@@ -36,8 +36,9 @@ pub trait LocalFs: Send + Sync {
     fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>>;
     /// The MD5 of regular file `rel`'s bytes; of a symlink, of its target (`posix::link_md5`).
     fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]>;
-    /// A whole small file with one open: its bytes and metadata, the same before and after the
-    /// read (else it changed while read). None when it is now larger than `limit`.
+    /// A whole small file with one open: its bytes and metadata (its data extents too, where it
+    /// has holes), the same before and after the read (else it changed while read). None when
+    /// it is now larger than `limit`.
     fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>>;
     /// The kept attributes of `rel` (`root` for the root itself), never through a symlink
     /// below the root; None where the filesystem holds none.
@@ -185,6 +186,8 @@ impl LocalFs for LocalStore {
             return Ok(None);
         }
         let before = stamp(&md);
+        // Read with the file, for a store that keeps no holes: a dense file costs no call.
+        let sparse = crate::sparse::Sparse::of_file(&f, &md).map_err(&io)?;
         let data = crate::storage::bufpool::filled(md.len() as usize, |buf| {
             read_exact_at(&f, buf, 0).map_err(&io)
         })
@@ -193,7 +196,13 @@ impl LocalFs for LocalStore {
             .and_then(|now| unchanged(&before, &now))
             .map_err(&io)
             .map_err(changed)?;
-        Ok(Some((data, meta_of(&md))))
+        Ok(Some((
+            data,
+            Meta {
+                sparse,
+                ..meta_of(&md)
+            },
+        )))
     }
 
     fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>> {

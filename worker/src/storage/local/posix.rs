@@ -218,6 +218,7 @@ pub(crate) fn meta_of(md: &fs::Metadata) -> Meta {
         uid: Some(md.uid()),
         gid: Some(md.gid()),
         md5: None,
+        sparse: None,
     }
 }
 

@@ -11,7 +11,7 @@ use super::beneath::{self, fd};
 use super::ops::LocalFs;
 use super::posix::{
     apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
-    temp_name, unchanged,
+    temp_name, unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
@@ -19,6 +19,7 @@ use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
 use crate::shard::{Cuts, Range};
+use crate::sparse;
 use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
@@ -133,7 +134,18 @@ impl Store for LocalStore {
         blocking(move || {
             let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
             let written = |mut f: &File| {
-                f.write_all(&data)?;
+                match &meta.sparse {
+                    // Zero blocks where the source had holes are left unwritten, and the size
+                    // set after: they stay holes, a trailing one included.
+                    Some(s) => {
+                        let (len, blk) = (data.len() as u64, sparse::block_of(f)?);
+                        for (at, run) in sparse::runs(vec![data.clone()], 0, blk, s) {
+                            write_all_vectored_at(f, &run, at)?;
+                        }
+                        f.set_len(len)?;
+                    }
+                    None => f.write_all(&data)?,
+                }
                 apply_meta_fd(f, &meta)
             };
             // Unnamed until complete where the filesystem allows; its bytes reach the disk in a

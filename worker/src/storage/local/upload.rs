@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use super::beneath::{self, fd};
 use super::posix::{apply_meta_fd, create_temp, read_exact_at, temp_name, write_all_vectored_at};
 use super::LocalStore;
 use crate::error::{Result, StoreError};
+use crate::sparse::{self, Sparse};
 use crate::storage::{blocking, Meta, Upload, UploadPlan};
 
 /// A download in progress: blocks land in a temp file; a journal records which are complete,
@@ -27,6 +28,8 @@ pub(super) struct LocalUpload {
     journal: Mutex<File>,
     staged: Vec<bool>,
     plan: UploadPlan,
+    /// The filesystem's block size, asked when a sparse file first needs it.
+    blk: Arc<OnceLock<u64>>,
 }
 
 impl LocalUpload {
@@ -85,6 +88,7 @@ impl LocalUpload {
             journal: Mutex::new(journal),
             staged,
             plan,
+            blk: Arc::default(),
         })
     }
 
@@ -100,7 +104,7 @@ impl Upload for LocalUpload {
     }
 
     async fn put_block(&self, idx: u64, data: Bytes, _md5: Option<[u8; 16]>) -> Result<bool> {
-        self.write_at(idx, 0, vec![data]).await?;
+        self.write_at(idx, 0, vec![data], None).await?;
         self.finish_block(idx).await?;
         Ok(true)
     }
@@ -109,12 +113,38 @@ impl Upload for LocalUpload {
         true
     }
 
-    async fn write_at(&self, idx: u64, offset_in_block: u64, data: Vec<Bytes>) -> Result<()> {
+    async fn write_at(
+        &self,
+        idx: u64,
+        offset_in_block: u64,
+        data: Vec<Bytes>,
+        sparse: Option<&Sparse>,
+    ) -> Result<()> {
         let file = self.file.clone();
         let offset = idx * self.plan.block_size + offset_in_block;
         let what = self.store.full_path(&self.rel).display().to_string();
+        let sparse = sparse.cloned();
+        let blk = self.blk.clone();
+        // What is left unwritten reads as zeros: the file was sized when opened, and one an
+        // earlier attempt wrote is of the same version (the journal's fingerprint), so its bytes
+        // there are these or were never written.
         blocking(move || {
-            write_all_vectored_at(&file, &data, offset).map_err(|e| StoreError::io(what, e))
+            let write = || match &sparse {
+                Some(s) => {
+                    let blk = match blk.get() {
+                        Some(&b) => b,
+                        None => {
+                            let b = sparse::block_of(&file)?;
+                            *blk.get_or_init(|| b)
+                        }
+                    };
+                    sparse::runs(data, offset, blk, s)
+                        .into_iter()
+                        .try_for_each(|(at, run)| write_all_vectored_at(&file, &run, at))
+                }
+                None => write_all_vectored_at(&file, &data, offset),
+            };
+            write().map_err(|e| StoreError::io(what, e))
         })
         .await
     }
