@@ -163,9 +163,17 @@ class Azurite:
 
 
 def run_pass(
-    src: Path, dest: str, outdir: Path, phase: str, number: int, parts: int, env: dict
+    src: Path,
+    dest: str,
+    outdir: Path,
+    phase: str,
+    number: int,
+    parts: int,
+    env: dict,
+    extra: list[str] | None = None,
 ) -> float:
-    """One phase through Snakemake, as a user runs it; returns the command's wall seconds."""
+    """One phase through Snakemake, as a user runs it (`extra`: more --config values); returns
+    the command's wall seconds."""
     cmd = [
         ".venv/bin/snakemake",
         "--profile",
@@ -178,6 +186,7 @@ def run_pass(
         f"outdir={rel(outdir)}",
         f"run_name={RUN_NAME}",
         f"plan={{mode: parts, parts: {parts}}}",
+        *(extra or []),
     ]
     logf = outdir.parent / f"snakemake-{phase}-{number}.log"
     started = time.monotonic()
