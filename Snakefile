@@ -7,6 +7,8 @@
 # The MPI replication is a separate target (docs/replicate.md):
 #   snakemake replicate --profile profiles/local --config 'replicate={source: SRC, dest: DIR}'
 
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -23,14 +25,14 @@ wildcard_constraints:
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/list.smk"
-include: "workflow/rules/plan.smk"
-include: "workflow/rules/copy.smk"
-include: "workflow/rules/verify.smk"
-include: "workflow/rules/prune.smk"
-include: "workflow/rules/carry.smk"
-include: "workflow/rules/report.smk"
-include: "workflow/rules/replicate.smk"
+
+
+# Every file of workflow/rules/ holds the rules of one or a few steps, and all are included: a new
+# step's file needs no line here. common.smk, above, defines what the others use.
+for rules in sorted(Path(workflow.basedir, "workflow", "rules").glob("*.smk")):
+    if rules.name != "common.smk":
+
+        include: str(rules)
 
 
 # The report reads a few JSON files: not worth a cluster job's start-up.

@@ -147,6 +147,29 @@ def test_the_final_check_and_report_follow_the_phase():
     )
 
 
+def test_the_steps_each_phase_runs():
+    """run.phase_steps: what the Snakemake report asks for, and so what a phase runs."""
+    every = ["plan", "copy", "verify", "carry", "report"]
+
+    def steps(**params):
+        found = resolve(**params)["run"]["phase_steps"]
+        assert [s for s in ferry_config.STEPS if s in found] == found, "in STEPS order"
+        return set(found) - set(every)
+
+    assert steps(phase="baseline") == {"list_source", "make_dest"}
+    assert steps(phase="incremental") == {"list_source", "list_dest"}
+    assert steps(phase="audit") == {"list_source", "list_dest"}
+    assert steps(phase="final") == {"list_source", "list_dest", "prune"}
+    assert steps(phase="final", final_check=True) == {
+        "list_source",
+        "list_dest",
+        "prune",
+        "final_check",
+    }
+    assert "shard" in steps(phase="incremental", list={"jobs": 2})
+    assert set(every) <= set(resolve(phase="audit")["run"]["phase_steps"])
+
+
 def test_the_report_is_told_the_pass_and_where_the_run_directory_is():
     """Nextflow builds the report on a copy of the records in a work directory: it appends the
     run's record to the history beside the real run directory, named absolute."""

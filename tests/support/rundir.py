@@ -266,6 +266,12 @@ class RunDir:
         name = f"{side}-summary.json" if shard is None else f"{side}-{shard}-summary.json"
         self._json(self.path / "listing" / name, doc)
 
+    def listing(self, side: str, shard: int | None = None, running: bool = False) -> Path:
+        """listing/<side>.tsv, or listing/<side>-<shard>.tsv of one list job, as a list job that
+        ended well leaves it; running: the temporary name it writes under until then."""
+        name = f"{side}.tsv" if shard is None else f"{side}-{shard}.tsv"
+        return self._write(f"listing/{name}{'.tmp' if running else ''}", "")
+
     def sharded(self, jobs: int, basis: str = "scan", carried=None) -> dict:
         """listing/shards.json: how `ferry shard` cut the key space among the list jobs."""
         doc = {

@@ -25,6 +25,8 @@ def phase(tmp_path, run_ferry):
     listed = run_ferry("ls", "--recursive", src, "--summary", run / "ls.json")
     (run / "source.tsv").write_bytes(listed.stdout_bytes)
     docs["ls_summary"] = json.loads((run / "ls.json").read_text())
+    run_ferry("shard", src, "--jobs", "2", "--out", run / "shards.json")
+    docs["shards"] = json.loads((run / "shards.json").read_text())
     run_ferry("mk", dst, "--summary", run / "mk.json")
     docs["mk_summary"] = json.loads((run / "mk.json").read_text())
     run_ferry("plan", run / "source.tsv", "--out", run / "plan", "--phase", "baseline")

@@ -280,9 +280,9 @@ pub struct ProgressDoc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PhaseState {
-    /// No plan yet, no listing written.
+    /// No plan yet, and a list job of some side not yet done.
     Listing,
-    /// A listing written, no plan yet.
+    /// Every list job's listing written, no plan yet.
     Planning,
     Running,
     /// Every partition done, the report not yet written.
@@ -348,11 +348,26 @@ pub struct PlanProgress {
     pub partitions: StepPartitions,
 }
 
+/// One side's list jobs before the plan.
+#[derive(Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SideListing {
+    /// `source` or `dest` (the destination is listed in every phase but the baseline).
+    pub side: String,
+    /// The side's list jobs: listing/shards.json's `jobs` once the shard step has cut the key
+    /// space, 1 without a shard step; null while the shard step is still cutting it.
+    pub jobs: Option<u32>,
+    /// Those whose listing is written (a list job writes it whole, when it ends well).
+    pub done: u32,
+}
+
 #[derive(Serialize, JsonSchema)]
 pub struct StatusDoc {
     pub version: Version,
     pub run_dir: String,
     pub state: PhaseState,
+    /// How far each listed side is; null once the plan is made.
+    pub listing: Option<Vec<SideListing>>,
     /// Null before the plan is made.
     pub progress: Option<PlanProgress>,
 }

@@ -14,8 +14,16 @@ const DEFINITION: &str = include_str!("../../workflow/scripts/run_dir.json");
 #[derive(Debug, Deserialize)]
 pub struct StepRecords {
     pub out: Option<String>,
+    pub log: Option<String>,
     pub failed: Option<String>,
     pub progress: Option<String>,
+    /// A list step's records when several list jobs take its side (`{shard}`: 1 to jobs).
+    pub sharded: Option<ShardedRecords>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ShardedRecords {
+    pub out: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -26,7 +34,6 @@ pub struct ReportNames {
 #[derive(Debug, Deserialize)]
 pub struct Layout {
     pub steps: BTreeMap<String, StepRecords>,
-    pub listing_dir: String,
     pub plan: String,
     pub report: ReportNames,
     pub incomplete_report: ReportNames,
@@ -43,6 +50,7 @@ impl Layout {
         let rec = self.steps.get(step)?;
         let pattern = match kind {
             Kind::Out => &rec.out,
+            Kind::Log => &rec.log,
             Kind::Failed => &rec.failed,
             Kind::Progress => &rec.progress,
         };
@@ -55,6 +63,7 @@ impl Layout {
 #[derive(Clone, Copy, Debug)]
 pub enum Kind {
     Out,
+    Log,
     Failed,
     Progress,
 }

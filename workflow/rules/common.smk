@@ -187,29 +187,30 @@ def carry_inputs(wildcards):
     return files
 
 
+def step_benchmarks(step):
+    """Every timing file of a step: one per list job, per partition, or the one."""
+    if step in ferry_run_dir.SHARDED:
+        return list_benchmarks(step)
+    if ferry_run_dir.partitioned(step):
+        return all_benchmarks(step, {"copy": copy_ids, "verify": verify_ids}[step]())
+    return [records(step).bench]
+
+
 def report_inputs(wildcards):
-    """Everything the report reads; requesting it is also what pulls the whole phase in."""
-    steps = ["plan", "carry"] + (["shard"] if SHARDED else [])
-    lists = ["list_source"] + ([] if PHASE == "baseline" else ["list_dest"])
-    if FINAL:
-        steps.append("prune")
-    if RUN_INFO["final_check"]:
-        steps.append("final_check")
-    files = {
+    """Everything the report reads; requesting it is also what pulls the whole phase in: the
+    timing file of every step the phase runs (the resolution's run.phase_steps) and the worker's
+    documents of the partitions."""
+    return {
         "plan": os.path.join(RUN, ferry_run_dir.PLAN),
         "copies": all_copy_json(wildcards),
         "verifies": all_verify_json(wildcards),
-        "bench": [records(step).bench for step in steps]
-        + [bench for step in lists for bench in list_benchmarks(step)]
-        + all_benchmarks("copy", copy_ids())
-        + all_benchmarks("verify", verify_ids()),
+        "bench": [
+            bench
+            for step in RUN_INFO["phase_steps"]
+            if step != "report"
+            for bench in step_benchmarks(step)
+        ],
     }
-    if FINAL:
-        files["prune"] = records("prune").out
-    files["carry"] = records("carry").out
-    if RUN_INFO["final_check"]:
-        files["final_check"] = records("final_check").out
-    return files
 
 
 def migration_report(wildcards):

@@ -217,6 +217,22 @@ def sharded(cfg: dict) -> bool:
     return list_jobs(cfg) > 1
 
 
+def phase_steps(cfg: dict) -> list[str]:
+    """The steps the configured phase runs, in STEPS order: a step runs in every phase unless
+    named here. The Snakemake report asks for each one's records, which is what runs them."""
+    phase = cfg["phase"]
+    runs = {
+        "shard": sharded(cfg),
+        "list_dest": phase != "baseline",
+        "make_dest": phase == "baseline",
+        "prune": phase == "final",
+        "final_check": final_check(cfg),
+        # Not a step of a phase: its own target (`snakemake replicate`, Nextflow's replicate).
+        "replicate": False,
+    }
+    return [step for step in STEPS if runs.get(step, True)]
+
+
 def shards_args(cfg: dict) -> list[str]:
     return ["--shards", "{shards}"] if sharded(cfg) else []
 
@@ -593,6 +609,7 @@ def resolve(
         # The list jobs of each side ({shard} of run_dir.json's sharded records); [] when one
         # job lists each side, and there is no shard step.
         "shards": ferry_run_dir.shard_ids(list_jobs(cfg)) if sharded(cfg) else [],
+        "phase_steps": phase_steps(cfg),
         "replicate_only": only,
         # Where the engine's own records (Nextflow's trace, timeline, report) go.
         "records_dir": replicate_run_dir(cfg) if only else run_dir(cfg),

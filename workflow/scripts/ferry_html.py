@@ -26,6 +26,7 @@ import os
 import sys
 
 import ferry_model
+import ferry_run_dir
 from ferrylib import fmt_bytes
 
 # One colour per step, in the pipeline's order (run_dir.json), so a step looks the same in
@@ -785,7 +786,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="the page (default: the report's name with .html)")
     p.add_argument("--history", help="where the migration history is (default: RUN_DIR's parent)")
     args = p.parse_args(argv)
-    source = args.report or os.path.join(args.run_dir, "report.json")
+    source = args.report or ferry_run_dir.report_paths(args.run_dir, complete=True)["json"]
     with open(source, encoding="utf-8") as handle:
         report = json.load(handle)
     if report.get("version") != ferry_model.VERSION:

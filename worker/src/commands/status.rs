@@ -14,11 +14,12 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::documents::{
-    Amount, JobState, PartitionStatus, PhaseState, PlanProgress, ProgressDoc, StatusDoc,
-    StepPartitions, Tally,
+    Amount, JobState, PartitionStatus, PhaseState, PlanProgress, ProgressDoc, SideListing,
+    StatusDoc, StepPartitions, Tally,
 };
 
 use crate::run_dir::{Kind, LAYOUT};
+use crate::shard::ShardsDoc;
 use crate::units::human_bytes;
 
 /// A progress file not rewritten for this long belongs to a job that is no longer running
@@ -150,31 +151,75 @@ fn tally(parts: &[PartitionStatus]) -> Tally {
     t
 }
 
+/// The sides a phase lists: the source, and the destination in every phase but the baseline
+/// (which makes it instead). The phase is the run directory's name, `<phase>[-pass<N>]`.
+fn listed_sides(dir: &Path) -> &'static [&'static str] {
+    let named = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let name = named
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    match name.split_once("-pass").map_or(name, |(phase, _)| phase) {
+        "baseline" => &["source"],
+        _ => &["source", "dest"],
+    }
+}
+
+/// How many list jobs of each side have written their listing. A list job writes its listing
+/// whole when it ends well (under a temporary name until then), so a listing there is a job done.
+/// With list.jobs > 1 the shard step's document says how many jobs each side has; until it is
+/// written, while that step runs (its log there), the number is not known yet.
+fn listing(dir: &Path) -> Vec<SideListing> {
+    let shards_path = LAYOUT.record(dir, "shard", Kind::Out, "");
+    let shards = shards_path.as_deref().and_then(|p| ShardsDoc::read(p).ok());
+    let cutting = shards.is_none()
+        && [Kind::Out, Kind::Log].into_iter().any(|k| {
+            LAYOUT
+                .record(dir, "shard", k, "")
+                .is_some_and(|p| p.exists())
+        });
+    listed_sides(dir)
+        .iter()
+        .map(|side| {
+            let step = &LAYOUT.steps[&format!("list_{side}")];
+            let files = match (&shards, &step.sharded) {
+                (Some(doc), Some(sharded)) => {
+                    doc.files(&dir.join(&sharded.out)).unwrap_or_default()
+                }
+                _ => step.out.iter().map(|out| dir.join(out)).collect(),
+            };
+            SideListing {
+                side: side.to_string(),
+                jobs: (!cutting).then_some(files.len() as u32),
+                done: files.iter().filter(|f| f.is_file()).count() as u32,
+            }
+        })
+        .collect()
+}
+
 /// The whole phase at time `at`, as `--json` prints it.
 pub fn status(dir: &Path, at: f64) -> StatusDoc {
     let complete =
         read::<Report>(&dir.join(&LAYOUT.report.json)).is_some_and(|r| r.status == "complete");
     let incomplete = dir.join(&LAYOUT.incomplete_report.json).is_file();
-    let doc = |state, progress| StatusDoc {
+    let doc = |state, listing, progress| StatusDoc {
         version: Default::default(),
         run_dir: dir.display().to_string(),
         state,
+        listing,
         progress,
     };
     let Some(plan) = read::<Plan>(&dir.join(&LAYOUT.plan)) else {
-        let listing = dir
-            .join(&LAYOUT.listing_dir)
-            .read_dir()
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false);
+        let sides = listing(dir);
+        let listed = sides.iter().all(|s| s.jobs == Some(s.done));
         let state = if incomplete {
             PhaseState::Incomplete
-        } else if listing {
+        } else if listed {
             PhaseState::Planning
         } else {
             PhaseState::Listing
         };
-        return doc(state, None);
+        return doc(state, Some(sides), None);
     };
     let parts = |specs: &[Planned], step| -> Vec<PartitionStatus> {
         specs.iter().map(|s| partition(dir, step, s, at)).collect()
@@ -220,7 +265,7 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
         slowest_running: slowest,
         partitions: StepPartitions { copy, verify },
     };
-    doc(state, Some(progress))
+    doc(state, None, Some(progress))
 }
 
 fn percent(done: f64, of: f64) -> String {
@@ -238,6 +283,13 @@ fn text(st: &StatusDoc) -> String {
         st.run_dir,
         state.as_str().unwrap_or_default()
     );
+    for side in st.listing.iter().flatten() {
+        let jobs = side.jobs.map_or("?".into(), |n| n.to_string());
+        out += &format!(
+            "  {} listing: {} of {jobs} list jobs done\n",
+            side.side, side.done
+        );
+    }
     let Some(p) = &st.progress else {
         return out;
     };
@@ -371,6 +423,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Listing);
         write(tmp.path(), "listing/source.tsv", json!(null));
+        // Not the baseline (by its name): the destination is listed too, and planning waits.
+        assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Listing);
+        write(tmp.path(), "listing/dest.tsv", json!(null));
         assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Planning);
         write(
             tmp.path(),
