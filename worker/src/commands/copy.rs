@@ -11,6 +11,7 @@ use super::{
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Engine, EngineOptions, Index, Job};
+use crate::error::StoreError;
 use crate::filter;
 use crate::location::Location;
 use crate::manifest::escape_path;
@@ -280,7 +281,7 @@ async fn destination_index(
 async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<Index> {
     match storage::list_all(dst, true).await {
         Ok(listed) => Ok(listed.into_iter().map(|e| (e.path.clone(), e)).collect()),
-        Err(e) if e.to_string().contains("ContainerNotFound") => {
+        Err(e @ StoreError::RootNotFound(_)) => {
             anyhow::bail!(
                 "the container of {} does not exist: create it with `ferry mk` ({e})",
                 dst.describe()

@@ -104,7 +104,7 @@ impl Engine {
                 }
             }
             Err(e) => {
-                up.abort(matches!(e, StoreError::Integrity(_))).await;
+                up.abort(e.is_integrity()).await;
                 return Err(e);
             }
         }
@@ -176,7 +176,7 @@ impl Engine {
             }
         }
         if written != len {
-            return Err(StoreError::Integrity(format!(
+            return Err(StoreError::ShortRead(format!(
                 "short read: got {written} of {len} bytes"
             )));
         }

@@ -232,7 +232,7 @@ impl Engine {
             Ok(()) => {}
             // A credential that may write blobs but not the container's metadata (a SAS for
             // blobs): the files are all there, the top directory's attributes are not kept.
-            Err(e @ (StoreError::Auth(_) | StoreError::Http { status: 403, .. })) => {
+            Err(e) if e.is_denied() => {
                 eprintln!("ferry: the top directory's attributes not kept: {e}");
                 self.stats.not_kept("top directory");
             }
@@ -786,7 +786,7 @@ impl Engine {
         }
         .await;
         if let Err(e) = result {
-            up.abort(matches!(e, StoreError::Integrity(_))).await;
+            up.abort(e.is_integrity()).await;
             return Err(e);
         }
         if let Some(m) = first_meta {

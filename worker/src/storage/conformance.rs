@@ -358,6 +358,10 @@ async fn missing_container_is_a_clear_error_not_an_empty_listing() {
         super::azure::AzureStore::new(az.location("nosuchcontainer", ""), &Azurite::options())
             .unwrap(),
     );
-    let err = list_all(&store, true).await.unwrap_err().to_string();
-    assert!(err.contains("ContainerNotFound"), "{err}");
+    let err = list_all(&store, true).await.unwrap_err();
+    assert!(
+        matches!(err, crate::error::StoreError::RootNotFound(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ContainerNotFound"), "{err}");
 }

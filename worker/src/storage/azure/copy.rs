@@ -169,10 +169,12 @@ pub(super) async fn copy_blob(
 
 /// Copy Blob reads the source with the credential it is given; say what to do when it cannot.
 fn source_hint(e: StoreError) -> StoreError {
-    match e.to_string() {
-        m if m.contains("CannotVerifyCopySource") => StoreError::Copy(format!(
-            "could not start: the service cannot read the source ({m}); give the source URL a SAS that can read it, or use --no-server-copy"
-        )),
+    match &e {
+        StoreError::Http { code: Some(c), .. } if c == "CannotVerifyCopySource" => {
+            StoreError::Copy(format!(
+                "could not start: the service cannot read the source ({e}); give the source URL a SAS that can read it, or use --no-server-copy"
+            ))
+        }
         _ => e,
     }
 }

@@ -48,7 +48,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::{Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
-use crate::error::{Result, StoreError};
+use crate::error::{Interruption, Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
@@ -221,8 +221,14 @@ fn map_err(e: azure_core::Error) -> StoreError {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let code = error_code.clone().or(body_code);
-            if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
-                return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
+            if *status == StatusCode::NotFound {
+                return match code.as_deref() {
+                    Some(c @ "ContainerNotFound") => StoreError::RootNotFound(format!(
+                        "{c}: {}",
+                        body_msg.unwrap_or_else(|| "the container does not exist".into())
+                    )),
+                    _ => StoreError::NotFound(code.unwrap_or_else(|| "not found".into())),
+                };
             }
             if *status == StatusCode::PreconditionFailed
                 && !code.as_deref().is_some_and(|c| c.starts_with("Lease"))
@@ -243,15 +249,43 @@ fn map_err(e: azure_core::Error) -> StoreError {
                 retry_after,
             }
         }
-        ErrorKind::Connection | ErrorKind::Io => StoreError::Transport(text),
+        ErrorKind::Connection | ErrorKind::Io => {
+            let cause = match timed_out(&e) {
+                true => Interruption::Timeout,
+                false => Interruption::Connection,
+            };
+            StoreError::transport(cause, text)
+        }
         ErrorKind::Credential => StoreError::Auth(text),
         _ => StoreError::Invalid(text),
     }
 }
 
-/// A body that broke off mid-way: labelled so the retry counts it as truncated.
+/// A body that broke off mid-way: counted as truncated, or as a timeout where it stalled.
 fn body_err(e: azure_core::Error) -> StoreError {
-    StoreError::Transport(format!("truncated body: {}", auth::error_text(&e)))
+    let cause = match timed_out(&e) {
+        true => Interruption::Timeout,
+        false => Interruption::Truncated,
+    };
+    StoreError::transport(cause, format!("truncated body: {}", auth::error_text(&e)))
+}
+
+/// Whether a transport error is a timeout, by the types in its chain: `--io-timeout`'s own
+/// (`stall::Stalled`), reqwest's, or the operating system's.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let timeout = e.is::<stall::Stalled>()
+            || e.downcast_ref::<reqwest::Error>()
+                .is_some_and(reqwest::Error::is_timeout)
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+        if timeout {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn blob_name_checked(name: &str) -> Result<()> {
@@ -991,7 +1025,7 @@ impl Store for AzureStore {
                 data.extend_from_slice(&c);
             }
             if data.len() as u64 != len {
-                return Err(StoreError::Integrity(format!(
+                return Err(StoreError::ShortRead(format!(
                     "short read of {name}: got {} of {len} bytes",
                     data.len()
                 )));
@@ -1295,10 +1329,10 @@ impl RangeStream {
                         "long read: more bytes than the range asked for".into(),
                     )))
                 }
-                None => StoreError::Transport(format!(
-                    "truncated body: {} bytes short",
-                    self.end - self.next
-                )),
+                None => StoreError::transport(
+                    Interruption::Truncated,
+                    format!("truncated body: {} bytes short", self.end - self.next),
+                ),
                 Some(Err(e)) => body_err(e),
             };
             self.body = None;
@@ -1447,5 +1481,30 @@ mod tests {
             ("path".to_string(), "a/b:c+d=e".to_string()),
         ];
         assert_eq!(tags_header(&tags), "team=data%20eng&path=a%2Fb%3Ac%2Bd%3De");
+    }
+
+    #[test]
+    fn a_transport_error_is_classified_by_its_type_not_its_text() {
+        let cause = |e: StoreError| match e {
+            StoreError::Transport { cause, .. } => cause,
+            e => panic!("not a transport error: {e:?}"),
+        };
+        let stalled = || {
+            azure_core::Error::new(
+                ErrorKind::Io,
+                stall::Stalled::new("reading a response body", Duration::from_secs(3)),
+            )
+        };
+        assert_eq!(cause(map_err(stalled())), Interruption::Timeout);
+        assert_eq!(cause(body_err(stalled())), Interruption::Timeout);
+        let os = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(
+            cause(map_err(azure_core::Error::new(ErrorKind::Io, os))),
+            Interruption::Timeout
+        );
+        // Words are not a kind: a reset that mentions a timeout is still a reset.
+        let reset = || azure_core::Error::with_message(ErrorKind::Connection, "reset; timed out?");
+        assert_eq!(cause(map_err(reset())), Interruption::Connection);
+        assert_eq!(cause(body_err(reset())), Interruption::Truncated);
     }
 }
