@@ -236,12 +236,14 @@ async fn destination_index(
     args: &CopyArgs,
     parallel: usize,
 ) -> anyhow::Result<Option<Index>> {
-    let local = dst.local_root();
-    if args.compare == Compare::None && local.is_none() {
+    // Where directories are real, the local → local engine learns from the index which
+    // directories are missing: an absent root says all of them, without a look each.
+    let directories = dst.capabilities().directories;
+    if args.compare == Compare::None && !directories {
         return Ok(None);
     }
-    if let Some(root) = local {
-        if !root.is_dir() {
+    if directories {
+        if !dst.root_exists().await? {
             return Ok(Some(Index::new()));
         }
         // Nothing is compared: a listing would only tell which names are free.
@@ -264,7 +266,9 @@ async fn destination_index(
         }
         return Ok(Some(index));
     }
-    if local.is_some() {
+    // A filesystem's listing fails a directory at a time (one unreadable): what it showed is
+    // still worth comparing against.
+    if directories {
         let (listed, errors) = storage::list_partial(dst, true).await;
         for e in errors {
             eprintln!("warning: listing the destination: {e}; what it did not show is copied without comparing");

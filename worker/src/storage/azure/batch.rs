@@ -295,6 +295,12 @@ fn outcome(a: &Answer) -> Result<()> {
     match a.status {
         200..=299 => Ok(()),
         404 if a.code.as_deref() != Some("ContainerNotFound") => Ok(()),
+        404 => Err(StoreError::RootNotFound(format!(
+            "ContainerNotFound: {}",
+            a.message
+                .as_deref()
+                .unwrap_or("the container does not exist")
+        ))),
         status => {
             let mut message = a
                 .message

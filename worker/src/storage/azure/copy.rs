@@ -12,7 +12,7 @@ use azure_storage_blob::models::{BlobClientDeleteOptions, BlobClientStartCopyFro
 use azure_storage_blob::BlobClient;
 use tokio::time::Instant;
 
-use super::{content_length, meta_from_headers, BlobProps, Inner};
+use super::{content_length, meta_from_headers, Inner, Props};
 use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{md5_hex, Entry};
@@ -185,7 +185,7 @@ async fn source_version(
     src: &Inner,
     source: &BlobClient,
     entry: &Entry,
-) -> Result<(String, Meta, BlobProps)> {
+) -> Result<(String, Meta, Props)> {
     let props = match src.call(|| source.get_properties(None)).await {
         Err(e) if e.is_not_found() => {
             return Err(StoreError::NotFound("vanished from the source".into()))
