@@ -17,8 +17,17 @@ pub enum StoreError {
     },
 
     /// Connection refused/reset, timeouts, truncated bodies: the request may not have completed.
-    #[error("transport: {0}")]
-    Transport(String),
+    /// `cause` is set where the error is made, from the error's type, never read from its text.
+    #[error("transport: {message}")]
+    Transport {
+        cause: Interruption,
+        message: String,
+    },
+
+    /// The store's root does not exist (a Blob container): nothing below it can be listed or
+    /// written until it is made (`ferry mk`).
+    #[error("root not found: {0}")]
+    RootNotFound(String),
 
     #[error("credentials: {0}")]
     Auth(String),
@@ -34,6 +43,11 @@ pub enum StoreError {
     #[error("integrity: {0}")]
     Integrity(String),
 
+    /// Fewer bytes arrived than a ranged read asked for: an integrity failure (what was staged
+    /// from it is discarded), and a truncated body in disguise (retried as one).
+    #[error("integrity: {0}")]
+    ShortRead(String),
+
     /// A server-side copy that the service ended without success, or that did not end in time.
     #[error("server-side copy {0}")]
     Copy(String),
@@ -46,7 +60,35 @@ pub enum StoreError {
     Invalid(String),
 }
 
+/// How a request may have been cut off: what a retry of it is counted as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// Refused, reset, or closed before an answer.
+    Connection,
+    /// Nothing arrived for `--io-timeout` (or a connect timed out).
+    Timeout,
+    /// A body that ended before its promised length.
+    Truncated,
+}
+
+impl Interruption {
+    fn label(self) -> &'static str {
+        match self {
+            Interruption::Connection => "connection",
+            Interruption::Timeout => "timeout",
+            Interruption::Truncated => "truncated",
+        }
+    }
+}
+
 impl StoreError {
+    pub fn transport(cause: Interruption, message: impl Into<String>) -> Self {
+        StoreError::Transport {
+            cause,
+            message: message.into(),
+        }
+    }
+
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
         StoreError::Io {
             path: path.into(),
@@ -61,15 +103,8 @@ impl StoreError {
                 408 | 429 | 500 | 502 | 503 | 504 => Some(status.to_string()),
                 _ => None,
             },
-            StoreError::Transport(msg) => Some(if msg.contains("timed out") {
-                "timeout".into()
-            } else if msg.contains("truncated") {
-                "truncated".into()
-            } else {
-                "connection".into()
-            }),
-            // A size mismatch on a ranged read is a truncated body in disguise.
-            StoreError::Integrity(msg) if msg.starts_with("short read") => Some("truncated".into()),
+            StoreError::Transport { cause, .. } => Some(cause.label().into()),
+            StoreError::ShortRead(_) => Some(Interruption::Truncated.label().into()),
             _ => None,
         }
     }
@@ -83,6 +118,19 @@ impl StoreError {
 
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::NotFound(_))
+    }
+
+    /// Content not what was promised: what was staged from it must go, not be resumed.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, StoreError::Integrity(_) | StoreError::ShortRead(_))
+    }
+
+    /// The credential may not do this (refused outright, or by the service).
+    pub fn is_denied(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Auth(_) | StoreError::Http { status: 403, .. }
+        )
     }
 }
 

@@ -100,7 +100,10 @@ mod tests {
         let out = retry(&fast(), &stats, || async {
             match calls.fetch_add(1, Ordering::SeqCst) {
                 0 => Err(http(503)),
-                1 => Err(StoreError::Transport("body truncated".into())),
+                1 => Err(StoreError::transport(
+                    crate::error::Interruption::Truncated,
+                    "body truncated",
+                )),
                 _ => Ok(7),
             }
         })

@@ -11,6 +11,7 @@ use super::{
 use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Engine, EngineOptions, Index, Job};
+use crate::error::StoreError;
 use crate::filter;
 use crate::location::Location;
 use crate::manifest::escape_path;
@@ -235,12 +236,14 @@ async fn destination_index(
     args: &CopyArgs,
     parallel: usize,
 ) -> anyhow::Result<Option<Index>> {
-    let local = dst.local_root();
-    if args.compare == Compare::None && local.is_none() {
+    // Where directories are real, the local → local engine learns from the index which
+    // directories are missing: an absent root says all of them, without a look each.
+    let directories = dst.capabilities().directories;
+    if args.compare == Compare::None && !directories {
         return Ok(None);
     }
-    if let Some(root) = local {
-        if !root.is_dir() {
+    if directories {
+        if !dst.root_exists().await? {
             return Ok(Some(Index::new()));
         }
         // Nothing is compared: a listing would only tell which names are free.
@@ -263,7 +266,9 @@ async fn destination_index(
         }
         return Ok(Some(index));
     }
-    if local.is_some() {
+    // A filesystem's listing fails a directory at a time (one unreadable): what it showed is
+    // still worth comparing against.
+    if directories {
         let (listed, errors) = storage::list_partial(dst, true).await;
         for e in errors {
             eprintln!("warning: listing the destination: {e}; what it did not show is copied without comparing");
@@ -280,7 +285,7 @@ async fn destination_index(
 async fn index_of(dst: &Arc<dyn Store>) -> anyhow::Result<Index> {
     match storage::list_all(dst, true).await {
         Ok(listed) => Ok(listed.into_iter().map(|e| (e.path.clone(), e)).collect()),
-        Err(e) if e.to_string().contains("ContainerNotFound") => {
+        Err(e @ StoreError::RootNotFound(_)) => {
             anyhow::bail!(
                 "the container of {} does not exist: create it with `ferry mk` ({e})",
                 dst.describe()

@@ -151,25 +151,17 @@ async fn held(
     Ok(match same::classify(src, dst, compare, Attrs::NONE) {
         Verdict::Undecided if compare == Compare::Md5 && src.md5.is_some() => {
             let dst = dst.expect("an undecided verdict has a destination entry");
-            let digest = match (dst.md5, store.local()) {
-                (Some(m), _) => Some(m),
-                (None, Some(_)) => Some(local_md5(store.clone(), dst.path.clone()).await?),
-                (None, None) => None,
+            let digest = match dst.md5 {
+                Some(m) => Some(m),
+                None => store
+                    .content_md5(&dst.path)
+                    .await
+                    .with_context(|| format!("hashing {}", dst.display_path()))?,
             };
             same::by_hashes(src, dst, src.md5, digest, Attrs::NONE) == Verdict::Same
         }
         v => !v.rewrites(),
     })
-}
-
-async fn local_md5(store: Arc<dyn Store>, rel: Vec<u8>) -> anyhow::Result<[u8; 16]> {
-    tokio::task::spawn_blocking(move || {
-        let local = store.local().expect("a local store");
-        local
-            .md5(&rel)
-            .with_context(|| format!("hashing {}", local.path(&rel).display()))
-    })
-    .await?
 }
 
 #[cfg(test)]

@@ -449,7 +449,7 @@ impl Deletions {
         dst: &Arc<dyn Store>,
         stats: &Stats,
     ) -> anyhow::Result<()> {
-        if dst.local().is_none() {
+        if !dst.capabilities().directories {
             return Ok(());
         }
         for d in self.touched.read()? {
@@ -476,21 +476,24 @@ impl Deletions {
                 );
             }
         }
-        let Some(root) = src.local_root() else {
+        // Only a source whose root is a directory of its own has an mtime to restore (a
+        // container's is only what a copy recorded of it).
+        if !src.capabilities().directories {
             return Ok(());
-        };
-        let (root, name, dst) = (root.to_path_buf(), dst.describe(), dst.clone());
-        let done = tokio::task::spawn_blocking(move || {
-            let meta = crate::storage::local::meta_of(&std::fs::metadata(&root)?);
-            let local = dst.local().expect("a local destination");
-            local.finish_root(&crate::storage::Meta {
+        }
+        let done = async {
+            let Some(meta) = src.root_meta().await? else {
+                return Ok(());
+            };
+            dst.set_root_meta(&crate::storage::Meta {
                 mtime: meta.mtime,
                 ..Default::default()
             })
-        })
-        .await?;
+            .await
+        }
+        .await;
         if let Err(e) = done {
-            stats.failed(name, format!("directory mtime not restored: {e}"));
+            stats.failed(dst.describe(), format!("directory mtime not restored: {e}"));
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use crate::manifest::{md5_hex, Entry, Kind};
 use crate::progress::ProgressFile;
 use crate::sorted::{sort_store, Join, Pair, Scratch};
 use crate::stats::Stats;
-use crate::storage::{self, Store};
+use crate::storage::{self, Capabilities, Store};
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -95,16 +95,12 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     if let Some(m) = e.md5 {
         return Ok(m);
     }
-    if store.local().is_some() {
-        let (store, rel) = (store.clone(), e.path.clone());
-        return tokio::task::spawn_blocking(move || {
-            let local = store.local().expect("a local store");
-            local
-                .md5(&rel)
-                .map_err(|err| format!("{}: {err}", local.path(&rel).display()))
-        })
+    if let Some(m) = store
+        .content_md5(&e.path)
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| err.to_string())?
+    {
+        return Ok(m);
     }
     if !download {
         return Err(format!(
@@ -302,12 +298,12 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     }
     // Paths already judged (their directory could not be listed) are not judged again.
     let judged: std::collections::HashSet<String> = rows.iter().map(|r| r.path.clone()).collect();
-    let blob_side = blob_side(&src, &dst);
+    let both = held_by_both(&src, &dst);
     let src_entries: Vec<Entry> = src_entries
         .into_iter()
         .filter(|e| {
             (judged.is_empty() || !judged.contains(&e.display_path()))
-                && compared(e, blob_side, args.metadata)
+                && compared(e, both, args.metadata)
         })
         .collect();
     // Every row is known to come now: those already judged and one per entry left.
@@ -371,29 +367,33 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
 
 /// Where a symlink points: read from the link, or from the blob that holds its target.
 async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
-    match store.local() {
-        Some(l) => l.readlink(&e.path).map_err(|err| err.to_string()),
-        None => store
-            .read(&e.path, 0, e.size(), None)
-            .await
-            .map(|c| c.data.to_vec())
-            .map_err(|err| err.to_string()),
-    }
+    store
+        .read_link(e)
+        .await
+        .map(|(target, _)| target)
+        .map_err(|err| err.to_string())
 }
 
 /// Files and symlinks are compared everywhere. Directories are implied by what is in them (and
-/// a blob destination's folder stubs by the same), and compared only for their metadata between
-/// filesystems (`--metadata`); blob storage holds no fifos, sockets or devices.
-fn compared(e: &Entry, blob_side: bool, metadata: bool) -> bool {
+/// where a side keeps them as folder stubs, by the same), and compared only for their metadata
+/// between two sides that hold directories of their own (`--metadata`); fifos, sockets and
+/// devices only between two sides that hold them.
+fn compared(e: &Entry, both: Capabilities, metadata: bool) -> bool {
     match e.kind {
         Kind::File | Kind::Symlink => true,
-        Kind::Dir => metadata && !blob_side,
-        _ => !blob_side,
+        Kind::Dir => metadata && both.directories,
+        _ => both.specials,
     }
 }
 
-fn blob_side(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> bool {
-    src.local_root().is_none() || dst.local_root().is_none()
+/// What both sides hold.
+fn held_by_both(src: &Arc<dyn Store>, dst: &Arc<dyn Store>) -> Capabilities {
+    let (s, d) = (src.capabilities(), dst.capabilities());
+    Capabilities {
+        directories: s.directories && d.directories,
+        specials: s.specials && d.specials,
+        ..Capabilities::default()
+    }
 }
 
 /// The rows of a manifest's entries (or of one object) against what was found of them at the
@@ -408,10 +408,10 @@ async fn compare_indexed(
 ) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut pairs = Vec::new();
-    let blob_side = blob_side(src, dst);
+    let both = held_by_both(src, dst);
     for s in src_entries
         .into_iter()
-        .filter(|e| compared(e, blob_side, args.metadata))
+        .filter(|e| compared(e, both, args.metadata))
     {
         match dst_index.remove(&s.path) {
             Some(d) => pairs.push((s, d)),
@@ -464,7 +464,7 @@ async fn verify_trees(
         .with_context(|| format!("listing {} failed", dst.describe()))?;
     let concurrency = default_concurrency();
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let blob_side = blob_side(src, dst);
+    let both = held_by_both(src, dst);
     let mut report = Report::new(args, Some(scratch.path()))?;
     let mut rows = futures::stream::iter(Join::new(src_runs.merge()?, dst_runs.merge()?)?)
         .map(|pair| {
@@ -472,7 +472,7 @@ async fn verify_trees(
             async move {
                 let (row, bytes) = match pair? {
                     Pair::Source(s) => (
-                        compared(&s, blob_side, args.metadata).then(|| {
+                        compared(&s, both, args.metadata).then(|| {
                             Row::new(Status::MissingOnDst, s.display_path(), String::new())
                         }),
                         s.size(),
@@ -483,7 +483,7 @@ async fn verify_trees(
                         }),
                         0,
                     ),
-                    Pair::Both(s, d) if compared(&s, blob_side, args.metadata) => {
+                    Pair::Both(s, d) if compared(&s, both, args.metadata) => {
                         let _running = permits.acquire().await.expect("never closed");
                         let (st, why) = compare(src, dst, &s, &d, args).await;
                         (Some(Row::new(st, s.display_path(), why)), s.size())

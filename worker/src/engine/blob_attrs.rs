@@ -1,16 +1,18 @@
-//! Extended attributes and ACLs through Blob storage (`storage::azure::xattrs`): read from a
-//! local source only for entries its listing saw some on (no call for the others), stored in the
-//! blob's metadata where they fit and counted under `not_kept` where not; written back onto
-//! what a download makes, from the blob's metadata. Blob holds no holes: where a sparse file
-//! had data is recorded beside them (`storage::azure::sparse`), for a download to make the
-//! holes again.
+//! Extended attributes and ACLs between a store that holds them (`Capabilities::xattrs`) and
+//! one that keeps them in its metadata (`Capabilities::props`, `storage::metadata::xattrs`):
+//! read from the source only for entries its listing saw some on (no call for the others),
+//! stored in the metadata where they fit and counted under `not_kept` where not; written back
+//! onto what a download makes, from the metadata. A store of metadata holds no holes: where a
+//! sparse file had data is recorded beside them (`storage::metadata::sparse`), for a download
+//! to make the holes again.
 
-use super::{blocking_local, Engine, Job};
+use super::{Engine, Job};
 use crate::error::{Result, StoreError};
 use crate::sparse::Sparse;
-use crate::storage::azure::sparse as in_blob_sparse;
-use crate::storage::azure::xattrs as in_blob;
-use crate::xattrs::{self, On, Refused, Wanted};
+use crate::storage::metadata::sparse as in_meta_sparse;
+use crate::storage::metadata::xattrs as in_meta;
+use crate::storage::{Props, StoredXattrs};
+use crate::xattrs::{self, Refused, Wanted};
 
 impl Engine {
     fn wanted(&self) -> Wanted {
@@ -22,11 +24,12 @@ impl Engine {
         self.wanted().any() && job.src.xattrs.is_some_and(|d| d != xattrs::empty_digest())
     }
 
-    /// For an upload from a local tree: the value of `ferry_xattrs` the blob gets. Outer None:
-    /// nothing known, the blob's value is left as it is; Some(None): the blob holds none (the
-    /// entry has none, or they did not fit and were counted).
-    pub(super) async fn attrs_for_blob(&self, job: &Job) -> Result<Option<Option<String>>> {
-        if self.src.local().is_none() || self.dst.as_azure().is_none() || !self.wanted().any() {
+    /// For an upload from a store that holds attributes into one that keeps them in its
+    /// metadata: the value of `ferry_xattrs` the object gets. Outer None: nothing known, the
+    /// object's value is left as it is; Some(None): the object holds none (the entry has none,
+    /// or they did not fit and were counted).
+    pub(super) async fn attrs_for_blob(&self, job: &Job) -> Result<StoredXattrs> {
+        if !self.src_can().xattrs || !self.dst_can().props || !self.wanted().any() {
             return Ok(None);
         }
         if job.src.xattrs.is_none() {
@@ -35,16 +38,13 @@ impl Engine {
         if !self.has_attrs(job) {
             return Ok(Some(None));
         }
-        let (rel, wanted) = (job.src.path.clone(), self.wanted());
-        let attrs = blocking_local(&self.src, move |local| {
-            let path = local.path(&rel);
-            xattrs::c_path(&path)
-                .and_then(|c| xattrs::read(&On::Path(&c), wanted))
-                .map_err(|e| StoreError::io(path.display().to_string(), e))
-        })
-        .await?
-        .unwrap_or_default();
-        match in_blob::encode(&attrs) {
+        let wanted = self.wanted();
+        let attrs = self
+            .src
+            .read_xattrs(&job.src.path, wanted)
+            .await?
+            .unwrap_or_default();
+        match in_meta::encode(&attrs) {
             Some(v) if !attrs.is_empty() => Ok(Some(Some(v))),
             Some(_) => Ok(Some(None)),
             None => {
@@ -56,68 +56,46 @@ impl Engine {
         }
     }
 
-    /// For a download into a local tree: the blob's stored attributes made those of what was
-    /// written at the job's destination (one HEAD, only for a blob the listing saw some on).
+    /// For a download into a store that holds attributes: the source object's stored ones
+    /// made those of what was written at the job's destination (one look, only for an object
+    /// the listing saw some on).
     pub(super) async fn attrs_from_blob(&self, job: &Job) -> Result<()> {
-        let (Some(src), Some(_)) = (self.src.as_azure(), self.dst.local()) else {
+        if !self.src_can().props || !self.dst_can().xattrs {
             return Ok(());
-        };
+        }
         if !self.has_attrs(job) {
             return Ok(());
         }
-        let Some((_, _, props)) = src.version_and_props(&job.src.path).await? else {
+        let Some((_, _, props)) = self.src.version_and_props(&job.src.path).await? else {
             return Err(StoreError::NotFound("vanished from the source".into()));
         };
         let Some(want) = props
             .metadata
-            .get(in_blob::KEY)
-            .and_then(|v| in_blob::decode(v))
+            .get(in_meta::KEY)
+            .and_then(|v| in_meta::decode(v))
         else {
             return Ok(());
         };
-        let (rel, wanted) = (job.dst_path.clone(), self.wanted());
-        let refused = blocking_local(&self.dst, move |local| {
-            let path = local.path(&rel);
-            let apply = || {
-                let c = xattrs::c_path(&path)?;
-                let on = On::Path(&c);
-                let now = xattrs::read(&on, wanted)?;
-                match now {
-                    Some(now) => xattrs::apply(&on, &want, Some(&now), wanted),
-                    None => Ok(Refused::all(&want, wanted)),
-                }
-            };
-            apply().map_err(|e| StoreError::io(path.display().to_string(), e))
-        })
-        .await?;
+        let refused = self
+            .dst
+            .apply_xattrs(&job.dst_path, want, self.wanted())
+            .await?;
         refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
     }
 
-    /// For an upload of a local file of more than one block: where it holds data, if it has
-    /// holes (an open and an fstat; SEEK_DATA/SEEK_HOLE only for a sparse one).
+    /// For an upload of a file of more than one block from a store with holes into one that
+    /// records them in metadata: where it holds data, if it has holes.
     pub(super) async fn sparse_of(&self, job: &Job) -> Result<Option<Sparse>> {
-        if self.src.local().is_none() || self.dst.as_azure().is_none() || !self.opts.preserve.sparse
-        {
+        if !self.src_can().holes || !self.dst_can().props || !self.opts.preserve.sparse {
             return Ok(None);
         }
-        let rel = job.src.path.clone();
-        blocking_local(&self.src, move |local| {
-            let path = local.path(&rel);
-            let io = |e| StoreError::io(path.display().to_string(), e);
-            let f = std::fs::File::open(&path).map_err(io)?;
-            let md = f.metadata().map_err(io)?;
-            Sparse::of_file(&f, &md).map_err(io)
-        })
-        .await
+        self.src.sparse_layout(&job.src.path).await
     }
 }
 
 /// The layout an upload records (`ferry_sparse`) in the room its `ferry_xattrs` leaves.
-pub(super) fn sparse_within(
-    sparse: Option<Sparse>,
-    props: Option<&crate::storage::azure::BlobProps>,
-) -> Option<Sparse> {
-    let xattrs = props.and_then(|p| p.metadata.get(in_blob::KEY));
-    sparse.map(|s| in_blob_sparse::within(s, in_blob_sparse::room(xattrs.map(String::as_str))))
+pub(super) fn sparse_within(sparse: Option<Sparse>, props: Option<&Props>) -> Option<Sparse> {
+    let xattrs = props.and_then(|p| p.metadata.get(in_meta::KEY));
+    sparse.map(|s| in_meta_sparse::within(s, in_meta_sparse::room(xattrs.map(String::as_str))))
 }

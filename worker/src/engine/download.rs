@@ -14,7 +14,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{check_md5, merge, Engine, Job};
+use super::{check_md5, Engine, Job};
 use crate::error::{Result, StoreError};
 use crate::stats::Stats;
 use crate::storage::{Meta, Upload, UploadPlan};
@@ -100,11 +100,11 @@ impl Engine {
         match fetched {
             Ok(m) => {
                 if let Some(m) = m {
-                    merge(&mut meta, m);
+                    meta.complete_from(m);
                 }
             }
             Err(e) => {
-                up.abort(matches!(e, StoreError::Integrity(_))).await;
+                up.abort(e.is_integrity()).await;
                 return Err(e);
             }
         }
@@ -176,7 +176,7 @@ impl Engine {
             }
         }
         if written != len {
-            return Err(StoreError::Integrity(format!(
+            return Err(StoreError::ShortRead(format!(
                 "short read: got {written} of {len} bytes"
             )));
         }

@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{meta_of_entry, panicked, settled, special_not_held, Engine, Job, Outcome};
+use super::{panicked, settled, special_not_held, Engine, Job, Outcome};
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::same::{self, Compare, Verdict};
@@ -252,7 +252,10 @@ fn crowded_dirs<'a>(
 
 impl Engine {
     fn stores(&self) -> (&dyn LocalFs, &dyn LocalFs) {
-        (super::local_of(&self.src), super::local_of(&self.dst))
+        (
+            super::filesystem_of(&self.src),
+            super::filesystem_of(&self.dst),
+        )
     }
 
     /// Makes the missing directories no file needed, a level at a time.
@@ -668,7 +671,7 @@ impl Engine {
         let chowned = dst.set_meta(
             &job.dst_path,
             job.src.kind,
-            &self.opts.preserve.keep(meta_of_entry(&entry)),
+            &self.opts.preserve.keep(Meta::of_entry(&entry)),
         )?;
         // The attributes only where both listings read them and they differ (the verdict may
         // have been the mode's alone), or where a chown took the source's capability away

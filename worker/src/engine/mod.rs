@@ -28,7 +28,7 @@ use crate::preserve::Preserve;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
 use crate::storage::local::{LocalFs, Quirks};
-use crate::storage::{Meta, Store, Upload, UploadPlan};
+use crate::storage::{Capabilities, Meta, Props, Store, StoredXattrs, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
 #[derive(Clone, Debug)]
@@ -107,8 +107,17 @@ impl Engine {
         }
     }
 
+    /// Both ends are filesystems the local → local engine drives itself (`Store::filesystem`).
     fn both_local(&self) -> bool {
-        self.src.local_root().is_some() && self.dst.local_root().is_some()
+        self.src.filesystem().is_some() && self.dst.filesystem().is_some()
+    }
+
+    fn src_can(&self) -> Capabilities {
+        self.src.capabilities()
+    }
+
+    fn dst_can(&self) -> Capabilities {
+        self.dst.capabilities()
     }
 
     /// Runs every job; per-file failures are recorded in the stats, never abort the others. A
@@ -120,11 +129,12 @@ impl Engine {
         } else {
             let (dirs, files): (Vec<Job>, Vec<Job>) =
                 jobs.into_iter().partition(|j| j.src.kind == Kind::Dir);
-            // Into Blob storage a folder goes first: one that replaces a blob of another type
-            // removes what stands under its name, which must not be what this run uploads. Into
-            // a local tree it goes last, so that writing its entries does not move its mtime.
-            let blob_dst = self.dst.local_root().is_none();
-            if blob_dst {
+            // Where a directory is a folder stub it goes first: one that replaces a blob of
+            // another type removes what stands under its name, which must not be what this run
+            // uploads. Where directories are real it goes last, so that writing its entries does
+            // not move its mtime.
+            let stubs = !self.dst_can().directories;
+            if stubs {
                 self.dirs(dirs.clone(), false).await;
             } else {
                 self.clear_way(&dirs).await;
@@ -147,25 +157,18 @@ impl Engine {
                 });
             }
             while tasks.join_next().await.is_some() {}
-            if !blob_dst {
+            if !stubs {
                 self.dirs(dirs, true).await;
             }
             if self.opts.finish_root {
                 self.finish_root_through_blob().await;
             }
         }
-        if self.dst.local().is_some() {
-            let dst = self.dst.clone();
-            match tokio::task::spawn_blocking(move || local_of(&dst).sync()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => self.stats.failed(
-                    self.dst.describe(),
-                    format!("cannot flush the destination to disk: {e}"),
-                ),
-                Err(e) => self
-                    .stats
-                    .failed(self.dst.describe(), format!("internal error: {e}")),
-            }
+        if let Err(e) = self.dst.flush().await {
+            self.stats.failed(
+                self.dst.describe(),
+                format!("cannot flush the destination to disk: {e}"),
+            );
         }
     }
 
@@ -195,44 +198,26 @@ impl Engine {
     }
 
     /// The destination root gets the source root's mode, owner and mtime, as `cp -a` and
-    /// `rsync -a src/` give it; in Blob storage they are kept by the root's folder stub or the
-    /// container's metadata (`AzureStore::root_meta`).
+    /// `rsync -a src/` give it (`Store::root_meta`: in Blob storage, a folder stub or the
+    /// container's metadata).
     async fn finish_root_through_blob(&self) {
         let done: Result<()> = async {
-            let meta = match (self.src.local_root(), self.src.as_azure()) {
-                (Some(root), _) => {
-                    let root = root.to_path_buf();
-                    let md = crate::storage::blocking(move || {
-                        std::fs::metadata(&root)
-                            .map_err(|e| StoreError::io(root.display().to_string(), e))
-                    })
-                    .await?;
-                    Some(crate::storage::local::meta_of(&md))
-                }
-                (None, Some(src)) => src.root_meta().await?,
-                _ => None,
-            };
-            let Some(meta) = meta.map(|m| self.opts.preserve.keep(m)) else {
+            let Some(meta) = self
+                .src
+                .root_meta()
+                .await?
+                .map(|m| self.opts.preserve.keep(m))
+            else {
                 return Ok(());
             };
-            match self.dst.as_azure() {
-                Some(dst) => dst.set_root_meta(&meta).await.map(drop),
-                None => {
-                    blocking_local(&self.dst, move |local| {
-                        local
-                            .finish_root(&meta)
-                            .map_err(|e| StoreError::io(local.path(b"").display().to_string(), e))
-                    })
-                    .await
-                }
-            }
+            self.dst.set_root_meta(&meta).await
         }
         .await;
         match done {
             Ok(()) => {}
             // A credential that may write blobs but not the container's metadata (a SAS for
             // blobs): the files are all there, the top directory's attributes are not kept.
-            Err(e @ (StoreError::Auth(_) | StoreError::Http { status: 403, .. })) => {
+            Err(e) if e.is_denied() => {
                 eprintln!("ferry: the top directory's attributes not kept: {e}");
                 self.stats.not_kept("top directory");
             }
@@ -261,22 +246,18 @@ impl Engine {
         }
     }
 
-    /// One directory: a folder stub in Blob storage (so an empty one is kept, with its
-    /// metadata), a directory with the source's metadata in a local tree (where whatever stood
-    /// in its way went first: `clear_way`).
+    /// One directory: a directory with the source's metadata where directories are real
+    /// (whatever stood in its way went first: `clear_way`), else a folder stub (so an empty one
+    /// is kept, with its metadata).
     async fn one_dir(&self, job: &Job) -> Result<Outcome> {
         let verdict = self.decide(job).await?;
-        let meta = self.opts.preserve.keep(meta_of_entry(&job.src));
-        if self.dst.local().is_some() {
+        let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
+        if self.dst_can().directories {
             // Looked at again whatever the listing said: the files just written into it moved
             // its mtime. Only what differs is set.
-            let rel = job.dst_path.clone();
-            blocking_local(&self.dst, move |local| {
-                local
-                    .finish_dir(&rel, &meta, None)
-                    .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
-            })
-            .await?;
+            self.dst
+                .put_node(&job.dst_path, Kind::Dir, Bytes::new(), &meta, None)
+                .await?;
             self.attrs_from_blob(job).await?;
             return Ok(if verdict == Verdict::MetaOnly {
                 Outcome::MetaUpdated
@@ -289,7 +270,7 @@ impl Engine {
             Stats::add(&self.stats.replaced, 1);
         }
         let attrs = self.attrs_for_blob(job).await?;
-        let dst = self.azure_dst()?;
+        let dst = &self.dst;
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => match dst
@@ -302,7 +283,7 @@ impl Engine {
             },
             _ => Outcome::Copied,
         };
-        dst.put_with(
+        dst.put_node(
             &job.dst_path,
             Kind::Dir,
             Bytes::new(),
@@ -313,45 +294,11 @@ impl Engine {
         .map(|_| outcome)
     }
 
-    fn azure_dst(&self) -> Result<&crate::storage::azure::AzureStore> {
-        self.dst.as_azure().ok_or_else(|| {
-            StoreError::Unsupported(format!("folders and symlinks into {}", self.dst.describe()))
-        })
-    }
-
     /// A symlink: its target, never followed, written as a symlink in a local tree and as a
     /// blob holding the target (marked `is_symlink`, as azcopy and blobfuse2 do) in Blob
     /// storage.
     async fn symlink(&self, job: &Job) -> Result<()> {
-        let (target, meta) = match self.src.local() {
-            Some(_) => {
-                let (rel, what) = (job.src.path.clone(), job.src.display_path());
-                blocking_local(&self.src, move |local| {
-                    let read = || {
-                        let md = local.lstat(&rel).and_then(|m| {
-                            m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
-                        })?;
-                        if !md.file_type().is_symlink() {
-                            return Err(std::io::Error::other("no longer a symlink"));
-                        }
-                        Ok((local.readlink(&rel)?, crate::storage::local::meta_of(&md)))
-                    };
-                    read().map_err(|e| StoreError::io(what, e))
-                })
-                .await?
-            }
-            None => {
-                let chunk = self
-                    .src
-                    .read(&job.src.path, 0, job.src.size(), None)
-                    .await?;
-                let mut meta = meta_of_entry(&job.src);
-                if let Some(m) = chunk.meta {
-                    merge(&mut meta, m);
-                }
-                (chunk.data.to_vec(), meta)
-            }
-        };
+        let (target, meta) = self.src.read_link(&job.src).await?;
         let meta = self.kept(Meta { md5: None, ..meta });
         if target.is_empty() || target.contains(&0) {
             return Err(StoreError::Invalid(
@@ -359,30 +306,17 @@ impl Engine {
             ));
         }
         Stats::add(&self.stats.bytes_copied, target.len() as u64);
-        match self.dst.local() {
-            Some(_) => {
-                let rel = job.dst_path.clone();
-                blocking_local(&self.dst, move |local| {
-                    local
-                        .make_symlink(&rel, &target, &meta)
-                        .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
-                })
-                .await
-            }
-            None => {
-                let md5 = self.opts.put_md5.then(|| hash::digest(&target));
-                let props = attr_props(self.attrs_for_blob(job).await?);
-                self.azure_dst()?
-                    .put_with(
-                        &job.dst_path,
-                        Kind::Symlink,
-                        Bytes::from(target),
-                        &Meta { md5, ..meta },
-                        props.as_ref(),
-                    )
-                    .await
-            }
-        }
+        let md5 = (self.opts.put_md5 && self.dst_can().md5).then(|| hash::digest(&target));
+        let props = attr_props(self.attrs_for_blob(job).await?);
+        self.dst
+            .put_node(
+                &job.dst_path,
+                Kind::Symlink,
+                Bytes::from(target),
+                &Meta { md5, ..meta },
+                props.as_ref(),
+            )
+            .await
     }
 
     fn record(&self, job: &Job, outcome: Result<Outcome>) {
@@ -416,31 +350,22 @@ impl Engine {
     }
 
     async fn one(&self, job: &Job) -> Result<Outcome> {
-        let dst_is_blob = self.dst.local_root().is_none();
         if job.src.kind.is_special() {
             return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
         }
-        if dst_is_blob && job.src.link.is_some() && self.opts.preserve.links {
+        if !self.dst_can().hard_links && job.src.link.is_some() && self.opts.preserve.links {
             // Each name becomes a blob of its own, as azcopy's `--hardlinks follow` makes them.
             self.stats.not_kept("hard link");
         }
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                let meta = self.opts.preserve.keep(meta_of_entry(&job.src));
-                match self.dst.as_azure() {
-                    Some(dst) => {
-                        let attrs = self.attrs_for_blob(job).await?;
-                        dst.set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
-                            .await?
-                    }
-                    None => {
-                        self.dst
-                            .set_meta(&job.dst_path, job.src.kind, &meta)
-                            .await?;
-                        self.attrs_from_blob(job).await?;
-                    }
-                }
+                let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
+                let attrs = self.attrs_for_blob(job).await?;
+                self.dst
+                    .set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
+                    .await?;
+                self.attrs_from_blob(job).await?;
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
@@ -466,17 +391,14 @@ impl Engine {
         Ok(Outcome::Copied)
     }
 
-    /// What of `meta` the destination gets: what `--preserve` keeps. A local file whose
-    /// source says nothing of its mode gets the mode any new file gets (0666 less the umask),
-    /// not the private one its temp file was made with.
+    /// What of `meta` the destination gets: what `--preserve` keeps. A file whose source says
+    /// nothing of its mode gets the mode any new file gets there (`Store::default_mode`), not
+    /// the private one its temp file was made with.
     pub(super) fn kept(&self, meta: Meta) -> Meta {
         let kept = self.opts.preserve.keep(meta);
-        match self.dst.local_root() {
-            Some(_) => Meta {
-                mode: Some(kept.mode.unwrap_or(0o666 & !umask())),
-                ..kept
-            },
-            None => kept,
+        Meta {
+            mode: kept.mode.or(self.dst.default_mode()),
+            ..kept
         }
     }
 
@@ -484,20 +406,6 @@ impl Engine {
     /// without one, the streamed copy computes it, and the blob gets one like every upload.
     pub fn server_side(&self, job: &Job) -> bool {
         self.opts.server_copy && (job.src.md5.is_some() || !self.opts.put_md5)
-    }
-
-    async fn local_md5(&self, store: &Arc<dyn Store>, path: &[u8]) -> Result<Option<[u8; 16]>> {
-        if store.local().is_none() {
-            return Ok(None);
-        }
-        let rel = path.to_vec();
-        blocking_local(store, move |local| {
-            local
-                .md5(&rel)
-                .map(Some)
-                .map_err(|e| StoreError::io(local.path(&rel).display().to_string(), e))
-        })
-        .await
     }
 
     /// What the destination has at this job's path: from the listing when there is one, else
@@ -524,31 +432,23 @@ impl Engine {
         };
         let sm = match job.src.md5 {
             Some(m) => Some(m),
-            None => self.local_md5(&self.src, &job.src.path).await?,
+            None => self.src.content_md5(&job.src.path).await?,
         };
         let dm = match d.md5 {
             Some(m) => Some(m),
-            None => self.local_md5(&self.dst, &job.dst_path).await?,
+            None => self.dst.content_md5(&job.dst_path).await?,
         };
         Ok(same::by_hashes(&job.src, d, sm, dm, self.attrs()))
     }
 
     /// The attributes compared: `--preserve`'s, and a directory's mtime where the destination
-    /// is Blob storage, whose folder stubs keep it apart from what they hold.
+    /// keeps directories as folder stubs, which keep it apart from what they hold.
     fn attrs(&self) -> same::Attrs {
         let attrs = self.opts.preserve.attrs();
         same::Attrs {
-            dir_times: attrs.times && self.dst.as_azure().is_some(),
+            dir_times: attrs.times && !self.dst_can().directories,
             ..attrs
         }
-    }
-
-    /// A local file small enough for one request, read whole with one open: its bytes, its
-    /// metadata, and the same stat before and after the read (else it changed while read).
-    /// None when it has grown past `limit` since it was listed.
-    async fn read_local_small(&self, path: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
-        let rel = path.to_vec();
-        blocking_local(&self.src, move |local| local.read_small(&rel, limit)).await
     }
 
     /// The generic path: blocks read from the source, written to the destination. Every read
@@ -557,14 +457,16 @@ impl Engine {
     /// downloaded, fails the file instead.
     async fn transfer(&self, job: &Job) -> Result<()> {
         let path = &job.src.path;
-        let local_src = self.src.local_root().is_some();
+        // A source looked at cheaply is looked at now (a local file: its mode and current
+        // size); one that is not is taken as listed, each read carrying its metadata.
+        let look_now = self.src_can().cheap_looks;
         let bs = self.opts.block_size;
         // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
         let attrs = attr_props(self.attrs_for_blob(job).await?);
-        if local_src && job.src.size() <= bs {
+        if look_now && job.src.size() <= bs {
             let _mem = self.reserve(job.src.size()).await;
             let mut permit = self.depth.acquire().await;
-            if let Some((data, meta)) = self.read_local_small(path, bs).await? {
+            if let Some((data, meta)) = self.src.read_small(path, bs).await? {
                 let n = data.len() as u64;
                 self.put_small(job, data, meta, attrs.as_ref()).await?;
                 permit.done(n);
@@ -573,8 +475,8 @@ impl Engine {
         }
         // Blob to blob: the source's metadata and content properties go along, taken with the
         // ETag its bytes are then read at, so that both are of one version.
-        let props = match (self.src.as_azure(), self.dst.as_azure()) {
-            (Some(src), Some(_)) => match src.version_and_props(path).await? {
+        let props = match self.src_can().props && self.dst_can().props {
+            true => match self.src.version_and_props(path).await? {
                 Some((v, now, p)) if now == job.src.size() => Some((v, p)),
                 Some(_) => {
                     return Err(StoreError::Integrity(
@@ -583,11 +485,11 @@ impl Engine {
                 }
                 None => return Err(StoreError::NotFound("vanished from the source".into())),
             },
-            _ => None,
+            false => None,
         };
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
-        let (version, size, meta) = if local_src {
+        let (version, size, meta) = if look_now {
             let (version, now) = self
                 .src
                 .version(path)
@@ -606,7 +508,7 @@ impl Engine {
         } else {
             let size = job.src.size();
             // One GET is one version; only a download in several ranges needs the ETag.
-            let ranges = if self.dst.local_root().is_some() {
+            let ranges = if self.dst_can().piecewise {
                 size.div_ceil(bs.max(DOWNLOAD_RANGE))
             } else {
                 size.div_ceil(bs)
@@ -630,7 +532,7 @@ impl Engine {
                 size,
                 Meta {
                     md5: job.src.md5,
-                    ..meta_of_entry(&job.src)
+                    ..Meta::of_entry(&job.src)
                 },
             )
         };
@@ -643,10 +545,10 @@ impl Engine {
             let chunk = self.src.read(path, 0, size, version).await?;
             let mut meta = meta;
             if let Some(m) = chunk.meta {
-                merge(&mut meta, m);
+                meta.complete_from(m);
             }
             // The depth counts requests: a local write, and the flush it waits for, is not one.
-            if self.dst.local_root().is_some() {
+            if self.dst_can().piecewise {
                 permit.done(size);
                 drop(permit);
                 return self.put_small(job, chunk.data, meta, None).await;
@@ -670,7 +572,7 @@ impl Engine {
         );
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
         // requests, and memory stays bounded by the budget whatever the range.
-        let streamed = self.dst.local_root().is_some();
+        let streamed = self.dst_can().piecewise;
         let plan = UploadPlan {
             size,
             block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs },
@@ -680,10 +582,9 @@ impl Engine {
         if let Some(p) = &props {
             up.keep_props(p);
         }
-        let expected_md5 = job.src.md5.filter(|_| !local_src);
-        let need_hash =
-            (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
-        if up.piecewise() {
+        let expected_md5 = job.src.md5.filter(|_| self.src_can().md5);
+        let need_hash = (self.opts.put_md5 && self.dst_can().md5) || expected_md5.is_some();
+        if streamed {
             return self
                 .download(job, up, plan, meta, expected_md5, need_hash, version)
                 .await;
@@ -703,28 +604,28 @@ impl Engine {
         job: &Job,
         data: Bytes,
         mut meta: Meta,
-        props: Option<&crate::storage::azure::BlobProps>,
+        props: Option<&Props>,
     ) -> Result<()> {
-        let local_src = self.src.local_root().is_some();
+        let promised = self.src_can().md5;
         let size = data.len() as u64;
         if let Some(t) = &self.throttle {
             t.take(size).await;
         }
-        let expected_md5 = job.src.md5.filter(|_| !local_src);
-        let need_hash =
-            (self.opts.put_md5 && self.dst.local_root().is_none()) || expected_md5.is_some();
+        let expected_md5 = job.src.md5.filter(|_| promised);
+        let need_hash = (self.opts.put_md5 && self.dst_can().md5) || expected_md5.is_some();
         let digest: Option<[u8; 16]> = need_hash.then(|| hash::digest(&data));
-        check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest)?;
+        check_md5(expected_md5.or(meta.md5.filter(|_| promised)), digest)?;
         meta.md5 = digest.filter(|_| self.opts.put_md5);
-        if self.dst.as_azure().is_some() {
+        if self.dst_can().props {
             meta.sparse = blob_attrs::sparse_within(meta.sparse.take(), props);
         }
-        match (props, self.dst.as_azure()) {
-            (Some(p), Some(dst)) => {
-                dst.put_with(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p))
+        match props.filter(|_| self.dst_can().props) {
+            Some(p) => {
+                self.dst
+                    .put_node(&job.dst_path, Kind::File, data, &self.kept(meta), Some(p))
                     .await?
             }
-            _ => self.dst.put(&job.dst_path, data, &self.kept(meta)).await?,
+            None => self.dst.put(&job.dst_path, data, &self.kept(meta)).await?,
         }
         Stats::add(&self.stats.blocks_sent, 1);
         Stats::add(&self.stats.bytes_copied, size);
@@ -745,13 +646,13 @@ impl Engine {
         version: Option<&str>,
     ) -> Result<()> {
         let path = &job.src.path;
-        let local_src = self.src.local_root().is_some();
+        let promised = self.src_can().md5;
         let mut hasher = Md5::new();
         let mut first_meta: Option<Meta> = None;
         let ahead = self.depth.ceiling().max(1);
         // A blob's block ID and its transactional check need the block's own MD5: taken in the
         // object's pass, the two cost little more than one.
-        let block_md5 = self.dst.local_root().is_none();
+        let block_md5 = self.dst_can().md5;
         // Up to `ahead` blocks are read, in order, while up to `ahead` read ones are sent.
         let result: Result<()> = async {
             let mut reading = FuturesOrdered::new();
@@ -786,14 +687,14 @@ impl Engine {
         }
         .await;
         if let Err(e) = result {
-            up.abort(matches!(e, StoreError::Integrity(_))).await;
+            up.abort(e.is_integrity()).await;
             return Err(e);
         }
         if let Some(m) = first_meta {
-            merge(&mut meta, m);
+            meta.complete_from(m);
         }
         let digest: Option<[u8; 16]> = need_hash.then(|| hasher.finalize());
-        if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| !local_src)), digest) {
+        if let Err(e) = check_md5(expected_md5.or(meta.md5.filter(|_| promised)), digest) {
             up.abort(true).await;
             return Err(e);
         }
@@ -859,22 +760,10 @@ fn settled(v: Verdict) -> Verdict {
     }
 }
 
-/// The metadata a source entry's listing gives (what of it a copy keeps: `Preserve::keep`).
-pub fn meta_of_entry(e: &Entry) -> Meta {
-    Meta {
-        mtime: e.mtime,
-        mode: e.mode,
-        uid: e.owner.map(|o| o.0),
-        gid: e.owner.map(|o| o.1),
-        md5: None,
-        sparse: None,
-    }
-}
-
 /// A blob's metadata beyond ferry's POSIX keys: the `ferry_xattrs` value, where there is one.
-fn attr_props(value: Option<Option<String>>) -> Option<crate::storage::azure::BlobProps> {
-    value.flatten().map(|v| crate::storage::azure::BlobProps {
-        metadata: [(crate::storage::azure::xattrs::KEY.to_string(), v)].into(),
+fn attr_props(value: StoredXattrs) -> Option<Props> {
+    value.flatten().map(|v| Props {
+        metadata: [(crate::storage::metadata::xattrs::KEY.to_string(), v)].into(),
         ..Default::default()
     })
 }
@@ -901,46 +790,10 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
     ))
 }
 
-/// Fills in what the listing did not know from what the read returned.
-fn merge(meta: &mut Meta, from_read: Meta) {
-    meta.mtime = meta.mtime.or(from_read.mtime);
-    meta.mode = meta.mode.or(from_read.mode);
-    if meta.uid.is_none() || meta.gid.is_none() {
-        (meta.uid, meta.gid) = (from_read.uid, from_read.gid);
-    }
-    meta.md5 = meta.md5.or(from_read.md5);
-    meta.sparse = meta.sparse.take().or(from_read.sparse);
-}
-
-/// The local side of a store the caller knows is local.
-fn local_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
-    store.local().expect("a local store")
-}
-
-/// Runs `f` on the local side of `store` (known to be local) on a thread that may block.
-async fn blocking_local<T: Send + 'static>(
-    store: &Arc<dyn Store>,
-    f: impl FnOnce(&dyn LocalFs) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let store = store.clone();
-    crate::storage::blocking(move || f(local_of(&store))).await
-}
-
-/// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked
-/// by setting it, and other threads create files meanwhile.
-fn umask() -> u32 {
-    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *UMASK.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines().find_map(|l| {
-                    l.strip_prefix("Umask:")
-                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-                })
-            })
-            .unwrap_or(0o022)
-    })
+/// The filesystem of a store the caller knows is one (`Store::filesystem`: the local → local
+/// engine only).
+fn filesystem_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
+    store.filesystem().expect("a filesystem")
 }
 
 fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {

@@ -315,10 +315,108 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
         );
     }
 
+    capabilities_hold(&store, local).await;
+
     // Deletes, including of what is already gone.
     store.delete(b"plain.txt").await.unwrap();
     store.delete(b"plain.txt").await.unwrap();
     assert!(store.head(b"plain.txt").await.unwrap().is_none());
+}
+
+/// What a store declares of itself (`Capabilities`) is what its methods do.
+async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
+    let can = store.capabilities();
+    assert_eq!(can.directories, local, "{can:?}");
+    assert_eq!(store.filesystem().is_some(), local);
+    assert!(store.root_exists().await.unwrap());
+
+    // A node of each kind the store holds, written whole, reads back as that kind.
+    let m = meta(1_650_000_000);
+    store
+        .put_node(
+            b"nodes/link",
+            Kind::Symlink,
+            Bytes::from_static(b"../plain.txt"),
+            &m,
+            None,
+        )
+        .await
+        .unwrap();
+    let (e, _) = store.head(b"nodes/link").await.unwrap().expect("written");
+    assert_eq!(e.kind, Kind::Symlink);
+    let (target, got) = store.read_link(&e).await.unwrap();
+    assert_eq!(target, b"../plain.txt");
+    assert_eq!(got.mtime, m.mtime);
+    store
+        .put_node(b"nodes/dir", Kind::Dir, Bytes::new(), &m, None)
+        .await
+        .unwrap();
+    let (e, _) = store.head(b"nodes/dir").await.unwrap().expect("written");
+    assert_eq!((e.kind, e.mtime), (Kind::Dir, m.mtime));
+    // Metadata alone, then the root's own.
+    store
+        .set_meta_with(b"nodes/dir", Kind::Dir, &meta(1_650_000_100), None)
+        .await
+        .unwrap();
+    let (e, _) = store.head(b"nodes/dir").await.unwrap().unwrap();
+    assert_eq!(e.mtime, meta(1_650_000_100).mtime);
+    store.set_root_meta(&meta(1_640_000_000)).await.unwrap();
+    let root = store
+        .root_meta()
+        .await
+        .unwrap()
+        .expect("the root keeps its attributes");
+    assert_eq!(root.mtime, meta(1_640_000_000).mtime);
+
+    // Where the store computes an MD5 itself, it is the bytes'.
+    let body = Bytes::from_static(b"hashed here");
+    store.put(b"nodes/file", body.clone(), &m).await.unwrap();
+    let md5 = store.content_md5(b"nodes/file").await.unwrap();
+    assert_eq!(md5.is_some(), local);
+    assert!(md5.is_none_or(|d| d == crate::hash::digest(&body)));
+    if can.cheap_looks {
+        let (data, got) = store
+            .read_small(b"nodes/file", 1 << 20)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((data, got.mtime), (body.clone(), m.mtime));
+        assert!(store.read_small(b"nodes/file", 4).await.unwrap().is_none());
+    }
+    if can.props {
+        let (version, size, _) = store
+            .version_and_props(b"nodes/file")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(size, body.len() as u64);
+        assert_eq!(
+            store.version(b"nodes/file").await.unwrap(),
+            Some((version, size))
+        );
+    }
+    // A piecewise upload takes a block in pieces.
+    if can.piecewise {
+        let plan = UploadPlan {
+            size: 6,
+            block_size: 6,
+            fingerprint: "p".into(),
+        };
+        let up = store.start_upload(b"nodes/pieces", &plan).await.unwrap();
+        up.write_at(0, 0, vec![Bytes::from_static(b"abc")], None)
+            .await
+            .unwrap();
+        up.write_at(0, 3, vec![Bytes::from_static(b"def")], None)
+            .await
+            .unwrap();
+        up.finish_block(0).await.unwrap();
+        up.commit(&m).await.unwrap();
+        let got = store.read(b"nodes/pieces", 0, 6, None).await.unwrap();
+        assert_eq!(got.data, "abcdef");
+    }
+    store.flush().await.unwrap();
+    store.remove_all(b"nodes").await.unwrap();
+    assert!(store.head(b"nodes/file").await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -358,6 +456,10 @@ async fn missing_container_is_a_clear_error_not_an_empty_listing() {
         super::azure::AzureStore::new(az.location("nosuchcontainer", ""), &Azurite::options())
             .unwrap(),
     );
-    let err = list_all(&store, true).await.unwrap_err().to_string();
-    assert!(err.contains("ContainerNotFound"), "{err}");
+    let err = list_all(&store, true).await.unwrap_err();
+    assert!(
+        matches!(err, crate::error::StoreError::RootNotFound(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("ContainerNotFound"), "{err}");
 }

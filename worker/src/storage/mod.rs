@@ -5,6 +5,7 @@ pub mod azure;
 pub mod beneath;
 pub mod bufpool;
 pub mod local;
+pub mod metadata;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +34,88 @@ pub struct Meta {
     /// Where a sparse file had data at the source (what a blob records of it, `ferry_sparse`);
     /// None: a dense file, or not known.
     pub sparse: Option<crate::sparse::Sparse>,
+}
+
+impl Meta {
+    /// The metadata a listed entry gives (what of it a copy keeps: `Preserve::keep`).
+    pub fn of_entry(e: &Entry) -> Meta {
+        Meta {
+            mtime: e.mtime,
+            mode: e.mode,
+            uid: e.owner.map(|o| o.0),
+            gid: e.owner.map(|o| o.1),
+            md5: None,
+            sparse: None,
+        }
+    }
+
+    /// Fills in what the listing did not know from what a read returned.
+    pub fn complete_from(&mut self, from_read: Meta) {
+        self.mtime = self.mtime.or(from_read.mtime);
+        self.mode = self.mode.or(from_read.mode);
+        if self.uid.is_none() || self.gid.is_none() {
+            (self.uid, self.gid) = (from_read.uid, from_read.gid);
+        }
+        self.md5 = self.md5.or(from_read.md5);
+        self.sparse = self.sparse.take().or(from_read.sparse);
+    }
+}
+
+/// What a store keeps about an object besides its bytes and POSIX attributes: its user
+/// metadata and content properties, kept when it is copied to a store that has them too
+/// (`Capabilities::props`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Props {
+    /// Every user metadata key (`x-ms-meta-*` in Blob storage), keys lowercased.
+    pub metadata: HashMap<String, String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_language: Option<String>,
+    pub content_disposition: Option<String>,
+    pub cache_control: Option<String>,
+    /// Its access tier, where one was set on it (not inferred from the account's default).
+    pub tier: Option<String>,
+    /// Its index tags, as `x-ms-tags` takes them: `key=value&...`, form-encoded.
+    pub tags: Option<String>,
+}
+
+/// What the stored extended attributes of an object become when its metadata is set, in a
+/// store that keeps them in its metadata (`metadata::xattrs`): None leaves them as they are,
+/// Some(None) removes them, Some(Some(v)) stores `v`.
+pub type StoredXattrs = Option<Option<String>>;
+
+/// What a store holds beyond bytes, and how it takes them: the engine asks these, never
+/// which backend it has. A filesystem has all of the first group and none of the second;
+/// Blob storage the reverse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Directories exist in their own right: made by writing into them, their mtime moved by
+    /// it (so given theirs after their entries), and a file in a directory's way removed before
+    /// its entries go in. Without, a directory is a name prefix, kept by a folder stub.
+    pub directories: bool,
+    /// Holds hard links (names of one object).
+    pub hard_links: bool,
+    /// Holds fifos and device nodes.
+    pub specials: bool,
+    /// Holds extended attributes and ACLs of its own (`read_xattrs`, `apply_xattrs`).
+    pub xattrs: bool,
+    /// Holds holes in a file (`sparse_layout`).
+    pub holes: bool,
+    /// A look at one object is a system call, not a request: a copy looks at a source object
+    /// just before reading it rather than trusting its listing, and reads a small one whole
+    /// with one open (`read_small`).
+    pub cheap_looks: bool,
+    /// Uploads take a block in pieces as its bytes arrive (`Upload::write_at`), each a system
+    /// call rather than a request: a download's ranges can be large, and a write holds no
+    /// slot of the depth (which counts requests).
+    pub piecewise: bool,
+    /// Keeps an MD5 with each object (a Content-MD5): the store's promise about its bytes,
+    /// which a copy checks what it reads against; `--put-md5` gives every upload one, and
+    /// block uploads take each block's MD5 (block IDs, the service's check on arrival).
+    pub md5: bool,
+    /// Keeps user metadata and content properties (`Props`), and records extended attributes
+    /// and a sparse file's layout in that metadata (`metadata`).
+    pub props: bool,
 }
 
 /// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
@@ -71,11 +154,6 @@ pub trait Upload: Send + Sync {
     /// Writes one block, given its MD5 where the caller has it. Ok(false): a block with these
     /// very bytes was already staged by an earlier attempt, so nothing was sent.
     async fn put_block(&self, idx: u64, data: Bytes, md5: Option<[u8; 16]>) -> Result<bool>;
-    /// Whether a block can be written in pieces (`write_at`, then `finish_block`): true for
-    /// local files, where a download then needs no block-sized buffer.
-    fn piecewise(&self) -> bool {
-        false
-    }
     /// Writes `data`, pieces in order, at `offset_in_block` of block `idx`; with `sparse`, zero
     /// blocks where the source had holes are left holes (`sparse::runs`).
     async fn write_at(
@@ -94,8 +172,9 @@ pub trait Upload: Send + Sync {
             "this store takes whole blocks only".into(),
         ))
     }
-    /// Blob destinations: keep a source blob's metadata and content properties at commit.
-    fn keep_props(&self, _props: &azure::BlobProps) {}
+    /// Keep a source object's metadata and content properties at commit, where the store
+    /// has them (`Capabilities::props`).
+    fn keep_props(&self, _props: &Props) {}
     /// The bytes of a staged block, where the store can give them back cheaply.
     async fn read_back(&self, idx: u64) -> Result<Option<Bytes>>;
     async fn commit(self: Box<Self>, meta: &Meta) -> Result<()>;
@@ -151,6 +230,150 @@ pub trait Store: Send + Sync {
     /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
     async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
         Ok(None)
+    }
+
+    /// What this store holds and how it takes it (see `Capabilities`).
+    fn capabilities(&self) -> Capabilities;
+
+    /// The store itself, for a backend to recognise another store of its own kind: a
+    /// server-side copy between two Blob stores needs both ends' internals (`copy_from`).
+    /// Nothing outside a backend looks through this.
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// The one way past the trait: the local → local engine drives both filesystems itself
+    /// (the kernel's copy path, staging directories, commits batched behind one flush), which
+    /// no per-object method can express. Only `engine::local` uses it.
+    fn filesystem(&self) -> Option<&dyn local::LocalFs> {
+        None
+    }
+
+    /// Whether the root exists now. A store whose root is only a name (a prefix) says true:
+    /// a missing container shows as `RootNotFound` when it is listed.
+    async fn root_exists(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    /// The root's own mode, owner and mtime; None where the store keeps none.
+    async fn root_meta(&self) -> Result<Option<Meta>> {
+        Ok(None)
+    }
+
+    /// Gives the root the attributes `meta` names (what a copy of a whole tree ends with).
+    async fn set_root_meta(&self, _meta: &Meta) -> Result<()> {
+        Err(StoreError::Unsupported(format!(
+            "the top directory's attributes in {}",
+            self.describe()
+        )))
+    }
+
+    /// Puts on disk (or wherever the store keeps it) everything written so far, where writes
+    /// are not durable as they return (a filesystem's shared flush at the end of a copy).
+    async fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The mode an object written without one gets; None where the store keeps none.
+    fn default_mode(&self) -> Option<u32> {
+        None
+    }
+
+    /// The MD5 of an object's bytes where the store can take it without a transfer (a local
+    /// file, read here); None where it cannot (a download is the caller's choice).
+    async fn content_md5(&self, _path: &[u8]) -> Result<Option<[u8; 16]>> {
+        Ok(None)
+    }
+
+    /// A small object read whole with one open, with its metadata as of that read, the same
+    /// before and after it (else it changed while read); None when it is now larger than
+    /// `limit`. Offered where `Capabilities::cheap_looks`.
+    async fn read_small(&self, path: &[u8], _limit: u64) -> Result<Option<(Bytes, Meta)>> {
+        Err(StoreError::Unsupported(format!(
+            "reading {} whole in {}",
+            crate::manifest::escape_path(path),
+            self.describe()
+        )))
+    }
+
+    /// The version token, size and `Props` of an object from one look; None if absent.
+    /// Offered where `Capabilities::props`.
+    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
+        Err(StoreError::Unsupported(format!(
+            "properties of {} in {}",
+            crate::manifest::escape_path(path),
+            self.describe()
+        )))
+    }
+
+    /// Where a file holds data, if it has holes; None for a dense one. Offered where
+    /// `Capabilities::holes`.
+    async fn sparse_layout(&self, _path: &[u8]) -> Result<Option<crate::sparse::Sparse>> {
+        Ok(None)
+    }
+
+    /// The extended attributes and ACLs of `path` that `wanted` names; None where the store
+    /// holds none. Offered where `Capabilities::xattrs`.
+    async fn read_xattrs(
+        &self,
+        _path: &[u8],
+        _wanted: crate::xattrs::Wanted,
+    ) -> Result<Option<crate::xattrs::Attrs>> {
+        Ok(None)
+    }
+
+    /// Makes the kept attributes of `path` those of `want`; gives back what the store refused.
+    /// Offered where `Capabilities::xattrs`.
+    async fn apply_xattrs(
+        &self,
+        _path: &[u8],
+        want: crate::xattrs::Attrs,
+        wanted: crate::xattrs::Wanted,
+    ) -> Result<crate::xattrs::Refused> {
+        Ok(crate::xattrs::Refused::all(&want, wanted))
+    }
+
+    /// A symlink's target and metadata: read from the link where the store holds symlinks,
+    /// else from the object that holds the target as its bytes (as azcopy and blobfuse2 keep
+    /// one), its listed metadata completed by the read's.
+    async fn read_link(&self, entry: &Entry) -> Result<(Vec<u8>, Meta)> {
+        let chunk = self.read(&entry.path, 0, entry.size(), None).await?;
+        let mut meta = Meta::of_entry(entry);
+        if let Some(m) = chunk.meta {
+            meta.complete_from(m);
+        }
+        Ok((chunk.data.to_vec(), meta))
+    }
+
+    /// Writes a node of `kind` whole: a file's bytes (as `put`), a symlink with target
+    /// `data`, or a directory (`data` empty) with metadata `meta`: one that exists is given
+    /// what of `meta` differs. `props`: what a store with `Capabilities::props` keeps beside.
+    async fn put_node(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        _props: Option<&Props>,
+    ) -> Result<()> {
+        match kind {
+            Kind::File => self.put(path, data, meta).await,
+            _ => Err(StoreError::Unsupported(format!(
+                "a {} in {}",
+                kind.name(),
+                self.describe()
+            ))),
+        }
+    }
+
+    /// `set_meta`, and in a store that keeps extended attributes in its metadata, `xattrs`
+    /// (see `StoredXattrs`).
+    async fn set_meta_with(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        _xattrs: StoredXattrs,
+    ) -> Result<()> {
+        self.set_meta(path, kind, meta).await
     }
 
     /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the
@@ -234,20 +457,6 @@ pub trait Store: Send + Sync {
             "server-side copy into {}",
             self.describe()
         )))
-    }
-
-    /// Set for local stores, so local→local copies can use the kernel's copy path.
-    fn local_root(&self) -> Option<&std::path::Path> {
-        None
-    }
-
-    /// What the local → local engine needs of a local tree beyond this trait.
-    fn local(&self) -> Option<&dyn local::LocalFs> {
-        None
-    }
-
-    fn as_azure(&self) -> Option<&azure::AzureStore> {
-        None
     }
 }
 

@@ -295,6 +295,12 @@ fn outcome(a: &Answer) -> Result<()> {
     match a.status {
         200..=299 => Ok(()),
         404 if a.code.as_deref() != Some("ContainerNotFound") => Ok(()),
+        404 => Err(StoreError::RootNotFound(format!(
+            "ContainerNotFound: {}",
+            a.message
+                .as_deref()
+                .unwrap_or("the container does not exist")
+        ))),
         status => {
             let mut message = a
                 .message
@@ -328,7 +334,8 @@ fn same(e: &StoreError) -> StoreError {
             message: message.clone(),
             retry_after: *retry_after,
         },
-        StoreError::Transport(m) => StoreError::Transport(m.clone()),
+        StoreError::Transport { cause, message } => StoreError::transport(*cause, message),
+        StoreError::RootNotFound(m) => StoreError::RootNotFound(m.clone()),
         StoreError::Auth(m) => StoreError::Auth(m.clone()),
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         other => StoreError::Invalid(other.to_string()),

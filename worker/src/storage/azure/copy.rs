@@ -12,7 +12,7 @@ use azure_storage_blob::models::{BlobClientDeleteOptions, BlobClientStartCopyFro
 use azure_storage_blob::BlobClient;
 use tokio::time::Instant;
 
-use super::{content_length, meta_from_headers, BlobProps, Inner};
+use super::{content_length, meta_from_headers, Inner, Props};
 use crate::error::{Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{md5_hex, Entry};
@@ -169,10 +169,12 @@ pub(super) async fn copy_blob(
 
 /// Copy Blob reads the source with the credential it is given; say what to do when it cannot.
 fn source_hint(e: StoreError) -> StoreError {
-    match e.to_string() {
-        m if m.contains("CannotVerifyCopySource") => StoreError::Copy(format!(
-            "could not start: the service cannot read the source ({m}); give the source URL a SAS that can read it, or use --no-server-copy"
-        )),
+    match &e {
+        StoreError::Http { code: Some(c), .. } if c == "CannotVerifyCopySource" => {
+            StoreError::Copy(format!(
+                "could not start: the service cannot read the source ({e}); give the source URL a SAS that can read it, or use --no-server-copy"
+            ))
+        }
         _ => e,
     }
 }
@@ -183,7 +185,7 @@ async fn source_version(
     src: &Inner,
     source: &BlobClient,
     entry: &Entry,
-) -> Result<(String, Meta, BlobProps)> {
+) -> Result<(String, Meta, Props)> {
     let props = match src.call(|| source.get_properties(None)).await {
         Err(e) if e.is_not_found() => {
             return Err(StoreError::NotFound("vanished from the source".into()))

@@ -13,9 +13,7 @@ pub mod names;
 pub mod posix;
 mod requests;
 mod root;
-pub mod sparse;
 mod stall;
-pub mod xattrs;
 pub mod xml;
 
 use std::collections::HashMap;
@@ -47,13 +45,16 @@ use futures::StreamExt;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
-use super::{Chunk, Meta, OpenOptions, Store, Upload, UploadPlan};
-use crate::error::{Result, StoreError};
+use super::{
+    Capabilities, Chunk, Meta, OpenOptions, Props, Store, StoredXattrs, Upload, UploadPlan,
+};
+use crate::error::{Interruption, Result, StoreError};
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
 use crate::shard::Cuts;
 use crate::stats::Stats;
+use crate::storage::metadata::{sparse, xattrs};
 use auth::{Credential, SharedKeyPolicy};
 
 /// Blob names keep their '/' separators; everything else outside the unreserved set is escaped.
@@ -94,41 +95,22 @@ struct Inner {
     list_page: u32,
 }
 
-/// What a blob carries besides its bytes and POSIX attributes: its user metadata and content
-/// properties, kept when it is copied to another blob.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BlobProps {
-    /// Every `x-ms-meta-*`, keys lowercased.
-    pub metadata: HashMap<String, String>,
-    pub content_type: Option<String>,
-    pub content_encoding: Option<String>,
-    pub content_language: Option<String>,
-    pub content_disposition: Option<String>,
-    pub cache_control: Option<String>,
-    /// Its access tier, where one was set on it (not inferred from the account's default).
-    pub tier: Option<String>,
-    /// Its index tags, as `x-ms-tags` takes them: `key=value&...`, form-encoded.
-    pub tags: Option<String>,
-}
-
-impl BlobProps {
-    /// From a HEAD's or a GET's headers.
-    fn of(h: &Headers) -> BlobProps {
-        let get = |k: &'static str| {
-            h.get_optional_str(&HeaderName::from_static(k))
-                .map(str::to_string)
-        };
-        BlobProps {
-            metadata: user_metadata(h),
-            content_type: get("content-type"),
-            content_encoding: get("content-encoding"),
-            content_language: get("content-language"),
-            content_disposition: get("content-disposition"),
-            cache_control: get("cache-control"),
-            tier: get("x-ms-access-tier")
-                .filter(|_| get("x-ms-access-tier-inferred").as_deref() != Some("true")),
-            tags: None,
-        }
+/// A blob's `Props`, from a HEAD's or a GET's headers.
+fn props_of_headers(h: &Headers) -> Props {
+    let get = |k: &'static str| {
+        h.get_optional_str(&HeaderName::from_static(k))
+            .map(str::to_string)
+    };
+    Props {
+        metadata: user_metadata(h),
+        content_type: get("content-type"),
+        content_encoding: get("content-encoding"),
+        content_language: get("content-language"),
+        content_disposition: get("content-disposition"),
+        cache_control: get("cache-control"),
+        tier: get("x-ms-access-tier")
+            .filter(|_| get("x-ms-access-tier-inferred").as_deref() != Some("true")),
+        tags: None,
     }
 }
 
@@ -221,8 +203,17 @@ fn map_err(e: azure_core::Error) -> StoreError {
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map(Duration::from_secs);
             let code = error_code.clone().or(body_code);
-            if *status == StatusCode::NotFound && code.as_deref() != Some("ContainerNotFound") {
-                return StoreError::NotFound(code.unwrap_or_else(|| "not found".into()));
+            if *status == StatusCode::NotFound {
+                return match code.as_deref() {
+                    Some(c @ "ContainerNotFound") => StoreError::RootNotFound(format!(
+                        "{c}: {}",
+                        body_msg.unwrap_or_else(|| "the container does not exist".into())
+                    )),
+                    // Copy Blob's source unreadable with the credential it was given, not an
+                    // absent blob: an HTTP error, for `copy::source_hint` to explain.
+                    Some("CannotVerifyCopySource") => http(status, code, body_msg, retry_after),
+                    _ => StoreError::NotFound(code.unwrap_or_else(|| "not found".into())),
+                };
             }
             if *status == StatusCode::PreconditionFailed
                 && !code.as_deref().is_some_and(|c| c.starts_with("Lease"))
@@ -231,27 +222,64 @@ fn map_err(e: azure_core::Error) -> StoreError {
                 // lease held on the blob is a 412 too, LeaseIdMissing and the like.)
                 return StoreError::Integrity("the blob changed while being copied (its ETag no longer matches); not committed".into());
             }
-            let mut message = body_msg.unwrap_or_else(|| status.canonical_reason().to_string());
-            if *status == StatusCode::Forbidden {
-                message
-                    .push_str(" (check the credentials: `ferry env` shows which source is in use)");
-            }
-            StoreError::Http {
-                status: u16::from(*status),
-                code,
-                message,
-                retry_after,
-            }
+            http(status, code, body_msg, retry_after)
         }
-        ErrorKind::Connection | ErrorKind::Io => StoreError::Transport(text),
+        ErrorKind::Connection | ErrorKind::Io => {
+            let cause = match timed_out(&e) {
+                true => Interruption::Timeout,
+                false => Interruption::Connection,
+            };
+            StoreError::transport(cause, text)
+        }
         ErrorKind::Credential => StoreError::Auth(text),
         _ => StoreError::Invalid(text),
     }
 }
 
-/// A body that broke off mid-way: labelled so the retry counts it as truncated.
+/// An answer of the service's that is none of the kinds `map_err` sets apart.
+fn http(
+    status: &StatusCode,
+    code: Option<String>,
+    message: Option<String>,
+    retry_after: Option<Duration>,
+) -> StoreError {
+    let mut message = message.unwrap_or_else(|| status.canonical_reason().to_string());
+    if *status == StatusCode::Forbidden {
+        message.push_str(" (check the credentials: `ferry env` shows which source is in use)");
+    }
+    StoreError::Http {
+        status: u16::from(*status),
+        code,
+        message,
+        retry_after,
+    }
+}
+
+/// A body that broke off mid-way: counted as truncated, or as a timeout where it stalled.
 fn body_err(e: azure_core::Error) -> StoreError {
-    StoreError::Transport(format!("truncated body: {}", auth::error_text(&e)))
+    let cause = match timed_out(&e) {
+        true => Interruption::Timeout,
+        false => Interruption::Truncated,
+    };
+    StoreError::transport(cause, format!("truncated body: {}", auth::error_text(&e)))
+}
+
+/// Whether a transport error is a timeout, by the types in its chain: `--io-timeout`'s own
+/// (`stall::Stalled`), reqwest's, or the operating system's.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let timeout = e.is::<stall::Stalled>()
+            || e.downcast_ref::<reqwest::Error>()
+                .is_some_and(reqwest::Error::is_timeout)
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+        if timeout {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn blob_name_checked(name: &str) -> Result<()> {
@@ -299,23 +327,6 @@ impl AzureStore {
         })
     }
 
-    /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
-    pub async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, BlobProps)>> {
-        let s = &self.inner;
-        let name = s.name(path)?;
-        let Some(h) = s.properties(&name).await? else {
-            return Ok(None);
-        };
-        let props = s.props_of(&name, &h).await?;
-        Ok(Some((
-            h.get_optional_str(&HeaderName::from_static("etag"))
-                .unwrap_or_default()
-                .to_string(),
-            content_length(&h),
-            props,
-        )))
-    }
-
     /// Whether `prefix` itself names a blob (a single-file location).
     pub async fn blob_exists_at_prefix(
         loc: &BlobLocation,
@@ -340,50 +351,17 @@ impl AzureStore {
     }
 }
 
-impl AzureStore {
-    /// One Put Blob standing for a node of `kind` (a file's bytes, a symlink's target, an empty
-    /// folder stub), with the whole object's MD5, which the service checks on arrival and keeps
-    /// as the blob's.
-    pub async fn put_node(&self, path: &[u8], kind: Kind, data: Bytes, meta: &Meta) -> Result<()> {
-        self.put_with(path, kind, data, meta, None).await
-    }
-
-    /// `Store::set_meta`, and the stored extended attributes: `attrs` as `Engine` gives them
-    /// (None: left as they are; Some(None): none stored).
-    pub async fn set_meta_with(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        meta: &Meta,
-        attrs: Option<Option<String>>,
-    ) -> Result<()> {
-        let s = &self.inner;
-        s.set_meta_named(&s.name(path)?, kind, meta, attrs).await
-    }
-
-    /// `put_node`, keeping the metadata and content properties `props` of a source blob.
-    pub async fn put_with(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        data: Bytes,
-        meta: &Meta,
-        props: Option<&BlobProps>,
-    ) -> Result<()> {
-        let s = &self.inner;
-        s.put_named(&s.name(path)?, kind, data, meta, props).await
-    }
-}
-
 impl Inner {
-    /// One Put Blob of `name` itself (see `AzureStore::put_with`).
+    /// One Put Blob of `name` itself (see `Store::put_node`): a node of `kind` (a file's
+    /// bytes, a symlink's target, an empty folder stub), with the whole object's MD5, which the
+    /// service checks on arrival and keeps as the blob's.
     async fn put_named(
         &self,
         name: &str,
         kind: Kind,
         data: Bytes,
         meta: &Meta,
-        props: Option<&BlobProps>,
+        props: Option<&Props>,
     ) -> Result<()> {
         let (s, name) = (self, name.to_string());
         let mut req = s.request(Method::Put, &name).await?;
@@ -737,8 +715,8 @@ impl Inner {
     /// What blob `name`, whose HEAD gave `h`, carries besides its bytes, as much of it as this
     /// run keeps: its tags cost a request of their own, made only when they are kept (and
     /// there are some).
-    async fn props_of(&self, name: &str, h: &Headers) -> Result<BlobProps> {
-        let mut p = BlobProps::of(h);
+    async fn props_of(&self, name: &str, h: &Headers) -> Result<Props> {
+        let mut p = props_of_headers(h);
         if !self.keep_tier {
             p.tier = None;
         }
@@ -768,7 +746,7 @@ impl Inner {
         &self,
         meta: &Meta,
         kind: Kind,
-        props: Option<&BlobProps>,
+        props: Option<&Props>,
     ) -> HashMap<String, String> {
         let mut m = props.map(|p| p.metadata.clone()).unwrap_or_default();
         // The source's record is of the source's write; this copy gets its own, or none.
@@ -783,7 +761,7 @@ impl Inner {
         &self,
         name: &str,
         kind: Kind,
-        props: Option<&BlobProps>,
+        props: Option<&Props>,
     ) -> Vec<(&'static str, String)> {
         let guessed = match kind {
             Kind::File if self.guess_mime => mime::guess(name),
@@ -991,7 +969,7 @@ impl Store for AzureStore {
                 data.extend_from_slice(&c);
             }
             if data.len() as u64 != len {
-                return Err(StoreError::Integrity(format!(
+                return Err(StoreError::ShortRead(format!(
                     "short read of {name}: got {} of {len} bytes",
                     data.len()
                 )));
@@ -1045,8 +1023,69 @@ impl Store for AzureStore {
         ))
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            md5: true,
+            props: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    async fn root_meta(&self) -> Result<Option<Meta>> {
+        self.read_root_meta().await
+    }
+
+    async fn set_root_meta(&self, meta: &Meta) -> Result<()> {
+        self.write_root_meta(meta).await.map(drop)
+    }
+
+    /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
+    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
+        let s = &self.inner;
+        let name = s.name(path)?;
+        let Some(h) = s.properties(&name).await? else {
+            return Ok(None);
+        };
+        let props = s.props_of(&name, &h).await?;
+        Ok(Some((
+            h.get_optional_str(&HeaderName::from_static("etag"))
+                .unwrap_or_default()
+                .to_string(),
+            content_length(&h),
+            props,
+        )))
+    }
+
     async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        self.put_node(path, Kind::File, data, meta).await
+        self.put_node(path, Kind::File, data, meta, None).await
+    }
+
+    async fn put_node(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&Props>,
+    ) -> Result<()> {
+        let s = &self.inner;
+        s.put_named(&s.name(path)?, kind, data, meta, props).await
+    }
+
+    /// `Store::set_meta`, and the stored extended attributes (`StoredXattrs`).
+    async fn set_meta_with(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        xattrs: StoredXattrs,
+    ) -> Result<()> {
+        let s = &self.inner;
+        s.set_meta_named(&s.name(path)?, kind, meta, xattrs).await
     }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
@@ -1151,12 +1190,11 @@ impl Store for AzureStore {
     }
 
     fn can_copy_from(&self, src: &dyn Store) -> bool {
-        src.as_azure()
-            .is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
+        of_azure(src).is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
     }
 
     async fn copy_from(&self, src: &dyn Store, entry: &Entry, dst_path: &[u8]) -> Result<()> {
-        match src.as_azure() {
+        match of_azure(src) {
             Some(s) if self.can_copy_from(src) => {
                 copy::copy_blob(&s.inner, &self.inner, entry, dst_path).await
             }
@@ -1167,10 +1205,6 @@ impl Store for AzureStore {
             ))),
         }
     }
-    fn as_azure(&self) -> Option<&AzureStore> {
-        Some(self)
-    }
-
     async fn create_root(&self) -> Result<bool> {
         let s = &self.inner;
         let container = &s.clients().await?.container;
@@ -1197,6 +1231,12 @@ impl Store for AzureStore {
             Err(e) => Err(e),
         }
     }
+}
+
+/// `src` as a Blob store, where it is one: the one place a store is recognised by its type,
+/// since a server-side copy names its source blob by URL, signed with the source's credential.
+fn of_azure(src: &dyn Store) -> Option<&AzureStore> {
+    src.as_any().downcast_ref::<AzureStore>()
 }
 
 impl Inner {
@@ -1295,10 +1335,10 @@ impl RangeStream {
                         "long read: more bytes than the range asked for".into(),
                     )))
                 }
-                None => StoreError::Transport(format!(
-                    "truncated body: {} bytes short",
-                    self.end - self.next
-                )),
+                None => StoreError::transport(
+                    Interruption::Truncated,
+                    format!("truncated body: {} bytes short", self.end - self.next),
+                ),
                 Some(Err(e)) => body_err(e),
             };
             self.body = None;
@@ -1340,7 +1380,7 @@ struct AzureUpload {
     /// Each block's ID, known once its bytes have been read.
     ids: Mutex<Vec<Option<Vec<u8>>>>,
     /// A source blob's metadata and content properties, for the commit.
-    props: Mutex<Option<BlobProps>>,
+    props: Mutex<Option<Props>>,
 }
 
 /// A block's ID is derived from its index and its own bytes (MD5), so a staged block is reused
@@ -1386,7 +1426,7 @@ impl Upload for AzureUpload {
         Ok(None)
     }
 
-    fn keep_props(&self, props: &BlobProps) {
+    fn keep_props(&self, props: &Props) {
         *self.props.lock().unwrap() = Some(props.clone());
     }
 
@@ -1447,5 +1487,30 @@ mod tests {
             ("path".to_string(), "a/b:c+d=e".to_string()),
         ];
         assert_eq!(tags_header(&tags), "team=data%20eng&path=a%2Fb%3Ac%2Bd%3De");
+    }
+
+    #[test]
+    fn a_transport_error_is_classified_by_its_type_not_its_text() {
+        let cause = |e: StoreError| match e {
+            StoreError::Transport { cause, .. } => cause,
+            e => panic!("not a transport error: {e:?}"),
+        };
+        let stalled = || {
+            azure_core::Error::new(
+                ErrorKind::Io,
+                stall::Stalled::new("reading a response body", Duration::from_secs(3)),
+            )
+        };
+        assert_eq!(cause(map_err(stalled())), Interruption::Timeout);
+        assert_eq!(cause(body_err(stalled())), Interruption::Timeout);
+        let os = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(
+            cause(map_err(azure_core::Error::new(ErrorKind::Io, os))),
+            Interruption::Timeout
+        );
+        // Words are not a kind: a reset that mentions a timeout is still a reset.
+        let reset = || azure_core::Error::with_message(ErrorKind::Connection, "reset; timed out?");
+        assert_eq!(cause(map_err(reset())), Interruption::Connection);
+        assert_eq!(cause(body_err(reset())), Interruption::Truncated);
     }
 }

@@ -130,7 +130,10 @@ pub fn write(meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, Stri
         put(WRITTEN_MD5_KEY, super::b64(&md5));
     }
     if let Some(s) = &meta.sparse {
-        put(super::sparse::KEY, super::sparse::encode(s));
+        put(
+            crate::storage::metadata::sparse::KEY,
+            crate::storage::metadata::sparse::encode(s),
+        );
     }
     match kind {
         Kind::Dir => put(FOLDER_KEY, "true".into()),

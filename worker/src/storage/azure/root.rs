@@ -14,7 +14,7 @@ use crate::storage::Meta;
 
 impl AzureStore {
     /// What the root holds of mode, owner and mtime; None where nothing was stored.
-    pub async fn root_meta(&self) -> Result<Option<Meta>> {
+    pub(super) async fn read_root_meta(&self) -> Result<Option<Meta>> {
         let s = &self.inner;
         let h = match stub_name(s) {
             Some(name) => s.properties(&name).await?,
@@ -27,7 +27,7 @@ impl AzureStore {
     }
 
     /// Gives the root the attributes `meta` names, where it lacks them; Ok(true) if it did.
-    pub async fn set_root_meta(&self, meta: &Meta) -> Result<bool> {
+    pub(super) async fn write_root_meta(&self, meta: &Meta) -> Result<bool> {
         let s = &self.inner;
         if meta.mtime.is_none() && meta.mode.is_none() && meta.uid.is_none() {
             return Ok(false);

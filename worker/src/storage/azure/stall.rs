@@ -26,15 +26,23 @@ pub struct StallTimeout {
     pub timeout: Duration,
 }
 
-fn timed_out(timeout: Duration, what: &str) -> azure_core::Error {
-    // "timed out" is what `StoreError::retry_label` counts a retry as "timeout" by.
-    azure_core::Error::with_message(
-        ErrorKind::Io,
-        format!(
-            "{what} timed out: nothing received for {} s",
-            timeout.as_secs()
-        ),
-    )
+/// What `--io-timeout` gives up with: a type of its own, by which the error is counted as a
+/// timeout (`azure::timed_out`).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} timed out: nothing received for {} s", .timeout.as_secs())]
+pub struct Stalled {
+    what: &'static str,
+    timeout: Duration,
+}
+
+impl Stalled {
+    pub fn new(what: &'static str, timeout: Duration) -> Self {
+        Stalled { what, timeout }
+    }
+}
+
+fn timed_out(timeout: Duration, what: &'static str) -> azure_core::Error {
+    azure_core::Error::new(ErrorKind::Io, Stalled::new(what, timeout))
 }
 
 #[async_trait]

@@ -2,7 +2,7 @@
 //! Every entry is reached through `beneath`, never through a symlink below the root.
 //!
 //! What the rest of ferry sees is the `Store` trait and, for the local → local engine, the
-//! narrower `LocalFs` (`Store::local`); the handles, caches and POSIX calls stay in here.
+//! narrower `LocalFs` (`Store::filesystem`); the handles, caches and POSIX calls stay in here.
 //! - `store`: the `Store` implementation; `upload`: resumable downloads into a file;
 //! - `ops`: `LocalFs`; `copy`: local → local staging and committing of files, links, nodes
 //!   and directories;

@@ -1,5 +1,5 @@
 //! `LocalFs`: what the local → local engine and the commands that hash or read links need
-//! of a local tree beyond the `Store` trait, reached through `Store::local`. Each method is
+//! of a local tree beyond the `Store` trait, reached through `Store::filesystem`. Each method is
 //! blocking (a system call or a few): callers run it on a thread that may block.
 
 use std::fs::{self, File};

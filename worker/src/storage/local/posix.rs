@@ -440,6 +440,23 @@ pub(super) fn write_all_vectored_at(
     Ok(())
 }
 
+/// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked
+/// by setting it, and other threads create files meanwhile.
+pub(crate) fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("Umask:")
+                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                })
+            })
+            .unwrap_or(0o022)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

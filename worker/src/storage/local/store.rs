@@ -11,7 +11,7 @@ use super::beneath::{self, fd};
 use super::ops::LocalFs;
 use super::posix::{
     apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
-    temp_name, unchanged, write_all_vectored_at,
+    temp_name, umask, unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
@@ -20,7 +20,8 @@ use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
 use crate::shard::{Cuts, Range};
 use crate::sparse;
-use crate::storage::{blocking, Chunk, Meta, Store, Upload, UploadPlan};
+use crate::storage::{blocking, Capabilities, Chunk, Meta, Props, Store, Upload, UploadPlan};
+use crate::xattrs::{self, Attrs, On, Refused, Wanted};
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
 /// state built from the old bytes must go.
@@ -231,11 +232,146 @@ impl Store for LocalStore {
         .await
     }
 
-    fn local_root(&self) -> Option<&std::path::Path> {
-        Some(&self.root)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            directories: true,
+            hard_links: true,
+            specials: true,
+            xattrs: true,
+            holes: true,
+            cheap_looks: true,
+            piecewise: true,
+            ..Capabilities::default()
+        }
     }
 
-    fn local(&self) -> Option<&dyn LocalFs> {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn filesystem(&self) -> Option<&dyn LocalFs> {
         Some(self)
+    }
+
+    async fn root_exists(&self) -> Result<bool> {
+        let root = self.root.clone();
+        blocking(move || Ok(root.is_dir())).await
+    }
+
+    async fn root_meta(&self) -> Result<Option<Meta>> {
+        let root = self.root.clone();
+        blocking(move || {
+            fs::metadata(&root)
+                .map(|md| Some(meta_of(&md)))
+                .map_err(|e| StoreError::io(root.display().to_string(), e))
+        })
+        .await
+    }
+
+    async fn set_root_meta(&self, meta: &Meta) -> Result<()> {
+        let (me, meta) = (self.clone(), meta.clone());
+        blocking(move || me.finish_root(&meta).map_err(me.io_err(b""))).await
+    }
+
+    async fn flush(&self) -> Result<()> {
+        let me = self.clone();
+        blocking(move || me.sync().map_err(me.io_err(b""))).await
+    }
+
+    /// What any new file gets: 0666 less the umask.
+    fn default_mode(&self) -> Option<u32> {
+        Some(0o666 & !umask())
+    }
+
+    async fn content_md5(&self, path: &[u8]) -> Result<Option<[u8; 16]>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || me.md5(&rel).map(Some).map_err(me.io_err(&rel))).await
+    }
+
+    async fn read_small(&self, path: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || LocalFs::read_small(&me, &rel, limit)).await
+    }
+
+    /// An open and an fstat; SEEK_DATA/SEEK_HOLE only for a sparse file.
+    async fn sparse_layout(&self, path: &[u8]) -> Result<Option<sparse::Sparse>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let io = me.io_err(&rel);
+            let f = File::open(me.full_path(&rel)).map_err(&io)?;
+            let md = f.metadata().map_err(&io)?;
+            sparse::Sparse::of_file(&f, &md).map_err(&io)
+        })
+        .await
+    }
+
+    async fn read_xattrs(&self, path: &[u8], wanted: Wanted) -> Result<Option<Attrs>> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            xattrs::c_path(&me.full_path(&rel))
+                .and_then(|c| xattrs::read(&On::Path(&c), wanted))
+                .map_err(me.io_err(&rel))
+        })
+        .await
+    }
+
+    async fn apply_xattrs(&self, path: &[u8], want: Attrs, wanted: Wanted) -> Result<Refused> {
+        let (me, rel) = (self.clone(), path.to_vec());
+        blocking(move || {
+            let apply = || {
+                let c = xattrs::c_path(&me.full_path(&rel))?;
+                let on = On::Path(&c);
+                match xattrs::read(&on, wanted)? {
+                    Some(now) => xattrs::apply(&on, &want, Some(&now), wanted),
+                    None => Ok(Refused::all(&want, wanted)),
+                }
+            };
+            apply().map_err(me.io_err(&rel))
+        })
+        .await
+    }
+
+    async fn read_link(&self, entry: &Entry) -> Result<(Vec<u8>, Meta)> {
+        let (me, rel, what) = (self.clone(), entry.path.clone(), entry.display_path());
+        blocking(move || {
+            let read = || {
+                let md = me.lstat(&rel).and_then(|m| {
+                    m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+                })?;
+                if !md.file_type().is_symlink() {
+                    return Err(std::io::Error::other("no longer a symlink"));
+                }
+                Ok((me.readlink(&rel)?, meta_of(&md)))
+            };
+            read().map_err(|e| StoreError::io(what, e))
+        })
+        .await
+    }
+
+    /// A directory is made where missing and given what of `meta` differs (looked at again,
+    /// whatever a listing said: files written into it moved its mtime).
+    async fn put_node(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        _props: Option<&Props>,
+    ) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        match kind {
+            Kind::File => self.put(path, data, &meta).await,
+            Kind::Dir => {
+                blocking(move || me.finish_dir(&rel, &meta, None).map_err(me.io_err(&rel))).await
+            }
+            Kind::Symlink => {
+                blocking(move || me.make_symlink(&rel, &data, &meta).map_err(me.io_err(&rel))).await
+            }
+            _ => Err(StoreError::Unsupported(format!(
+                "writing a {} whole in {}",
+                kind.name(),
+                self.describe()
+            ))),
+        }
     }
 }

@@ -109,10 +109,6 @@ impl Upload for LocalUpload {
         Ok(true)
     }
 
-    fn piecewise(&self) -> bool {
-        true
-    }
-
     async fn write_at(
         &self,
         idx: u64,
