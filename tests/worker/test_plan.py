@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 
@@ -382,3 +383,23 @@ def test_parts_balance_like_ferry_partition_and_keep_directories_together(tmp_pa
         listings(ours),
         listings(theirs),
     )
+
+
+def test_a_directorys_mtime_alone_is_planned_where_the_destination_keeps_it(run_ferry, tmp_path):
+    """Blob storage keeps a directory's mtime in its folder stub, which nothing written into the
+    folder moves: with --dir-mtimes (the pipeline passes it for a Blob destination) a directory
+    touched alone at the source is planned as metadata; a local destination's directories move
+    with every write into them, and are not."""
+    for side, mtime in (("src", 1_600_000_000), ("dst", 1_700_000_000)):
+        (tmp_path / side / "d").mkdir(parents=True)
+        (tmp_path / side / "d" / "f").write_bytes(b"same")
+        os.utime(tmp_path / side / "d" / "f", (1_500_000_000, 1_500_000_000))
+        os.utime(tmp_path / side / "d", (mtime, mtime))
+        (tmp_path / f"{side}.tsv").write_bytes(run_ferry("ls", "-r", tmp_path / side).stdout_bytes)
+    common = [tmp_path / "src.tsv", tmp_path / "dst.tsv", "--phase", "incremental"]
+    run_ferry("plan", *common, "--out", tmp_path / "without")
+    run_ferry("plan", *common, "--out", tmp_path / "with", "--dir-mtimes")
+    without = json.loads((tmp_path / "without" / "plan.json").read_text())
+    planned = json.loads((tmp_path / "with" / "plan.json").read_text())
+    assert without["to_copy"]["dirs"] == 0 and without["to_copy"]["files"] == 0
+    assert planned["to_copy"]["dirs"] == 1 and planned["to_copy"]["files"] == 0

@@ -391,6 +391,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             cfg["phase"],
             "--compare",
             cfg["compare"],
+            # Blob storage keeps a directory's mtime in its folder stub, which nothing written
+            # into the folder moves: a directory touched alone at the source is carried.
+            *(["--dir-mtimes"] if is_blob(cfg["dest"]) else []),
             *shards_args(cfg),
             "{cut}",
         ]

@@ -39,6 +39,10 @@ pub struct PlanArgs {
     /// Leave symlinks out of the plan
     #[arg(long)]
     pub skip_symlinks: bool,
+    /// The destination keeps directories' mtimes apart from what they hold (Blob storage's
+    /// folder stubs): a directory whose mtime alone differs is planned, as metadata only
+    #[arg(long)]
+    pub dir_mtimes: bool,
     /// Exactly N parts balanced by size (LPT), fewer if there are fewer files
     #[arg(long, short = 'n', conflicts_with_all = ["max_files", "max_bytes", "auto"])]
     pub parts: Option<usize>,
@@ -110,7 +114,10 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
         dest: args.dest_listing.as_ref().map(files).transpose()?,
         phase: args.phase,
         compare: args.compare,
-        attrs: args.preserve.preserve.attrs(),
+        attrs: crate::same::Attrs {
+            dir_times: args.dir_mtimes && args.preserve.preserve.times,
+            ..args.preserve.preserve.attrs()
+        },
         links: args.preserve.preserve.links,
         skip_symlinks: args.skip_symlinks,
         tool: args.partitioner,
