@@ -139,8 +139,9 @@ def test_what_another_tool_did_is_caught_and_repaired(tmp_path, ferry_bin, azuri
 
     # One more blob behind ferry's back after the cut-over: only the audit can see it.
     container.client.upload_blob("share/late.txt", b"added after the cut-over")
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "audit"))
-    rep = report(outdir, "audit")
+    # An audit that finds a difference ends in failure, in both engines, its report named so.
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "audit"), expect=1)
+    rep = report(outdir, "audit", name="report-incomplete.json")
     assert listed(rep)["reason"] == "a fresh listing was asked for"
     assert rep["plan"]["verify_scope"] == "all"
     assert rep["totals"]["verify"]["same"] == len(content) + 1  # and the symlink
