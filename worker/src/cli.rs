@@ -187,6 +187,19 @@ pub struct LsArgs {
     pub filters: Filters,
     #[command(flatten)]
     pub carried: CarriedArgs,
+    #[command(flatten)]
+    pub choice: CarriedChoice,
+    #[command(flatten)]
+    pub shard: ListShard,
+    #[command(flatten)]
+    pub sorting: Sorting,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Whether the carried state stands for a listing of the destination this pass (`ls`, `shard`).
+#[derive(Args, Debug, Clone)]
+pub struct CarriedChoice {
     /// With --carried: how many carried files and links to look up on the destination before
     /// the carried listing stands for a fresh one
     #[arg(long, value_name = "N", default_value_t = 64, requires = "state")]
@@ -194,12 +207,6 @@ pub struct LsArgs {
     /// With --carried: list afresh all the same (the carried state is still taken)
     #[arg(long, requires = "state")]
     pub fresh: bool,
-    #[command(flatten)]
-    pub shard: ListShard,
-    #[command(flatten)]
-    pub sorting: Sorting,
-    #[command(flatten)]
-    pub common: Common,
 }
 
 /// One list job of several (`ferry shard`): its range of the key space.

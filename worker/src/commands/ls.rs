@@ -69,8 +69,16 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             let pass = args.carried.pass.as_deref().unwrap_or_default();
             let scratch = args.sorting.scratch.as_deref();
             Some(
-                super::carried_or_fresh(state, pass, &loc, &opts, args.probe, args.fresh, scratch)
-                    .await?,
+                super::carried_or_fresh(
+                    state,
+                    pass,
+                    &loc,
+                    &opts,
+                    args.choice.probe,
+                    args.choice.fresh,
+                    scratch,
+                )
+                .await?,
             )
         }
         (Some(state), Some((_, _, doc))) => {

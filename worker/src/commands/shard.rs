@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::{open, open_options, parse_location, state_of};
-use crate::cli::{CarriedArgs, Common, Sorting};
+use crate::cli::{CarriedArgs, CarriedChoice, Common, Sorting};
 use crate::shard::{self, Basis, ShardsDoc};
 use crate::stats::Stats;
 
@@ -24,14 +24,8 @@ pub struct ShardArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub carried: CarriedArgs,
-    /// With --carried: how many carried files and links to look up on the destination before
-    /// the carried listing stands for a fresh one
-    #[arg(long, value_name = "N", default_value_t = 64, requires = "state")]
-    pub probe: usize,
-    /// With --carried: the list jobs list the destination afresh all the same (the carried state
-    /// is still taken)
-    #[arg(long, requires = "state")]
-    pub fresh: bool,
+    #[command(flatten)]
+    pub choice: CarriedChoice,
     #[command(flatten)]
     pub sorting: Sorting,
     #[command(flatten)]
@@ -57,8 +51,8 @@ pub async fn run(args: ShardArgs) -> anyhow::Result<ExitCode> {
             pass,
             &dest_loc,
             &opts,
-            args.probe,
-            args.fresh,
+            args.choice.probe,
+            args.choice.fresh,
             args.sorting.scratch.as_deref(),
         )
         .await?;
