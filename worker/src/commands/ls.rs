@@ -24,16 +24,16 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let filter = super::build_filter(&args.filters)?;
     // One list job of several: its range, and the decision `ferry shard` made for all of them.
     let shard = match (&args.shard.shards, args.shard.shard) {
-        (Some(doc), Some(k)) => {
+        (Some(path), Some(k)) => {
             anyhow::ensure!(
                 args.recursive,
                 "--shard lists a range of a recursive listing: pass --recursive"
             );
-            let doc = ShardsDoc::read(doc)?;
+            let doc = ShardsDoc::read(path)?;
             if k > doc.jobs {
                 bail!(
                     "--shard {k}: {} cuts the listing into {} ranges",
-                    args.shard.shards.as_ref().unwrap().display(),
+                    path.display(),
                     doc.jobs
                 );
             }
@@ -59,6 +59,8 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Tsv {
         writeln!(out, "{}", manifest::HEADER)?;
     }
+    let pass = args.carried.pass.as_deref().unwrap_or_default();
+    let scratch = args.sorting.scratch.as_deref();
     let carried = match (&args.carried.state, &shard) {
         (None, _) => None,
         (Some(state), None) => {
@@ -66,24 +68,21 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
                 args.recursive,
                 "--carried stands for a recursive listing: pass --recursive"
             );
-            let pass = args.carried.pass.as_deref().unwrap_or_default();
-            let scratch = args.sorting.scratch.as_deref();
+            let choice = &args.choice;
             Some(
                 super::carried_or_fresh(
                     state,
                     pass,
                     &loc,
                     &opts,
-                    args.choice.probe,
-                    args.choice.fresh,
+                    choice.probe,
+                    choice.fresh,
                     scratch,
                 )
                 .await?,
             )
         }
         (Some(state), Some((_, _, doc))) => {
-            let pass = args.carried.pass.as_deref().unwrap_or_default();
-            let scratch = args.sorting.scratch.as_deref();
             Some(super::carried_as_decided(doc, state, pass, &loc, &opts, scratch).await?)
         }
     };
