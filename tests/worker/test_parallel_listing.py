@@ -190,21 +190,37 @@ def test_list_jobs_ranges_put_back_together_are_one_listing_byte_for_byte(
     its range, and the ranges one after another are the one stream's listing, byte for byte: the
     ranges are contiguous in the service's order, whatever the names encode to."""
     url = listed[layout]
-    one, _ = ls(run_ferry, url, tmp_path, "--list-concurrency", "1")
+    one, one_summary = ls(run_ferry, url, tmp_path, "--list-concurrency", "1")
     shards = tmp_path / "shards.json"
     run_ferry("shard", url, "--jobs", "3", "--out", shards)
     doc = json.loads(shards.read_text())
     assert doc["basis"] == "scan" and len(doc["cuts"]) == 2, doc
-    parts = []
+    parts, pages = [], 0
     for k in (1, 2, 3):
         summary = tmp_path / f"shard-{k}.json"
         out = run_ferry(
-            "ls", "-r", url, "--shards", shards, "--shard", str(k), "--summary", summary
+            "ls",
+            "-r",
+            url,
+            "--shards",
+            shards,
+            "--shard",
+            str(k),
+            "--summary",
+            summary,
+            "--list-page-size",
+            str(PAGE),
+            "--list-concurrency",
+            "1",
         ).stdout_bytes
-        assert json.loads(summary.read_text())["shard"] == {"index": k, "of": 3}
+        doc = json.loads(summary.read_text())
+        assert doc["shard"] == {"index": k, "of": 3}
+        pages += doc["requests"]["list_pages"]
         parts.append(out.split(b"\n", 1)[1])
     header = one.split(b"\n", 1)[0] + b"\n"
     assert header + b"".join(parts) == one
+    # Each range costs at most the page where it stops short, beyond the one stream's pages.
+    assert pages <= one_summary["requests"]["list_pages"] + 3, pages
     # Balanced by the scan: no range holds everything.
     assert max(p.count(b"\n") for p in parts) < one.count(b"\n") * 0.8, [
         p.count(b"\n") for p in parts
