@@ -134,3 +134,33 @@ def test_folder_stubs_and_the_top_directory_follow_the_source(
                 a.st_gid,
                 later,
             ), (dst, path)
+
+
+def test_a_prefix_without_its_stub_is_a_directory_still_to_make(
+    tmp_path, container, other_container, run_ferry
+):
+    """Parts run in any order: a part's directory jobs may find the blobs another part wrote
+    beneath them, with no stub yet. That prefix is not the directory: it is made, counted and
+    asked for exactly as where nothing stood."""
+    src = tmp_path / "src"
+    dirs = ("a", "b", "c", "d", "e")  # more than a look each: the level is listed
+    for d in dirs:
+        (src / d).mkdir(parents=True)
+        (src / d / "f.txt").write_bytes(b"f")
+        os.chmod(src / d, 0o750)
+        os.utime(src / d, ns=(MTIME_NS, MTIME_NS))
+    listing = run_ferry("ls", "-r", src).stdout.splitlines(keepends=True)
+    part = tmp_path / "dirs.tsv"
+    part.write_text("".join(line for line in listing if "\td\t" in line or line.startswith("#")))
+    for d in dirs:
+        container.client.upload_blob(f"{d}/f.txt", b"f")
+
+    outs = [
+        run_ferry("copy", src, dst, "--files-from", part, "--json").json
+        for dst in (container, other_container)
+    ]
+    for out in outs:
+        assert (out["files"]["metadata_only"], out["files"]["failed"]) == (0, 0), out
+    assert outs[0]["requests"] == outs[1]["requests"]
+    for d in dirs:
+        assert stub(container, d) == ("true", "40750", "0", "0", "2023-11-14T22:13:20.123456789Z")

@@ -277,7 +277,7 @@ impl Engine {
                 .set_meta_with(&job.dst_path, Kind::Dir, &meta, attrs.clone())
                 .await
             {
-                // A prefix without its stub: the stub is made.
+                // The stub went since it was looked at: it is made again.
                 Err(StoreError::NotFound(_)) => Outcome::MetaUpdated,
                 r => return r.map(|_| Outcome::MetaUpdated),
             },
@@ -411,10 +411,17 @@ impl Engine {
     /// What the destination has at this job's path: from the listing when there is one, else
     /// by asking (a single object).
     async fn existing(&self, job: &Job) -> Result<Option<Entry>> {
-        match &self.dst_index {
-            Some(idx) => Ok(idx.get(&job.dst_path).cloned()),
-            None => Ok(self.dst.head(&job.dst_path).await?.map(|(e, _)| e)),
-        }
+        let found = match &self.dst_index {
+            Some(idx) => idx.get(&job.dst_path).cloned(),
+            None => self.dst.head(&job.dst_path).await?.map(|(e, _)| e),
+        };
+        // Where directories are folder stubs, a prefix with no stub (a level listing names it,
+        // without the mtime every stub has) is no directory yet, as the plan's recursive
+        // listing and a HEAD have it: whether a part writing beneath it ran first must not
+        // change what this job does or counts.
+        let stubless =
+            |e: &Entry| e.kind == Kind::Dir && e.mtime.is_none() && !self.dst_can().directories;
+        Ok(found.filter(|e| !stubless(e)))
     }
 
     /// What this job needs, by the one rule (`same::classify`), with what the listings leave
