@@ -150,6 +150,37 @@ def test_partitions_verify_and_copy_from_their_own_directories(copied, source, f
         assert total <= 1.2 * listing + 3 * len(part_files), (verb, total, listing)
 
 
+def test_a_few_paths_of_a_large_directory_are_looked_up_not_listed(tmp_path, ferry_bin):
+    # A final pass verifies its delta: a few files in each of a few large directories. The
+    # verify costs those files, not the directories they sit in.
+    backing, n, delta = tmp_path / "backing", 6000, 12
+    for side in ("src", "dst"):
+        (backing / side / "big").mkdir(parents=True)
+        for i in range(n):
+            (backing / side / "big" / f"file-{i:05d}.dat").write_bytes(b"x")
+    listing = (
+        subprocess.run(
+            [str(ferry_bin), "ls", "-r", backing / "src"], check=True, capture_output=True
+        )
+        .stdout.decode()
+        .splitlines(keepends=True)
+    )
+    part = tmp_path / "delta.tsv"
+    part.write_text(listing[0] + "".join(listing[1 : 1 + n : n // delta]))
+    fs = LatencyFS(backing, tmp_path / "mnt", attr_timeout=30, entry_timeout=30)
+    try:
+        mnt = fs.mountpoint
+        whole = counted(fs, [ferry_bin, "ls", "-r", mnt / "dst"])
+        verify = counted(
+            fs, [ferry_bin, "verify", "--json", mnt / "src", mnt / "dst", "--files-from", part]
+        )
+    finally:
+        fs.unmount()
+    assert "readdir" not in verify and "readdirplus" not in verify, verify
+    # A look a file on each side (and the way to them), against one side's listing.
+    assert verify["total"] <= 2 * delta + 8 < whole["total"], (verify, whole)
+
+
 def test_a_slow_mount_gets_many_requests_in_flight(tmp_path, ferry_bin):
     # At 2 ms a request, 16 files at once would leave the copy waiting on round trips: on a
     # network filesystem ferry starts with 64. (Spread over many directories: creates and

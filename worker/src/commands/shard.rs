@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::{open, open_options, parse_location, state_of};
+use crate::carried::Decision;
 use crate::cli::{CarriedArgs, CarriedChoice, Common, Sorting};
 use crate::shard::{self, Basis, ShardsDoc};
 use crate::stats::Stats;
@@ -59,8 +60,12 @@ pub async fn run(args: ShardArgs) -> anyhow::Result<ExitCode> {
         carried = Some(decision.summary());
         // The destination as the last pass left it is the source as it was then: its entry
         // counts balance both sides, whether or not the listing itself is used this pass.
+        // A fresh decision hands back no document: read once more only then.
         let dest_name = open(&dest_loc, &opts)?.describe();
-        let doc = state_of(state_at, &dest_loc, &opts)?.doc().await?;
+        let doc = match decision {
+            Decision::Carried { doc, .. } => Some(doc),
+            Decision::Fresh(_) => state_of(state_at, &dest_loc, &opts)?.doc().await?,
+        };
         if let Some(doc) = doc.filter(|d| d.dest == dest_name && !d.quantiles.is_empty()) {
             cuts = Some((
                 shard::cuts_from_quantiles(&doc.quantiles, jobs)?,

@@ -226,6 +226,13 @@ pub trait Store: Send + Sync {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
+    /// Whether looking up `wanted` paths of directory `dir` one by one costs less than listing
+    /// it, where that is known without listing it; false where only a listing tells
+    /// (`index_paths` then lists a directory it wants several paths of).
+    async fn looks_beat_listing(&self, _dir: &[u8], _wanted: usize) -> bool {
+        false
+    }
+
     /// A token that changes whenever the object's bytes may have (an ETag; a local file's
     /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
     async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
@@ -538,9 +545,11 @@ pub async fn list_partial(
 
 /// What `store` holds at each of `paths`, learnt by listing each directory they are in once:
 /// for a partition of a tree, about its share of one listing, never the whole tree nor a
-/// request per path. A directory with only a few of the paths is asked about those paths
-/// instead, which costs less than listing it. Paths absent from the result are not there.
-/// Directories whose listing failed come back apart, with the error.
+/// request per path. Where the paths are few against what their directory holds (fewer than
+/// `LOOKS`, or where `Store::looks_beat_listing`), each is looked up instead: a final pass's
+/// few changed files in large directories cost a look each, not the directories. Paths absent
+/// from the result are not there. Directories whose listing (or a look in them) failed come
+/// back apart, with the first error.
 pub async fn index_paths(
     store: &Arc<dyn Store>,
     paths: &[&[u8]],
@@ -550,44 +559,61 @@ pub async fn index_paths(
     // Below this many wanted paths in a directory, one look each is cheaper than a listing
     // (an open, at least one page and a close on NFS).
     const LOOKS: usize = 4;
+    let parallel = parallel.max(1);
     let mut by_dir: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
     for p in paths {
         by_dir.entry(beneath::split(p).0).or_default().push(p);
     }
-    let results: Vec<(Vec<u8>, Result<Vec<Entry>>)> = futures::stream::iter(by_dir)
+    enum Ask<'a> {
+        Look(&'a [u8], &'a [u8]),
+        List(&'a [u8], std::collections::HashSet<&'a [u8]>),
+    }
+    let asks: Vec<Vec<Ask>> = futures::stream::iter(by_dir)
         .map(|(dir, wanted)| async move {
-            let found = if wanted.len() < LOOKS {
-                let mut out = Vec::new();
-                for p in &wanted {
-                    match store.head(p).await {
-                        Ok(Some((e, _))) => out.push(e),
-                        Ok(None) => {}
-                        Err(e) => return (dir.to_vec(), Err(e)),
-                    }
-                }
-                Ok(out)
-            } else {
-                let wanted: std::collections::HashSet<&[u8]> = wanted.into_iter().collect();
-                store.list_dir(dir).await.map(|l| {
-                    l.unwrap_or_default()
-                        .into_iter()
-                        .filter(|e| wanted.contains(&e.path[..]))
-                        .collect()
-                })
-            };
-            (dir.to_vec(), found)
+            match wanted.len() < LOOKS || store.looks_beat_listing(dir, wanted.len()).await {
+                true => wanted.into_iter().map(|p| Ask::Look(dir, p)).collect(),
+                false => vec![Ask::List(dir, wanted.into_iter().collect())],
+            }
         })
-        .buffer_unordered(parallel.max(1))
+        .buffer_unordered(parallel)
         .collect()
         .await;
+    let results: Vec<(&[u8], Result<Vec<Entry>>)> =
+        futures::stream::iter(asks.into_iter().flatten())
+            .map(|ask| async move {
+                match ask {
+                    Ask::Look(dir, p) => (
+                        dir,
+                        store
+                            .head(p)
+                            .await
+                            .map(|h| h.map(|(e, _)| e).into_iter().collect()),
+                    ),
+                    Ask::List(dir, wanted) => (
+                        dir,
+                        store.list_dir(dir).await.map(|l| {
+                            l.unwrap_or_default()
+                                .into_iter()
+                                .filter(|e| wanted.contains(&e.path[..]))
+                                .collect()
+                        }),
+                    ),
+                }
+            })
+            .buffer_unordered(parallel)
+            .collect()
+            .await;
     let mut index = HashMap::new();
-    let mut failed = Vec::new();
+    let mut failed: HashMap<&[u8], StoreError> = HashMap::new();
     for (dir, r) in results {
         match r {
             Ok(entries) => index.extend(entries.into_iter().map(|e| (e.path.clone(), e))),
-            Err(e) => failed.push((dir, e)),
+            Err(e) => {
+                failed.entry(dir).or_insert(e);
+            }
         }
     }
+    let failed = failed.into_iter().map(|(d, e)| (d.to_vec(), e)).collect();
     (index, failed)
 }
 

@@ -55,6 +55,9 @@ pub struct LocalStore {
     no_tmpfile: Arc<AtomicBool>,
     /// What listings read of each entry's extended attributes (`Entry.xattrs`).
     xattrs: XattrLister,
+    /// Whether each metadata call is a round trip (`LocalFs::is_remote`): asked of the kernel
+    /// once.
+    remote: Arc<OnceLock<bool>>,
 }
 
 /// Directories below the root, each opened once and shared by every thread. They are opened
@@ -88,6 +91,7 @@ impl LocalStore {
             flushes: Arc::default(),
             no_tmpfile: Arc::default(),
             xattrs: XattrLister::default(),
+            remote: Arc::default(),
         }
     }
 

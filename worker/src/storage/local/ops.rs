@@ -222,7 +222,9 @@ impl LocalFs for LocalStore {
     }
 
     fn is_remote(&self) -> bool {
-        super::posix::is_remote(&self.root)
+        *self
+            .remote
+            .get_or_init(|| super::posix::is_remote(&self.root))
     }
 
     fn fsync(&self) -> bool {
