@@ -8,7 +8,10 @@ and lstat'ed by ferry like any other tree) and a manifest of the source (`ferry 
 under GNU time (wall time, CPU time, peak RSS):
 
 - `ferry prune SRC DST --dry-run --files-from source.tsv --json`: what the final pass would delete;
-- `ferry verify SRC DST --json`: the pipelines' final whole-tree check (`final_check`).
+- `ferry verify SRC DST --json`: the pipelines' final whole-tree check (`final_check`);
+- `ferry verify SRC DST --files-from delta.tsv --json`: a final pass's verify of what it copied
+  (the files that differ or are missing, 1.1% of them, a few in each directory): it looks those
+  paths up, where a build that lists their directories reads the whole tree on both sides.
 
 Ten million files would take ten million inodes (here, most of the disk's), so every file is a
 hard link to one of a few hundred small files in a pool beside the trees: the trees have their
@@ -19,8 +22,8 @@ missing, 0.1% exist only on the destination, and one directory in 500 (with its 
 on the destination. Both runs are checked against those numbers.
 
 Sizes under 5 M entries run `--repeat` times (median reported); larger ones run once: each is
-minutes on a shared machine. `--old-ferry PATH` adds one run of another build (say, the worker
-before streaming prune and verify) per size, checked to give the same counts.
+minutes on a shared machine. `--old-ferry PATH` adds another build (say, the worker before
+looking paths up), run in turn with this one, as many times, checked to give the same counts.
 
 The trees are removed at the end unless `--keep-trees` (20 M directory entries at 10 M).
 Results: benchmarks/results/prune_verify.json and .md, and the table in docs/benchmarks.md.
@@ -146,14 +149,14 @@ def check_prune(out: str, want: dict) -> dict:
     return {"would_delete": j["would_delete"], "dirs": j["dirs"]}
 
 
-def check_verify(out: str, want: dict) -> dict:
+def check_verify(out: str, want: dict, whole: bool) -> dict:
     j = json.loads(out)
     got = {k: j[k] for k in ("same", "differ", "missing_on_dst", "missing_on_src", "error")}
     need = {
-        "same": want["same"],
+        "same": want["same"] if whole else 0,
         "differ": want["differ"],
         "missing_on_dst": want["src_only"],
-        "missing_on_src": want["dst_only"],
+        "missing_on_src": want["dst_only"] if whole else 0,
         "error": 0,
     }
     if got != need or len(j["entries"]) != sum(v for k, v in need.items() if k != "same"):
@@ -181,7 +184,25 @@ def cases(
             (0,),
         ),
         ("verify", ["verify", str(src), str(dst), "--json"], (1,)),
+        (
+            "verify --files-from delta",
+            ["verify", str(src), str(dst), "--files-from", str(delta(manifest, work)), "--json"],
+            (1,),
+        ),
     ]
+
+
+def delta(manifest: Path, work: Path) -> Path:
+    """The source's entries a final pass copies: those the destination holds with another size
+    or lacks (`layout`: i % 100 == 0, i % 1000 == 1)."""
+    out = work / "delta.tsv"
+    with open(manifest) as src, open(out, "w") as dst:
+        for line in src:
+            path, kind = line.split("\t", 2)[:2]
+            i = int(path.rsplit("/", 1)[-1][1:10]) if kind == "f" else None
+            if line.startswith("#") or (i is not None and (i % 100 == 0 or i % 1000 == 1)):
+                dst.write(line)
+    return out
 
 
 def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: int) -> dict:
@@ -191,12 +212,13 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
     runs_each = repeat if entries < ONCE_FROM else 1
     rows = []
     try:
-        builds = [("ferry", ferry, runs_each)] + ([("ferry (old build)", old, 1)] if old else [])
-        for build, binary, n in builds:
-            for name, args, ok in cases(src, dst, manifest, work):
-                log(f"{entries:,}: {build} {name} × {n}")
-                runs = []
-                for _ in range(n):
+        builds = [("ferry", ferry)] + ([("ferry (old build)", old)] if old else [])
+        for name, args, ok in cases(src, dst, manifest, work):
+            runs = {build: [] for build, _ in builds}
+            # In turn, a run of each build a round: the machine's load falls on both alike.
+            for _ in range(runs_each):
+                for build, binary in builds:
+                    log(f"{entries:,}: {build} {name}")
                     stats, out = timed(
                         [str(binary), *args, "--scratch", str(work)]
                         if build == "ferry"
@@ -204,22 +226,26 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
                         work,
                         ok,
                     )
-                    stats["found"] = (check_prune if name.startswith("prune") else check_verify)(
-                        out, want
+                    stats["found"] = (
+                        check_prune(out, want)
+                        if name.startswith("prune")
+                        else check_verify(out, want, whole=name == "verify")
                     )
-                    runs.append(stats)
+                    runs[build].append(stats)
+            for build, _ in builds:
                 rows.append(
                     {
                         "build": build,
                         "step": name,
                         "entries": entries,
-                        "command": f"ferry {name.split(' ')[0]} SRC DST"
-                        + (" --dry-run --files-from SOURCE" if name.startswith("prune") else ""),
-                        **median_of(runs),
+                        "command": f"ferry {name}",
+                        **median_of(runs[build]),
                     }
                 )
         leftovers = [
-            p.name for p in work.iterdir() if p.name not in ("time.txt", "stdout", "prune.tsv")
+            p.name
+            for p in work.iterdir()
+            if p.name not in ("time.txt", "stdout", "prune.tsv", "delta.tsv")
         ]
         if leftovers:
             raise RuntimeError(f"scratch files left behind in {work}: {leftovers}")
@@ -263,7 +289,7 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--ferry", type=Path, default=REPO / "worker" / "target" / "release" / "ferry")
     ap.add_argument(
-        "--old-ferry", type=Path, help="another build to run once per size, for comparison"
+        "--old-ferry", type=Path, help="another build to run in turn with this one, for comparison"
     )
     ap.add_argument(
         "--repeat", type=int, default=3, help=f"runs of each row below {ONCE_FROM:,} entries"
