@@ -343,12 +343,15 @@ async fn probe_dest(
     dest: &Arc<dyn Store>,
     sample: Vec<Entry>,
 ) -> anyhow::Result<Vec<(Vec<u8>, String)>> {
+    // The probe is a few dozen lookups (--probe), each a round trip to a remote destination:
+    // all in flight at once, they cost one round trip of the pass's time, not several.
+    const IN_FLIGHT: usize = 128;
     let looked: Vec<_> = futures::stream::iter(sample)
         .map(|e| async move {
             let seen = dest.head(&e.path).await;
             (e, seen)
         })
-        .buffer_unordered(16)
+        .buffer_unordered(IN_FLIGHT)
         .collect()
         .await;
     let mut out = Vec::new();
