@@ -25,10 +25,10 @@ use anyhow::{bail, Context};
 use crate::cli::{Common, Filters};
 use crate::filter::Filter;
 use crate::location::{self, BlobLocation, Location};
-use crate::manifest::{self, Entry};
+use crate::manifest::{self, Entry, Kind};
 use crate::retry::RetryPolicy;
 use crate::stats::Stats;
-use crate::storage::{self, azure::AzureStore, OpenOptions, Store};
+use crate::storage::{self, OpenOptions, Store};
 
 pub fn default_concurrency() -> usize {
     // What the Azure SDKs now default to: scale with cores, never below 8 nor above 96.
@@ -220,22 +220,21 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
                 name,
             })
         }
-        Location::Blob(b) => match AzureStore::blob_exists_at_prefix(b, opts).await? {
-            Some(_) => {
-                let (parent, name) = parent_and_name(loc)?;
-                let store = open(&parent, opts)?;
-                let (entry, _) = store
-                    .head(&name)
-                    .await?
-                    .context("blob vanished while resolving it")?;
-                Ok(Root::Object {
+        Location::Blob(b) if b.prefix.is_empty() || b.prefix.ends_with('/') => {
+            Ok(Root::Tree(loc.clone()))
+        }
+        Location::Blob(_) => {
+            let (parent, name) = parent_and_name(loc)?;
+            match open(&parent, opts)?.head(&name).await? {
+                // A folder stub names a tree: what is under it is meant, not the stub.
+                Some((entry, _)) if entry.kind != Kind::Dir => Ok(Root::Object {
                     parent,
                     entry,
                     name,
-                })
+                }),
+                _ => Ok(Root::Tree(loc.clone())),
             }
-            None => Ok(Root::Tree(loc.clone())),
-        },
+        }
     }
 }
 

@@ -326,29 +326,6 @@ impl AzureStore {
             inner: Arc::new(inner),
         })
     }
-
-    /// Whether `prefix` itself names a blob (a single-file location).
-    pub async fn blob_exists_at_prefix(
-        loc: &BlobLocation,
-        opts: &OpenOptions,
-    ) -> Result<Option<u64>> {
-        if loc.prefix.is_empty() || loc.prefix.ends_with('/') {
-            return Ok(None);
-        }
-        let mut parent = loc.clone();
-        let (dir, name) = match loc.prefix.rsplit_once('/') {
-            Some((d, n)) => (d.to_string(), n.to_string()),
-            None => (String::new(), loc.prefix.clone()),
-        };
-        parent.prefix = dir;
-        let store = AzureStore::new(parent, opts)?;
-        // A folder stub names a tree: what is under it is meant, not the stub.
-        Ok(store
-            .head(&names::decode(&name)?)
-            .await?
-            .filter(|(e, _)| e.kind != Kind::Dir)
-            .map(|(e, _)| e.size()))
-    }
 }
 
 impl Inner {
