@@ -118,3 +118,66 @@ def test_extents_that_do_not_fit_record_only_that_the_file_was_sparse(
     # Every whole zero block a hole: here the source's very layout.
     assert (back / "striped").read_bytes() == (src / "striped").read_bytes()
     assert data_segments(back / "striped") == data_segments(src / "striped")
+
+
+def test_a_sparse_download_killed_and_run_again_keeps_bytes_and_holes(
+    tmp_path, container, run_ferry
+):
+    """A download killed mid-file resumes from its journal: the ranges written before the kill
+    are kept, the holes among the rest are left unwritten, and the file ends with the source's
+    bytes and layout."""
+    import signal
+    import time
+
+    from support.faults import PARTIAL_PREFIX
+
+    src, back = tmp_path / "src", tmp_path / "back"
+    src.mkdir()
+    size = 16 * MiB
+    # Data, hole, data, hole...: each range of the download holds some of both.
+    for k in range(4):
+        write_at(src / "big", k * 4 * MiB, os.urandom(MiB), size)
+    run_ferry("copy", "-r", src, container, "--block-size", "1MiB")
+
+    proc = run_ferry.spawn(
+        "copy",
+        "-r",
+        container,
+        back,
+        "--block-size",
+        "1MiB",
+        "--max-bandwidth",
+        "2MiB/s",
+        # One range at a time: the first is journaled seconds before the second ends.
+        "--concurrency",
+        "1",
+        log_dir=tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    journal = None
+    while journal is None and time.monotonic() < deadline and proc.poll() is None:
+        # A header line, then a line a finished range (8 MiB): one in, the kill lands.
+        journal = next(
+            (
+                p
+                for p in back.glob(f"{PARTIAL_PREFIX}*journal*")
+                if len(p.read_text().splitlines()) >= 2
+            ),
+            None,
+        )
+        time.sleep(0.05)
+    assert journal is not None, "no range of the download was finished and journaled"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert not (back / "big").exists(), "a partial download never has its final name"
+
+    again = run_ferry("copy", "-r", container, back, "--block-size", "1MiB", "--json")
+    assert again.json["failures"] == [], again.json
+    # The range journaled before the kill is not fetched again; the other is.
+    assert again.json["blocks"] == {"sent": 1, "reused": 1}, again.json["blocks"]
+    assert again.json["bytes"]["copied"] < size, again.json["bytes"]
+    s, d = src / "big", back / "big"
+    assert d.read_bytes() == s.read_bytes()
+    assert data_segments(d) == data_segments(s)
+    assert allocated(d) == allocated(s)
+    assert list(back.glob(f"{PARTIAL_PREFIX}*")) == []
