@@ -58,15 +58,15 @@ def log(msg: str) -> None:
     print(f"[prune-verify-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def layout(entries: int):
+def layout(entries: int, per_dir: int = PER_DIR):
     """Yields (directory, [(file name, pool name or None)] for the source, the same for the destination)."""
-    dirs = max(1, entries // PER_DIR)
+    dirs = max(1, entries // per_dir)
     for d in range(dirs):
         dpath = f"p{d % 37:02d}/d{d:06d}"
         only_on_dst = d % 500 == 499
         src, dst = [], []
-        for j in range(PER_DIR):
-            i = d * PER_DIR + j
+        for j in range(per_dir):
+            i = d * per_dir + j
             name = f"f{i:09d}.dat"
             pool = f"s{i % POOL:03d}"
             if not only_on_dst and i % 1000 != 2:
@@ -76,10 +76,10 @@ def layout(entries: int):
         yield dpath, src, dst
 
 
-def expected(entries: int) -> dict:
+def expected(entries: int, per_dir: int) -> dict:
     """What prune and verify must find, counted from the layout."""
     n = {"src": 0, "dst_only": 0, "src_only": 0, "differ": 0, "same": 0, "dirs_only_on_dst": 0}
-    for _dpath, src, dst in layout(entries):
+    for _dpath, src, dst in layout(entries, per_dir):
         s, d = dict(src), dict(dst)
         n["src"] += len(s)
         n["dst_only"] += sum(1 for k in d if k not in s)
@@ -100,10 +100,10 @@ def make_pool(pool: Path) -> None:
         (pool / f"c{k:02d}").write_bytes(b"x" * (k + 1))
 
 
-def link_tree(pool: Path, root: Path, side: int, entries: int) -> None:
+def link_tree(pool: Path, root: Path, side: int, entries: int, per_dir: int) -> None:
     pool_fd = os.open(pool, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for dpath, *sides in layout(entries):
+        for dpath, *sides in layout(entries, per_dir):
             files = sides[side]
             if not files:
                 continue
@@ -119,8 +119,12 @@ def link_tree(pool: Path, root: Path, side: int, entries: int) -> None:
         os.close(pool_fd)
 
 
-def generate(scratch: Path, entries: int, ferry: Path) -> tuple[Path, Path, Path]:
-    root = scratch / f"trees-{entries}"
+def trees(scratch: Path, entries: int, per_dir: int) -> Path:
+    return scratch / f"trees-{entries}-{per_dir}"
+
+
+def generate(scratch: Path, entries: int, per_dir: int, ferry: Path) -> tuple[Path, Path, Path]:
+    root = trees(scratch, entries, per_dir)
     src, dst, manifest, stamp = root / "src", root / "dst", root / "source.tsv", root / "stamp"
     if stamp.exists() and stamp.read_text() == f"{GENERATOR_VERSION}\n":
         return src, dst, manifest
@@ -129,8 +133,8 @@ def generate(scratch: Path, entries: int, ferry: Path) -> tuple[Path, Path, Path
     log(f"building {entries:,}-entry trees of hard links in {root}")
     started = time.monotonic()
     make_pool(root / "pool")
-    link_tree(root / "pool", src, 0, entries)
-    link_tree(root / "pool", dst, 1, entries)
+    link_tree(root / "pool", src, 0, entries, per_dir)
+    link_tree(root / "pool", dst, 1, entries, per_dir)
     with open(manifest, "wb") as out:
         subprocess.run([str(ferry), "ls", "-r", str(src)], check=True, stdout=out)
     stamp.write_text(f"{GENERATOR_VERSION}\n")
@@ -205,9 +209,11 @@ def delta(manifest: Path, work: Path) -> Path:
     return out
 
 
-def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: int) -> dict:
-    src, dst, manifest = generate(scratch, entries, ferry)
-    want = expected(entries)
+def bench(
+    entries: int, per_dir: int, scratch: Path, ferry: Path, old: Path | None, repeat: int
+) -> dict:
+    src, dst, manifest = generate(scratch, entries, per_dir, ferry)
+    want = expected(entries, per_dir)
     work = Path(tempfile.mkdtemp(prefix="bench-", dir=scratch))
     runs_each = repeat if entries < ONCE_FROM else 1
     rows = []
@@ -238,6 +244,7 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
                         "build": build,
                         "step": name,
                         "entries": entries,
+                        "per_dir": per_dir,
                         "command": f"ferry {name}",
                         **median_of(runs[build]),
                     }
@@ -256,14 +263,15 @@ def bench(entries: int, scratch: Path, ferry: Path, old: Path | None, repeat: in
 
 def render(res: dict) -> str:
     lines = [
-        "| entries | build | step | wall s | CPU s | peak RSS MiB | runs |",
-        "|---:|---|---|---:|---:|---:|---:|",
+        "| entries | a directory | build | step | wall s | CPU s | peak RSS MiB | runs |",
+        "|---:|---:|---|---|---:|---:|---:|---:|",
     ]
     for size in res["sizes"]:
         for r in size["rows"]:
             lines.append(
-                f"| {r['entries']:,} | {r['build']} | `{r['step']}` | {r['seconds']:.1f}{spread(r)} | "
-                f"{r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | {r['runs']} |"
+                f"| {r['entries']:,} | {r.get('per_dir', PER_DIR):,} | {r['build']} | `{r['step']}` | "
+                f"{r['seconds']:.1f}{spread(r)} | {r['cpu_seconds']:.1f} | {r['peak_rss_mib']:.0f} | "
+                f"{r['runs']} |"
             )
     lines += [
         "",
@@ -294,6 +302,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--repeat", type=int, default=3, help=f"runs of each row below {ONCE_FROM:,} entries"
     )
+    ap.add_argument(
+        "--per-dir", type=int, default=PER_DIR, help="files a directory (the trees' shape)"
+    )
+    ap.add_argument(
+        "--name",
+        default="prune_verify",
+        help="results/NAME.json and .md, and the docs' block of that name (- for _)",
+    )
     ap.add_argument("--keep-trees", action="store_true", help="keep the trees for another run")
     ap.add_argument("--generate-only", action="store_true", help="build the trees and stop")
     ap.add_argument(
@@ -305,30 +321,31 @@ def main(argv: list[str]) -> int:
         help="measure nothing: rewrite the .md and the docs table from results/prune_verify.json",
     )
     a = ap.parse_args(argv)
+    block = a.name.replace("_", "-")
     if a.docs_from_results:
-        print(publish("prune_verify", "prune-verify", None, render, True))
+        print(publish(a.name, block, None, render, True))
         return 0
     a.scratch.mkdir(parents=True, exist_ok=True)
     sizes = [int(n) for n in a.entries.split(",")]
     if a.generate_only:
         for n in sizes:
-            generate(a.scratch, n, a.ferry)
+            generate(a.scratch, n, a.per_dir, a.ferry)
         return 0
     load_start = os.getloadavg()[0]
     try:
-        results = [bench(n, a.scratch, a.ferry, a.old_ferry, a.repeat) for n in sizes]
+        results = [bench(n, a.per_dir, a.scratch, a.ferry, a.old_ferry, a.repeat) for n in sizes]
     finally:
         if not a.keep_trees:
             for n in sizes:
-                shutil.rmtree(a.scratch / f"trees-{n}", ignore_errors=True)
+                shutil.rmtree(trees(a.scratch, n, a.per_dir), ignore_errors=True)
     command = (
         "nice .venv/bin/python benchmarks/prune_verify.py"
         + (f" --entries {a.entries}" if a.entries != "1000000,10000000" else "")
+        + (f" --per-dir {a.per_dir}" if a.per_dir != PER_DIR else "")
+        + (f" --name {a.name}" if a.name != "prune_verify" else "")
         + (" --old-ferry OLD_BUILD" if a.old_ferry else "")
     )
-    table = publish(
-        "prune_verify", "prune-verify", record(command, load_start, results), render, not a.no_docs
-    )
+    table = publish(a.name, block, record(command, load_start, results), render, not a.no_docs)
     print(table)
     return 0
 
