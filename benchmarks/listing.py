@@ -12,7 +12,8 @@ toxiproxy sits in front of each Azurite and holds every response for `--latency-
 the service's ≈ 1.2 s a 5,000-entry page), so distance, not Azurite, dominates.
 
 The tools, in an order rotated every round: ferry `ls -r` with `--list-concurrency 1` (one
-sequential stream, as before key ranges) and with its default; rclone `lsf -R` with `--checkers 16`
+sequential stream, as before key ranges) and with its default; ferry as the pipelines' `list.jobs:
+4` run it (`ferry shard`, then four `ferry ls --shards` at once); rclone `lsf -R` with `--checkers 16`
 (a listing per directory) and with `--fast-list` (one recursive stream); azcopy `copy --dry-run`
 (its default parallel scan; `azcopy list` cannot read an emulator URL), when `--azcopy` names a
 build of it (docs/benchmarks.md says how to build one): in the first round only, and given up
@@ -31,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -159,9 +161,30 @@ def tools(azcopy: Path | None) -> dict:
         }
         return argv, env, lambda out: len(out.splitlines())
 
+    def ferry_jobs(jobs: int):
+        # `list.jobs` as the pipelines run it: `ferry shard` cuts the key space (on a first
+        # pass, by a shallow scan), then one `ferry ls` a range, all at once.
+        script = (
+            f'"$0" shard "$1" --jobs {jobs} --out shards.json 2> shard.err || exit 1\n'
+            'pids=""\n'
+            f"for k in $(seq 1 {jobs}); do\n"
+            '  "$0" ls -r "$1" --shards shards.json --shard $k --summary summary-$k.json'
+            ' > out-$k & pids="$pids $!"\n'
+            "done\n"
+            "for p in $pids; do wait $p || exit 1; done\n"
+            "cat out-*\n"
+            "cat shard.err >&2\n"
+        )
+
+        def argv(site, port, scratch):
+            return ["sh", "-c", script, str(FERRY), site.url(port)]
+
+        return argv, ferry_env(), lambda out: len(out.splitlines()) - jobs
+
     table = {
         "ferry --list-concurrency 1": ferry("--list-concurrency", "1"),
         "ferry (default)": ferry(),
+        "ferry, 4 list jobs": ferry_jobs(4),
         "rclone --checkers 16": rclone("--checkers", "16"),
         "rclone --fast-list": rclone("--fast-list"),
     }
@@ -217,9 +240,13 @@ def run_one(name: str, spec, site: Site, scratch: Path, limit: float | None = No
     if listed != site.count:
         raise RuntimeError(f"{name} listed {listed} of the {site.count} blobs of {site.layout}")
     row = {"seconds": round(seconds, 2)}
-    summary = scratch / "summary.json"
-    if summary.exists():
-        row["list_requests"] = json.loads(summary.read_text())["requests"]["list_pages"]
+    # ferry's own count: each listing's summary, and the shard step's scan where there is one.
+    summaries = sorted(scratch.glob("summary*.json"))
+    if summaries:
+        scanned = re.search(r"\((\d+) List requests\)", r.stderr)
+        row["list_requests"] = sum(
+            json.loads(p.read_text())["requests"]["list_pages"] for p in summaries
+        ) + (int(scanned.group(1)) if scanned else 0)
     return row
 
 

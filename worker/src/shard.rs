@@ -26,8 +26,12 @@ pub const PLACEHOLDER: &str = "{shard}";
 /// tree of where an even split by entries would put them.
 pub const QUANTILES: usize = 256;
 
-/// Directories a first pass's scan lists (one request each on Blob) before it cuts.
+/// Directories a first pass's scan lists (one request each on Blob) before it cuts, for each
+/// list job, and at most; and how many it lists at once. 32 a job is ample to balance them, and
+/// on Blob at a distance the scan then costs a few round trips, not one for every 16 directories.
+const SCAN_DIRS_A_JOB: usize = 32;
 const SCAN_DIRS: usize = 256;
+const SCAN_IN_FLIGHT: usize = 64;
 /// Entries a scan takes of one directory (one page on Blob).
 const SCAN_PAGE: usize = 5000;
 
@@ -259,20 +263,21 @@ pub fn cuts_from_quantiles(quantiles: &[String], jobs: usize) -> anyhow::Result<
     Ok(even_cuts(&units, jobs))
 }
 
-/// Cuts by a shallow look at `store`: the root's entries and those of the first `SCAN_DIRS`
-/// directories met breadth first, each counted once; a directory not looked into counts as many
-/// entries as the directories looked into held on average.
+/// Cuts by a shallow look at `store`: the root's entries and those of the first directories met
+/// breadth first (`SCAN_DIRS_A_JOB` a job, up to `SCAN_DIRS`), each counted once; a directory not
+/// looked into counts as many entries as the directories looked into held on average.
 pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
+    let scan_dirs = (SCAN_DIRS_A_JOB * jobs).min(SCAN_DIRS);
     let mut units: Vec<(Vec<u8>, u64)> = Vec::new();
     let mut unread: Vec<Vec<u8>> = Vec::new();
     let mut level: Vec<Vec<u8>> = vec![Vec::new()];
     let (mut read, mut held) = (0usize, 0u64);
-    while !level.is_empty() && read < SCAN_DIRS {
-        let take = level.len().min(SCAN_DIRS - read);
+    while !level.is_empty() && read < scan_dirs {
+        let take = level.len().min(scan_dirs - read);
         unread.extend(level.drain(take..));
         let pages: Vec<_> = futures::stream::iter(level.drain(..))
             .map(|dir| async move { store.list_dir_sample(&dir, SCAN_PAGE).await })
-            .buffered(16)
+            .buffered(SCAN_IN_FLIGHT)
             .collect()
             .await;
         for entries in pages {
