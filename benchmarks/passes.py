@@ -97,9 +97,9 @@ def passes(args, dest: str, env: dict, far: Callable[[], object]) -> dict:
             extra=[f"dest_listing={mode}"],
         )
     history = ferry_history.load(str(outdir / cutover.RUN_NAME))
-    passes = [r for r in history if r.get("phase") == "incremental"]
+    records = [r for r in history if r.get("phase") == "incremental"]
     rows = []
-    for mode, rec, n in zip(modes, passes, changed):
+    for mode, rec, n in zip(modes, records, changed):
         report = json.loads(
             (outdir / cutover.RUN_NAME / rec["run_dir"] / "report.json").read_text()
         )
