@@ -37,16 +37,21 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// The metadata a listed entry gives (what of it a copy keeps: `Preserve::keep`).
-    pub fn of_entry(e: &Entry) -> Meta {
+    /// The POSIX attributes alone: no MD5, no hole layout.
+    pub fn posix(mtime: Option<Mtime>, mode: Option<u32>, owner: Option<(u32, u32)>) -> Meta {
         Meta {
-            mtime: e.mtime,
-            mode: e.mode,
-            uid: e.owner.map(|o| o.0),
-            gid: e.owner.map(|o| o.1),
+            mtime,
+            mode,
+            uid: owner.map(|o| o.0),
+            gid: owner.map(|o| o.1),
             md5: None,
             sparse: None,
         }
+    }
+
+    /// The metadata a listed entry gives (what of it a copy keeps: `Preserve::keep`).
+    pub fn of_entry(e: &Entry) -> Meta {
+        Meta::posix(e.mtime, e.mode, e.owner)
     }
 
     /// Fills in what the listing did not know from what a read returned.

@@ -88,14 +88,8 @@ async fn container_request(s: &Inner, method: Method, metadata: bool) -> Result<
 /// The attributes stored in `h`'s metadata, only as stored (no Last-Modified stands in).
 fn stored(h: &Headers) -> Option<Meta> {
     let p = posix::read(&user_metadata(h));
-    (p.mtime.is_some() || p.mode.is_some() || p.owner.is_some()).then(|| Meta {
-        mtime: p.mtime,
-        mode: p.mode,
-        uid: p.owner.map(|o| o.0),
-        gid: p.owner.map(|o| o.1),
-        md5: None,
-        sparse: None,
-    })
+    (p.mtime.is_some() || p.mode.is_some() || p.owner.is_some())
+        .then(|| Meta::posix(p.mtime, p.mode, p.owner))
 }
 
 /// Whether `want` names an attribute `now` does not have.

@@ -702,17 +702,7 @@ pub(super) fn finish_root(dst: &LocalStore, want: &Meta) -> io::Result<()> {
         }),
     };
     match to_change(now, want) {
-        Some(todo) => apply_meta_fd(
-            &root,
-            &Meta {
-                uid: todo.owner.map(|o| o.0),
-                gid: todo.owner.map(|o| o.1),
-                mode: todo.mode,
-                mtime: todo.mtime,
-                md5: None,
-                sparse: None,
-            },
-        ),
+        Some(todo) => apply_meta_fd(&root, &Meta::posix(todo.mtime, todo.mode, todo.owner)),
         None => Ok(()),
     }
 }
