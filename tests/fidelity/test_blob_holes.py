@@ -6,7 +6,10 @@ file with zero runs stays dense. ext4 on both sides (the tests' tmp_path)."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 
+from support.faults import PARTIAL_PREFIX
 from support.holes import allocated, data_segments, write_at
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -126,11 +129,6 @@ def test_a_sparse_download_killed_and_run_again_keeps_bytes_and_holes(
     """A download killed mid-file resumes from its journal: the ranges written before the kill
     are kept, the holes among the rest are left unwritten, and the file ends with the source's
     bytes and layout."""
-    import signal
-    import time
-
-    from support.faults import PARTIAL_PREFIX
-
     src, back = tmp_path / "src", tmp_path / "back"
     src.mkdir()
     size = 16 * MiB
