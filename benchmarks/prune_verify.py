@@ -4,10 +4,13 @@
                                                      [--old-ferry PATH]
 
 For each size it builds a source and a destination *tree* (real directories, real entries, walked
-and lstat'ed by ferry like any other tree) and a manifest of the source (`ferry ls -r`), then runs
+and lstat'ed by ferry like any other tree) and manifests of both (`ferry ls -r`), then runs
 under GNU time (wall time, CPU time, peak RSS):
 
 - `ferry prune SRC DST --dry-run --files-from source.tsv --json`: what the final pass would delete;
+- `ferry plan source.tsv dest.tsv --phase final --parts 4`, then the pipelines' prune step as
+  each build runs it: from the plan (`--plan DIR`), or, before it, from both listings sorted
+  and joined again (`--files-from source.tsv --dest-from dest.tsv`);
 - `ferry verify SRC DST --json`: the pipelines' final whole-tree check (`final_check`);
 - `ferry verify SRC DST --files-from delta.tsv --json`: a final pass's verify of what it copied
   (the files that differ or are missing, 1.1% of them, a few in each directory): it looks those
@@ -45,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 PER_DIR = 1000
 # Pool files: the source's and the destination's links to one pool file stay under ext4's 65,000
 # links per inode at 10 M entries (2 × 10 M / 512 ≈ 39,000).
@@ -124,6 +127,7 @@ def trees(scratch: Path, entries: int, per_dir: int) -> Path:
 
 
 def generate(scratch: Path, entries: int, per_dir: int, ferry: Path) -> tuple[Path, Path, Path]:
+    """The two trees and the source's manifest (the destination's, dest.tsv, beside it)."""
     root = trees(scratch, entries, per_dir)
     src, dst, manifest, stamp = root / "src", root / "dst", root / "source.tsv", root / "stamp"
     if stamp.exists() and stamp.read_text() == f"{GENERATOR_VERSION}\n":
@@ -135,11 +139,21 @@ def generate(scratch: Path, entries: int, per_dir: int, ferry: Path) -> tuple[Pa
     make_pool(root / "pool")
     link_tree(root / "pool", src, 0, entries, per_dir)
     link_tree(root / "pool", dst, 1, entries, per_dir)
-    with open(manifest, "wb") as out:
-        subprocess.run([str(ferry), "ls", "-r", str(src)], check=True, stdout=out)
+    for tree, listing in ((src, manifest), (dst, dest_listing(manifest))):
+        with open(listing, "wb") as out:
+            subprocess.run([str(ferry), "ls", "-r", str(tree)], check=True, stdout=out)
     stamp.write_text(f"{GENERATOR_VERSION}\n")
     log(f"built in {time.monotonic() - started:.0f} s")
     return src, dst, manifest
+
+
+def check_plan(out: str, want: dict) -> dict:
+    j = json.loads(out)
+    found = {"extra_on_dest": j["extra_on_dest"]["files"], "source_files": j["source"]["files"]}
+    need = {"extra_on_dest": want["dst_only"], "source_files": want["src"]}
+    if found != need:
+        raise RuntimeError(f"plan found {found}, want {need}")
+    return found
 
 
 def check_prune(out: str, want: dict) -> dict:
@@ -168,10 +182,44 @@ def check_verify(out: str, want: dict, whole: bool) -> dict:
     return got
 
 
-def cases(
-    src: Path, dst: Path, manifest: Path, work: Path
-) -> list[tuple[str, list[str], tuple[int, ...]]]:
+def dest_listing(manifest: Path) -> Path:
+    return manifest.with_name("dest.tsv")
+
+
+def cases(src: Path, dst: Path, manifest: Path, work: Path) -> list[tuple[str, object, tuple]]:
+    """(row, the command's arguments or a function of the build giving them, exit statuses)."""
+
+    def plan_of(build: str) -> Path:
+        return work / f"plan-{build.split()[-1].strip('()')}"
+
+    def final_prune(build: str) -> list[str]:
+        # The pipelines' prune step as each build runs it: this one from the plan; the build
+        # before from the two listings the plan used, sorted and joined again.
+        how = (
+            ["--plan", str(plan_of(build))]
+            if build == "ferry"
+            else ["--files-from", str(manifest), "--dest-from", str(dest_listing(manifest))]
+        )
+        return ["prune", str(src), str(dst), "--dry-run", *how, "--log", str(work / "prune.tsv"), "--json"]  # fmt: skip
+
     return [
+        (
+            "plan --phase final",
+            lambda build: [
+                "plan",
+                str(manifest),
+                str(dest_listing(manifest)),
+                "--out",
+                str(plan_of(build)),
+                "--phase",
+                "final",
+                "--parts",
+                "4",
+                "--json",
+            ],  # fmt: skip
+            (0,),
+        ),
+        ("prune, the final pass's step", final_prune, (0,)),
         (
             "prune --dry-run --files-from",
             [
@@ -225,16 +273,17 @@ def bench(
             for _ in range(runs_each):
                 for build, binary in builds:
                     log(f"{entries:,}: {build} {name}")
-                    stats, out = timed(
-                        [str(binary), *args, "--scratch", str(work)]
-                        if build == "ferry"
-                        else [str(binary), *args],
-                        work,
-                        ok,
-                    )
+                    argv = args(build) if callable(args) else args
+                    # --scratch: this build's verbs that sort put their runs beside the trees
+                    # (`plan` keeps its own beside its output).
+                    here = build == "ferry" and argv[0] != "plan"
+                    scratch_arg = ["--scratch", str(work)] if here else []
+                    stats, out = timed([str(binary), *argv, *scratch_arg], work, ok)
                     stats["found"] = (
                         check_prune(out, want)
                         if name.startswith("prune")
+                        else check_plan(out, want)
+                        if name.startswith("plan")
                         else check_verify(out, want, whole=name == "verify")
                     )
                     runs[build].append(stats)
@@ -253,6 +302,7 @@ def bench(
             p.name
             for p in work.iterdir()
             if p.name not in ("time.txt", "stdout", "prune.tsv", "delta.tsv")
+            and not p.name.startswith("plan-")
         ]
         if leftovers:
             raise RuntimeError(f"scratch files left behind in {work}: {leftovers}")

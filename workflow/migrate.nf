@@ -7,7 +7,7 @@ include { LIST; MAKE_DEST } from './modules/list.nf'
 include { PLAN            } from './modules/plan.nf'
 include { COPY            } from './modules/copy.nf'
 include { VERIFY          } from './modules/verify.nf'
-include { PRUNE           } from './modules/prune.nf'
+include { PRUNE; PRUNE_DIRS } from './modules/prune.nf'
 include { FINAL_CHECK     } from './modules/final_check.nf'
 include { CARRY           } from './modules/carry.nf'
 include { REPORT          } from './modules/report.nf'
@@ -68,9 +68,13 @@ workflow MIGRATE {
     if (phase == 'final') {
         // toList() emits also when no verify ran (collect() would not); the prune step's guard
         // decides from the plan.
-        PRUNE(step('prune'), PLAN.out.plan, VERIFY.out.json.map { it[1] }.toList(), inputs.map { it.source }, inputs.map { it.dest }, shards)
+        // One task per part of the files to delete, then one for the directories, after them all.
+        def verified = VERIFY.out.json.map { it[1] }.toList()
+        def plan = PLAN.out.plan.first()
+        PRUNE(step('prune'), plan, verified, plan, PLAN.out.prune.flatten().map(byPart))
+        PRUNE_DIRS(step('prune_dirs'), plan, verified, plan, PLAN.out.prune_dir, PRUNE.out.json.toList())
         if (run.final_check)
-            FINAL_CHECK(step('final_check'), PRUNE.out.json)
+            FINAL_CHECK(step('final_check'), PRUNE_DIRS.out.json)
     }
 
     // Once every verify has ended (and prune, in the final phase): a verify that failed left no
@@ -80,11 +84,11 @@ workflow MIGRATE {
         CARRY(step('carry'), PLAN.out.plan, Channel.value([]), inputs.map { it.dest }, Channel.value([]), shards)
     else
         CARRY(step('carry'), PLAN.out.plan, VERIFY.out.observed.toList(), inputs.map { it.dest ?: [] },
-              phase == 'final' ? PRUNE.out.deleted : Channel.value([]), shards)
+              phase == 'final' ? PRUNE.out.deleted.mix(PRUNE_DIRS.out.deleted).toList() : Channel.value([]), shards)
 
     def records = LIST.out.rec.mix(made, PLAN.out.rec, COPY.out.rec, VERIFY.out.rec, CARRY.out.rec)
     if (phase == 'final') {
-        records = records.mix(PRUNE.out.rec)
+        records = records.mix(PRUNE.out.rec, PRUNE_DIRS.out.rec)
         if (run.final_check)
             records = records.mix(FINAL_CHECK.out.rec)
     }

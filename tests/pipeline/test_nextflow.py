@@ -116,8 +116,10 @@ def test_azurebatch_profile_config_and_offline_stub_run(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     ran = {r["process"].split(":")[-1] for r in trace(outdir, "final", "stub")}
-    assert ran == {"LIST", "PLAN", "COPY", "VERIFY", "PRUNE", "CARRY", "REPORT"}, ran
+    assert ran == {"LIST", "PLAN", "COPY", "VERIFY", "PRUNE", "PRUNE_DIRS", "CARRY", "REPORT"}, ran
     assert statuses(trace(outdir, "final", "stub"), "COPY") == ["COMPLETED", "COMPLETED"]
+    # The stub's destination listing holds one file the source lacks: one part to delete.
+    assert statuses(trace(outdir, "final", "stub"), "PRUNE") == ["COMPLETED"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,7 +224,11 @@ def test_prune_refused_on_an_empty_source(local_runs):
     assert prune_failures and "empty" in prune_failures[0]["error"].lower(), partial["failures"]
     assert not (run / "report.json").exists()
     rows = trace(local_runs["outdir"], "final")
-    assert statuses(rows, "PRUNE") == ["FAILED"] and statuses(rows, "FINAL_CHECK") == []
+    # Every part refused; the directories' job then refuses too (its guard: a part without
+    # a result), and nothing after it runs.
+    parts = statuses(rows, "PRUNE")
+    assert parts and set(parts) == {"FAILED"}, parts
+    assert statuses(rows, "PRUNE_DIRS") == ["FAILED"] and statuses(rows, "FINAL_CHECK") == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,11 +159,12 @@ def test_the_steps_each_phase_runs():
     assert steps(phase="baseline") == {"list_source", "make_dest"}
     assert steps(phase="incremental") == {"list_source", "list_dest"}
     assert steps(phase="audit") == {"list_source", "list_dest"}
-    assert steps(phase="final") == {"list_source", "list_dest", "prune"}
+    assert steps(phase="final") == {"list_source", "list_dest", "prune", "prune_dirs"}
     assert steps(phase="final", final_check=True) == {
         "list_source",
         "list_dest",
         "prune",
+        "prune_dirs",
         "final_check",
     }
     assert "shard" in steps(phase="incremental", list={"jobs": 2})
@@ -331,12 +332,18 @@ def test_prune_runs_the_worker_only_when_its_guard_lets_it(tmp_path):
     """The guard's verdicts: tests/scripts/test_ferry_report.py. Here, that a refusal is logged and
     fails the step without running the command, and that a pass runs it."""
     spec = json.dumps({"argv": ["sh", "-c", "echo '{\"deleted\": 0}'"], "values": {}})
-    assert ferry_task.main(["prune", "--records", str(tmp_path), "--spec", spec]) == 1
-    assert "ferry: prune refused: no plan" in (tmp_path / "logs" / "prune.log").read_text()
-    assert not (tmp_path / "prune" / "prune.json").exists()
+    jobs = {
+        ("prune", "--part", "00000"): ("logs/prune/part-00000.log", "prune/part-00000.json"),
+        ("prune_dirs",): ("logs/prune_dirs.log", "prune/dirs.json"),
+    }
+    for job, (log, out) in jobs.items():
+        assert ferry_task.main([*job, "--records", str(tmp_path), "--spec", spec]) == 1
+        assert "ferry: prune refused: no plan" in (tmp_path / log).read_text()
+        assert not (tmp_path / out).exists()
     RunDir(tmp_path).plan()
-    assert ferry_task.main(["prune", "--records", str(tmp_path), "--spec", spec]) == 0
-    assert json.loads((tmp_path / "prune" / "prune.json").read_text()) == {"deleted": 0}
+    for job, (_, out) in jobs.items():
+        assert ferry_task.main([*job, "--records", str(tmp_path), "--spec", spec]) == 0
+        assert json.loads((tmp_path / out).read_text()) == {"deleted": 0}
 
 
 # --- list.jobs: the listings taken by several jobs ------------------------------------------------
@@ -346,7 +353,7 @@ def test_one_list_job_per_side_runs_todays_commands():
     res = resolve(phase="incremental")
     assert res["config"]["list"]["jobs"] == 1 and res["run"]["shards"] == []
     steps = res["steps"]
-    for step in ("list_source", "list_dest", "plan", "prune", "carry"):
+    for step in ("list_source", "list_dest", "plan", "prune", "prune_dirs", "carry"):
         assert not {"--shards", "--shard", "{shards}"} & set(steps[step]["argv"]), step
     assert steps["list_dest"]["argv"][3:] == [
         "--recursive",
@@ -362,7 +369,7 @@ def test_one_list_job_per_side_runs_todays_commands():
         "{summary}",
     ]
     plain = {"source_listing": "listing/source.tsv", "dest_listing": "listing/dest.tsv"}
-    for step in ("plan", "prune", "carry"):
+    for step in ("plan", "carry"):
         assert steps[step]["listings"] == plain, step
 
 
@@ -415,11 +422,15 @@ def test_list_jobs_share_one_cut_of_the_key_space_and_one_carried_decision():
         "source_listing": "listing/source-{shard}.tsv",
         "dest_listing": "listing/dest-{shard}.tsv",
     }
-    for step in ("plan", "prune", "carry"):
+    for step in ("plan", "carry"):
         argv = steps[step]["argv"]
         assert argv[argv.index("--shards") + 1] == "{shards}", step
         assert steps[step]["listings"] == sharded, step
     assert "{dest_listing}" in steps["carry"]["argv"]
+    # Prune reads what the plan's join decided, no listing.
+    prune = steps["prune"]["argv"]
+    assert prune[prune.index("--plan") + 1] == "{plan_dir}"
+    assert not {"--shards", "--files-from", "--dest-from"} & set(prune)
 
 
 def test_the_shard_step_decides_as_the_destination_listing_did():

@@ -326,8 +326,8 @@ def test_a_final_run_reports_prune_and_the_final_check(final):
     report = build(final, phase="final", final_check_expected=True)
     assert report["status"] == "complete", report["failures"]
     assert report["totals"]["prune"]["deleted"] == 2
-    assert report["totals"]["prune"]["log"] == "prune/prune-deleted.log", (
-        "the list is named inside the run directory"
+    assert report["totals"]["prune"]["log"] == "prune/", (
+        "the lists are named inside the run directory"
     )
     assert report["totals"]["final_check"] == {
         "same": 5,
@@ -367,7 +367,7 @@ def test_prune_refused_failed_or_partly_failed(finished):
     assert report["status"] == "incomplete"
 
     finished.prune_json(failed=True).unlink()
-    finished.log("prune", "ferry: prune refused: verify partition 00000 has no result\n")
+    finished.log("prune_dirs", "ferry: prune refused: verify partition 00000 has no result\n")
     assert build(finished, phase="final")["failures"] == [
         {"stage": "prune", "error": "ferry: prune refused: verify partition 00000 has no result"}
     ]
@@ -381,6 +381,39 @@ def test_prune_refused_failed_or_partly_failed(finished):
     )
     report = build(finished, phase="final")
     assert report["failures"] == [{"stage": "prune", "path": "d/e", "error": "Directory not empty"}]
+
+
+def test_prune_parts_and_the_directories_job_are_reported_as_one(finished):
+    """One job per part of the plan's files to delete and one for the directories: the report
+    sums them, names a failure by its part, and is complete only when every one reported."""
+    finished.plan(
+        copy=[("00000", 3, 3000), ("00001", 2, 5000)],
+        verify=[("00000", 5, 8000)],
+        prune_partitions=[
+            {"id": "00000", "files": 2, "bytes": 2},
+            {"id": "00001", "files": 2, "bytes": 2},
+        ],
+    )
+    finished.pruned({"deleted": 2, "would_delete": 2}, part="00000")
+    finished.pruned({"deleted": 0, "would_delete": 0, "dirs": 3})
+    report = build(finished, phase="final")
+    assert report["status"] == "incomplete", "a part left no report"
+    finished.pruned(
+        {
+            "deleted": 1,
+            "would_delete": 2,
+            "failed": 1,
+            "failures": [{"path": "x/y", "error": "Permission denied"}],
+        },
+        part="00001",
+    )
+    report = build(finished, phase="final")
+    prune = report["totals"]["prune"]
+    assert (prune["deleted"], prune["would_delete"], prune["dirs"], prune["failed"]) == (3, 4, 3, 1)
+    assert prune["jobs"] == 3
+    assert report["failures"] == [
+        {"stage": "prune", "partition": "00001", "path": "x/y", "error": "Permission denied"}
+    ]
 
 
 def test_a_final_check_that_differs_is_a_failure(final):
@@ -440,7 +473,7 @@ def test_markdown_of_the_final_phase(final):
         {"deleted": 0, "would_delete": 3, "dry_run": True, "log": "prune/prune-deleted.log"}
     )
     md = ferry_markdown.markdown(build(final, phase="final"))
-    assert "Prune: 0 deleted, 3 would delete (dry run); list in `prune/prune-deleted.log`." in md
+    assert "Prune: 0 deleted, 3 would delete (dry run); lists in `prune/`." in md
     assert (
         "Final check of the whole trees: 5 same, 0 differ, 0 missing on destination, 0 extra on destination."
         in md
@@ -524,11 +557,11 @@ def test_onerror_and_onsuccess_hooks(finished, tmp_path):
 
 
 def test_prune_guard_lets_prune_run_only_after_every_planned_verify_passed(run):
-    assert ferry_task.prune_guard(str(run.path)) == ["no plan: the fan-out never happened"]
+    assert ferry_task.prune_guard(str(run.path), "prune") == ["no plan: the fan-out never happened"]
     run.plan(copy=[("00000", 1, 1)], verify=[("00000", 1, 1), ("00001", 1, 1), ("00002", 1, 1)])
     run.verified("00000", same=1)
     run.verified("00001", same=0, missing_on_dst=1)
-    assert ferry_task.prune_guard(str(run.path)) == [
+    assert ferry_task.prune_guard(str(run.path), "prune") == [
         "verify partition 00001 found differences",
         "verify partition 00002 has no result",
     ]
@@ -536,9 +569,24 @@ def test_prune_guard_lets_prune_run_only_after_every_planned_verify_passed(run):
     # exit status says so too), and prune waits for a new plan.
     run.verified("00001", same=1, missing_on_src=4)
     run.verified("00002", same=1)
-    assert ferry_task.prune_guard(str(run.path)) == ["verify partition 00001 found differences"]
+    assert ferry_task.prune_guard(str(run.path), "prune") == [
+        "verify partition 00001 found differences"
+    ]
     run.verified("00001", same=1)
-    assert ferry_task.prune_guard(str(run.path)) == []
+    assert ferry_task.prune_guard(str(run.path), "prune") == []
+
+
+def test_the_directories_job_waits_for_every_part_of_the_deletions(run):
+    parts = [{"id": i, "files": 1, "bytes": 1} for i in ("00000", "00001")]
+    run.plan(copy=[("00000", 1, 1)], verify=[("00000", 1, 1)], prune_partitions=parts)
+    run.verified("00000", same=1)
+    run.pruned({"deleted": 1, "would_delete": 1}, part="00000")
+    # The other part was refused: its document lies under failed/.
+    run.pruned({"refused": "too many"}, part="00001", failed=True)
+    assert ferry_task.prune_guard(str(run.path), "prune") == []
+    assert ferry_task.prune_guard(str(run.path), "prune_dirs") == ["prune part 00001 has no result"]
+    run.pruned({"deleted": 1, "would_delete": 1}, part="00001")
+    assert ferry_task.prune_guard(str(run.path), "prune_dirs") == []
 
 
 def test_requests_are_summed_by_step_over_every_document(run):

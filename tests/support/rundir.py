@@ -73,6 +73,8 @@ class RunDir:
             "copy_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in copy],
             "verify_partitions": [{"id": i, "files": f, "bytes": b} for i, f, b in verify],
             "verify_scope": "copied",
+            "prune_partitions": [],
+            "prune_dirs": 0,
             **extra,
         }
         self._json(self.path / "plan" / "plan.json", doc)
@@ -203,8 +205,14 @@ class RunDir:
         """What a failed copy or verify job of a partition saved."""
         return self.path / "failed" / f"{self._results(step)}-part-{part}.json"
 
-    def prune_json(self, failed: bool = False) -> Path:
-        return self.path / ("failed/prune.json" if failed else "prune/prune.json")
+    def prune_json(self, failed: bool = False, part: str | None = None) -> Path:
+        """A prune job's document: of one part of the files to delete, or (part None) the
+        directories' job after them."""
+        if part is None:
+            return self.path / ("failed/prune-dirs.json" if failed else "prune/dirs.json")
+        return self.path / (
+            f"failed/prune-part-{part}.json" if failed else f"prune/part-{part}.json"
+        )
 
     def final_check_json(self, failed: bool = False) -> Path:
         return self.path / (
@@ -238,9 +246,9 @@ class RunDir:
     def verify_failed(self, part: str, doc: dict | str = "") -> None:
         self._json(self.failed_result("verify", part), doc)
 
-    def pruned(self, fields: dict, failed: bool = False) -> None:
-        """prune.json: a whole document with `fields` as given."""
-        self._json(self.prune_json(failed), self.prune_doc(**fields))
+    def pruned(self, fields: dict, failed: bool = False, part: str | None = None) -> None:
+        """A prune job's whole document with `fields` as given (see prune_json)."""
+        self._json(self.prune_json(failed, part), self.prune_doc(**fields))
 
     def final_check(self, counts: dict, failed: bool = False) -> None:
         """The final check's verify document with these counts."""

@@ -157,9 +157,15 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
         ],
         "verify_partitions": plan["copy_partitions"],
         "verify_scope": "copied",
+        # Cut by the file cap, as the copy is: 3 files, one part.
+        "prune_partitions": [{"id": "00000", "files": 3, "bytes": 13}],
+        "prune_dirs": 1,
     }
-    # What the final pass would delete: files and links only on the destination, never directories.
+    # What the final pass would delete: files and links only on the destination; the directories
+    # that leaves empty apart, for after every part.
     assert sorted(paths_in(out / "delete.tsv")) == sorted(EXTRA)
+    assert paths_in(out / "prune" / "part-00000.tsv") == paths_in(out / "delete.tsv")
+    assert paths_in(out / "prune" / "dirs.tsv") == ["gone\\tdir"]
     assert not (out / "verify").exists(), (
         "outside the final phase verify partitions are the copy partitions"
     )

@@ -6,6 +6,7 @@ directory or listing the container with the SDK, never with ferry.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -316,6 +317,123 @@ def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, prox
     _refused(r)
     assert snapshot(dst) == before
     assert proxy.requests(comp="list"), "the listing never went through the proxy"
+
+
+# ---------------------------------------------------------------------------------------------
+# from a plan: what `ferry plan`'s join decided, deleted in one job or in parts
+
+
+def plan_final(tmp_path: Path, run_ferry, src: Path, dst: Path, parts: int = 3) -> Path:
+    """`ferry plan --phase final` of SRC's and DST's listings, as a pipeline's pass makes it."""
+    listings = {}
+    for side, root in (("src", src), ("dst", dst)):
+        listings[side] = tmp_path / f"{side}.tsv"
+        listings[side].write_bytes(run_ferry("ls", "-r", root).stdout_bytes)
+    out = tmp_path / "plan"
+    run_ferry(
+        "plan", listings["src"], listings["dst"], "--out", out, "--phase", "final",
+        "--parts", str(parts),
+    )  # fmt: skip
+    return out
+
+
+def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferry):
+    """`--plan` deletes what prune's own listings would, and restores the same directory mtimes:
+    one rule, decided in the plan's join. The listings it would sort are absent."""
+    src, dst, before = build_local(tmp_path, run_ferry)
+    twin = tmp_path / "twin"
+    subprocess.run(["cp", "-a", dst, twin], check=True)
+    plan = plan_final(tmp_path, run_ferry, src, dst)
+    doc = json.loads((plan / "plan.json").read_text())
+    assert doc["extra_on_dest"]["files"] == len(EXTRA_FILES)
+    assert doc["prune_dirs"] == len(EXTRA_DIRS)
+    assert sum(p["files"] for p in doc["prune_partitions"]) == len(EXTRA_FILES)
+    # Cut as the plan was asked to cut (--parts 3), though nothing is copied.
+    assert (len(doc["prune_partitions"]), doc["copy_partitions"]) == (3, []), doc
+    for listing in ("src.tsv", "dst.tsv"):
+        (tmp_path / listing).unlink()
+
+    j = run_ferry("prune", src, dst, "--plan", plan, "--log", tmp_path / "p.tsv", "--json").json
+    run_ferry("prune", src, twin, "--log", tmp_path / "t.tsv")
+    assert (j["deleted"], j["would_delete"], j["dirs"], j["refused"]) == (
+        len(EXTRA_FILES),
+        len(EXTRA_FILES),
+        len(EXTRA_DIRS),
+        None,
+    ), j
+    # Files are deleted many at a time, so logged as they finish; directories in their order.
+    assert sorted(log_paths(tmp_path / "p.tsv")) == sorted(log_paths(tmp_path / "t.tsv"))
+    assert log_paths(tmp_path / "p.tsv")[-len(EXTRA_DIRS) :] == EXTRA_DIRS
+    assert snapshot(dst) == snapshot(twin) and set(snapshot(dst)) == set(snapshot(src))
+    assert snapshot(dst) != before
+
+
+def test_a_plan_pruned_in_parts_then_its_directories(tmp_path, run_ferry):
+    """Every part deletes its files alone (any order); --dirs then deletes the emptied
+    directories and gives the ones that stay the source's mtime: the tree a whole prune leaves."""
+    src, dst, _ = build_local(tmp_path, run_ferry)
+    (src / "keep").touch()  # a kept directory whose mtime prune must restore
+    os.utime(src / "keep", ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    plan = plan_final(tmp_path, run_ferry, src, dst, parts=3)
+    parts = [p["id"] for p in json.loads((plan / "plan.json").read_text())["prune_partitions"]]
+    assert len(parts) == 3
+    deleted = []
+    for part in reversed(parts):
+        log = tmp_path / f"part-{part}.tsv"
+        j = run_ferry(
+            "prune", src, dst, "--plan", plan, "--part", part, "--log", log, "--json"
+        ).json
+        assert j["dirs"] == 0 and j["deleted"] == j["would_delete"] > 0, j
+        assert all(d in [p for p in EXTRA_FILES] for d in log_paths(log))
+        deleted += log_paths(log)
+        assert (dst / "gone-dir").is_dir(), "a part deleted a directory"
+    assert sorted(deleted) == sorted(EXTRA_FILES)
+    j = run_ferry(
+        "prune", src, dst, "--plan", plan, "--dirs", "--log", tmp_path / "dirs.tsv", "--json"
+    ).json
+    assert (j["deleted"], j["dirs"]) == (0, len(EXTRA_DIRS)), j
+    assert log_paths(tmp_path / "dirs.tsv") == EXTRA_DIRS
+    assert set(snapshot(dst)) == set(snapshot(src))
+    assert (dst / "keep").stat().st_mtime_ns == (src / "keep").stat().st_mtime_ns
+
+
+def test_every_part_of_a_plan_judges_max_delete_by_the_whole_pass(tmp_path, run_ferry):
+    """A part holding 2 of 6 deletions is still refused at --max-delete 5: the gate is the
+    pass's, not the part's, or cutting would slip past it."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {f"k/{i:02d}": b"k" for i in range(24)})
+    run_ferry("copy", src, dst, "--recursive")
+    make_tree(dst, {f"x/{i}": b"x" for i in range(6)})
+    before = snapshot(dst)
+    plan = plan_final(tmp_path, run_ferry, src, dst, parts=3)
+    for part in ("00000", "00001", "00002"):
+        r = run_ferry(
+            "prune", src, dst, "--plan", plan, "--part", part, "--max-delete", "5",
+            "--log", tmp_path / "log.tsv", "--json", check=1,
+        )  # fmt: skip
+        assert "6 of 30" in r.json["refused"], r.json
+    assert snapshot(dst) == before
+    r = run_ferry(
+        "prune", src, dst, "--plan", plan, "--part", "00007", "--log", tmp_path / "l", check=2
+    )
+    assert "no deletion part" in r.stderr
+
+
+def test_a_plan_without_a_destination_or_a_source_is_refused(tmp_path, run_ferry):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a": b"a"})
+    make_tree(dst, {"a": b"a", "b": b"b"})
+    listing = tmp_path / "src.tsv"
+    listing.write_bytes(run_ferry("ls", "-r", src).stdout_bytes)
+    run_ferry("plan", listing, "--out", tmp_path / "base", "--phase", "baseline")
+    r = run_ferry("prune", src, dst, "--plan", tmp_path / "base", "--log", tmp_path / "l", check=1)
+    assert "without a destination listing" in r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    plan = plan_final(tmp_path, run_ferry, empty, dst)
+    r = run_ferry("prune", empty, dst, "--plan", plan, "--log", tmp_path / "l", check=1)
+    assert "no entries at the source" in r.stderr and "--force" in r.stderr
+    assert snapshot(dst) == {**snapshot(dst)} and (dst / "b").exists()
 
 
 @pytest.mark.parametrize(

@@ -423,7 +423,7 @@ pub struct Merged {
 pub fn merge(
     listing: &[PathBuf],
     observed: &[PathBuf],
-    deleted: Option<&Path>,
+    deleted: &[PathBuf],
     out: &Path,
     scratch: &Path,
     budget: usize,
@@ -443,7 +443,7 @@ pub fn merge(
     };
     let old = sorted(listing.iter().map(PathBuf::as_path).collect(), "carried")?;
     let seen = sorted(observed.iter().map(PathBuf::as_path).collect(), "observed")?;
-    let gone = sorted(deleted.into_iter().collect(), "deleted")?;
+    let gone = sorted(deleted.iter().map(PathBuf::as_path).collect(), "deleted")?;
     let mut counts = Merged {
         observed: seen.entries(),
         deleted: gone.entries(),
@@ -599,7 +599,7 @@ mod tests {
         let n = merge(
             std::slice::from_ref(&listing),
             &seen,
-            Some(&deleted),
+            std::slice::from_ref(&deleted),
             &out,
             t.path(),
             1 << 20,
@@ -628,7 +628,7 @@ mod tests {
             &[Entry::file("b", 2), dir("a"), Entry::file("a/c", 1)],
         )];
         let out = t.path().join("new.tsv");
-        merge(&[], &seen, None, &out, t.path(), 1 << 20).unwrap();
+        merge(&[], &seen, &[], &out, t.path(), 1 << 20).unwrap();
         assert_eq!(
             paths(&out),
             [("a", 0), ("a/c", 1), ("b", 2)].map(|(p, s)| (p.to_string(), s))

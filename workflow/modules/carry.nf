@@ -12,7 +12,7 @@ process CARRY {
     path plan, stageAs: 'rec/plan/plan.json'
     path observed, stageAs: 'rec/verify/*'
     path dest_listing, stageAs: 'listing/*'       // [] in the baseline, which lists nothing
-    path deleted, stageAs: 'in/deleted.txt'       // [] but in the final phase
+    path deleted, stageAs: 'rec/prune/*'          // what every prune job deleted: [] but in the final phase
     path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
 
     output:
@@ -20,8 +20,8 @@ process CARRY {
     path 'rec', emit: rec
 
     script:
-    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json', deleted_log: 'in/deleted.txt'])
+    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json'])
 
     stub:
-    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json', deleted_log: 'in/deleted.txt'], stub: true)
+    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json'], stub: true)
 }

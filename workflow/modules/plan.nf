@@ -20,6 +20,8 @@ process PLAN {
     path("${run.layout.plan}"), emit: plan
     path 'plan/copy/part-*.tsv', emit: copy, optional: true
     path 'plan/verify/part-*.tsv', emit: verify, optional: true
+    path 'plan/prune/part-*.tsv', emit: prune, optional: true
+    path 'plan/prune', emit: prune_dir        // with the directories to delete, for PRUNE_DIRS
     path 'plan/**', emit: files               // with summaries and delete.tsv, for the run directory
     path 'rec', emit: rec                     // its log and timing, and a copy of plan.json
 

@@ -2,9 +2,35 @@
 // workflow starts it only once every verify has ended, the step itself refuses unless every verify
 // partition of the plan passed (ferry_task.py's guard, the same in the Snakemake pipeline: an
 // empty or failed fan-out never reaches `ferry prune`), and ferry prune refuses beyond
-// prune.max_delete and on an empty source.
+// prune.max_delete (of the whole pass, in every job) and on an empty source. The plan cut the files
+// to delete into parts, deleted at once (PRUNE); the directories they leave go after them all
+// (PRUNE_DIRS). Nothing is listed: `ferry prune --plan` deletes what the plan's join found.
 
 process PRUNE {
+    tag "part-${part}"
+    label 'ferry'
+    errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
+
+    input:
+    val run
+    path plan, stageAs: 'rec/plan/plan.json'           // for the guard
+    path verified, stageAs: 'rec/verify/*'
+    path planned, stageAs: 'plan/plan.json'            // for `ferry prune --plan plan`
+    tuple val(part), path(manifest, stageAs: 'plan/prune/*')
+
+    output:
+    path("${Ferry.rec(run, 'prune', 'out', part)}"), emit: json
+    path("${Ferry.rec(run, 'prune', 'deleted', part)}"), emit: deleted
+    path 'rec', emit: rec
+
+    script:
+    Ferry.task('prune', run, part: part, set: [plan_dir: 'plan'])
+
+    stub:
+    Ferry.task('prune', run, part: part, set: [plan_dir: 'plan'], stub: true)
+}
+
+process PRUNE_DIRS {
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 
@@ -12,20 +38,18 @@ process PRUNE {
     val run
     path plan, stageAs: 'rec/plan/plan.json'
     path verified, stageAs: 'rec/verify/*'
-    // The listings the plan used: prune deletes what they say the source lacks, listing nothing.
-    // Outside `rec`, which the report gathers: they may be large.
-    path source_listing, stageAs: 'listing/*'
-    path dest_listing, stageAs: 'listing/*'
-    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
+    path planned, stageAs: 'plan/plan.json'
+    path deletions, stageAs: 'plan/prune'               // its dirs.tsv and touched.tsv
+    path pruned, stageAs: 'rec/prune/*'                 // every part's report: after them all
 
     output:
-    path("${Ferry.rec(run, 'prune', 'out')}"), emit: json
-    path("rec/${run.layout.deleted_log}"), emit: deleted
+    path("${Ferry.rec(run, 'prune_dirs', 'out')}"), emit: json
+    path("${Ferry.rec(run, 'prune_dirs', 'deleted')}"), emit: deleted
     path 'rec', emit: rec
 
     script:
-    Ferry.task('prune', run, set: run.spec.listings + [shards: 'listing/shards.json'])
+    Ferry.task('prune_dirs', run, set: [plan_dir: 'plan'])
 
     stub:
-    Ferry.task('prune', run, set: run.spec.listings + [shards: 'listing/shards.json'], stub: true)
+    Ferry.task('prune_dirs', run, set: [plan_dir: 'plan'], stub: true)
 }

@@ -149,6 +149,10 @@ def verify_ids():
     return [p["id"] for p in _plan()["verify_partitions"]]
 
 
+def prune_ids():
+    return [p["id"] for p in _plan()["prune_partitions"]]
+
+
 def verify_manifest(wildcards):
     sub = "verify" if AUDIT else "copy"
     return os.path.join(_plan_dir(), sub, f"part-{wildcards.part}.tsv")
@@ -169,6 +173,10 @@ def all_verify_json(wildcards):
     return [records("verify", part).out for part in verify_ids()]
 
 
+def all_prune_json(wildcards):
+    return [records("prune", part).out for part in prune_ids()]
+
+
 def all_benchmarks(step, ids):
     return [records(step, part).bench for part in ids]
 
@@ -183,7 +191,7 @@ def carry_inputs(wildcards):
         if SHARDED:
             files["shards"] = records("shard").out
     if FINAL:
-        files["pruned"] = records("prune").out
+        files["pruned"] = [*all_prune_json(wildcards), records("prune_dirs").out]
     return files
 
 
@@ -192,7 +200,8 @@ def step_benchmarks(step):
     if step in ferry_run_dir.SHARDED:
         return list_benchmarks(step)
     if ferry_run_dir.partitioned(step):
-        return all_benchmarks(step, {"copy": copy_ids, "verify": verify_ids}[step]())
+        ids = {"copy": copy_ids, "verify": verify_ids, "prune": prune_ids}[step]
+        return all_benchmarks(step, ids())
     return [records(step).bench]
 
 

@@ -27,7 +27,7 @@ rule verify:
 
 rule final_check:
     input:
-        prune=records("prune").out,
+        pruned=records("prune_dirs").out,
     output:
         json=records("final_check").out,
         bench=records("final_check").bench,

@@ -151,6 +151,7 @@ STEPS = {
     "copy": "copy",
     "verify": "verify",
     "prune": "prune",
+    "prune_dirs": "prune",
     "final_check": "verify",
     "carry": "list",
     "report": "report",
@@ -226,6 +227,7 @@ def phase_steps(cfg: dict) -> list[str]:
         "list_dest": phase != "baseline",
         "make_dest": phase == "baseline",
         "prune": phase == "final",
+        "prune_dirs": phase == "final",
         "final_check": final_check(cfg),
         # Not a step of a phase: its own target (`snakemake replicate`, Nextflow's replicate).
         "replicate": False,
@@ -425,25 +427,21 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "{progress}",
             "--json",
         ]
-    if step == "prune":
-        # The sorted listings go beside the output ({scratch}), not to a /tmp that may be a tmpfs
-        # counted against the job's memory.
-        # Both sides as the plan saw them: the source is frozen, and the destination was written
-        # since only by this pass (a deletion of what it already replaced finds nothing).
+    if step in ("prune", "prune_dirs"):
+        # What the plan's join of the two listings found to delete: the source is frozen, and
+        # the destination was written since only by this pass (a deletion of what it already
+        # replaced finds nothing). Nothing is listed or sorted again. One job per part of the
+        # plan's files to delete, then one for the directories they leave.
         return [
             ferry,
             "prune",
             *ends,
-            "--files-from",
-            "{source_listing}",
-            "--dest-from",
-            "{dest_listing}",
-            *shards_args(cfg),
+            "--plan",
+            "{plan_dir}",
+            *(["--part", "{part}"] if step == "prune" else ["--dirs"]),
             *prune_args(cfg),
-            "--scratch",
-            "{scratch}",
             "--log",
-            "{deleted_log}",
+            "{deleted}",
             "--json",
         ]
     if step == "final_check":
@@ -457,7 +455,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
         # The audit's fresh listing is the state as it is: no verify's record to patch it with.
         observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
         pruned = (
-            ["--deleted", "{deleted_log}"]
+            ["--deleted", "{deleted}"]
             if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
             else []
         )
@@ -529,7 +527,7 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
     if step in ("list_dest", "make_dest", "carry", "shard"):
         spec["values"]["state"] = state_location(cfg)
-    if step in ("plan", "prune", "carry"):
+    if step in ("plan", "carry"):
         # The listings it reads, relative to the run directory (Nextflow stages them so too).
         spec["listings"] = ferry_run_dir.listings(list_jobs(cfg))
     if step == "plan":

@@ -78,6 +78,9 @@ from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
 STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
+# A step of the history taken by more than one of the pipeline's: prune's parts, then its
+# directories' job, which starts when the last part ends (so their spans add up).
+JOBS_OF = {"prune": ("prune", "prune_dirs")}
 # How many of the latest passes the rates and the delta trend are taken over: recent enough to
 # follow a change of load, several so one odd pass does not decide.
 RECENT = 3
@@ -295,9 +298,12 @@ def record(
         "retries": totals["retries"]["total"],
         "requests": {"total": requests["total"], "by_step": requests["by_step"]},
         "steps": {
-            s: {"seconds": per_step[s]["seconds"], "span": per_step[s]["span_seconds"]}
+            s: {
+                key: round(sum(per_step[j][field] for j in jobs), 3)
+                for key, field in (("seconds", "seconds"), ("span", "span_seconds"))
+            }
             for s in STEPS
-            if s in per_step
+            if (jobs := [j for j in JOBS_OF.get(s, (s,)) if j in per_step])
         },
         "partitions": len(report["partitions"]),
         "depth": totals["depth"],

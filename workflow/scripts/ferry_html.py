@@ -40,6 +40,7 @@ COLOURS = {
     "copy": "#2e86de",
     "verify": "#f39c12",
     "prune": "#c0392b",
+    "prune_dirs": "#e17055",
     "final_check": "#8e44ad",
     "replicate": "#16a085",
     "report": "#95a5a6",

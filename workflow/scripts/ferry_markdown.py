@@ -91,7 +91,7 @@ def checks(report: dict) -> list[str]:
             f"Prune: {p['deleted']} deleted, {p['would_delete']} would delete"
             + (" (dry run)" if p["dry_run"] else "")
             + (f", refused: {p['refused']}" if p["refused"] else "")
-            + (f"; list in `{p['log']}`" if p["log"] else "")
+            + (f"; lists in `{p['log']}`" if p["log"] else "")
             + ".",
             "",
         ]

@@ -8,7 +8,6 @@ docs/pipeline.md, "The report".
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 from collections import Counter, defaultdict
 
@@ -125,19 +124,48 @@ def verifies(run: dict) -> dict:
     return {"rows": rows, "totals": totals, "failures": failures}
 
 
+def prune_jobs(run: dict) -> list[tuple[str | None, dict]]:
+    """(part, job): one per part of the plan's files to delete, then the directories' (None)."""
+    return [(job["id"], job) for job in run["prune"]] + [(None, run["prune_dirs"])]
+
+
 def pruning(run: dict) -> tuple[dict | None, list[dict]]:
-    """prune's document as the report shows it, and its failures."""
-    job = run["prune"]
-    doc = job["doc"]
-    if doc is None:
-        return None, ([job_failure("prune", job)] if job["error"] else [])
-    failures = [{"stage": "prune", **f} for f in doc["failures"]]
-    if doc["refused"]:
-        failures.insert(0, {"stage": "prune", "error": f"prune refused: {doc['refused']}"})
-    if doc["log"]:
-        # The deletion list lives in the run directory, wherever the engine ran prune from.
-        doc = doc | {"log": os.path.join("prune", os.path.basename(doc["log"]))}
-    return doc, failures
+    """The prune jobs' documents as one, in the shape of one: counts and requests summed, the
+    refusal and warning of the first that gave one; and every failure, named by its part."""
+    failures, docs = [], []
+    for part, job in prune_jobs(run):
+        where = {"partition": part} if part is not None else {}
+        doc = job["doc"]
+        if doc is None:
+            if job["error"]:
+                failures.append(job_failure("prune", job, part))
+            continue
+        docs.append(doc)
+        failures += [{"stage": "prune", **where, **f} for f in doc["failures"]]
+    if not docs:
+        return None, failures
+    refused = next((d["refused"] for d in docs if d["refused"]), None)
+    if refused:
+        failures.insert(0, {"stage": "prune", "error": f"prune refused: {refused}"})
+    summed = {
+        key: sum(d[key] for d in docs) for key in ("deleted", "would_delete", "dirs", "failed")
+    }
+    return {
+        "dry_run": docs[0]["dry_run"],
+        **summed,
+        "jobs": len(docs),
+        "refused": refused,
+        "warning": next((d["warning"] for d in docs if d["warning"]), None),
+        # The deletion lists live in the run directory, wherever the engine ran prune from.
+        "log": "prune/",
+        "requests": {k: sum(d["requests"][k] for d in docs) for k in ferry_docs.REQUEST_KINDS},
+    }, failures
+
+
+def pruned(run: dict, prune: dict | None) -> bool:
+    """Every prune job reported, and none refused."""
+    done = all(job["doc"] for _, job in prune_jobs(run))
+    return prune is not None and not prune["refused"] and done
 
 
 def final_checking(run: dict) -> tuple[dict | None, list[dict]]:
@@ -222,7 +250,8 @@ def requests(run: dict) -> dict:
     left, failed jobs' included (their requests were made too), and the listings' summaries."""
     docs = list(run["listings"].items())
     docs += [(step, job["doc"]) for step in ("copy", "verify") for job in run[step]]
-    docs += [(step, run[step]["doc"]) for step in ("prune", "final_check", "carry")]
+    docs += [("prune", job["doc"]) for _, job in prune_jobs(run)]
+    docs += [(step, run[step]["doc"]) for step in ("final_check", "carry")]
     by_step: dict[str, dict[str, int]] = {}
     for step, doc in docs:
         if doc is not None:
@@ -330,7 +359,7 @@ def finished(run: dict, opts, copy: dict, verify: dict, prune, final_check) -> b
     return (
         run["plan"] is not None
         and all(r["state"] == "done" for r in copy["rows"] + verify["rows"])
-        and (opts.phase != "final" or (prune is not None and not prune["refused"]))
+        and (opts.phase != "final" or pruned(run, prune))
         and (not opts.final_check or final_check is not None)
     )
 

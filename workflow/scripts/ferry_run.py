@@ -3,7 +3,8 @@ the history and report.html are made from, read once, each worker document throu
 (ferry_docs.py). What it returns is plain data; ferry_model.py makes the report of it, and the
 renderers (ferry_markdown.py, ferry_html.py) only render that.
 
-    read(run_dir) -> {"plan", "copy": [job], "verify": [job], "prune": job, "final_check": job,
+    read(run_dir) -> {"plan", "copy": [job], "verify": [job], "prune": [job], "prune_dirs": job,
+                      "final_check": job,
                       "carry": job, "shards": the shard step's document or None,
                       "listings": {step: listing}, "timings": {key: timing},
                       "preparation": [{"stage", "error"}]}
@@ -204,7 +205,8 @@ def read(run_dir: str) -> dict:
         "plan": plan,
         "copy": partitions("copy"),
         "verify": partitions("verify"),
-        "prune": job(run_dir, "prune", None, bench),
+        "prune": partitions("prune"),
+        "prune_dirs": job(run_dir, "prune_dirs", None, bench),
         "final_check": job(run_dir, "final_check", None, bench),
         "carry": job(run_dir, "carry", None, bench),
         "shards": shards,

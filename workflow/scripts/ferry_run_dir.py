@@ -55,7 +55,9 @@ SHARDED_LISTINGS = {
     "source_listing": SHARDED["list_source"].out,
     "dest_listing": SHARDED["list_dest"].out,
 }
-DELETED_LOG = LAYOUT["deleted_log"]
+# What each prune job deleted (its --log): one per part of the plan's prune_partitions, and the
+# prune_dirs job's; the carry step patches the carried destination listing with them.
+DELETED = {step: spec["deleted"] for step, spec in LAYOUT["steps"].items() if "deleted" in spec}
 # Where a listing's `ferry ls --summary` goes (its counts, Blob requests among them).
 LISTING_SUMMARIES = {
     step: spec["summary"] for step, spec in LAYOUT["steps"].items() if "summary" in spec

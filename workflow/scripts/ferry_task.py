@@ -26,7 +26,7 @@ import time
 import ferry_docs
 from ferry_run_dir import (
     BENCH_HEADER,
-    DELETED_LOG,
+    DELETED,
     DOCUMENTS,
     LISTING_SUMMARIES,
     LISTINGS,
@@ -43,9 +43,11 @@ from ferry_run_dir import (
 )
 
 # A stub run's ends: the same two files on both sides where the step checks a finished copy, an
-# empty destination where it lists or copies (so the plan has something to cut in two).
+# empty destination where it copies (so the plan has something to cut in two), and one the
+# source lacks where it lists (so a final plan has something to delete, and prune a part).
 STUB_FILES = {"a.txt": b"a\n", "dir/b.txt": b"bb\n"}
-STUB_DEST_FILLED = {"verify", "prune", "final_check"}
+STUB_DEST_FILLED = {"verify", "prune", "prune_dirs", "final_check"}
+STUB_DEST_EXTRA = {"list_dest": {"gone.txt": b"gone\n"}}
 STUB_CUT = ["--parts", "2"]
 
 
@@ -84,8 +86,11 @@ def stub_ends(step: str, where: str) -> dict:
     for side in ("source", "dest"):
         root = os.path.join(where, side)
         os.makedirs(root, exist_ok=True)
-        if side == "source" or step in STUB_DEST_FILLED:
-            for rel, data in STUB_FILES.items():
+        files = STUB_FILES if side == "source" or step in STUB_DEST_FILLED else {}
+        if side == "dest":
+            files = {**files, **STUB_DEST_EXTRA.get(step, {})}
+        if files:
+            for rel, data in files.items():
                 path = os.path.join(root, rel)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as handle:
@@ -116,9 +121,10 @@ def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, f
     return rc, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
-def prune_guard(root: str) -> list[str]:
-    """Why prune must not run, or [] when every verify partition of the plan passed: whatever the
-    engine's graph says, an empty or failed fan-out never reaches `ferry prune`."""
+def prune_guard(root: str, step: str) -> list[str]:
+    """Why a prune job must not run, or [] when every verify partition of the plan passed (and,
+    for the directories' job, every part of the deletions was done): whatever the engine's graph
+    says, an empty or failed fan-out never reaches `ferry prune`."""
     plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
         return ["no plan: the fan-out never happened"]
@@ -129,21 +135,32 @@ def prune_guard(root: str) -> list[str]:
             problems.append(f"verify partition {spec['id']} has no result")
         elif not doc["passed"]:
             problems.append(f"verify partition {spec['id']} found differences")
+    if step == "prune_dirs":
+        for spec in plan["prune_partitions"]:
+            # A part that failed or was refused left its document under failed/, not here.
+            if ferry_docs.load("prune", records("prune", spec["id"], root).out) is None:
+                problems.append(f"prune part {spec['id']} has no result")
     return problems
 
 
-def observed_records(root: str) -> list[str]:
-    """What every verify of the plan saw, for `ferry carry`: each must be there, or the pass is
-    not complete and leaves no carried state."""
+def carried_records(root: str, what: str) -> list[str]:
+    """What every verify of the plan saw (`observed`), or what every prune job deleted
+    (`deleted`), for `ferry carry`: each must be there, or the pass is not complete and leaves no
+    carried state."""
     plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
         raise SystemExit("ferry-task: carry: no plan.json in the records")
-    paths = [
-        os.path.join(root, OBSERVED.format(part=spec["id"])) for spec in plan["verify_partitions"]
-    ]
+    if what == "observed":
+        paths = [OBSERVED.format(part=spec["id"]) for spec in plan["verify_partitions"]]
+        said = "what verify saw"
+    else:
+        paths = [DELETED["prune"].format(part=spec["id"]) for spec in plan["prune_partitions"]]
+        paths.append(DELETED["prune_dirs"])
+        said = "what prune deleted"
+    paths = [os.path.join(root, p) for p in paths]
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
-        raise SystemExit(f"ferry-task: carry: no record of what verify saw: {', '.join(missing)}")
+        raise SystemExit(f"ferry-task: carry: no record of {said}: {', '.join(missing)}")
     return paths
 
 
@@ -175,7 +192,6 @@ def run_step(
         {
             "plan_dir": os.path.join(root, PLAN_DIR),
             "scratch": os.path.dirname(rec.out) if rec.out else root,
-            "deleted_log": os.path.join(root, DELETED_LOG),
             "report": os.path.join(root, REPLICATE_REPORT),
             "python": sys.executable,
             "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
@@ -188,10 +204,15 @@ def run_step(
     )
     if shard is not None:
         values["shard"] = shard
+    if part is not None:
+        values["part"] = part
     if step == "verify":
         values["observed"] = os.path.join(root, OBSERVED.format(part=part))
-    if step == "carry" and "{observed}" in spec["argv"]:
-        values["observed"] = observed_records(root)
+    if step in DELETED:
+        values["deleted"] = os.path.join(root, DELETED[step].format(part=part))
+    for what in ("observed", "deleted"):
+        if step == "carry" and f"{{{what}}}" in spec["argv"]:
+            values[what] = carried_records(root, what)
     if step in LISTING_SUMMARIES:
         summary = LISTING_SUMMARIES[step] if shard is None else SHARDED_SUMMARIES[step]
         values["summary"] = os.path.join(root, summary.format(shard=shard))
@@ -215,11 +236,14 @@ def run_step(
     argv = fill(spec["argv"], values)
     if stub and step != "replicate":
         argv[0] = stub_ferry(argv[0])
+    if stub and step in DELETED:
+        # A stub's destination holds a file or two: any deletion is past a share's limit.
+        argv.append("--force")
     env = {**os.environ, **spec.get("env", {})}
 
     with open(rec.log, "wb") as log:
-        if step == "prune":
-            problems = prune_guard(root)
+        if step in DELETED:
+            problems = prune_guard(root, step)
             if problems:
                 log.write("".join(f"ferry: prune refused: {p}\n" for p in problems).encode())
                 return 1

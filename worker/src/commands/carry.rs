@@ -33,9 +33,9 @@ pub struct CarryArgs {
     /// verify, covering every path the pass wrote
     #[arg(long, value_name = "MANIFEST", num_args = 0..)]
     pub observed: Vec<PathBuf>,
-    /// What the pass's prune deleted (its --log)
-    #[arg(long, value_name = "MANIFEST")]
-    pub deleted: Option<PathBuf>,
+    /// What the pass's prune deleted (its --log); one per prune job
+    #[arg(long, value_name = "MANIFEST", num_args = 0..)]
+    pub deleted: Vec<PathBuf>,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -73,7 +73,7 @@ pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {
     let merged = carried::merge(
         &listing,
         &args.observed,
-        args.deleted.as_deref(),
+        &args.deleted,
         &out,
         scratch.path(),
         args.sorting.memory.budget(),

@@ -126,8 +126,9 @@ fn options(args: &PlanArgs) -> anyhow::Result<Options> {
             tool: match args.partitioner {
                 Tool::Ferry => "ferry",
                 Tool::Fpart => "fpart",
-            },
-            mode,
+            }
+            .into(),
+            mode: mode.into(),
             parts: args.parts,
             max_files,
             max_bytes,

@@ -14,8 +14,10 @@ use super::{
 };
 use crate::cli::{Common, Sorting};
 use crate::manifest::{Entry, Kind, Writer};
+use crate::plan::deletions::{under, Decide, Deletions};
+use crate::plan::{PartRow, PlanDoc};
 use crate::sorted::sort::{Runs, Spill};
-use crate::sorted::{sort_store, Join, JoinError, Pair, PathSort, Scratch, Side, SortError};
+use crate::sorted::{sort_store, Join, JoinError, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
 use crate::storage::Store;
 
@@ -34,6 +36,18 @@ pub struct PruneArgs {
     /// their files with {shard}
     #[arg(long, value_name = "FILE")]
     pub shards: Option<PathBuf>,
+    /// Delete what `ferry plan --out DIR` decided would go, listing and sorting nothing: its
+    /// join of the same listings already found it
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["files_from", "dest_from", "shards"])]
+    pub plan: Option<PathBuf>,
+    /// With --plan: only the files of this deletion part (DIR/prune/part-ID.tsv), so that the
+    /// parts go at once; the directories wait for --dirs
+    #[arg(long, value_name = "ID", requires = "plan", conflicts_with = "dirs")]
+    pub part: Option<String>,
+    /// With --plan, after every --part: only the directories (those the deletions left empty
+    /// go; those that stay take the source's mtime)
+    #[arg(long, requires = "plan")]
+    pub dirs: bool,
     /// List what would be deleted; delete nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -154,12 +168,16 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     };
 
     let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
-    let mut plan = match plan(&args, &src, &dst, scratch.path()).await {
-        Ok(plan) => plan,
+    let decided = match &args.plan {
+        Some(dir) => from_plan(dir, &args),
+        None => from_listings(&args, &src, &dst, scratch.path()).await,
+    };
+    let mut work = match decided {
+        Ok(work) => work,
         Err(Stop::Refused(why)) => return refuse(why),
         Err(Stop::Failed(e)) => return Err(e),
     };
-    let (n, dest_files) = (plan.file_count, plan.dest_files);
+    let (n, dest_files) = (work.total, work.dest_files);
     let over_limit = (!args.force && !args.max_delete.allows(n, dest_files)).then(|| {
         format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
     });
@@ -174,15 +192,18 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write {}", log_path.display()))?,
     ))?;
     let deleted = match args.dry_run {
-        true => plan.list(&mut log, !args.json).await?,
+        true => work.list(&mut log, !args.json).await?,
         false => {
-            let n = plan.delete(&dst, &mut log, &stats, concurrency).await?;
-            plan.restore_mtimes(&src, &dst, &stats).await?;
+            let n = work
+                .delete_files(&dst, &mut log, &stats, concurrency)
+                .await?;
+            work.delete_dirs(&dst, &mut log, &stats).await?;
+            work.restore_mtimes(&src, &dst, &stats).await?;
             n
         }
     };
     log.finish()?;
-    Ok(report(&args, &plan, deleted, over_limit, &stats, &log_path))
+    Ok(report(&args, &work, deleted, over_limit, &stats, &log_path))
 }
 
 /// What stops a prune before it deletes anything.
@@ -198,14 +219,70 @@ impl<E: Into<anyhow::Error>> From<E> for Stop {
     }
 }
 
+/// What a plan decided: its counts (the whole pass's, so that every part judges --max-delete
+/// alike) and the files of the deletions this job takes. The plan's own listings were whole (a
+/// failed or doubtful listing fails the plan); an empty source is still refused here.
+fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
+    let plan = PlanDoc::read(dir)?;
+    let Some(dest) = plan.dest else {
+        return Err(Stop::Refused(format!(
+            "the plan in {} is a {} plan, made without a destination listing: it cannot say what to delete",
+            dir.display(),
+            plan.phase
+        )));
+    };
+    let s = &plan.source;
+    if s.files + s.dirs + s.symlinks + s.specials == 0 && !args.force {
+        return Err(Stop::Refused(format!(
+            "the plan in {} found no entries at the source; pass --force if it really is empty",
+            dir.display()
+        )));
+    }
+    let parts: Vec<&PartRow> = match &args.part {
+        Some(id) => vec![plan
+            .prune_partitions
+            .iter()
+            .find(|p| &p.id == id)
+            .with_context(|| {
+                format!(
+                    "the plan in {} has no deletion part {id:?} ({} parts)",
+                    dir.display(),
+                    plan.prune_partitions.len()
+                )
+            })?],
+        None if args.dirs => Vec::new(),
+        None => plan.prune_partitions.iter().collect(),
+    };
+    let deletions = dir.join("prune");
+    let mut files = Vec::new();
+    for p in &parts {
+        let i =
+            p.id.parse()
+                .with_context(|| format!("bad part id {:?}", p.id))?;
+        files.push(deletions.join(crate::partition::part_name(i)));
+    }
+    let whole = args.part.is_none();
+    let listed = |name: &str| whole.then(|| Entries::Manifests(vec![deletions.join(name)]));
+    Ok(Work {
+        files: (!args.dirs).then_some(Entries::Manifests(files)),
+        file_count: parts.iter().map(|p| p.files).sum(),
+        dirs: listed("dirs.tsv"),
+        dir_count: if whole { plan.prune_dirs } else { 0 },
+        touched: listed("touched.tsv"),
+        total: plan.extra_on_dest.files,
+        dest_files: dest.files,
+        planned: true,
+    })
+}
+
 /// Sorts both sides and plans the deletions; refuses when the source's listing is doubtful
 /// (failed, empty without --force, naming a path twice) or the destination's failed.
-async fn plan(
+async fn from_listings(
     args: &PruneArgs,
     src: &Arc<dyn Store>,
     dst: &Arc<dyn Store>,
     scratch: &Path,
-) -> Result<Deletions, Stop> {
+) -> Result<Work, Stop> {
     let budget = args.sorting.memory.budget();
     let files = |m: &Option<PathBuf>| {
         m.as_ref()
@@ -234,7 +311,8 @@ async fn plan(
         }
         runs => runs?,
     };
-    match Deletions::plan(&source, &dest, scratch, args.dest_from.is_some()).await {
+    let planned = args.dest_from.is_some();
+    match walk(&source, &dest, scratch, planned).await {
         Err(PlanError::Join(
             e @ JoinError::Duplicate {
                 side: Side::Source, ..
@@ -243,8 +321,34 @@ async fn plan(
             "the source listing failed ({})",
             twice(source_files.as_deref(), e)
         ))),
-        plan => Ok(plan?),
+        Err(e) => Err(e.into()),
+        Ok(d) => Ok(Work {
+            files: Some(Entries::Spill(d.files)),
+            file_count: d.file_count,
+            dirs: Some(Entries::Spill(d.dirs)),
+            dir_count: d.dir_count,
+            touched: Some(Entries::Spill(d.touched)),
+            total: d.file_count,
+            dest_files: d.dest_files,
+            planned,
+        }),
     }
+}
+
+/// One merge-join of the two sorted listings, every pair shown to the deletions' walk.
+async fn walk(
+    source: &Runs,
+    dest: &Runs,
+    scratch: &Path,
+    planned: bool,
+) -> Result<Deletions, PlanError> {
+    let mut decide = Decide::new(scratch, planned)?;
+    let mut pacer = Pacer::default();
+    for pair in Join::new(source.merge()?, dest.merge()?)? {
+        pacer.tick().await;
+        decide.visit(&pair?)?;
+    }
+    Ok(decide.finish()?)
 }
 
 /// A path the source names twice, with its lines when it came from a manifest.
@@ -261,7 +365,7 @@ fn twice(files: Option<&[PathBuf]>, e: JoinError) -> String {
 /// The summary: --json on stdout, or lines on stderr. Exit 1 if anything could not be deleted.
 fn report(
     args: &PruneArgs,
-    plan: &Deletions,
+    plan: &Work,
     deleted: u64,
     over_limit: Option<String>,
     stats: &Stats,
@@ -346,99 +450,52 @@ enum PlanError {
     Scratch(#[from] io::Error),
 }
 
-/// What goes, spilled to scratch files in the order it goes: the destination's files and
-/// symlinks that the source lacks, in path order, then the directories they leave empty.
-/// Counted before anything is deleted, so that --max-delete can refuse first.
-struct Deletions {
-    files: Spill,
+/// Entries read back in order: a scratch spill, or manifests one after another.
+enum Entries {
+    Spill(Spill),
+    Manifests(Vec<PathBuf>),
+}
+
+impl Entries {
+    fn read(&mut self) -> io::Result<Box<dyn Iterator<Item = io::Result<Entry>> + '_>> {
+        match self {
+            Entries::Spill(s) => Ok(Box::new(s.read()?)),
+            Entries::Manifests(files) => {
+                let readers = files
+                    .iter()
+                    .map(|f| crate::manifest::Reader::open(f))
+                    .collect::<io::Result<Vec<_>>>()?;
+                Ok(Box::new(
+                    readers
+                        .into_iter()
+                        .flatten()
+                        .map(|e| e.map_err(io::Error::other)),
+                ))
+            }
+        }
+    }
+}
+
+/// What this prune deletes and mends, in the order it goes: files and symlinks in path order,
+/// then the directories they leave empty (each after those inside it), then the mtimes of the
+/// directories that stay. A part of a plan's prune has files only, its `--dirs` job the rest.
+struct Work {
+    files: Option<Entries>,
     file_count: u64,
-    dirs: Spill,
+    dirs: Option<Entries>,
     dir_count: u64,
+    /// The directories that stay and lose an entry, or whose mtime is not the source's.
+    touched: Option<Entries>,
+    /// Every file the pass deletes (all parts), for --max-delete.
+    total: u64,
     /// The destination's files and symlinks, for --max-delete's percentage.
     dest_files: u64,
-    /// The directories that stay and lose an entry, or whose mtime is not the source's already
-    /// (the parts of a pipeline write into one directory in no order), as the source lists
-    /// them: each gets the source's mtime once the deletions are done.
-    touched: Spill,
-    /// The destination's listing predates the pass's copies (`--dest-from`): a touched
-    /// directory's mtime is looked at before it is set.
+    /// The destination's listing predates the pass's copies: a touched directory's mtime is
+    /// looked at before it is set.
     planned: bool,
 }
 
-impl Deletions {
-    /// One merge-join of the two sorted listings. `planned`: the destination's listing is the
-    /// one its pass planned against (`--dest-from`), so the directories the source has and it
-    /// lacks were made since, by the pass's copies, and take the source's mtime too.
-    async fn plan(
-        source: &Runs,
-        dest: &Runs,
-        scratch: &Path,
-        planned: bool,
-    ) -> Result<Deletions, PlanError> {
-        let mut files = Spill::create(scratch.join("delete-files"))?;
-        let mut dirs = EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?);
-        let mut touched = TouchedDirs::new(Spill::create(scratch.join("touched-dirs"))?);
-        let (mut file_count, mut dest_files) = (0, 0);
-        let mut pacer = Pacer::default();
-        for pair in Join::new(source.merge()?, dest.merge()?)? {
-            pacer.tick().await;
-            let (d, kept) = match pair? {
-                Pair::Source(s) => {
-                    if planned {
-                        // Made by the pass: so was its directory's new mtime.
-                        touched.advance(&s.path)?;
-                        touched.lose(&s.path);
-                        if s.kind == Kind::Dir {
-                            touched.open(s, true);
-                        }
-                    }
-                    continue;
-                }
-                Pair::Both(s, d) => {
-                    touched.advance(&d.path)?;
-                    if planned && rewritten(&s, &d) {
-                        touched.lose(&s.path);
-                    }
-                    if s.kind == Kind::Dir && (d.kind == Kind::Dir || planned) {
-                        // A planned listing's directory mtimes are as a verify saw them, before
-                        // later parts wrote into them: each is looked at when the time comes.
-                        let differs = s.mtime.is_some() && s.mtime != d.mtime;
-                        touched.open(s, differs || planned);
-                    }
-                    (d, true)
-                }
-                Pair::Dest(d) => {
-                    touched.advance(&d.path)?;
-                    touched.lose(&d.path);
-                    (d, false)
-                }
-            };
-            dirs.advance(&d.path)?;
-            if d.kind != Kind::Dir {
-                dest_files += 1;
-            }
-            match (kept, d.kind) {
-                (true, _) => dirs.keep(&d.path),
-                (false, Kind::Dir) => dirs.open(d),
-                (false, _) => {
-                    files.push(&d)?;
-                    file_count += 1;
-                }
-            }
-        }
-        let (dirs, dir_count) = dirs.finish()?;
-        let touched = touched.finish()?;
-        Ok(Deletions {
-            files,
-            file_count,
-            dirs,
-            dir_count,
-            dest_files,
-            touched,
-            planned,
-        })
-    }
-
+impl Work {
     /// Gives the local directories that lost entries, or have another mtime than the source's,
     /// the source's (as `rsync --delete -t` leaves them); the root its from a look at the
     /// source root (set only where it differs). Blob storage has no directory whose mtime a
@@ -449,10 +506,13 @@ impl Deletions {
         dst: &Arc<dyn Store>,
         stats: &Stats,
     ) -> anyhow::Result<()> {
+        let Some(touched) = self.touched.as_mut() else {
+            return Ok(());
+        };
         if !dst.capabilities().directories {
             return Ok(());
         }
-        for d in self.touched.read()? {
+        for d in touched.read()? {
             let d = d.map_err(PlanError::Scratch)?;
             let Some(mtime) = d.mtime else { continue };
             if self.planned {
@@ -506,30 +566,38 @@ impl Deletions {
     ) -> anyhow::Result<u64> {
         let mut out = BufWriter::new(io::stdout());
         let mut pacer = Pacer::default();
-        for e in self.files.read()?.chain(self.dirs.read()?) {
-            pacer.tick().await;
-            let e = e.map_err(PlanError::Scratch)?;
-            log.write(&e)?;
-            if print {
-                writeln!(out, "would delete\t{}", e.display_path())?;
+        for entries in [self.files.as_mut(), self.dirs.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            for e in entries.read()? {
+                pacer.tick().await;
+                let e = e.map_err(PlanError::Scratch)?;
+                log.write(&e)?;
+                if print {
+                    writeln!(out, "would delete\t{}", e.display_path())?;
+                }
             }
         }
         out.flush()?;
         Ok(0)
     }
 
-    /// Deletes the files, then the directories in their order (each after those inside it).
-    /// Where the destination takes many deletions in one request (Blob Batch), they go so, up
-    /// to `concurrency` requests at a time; else one by one, `2 × concurrency` at a time. The
-    /// log holds what was deleted, as the destination confirms it: a run cut short still says
-    /// what it did, and a deletion refused inside a batch is that path's failure alone.
-    async fn delete(
+    /// Deletes the files. Where the destination takes many deletions in one request (Blob
+    /// Batch), they go so, up to `concurrency` requests at a time; else one by one,
+    /// `2 × concurrency` at a time. The log holds what was deleted, as the destination confirms
+    /// it: a run cut short still says what it did, and a deletion refused inside a batch is
+    /// that path's failure alone.
+    async fn delete_files(
         &mut self,
         dst: &Arc<dyn Store>,
         log: &mut Writer<BufWriter<std::fs::File>>,
         stats: &Stats,
         concurrency: usize,
     ) -> anyhow::Result<u64> {
+        let Some(files) = self.files.as_mut() else {
+            return Ok(0);
+        };
         let batch = dst.delete_batch().max(1);
         let in_flight = if batch > 1 {
             concurrency
@@ -537,7 +605,7 @@ impl Deletions {
             concurrency * 2
         };
         let mut deleted = 0u64;
-        let mut results = futures::stream::iter(self.files.read()?)
+        let mut results = futures::stream::iter(files.read()?)
             .chunks(batch)
             .map(|chunk| {
                 let dst = dst.clone();
@@ -559,7 +627,21 @@ impl Deletions {
                 }
             }
         }
-        for dirs in DirBatches::new(self.dirs.read()?, batch) {
+        Ok(deleted)
+    }
+
+    /// Deletes the emptied directories in their order (each after those inside it), in
+    /// batches where the destination takes them.
+    async fn delete_dirs(
+        &mut self,
+        dst: &Arc<dyn Store>,
+        log: &mut Writer<BufWriter<std::fs::File>>,
+        stats: &Stats,
+    ) -> anyhow::Result<()> {
+        let Some(dirs) = self.dirs.as_mut() else {
+            return Ok(());
+        };
+        for dirs in DirBatches::new(dirs.read()?, dst.delete_batch().max(1)) {
             let dirs = dirs.map_err(PlanError::Scratch)?;
             // A directory still holding something (a file whose deletion failed, or one that
             // appeared since the listing) stays, and is reported: the destination is not what
@@ -573,7 +655,7 @@ impl Deletions {
                 }
             }
         }
-        Ok(deleted)
+        Ok(())
     }
 }
 
@@ -617,147 +699,6 @@ impl<I: Iterator<Item = io::Result<Entry>>> Iterator for DirBatches<I> {
     }
 }
 
-/// The destination directories that a prune leaves empty: those the source lacks with nothing
-/// under them that the source keeps. Found in the one pass over the sorted destination: in
-/// byte order the entries under a directory `d` ("d/…") come after it as one unbroken range
-/// (siblings such as "d.x" or "d-x" may come between `d` and that range, never inside it), so
-/// `d` is decided as soon as the walk leaves its range. The directories still undecided are
-/// byte prefixes of the current path, so they are at most one per byte of a path, in practice
-/// its depth, whatever the size of the tree. Decided ones go to a spill file, each after those
-/// inside it (an inner range closes first), the order in which they must be removed.
-struct EmptiedDirs {
-    /// Undecided directories, outermost first, and whether something kept lies under each.
-    open: Vec<(Entry, bool)>,
-    out: Spill,
-    count: u64,
-}
-
-impl EmptiedDirs {
-    fn new(out: Spill) -> Self {
-        EmptiedDirs {
-            open: Vec::new(),
-            out,
-            count: 0,
-        }
-    }
-
-    /// Decides every directory whose range ends before `path`; called with every destination
-    /// path, in order.
-    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
-        while let Some((dir, _)) = self.open.last() {
-            if in_range(&dir.path, path) {
-                break;
-            }
-            self.close()?;
-        }
-        Ok(())
-    }
-
-    /// A destination directory the source lacks: it goes unless something kept is under it.
-    fn open(&mut self, dir: Entry) {
-        self.open.push((dir, false));
-    }
-
-    /// A destination entry the source has: the directories it is in stay.
-    fn keep(&mut self, path: &[u8]) {
-        for (dir, occupied) in self.open.iter_mut() {
-            if under(&dir.path, path) {
-                *occupied = true;
-            }
-        }
-    }
-
-    fn close(&mut self) -> io::Result<()> {
-        let (dir, occupied) = self.open.pop().expect("closed only when open");
-        if !occupied {
-            self.out.push(&dir)?;
-            self.count += 1;
-        }
-        Ok(())
-    }
-
-    fn finish(mut self) -> io::Result<(Spill, u64)> {
-        while !self.open.is_empty() {
-            self.close()?;
-        }
-        Ok((self.out, self.count))
-    }
-}
-
-/// The kept directories whose mtime must be set, found in the same pass as `EmptiedDirs`:
-/// the kept directories holding the current path are open (at most its depth), each noting
-/// whether its mtime differs or an entry directly in it goes; one is decided when the walk
-/// leaves its range.
-struct TouchedDirs {
-    open: Vec<(Entry, bool)>,
-    out: Spill,
-}
-
-impl TouchedDirs {
-    fn new(out: Spill) -> Self {
-        TouchedDirs {
-            open: Vec::new(),
-            out,
-        }
-    }
-
-    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
-        while let Some((dir, _)) = self.open.last() {
-            if in_range(&dir.path, path) {
-                break;
-            }
-            self.close()?;
-        }
-        Ok(())
-    }
-
-    /// A directory both sides have, as the source lists it; `differs`: not with its mtime.
-    fn open(&mut self, dir: Entry, differs: bool) {
-        self.open.push((dir, differs));
-    }
-
-    /// `path` goes: its directory's mtime moves (the root's is set wherever it differs).
-    fn lose(&mut self, path: &[u8]) {
-        let parent = crate::storage::beneath::split(path).0;
-        // Not always the innermost: `a/b` is still open at `a/b.txt`, which sorts before `a/b/x`.
-        if let Some((_, lost)) = self.open.iter_mut().rev().find(|(d, _)| d.path == parent) {
-            *lost = true;
-        }
-    }
-
-    fn close(&mut self) -> io::Result<()> {
-        let (dir, lost) = self.open.pop().expect("closed only when open");
-        if lost {
-            self.out.push(&dir)?;
-        }
-        Ok(())
-    }
-
-    fn finish(mut self) -> io::Result<Spill> {
-        while !self.open.is_empty() {
-            self.close()?;
-        }
-        Ok(self.out)
-    }
-}
-
-/// Whether the pass that planned against `d` wrote `s`'s name (so moved its directory's mtime):
-/// where they differ at all, the pass copied it or left it to the copy to decide.
-fn rewritten(s: &Entry, d: &Entry) -> bool {
-    s.kind != d.kind || (s.kind != Kind::Dir && (s.size != d.size || s.mtime != d.mtime))
-}
-
-/// Whether `path` is inside directory `dir`.
-fn under(dir: &[u8], path: &[u8]) -> bool {
-    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
-}
-
-/// Whether `path`, which sorts after `dir`, is still within the range of `dir` and what is
-/// under it: `dir` itself followed by a byte up to '/'. Past that no path can be under `dir`.
-fn in_range(dir: &[u8], path: &[u8]) -> bool {
-    path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] <= b'/'
-}
-
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -769,11 +710,6 @@ fn unix_now() -> u64 {
 mod tests {
     use super::*;
 
-    /// `paths` sorted into runs of a few entries each, so that merges are exercised.
-    fn sorted(paths: &[&str], scratch: &Path, stem: &str) -> Runs {
-        crate::sorted::sort_entries(paths.iter().map(|p| Ok(entry(p))), scratch, stem, 150).unwrap()
-    }
-
     fn entry(path: &str) -> Entry {
         let (path, kind) = match path.strip_suffix('/') {
             Some(dir) => (dir, Kind::Dir),
@@ -782,142 +718,8 @@ mod tests {
         Entry {
             path: path.as_bytes().to_vec(),
             kind,
-            size: Some(1),
             ..Default::default()
         }
-    }
-
-    /// Plans a prune of `dst` (directories end in '/') against `src`, through sorts of a few
-    /// entries per run; returns the files and the directories in the order they would go.
-    fn plan(src: &[&str], dst: &[&str]) -> (Vec<String>, Vec<String>, u64) {
-        let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| sorted(paths, scratch.path(), stem);
-        let (s, d) = (sort(src, "s"), sort(dst, "d"));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let mut plan = rt
-            .block_on(Deletions::plan(&s, &d, scratch.path(), false))
-            .unwrap();
-        let read = |spill: &mut Spill| {
-            spill
-                .read()
-                .unwrap()
-                .map(|e| e.unwrap().display_path())
-                .collect::<Vec<_>>()
-        };
-        let (files, dirs) = (read(&mut plan.files), read(&mut plan.dirs));
-        assert_eq!(
-            (plan.file_count, plan.dir_count),
-            (files.len() as u64, dirs.len() as u64)
-        );
-        (files, dirs, plan.dest_files)
-    }
-
-    #[test]
-    fn deletes_what_the_source_lacks_and_the_directories_left_empty() {
-        let (files, dirs, dest_files) = plan(
-            &["keep/", "keep/k", "top"],
-            &[
-                "keep/",
-                "keep/k",
-                "keep/extra",
-                "top",
-                "gone/",
-                "gone/a/",
-                "gone/a/b",
-                "gone/c",
-                "empty/",
-            ],
-        );
-        assert_eq!(files, ["gone/a/b", "gone/c", "keep/extra"]);
-        assert_eq!(dirs, ["empty", "gone/a", "gone"]);
-        assert_eq!(dest_files, 5);
-    }
-
-    #[test]
-    fn the_directories_that_stay_and_lose_an_entry_are_found() {
-        let scratch = tempfile::tempdir().unwrap();
-        let sort = |paths: &[&str], stem: &str| sorted(paths, scratch.path(), stem);
-        let src = ["a/", "a/k", "a/b/", "a/b/k", "a.b/", "c/", "c/k", "k"];
-        let dst = [
-            "a/",
-            "a/k",
-            "a/x",
-            "a/b/",
-            "a/b/k",
-            "a/b/gone/",
-            "a/b/gone/y",
-            "a.b/",
-            "a.b/z",
-            "c/",
-            "c/k",
-            "k",
-        ];
-        let (s, d) = (sort(&src, "s"), sort(&dst, "d"));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let mut plan = rt
-            .block_on(Deletions::plan(&s, &d, scratch.path(), false))
-            .unwrap();
-        let touched: Vec<String> = plan
-            .touched
-            .read()
-            .unwrap()
-            .map(|e| e.unwrap().display_path())
-            .collect();
-        // "a/b/gone" goes whole: only "a/b", where it was, moves; "c" loses nothing.
-        assert_eq!(touched, ["a.b", "a/b", "a"]);
-    }
-
-    #[test]
-    fn siblings_sorting_between_a_directory_and_its_children() {
-        // "a.b" and "a-b" sort after "a" but before "a/…"; "a/b.c" between "a/b" and "a/b/…".
-        // A kept file under "a/b" must keep "a" and "a/b", and nothing else.
-        let (files, dirs, _) = plan(
-            &["a.b", "a/b/k"],
-            &[
-                "a/", "a-b/", "a-b/x", "a.b", "a.b.d/", "a/b/", "a/b.c", "a/b/k", "a/b/z/", "a0/",
-                "a0/y",
-            ],
-        );
-        assert_eq!(files, ["a-b/x", "a/b.c", "a0/y"]);
-        assert_eq!(dirs, ["a-b", "a.b.d", "a/b/z", "a0"]);
-    }
-
-    #[test]
-    fn nested_directories_go_innermost_first() {
-        let (files, dirs, _) = plan(
-            &["k"],
-            &["g/", "g.x", "g/h/", "g/h.y", "g/h/i/", "g/h/i/j", "k", "z/"],
-        );
-        assert_eq!(files, ["g.x", "g/h.y", "g/h/i/j"]);
-        assert_eq!(dirs, ["g/h/i", "g/h", "g", "z"]);
-    }
-
-    #[test]
-    fn a_directory_the_source_has_stays_even_empty_and_manifests_without_directories_keep_theirs() {
-        // The source names d/ itself: kept though empty. The source names only files (a
-        // manifest of files): their directories stay because of what is under them.
-        let (files, dirs, _) = plan(
-            &["d/", "m/n/f"],
-            &["d/", "d/x", "m/", "m/n/", "m/n/f", "m/o/"],
-        );
-        assert_eq!(files, ["d/x"]);
-        assert_eq!(dirs, ["m/o"]);
-    }
-
-    #[test]
-    fn escaped_names_join_by_their_bytes() {
-        // "\t" (0x09) sorts before '-' and '/', "\\" (0x5c) after them: the escaped text would
-        // sort otherwise.
-        let (files, dirs, _) = plan(
-            &["d/\\", "d\tx"],
-            &["d/", "d/\\", "d/\t", "d\tx", "d\\/", "d\\/y"],
-        );
-        assert_eq!(files, ["d/\\t", "d\\\\/y"]);
-        assert_eq!(dirs, ["d\\\\"]);
     }
 
     fn groups(dirs: Vec<io::Result<Entry>>, max: usize) -> Vec<Result<Vec<String>, String>> {
@@ -982,11 +784,5 @@ mod tests {
                 Ok(vec!["b".to_string()])
             ]
         );
-    }
-
-    #[test]
-    fn ranges() {
-        assert!(in_range(b"a", b"a/b") && in_range(b"a", b"a.b") && in_range(b"a", b"a\t"));
-        assert!(!in_range(b"a", b"a0") && !in_range(b"a", b"b") && !in_range(b"a/b", b"a/c"));
     }
 }

@@ -3,6 +3,7 @@
 //! Streaming throughout (docs/plan.md): each listing is sorted by path externally, the two
 //! sorted streams are merge-joined, and the partitioners hold at most one sort run.
 
+pub mod deletions;
 pub mod split;
 
 use std::io;
@@ -10,12 +11,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::manifest::{self, Entry, Kind};
 use crate::same::{classify, Attrs, Compare, Verdict};
 use crate::sorted::sort::{Order, Runs, Sorter};
 use crate::sorted::{join, sort_entries, Pair, SortError};
+use deletions::{Decide, Deletions};
 use split::{Method, Part, Splitter, Tool};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -60,7 +62,7 @@ pub struct Options {
 
 // plan.json, field for field as the pipelines' report reads it.
 
-#[derive(Serialize, JsonSchema, Default, Clone, Copy)]
+#[derive(Serialize, Deserialize, JsonSchema, Default, Clone, Copy)]
 #[serde(deny_unknown_fields)]
 pub struct Totals {
     pub files: u64,
@@ -74,7 +76,7 @@ impl Totals {
     }
 }
 
-#[derive(Serialize, JsonSchema, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SourceCounts {
     pub files: u64,
@@ -86,7 +88,7 @@ pub struct SourceCounts {
     pub specials: u64,
 }
 
-#[derive(Serialize, JsonSchema, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ToCopy {
     pub files: u64,
@@ -108,17 +110,17 @@ pub struct ToCopy {
 }
 
 /// What was asked, in the shape of the pipelines' `partition` config.
-#[derive(Serialize, JsonSchema, Clone)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct Partitioning {
-    pub tool: &'static str,
-    pub mode: &'static str,
+    pub tool: String,
+    pub mode: String,
     pub parts: Option<usize>,
     pub max_files: Option<u64>,
     pub max_bytes: Option<u64>,
 }
 
-#[derive(Serialize, JsonSchema)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PartRow {
     pub id: String,
@@ -126,12 +128,12 @@ pub struct PartRow {
     pub bytes: u64,
 }
 
-#[derive(Serialize, JsonSchema)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanDoc {
     pub version: crate::documents::Version,
-    pub phase: &'static str,
-    pub compare: &'static str,
+    pub phase: String,
+    pub compare: String,
     pub source: SourceCounts,
     pub dest: Option<Totals>,
     pub to_copy: ToCopy,
@@ -140,7 +142,23 @@ pub struct PlanDoc {
     pub partitioning: Partitioning,
     pub copy_partitions: Vec<PartRow>,
     pub verify_partitions: Vec<PartRow>,
-    pub verify_scope: &'static str,
+    pub verify_scope: String,
+    /// The files of `extra_on_dest` cut into parts in path order (prune/part-ID.tsv), for
+    /// prune jobs to delete at once; none when there is nothing to delete.
+    pub prune_partitions: Vec<PartRow>,
+    /// The destination's directories the deletions would leave empty (prune/dirs.tsv).
+    pub prune_dirs: u64,
+}
+
+impl PlanDoc {
+    /// DIR/plan.json, as `ferry plan` wrote it.
+    pub fn read(dir: &Path) -> anyhow::Result<PlanDoc> {
+        let path = dir.join("plan.json");
+        let text =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        serde_json::from_slice(&text)
+            .with_context(|| format!("{} is not a plan ferry can read", path.display()))
+    }
 }
 
 /// Appends the planned directories and nodes to the first part in `dir`, made if there is none.
@@ -240,7 +258,70 @@ fn plan_link_groups(all: &Runs, copied: &Runs, copy: &mut Splitter) -> anyhow::R
     Ok(only_linked)
 }
 
-/// Writes the plan into `out` (copy/, verify/, delete.tsv; scratch files in `scratch`) and
+/// delete.tsv, every file and symlink to delete (for review), and prune/: the same cut in path
+/// order into `parts(count)` parts (one at least, none when nothing goes), contiguous and about
+/// equal in count, for prune jobs to delete at once; the directories the deletions
+/// leave empty, in the order they go (dirs.tsv); and the directories that stay and take the
+/// source's mtime once every part is done (touched.tsv). Without a destination listing (a
+/// baseline) every one is empty.
+fn write_deletions(
+    out: &Path,
+    mut deletions: Option<Deletions>,
+    parts: impl Fn(u64) -> u64,
+) -> anyhow::Result<Vec<PartRow>> {
+    let dir = out.join("prune");
+    std::fs::create_dir_all(&dir)?;
+    let create = |path: PathBuf| -> io::Result<_> {
+        manifest::Writer::new(io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path)?,
+        ))
+    };
+    let close = |w: manifest::Writer<io::BufWriter<std::fs::File>>| -> io::Result<()> {
+        w.finish()?.into_inner().map_err(|e| e.into_error())?;
+        Ok(())
+    };
+    let copy_all = |from: Option<&mut crate::sorted::sort::Spill>, to: PathBuf| -> io::Result<()> {
+        let mut w = create(to)?;
+        if let Some(from) = from {
+            for e in from.read()? {
+                w.write(&e?)?;
+            }
+        }
+        close(w)
+    };
+    let mut d = deletions.as_mut();
+    copy_all(d.as_mut().map(|d| &mut d.files), out.join("delete.tsv"))?;
+    copy_all(d.as_mut().map(|d| &mut d.dirs), dir.join("dirs.tsv"))?;
+    copy_all(d.as_mut().map(|d| &mut d.touched), dir.join("touched.tsv"))?;
+    let Some(d) = d else {
+        return Ok(Vec::new());
+    };
+    let n = d.file_count;
+    let parts = if n == 0 { 0 } else { parts(n).clamp(1, n) };
+    let mut rows = Vec::new();
+    let mut files = d.files.read()?;
+    for i in 0..parts {
+        let count = n / parts + u64::from(i < n % parts);
+        let mut w = create(dir.join(crate::partition::part_name(i as usize)))?;
+        let mut row = PartRow {
+            id: format!("{i:05}"),
+            files: 0,
+            bytes: 0,
+        };
+        for e in files.by_ref().take(count as usize) {
+            let e = e?;
+            row.files += 1;
+            row.bytes += e.size();
+            w.write(&e)?;
+        }
+        close(w)?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Writes the plan into `out` (copy/, verify/, delete.tsv, prune/; scratch files in `scratch`) and
 /// returns plan.json's document (the caller writes it last).
 pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDoc> {
     let started = std::time::Instant::now();
@@ -280,11 +361,12 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         1 << 20,
         std::fs::File::create(scratch.join("dirs.tsv"))?,
     ))?;
-    let delete_path = out.join("delete.tsv");
-    let mut delete = manifest::Writer::new(io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::File::create(&delete_path)?,
-    ))?;
+    // What the final pass would delete, decided in this join rather than by prune's own: the
+    // destination's listing is the one this pass plans against.
+    let mut deletions = match &dest_runs {
+        Some(_) => Some(Decide::new(scratch, true)?),
+        None => None,
+    };
 
     let mut source = SourceCounts::default();
     let mut source_files = Totals::default();
@@ -300,15 +382,16 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let mut linked_copied =
         Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked-copied");
     let mut visit = |pair: Pair| -> anyhow::Result<()> {
+        if let Some(d) = deletions.as_mut() {
+            d.visit(&pair)?;
+        }
         let (src, dst) = match pair {
             Pair::Source(s) => (s, None),
             Pair::Both(s, d) => (s, Some(d)),
             Pair::Dest(d) => {
-                // Directories are implied by the files under them; prune handles them itself.
                 if d.kind != Kind::Dir {
                     dest.add(&d);
                     extra.add(&d);
-                    delete.write(&d)?;
                 }
                 return Ok(());
             }
@@ -383,9 +466,18 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     drop(source_runs);
     drop(dest_runs);
     to_copy.linked = plan_link_groups(&linked.finish()?, &linked_copied.finish()?, &mut copy)?;
-    delete.finish()?.into_inner().map_err(|e| e.into_error())?;
 
     let mut copy_parts = rows(copy.finish()?);
+    let deletions = deletions.map(Decide::finish).transpose()?;
+    let prune_dirs = deletions.as_ref().map_or(0, |d| d.dir_count);
+    // Deleting costs a request a file (or a batch), whatever its size: cut by count, into the
+    // parts asked for, or by the file cap (as --auto chose it), else as many as the copy has.
+    let prune_parts = |n: u64| match (&opts.partitioning.parts, opts.partitioning.max_files) {
+        (Some(parts), _) => *parts as u64,
+        (None, Some(cap)) => n.div_ceil(cap.max(1)),
+        (None, None) => copy_parts.len() as u64,
+    };
+    let prune_partitions = write_deletions(out, deletions, prune_parts)?;
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
     let dirs_planned = scratch.join("dirs.tsv");
     let verify_parts = match verify {
@@ -419,12 +511,13 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     );
     Ok(PlanDoc {
         version: Default::default(),
-        phase: opts.phase.name(),
+        phase: opts.phase.name().into(),
         compare: if baseline {
             "none"
         } else {
             opts.compare.name()
-        },
+        }
+        .into(),
         source,
         dest: (!baseline).then_some(dest),
         to_copy,
@@ -433,6 +526,8 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         partitioning: opts.partitioning.clone(),
         copy_partitions: copy_parts,
         verify_partitions: verify_parts,
-        verify_scope: if audit { "all" } else { "copied" },
+        verify_scope: if audit { "all" } else { "copied" }.into(),
+        prune_partitions,
+        prune_dirs,
     })
 }
