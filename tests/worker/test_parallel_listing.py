@@ -225,3 +225,22 @@ def test_list_jobs_ranges_put_back_together_are_one_listing_byte_for_byte(
     assert max(p.count(b"\n") for p in parts) < one.count(b"\n") * 0.8, [
         p.count(b"\n") for p in parts
     ]
+
+
+def test_a_flat_container_past_its_first_page_is_cut_evenly(listed, run_ferry, tmp_path):
+    """A first pass's scan reads one page of a flat container, its low end in the service's order
+    (here 40 of 1,200 hashed names): the rest is weighed from how that page's names spread, so
+    the cuts fall across the whole key space, not inside the page."""
+    url = listed["hashed"]
+    shards = tmp_path / "shards.json"
+    run_ferry("shard", url, "--jobs", "3", "--out", shards, "--list-page-size", str(PAGE))
+    doc = json.loads(shards.read_text())
+    assert doc["basis"] == "scan", doc
+    sizes = []
+    for k in (1, 2, 3):
+        out = run_ferry("ls", "-r", url, "--shards", shards, "--shard", str(k)).stdout_bytes
+        sizes.append(out.count(b"\n") - 1)
+    assert sum(sizes) == len(LAYOUTS["hashed"])
+    # A third each, give or take what one page tells of the rest (426, 389, 385 when written;
+    # 13, 13, 1,174 when only the page was weighed).
+    assert all(250 <= n <= 550 for n in sizes), (sizes, doc["cuts"])

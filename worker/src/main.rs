@@ -10,6 +10,7 @@ mod error;
 mod filter;
 mod hash;
 mod jsonfile;
+mod keyspace;
 mod location;
 mod manifest;
 mod overlap;

@@ -276,16 +276,21 @@ pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
         let take = level.len().min(scan_dirs - read);
         unread.extend(level.drain(take..));
         let pages: Vec<_> = futures::stream::iter(level.drain(..))
-            .map(|dir| async move { store.list_dir_sample(&dir, SCAN_PAGE).await })
+            .map(|dir| async move {
+                let sample = store.list_dir_sample(&dir, SCAN_PAGE).await;
+                (dir, sample)
+            })
             .buffered(SCAN_IN_FLIGHT)
             .collect()
             .await;
-        for entries in pages {
-            let entries: Vec<Entry> =
-                entries.with_context(|| format!("cannot scan {}", store.describe()))?;
+        for (dir, sample) in pages {
+            let sample = sample.with_context(|| format!("cannot scan {}", store.describe()))?;
             read += 1;
-            held += entries.len() as u64;
-            for e in entries {
+            held += sample.entries.len() as u64;
+            if sample.more {
+                units.extend(unread_rest(&dir, &sample.entries, RestPieces::default()));
+            }
+            for e in sample.entries {
                 if e.kind == Kind::Dir {
                     level.push(e.path.clone());
                 }
@@ -302,9 +307,101 @@ pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
     Ok(even_cuts(&units, jobs))
 }
 
+/// How finely `unread_rest` spreads its estimate: pieces of at most a page's width, and at most
+/// this many.
+#[derive(Clone, Copy)]
+struct RestPieces(usize);
+
+impl Default for RestPieces {
+    fn default() -> Self {
+        RestPieces(SCAN_DIRS)
+    }
+}
+
+/// What a first page of `dir` leaves unread, as weighted keys past its last name: a store
+/// that lists in order (Blob) gives the first names, so a flat container's scan would see only
+/// the low end of its key space and put every cut there. Read as numbers (`crate::keyspace`),
+/// the page spans `[first, last]`; the names past it are taken to spread as the page's do, up
+/// to the end of the names that share the page's stem. A page out of order (a local
+/// directory's, in the order the file system keeps) is a sample from the whole directory
+/// already: nothing to add.
+fn unread_rest(dir: &[u8], page: &[Entry], pieces: RestPieces) -> Vec<(Vec<u8>, u64)> {
+    let names: Option<Vec<&str>> = page
+        .iter()
+        .map(|e| std::str::from_utf8(&e.path).ok())
+        .collect();
+    let (Some(names), false) = (names, page.windows(2).any(|w| w[0].path >= w[1].path)) else {
+        return Vec::new();
+    };
+    let (Some(first), Some(last)) = (names.first(), names.last()) else {
+        return Vec::new();
+    };
+    let prefix = match dir.is_empty() {
+        true => String::new(),
+        false => format!("{}/", String::from_utf8_lossy(dir)),
+    };
+    let Some(scale) = crate::keyspace::Scale::new(&prefix, names.iter().copied(), first, last)
+    else {
+        return Vec::new();
+    };
+    let (from, to) = (scale.value(first), scale.value(last));
+    let (width, rest) = (to - from, 1.0 - to);
+    if width <= 0.0 || rest <= 0.0 {
+        return Vec::new();
+    }
+    let count = ((rest / width).ceil() as usize).clamp(1, pieces.0);
+    let piece = rest / count as f64;
+    let per_piece = (page.len() as f64 * piece / width).round().max(1.0) as u64;
+    (0..count)
+        .map(|i| scale.key(to + piece * (i as f64 + 0.5)))
+        .filter(|k| k.as_str() > *last)
+        .map(|k| (k.into_bytes(), per_piece))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn named(names: impl Iterator<Item = String>) -> Vec<Entry> {
+        names.map(|n| Entry::file(n, 1)).collect()
+    }
+
+    #[test]
+    fn a_full_sorted_page_weighs_the_rest_of_its_key_space() {
+        // The first page of 16^4 hashed names: 0000..0fff, a sixteenth of them.
+        let page = named((0..0x1000).map(|i| format!("{i:04x}")));
+        let rest = unread_rest(b"", &page, RestPieces::default());
+        let weight: u64 = rest.iter().map(|(_, w)| w).sum();
+        // 15 pages, read as a little more: the page spans 16 of the 17 digits of its block (a
+        // name ending there would be the 17th).
+        assert!(
+            (0xe800..=0x10800).contains(&weight),
+            "{weight}: about 15 pages"
+        );
+        assert!(rest.iter().all(|(k, _)| k.as_slice() > b"0fff".as_slice()));
+        // Cut with the page, four ranges hold about a quarter each: at 4…, 8…, c….
+        let mut units: Vec<_> = page.iter().map(|e| (e.path.clone(), 1)).collect();
+        units.extend(rest);
+        units.sort();
+        let cuts = even_cuts(&units, 4);
+        let firsts: Vec<u8> = cuts.keys().iter().map(|k| k[0]).collect();
+        assert_eq!(firsts, b"48c", "{:?}", cuts.keys());
+        // Under a directory, the keys keep its prefix.
+        let page = named((0..0x1000).map(|i| format!("d/{i:04x}")));
+        let rest = unread_rest(b"d", &page, RestPieces(8));
+        assert_eq!(rest.len(), 8);
+        assert!(rest
+            .iter()
+            .all(|(k, _)| k.starts_with(b"d/") && k.as_slice() > b"d/0fff".as_slice()));
+    }
+
+    #[test]
+    fn a_page_out_of_order_is_a_sample_already() {
+        let mut page = named((0..100).map(|i| format!("{i:04x}")));
+        page.swap(3, 70);
+        assert!(unread_rest(b"", &page, RestPieces::default()).is_empty());
+    }
 
     fn r(lo: Option<&str>, hi: Option<&str>) -> Range {
         Range {

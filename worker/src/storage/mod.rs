@@ -223,10 +223,11 @@ pub trait Store: Send + Sync {
 
     /// Up to about `max` of the entries directly in `dir` (a first page), for a shallow look at
     /// a tree's shape; never a complete listing.
-    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Vec<Entry>> {
+    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Sample> {
         let mut entries = self.list_dir(dir).await?.unwrap_or_default();
+        let more = entries.len() > max;
         entries.truncate(max);
-        Ok(entries)
+        Ok(Sample { entries, more })
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
@@ -503,6 +504,15 @@ pub struct OpenOptions {
     /// Blob: entries asked for per List Blobs page (the service's maximum is 5,000).
     pub list_page: u32,
     pub env: Env,
+}
+
+/// A first look into a directory (`Store::list_dir_sample`).
+pub struct Sample {
+    /// In the store's listing order: by name where the store lists in order (Blob), else as
+    /// the store keeps them.
+    pub entries: Vec<Entry>,
+    /// Entries were left out.
+    pub more: bool,
 }
 
 pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, Semaphore};
 use super::xml::{BlobItem, ListPage};
 use super::Inner;
 use crate::error::{Result, StoreError};
+use crate::keyspace::{Scale, SAFE};
 use crate::manifest::Entry;
 
 /// What a lister asks of the service: one page of the names under the store's root, from a
@@ -270,18 +271,9 @@ impl Lister {
     }
 }
 
-/// Digits read of each name after the cut position: enough for f64 and for any page's spread.
-const DIGITS: usize = 10;
-
 /// Up to `want` keys in `(last, hi)`, increasing, spaced so that each gap holds about as many
-/// keys as the page `first..=last` did, were the names spread as they are on that page.
-///
-/// Names are read as numbers: from the last character `first` and `last` share (so the next value
-/// of that character is in reach), each character is a digit, its rank among the characters the
-/// page's names use there. The service orders names by UTF-16 code units, Rust by UTF-8 bytes;
-/// the two disagree only between a character above U+FFFF and one in U+E000..=U+FFFF, so a
-/// boundary holds no character from U+E000 up after `prefix` (which every name shares), and a
-/// name falls in the same range whichever order decides.
+/// keys as the page `first..=last` did, were the names spread as they are on that page (names
+/// read as numbers: `crate::keyspace`).
 pub(crate) fn boundaries<'a>(
     prefix: &str,
     names: impl Iterator<Item = &'a str>,
@@ -291,68 +283,11 @@ pub(crate) fn boundaries<'a>(
     want: usize,
     seen: usize,
 ) -> Vec<String> {
-    const SAFE: char = '\u{e000}';
-    let rest = &last[prefix.len()..];
-    let safe_end = prefix.len()
-        + rest
-            .char_indices()
-            .find(|(_, c)| *c >= SAFE)
-            .map_or(rest.len(), |(i, _)| i);
-    // Where the last character `first` and `last` share starts: the first digit.
-    let mut at = prefix.len();
-    for ((i, a), b) in last.char_indices().zip(first.chars()) {
-        if a != b {
-            break;
-        }
-        at = i;
-    }
-    let at = at.max(prefix.len()).min(safe_end);
-    let mut alphabet: Vec<char> = names
-        .flat_map(|n| n.get(at..).unwrap_or("").chars().take(DIGITS))
-        .filter(|c| *c < SAFE)
-        .collect();
-    alphabet.sort_unstable();
-    alphabet.dedup();
-    if alphabet.len() < 2 {
+    let Some(scale) = Scale::new(prefix, names, first, last) else {
         return Vec::new();
-    }
-    // Digit 0 is a name's end (a shorter name sorts first); 1..=n the alphabet.
-    let base = (alphabet.len() + 1) as f64;
-    let value = |name: &str| -> f64 {
-        let mut chars = name.get(at..).unwrap_or("").chars();
-        let mut x = 0.0;
-        let mut unit = 1.0;
-        for _ in 0..DIGITS {
-            unit /= base;
-            match chars.next().map(|c| alphabet.binary_search(&c)) {
-                None => break,
-                Some(Ok(r)) => x += (r + 1) as f64 * unit,
-                // A character the page did not use sorts after every name under the one below
-                // it and before any under the one above: the latter's start (past the last, the
-                // next value up) is where it stands, whatever follows it.
-                Some(Err(r)) => {
-                    x += (r + 1) as f64 * unit;
-                    break;
-                }
-            }
-        }
-        x
     };
-    let stem = &last[..at];
-    let key_of = |x: f64| -> String {
-        let mut s = String::from(stem);
-        let mut rest = x;
-        for _ in 0..DIGITS {
-            rest *= base;
-            let digit = (rest.floor() as usize).min(alphabet.len());
-            rest -= digit as f64;
-            if digit == 0 {
-                break;
-            }
-            s.push(alphabet[digit - 1]);
-        }
-        s
-    };
+    let (at, stem) = (scale.at(), scale.stem());
+    let (value, key_of) = (|n: &str| scale.value(n), |x: f64| scale.key(x));
     let (from, to) = (value(first), value(last));
     let width = to - from;
     if width <= 0.0 {

@@ -46,7 +46,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::{
-    Capabilities, Chunk, Meta, OpenOptions, Props, Store, StoredXattrs, Upload, UploadPlan,
+    Capabilities, Chunk, Meta, OpenOptions, Props, Sample, Store, StoredXattrs, Upload, UploadPlan,
 };
 use crate::error::{Interruption, Result, StoreError};
 use crate::location::BlobLocation;
@@ -607,7 +607,7 @@ impl Inner {
         recursive: bool,
         pages: Option<(u32, u32)>,
         tx: &mpsc::Sender<Result<Entry>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let s = self;
         let prefix = format!("{}{sub}", s.root);
         let mut marker: Option<String> = None;
@@ -628,7 +628,7 @@ impl Inner {
                         }
                     }
                     if tx.send(e).await.is_err() {
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
             }
@@ -637,13 +637,14 @@ impl Inner {
                     if e.as_ref().map_or(true, |e| !stubs.contains(&e.path))
                         && tx.send(e).await.is_err()
                     {
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
             }
             match page.next_marker {
                 Some(m) if left > 0 => marker = Some(m),
-                _ => return Ok(()),
+                // Whether the pages asked for ended with names still to list.
+                m => return Ok(m.is_some()),
             }
         }
     }
@@ -806,7 +807,9 @@ fn content_length(h: &Headers) -> u64 {
 
 impl AzureStore {
     /// The entries directly in directory `dir`: all, or those of its first pages.
-    async fn level(&self, dir: &[u8], pages: Option<(u32, u32)>) -> Result<Vec<Entry>> {
+    /// The entries directly in `dir`: all of them, or the `pages` asked for and whether names
+    /// were left after them.
+    async fn level(&self, dir: &[u8], pages: Option<(u32, u32)>) -> Result<(Vec<Entry>, bool)> {
         let sub = if dir.is_empty() {
             String::new()
         } else {
@@ -826,7 +829,7 @@ impl AzureStore {
             out
         };
         let (listed, out) = tokio::join!(lister, collect);
-        listed.map(|_| out)
+        listed.map(|more| (out, more))
     }
 }
 
@@ -849,7 +852,7 @@ impl Store for AzureStore {
                 )
                 .await
             }
-            false => s.list_under("", recursive, None, &tx).await,
+            false => s.list_under("", recursive, None, &tx).await.map(|_| ()),
         }
     }
 
@@ -879,13 +882,17 @@ impl Store for AzureStore {
         list::list(s.clone(), s.list_concurrency, s.list_page, (lo, hi), &tx).await
     }
 
-    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Vec<Entry>> {
-        self.level(dir, Some((1, max.clamp(1, 5000) as u32))).await
+    async fn list_dir_sample(&self, dir: &[u8], max: usize) -> Result<Sample> {
+        let size = (max.clamp(1, 5000) as u32).min(self.inner.list_page.max(1));
+        let (entries, more) = self.level(dir, Some((1, size))).await?;
+        Ok(Sample { entries, more })
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
         // A prefix is never absent: an empty one simply lists nothing.
-        self.level(dir, None).await.map(Some)
+        self.level(dir, None)
+            .await
+            .map(|(entries, _)| Some(entries))
     }
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>> {
@@ -1147,7 +1154,7 @@ impl Store for AzureStore {
             }
         }
         match lister.await {
-            Ok(Ok(())) => {}
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
             }

@@ -1,0 +1,110 @@
+//! Names read as numbers, from one sorted page of them: where a name stands among the names that
+//! share the page's stem, and which name stands at a given place. The Blob lister cuts the rest
+//! of a container by it (storage/azure/list.rs); a first pass's shard scan weighs by it what a
+//! full page of a directory leaves unread (shard.rs).
+
+/// Digits read of each name after the cut position: enough for f64 and for any page's spread.
+const DIGITS: usize = 10;
+
+/// No key made holds a character from here up after the prefix (see `Scale::new`).
+pub const SAFE: char = '\u{e000}';
+
+/// The page's names as numbers in [0, 1).
+pub struct Scale<'a> {
+    /// Where the first digit starts.
+    at: usize,
+    /// What every name of the page and every key made shares: `last` up to the first digit.
+    stem: &'a str,
+    alphabet: Vec<char>,
+    base: f64,
+}
+
+impl<'a> Scale<'a> {
+    /// From the last character `first` and `last` share (so the next value of that character is
+    /// in reach), each character is a digit, its rank among the characters the page's names use
+    /// there. The service orders names by UTF-16 code units, Rust by UTF-8 bytes; the two disagree
+    /// only between a character above U+FFFF and one in U+E000..=U+FFFF, so a key holds no
+    /// character from U+E000 up after `prefix` (which every name shares), and a name falls in the
+    /// same range whichever order decides. None when the page's names use fewer than two
+    /// characters there: nothing to read them by.
+    pub fn new<'n>(
+        prefix: &str,
+        names: impl Iterator<Item = &'n str>,
+        first: &str,
+        last: &'a str,
+    ) -> Option<Scale<'a>> {
+        let rest = &last[prefix.len()..];
+        let safe_end = prefix.len()
+            + rest
+                .char_indices()
+                .find(|(_, c)| *c >= SAFE)
+                .map_or(rest.len(), |(i, _)| i);
+        // Where the last character `first` and `last` share starts: the first digit.
+        let mut at = prefix.len();
+        for ((i, a), b) in last.char_indices().zip(first.chars()) {
+            if a != b {
+                break;
+            }
+            at = i;
+        }
+        let at = at.max(prefix.len()).min(safe_end);
+        let mut alphabet: Vec<char> = names
+            .flat_map(|n| n.get(at..).unwrap_or("").chars().take(DIGITS))
+            .filter(|c| *c < SAFE)
+            .collect();
+        alphabet.sort_unstable();
+        alphabet.dedup();
+        // Digit 0 is a name's end (a shorter name sorts first); 1..=n the alphabet.
+        (alphabet.len() >= 2).then(|| Scale {
+            at,
+            stem: &last[..at],
+            base: (alphabet.len() + 1) as f64,
+            alphabet,
+        })
+    }
+
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
+    pub fn stem(&self) -> &'a str {
+        self.stem
+    }
+
+    pub fn value(&self, name: &str) -> f64 {
+        let mut chars = name.get(self.at..).unwrap_or("").chars();
+        let mut x = 0.0;
+        let mut unit = 1.0;
+        for _ in 0..DIGITS {
+            unit /= self.base;
+            match chars.next().map(|c| self.alphabet.binary_search(&c)) {
+                None => break,
+                Some(Ok(r)) => x += (r + 1) as f64 * unit,
+                // A character the page did not use sorts after every name under the one below
+                // it and before any under the one above: the latter's start (past the last, the
+                // next value up) is where it stands, whatever follows it.
+                Some(Err(r)) => {
+                    x += (r + 1) as f64 * unit;
+                    break;
+                }
+            }
+        }
+        x
+    }
+
+    /// The key that stands at `x`.
+    pub fn key(&self, x: f64) -> String {
+        let mut s = String::from(self.stem);
+        let mut rest = x;
+        for _ in 0..DIGITS {
+            rest *= self.base;
+            let digit = (rest.floor() as usize).min(self.alphabet.len());
+            rest -= digit as f64;
+            if digit == 0 {
+                break;
+            }
+            s.push(self.alphabet[digit - 1]);
+        }
+        s
+    }
+}
