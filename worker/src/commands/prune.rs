@@ -710,14 +710,10 @@ fn unix_now() -> u64 {
 mod tests {
     use super::*;
 
-    fn entry(path: &str) -> Entry {
-        let (path, kind) = match path.strip_suffix('/') {
-            Some(dir) => (dir, Kind::Dir),
-            None => (path, Kind::File),
-        };
+    fn dir(path: &str) -> Entry {
         Entry {
             path: path.as_bytes().to_vec(),
-            kind,
+            kind: Kind::Dir,
             ..Default::default()
         }
     }
@@ -734,7 +730,7 @@ mod tests {
     #[test]
     fn directories_go_in_groups_none_holding_another() {
         let dirs = ["a/b/c", "a/b/d", "a/x", "a/b", "a", "a.b", "e"]
-            .map(|d| Ok(entry(&format!("{d}/"))))
+            .map(|d| Ok(dir(d)))
             .into_iter()
             .collect();
         let want: Vec<Result<Vec<String>, String>> = vec![
@@ -743,10 +739,7 @@ mod tests {
             Ok(vec!["a".into(), "a.b".into(), "e".into()]),
         ];
         assert_eq!(groups(dirs, 256), want);
-        let flat = ["e", "f", "g"]
-            .map(|d| Ok(entry(&format!("{d}/"))))
-            .into_iter()
-            .collect();
+        let flat = ["e", "f", "g"].map(|d| Ok(dir(d))).into_iter().collect();
         assert_eq!(
             groups(flat, 2),
             vec![
@@ -755,10 +748,7 @@ mod tests {
             ]
         );
         // One at a time (a local tree): the order is the plan's.
-        let one = ["a/b", "a", "c"]
-            .map(|d| Ok(entry(&format!("{d}/"))))
-            .into_iter()
-            .collect();
+        let one = ["a/b", "a", "c"].map(|d| Ok(dir(d))).into_iter().collect();
         assert_eq!(
             groups(one, 1),
             vec![
@@ -772,9 +762,9 @@ mod tests {
     #[test]
     fn an_unreadable_spill_ends_a_group_and_is_reported() {
         let dirs = vec![
-            Ok(entry("a/")),
+            Ok(dir("a")),
             Err(io::Error::other("bad spill")),
-            Ok(entry("b/")),
+            Ok(dir("b")),
         ];
         assert_eq!(
             groups(dirs, 256),

@@ -56,7 +56,7 @@ impl Decide {
             Pair::Source(s) => {
                 if self.planned {
                     // Made by the pass: so was its directory's new mtime.
-                    self.touched.advance(&s.path)?;
+                    self.touched.advance(Some(&s.path))?;
                     self.touched.lose(&s.path);
                     if s.kind == Kind::Dir {
                         self.touched.open(s.clone(), true);
@@ -65,7 +65,7 @@ impl Decide {
                 return Ok(());
             }
             Pair::Both(s, d) => {
-                self.touched.advance(&d.path)?;
+                self.touched.advance(Some(&d.path))?;
                 if self.planned && rewritten(s, d) {
                     self.touched.lose(&s.path);
                 }
@@ -78,12 +78,12 @@ impl Decide {
                 (d, true)
             }
             Pair::Dest(d) => {
-                self.touched.advance(&d.path)?;
+                self.touched.advance(Some(&d.path))?;
                 self.touched.lose(&d.path);
                 (d, false)
             }
         };
-        self.dirs.advance(&d.path)?;
+        self.dirs.advance(Some(&d.path))?;
         if d.kind != Kind::Dir {
             self.dest_files += 1;
         }
@@ -120,8 +120,8 @@ impl Decide {
 /// its depth, whatever the size of the tree. Decided ones go to a spill file, each after those
 /// inside it (an inner range closes first), the order in which they must be removed.
 struct EmptiedDirs {
-    /// Undecided directories, outermost first, and whether something kept lies under each.
-    open: Vec<(Entry, bool)>,
+    /// Undecided directories, and whether something kept lies under each.
+    open: OpenDirs,
     out: Spill,
     count: u64,
 }
@@ -129,108 +129,100 @@ struct EmptiedDirs {
 impl EmptiedDirs {
     fn new(out: Spill) -> Self {
         EmptiedDirs {
-            open: Vec::new(),
+            open: OpenDirs::default(),
             out,
             count: 0,
         }
     }
 
-    /// Decides every directory whose range ends before `path`; called with every destination
-    /// path, in order.
-    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
-        while let Some((dir, _)) = self.open.last() {
-            if in_range(&dir.path, path) {
-                break;
+    /// Decides every directory whose range ends before `path` (None: the walk's end); called
+    /// with every destination path, in order.
+    fn advance(&mut self, path: Option<&[u8]>) -> io::Result<()> {
+        while let Some((dir, occupied)) = self.open.left_behind(path) {
+            if !occupied {
+                self.out.push(&dir)?;
+                self.count += 1;
             }
-            self.close()?;
         }
         Ok(())
     }
 
     /// A destination directory the source lacks: it goes unless something kept is under it.
     fn open(&mut self, dir: Entry) {
-        self.open.push((dir, false));
+        self.open.0.push((dir, false));
     }
 
     /// A destination entry the source has: the directories it is in stay.
     fn keep(&mut self, path: &[u8]) {
-        for (dir, occupied) in self.open.iter_mut() {
+        for (dir, occupied) in self.open.0.iter_mut() {
             if under(&dir.path, path) {
                 *occupied = true;
             }
         }
     }
 
-    fn close(&mut self) -> io::Result<()> {
-        let (dir, occupied) = self.open.pop().expect("closed only when open");
-        if !occupied {
-            self.out.push(&dir)?;
-            self.count += 1;
-        }
-        Ok(())
-    }
-
     fn finish(mut self) -> io::Result<(Spill, u64)> {
-        while !self.open.is_empty() {
-            self.close()?;
-        }
+        self.advance(None)?;
         Ok((self.out, self.count))
     }
 }
 
+/// The directories whose range the walk is still in, outermost first (byte prefixes of the
+/// current path: at most its depth), each with what the walk noted of it.
+#[derive(Default)]
+struct OpenDirs(Vec<(Entry, bool)>);
+
+impl OpenDirs {
+    /// The innermost whose range ends before `path`, taken out; with None, the innermost.
+    fn left_behind(&mut self, path: Option<&[u8]>) -> Option<(Entry, bool)> {
+        match (self.0.last(), path) {
+            (Some((dir, _)), Some(path)) if in_range(&dir.path, path) => None,
+            _ => self.0.pop(),
+        }
+    }
+}
+
 /// The kept directories whose mtime must be set, found in the same pass as `EmptiedDirs`:
-/// the kept directories holding the current path are open (at most its depth), each noting
-/// whether its mtime differs or an entry directly in it goes; one is decided when the walk
-/// leaves its range.
+/// the kept directories holding the current path are open, each noting whether its mtime
+/// differs or an entry directly in it goes; one is decided when the walk leaves its range.
 struct TouchedDirs {
-    open: Vec<(Entry, bool)>,
+    open: OpenDirs,
     out: Spill,
 }
 
 impl TouchedDirs {
     fn new(out: Spill) -> Self {
         TouchedDirs {
-            open: Vec::new(),
+            open: OpenDirs::default(),
             out,
         }
     }
 
-    fn advance(&mut self, path: &[u8]) -> io::Result<()> {
-        while let Some((dir, _)) = self.open.last() {
-            if in_range(&dir.path, path) {
-                break;
+    fn advance(&mut self, path: Option<&[u8]>) -> io::Result<()> {
+        while let Some((dir, lost)) = self.open.left_behind(path) {
+            if lost {
+                self.out.push(&dir)?;
             }
-            self.close()?;
         }
         Ok(())
     }
 
     /// A directory both sides have, as the source lists it; `differs`: not with its mtime.
     fn open(&mut self, dir: Entry, differs: bool) {
-        self.open.push((dir, differs));
+        self.open.0.push((dir, differs));
     }
 
     /// `path` goes: its directory's mtime moves (the root's is set wherever it differs).
     fn lose(&mut self, path: &[u8]) {
         let parent = crate::storage::beneath::split(path).0;
         // Not always the innermost: `a/b` is still open at `a/b.txt`, which sorts before `a/b/x`.
-        if let Some((_, lost)) = self.open.iter_mut().rev().find(|(d, _)| d.path == parent) {
+        if let Some((_, lost)) = self.open.0.iter_mut().rev().find(|(d, _)| d.path == parent) {
             *lost = true;
         }
     }
 
-    fn close(&mut self) -> io::Result<()> {
-        let (dir, lost) = self.open.pop().expect("closed only when open");
-        if lost {
-            self.out.push(&dir)?;
-        }
-        Ok(())
-    }
-
     fn finish(mut self) -> io::Result<Spill> {
-        while !self.open.is_empty() {
-            self.close()?;
-        }
+        self.advance(None)?;
         Ok(self.out)
     }
 }
