@@ -143,11 +143,16 @@ def test_partitions_verify_and_copy_from_their_own_directories(copied, source, f
     part_files = sorted((plan / "copy").glob("part-*.tsv"))
     assert len(part_files) >= 3
     for verb in (["verify"], ["copy", "--compare", "size-mtime"]):
-        total = sum(
-            counted(copied, [ferry_bin, *verb, f"{source}/", dst, "--files-from", p])["total"]
+        jobs = [
+            counted(copied, [ferry_bin, *verb, f"{source}/", dst, "--files-from", p])
             for p in part_files
-        )
-        assert total <= 1.2 * listing + 3 * len(part_files), (verb, total, listing)
+        ]
+        total = sum(job["total"] for job in jobs)
+        # Beyond its share of the listing, a job costs a few requests of its own: its root's
+        # lookups, a statfs or two, and, on a loaded machine, the kernel's second LOOKUP when two
+        # threads reach one name at once (44 here when quiet, 46 seen under load). Each job
+        # reading the whole tree would cost 3 listings.
+        assert total <= 1.2 * listing + 5 * len(part_files), (verb, total, listing, jobs)
 
 
 def test_a_few_paths_of_a_large_directory_are_looked_up_not_listed(tmp_path, ferry_bin):

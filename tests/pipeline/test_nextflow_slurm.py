@@ -71,5 +71,5 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     jobs = new_jobs(seen)
     assert {int(r["native_id"]) for r in trace(outdir, "final")} == set(jobs)
     names = " ".join(jobs.values())
-    for step in ("PRUNE", "FINAL_CHECK"):
+    for step in ("PRUNE", "PRUNE_DIRS", "FINAL_CHECK"):
         assert f"MIGRATE_{step}" in names, (step, names)

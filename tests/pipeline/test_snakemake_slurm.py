@@ -85,12 +85,16 @@ def test_migration_through_slurm(slurm, tmp_path, ferry_bin, container):
     comments = squeue_comments(new_jobs)
     assert_rules_ran(
         comments.values(),
-        ["list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check", "carry"],
-    )
+        [
+            "list_source", "list_dest", "plan", "copy", "verify", "prune", "prune_dirs",
+            "final_check", "carry",
+        ],
+    )  # fmt: skip
     rules = jobs_per_step(rep)
-    # Grouped: listing+plan is one job, a partition's copy and verify one; prune, the final check
-    # and carry alone.
-    assert len(new_jobs) == 1 + rules["copy"] + 3, (new_jobs, rules)
+    # Grouped: listing+plan is one job, a partition's copy and verify one; each part of prune,
+    # the directories' prune, the final check and carry alone.
+    assert rules["prune"] >= 1 and rules["prune_dirs"] == 1, rules
+    assert len(new_jobs) == 1 + rules["copy"] + rules["prune"] + 3, (new_jobs, rules)
     assert_no_secret(outdir, REPO / ".snakemake" / "slurm_logs")
 
 
