@@ -5,6 +5,15 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
+/// A document ferry wrote, read whole and checked against its type (`what` names it in errors).
+pub fn read<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let text = std::fs::read(path)
+        .with_context(|| format!("cannot read the {what} {}", path.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("{}: not a {what}", path.display()))
+}
+
 /// Writes `v` to a temporary file beside `path` (one filesystem, so the rename is atomic) and
 /// renames it over `path`. Not synced: a report that a crash loses is rewritten by the next run,
 /// and a sync every few seconds would cost more on a network filesystem than the file is worth.

@@ -63,10 +63,7 @@ pub enum Basis {
 
 impl ShardsDoc {
     pub fn read(path: &Path) -> anyhow::Result<ShardsDoc> {
-        let text = std::fs::read(path)
-            .with_context(|| format!("cannot read the shards document {}", path.display()))?;
-        let doc: ShardsDoc = serde_json::from_slice(&text)
-            .with_context(|| format!("{}: not a shards document", path.display()))?;
+        let doc: ShardsDoc = crate::jsonfile::read(path, "shards document")?;
         doc.cuts()
             .with_context(|| format!("{}: bad cuts", path.display()))?;
         Ok(doc)
@@ -288,7 +285,7 @@ pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
             read += 1;
             held += sample.entries.len() as u64;
             if sample.more {
-                units.extend(unread_rest(&dir, &sample.entries, RestPieces::default()));
+                units.extend(unread_rest(&dir, &sample.entries, REST_PIECES));
             }
             for e in sample.entries {
                 if e.kind == Kind::Dir {
@@ -307,16 +304,8 @@ pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
     Ok(even_cuts(&units, jobs))
 }
 
-/// How finely `unread_rest` spreads its estimate: pieces of at most a page's width, and at most
-/// this many.
-#[derive(Clone, Copy)]
-struct RestPieces(usize);
-
-impl Default for RestPieces {
-    fn default() -> Self {
-        RestPieces(SCAN_DIRS)
-    }
-}
+/// Pieces `unread_rest` spreads its estimate over, at most (each at most a page's width).
+const REST_PIECES: usize = 256;
 
 /// What a first page of `dir` leaves unread, as weighted keys past its last name: a store
 /// that lists in order (Blob) gives the first names, so a flat container's scan would see only
@@ -325,7 +314,7 @@ impl Default for RestPieces {
 /// to the end of the names that share the page's stem. A page out of order (a local
 /// directory's, in the order the file system keeps) is a sample from the whole directory
 /// already: nothing to add.
-fn unread_rest(dir: &[u8], page: &[Entry], pieces: RestPieces) -> Vec<(Vec<u8>, u64)> {
+fn unread_rest(dir: &[u8], page: &[Entry], pieces: usize) -> Vec<(Vec<u8>, u64)> {
     let names: Option<Vec<&str>> = page
         .iter()
         .map(|e| std::str::from_utf8(&e.path).ok())
@@ -349,7 +338,7 @@ fn unread_rest(dir: &[u8], page: &[Entry], pieces: RestPieces) -> Vec<(Vec<u8>, 
     if width <= 0.0 || rest <= 0.0 {
         return Vec::new();
     }
-    let count = ((rest / width).ceil() as usize).clamp(1, pieces.0);
+    let count = ((rest / width).ceil() as usize).clamp(1, pieces);
     let piece = rest / count as f64;
     let per_piece = (page.len() as f64 * piece / width).round().max(1.0) as u64;
     (0..count)
@@ -371,7 +360,7 @@ mod tests {
     fn a_full_sorted_page_weighs_the_rest_of_its_key_space() {
         // The first page of 16^4 hashed names: 0000..0fff, a sixteenth of them.
         let page = named((0..0x1000).map(|i| format!("{i:04x}")));
-        let rest = unread_rest(b"", &page, RestPieces::default());
+        let rest = unread_rest(b"", &page, REST_PIECES);
         let weight: u64 = rest.iter().map(|(_, w)| w).sum();
         // 15 pages, read as a little more: the page spans 16 of the 17 digits of its block (a
         // name ending there would be the 17th).
@@ -389,7 +378,7 @@ mod tests {
         assert_eq!(firsts, b"48c", "{:?}", cuts.keys());
         // Under a directory, the keys keep its prefix.
         let page = named((0..0x1000).map(|i| format!("d/{i:04x}")));
-        let rest = unread_rest(b"d", &page, RestPieces(8));
+        let rest = unread_rest(b"d", &page, 8);
         assert_eq!(rest.len(), 8);
         assert!(rest
             .iter()
@@ -400,7 +389,7 @@ mod tests {
     fn a_page_out_of_order_is_a_sample_already() {
         let mut page = named((0..100).map(|i| format!("{i:04x}")));
         page.swap(3, 70);
-        assert!(unread_rest(b"", &page, RestPieces::default()).is_empty());
+        assert!(unread_rest(b"", &page, REST_PIECES).is_empty());
     }
 
     fn r(lo: Option<&str>, hi: Option<&str>) -> Range {

@@ -4,6 +4,7 @@
 //! every few seconds. Never the engines' internals, so it reads a Snakemake run as a Nextflow
 //! one, running, finished or killed.
 
+use crate::plan::PartRow;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,19 +69,12 @@ fn read<T: DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// What status reads of plan.json: the partitions.
+/// What status reads of plan.json: the partitions (the plan's own rows).
 #[derive(Deserialize)]
 struct Plan {
     phase: String,
-    copy_partitions: Vec<Planned>,
-    verify_partitions: Vec<Planned>,
-}
-
-#[derive(Deserialize)]
-struct Planned {
-    id: String,
-    files: u64,
-    bytes: u64,
+    copy_partitions: Vec<PartRow>,
+    verify_partitions: Vec<PartRow>,
 }
 
 /// What status reads of a report: whether the phase is complete.
@@ -101,7 +95,7 @@ fn gone_here(progress: &ProgressDoc) -> bool {
 }
 
 /// One partition of a step: where it stands and how much of it is done.
-fn partition(dir: &Path, step: &str, spec: &Planned, at: f64) -> PartitionStatus {
+fn partition(dir: &Path, step: &str, spec: &PartRow, at: f64) -> PartitionStatus {
     let record = |kind| LAYOUT.record(dir, step, kind, &spec.id);
     let done = record(Kind::Out).is_some_and(|p| read::<serde_json::Value>(&p).is_some());
     let failed = record(Kind::Failed).is_some_and(|p| p.exists());
@@ -221,7 +215,7 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
         };
         return doc(state, Some(sides), None);
     };
-    let parts = |specs: &[Planned], step| -> Vec<PartitionStatus> {
+    let parts = |specs: &[PartRow], step| -> Vec<PartitionStatus> {
         specs.iter().map(|s| partition(dir, step, s, at)).collect()
     };
     let copy = parts(&plan.copy_partitions, "copy");

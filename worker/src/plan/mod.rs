@@ -153,11 +153,7 @@ pub struct PlanDoc {
 impl PlanDoc {
     /// DIR/plan.json, as `ferry plan` wrote it.
     pub fn read(dir: &Path) -> anyhow::Result<PlanDoc> {
-        let path = dir.join("plan.json");
-        let text =
-            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        serde_json::from_slice(&text)
-            .with_context(|| format!("{} is not a plan ferry can read", path.display()))
+        crate::jsonfile::read(&dir.join("plan.json"), "plan")
     }
 }
 
@@ -291,33 +287,34 @@ fn write_deletions(
         close(w)
     };
     let mut d = deletions.as_mut();
-    copy_all(d.as_mut().map(|d| &mut d.files), out.join("delete.tsv"))?;
     copy_all(d.as_mut().map(|d| &mut d.dirs), dir.join("dirs.tsv"))?;
     copy_all(d.as_mut().map(|d| &mut d.touched), dir.join("touched.tsv"))?;
-    let Some(d) = d else {
-        return Ok(Vec::new());
-    };
-    let n = d.file_count;
-    let parts = if n == 0 { 0 } else { parts(n).clamp(1, n) };
+    let mut all = create(out.join("delete.tsv"))?;
     let mut rows = Vec::new();
-    let mut files = d.files.read()?;
-    for i in 0..parts {
-        let count = n / parts + u64::from(i < n % parts);
-        let mut w = create(dir.join(crate::partition::part_name(i as usize)))?;
-        let mut row = PartRow {
-            id: format!("{i:05}"),
-            files: 0,
-            bytes: 0,
-        };
-        for e in files.by_ref().take(count as usize) {
-            let e = e?;
-            row.files += 1;
-            row.bytes += e.size();
-            w.write(&e)?;
+    if let Some(d) = d {
+        let n = d.file_count;
+        let parts = if n == 0 { 0 } else { parts(n).clamp(1, n) };
+        let mut files = d.files.read()?;
+        for i in 0..parts {
+            let count = n / parts + u64::from(i < n % parts);
+            let mut w = create(dir.join(crate::partition::part_name(i as usize)))?;
+            let mut row = PartRow {
+                id: format!("{i:05}"),
+                files: 0,
+                bytes: 0,
+            };
+            for e in files.by_ref().take(count as usize) {
+                let e = e?;
+                row.files += 1;
+                row.bytes += e.size();
+                w.write(&e)?;
+                all.write(&e)?;
+            }
+            close(w)?;
+            rows.push(row);
         }
-        close(w)?;
-        rows.push(row);
     }
+    close(all)?;
     Ok(rows)
 }
 

@@ -287,8 +287,7 @@ pub(crate) fn boundaries<'a>(
         return Vec::new();
     };
     let (at, stem) = (scale.at(), scale.stem());
-    let (value, key_of) = (|n: &str| scale.value(n), |x: f64| scale.key(x));
-    let (from, to) = (value(first), value(last));
+    let (from, to) = (scale.value(first), scale.value(last));
     let width = to - from;
     if width <= 0.0 {
         return Vec::new();
@@ -303,12 +302,12 @@ pub(crate) fn boundaries<'a>(
     // A remainder within reach of the page's spread (up to twice as many pages as there are
     // pieces to give) is shared out evenly, each piece at least a page.
     // A `hi` outside `stem` lies past every value here.
-    let end = hi.filter(|h| h.starts_with(stem)).map_or(1.0, value);
+    let end = hi.filter(|h| h.starts_with(stem)).map_or(1.0, |h| scale.value(h));
     if end < 1.0 && end - to <= 2.0 * want as f64 * width {
         let step = width.max((end - to) / (want + 1) as f64);
         let mut x = to + step;
         while x < end && out.len() < want {
-            push(key_of(x), &mut out);
+            push(scale.key(x), &mut out);
             x += step;
         }
         return out;
@@ -324,7 +323,7 @@ pub(crate) fn boundaries<'a>(
     let mut step = width;
     let mut x = to + step;
     while x < end && out.len() < want * 3 / 4 {
-        push(key_of(x), &mut out);
+        push(scale.key(x), &mut out);
         if out.len() >= want / 8 {
             step *= 2.0;
         }
