@@ -419,6 +419,18 @@ def test_every_part_of_a_plan_judges_max_delete_by_the_whole_pass(tmp_path, run_
     assert "no deletion part" in r.stderr
 
 
+def test_a_part_of_a_plan_that_cannot_be_read_is_named_and_nothing_goes(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    plan = plan_final(tmp_path, run_ferry, src, dst, parts=3)
+    (plan / "prune" / "part-00001.tsv").unlink()
+    r = run_ferry(
+        "prune", src, dst, "--plan", plan, "--part", "00001", "--log", tmp_path / "l", check=2
+    )
+    assert "cannot read back the list of deletions" in r.stderr, r.stderr
+    assert "part-00001.tsv" in r.stderr, r.stderr
+    assert snapshot(dst) == before
+
+
 def test_a_plan_without_a_destination_or_a_source_is_refused(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {"a": b"a"})

@@ -448,6 +448,9 @@ enum PlanError {
     Join(#[from] JoinError),
     #[error("cannot keep the list of deletions in the scratch directory: {0}")]
     Scratch(#[from] io::Error),
+    /// Reading it back: a spill, or the plan's files.
+    #[error("cannot read back the list of deletions: {0}")]
+    Read(io::Error),
 }
 
 /// Entries read back in order: a scratch spill, or manifests one after another.
@@ -463,7 +466,10 @@ impl Entries {
             Entries::Manifests(files) => {
                 let readers = files
                     .iter()
-                    .map(|f| crate::manifest::Reader::open(f))
+                    .map(|f| {
+                        crate::manifest::Reader::open(f)
+                            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.display())))
+                    })
                     .collect::<io::Result<Vec<_>>>()?;
                 Ok(Box::new(
                     readers
@@ -512,8 +518,8 @@ impl Work {
         if !dst.capabilities().directories {
             return Ok(());
         }
-        for d in touched.read()? {
-            let d = d.map_err(PlanError::Scratch)?;
+        for d in touched.read().map_err(PlanError::Read)? {
+            let d = d.map_err(PlanError::Read)?;
             let Some(mtime) = d.mtime else { continue };
             if self.planned {
                 match dst.head(&d.path).await {
@@ -570,9 +576,9 @@ impl Work {
             .into_iter()
             .flatten()
         {
-            for e in entries.read()? {
+            for e in entries.read().map_err(PlanError::Read)? {
                 pacer.tick().await;
-                let e = e.map_err(PlanError::Scratch)?;
+                let e = e.map_err(PlanError::Read)?;
                 log.write(&e)?;
                 if print {
                     writeln!(out, "would delete\t{}", e.display_path())?;
@@ -605,7 +611,7 @@ impl Work {
             concurrency * 2
         };
         let mut deleted = 0u64;
-        let mut results = futures::stream::iter(files.read()?)
+        let mut results = futures::stream::iter(files.read().map_err(PlanError::Read)?)
             .chunks(batch)
             .map(|chunk| {
                 let dst = dst.clone();
@@ -617,7 +623,7 @@ impl Work {
             })
             .buffer_unordered(in_flight.max(1));
         while let Some(done) = results.next().await {
-            for (e, r) in done.map_err(PlanError::Scratch)? {
+            for (e, r) in done.map_err(PlanError::Read)? {
                 match r {
                     Ok(()) => {
                         deleted += 1;
@@ -641,8 +647,11 @@ impl Work {
         let Some(dirs) = self.dirs.as_mut() else {
             return Ok(());
         };
-        for dirs in DirBatches::new(dirs.read()?, dst.delete_batch().max(1)) {
-            let dirs = dirs.map_err(PlanError::Scratch)?;
+        for dirs in DirBatches::new(
+            dirs.read().map_err(PlanError::Read)?,
+            dst.delete_batch().max(1),
+        ) {
+            let dirs = dirs.map_err(PlanError::Read)?;
             // A directory still holding something (a file whose deletion failed, or one that
             // appeared since the listing) stays, and is reported: the destination is not what
             // the source says it should be.
