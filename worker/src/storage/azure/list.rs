@@ -302,7 +302,9 @@ pub(crate) fn boundaries<'a>(
     // A remainder within reach of the page's spread (up to twice as many pages as there are
     // pieces to give) is shared out evenly, each piece at least a page.
     // A `hi` outside `stem` lies past every value here.
-    let end = hi.filter(|h| h.starts_with(stem)).map_or(1.0, |h| scale.value(h));
+    let end = hi
+        .filter(|h| h.starts_with(stem))
+        .map_or(1.0, |h| scale.value(h));
     if end < 1.0 && end - to <= 2.0 * want as f64 * width {
         let step = width.max((end - to) / (want + 1) as f64);
         let mut x = to + step;
