@@ -331,6 +331,8 @@ pub struct Amount {
 pub struct StepPartitions {
     pub copy: Vec<PartitionStatus>,
     pub verify: Vec<PartitionStatus>,
+    /// The final pass's deletions, cut as the plan cut them (plan/prune/part-ID.tsv).
+    pub prune: Vec<PartitionStatus>,
 }
 
 /// The phase's progress, once it has a plan.
@@ -340,6 +342,7 @@ pub struct PlanProgress {
     pub phase: String,
     pub copy: Tally,
     pub verify: Tally,
+    pub prune: Tally,
     pub files: Amount,
     pub bytes: Amount,
     pub bytes_per_second: u64,

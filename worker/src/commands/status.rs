@@ -75,6 +75,7 @@ struct Plan {
     phase: String,
     copy_partitions: Vec<PartRow>,
     verify_partitions: Vec<PartRow>,
+    prune_partitions: Vec<PartRow>,
 }
 
 /// What status reads of a report: whether the phase is complete.
@@ -220,7 +221,8 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
     };
     let copy = parts(&plan.copy_partitions, "copy");
     let verify = parts(&plan.verify_partitions, "verify");
-    let all = || copy.iter().chain(&verify);
+    let prune = parts(&plan.prune_partitions, "prune");
+    let all = || copy.iter().chain(&verify).chain(&prune);
     let (bytes, bytes_done) = (
         copy.iter().map(|p| p.bytes).sum::<u64>(),
         copy.iter().map(|p| p.bytes_done).sum::<u64>(),
@@ -246,6 +248,7 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
         phase: plan.phase,
         copy: tally(&copy),
         verify: tally(&verify),
+        prune: tally(&prune),
         files: Amount {
             planned: copy.iter().map(|p| p.files).sum(),
             done: copy.iter().map(|p| p.files_done).sum(),
@@ -257,7 +260,11 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
         bytes_per_second: rate,
         eta_seconds: (rate > 0).then(|| bytes.saturating_sub(bytes_done) as f64 / rate as f64),
         slowest_running: slowest,
-        partitions: StepPartitions { copy, verify },
+        partitions: StepPartitions {
+            copy,
+            verify,
+            prune,
+        },
     };
     doc(state, None, Some(progress))
 }
@@ -287,7 +294,16 @@ fn text(st: &StatusDoc) -> String {
     let Some(p) = &st.progress else {
         return out;
     };
-    for (step, t) in [("copy", &p.copy), ("verify", &p.verify)] {
+    let steps = [
+        ("copy", &p.copy),
+        ("verify", &p.verify),
+        ("prune", &p.prune),
+    ];
+    // A pass that deletes nothing has no prune partitions to speak of.
+    for (step, t) in steps
+        .into_iter()
+        .filter(|(step, t)| *step != "prune" || t.planned > 0)
+    {
         out += &format!(
             "  {step} partitions: {} done, {} running, {} failed, {} stopped, {} pending (of {})\n",
             t.done, t.running, t.failed, t.stopped, t.pending, t.planned
@@ -379,7 +395,8 @@ mod tests {
             dir,
             "plan/plan.json",
             json!({"phase": "incremental",
-            "copy_partitions": [part("0"), part("1"), part("2"), part("3"), part("4")], "verify_partitions": []}),
+            "copy_partitions": [part("0"), part("1"), part("2"), part("3"), part("4")], "verify_partitions": [],
+            "prune_partitions": [part("00001"), part("00002")]}),
         );
         write(dir, "copy/part-0.json", json!({"files": {"copied": 10}}));
         write(
@@ -393,6 +410,7 @@ mod tests {
             progress(900.0, 2, 200, 50),
         );
         write(dir, "failed/copy-part-3.json", json!({}));
+        write(dir, "prune/part-00001.json", json!({"deleted": 10}));
         let st = status(dir, 1000.0);
         let p = st.progress.as_ref().unwrap();
         let states: Vec<_> = p.partitions.copy.iter().map(|p| p.state).collect();
@@ -404,6 +422,12 @@ mod tests {
         assert_eq!(p.bytes_per_second, 60);
         assert_eq!(p.eta_seconds, Some((5000.0 - 1600.0) / 60.0));
         assert_eq!(p.slowest_running.as_deref(), Some("1"));
+        let pruned: Vec<_> = p.partitions.prune.iter().map(|p| p.state).collect();
+        assert_eq!(pruned, [Done, Pending]);
+        assert_eq!((p.prune.planned, p.prune.done), (2, 1));
+        assert!(text(&st).contains(
+            "prune partitions: 1 done, 0 running, 0 failed, 0 stopped, 1 pending (of 2)"
+        ));
         // Counts are integers in the document, never floats.
         let doc = serde_json::to_value(&st).unwrap();
         assert_eq!(doc["progress"]["files"]["planned"], json!(50));
@@ -424,7 +448,8 @@ mod tests {
         write(
             tmp.path(),
             "plan/plan.json",
-            json!({"phase": "baseline", "copy_partitions": [], "verify_partitions": []}),
+            json!({"phase": "baseline", "copy_partitions": [], "verify_partitions": [],
+                "prune_partitions": []}),
         );
         write(tmp.path(), "report.json", json!({"status": "complete"}));
         assert_eq!(status(tmp.path(), 0.0).state, PhaseState::Complete);
