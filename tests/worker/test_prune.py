@@ -339,7 +339,8 @@ def plan_final(tmp_path: Path, run_ferry, src: Path, dst: Path, parts: int = 3) 
 
 def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferry):
     """`--plan` deletes what prune's own listings would, and restores the same directory mtimes:
-    one rule, decided in the plan's join. The listings it would sort are absent."""
+    one rule, decided in the plan's join. The listings it would sort are absent, and it sorts
+    nothing: it makes no scratch directory (here it could not)."""
     src, dst, before = build_local(tmp_path, run_ferry)
     twin = tmp_path / "twin"
     subprocess.run(["cp", "-a", dst, twin], check=True)
@@ -353,7 +354,20 @@ def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferr
     for listing in ("src.tsv", "dst.tsv"):
         (tmp_path / listing).unlink()
 
-    j = run_ferry("prune", src, dst, "--plan", plan, "--log", tmp_path / "p.tsv", "--json").json
+    scratch = tmp_path / "a-file"
+    scratch.write_text("")
+    j = run_ferry(
+        "prune",
+        src,
+        dst,
+        "--plan",
+        plan,
+        "--log",
+        tmp_path / "p.tsv",
+        "--json",
+        "--scratch",
+        scratch,
+    ).json
     run_ferry("prune", src, twin, "--log", tmp_path / "t.tsv")
     assert (j["deleted"], j["would_delete"], j["dirs"], j["refused"]) == (
         len(EXTRA_FILES),

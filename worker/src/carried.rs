@@ -431,10 +431,7 @@ pub fn merge(
     let sorted = |paths: Vec<&Path>, stem: &str| -> anyhow::Result<Runs> {
         let mut readers = Vec::new();
         for p in paths {
-            readers.push(
-                manifest::Reader::open(p)
-                    .with_context(|| format!("cannot read {}", p.display()))?,
-            );
+            readers.push(manifest::Reader::open(p)?);
         }
         sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
             SortError::Listing(e) => anyhow::anyhow!(e),

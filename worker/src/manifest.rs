@@ -436,8 +436,11 @@ pub struct Reader<R> {
 }
 
 impl Reader<io::BufReader<std::fs::File>> {
+    /// An error names the file.
     pub fn open(path: &std::path::Path) -> io::Result<Self> {
-        let f = std::fs::File::open(path)?;
+        let f = std::fs::File::open(path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display()))
+        })?;
         Ok(Reader::new(
             io::BufReader::with_capacity(1 << 20, f),
             path.display().to_string(),
@@ -539,6 +542,13 @@ impl<W: Write> Writer<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_that_cannot_be_opened_is_named() {
+        let missing = std::path::Path::new("/nonexistent/listing.tsv");
+        let e = Reader::open(missing).err().expect("no such file");
+        assert!(e.to_string().contains("/nonexistent/listing.tsv"), "{e}");
+    }
 
     #[test]
     fn odd_names_round_trip() {

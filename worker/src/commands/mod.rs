@@ -264,8 +264,7 @@ const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
 pub fn manifest_entries(
     path: &Path,
 ) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
-    let mut reader = manifest::Reader::open(path)
-        .with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let mut reader = manifest::Reader::open(path)?;
     let name = path.display().to_string();
     Ok(std::iter::from_fn(move || {
         let entry = reader.next()?;
@@ -308,8 +307,7 @@ pub fn find_listed_twice(manifest: &Path, path: &str) -> Option<String> {
 /// Reads a manifest completely, failing on the first bad line: nothing is acted upon before
 /// every line has been read and checked.
 pub fn read_manifest(path: &Path) -> anyhow::Result<Vec<Entry>> {
-    let mut reader = manifest::Reader::open(path)
-        .with_context(|| format!("cannot read manifest {}", path.display()))?;
+    let mut reader = manifest::Reader::open(path)?;
     let mut entries = Vec::new();
     let mut seen: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
     while let Some(entry) = reader.next() {

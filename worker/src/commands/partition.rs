@@ -62,9 +62,7 @@ fn entries(path: &Path) -> anyhow::Result<Box<dyn Iterator<Item = Result<Entry, 
         let stdin = std::io::BufReader::new(std::io::stdin());
         return Ok(Box::new(manifest::Reader::new(stdin, "stdin".into())));
     }
-    Ok(Box::new(manifest::Reader::open(path).with_context(
-        || format!("cannot read {}", path.display()),
-    )?))
+    Ok(Box::new(manifest::Reader::open(path)?))
 }
 
 pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {

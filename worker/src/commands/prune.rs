@@ -167,10 +167,15 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::from(1))
     };
 
-    let scratch = Scratch::new(args.sorting.scratch.as_deref())?;
+    // The listings' sorts spill there, and the deletions they decide stay there until the end;
+    // a plan has both written already.
+    let mut scratch = None;
     let decided = match &args.plan {
         Some(dir) => from_plan(dir, &args),
-        None => from_listings(&args, &src, &dst, scratch.path()).await,
+        None => {
+            let scratch = scratch.insert(Scratch::new(args.sorting.scratch.as_deref())?);
+            from_listings(&args, &src, &dst, scratch.path()).await
+        }
     };
     let mut work = match decided {
         Ok(work) => work,
@@ -466,10 +471,7 @@ impl Entries {
             Entries::Manifests(files) => {
                 let readers = files
                     .iter()
-                    .map(|f| {
-                        crate::manifest::Reader::open(f)
-                            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", f.display())))
-                    })
+                    .map(|f| crate::manifest::Reader::open(f))
                     .collect::<io::Result<Vec<_>>>()?;
                 Ok(Box::new(
                     readers

@@ -207,10 +207,7 @@ fn sort_listing(
 ) -> anyhow::Result<Runs> {
     let mut readers = Vec::with_capacity(files.len());
     for path in files {
-        readers.push(
-            manifest::Reader::open(path)
-                .with_context(|| format!("cannot read listing {}", path.display()))?,
-        );
+        readers.push(manifest::Reader::open(path)?);
     }
     sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
         // The reader's message names the listing and the line already.
