@@ -120,7 +120,7 @@ def retries(step):
 # follows and asks for no runtime of its own (requests(..., runtime=False)), so the job's time
 # limit is the configured runtime of list or copy, not a sum. Groups change nothing locally.
 #
-# Several list jobs (list.jobs > 1) are each a cluster job of their own, so that Slurm spreads
+# Several list jobs (list.jobs > 1) are each a cluster job of their own, so that Slurm may spread
 # them over nodes: then no step of the preparation is grouped, and plan asks for its own runtime.
 PREPARE_GROUP = None if SHARDED else "prepare"
 
