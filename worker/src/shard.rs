@@ -304,8 +304,9 @@ pub async fn scan(store: &Arc<dyn Store>, jobs: usize) -> anyhow::Result<Cuts> {
     Ok(even_cuts(&units, jobs))
 }
 
-/// Pieces `unread_rest` spreads its estimate over, at most (each at most a page's width).
-const REST_PIECES: usize = 256;
+/// Pieces `unread_rest` spreads its estimate over, at most (each at most a page's width): as
+/// fine as the scan itself weighs a tree.
+const REST_PIECES: usize = SCAN_DIRS;
 
 /// What a first page of `dir` leaves unread, as weighted keys past its last name: a store
 /// that lists in order (Blob) gives the first names, so a flat container's scan would see only
