@@ -51,7 +51,12 @@ onstart:
     # Not on --dry-run, nor when nothing is to be done: a run of the phase begins. Its marker
     # lets the next run record it as killed should it end before its report (ferry_history.py).
     if any(job.rule.name == "report" for job in workflow.dag.needrun_jobs()):
-        ferry_history.start(RUN, "snakemake", RUN_INFO["report_args"])
+        ferry_history.start(
+            RUN,
+            "snakemake",
+            RUN_INFO["report_args"],
+            migration=RUN_INFO["migration"],
+        )
 
 
 onsuccess:

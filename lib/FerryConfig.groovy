@@ -1,3 +1,4 @@
+import groovy.json.JsonOutput
 import groovy.json.JsonSlurper
 import java.nio.file.Path
 import nextflow.exception.AbortOperationException
@@ -25,7 +26,8 @@ class FerryConfig {
     static void started(Map run, Path projectDir) {
         def pid = ProcessHandle.current().pid()
         def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
-                   run.dir as String, '--engine', 'nextflow', '--pid', pid as String, '--'] + (run.report_args as List<String>)
+                   run.dir as String, '--engine', 'nextflow', '--pid', pid as String,
+                   '--migration', JsonOutput.toJson(run.migration), '--'] + (run.report_args as List<String>)
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)

@@ -151,8 +151,10 @@ def local_runs(tmp_path_factory, ferry_bin):
         launch, params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts)
     )
     runs["dest_after_baseline"] = local_snapshot(dest)
+    # The same migration spelt otherwise (issue 42): continued, not refused, not begun again.
+    respelt = f"{root}/./{src.name}/"
     runs["incremental"] = nextflow(
-        launch, params=params_for(ferry_bin, outdir, src, dest, "incremental", **parts)
+        launch, params=params_for(ferry_bin, outdir, respelt, dest, "incremental", **parts)
     )
     # Everything at the source is gone (an unmounted share looks like this): prune must refuse.
     shutil.rmtree(src)
@@ -201,6 +203,11 @@ def test_local_baseline_copies_everything(local_runs):
 
 
 def test_unchanged_incremental_plans_nothing(local_runs):
+    recorded = json.loads((local_runs["outdir"] / "t" / "migration.json").read_text())
+    assert (recorded["source"], recorded["dest"]) == (
+        str(local_runs["src"]),
+        str(local_runs["dest"]),
+    )
     rep = report(local_runs["outdir"], "incremental")
     assert rep["status"] == "complete"
     assert rep["plan"]["unchanged"] == len(local_runs["content"]) + 1

@@ -329,7 +329,9 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
     dest = tmp_path / "dst"
     outdir = tmp_path / "results"
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"))
+    # The same migration spelt otherwise (issue 42): continued, not refused, not begun again.
+    respelt = f"{tmp_path}/./src/"
+    pipeline(*base_config(ferry_bin, outdir, respelt, dest, "incremental"))
     rep = report(outdir, "incremental")
     assert rep["plan"]["unchanged"] == len(content) + 1  # the symlink too
     assert rep["totals"]["files"]["planned"] == 0
@@ -338,6 +340,16 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
     # A second incremental pass gets its own run directory.
     pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=2")
     assert report(outdir, "incremental-pass2")["totals"]["files"]["planned"] == 0
+    recorded = json.loads((outdir / "t" / "migration.json").read_text())
+    assert (recorded["source"], recorded["dest"]) == (str(src), str(dest))
+    # Another tree under the same run name is refused before any job, naming both ends.
+    other = tmp_path / "other"
+    migration_tree(other, files=2, big=0)
+    proc = pipeline(*base_config(ferry_bin, outdir, other, dest, "final"), expect=None)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config field 'source'" in text, text[-3000:]
+    assert str(src) in text and str(other) in text and "'run_name'" in text
+    assert not (outdir / "t" / "final").exists()
 
 
 @pytest.mark.timeout(300)

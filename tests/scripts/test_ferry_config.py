@@ -502,3 +502,43 @@ def test_a_plan_over_list_jobs_reads_the_patterns_the_worker_expands(tmp_path):
         str(tmp_path / "listing" / "source-{shard}.tsv"),
         str(tmp_path / "listing" / "dest-{shard}.tsv"),
     ]
+
+
+def test_a_pass_of_another_migration_under_its_run_name_is_refused(tmp_path, monkeypatch):
+    """Issue 42: the first pass records what the migration's ends are; a later pass spelt
+    otherwise continues it, and one whose end differs (a `run_name` reused) is refused before
+    anything runs, naming both and the key to change."""
+    import ferry_history
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "share").mkdir()
+    first = resolve(source="share", outdir="out", run_name="m")
+    ferry_history.start(
+        first["run"]["dir"], "snakemake", [], pid=os.getpid(), migration=first["run"]["migration"]
+    )
+    recorded = json.loads((tmp_path / "out" / "m" / "migration.json").read_text())
+    assert recorded == {
+        "version": 1,
+        "source": str(tmp_path / "share"),
+        "dest": first["run"]["migration"]["dest"],
+    }
+    resolve(source=f"{tmp_path}/share/", outdir="out", run_name="m", phase="incremental")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ConfigError) as refused:
+        resolve(source="other", outdir="out", run_name="m", phase="final")
+    message = str(refused.value)
+    assert "config field 'source'" in message and "'run_name'" in message
+    assert str(tmp_path / "other") in message and str(tmp_path / "share") in message
+
+
+def test_a_migration_begun_under_its_spelling_keeps_its_run_directory(tmp_path, monkeypatch):
+    """Run roots named after a spelling (before names were derived from what the ends are) are
+    continued, so that an upgrade mid-migration does not start another one."""
+    from ferrylib import legacy_run_name
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "share").mkdir()
+    spelt = legacy_run_name("share/", MIGRATION["dest"])
+    (tmp_path / "out" / spelt).mkdir(parents=True)
+    assert resolve(source="share/", outdir="out")["run"]["name"] == spelt
+    assert resolve(source="share", outdir="out")["run"]["name"] != spelt

@@ -8,7 +8,7 @@ import json
 
 import ferrylib
 import pytest
-from ferrylib import ConfigError, check_config, redact, run_name_for
+from ferrylib import ConfigError, check_config, identity, redact, run_name_for
 
 # ---------------------------------------------------------------------------------------------
 # locations and names
@@ -61,7 +61,8 @@ def test_run_name_is_stable_readable_and_tells_migrations_apart():
         ("", "root"),
         ("/data/my project (2024)", "my_project_2024"),
         ("/data/.hidden", "hidden"),
-        ("/data/..", "src"),
+        ("/data/..", "root"),
+        ("/data/./x/../.hidden/", "hidden"),
         ("/data/ünï", "n"),
         ("/data/é", "src"),
         ("az://acct/ctr", "ctr"),
@@ -165,3 +166,33 @@ def test_outdir_inside_the_source_through_a_symlink_is_refused(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "src")
     message = config_error(config(tmp_path, outdir=str(tmp_path / "link" / "results")))
     assert "lies inside source" in message
+
+
+def test_one_migration_whatever_its_spelling(tmp_path, monkeypatch):
+    """Issue 42: a trailing slash, a relative path, `.` and `..`, a symlink, `az://` against its
+    https URL, or a new SAS continue the migration (its run name); another end does not."""
+    share = tmp_path / "data" / "share"
+    share.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(share)
+    monkeypatch.chdir(tmp_path)
+    env = {"AZURE_STORAGE_ACCOUNT": "acct"}
+    dest = "az://archive/share"
+    name = run_name_for(str(share), dest, env)
+    for source in (f"{share}/", "data/share", "./data/./x/../share/", "link", f"{tmp_path}/link/"):
+        assert run_name_for(source, dest, env) == name, source
+    for spelt in (
+        "az://archive/share/",
+        "https://acct.blob.core.windows.net/archive/share",
+        "https://ACCT.blob.core.windows.net:443/archive//share/?sv=2024&sig=secret",
+        "az://archive/share?sig=rotated",
+    ):
+        assert run_name_for(str(share), spelt, env) == name, spelt
+    assert identity("az://archive/share?sig=secret", env) == (
+        "https://acct.blob.core.windows.net/archive/share"
+    )
+    emulator = {**env, "AZURE_STORAGE_BLOB_ENDPOINT": "http://127.0.0.1:10000/acct/"}
+    assert identity("az://archive/share", emulator) == "http://127.0.0.1:10000/acct/archive/share"
+    assert run_name_for(str(share), "az://archive/other", env) != name
+    assert (
+        run_name_for(str(share), "https://other.blob.core.windows.net/archive/share", env) != name
+    )

@@ -27,7 +27,9 @@ from ferrylib import (
     ConfigError,
     check_config,
     coerce_cli_strings,
+    identity,
     is_blob,
+    legacy_run_name,
     redact,
     run_name_for,
 )
@@ -109,6 +111,7 @@ def validate(cfg: dict, schema: dict | None = None) -> None:
         raise ConfigError(f"config field '{_field(where)}': {err.message}")
     if not replicate_only(cfg):
         check_config(cfg)
+        check_same_migration(cfg)
 
 
 def rename_old_keys(params: dict) -> list[str]:
@@ -160,7 +163,49 @@ STEPS = {
 
 
 def run_name(cfg: dict) -> str:
-    return cfg["run_name"] or run_name_for(cfg["source"], cfg["dest"])
+    """The migration's name: given, or derived from what its ends are. A migration begun before
+    names were derived so keeps the name of its spelling (its run root is there, none under the
+    new name), so that upgrading in the middle of a migration does not start another."""
+    if cfg["run_name"]:
+        return cfg["run_name"]
+    name = run_name_for(cfg["source"], cfg["dest"])
+    spelt = legacy_run_name(cfg["source"], cfg["dest"])
+    if not os.path.isdir(os.path.join(cfg["outdir"], name)) and os.path.isdir(
+        os.path.join(cfg["outdir"], spelt)
+    ):
+        return spelt
+    return name
+
+
+def migration(cfg: dict) -> dict:
+    """What the run root records of the migration it holds (ferry_run_dir.MIGRATION)."""
+    return {
+        "version": 1,
+        "source": identity(cfg["source"]),
+        "dest": identity(cfg["dest"]),
+    }
+
+
+def check_same_migration(cfg: dict) -> None:
+    """A run root holds one migration: a pass whose ends are not those its earlier passes
+    recorded (a `run_name` given twice, a path changed) is refused before anything runs."""
+    root = os.path.join(cfg["outdir"], run_name(cfg))
+    try:
+        recorded = ferry_run_dir.read_migration(root)
+    except ValueError as err:
+        raise ConfigError(
+            f"{err}: move it away if that run root is not a ferry migration's"
+        ) from err
+    if recorded is None:
+        return
+    ours = migration(cfg)
+    for end in ("source", "dest"):
+        if recorded[end] != ours[end]:
+            raise ConfigError(
+                f"config field '{end}': {redact(cfg[end])!r} is {ours[end]!r}, but the "
+                f"migration in {root} was run with {end} {recorded[end]!r}; give that "
+                f"{end}, or another 'run_name' (or 'outdir') for another migration"
+            )
 
 
 def run_dir(cfg: dict) -> str:
@@ -618,6 +663,7 @@ def resolve(
         "ferry": ferry,
         "report_args": report_args(cfg),
         "report_argv": report_argv(cfg),
+        "migration": None if only else migration(cfg),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
     # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).

@@ -73,7 +73,7 @@ import time
 import ferry_model
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
-from ferry_run_dir import HISTORY, RUN_STARTED
+from ferry_run_dir import HISTORY, RUN_STARTED, record_migration
 from ferrylib import fmt_bytes, load_json, write_json
 
 VERSION = 1
@@ -155,6 +155,7 @@ def start(
     report_args: list[str],
     pid: int | None = None,
     now: float | None = None,
+    migration: dict | None = None,
 ) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
@@ -163,6 +164,8 @@ def start(
     now = time.time() if now is None else now
     pid = os.getpid() if pid is None else pid
     root = run_root(run_dir)
+    if migration is not None:
+        record_migration(root, migration)
     settle(root, starting=now)
     os.makedirs(run_dir, exist_ok=True)
     # There from the start, even empty: Nextflow stages it into the report's task.
@@ -972,6 +975,9 @@ def main(argv=None) -> int:
     st.add_argument(
         "--pid", type=int, help="the engine's process id (default: this process's parent)"
     )
+    st.add_argument(
+        "--migration", type=json.loads, help="the run's ferry_config.py run.migration, as JSON"
+    )
     st.epilog = (
         "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
     )
@@ -981,7 +987,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
 
     if args.command == "start":
-        start(args.run_dir, args.engine, report_args, args.pid or os.getppid())
+        start(
+            args.run_dir,
+            args.engine,
+            report_args,
+            args.pid or os.getppid(),
+            migration=args.migration,
+        )
         return 0
     records = load(args.run_root)
     if args.command == "show":

@@ -74,9 +74,44 @@ BENCH_HEADER = "\t".join(LAYOUT["bench_columns"]) + "\n"
 # in the run root above the phase directories (<outdir>/<run_name>/), one JSON line per run.
 RUN_STARTED = LAYOUT["run_started"]
 HISTORY = LAYOUT["run_root"]["history"]
+# Which migration the run root holds (its source and destination as they are, whatever their
+# spelling): written by its first pass's start, compared by every later pass's resolution.
+MIGRATION = LAYOUT["run_root"]["migration"]
 REPORT = LAYOUT["report"]
 INCOMPLETE_REPORT = LAYOUT["incomplete_report"]
 REPLICATE_REPORT = LAYOUT["replicate_report"]
+
+
+def read_migration(root: str) -> dict | None:
+    """The run root's migration record, None before its first pass; ValueError, naming the
+    file, for one that is not a record of this version."""
+    path = os.path.join(root, MIGRATION)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot be read as a migration record: {err}") from err
+    fields = ("source", "dest")
+    if not (isinstance(doc, dict) and doc.get("version") == 1) or not all(
+        isinstance(doc.get(k), str) for k in fields
+    ):
+        raise ValueError(f"{path}: not a migration record of version 1 (version, source, dest)")
+    return doc
+
+
+def record_migration(root: str, doc: dict) -> None:
+    """Leaves the run root's migration record, once: the first pass's ends are the migration's."""
+    path = os.path.join(root, MIGRATION)
+    if os.path.exists(path):
+        return
+    os.makedirs(root, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)
 
 
 def records(step: str, part: str | None = None, root: str = "", shard=None) -> Records:

@@ -9,14 +9,52 @@ import hashlib
 import json
 import os
 import re
+import urllib.parse
 
 
 def is_blob(location: str) -> bool:
     return location.startswith(("az://", "http://", "https://"))
 
 
-def run_name_for(source: str, dest: str) -> str:
-    """A stable, readable default name: the source's last component plus a hash of both ends."""
+def identity(location: str, environ=None) -> str:
+    """What one end of a migration is, however it was spelt: the key of its run name and of its
+    record, so that `/data/share/`, `./share` and a symlink to it continue one migration. A local
+    path is made absolute with symlinks, `.`, `..` and trailing slashes resolved. A blob location
+    becomes one URL: `az://` expanded as the worker expands it (AZURE_STORAGE_BLOB_ENDPOINT,
+    else the account's own endpoint), scheme and host in lower case, a default port dropped,
+    escapes decoded, empty segments gone; its query (a SAS, which rotates) is never part of it."""
+    if not location:
+        return ""
+    if not is_blob(location):
+        return os.path.realpath(os.path.expanduser(location))
+    environ = os.environ if environ is None else environ
+    url = location.split("?", 1)[0]
+    if url.startswith("az://"):
+        account = environ.get("AZURE_STORAGE_ACCOUNT", "")
+        endpoint = environ.get("AZURE_STORAGE_BLOB_ENDPOINT") or (
+            f"https://{account}.blob.core.windows.net"
+        )
+        url = endpoint.rstrip("/") + "/" + url[len("az://") :]
+    parts = urllib.parse.urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    port = parts.port if parts.port not in (None, DEFAULT_PORTS.get(scheme)) else None
+    path = re.sub("/+", "/", urllib.parse.unquote(parts.path)).rstrip("/")
+    return f"{scheme}://{host}{f':{port}' if port else ''}{path}"
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def run_name_for(source: str, dest: str, environ=None) -> str:
+    """A stable, readable default name: the source's last component plus a hash of both ends, as
+    they are (`identity`), not as they were spelt."""
+    source, dest = identity(source, environ), identity(dest, environ)
+    return legacy_run_name(source, dest)
+
+
+def legacy_run_name(source: str, dest: str) -> str:
+    """The name of the spelling itself, as runs before `identity` were named: such a run's
+    directory is continued where no run has the new name yet (ferry_config.run_name)."""
     digest = hashlib.sha1(f"{source}\n{dest}".encode()).hexdigest()[:8]
     tail = source.rstrip("/").rsplit("/", 1)[-1] or "root"
     tail = re.sub(r"[^A-Za-z0-9._-]+", "_", tail).strip("._") or "src"
@@ -69,7 +107,7 @@ def check_config(cfg: dict) -> None:
             "config field 'plan.tool': fpart partitions local sources only; "
             f"source {redact(cfg['source'])!r} is a blob location (use tool: ferry)"
         )
-    if cfg["source"].rstrip("/") == cfg["dest"].rstrip("/"):
+    if identity(cfg["source"]) == identity(cfg["dest"]):
         raise ConfigError("config fields 'source' and 'dest' name the same location")
     outdir = os.path.realpath(cfg["outdir"])
     for field in ("source", "dest"):
