@@ -56,6 +56,7 @@ onstart:
             "snakemake",
             RUN_INFO["report_args"],
             migration=RUN_INFO["migration"],
+            hold=True,
         )
 
 

@@ -31,8 +31,13 @@ class FerryConfig {
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)
+        // 3: another pass of the migration holds its lock (ferry_lock.py), named in the message.
+        if (proc.exitValue() == 3)
+            throw new AbortOperationException(err.toString().trim())
+        if (err)
+            System.err.print(err.toString())
         if (proc.exitValue() != 0)
-            System.err.println("ferry: no start marker, a kill of this run would go unrecorded: ${err.toString().trim()}")
+            System.err.println("ferry: no start marker, a kill of this run would go unrecorded")
     }
 
     /**

@@ -18,7 +18,16 @@ import pytest
 import yaml
 from support.ferry import ferry_env
 from support.nextflow import NEXTFLOW, nextflow, params_for, statuses, trace
-from support.pipeline import REPO, local_snapshot, md5s, migration_tree, report, run_dir, write_file
+from support.pipeline import (
+    REPO,
+    held_lock,
+    local_snapshot,
+    md5s,
+    migration_tree,
+    report,
+    run_dir,
+    write_file,
+)
 
 # ---------------------------------------------------------------------------------------------
 # configuration: no task runs
@@ -338,3 +347,21 @@ def test_replicate_entry_puts_the_dataset_on_every_rank(tmp_path, ferry_bin):
     assert (rep.parent / "replicate.log").is_file() and (
         rep.parent / "pipeline_info" / "trace.txt"
     ).is_file()
+
+
+def test_a_pass_is_refused_while_another_holds_the_migration(local_runs, tmp_path, ferry_bin):
+    """Issue 42: one pass at a time per migration. A pass that finds the lock held by a running
+    engine stops before any task, naming the holder."""
+    outdir, src, dest = local_runs["outdir"], local_runs["src"], local_runs["dest"]
+    with held_lock(outdir / "t", "incremental-pass2") as holder:
+        params = params_for(ferry_bin, outdir, src, dest, "final", **{"pass": 2})
+        proc = nextflow(tmp_path / "launch", params=params, expect=None)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "another pass of this migration is running: pass incremental-pass2" in text
+    assert f"pid {holder.pid}" in text, text[-3000:]
+    # Nextflow opens its trace file there before the workflow starts; nothing else is made.
+    made = {p.name for p in (outdir / "t" / "final-pass2").iterdir()}
+    assert made <= {"pipeline_info"}, made
+    work = tmp_path / "launch" / "work"
+    assert not work.exists() or not any(work.iterdir()), "a task ran while the lock was held"

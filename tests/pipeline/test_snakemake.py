@@ -18,6 +18,7 @@ from support.pipeline import (
     assert_no_secret,
     base_config,
     blob_snapshot,
+    held_lock,
     jobs_per_step,
     local_snapshot,
     md5s,
@@ -349,6 +350,15 @@ def test_incremental_with_nothing_changed_runs_no_transfer(tmp_path, ferry_bin):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config field 'source'" in text, text[-3000:]
     assert str(src) in text and str(other) in text and "'run_name'" in text
+    assert not (outdir / "t" / "final").exists()
+    # One pass at a time: a pass that finds the lock held by a running engine stops before any
+    # job, naming the holder.
+    with held_lock(outdir / "t", "incremental-pass3") as holder:
+        proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), expect=None)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3, text[-3000:]
+    assert "another pass of this migration is running: pass incremental-pass3" in text
+    assert f"pid {holder.pid}" in text and "Traceback" not in text
     assert not (outdir / "t" / "final").exists()
 
 

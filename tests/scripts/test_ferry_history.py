@@ -346,6 +346,8 @@ def test_a_run_on_another_host_is_running_until_a_later_run_starts(tmp_path):
     marker = ferry_history.start(str(root / "baseline"), "snakemake", REPORT_ARGS, now=T0)
     marker["host"] = "elsewhere"  # its process cannot be seen from here
     (root / "baseline" / ferry_run_dir.RUN_STARTED).write_text(json.dumps(marker))
+    lock = json.loads((root / ferry_run_dir.LOCK).read_text())
+    (root / ferry_run_dir.LOCK).write_text(json.dumps({**lock, "host": "elsewhere"}))
     assert [r["status"] for r in ferry_history.load(str(root))] == ["running"]
     assert ferry_history.settle(str(root)) == []
     ferry_history.start(

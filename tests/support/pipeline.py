@@ -4,9 +4,11 @@ the same tree changed between passes, md5s of files and of blobs read with the A
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -191,3 +193,20 @@ def assert_no_secret(*roots: Path) -> None:
             for name in names:
                 data = (Path(dirpath) / name).read_bytes()
                 assert KEY.encode() not in data, f"storage key leaked into {Path(dirpath) / name}"
+
+
+@contextlib.contextmanager
+def held_lock(run_root: Path, pass_: str):
+    """The migration's lock held by a running stand-in engine on this host, as a pass still
+    running would hold it (workflow/scripts/ferry_lock.py); the stand-in ends with the block."""
+    import ferry_lock
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        holder = {"run_id": f"held-{proc.pid}", "pass": pass_, "pid": proc.pid}
+        holder |= {"host": socket.gethostname(), "pid_start": ferry_lock.process_start(proc.pid)}
+        ferry_lock.take(str(run_root), holder)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

@@ -70,9 +70,11 @@ import socket
 import sys
 import time
 
+import ferry_lock
 import ferry_model
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
+from ferry_lock import alive, process_start
 from ferry_run_dir import HISTORY, RUN_STARTED, record_migration
 from ferrylib import fmt_bytes, load_json, write_json
 
@@ -112,25 +114,6 @@ def run_root(run_dir: str) -> str:
     return os.path.dirname(os.path.abspath(run_dir))
 
 
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
-    one process for certain, so a pid the kernel reused later is not taken for the engine."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def alive(marker: dict) -> bool:
-    """Is the marker's engine still running? Known only on the host it runs on."""
-    pid = marker.get("pid")
-    if marker.get("host") != socket.gethostname() or not isinstance(pid, int):
-        return False
-    start = process_start(pid)
-    return start is not None and start == marker.get("pid_start", start)
-
-
 def gone(marker: dict, starts: list[float]) -> bool:
     """Has the marker's run ended (without a record)? On its own host, when its engine process
     is gone; from another host, once a later run of the migration started (passes follow one
@@ -156,6 +139,7 @@ def start(
     pid: int | None = None,
     now: float | None = None,
     migration: dict | None = None,
+    hold: bool = False,
 ) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
@@ -164,12 +148,6 @@ def start(
     now = time.time() if now is None else now
     pid = os.getpid() if pid is None else pid
     root = run_root(run_dir)
-    if migration is not None:
-        record_migration(root, migration)
-    settle(root, starting=now)
-    os.makedirs(run_dir, exist_ok=True)
-    # There from the start, even empty: Nextflow stages it into the report's task.
-    open(os.path.join(root, HISTORY), "a", encoding="utf-8").close()
     marker = {
         "run_id": f"{dt.datetime.fromtimestamp(now, dt.UTC):%Y%m%dT%H%M%SZ}-{socket.gethostname()}-{pid}",
         "engine": engine,
@@ -179,8 +157,32 @@ def start(
         "started": iso(now),
         "report_args": report_args,
     }
+    lock_for(root, run_dir, marker, now, hold)
+    if migration is not None:
+        record_migration(root, migration)
+    settle(root, starting=now)
+    os.makedirs(run_dir, exist_ok=True)
+    # There from the start, even empty: Nextflow stages it into the report's task.
+    open(os.path.join(root, HISTORY), "a", encoding="utf-8").close()
     write_json(os.path.join(run_dir, RUN_STARTED), marker)
     return marker
+
+
+def lock_for(root: str, run_dir: str, marker: dict, now: float, hold: bool) -> None:
+    """One pass at a time (ferry_lock.py): a pass whose lock another holds ends here, before
+    any job, with exit status 3 and the holder named; `hold` leaves a holder process keeping
+    the lock while the engine runs (the engines' hooks ask for it)."""
+    holder = {k: marker[k] for k in ("run_id", "host", "pid", "pid_start")}
+    holder["pass"] = os.path.basename(os.path.abspath(run_dir))
+    try:
+        broke = ferry_lock.take(root, holder, now)
+    except ferry_lock.Held as held:
+        print(f"ferry: {held}", file=sys.stderr)
+        raise SystemExit(3) from None
+    if broke:
+        print(broke, file=sys.stderr)
+    if hold:
+        ferry_lock.spawn_holder(root, marker["run_id"], marker["pid"])
 
 
 def markers(root: str) -> list[tuple[str, dict]]:
@@ -993,6 +995,7 @@ def main(argv=None) -> int:
             report_args,
             args.pid or os.getppid(),
             migration=args.migration,
+            hold=True,
         )
         return 0
     records = load(args.run_root)

@@ -77,6 +77,8 @@ HISTORY = LAYOUT["run_root"]["history"]
 # Which migration the run root holds (its source and destination as they are, whatever their
 # spelling): written by its first pass's start, compared by every later pass's resolution.
 MIGRATION = LAYOUT["run_root"]["migration"]
+# One pass at a time: who runs a pass of the migration now (ferry_lock.py).
+LOCK = LAYOUT["run_root"]["lock"]
 REPORT = LAYOUT["report"]
 INCOMPLETE_REPORT = LAYOUT["incomplete_report"]
 REPLICATE_REPORT = LAYOUT["replicate_report"]

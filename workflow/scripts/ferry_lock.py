@@ -1,0 +1,210 @@
+"""One pass at a time per migration: the lock in the run root (`<outdir>/<run_name>/lock.json`).
+
+The engines' start hook takes it (ferry_history.start, for Snakemake's onstart and Nextflow's
+workflow start) before any job runs, and a small holder process keeps it for as long as the
+engine process lives, however that ends: it refreshes the lock's heartbeat and gives it back once
+the engine is gone. A second pass meanwhile is refused at once, its holder named. A lock whose
+holder is gone (its engine process, on the host it ran on; from another host, a heartbeat older
+than STALE_AFTER) is broken, with a message, so that a killed pass never blocks the next one.
+
+    ferry_lock.py hold ROOT RUN_ID --pid PID    the holder (started by `take`, not by hand)
+    ferry_lock.py show ROOT                     who holds the lock, if anyone
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ferry_run_dir import LOCK
+
+VERSION = 1
+HEARTBEAT = 30.0
+# A holder on another host is judged by its heartbeat alone: ten missed beats.
+STALE_AFTER = 10 * HEARTBEAT
+
+
+class Held(Exception):
+    """Another pass of the migration holds the lock."""
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22): with the pid,
+    one process for certain, so a pid the kernel reused later is not taken for the engine."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(holder: dict) -> bool:
+    """Is the engine of a marker or a lock still running? Known only on the host it runs on."""
+    pid = holder.get("pid")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int):
+        return False
+    start = process_start(pid)
+    return start is not None and start == holder.get("pid_start", start)
+
+
+def iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
+
+
+def describe(holder: dict) -> str:
+    return (
+        f"pass {holder.get('pass')} (run {holder.get('run_id')}) on {holder.get('host')}, "
+        f"pid {holder.get('pid')}, since {holder.get('since')}"
+    )
+
+
+def read(root: str) -> dict | None:
+    """The lock's holder, None when the lock is free. A lock that cannot be read as one is held
+    by nobody we can name: it is broken like a stale one."""
+    try:
+        with open(os.path.join(root, LOCK), encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {"version": VERSION, "unreadable": True}
+    return doc if isinstance(doc, dict) else {"version": VERSION, "unreadable": True}
+
+
+def gone_because(holder: dict, now: float) -> str | None:
+    """Why the holder is gone, or None while it may still be running."""
+    if holder.get("unreadable"):
+        return "the lock file cannot be read"
+    if holder.get("host") == socket.gethostname():
+        return None if alive(holder) else "its engine process has ended"
+    beat = holder.get("heartbeat")
+    if isinstance(beat, int | float) and now - beat < STALE_AFTER:
+        return None
+    return f"no heartbeat from {holder.get('host')} for over {STALE_AFTER:.0f} s"
+
+
+def _write_new(path: str, doc: dict) -> bool:
+    """Creates path holding doc, whole or not at all; False when it exists already."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(doc, handle)
+    try:
+        os.link(tmp, path)  # fails if the lock exists: taking it is one atomic step
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def take(root: str, holder: dict, now: float | None = None) -> str | None:
+    """Takes the lock for `holder` (run_id, pass, host, pid, pid_start); raises Held naming the
+    pass that holds it. Returns a message when it broke a lock left by a pass that is gone."""
+    now = time.time() if now is None else now
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, LOCK)
+    doc = {"version": VERSION, **holder, "since": iso(now), "heartbeat": now}
+    broke = None
+    for _ in range(3):
+        if _write_new(path, doc):
+            return broke
+        held = read(root)
+        if held is None:
+            continue
+        why = gone_because(held, now)
+        if why is None:
+            raise Held(
+                f"another pass of this migration is running: {describe(held)}; wait for it to "
+                f"end, or stop it (its lock, {path}, is given back when its engine ends)"
+            )
+        broke = f"ferry: broke the lock of {describe(held)}: {why}"
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    raise Held(f"the lock {path} is being taken by another pass at the same moment")
+
+
+def release(root: str, run_id: str) -> bool:
+    """Gives the lock back if `run_id` still holds it."""
+    held = read(root)
+    if held is None or held.get("run_id") != run_id:
+        return False
+    try:
+        os.unlink(os.path.join(root, LOCK))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def beat(root: str, run_id: str, now: float | None = None) -> bool:
+    """Refreshes the heartbeat of the lock `run_id` holds; False when it holds it no more."""
+    held = read(root)
+    if held is None or held.get("run_id") != run_id:
+        return False
+    held["heartbeat"] = time.time() if now is None else now
+    path = os.path.join(root, LOCK)
+    tmp = f"{path}.{os.getpid()}.beat"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(held, handle)
+    os.replace(tmp, path)
+    return True
+
+
+def hold(root: str, run_id: str, engine: dict, interval: float = HEARTBEAT) -> None:
+    """The holder's loop: beats every `interval` while the engine (`pid`, `pid_start`, `host`)
+    runs, then gives the lock back within a second of its end. Watching the engine, not waiting
+    for its last step, is what gives a lock back after a Ctrl-C, a failed step or a kill of the
+    engine alike."""
+    last = 0.0
+    while alive(engine):
+        if time.monotonic() - last >= interval:
+            if not beat(root, run_id):
+                return
+            last = time.monotonic()
+        time.sleep(min(1.0, interval))
+    release(root, run_id)
+
+
+def spawn_holder(root: str, run_id: str, pid: int) -> None:
+    """Starts the holder apart from the engine's session, so that a Ctrl-C reaches only the
+    engine, whose end the holder then sees."""
+    subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "hold", root, run_id, "--pid", str(pid)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="ferry_lock.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    h = sub.add_parser("hold", help="keep RUN_ID's lock while the engine PID runs")
+    h.add_argument("root")
+    h.add_argument("run_id")
+    h.add_argument("--pid", type=int, required=True)
+    h.add_argument("--interval", type=float, default=HEARTBEAT)
+    s = sub.add_parser("show", help="who holds the lock of the run root ROOT")
+    s.add_argument("root")
+    args = parser.parse_args(argv)
+    if args.command == "hold":
+        engine = {"host": socket.gethostname(), "pid": args.pid}
+        engine["pid_start"] = process_start(args.pid)
+        hold(args.root, args.run_id, engine, args.interval)
+        return 0
+    held = read(args.root)
+    print(describe(held) if held else "free")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
