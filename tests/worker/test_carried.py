@@ -238,3 +238,21 @@ def test_a_carried_listing_that_cannot_be_read_means_a_fresh_listing(tmp_path, r
     _, summary = p.ls_dest()
     assert "cannot be read" in summary["carried"]["reason"], summary["carried"]
     assert summary["entries"] == len(TREE) + 3  # and the directories a, a/b, many
+
+
+def test_a_pass_refused_by_the_destination_gives_the_state_back(
+    azurite, request, run_ferry, tmp_path
+):
+    """Issue 42: a pass that fails on its first request (a wrong key: 403) has written nothing;
+    its re-run with the right key carries the state instead of listing the whole destination."""
+    src = tmp_path / "src"
+    make_tree(src, TREE)
+    dest, state = new_container(azurite, request), tmp_path / "state"
+    p = Pass(run_ferry, tmp_path, src, dest, state)
+    p.run()
+    wrong = {"AZURE_STORAGE_KEY": "d3Jvbmcga2V5IHdyb25nIGtleSB3cm9uZyBrZXk="}
+    out = run_ferry("ls", "-r", dest, "--carried", state, "--pass", "typo", env=wrong, check=2)
+    assert "403" in out.stderr or "authoriz" in out.stderr.lower(), out.stderr
+    assert json.loads((state / "dest.json").read_text())["taken_by"] is None
+    _, after = p.ls_dest(name="fixed")
+    assert after["carried"]["used"] is True, after["carried"]

@@ -148,6 +148,10 @@ impl State {
     /// Takes the carried state for `pass` and says whether it can stand for a listing of
     /// `dest`: it was left by a pass that finished, for this destination, and a sample of
     /// `probe` of its files and links is found on the destination as listed.
+    ///
+    /// A decision that fails (the destination refused the probe: a wrong key, a missing
+    /// container) gives the state back as it was: the pass has written nothing yet, and its
+    /// re-run with the fault fixed must carry it, not list the whole destination.
     pub async fn decide(
         &self,
         dest: &Arc<dyn Store>,
@@ -164,6 +168,27 @@ impl State {
             }
             Some(d) => d,
         };
+        let decided = self.judge(&doc, dest, pass, probe, scratch_in).await;
+        if decided.is_err() && doc.taken_by.is_none() {
+            if let Err(e) = self.write_doc(&doc).await {
+                eprintln!(
+                    "ferry: the carried state at {} stays taken: it could not be given back ({e:#})",
+                    self.describe()
+                );
+            }
+        }
+        decided
+    }
+
+    /// Whether the state `doc`, just taken for `pass`, can stand for a listing of `dest`.
+    async fn judge(
+        &self,
+        doc: &StateDoc,
+        dest: &Arc<dyn Store>,
+        pass: &str,
+        probe: usize,
+        scratch_in: Option<&Path>,
+    ) -> anyhow::Result<Decision> {
         if doc.version != VERSION {
             return Ok(Decision::Fresh(format!(
                 "the carried state at {} is of another version of ferry",
@@ -205,7 +230,7 @@ impl State {
             )));
         }
         Ok(Decision::Carried {
-            doc,
+            doc: doc.clone(),
             listing,
             probed,
             _scratch: scratch,
