@@ -103,7 +103,9 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     want = sorted(escape(p) for p in [*EXTRA_FILES, *EXTRA_DIRS])
     assert sorted(would_delete_lines(r.stdout)) == want
     assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
-    assert f"would delete {len(EXTRA_FILES) + len(EXTRA_DIRS)} of" in r.stderr and str(log) in r.stderr
+    assert (
+        f"would delete {len(EXTRA_FILES) + len(EXTRA_DIRS)} of" in r.stderr and str(log) in r.stderr
+    )
 
     j = run_ferry(
         "prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json"

@@ -291,7 +291,9 @@ def logged(log) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "route, n", [("local", 500), ("upload", 50), ("download", 50)], ids=["local", "upload", "download"]
+    "route, n",
+    [("local", 500), ("upload", 50), ("download", 50)],
+    ids=["local", "upload", "download"],
 )
 def test_a_directory_replaced_by_a_file_is_a_deletion_shown_counted_and_guarded(
     tmp_path, run_ferry, container, route, n

@@ -146,6 +146,8 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         eprintln!("copy refused, nothing copied or deleted: {why}");
         return Ok(ExitCode::from(1));
     }
+    // Opened before anything goes: a log that cannot be written stops the copy first.
+    replacing.open_log(args.log.as_deref())?;
     let engine = Arc::new(Engine::new(
         src.clone(),
         dst.clone(),
@@ -180,9 +182,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             b.finish();
         }
     }
-    replacing
-        .log(&dst, args.log.as_deref(), args.dry_run)
-        .await?;
+    replacing.log(&dst, args.dry_run).await?;
     // The listing's replacements are the count: the local engine makes a directory over a file
     // without counting it.
     stats
@@ -377,6 +377,8 @@ struct Replacing {
     of: u64,
     over_limit: Option<String>,
     refused: Option<String>,
+    /// The deletion log, open from before the first replacement until every one is written.
+    writer: Option<replace::Log>,
     log: Option<PathBuf>,
     /// The entries the log holds: those whose replacement went (all of them in a dry run).
     logged: u64,
@@ -419,6 +421,7 @@ impl Replacing {
             of,
             over_limit,
             refused: None,
+            writer: None,
             log: None,
             logged: 0,
             replaced: 0,
@@ -440,18 +443,20 @@ impl Replacing {
         }
     }
 
-    /// Writes the deletion log: in a dry run what would go, else what went. None is written
-    /// when nothing is replaced.
-    async fn log(
-        &mut self,
-        dst: &Arc<dyn Store>,
-        asked: Option<&std::path::Path>,
-        dry_run: bool,
-    ) -> anyhow::Result<()> {
-        if self.found.is_empty() {
-            return Ok(());
+    /// Creates the deletion log (`asked`, else a new name in the state directory) where
+    /// something is replaced; none otherwise.
+    fn open_log(&mut self, asked: Option<&std::path::Path>) -> anyhow::Result<()> {
+        if !self.found.is_empty() {
+            self.writer = Some(replace::Log::create(asked)?);
         }
-        let mut log = replace::Log::create(asked)?;
+        Ok(())
+    }
+
+    /// Writes the deletion log: in a dry run what would go, else what went.
+    async fn log(&mut self, dst: &Arc<dyn Store>, dry_run: bool) -> anyhow::Result<()> {
+        let Some(mut log) = self.writer.take() else {
+            return Ok(());
+        };
         for r in &self.found {
             if dry_run || replace::done(dst, r).await {
                 log.write(r)?;
