@@ -50,6 +50,7 @@ class RunDir:
                 "specials": 0,
             },
             "dest": {"files": 0, "bytes": 0},
+            "dest_dirs": 0,
             "to_copy": {
                 "files": files,
                 "bytes": size,
@@ -58,6 +59,7 @@ class RunDir:
                 "undecided": 0,
                 "metadata_only": 0,
                 "type_changed": 0,
+                "deferred": 0,
                 "dirs": 0,
                 "linked": 0,
             },
@@ -118,6 +120,7 @@ class RunDir:
                 "server_copied": 0,
                 "metadata_only": 0,
                 "replaced": 0,
+                "removed": 0,
                 **files,
             },
             "bytes": {
@@ -143,6 +146,11 @@ class RunDir:
             "ignored": list(ignored),
             "ignored_by_reason": {},
             "not_kept": {},
+            "replacements": [],
+            "dest_entries": 0,
+            "refused": None,
+            "warning": None,
+            "log": None,
             "seconds": seconds,
         }
 
@@ -186,6 +194,8 @@ class RunDir:
             "deleted": 0,
             "would_delete": 0,
             "dirs": 0,
+            "dirs_deleted": 0,
+            "dest_entries": 0,
             "failed": 0,
             "failures": [],
             "refused": None,

@@ -103,7 +103,9 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     want = sorted(escape(p) for p in [*EXTRA_FILES, *EXTRA_DIRS])
     assert sorted(would_delete_lines(r.stdout)) == want
     assert sorted(log_paths(log)) == sorted([*EXTRA_FILES, *EXTRA_DIRS])
-    assert f"would delete {len(EXTRA_FILES)} of" in r.stderr and str(log) in r.stderr
+    assert (
+        f"would delete {len(EXTRA_FILES) + len(EXTRA_DIRS)} of" in r.stderr and str(log) in r.stderr
+    )
 
     j = run_ferry(
         "prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json"
@@ -425,7 +427,8 @@ def test_every_part_of_a_plan_judges_max_delete_by_the_whole_pass(tmp_path, run_
             "prune", src, dst, "--plan", plan, "--part", part, "--max-delete", "5",
             "--log", tmp_path / "log.tsv", "--json", check=1,
         )  # fmt: skip
-        assert "6 of 30" in r.json["refused"], r.json
+        # Directories count too: x/ beside its 6 files, of 24 + 6 files and k/, x/.
+        assert "7 of 32 destination entries" in r.json["refused"], r.json
     assert snapshot(dst) == before
     r = run_ferry(
         "prune", src, dst, "--plan", plan, "--part", "00007", "--log", tmp_path / "l", check=2
@@ -463,13 +466,14 @@ def test_a_plan_without_a_destination_or_a_source_is_refused(tmp_path, run_ferry
 
 
 @pytest.mark.parametrize(
-    "limit, allowed", [("5", False), ("6", True), ("19%", False), ("20%", True)]
+    "limit, allowed", [("6", False), ("7", True), ("21%", False), ("22%", True)]
 )
 def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {f"k/{i:02d}": b"k" for i in range(24)})
     run_ferry("copy", src, dst, "--recursive")
-    make_tree(dst, {f"x/{i}": b"x" for i in range(6)})  # 6 of 30 destination files = 20%
+    # 6 files and their directory x/ go, of 32 destination entries (30 files, k/ and x/): 21.9%.
+    make_tree(dst, {f"x/{i}": b"x" for i in range(6)})
     before = snapshot(dst)
     log = tmp_path / "log.tsv"
     r = run_ferry(
@@ -479,7 +483,7 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
         assert (r.json["deleted"], r.json["refused"]) == (6, None), r.json
         assert snapshot(dst) == snapshot(src)
         return
-    assert r.json["refused"] and "6 of 30" in r.json["refused"], r.json
+    assert r.json["refused"] and "7 of 32 destination entries" in r.json["refused"], r.json
     assert (r.json["deleted"], r.json["would_delete"]) == (0, 0)
     assert snapshot(dst) == before and not log.exists()
     text = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, check=1)
@@ -497,11 +501,38 @@ def test_default_max_delete_is_half_the_destination(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {f"k/{i}": b"k" for i in range(10)})
     run_ferry("copy", src, dst, "--recursive")
-    make_tree(dst, {f"x/{i}": b"x" for i in range(11)})  # 11 of 21: just over half
+    # 11 files and x/ of 23 entries (21 files, k/ and x/): just over half.
+    make_tree(dst, {f"x/{i}": b"x" for i in range(11)})
     before = snapshot(dst)
     r = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", check=1)
-    assert "11 of 21" in r.stderr
+    assert "12 of 23 destination entries" in r.stderr
     assert snapshot(dst) == before
+
+
+@pytest.mark.parametrize("how", ["listings", "plan"])
+def test_directories_count_against_max_delete(tmp_path, run_ferry, how):
+    """Issue 45: one prune removed 600 empty directories while saying "deleted 0 of 1
+    destination files". Directories go, so they count: in what goes and in the total."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"k": b"k"})
+    run_ferry("copy", src, dst, "--recursive")
+    for i in range(600):
+        (dst / f"e{i:03d}").mkdir()
+    before = snapshot(dst)
+    log = tmp_path / "log.tsv"
+    where = ["--plan", plan_final(tmp_path, run_ferry, src, dst)] if how == "plan" else []
+    if how == "plan":
+        # All at once: the directories are the --dirs job's, and the whole pass's count.
+        where.append("--dirs")
+    r = run_ferry("prune", src, dst, *where, "--log", log, "--json", check=1)
+    assert "600 of 601 destination entries" in r.json["refused"], r.json
+    assert snapshot(dst) == before and not log.exists()
+    r = run_ferry("prune", src, dst, *where, "--max-delete", "600", "--log", log, "--json")
+    assert (r.json["dirs_deleted"], r.json["dest_entries"], r.json["failed"]) == (600, 601, 0)
+    assert sorted(os.listdir(dst)) == ["k"] and len(log_paths(log)) == 600
+    if how == "listings":
+        text = run_ferry("prune", src, dst, "--log", log)
+        assert "deleted 0 of 1 destination entries" in text.stderr, text.stderr
 
 
 def test_dry_run_past_max_delete_still_lists(tmp_path, run_ferry):

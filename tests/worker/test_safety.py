@@ -10,7 +10,7 @@ import os
 import pytest
 from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 from support.proxy import ABSENT
-from support.trees import File, make_tree
+from support.trees import File, make_tree, snapshot
 
 MiB = 1 << 20
 
@@ -259,3 +259,119 @@ def test_mk_with_a_container_sas_accepts_the_existing_container(run_ferry, conta
     other = container.replace(container.name, container.name[:-1] + "z")
     denied = run_ferry("mk", f"{other}?{sas}", env=env, check=2)
     assert "403" in denied.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 45, item 1: what a type change replaces is a deletion.
+
+
+def replace_a_directory(tmp_path, run_ferry, container, route: str, n: int):
+    """A destination whose directory data/ holds `n` files, and a source with a file at data:
+    (source, destination, what the destination holds)."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    make_tree(old, {f"data/u{i:03d}": b"%d\n" % i for i in range(n)} | {"keep.txt": b"k"})
+    make_tree(new, {"data": b"tiny\n", "keep.txt": b"k"})
+    if route == "upload":
+        run_ferry("copy", "-r", old, container)
+        return new, container, lambda: sorted(container.blobs())
+    dst = tmp_path / "dst"
+    run_ferry("copy", "-r", old, dst)
+    if route == "download":
+        run_ferry("copy", "-r", new, container)
+        return container, dst, lambda: snapshot(dst)
+    return new, dst, lambda: snapshot(dst)
+
+
+def logged(log) -> list[str]:
+    from support.manifest import parse_manifest
+
+    comments, entries = parse_manifest(log.read_text(encoding="utf-8"))
+    assert comments and comments[0].startswith("#ferry-manifest"), comments
+    return [e.path.decode() for e in entries]
+
+
+@pytest.mark.parametrize(
+    "route, n",
+    [("local", 500), ("upload", 50), ("download", 50)],
+    ids=["local", "upload", "download"],
+)
+def test_a_directory_replaced_by_a_file_is_a_deletion_shown_counted_and_guarded(
+    tmp_path, run_ferry, container, route, n
+):
+    """Issue 45 item 1: `copy` replaced a directory of 500 files by a one-line file, exit 0,
+    with no --max-delete, no deletion log, and a dry run that hid it. What goes under a
+    replaced directory is a deletion: shown, counted, refused past --max-delete, logged."""
+    src, dst, contents = replace_a_directory(tmp_path, run_ferry, container, route, n)
+    before = contents()
+    log = tmp_path / "replaced.tsv"
+
+    dry = run_ferry("copy", "-r", src, dst, "--dry-run", "--log", log)
+    assert f"would replace directory data ({n} entries under it" in dry.stdout, dry.stdout
+    assert "--max-delete" in dry.stderr and "refused" in dry.stderr, dry.stderr
+    assert contents() == before
+    assert sorted(logged(log)) == sorted([f"data/u{i:03d}" for i in range(n)] + ["data"])
+    log.unlink()
+    doc = run_ferry("copy", "-r", src, dst, "--dry-run", "--json", "--log", log).json
+    assert (doc["files"]["replaced"], doc["files"]["removed"]) == (1, n + 1), doc["files"]
+    assert [(r["path"], r["was"], r["entries"]) for r in doc["replacements"]] == [
+        ("data", "dir", n + 1)
+    ], doc["replacements"]
+    assert doc["warning"] and doc["refused"] is None, doc
+    log.unlink()
+
+    # Past --max-delete (50% by default): refused before anything is written or deleted.
+    refused = run_ferry("copy", "-r", src, dst, "--log", log, check=1)
+    assert "refused" in refused.stderr and "--max-delete" in refused.stderr, refused.stderr
+    assert "data" in refused.stderr and "--force" in refused.stderr, refused.stderr
+    assert contents() == before and not log.exists()
+    doc = run_ferry("copy", "-r", src, dst, "--max-delete", str(n - 1), "--json", check=1).json
+    assert doc["refused"] and f"{n} of " in doc["refused"] and doc["files"]["copied"] == 0, doc
+    assert contents() == before
+
+    # Within the limit: replaced, and every entry that went is in the log.
+    doc = run_ferry("copy", "-r", src, dst, "--max-delete", str(n), "--log", log, "--json").json
+    assert doc["failures"] == [] and doc["files"]["replaced"] == 1, doc
+    assert doc["log"] == str(log)
+    assert sorted(logged(log)) == sorted([f"data/u{i:03d}" for i in range(n)] + ["data"])
+    if route == "upload":
+        assert container.client.download_blob("data").readall() == b"tiny\n"
+        assert not [b for b in container.blobs() if b.startswith("data/")]
+    else:
+        assert (dst / "data").read_bytes() == b"tiny\n"
+
+
+@pytest.mark.parametrize("route", ["local", "upload", "download"])
+def test_a_file_replaced_by_a_directory_is_counted_and_logged(
+    tmp_path, run_ferry, container, route
+):
+    """The reverse deletes one file: counted and logged, within any limit that allows it."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    make_tree(old, {"data": b"was a file\n"})
+    make_tree(new, {"data/inner.txt": b"now a directory's\n"})
+    if route == "upload":
+        run_ferry("copy", "-r", old, container)
+        src, dst = new, container
+    else:
+        dst = tmp_path / "dst"
+        run_ferry("copy", "-r", old, dst)
+        src = new
+        if route == "download":
+            run_ferry("copy", "-r", new, container)
+            src = container
+    log = tmp_path / "log.tsv"
+    doc = run_ferry("copy", "-r", src, dst, "--log", log, "--json").json
+    assert doc["failures"] == [] and (doc["files"]["replaced"], doc["files"]["removed"]) == (1, 1)
+    assert [(r["path"], r["was"]) for r in doc["replacements"]] == [("data", "file")]
+    assert logged(log) == ["data"]
+
+
+def test_default_deletion_logs_never_share_a_name(tmp_path, run_ferry):
+    """Two copies (or prunes) in one second each keep their own log."""
+    src, dst, _ = replace_a_directory(tmp_path, run_ferry, None, "local", 5)
+    state = tmp_path / "state"
+    for _ in range(3):
+        run_ferry("copy", "-r", src, dst, "--dry-run", env={"XDG_STATE_HOME": str(state)})
+        run_ferry("prune", src, dst, "--dry-run", env={"XDG_STATE_HOME": str(state)})
+    logs = sorted(os.listdir(state / "ferry"))
+    assert len(logs) == 6 and len({name.split(".")[0] for name in logs}) == 6, logs
+    assert sum(name.startswith("copy-") for name in logs) == 3, logs

@@ -292,6 +292,20 @@ pub struct CopyArgs {
     /// Show what would be copied; change nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Refuse if the entries of another type this copy replaces (a directory where the source
+    /// now has a file, with everything under it) are more than this: a count (1000) or a share of
+    /// the destination's entries (10%). Default: 50% for a whole tree; a part of a planned pass
+    /// (--files-from, --shard) is judged by the plan's prune unless this is given
+    #[arg(long, value_parser = crate::commands::prune::parse_limit)]
+    pub max_delete: Option<crate::commands::prune::Limit>,
+    /// Replace even past --max-delete
+    #[arg(long)]
+    pub force: bool,
+    /// Where to write the list of entries the replacements delete, in manifest format
+    /// (default: $XDG_STATE_HOME/ferry/copy-<time>-<pid>-….tsv; written only when something
+    /// is replaced)
+    #[arg(long, value_name = "PATH")]
+    pub log: Option<PathBuf>,
     /// Print one JSON summary on stdout
     #[arg(long)]
     pub json: bool,

@@ -104,7 +104,23 @@ pub struct CopyFiles {
     pub ignored: u64,
     pub server_copied: u64,
     pub metadata_only: u64,
+    /// Entries of another type replaced (a directory where the source has a file...).
     pub replaced: u64,
+    /// The destination entries those replacements delete: each replaced entry and everything
+    /// under it.
+    pub removed: u64,
+}
+
+/// An entry of another type a copy replaces, and what goes with it.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Replaced {
+    pub path: String,
+    /// Its kind at the destination: "dir", "file", "symlink"...
+    pub was: String,
+    /// It and everything under it.
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -151,6 +167,17 @@ pub struct CopyDoc {
     pub ignored_by_reason: BTreeMap<String, u64>,
     /// What of the source's metadata the destination could not keep, by kind.
     pub not_kept: BTreeMap<String, u64>,
+    /// The entries of another type replaced (or, in a dry run, to be).
+    pub replacements: Vec<Replaced>,
+    /// The destination's entries the copy knows of (its listing): what --max-delete's share of
+    /// the replacements' deletions is of.
+    pub dest_entries: u64,
+    /// Why nothing was copied: the replacements' deletions past --max-delete.
+    pub refused: Option<String>,
+    /// A dry run's note that a real run would be refused.
+    pub warning: Option<String>,
+    /// The deletion log of the replacements; null when nothing was replaced.
+    pub log: Option<String>,
     pub seconds: f64,
 }
 
@@ -165,6 +192,10 @@ pub struct PruneDoc {
     pub deleted: u64,
     pub would_delete: u64,
     pub dirs: u64,
+    /// The directories deleted (`deleted` counts files and symlinks).
+    pub dirs_deleted: u64,
+    /// The destination's entries, directories included: what --max-delete's share is of.
+    pub dest_entries: u64,
     pub failed: u64,
     pub failures: Vec<PathError>,
     /// Why nothing was deleted; null when prune ran.

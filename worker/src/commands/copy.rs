@@ -22,6 +22,9 @@ use crate::same::Verdict;
 use crate::stats::Stats;
 use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
+use std::path::PathBuf;
+
+use super::replace::{self, Replacement};
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
@@ -132,6 +135,19 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         None => destination_index(&dst, &jobs, &args, depth.ceiling()).await?,
     };
     let whole_tree = args.files_from.is_none() && args.shard.is_none() && rename.is_none();
+    let mut replacing =
+        Replacing::judge(&args, &dst, &jobs, dst_index.as_ref(), whole_tree).await?;
+    if let (Some(why), false) = (&replacing.over_limit, args.dry_run) {
+        let why = format!("{why}; {}", super::prune::OVER_LIMIT_FIX);
+        replacing.refused = Some(why.clone());
+        if args.json {
+            report(&args, &src, &dst, &stats, &depth.report(), &replacing, 0.0);
+        }
+        eprintln!("copy refused, nothing copied or deleted: {why}");
+        return Ok(ExitCode::from(1));
+    }
+    // Opened before anything goes: a log that cannot be written stops the copy first.
+    replacing.open_log(args.log.as_deref())?;
     let engine = Arc::new(Engine::new(
         src.clone(),
         dst.clone(),
@@ -156,6 +172,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     ));
 
     if args.dry_run {
+        replacing.show(args.json);
         dry_run(&engine, jobs, &stats, args.json).await;
     } else {
         let bar = progress::wanted(args.progress, args.no_progress)
@@ -165,6 +182,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             b.finish();
         }
     }
+    replacing.log(&dst, args.dry_run).await?;
+    // The listing's replacements are the count: the local engine makes a directory over a file
+    // without counting it.
+    stats
+        .replaced
+        .fetch_max(replacing.replaced, std::sync::atomic::Ordering::Relaxed);
     // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
     // must not end in exit 0.
     let g = Stats::get;
@@ -190,6 +213,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         &dst,
         &stats,
         &depth.report(),
+        &replacing,
         started.elapsed().as_secs_f64(),
     );
     Ok(if Stats::get(&stats.files_failed) > 0 {
@@ -346,6 +370,106 @@ async fn dry_run(engine: &Arc<Engine>, jobs: Vec<Job>, stats: &Stats, json: bool
     }
 }
 
+/// The entries of another type the copy replaces, judged before anything is written.
+struct Replacing {
+    found: Vec<Replacement>,
+    /// The destination's entries known, for --max-delete's share.
+    of: u64,
+    over_limit: Option<String>,
+    refused: Option<String>,
+    /// The deletion log, open from before the first replacement until every one is written.
+    writer: Option<replace::Log>,
+    log: Option<PathBuf>,
+    /// The entries the log holds: those whose replacement went (all of them in a dry run).
+    logged: u64,
+    /// The replacements that went (or, in a dry run, would).
+    replaced: u64,
+}
+
+impl Replacing {
+    /// Finds the replacements and judges them by --max-delete: prune's rule, whose default
+    /// (50%) a whole tree gets; a part of a planned pass only the limit it is given, the
+    /// pass's deletions being the plan's prune's to judge.
+    async fn judge(
+        args: &CopyArgs,
+        dst: &Arc<dyn Store>,
+        jobs: &[Job],
+        index: Option<&Index>,
+        whole_tree: bool,
+    ) -> anyhow::Result<Replacing> {
+        let found = replace::find(dst, jobs, index).await?;
+        let of = index.map_or(0, |i| replace::known_entries(dst, i, &found));
+        // The replaced name itself is written anew, as a changed file's bytes are: what goes
+        // beyond it, a directory's contents, is what the copy deletes.
+        let n = found.iter().map(|r| r.under.len() as u64).sum();
+        let limit = args
+            .max_delete
+            .or(whole_tree.then_some(super::prune::Limit::Percent(50.0)));
+        let over_limit = limit.and_then(|l| {
+            l.exceeded(n, of, args.force).map(|why| {
+                let paths: Vec<String> =
+                    found.iter().take(3).map(|r| r.old.display_path()).collect();
+                let more = if found.len() > 3 { ", …" } else { "" };
+                format!(
+                    "replacing entries of another type ({}{more}): {why}",
+                    paths.join(", ")
+                )
+            })
+        });
+        Ok(Replacing {
+            found,
+            of,
+            over_limit,
+            refused: None,
+            writer: None,
+            log: None,
+            logged: 0,
+            replaced: 0,
+        })
+    }
+
+    fn removed(&self) -> u64 {
+        self.found.iter().map(Replacement::entries).sum()
+    }
+
+    fn show(&self, json: bool) {
+        if !json {
+            for r in &self.found {
+                println!("would replace {}", r.describe());
+            }
+        }
+        if let Some(why) = &self.over_limit {
+            eprintln!("note: a real run would be refused: {why}");
+        }
+    }
+
+    /// Creates the deletion log (`asked`, else a new name in the state directory) where
+    /// something is replaced; none otherwise.
+    fn open_log(&mut self, asked: Option<&std::path::Path>) -> anyhow::Result<()> {
+        if !self.found.is_empty() {
+            self.writer = Some(replace::Log::create(asked)?);
+        }
+        Ok(())
+    }
+
+    /// Writes the deletion log: in a dry run what would go, else what went.
+    async fn log(&mut self, dst: &Arc<dyn Store>, dry_run: bool) -> anyhow::Result<()> {
+        let Some(mut log) = self.writer.take() else {
+            return Ok(());
+        };
+        for r in &self.found {
+            if dry_run || replace::done(dst, r).await {
+                log.write(r)?;
+                self.logged += r.entries();
+                self.replaced += 1;
+            }
+        }
+        self.log = Some(log.path.clone());
+        log.finish()?;
+        Ok(())
+    }
+}
+
 /// "in flight: 16 (fixed)" or "in flight: adaptive 8 -> 24 (peak 32)".
 fn depth_brief(d: &crate::depth::Report) -> String {
     match d.mode {
@@ -363,6 +487,7 @@ fn report(
     dst: &Arc<dyn Store>,
     stats: &Stats,
     depth: &crate::depth::Report,
+    replacing: &Replacing,
     seconds: f64,
 ) {
     let g = Stats::get;
@@ -385,7 +510,22 @@ fn report(
                 server_copied: g(&stats.files_server_copied),
                 metadata_only: g(&stats.meta_updated),
                 replaced: g(&stats.replaced),
+                removed: replacing.removed(),
             },
+            replacements: replacing
+                .found
+                .iter()
+                .map(|r| crate::documents::Replaced {
+                    path: r.old.display_path(),
+                    was: r.old.kind.name().into(),
+                    entries: r.entries(),
+                    bytes: r.bytes(),
+                })
+                .collect(),
+            dest_entries: replacing.of,
+            refused: replacing.refused.clone(),
+            warning: replacing.over_limit.clone().filter(|_| args.dry_run),
+            log: replacing.log.as_ref().map(|p| p.display().to_string()),
             bytes: CopyBytes {
                 total: g(&stats.bytes_total),
                 copied: g(&stats.bytes_copied),
@@ -436,6 +576,20 @@ fn report(
         if g(&stats.retries_total) > 0 { format!(", retries {}", stats.retry_brief()) } else { String::new() },
         depth_brief(depth)
     );
+    if let Some(log) = &replacing.log {
+        eprintln!(
+            "{} {} of {} destination entries to replace {} of another type; list in {}",
+            if args.dry_run {
+                "would delete"
+            } else {
+                "deleted"
+            },
+            replacing.logged,
+            replacing.of,
+            replacing.found.len(),
+            log.display()
+        );
+    }
     for (p, e) in stats.failures() {
         eprintln!("failed: {p}: {e}");
     }

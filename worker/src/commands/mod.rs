@@ -9,6 +9,7 @@ pub mod names;
 pub mod partition;
 pub mod plan;
 pub mod prune;
+pub mod replace;
 pub mod rm;
 pub mod shard;
 pub mod status;

@@ -75,7 +75,7 @@ pub enum Limit {
     Percent(f64),
 }
 
-fn parse_limit(s: &str) -> Result<Limit, String> {
+pub fn parse_limit(s: &str) -> Result<Limit, String> {
     match s.strip_suffix('%') {
         Some(p) => p
             .trim()
@@ -108,11 +108,25 @@ impl Limit {
             Limit::Percent(p) => of == 0 || (n as f64) <= of as f64 * p / 100.0,
         }
     }
+
+    /// Why deleting `n` of the destination's `of` entries (files, symlinks and directories) is
+    /// past this limit; None when it is not, or when `force` lifts it. Prune's rule, and copy's
+    /// for what its type changes replace.
+    pub fn exceeded(self, n: u64, of: u64, force: bool) -> Option<String> {
+        (!force && !self.allows(n, of)).then(|| {
+            format!("{n} of {of} destination entries would be deleted, more than --max-delete {self} allows")
+        })
+    }
 }
 
-/// Where a prune keeps its record of deletions when not told: the user's state directory, never
-/// the current one (which may be a job's scratch space, or the tree being pruned).
-fn default_log() -> anyhow::Result<PathBuf> {
+/// What a refusal past --max-delete tells the user to do.
+pub const OVER_LIMIT_FIX: &str = "review with --dry-run, then pass --force or raise --max-delete";
+
+/// Where a command keeps its record of deletions when not told: the user's state directory,
+/// never the current one (which may be a job's scratch space, or the tree being pruned). The
+/// name holds the time, the process and a count, so that no two runs share one.
+pub fn default_log(command: &str) -> anyhow::Result<PathBuf> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let state = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => {
@@ -127,7 +141,31 @@ fn default_log() -> anyhow::Result<PathBuf> {
             dir.display()
         )
     })?;
-    Ok(dir.join(format!("prune-{}.tsv", unix_now())))
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(dir.join(format!(
+        "{command}-{}-{}-{:09}-{}.tsv",
+        now.as_secs(),
+        std::process::id(),
+        now.subsec_nanos(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )))
+}
+
+/// Creates a deletion log at `path` (a new file: an existing one is never overwritten).
+pub fn create_log(path: &Path) -> anyhow::Result<Writer<BufWriter<std::fs::File>>> {
+    let file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .or_else(|e| match e.kind() {
+            // An explicit --log names a file to replace; a default name is always new.
+            io::ErrorKind::AlreadyExists => std::fs::File::create(path),
+            _ => Err(e),
+        })
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(Writer::new(BufWriter::new(file))?)
 }
 
 pub async fn run(args: PruneArgs) -> anyhow::Result<ExitCode> {
@@ -143,7 +181,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let dst = open(&dst_loc, &opts)?;
     let log_path = match args.log.clone() {
         Some(p) => p,
-        None => default_log()?,
+        None => default_log("prune")?,
     };
 
     let refuse = |why: String| -> anyhow::Result<ExitCode> {
@@ -155,6 +193,8 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
                 deleted: 0,
                 would_delete: 0,
                 dirs: 0,
+                dirs_deleted: 0,
+                dest_entries: 0,
                 failed: 0,
                 failures: Vec::new(),
                 refused: Some(why.clone()),
@@ -182,29 +222,23 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Err(Stop::Refused(why)) => return refuse(why),
         Err(Stop::Failed(e)) => return Err(e),
     };
-    let (n, dest_files) = (work.total, work.dest_files);
-    let over_limit = (!args.force && !args.max_delete.allows(n, dest_files)).then(|| {
-        format!("{n} of {dest_files} destination files would be deleted, more than --max-delete {} allows", args.max_delete)
-    });
+    let over_limit = args
+        .max_delete
+        .exceeded(work.total, work.dest_entries, args.force);
     if let (Some(why), false) = (&over_limit, args.dry_run) {
-        return refuse(format!(
-            "{why}; review with --dry-run, then pass --force or raise --max-delete"
-        ));
+        return refuse(format!("{why}; {OVER_LIMIT_FIX}"));
     }
 
-    let mut log = Writer::new(BufWriter::new(
-        std::fs::File::create(&log_path)
-            .with_context(|| format!("cannot write {}", log_path.display()))?,
-    ))?;
+    let mut log = create_log(&log_path)?;
     let deleted = match args.dry_run {
         true => work.list(&mut log, !args.json).await?,
         false => {
-            let n = work
+            let files = work
                 .delete_files(&dst, &mut log, &stats, concurrency)
                 .await?;
-            work.delete_dirs(&dst, &mut log, &stats).await?;
+            let dirs = work.delete_dirs(&dst, &mut log, &stats).await?;
             work.restore_mtimes(&src, &dst, &stats).await?;
-            n
+            Deleted { files, dirs }
         }
     };
     log.finish()?;
@@ -274,8 +308,8 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         dirs: listed("dirs.tsv"),
         dir_count: if whole { plan.prune_dirs } else { 0 },
         touched: listed("touched.tsv"),
-        total: plan.extra_on_dest.files,
-        dest_files: dest.files,
+        total: plan.extra_on_dest.files + plan.prune_dirs,
+        dest_entries: dest.files + plan.dest_dirs,
         planned: true,
     })
 }
@@ -333,8 +367,8 @@ async fn from_listings(
             dirs: Some(Entries::Spill(d.dirs)),
             dir_count: d.dir_count,
             touched: Some(Entries::Spill(d.touched)),
-            total: d.file_count,
-            dest_files: d.dest_files,
+            total: d.file_count + d.dir_count,
+            dest_entries: d.dest_entries,
             planned,
         }),
     }
@@ -367,16 +401,23 @@ fn twice(files: Option<&[PathBuf]>, e: JoinError) -> String {
     }
 }
 
+/// What a prune deleted: files and symlinks, and directories.
+#[derive(Default)]
+struct Deleted {
+    files: u64,
+    dirs: u64,
+}
+
 /// The summary: --json on stdout, or lines on stderr. Exit 1 if anything could not be deleted.
 fn report(
     args: &PruneArgs,
     plan: &Work,
-    deleted: u64,
+    deleted: Deleted,
     over_limit: Option<String>,
     stats: &Stats,
     log_path: &Path,
 ) -> ExitCode {
-    let (n, dest_files) = (plan.file_count, plan.dest_files);
+    let (n, dirs, dest) = (plan.file_count, plan.dir_count, plan.dest_entries);
     let failed = Stats::get(&stats.files_failed);
     if args.json {
         let failures = stats.failures().into_iter();
@@ -384,9 +425,11 @@ fn report(
             version: Default::default(),
             command: "prune",
             dry_run: args.dry_run,
-            deleted,
+            deleted: deleted.files,
             would_delete: n,
-            dirs: plan.dir_count,
+            dirs,
+            dirs_deleted: deleted.dirs,
+            dest_entries: dest,
             failed,
             failures: failures
                 .map(|(path, error)| PathError { path, error })
@@ -398,8 +441,8 @@ fn report(
         });
     } else if args.dry_run {
         eprintln!(
-            "would delete {n} of {dest_files} destination files and {} directories; list in {}",
-            plan.dir_count,
+            "would delete {} of {dest} destination entries ({n} files and symlinks, {dirs} directories); list in {}",
+            n + dirs,
             log_path.display()
         );
         if let Some(why) = &over_limit {
@@ -407,7 +450,10 @@ fn report(
         }
     } else {
         eprintln!(
-            "deleted {deleted} of {dest_files} destination files, failed {failed}; list in {}",
+            "deleted {} of {dest} destination entries ({} files and symlinks, {} directories), failed {failed}; list in {}",
+            deleted.files + deleted.dirs,
+            deleted.files,
+            deleted.dirs,
             log_path.display()
         );
         for (p, e) in stats.failures() {
@@ -494,10 +540,11 @@ struct Work {
     dir_count: u64,
     /// The directories that stay and lose an entry, or whose mtime is not the source's.
     touched: Option<Entries>,
-    /// Every file the pass deletes (all parts), for --max-delete.
+    /// Every entry the pass deletes (all parts' files, and the directories), for --max-delete.
     total: u64,
-    /// The destination's files and symlinks, for --max-delete's percentage.
-    dest_files: u64,
+    /// The destination's entries (files, symlinks and directories), for --max-delete's
+    /// percentage.
+    dest_entries: u64,
     /// The destination's listing predates the pass's copies: a touched directory's mtime is
     /// looked at before it is set.
     planned: bool,
@@ -571,7 +618,7 @@ impl Work {
         &mut self,
         log: &mut Writer<BufWriter<std::fs::File>>,
         print: bool,
-    ) -> anyhow::Result<u64> {
+    ) -> anyhow::Result<Deleted> {
         let mut out = BufWriter::new(io::stdout());
         let mut pacer = Pacer::default();
         for entries in [self.files.as_mut(), self.dirs.as_mut()]
@@ -588,7 +635,7 @@ impl Work {
             }
         }
         out.flush()?;
-        Ok(0)
+        Ok(Deleted::default())
     }
 
     /// Deletes the files. Where the destination takes many deletions in one request (Blob
@@ -639,16 +686,17 @@ impl Work {
     }
 
     /// Deletes the emptied directories in their order (each after those inside it), in
-    /// batches where the destination takes them.
+    /// batches where the destination takes them; returns how many went.
     async fn delete_dirs(
         &mut self,
         dst: &Arc<dyn Store>,
         log: &mut Writer<BufWriter<std::fs::File>>,
         stats: &Stats,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<u64> {
         let Some(dirs) = self.dirs.as_mut() else {
-            return Ok(());
+            return Ok(0);
         };
+        let mut deleted = 0;
         for dirs in DirBatches::new(
             dirs.read().map_err(PlanError::Read)?,
             dst.delete_batch().max(1),
@@ -659,14 +707,17 @@ impl Work {
             // the source says it should be.
             for (d, r) in dirs.iter().zip(dst.delete_many(&paths(&dirs)).await) {
                 match r {
-                    Ok(()) => log.write(d)?,
+                    Ok(()) => {
+                        deleted += 1;
+                        log.write(d)?
+                    }
                     Err(err) => {
                         stats.failed(d.display_path(), format!("directory not deleted: {err}"))
                     }
                 }
             }
         }
-        Ok(())
+        Ok(deleted)
     }
 }
 
@@ -708,13 +759,6 @@ impl<I: Iterator<Item = io::Result<Entry>>> Iterator for DirBatches<I> {
         }
         (!group.is_empty()).then_some(Ok(group))
     }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ pub struct Deletions {
     pub file_count: u64,
     pub dirs: Spill,
     pub dir_count: u64,
-    /// The destination's files and symlinks, for --max-delete's percentage.
-    pub dest_files: u64,
+    /// The destination's entries, directories included, for --max-delete's percentage.
+    pub dest_entries: u64,
     /// The directories that stay and lose an entry, or whose mtime is not the source's already
     /// (the parts of a pipeline write into one directory in no order), as the source lists
     /// them: each gets the source's mtime once the deletions are done.
@@ -32,7 +32,7 @@ pub struct Decide {
     file_count: u64,
     dirs: EmptiedDirs,
     touched: TouchedDirs,
-    dest_files: u64,
+    dest_entries: u64,
     planned: bool,
 }
 
@@ -46,7 +46,7 @@ impl Decide {
             file_count: 0,
             dirs: EmptiedDirs::new(Spill::create(scratch.join("delete-dirs"))?),
             touched: TouchedDirs::new(Spill::create(scratch.join("touched-dirs"))?),
-            dest_files: 0,
+            dest_entries: 0,
             planned,
         })
     }
@@ -84,9 +84,7 @@ impl Decide {
             }
         };
         self.dirs.advance(Some(&d.path))?;
-        if d.kind != Kind::Dir {
-            self.dest_files += 1;
-        }
+        self.dest_entries += 1;
         match (kept, d.kind) {
             (true, _) => self.dirs.keep(&d.path),
             (false, Kind::Dir) => self.dirs.open(d.clone()),
@@ -105,7 +103,7 @@ impl Decide {
             file_count: self.file_count,
             dirs,
             dir_count,
-            dest_files: self.dest_files,
+            dest_entries: self.dest_entries,
             touched: self.touched.finish()?,
         })
     }
@@ -295,12 +293,12 @@ mod tests {
             (plan.file_count, plan.dir_count),
             (files.len() as u64, dirs.len() as u64)
         );
-        (files, dirs, plan.dest_files)
+        (files, dirs, plan.dest_entries)
     }
 
     #[test]
     fn deletes_what_the_source_lacks_and_the_directories_left_empty() {
-        let (files, dirs, dest_files) = plan(
+        let (files, dirs, dest_entries) = plan(
             &["keep/", "keep/k", "top"],
             &[
                 "keep/",
@@ -316,7 +314,8 @@ mod tests {
         );
         assert_eq!(files, ["gone/a/b", "gone/c", "keep/extra"]);
         assert_eq!(dirs, ["empty", "gone/a", "gone"]);
-        assert_eq!(dest_files, 5);
+        // Directories count too: "keep", "gone", "gone/a" and "empty" beside the five files.
+        assert_eq!(dest_entries, 9);
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub struct ToCopy {
     /// Entries of another kind at the destination (a directory where a file is now...),
     /// removed and written anew. Counted in `files` too.
     pub type_changed: u64,
+    /// Files and symlinks where the destination has a directory, left out of a baseline's or
+    /// an incremental's copy (in none of the counts above): replacing the directory deletes
+    /// everything under it, which waits for the final pass, whose plan lists it among the
+    /// deletions.
+    #[serde(default)]
+    pub deferred: u64,
     /// Directories (and nodes) to make or whose metadata to set.
     pub dirs: u64,
     /// Names planned, though the same at the destination, because another name of their
@@ -136,6 +142,10 @@ pub struct PlanDoc {
     pub compare: String,
     pub source: SourceCounts,
     pub dest: Option<Totals>,
+    /// The destination's directories (`dest` counts files and symlinks): with `dest.files`,
+    /// what prune's --max-delete share is of.
+    #[serde(default)]
+    pub dest_dirs: u64,
     pub to_copy: ToCopy,
     pub unchanged: u64,
     pub extra_on_dest: Totals,
@@ -155,6 +165,15 @@ impl PlanDoc {
     pub fn read(dir: &Path) -> anyhow::Result<PlanDoc> {
         crate::jsonfile::read(&dir.join("plan.json"), "plan")
     }
+}
+
+/// Whether copying a file or symlink over `dst` would delete a directory's tree in a phase
+/// that deletes nothing: the live passes before the final one leave it. The final pass's copy
+/// replaces it, inside the window, and its plan has everything under the directory among its
+/// deletions (counted against prune's --max-delete; prune finds them gone).
+fn replaces_a_tree(phase: Phase, dst: Option<&Entry>) -> bool {
+    matches!(phase, Phase::Baseline | Phase::Incremental)
+        && dst.is_some_and(|d| d.kind == Kind::Dir)
 }
 
 /// Appends the planned directories and nodes to the first part in `dir`, made if there is none.
@@ -365,6 +384,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let mut source = SourceCounts::default();
     let mut source_files = Totals::default();
     let mut dest = Totals::default();
+    let mut dest_dirs = 0u64;
     let mut to_copy = ToCopy::default();
     let mut unchanged = 0u64;
     let mut extra = Totals::default();
@@ -387,11 +407,14 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
                     dest.add(&d);
                     extra.add(&d);
                 }
+                dest_dirs += (d.kind == Kind::Dir) as u64;
                 return Ok(());
             }
         };
-        if let Some(d) = dst.as_ref().filter(|d| d.kind != Kind::Dir) {
-            dest.add(d);
+        match dst.as_ref() {
+            Some(d) if d.kind == Kind::Dir => dest_dirs += 1,
+            Some(d) => dest.add(d),
+            None => {}
         }
         match src.kind {
             Kind::Dir => source.dirs += 1,
@@ -422,6 +445,10 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             return Ok(());
         }
         source_files.add(&src);
+        if verdict == Verdict::TypeChanged && replaces_a_tree(opts.phase, dst.as_ref()) {
+            to_copy.deferred += 1;
+            return Ok(());
+        }
         match verdict {
             Verdict::Same => unchanged += 1,
             Verdict::New => to_copy.new += 1,
@@ -499,8 +526,8 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     source.bytes = source_files.bytes;
     let baseline = opts.phase == Phase::Baseline;
     eprintln!(
-        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided, {} of another type before), {} metadata only, {} directories and nodes, {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
-        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, to_copy.type_changed, to_copy.metadata_only, to_copy.dirs, unchanged, extra.files, copy_parts.len(),
+        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided, {} of another type before, {} in a directory's place left to the final pass), {} metadata only, {} directories and nodes, {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
+        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, to_copy.type_changed, to_copy.deferred, to_copy.metadata_only, to_copy.dirs, unchanged, extra.files, copy_parts.len(),
         started.elapsed().as_secs_f64()
     );
     Ok(PlanDoc {
@@ -514,6 +541,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         .into(),
         source,
         dest: (!baseline).then_some(dest),
+        dest_dirs,
         to_copy,
         unchanged,
         extra_on_dest: extra,
