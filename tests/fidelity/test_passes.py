@@ -245,6 +245,24 @@ def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nes
         subprocess.run(["umount", mnt], check=True)
 
 
+@pytest.mark.parametrize("verb", ["copy", "verify", "prune"])
+def test_one_container_spelt_by_two_hosts_is_one_root_to_every_verb(
+    tmp_path, container, run_ferry, verb
+):
+    """127.0.0.1 and localhost reach one Azurite: the destination lies inside the source however
+    the endpoint is spelt (before, the pair passed and the prune deleted the source's own files)."""
+    make_tree(tmp_path / "src", {"p/a.txt": b"a\n", "p/sub/b.txt": b"b\n", "p/sub/only": b"o\n"})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    before = {n: container.client.download_blob(n).readall() for n in container.blobs()}
+    alias = container.at("p/sub").replace("http://127.0.0.1:", "http://localhost:", 1)
+    assert alias != container.at("p/sub")
+    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%"]}[verb]
+    r = run_ferry(verb, *args, container.at("p"), alias, check=2)
+    assert "overlap" in r.stderr and "spelt two ways" in r.stderr, r.stderr
+    after = {n: container.client.download_blob(n).readall() for n in container.blobs()}
+    assert after == before, "nothing written or deleted"
+
+
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("engine", ["snakemake", "nextflow"])
 @pytest.mark.pipeline
