@@ -10,7 +10,7 @@ import os
 import pytest
 from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 from support.proxy import ABSENT
-from support.trees import File, make_tree
+from support.trees import Dir, File, make_tree
 
 MiB = 1 << 20
 
@@ -259,3 +259,42 @@ def test_mk_with_a_container_sas_accepts_the_existing_container(run_ferry, conta
     other = container.replace(container.name, container.name[:-1] + "z")
     denied = run_ferry("mk", f"{other}?{sas}", env=env, check=2)
     assert "403" in denied.stderr
+
+
+MISSING_VERB = {
+    "copy": ["copy", "-r"],
+    "verify": ["verify"],
+    "ls": ["ls", "-r"],
+    "prune": ["prune", "--max-delete", "100%", "--force"],
+}
+
+
+@pytest.mark.parametrize("verb", list(MISSING_VERB))
+@pytest.mark.parametrize("missing", ["nosuch.txt", "nosuchprefix", "nosuchprefix/"])
+def test_a_missing_blob_source_is_an_error_naming_it(
+    tmp_path, container, run_ferry, verb, missing
+):
+    """Issue 45 (7a): a blob or prefix that is not there (no blob at or under it, no folder stub)
+    fails as a missing local path does, naming it; before, copy said "copied 0 files", exit 0,
+    and prune --force then took the destination for the remains of an emptied source."""
+    make_tree(tmp_path / "src", {"p/a.txt": b"a\n"})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    out = tmp_path / "out"
+    make_tree(out, {"keep.txt": b"keep\n"})
+    ends = [container.at(f"p/{missing}")] + ([] if verb == "ls" else [out])
+    # prune refuses (exit 1: nothing deleted), the others fail (exit 2), as for a local path.
+    r = run_ferry(*MISSING_VERB[verb], *ends, check=1 if verb == "prune" else 2)
+    assert f"p/{missing}: not found" in r.stderr, r.stderr
+    assert sorted(os.listdir(out)) == ["keep.txt"] and (out / "keep.txt").read_bytes() == b"keep\n"
+    local = run_ferry(*MISSING_VERB[verb], tmp_path / "nosuch", *ends[1:], check=False)
+    assert local.returncode == r.returncode, local.stderr
+
+
+def test_an_empty_folder_and_a_container_are_sources_still(tmp_path, container, run_ferry):
+    """What is there but empty is no missing source: a folder stub, an empty container."""
+    make_tree(tmp_path / "src", {"p/empty": Dir()})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    run_ferry("copy", "-r", container.at("p/empty"), tmp_path / "one")
+    run_ferry("copy", "-r", container.at("p/empty/"), tmp_path / "two")
+    container.client.delete_blobs(*container.blobs())
+    run_ferry("copy", "-r", container, tmp_path / "three")
