@@ -431,7 +431,7 @@ pub fn merge(
     let sorted = |paths: Vec<&Path>, stem: &str| -> anyhow::Result<Runs> {
         let mut readers = Vec::new();
         for p in paths {
-            readers.push(manifest::Reader::open(p)?);
+            readers.push(manifest::Reader::open_whole(p)?);
         }
         sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
             SortError::Listing(e) => anyhow::anyhow!(e),

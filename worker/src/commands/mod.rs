@@ -277,11 +277,17 @@ fn unsafe_path(path: &[u8]) -> bool {
 const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
 
 /// Streams a manifest's entries, each line checked as `read_manifest` checks it, but for paths
-/// listed twice: those are found once the entries are sorted (`sorted::Join`).
+/// listed twice: those are found once the entries are sorted (`sorted::Join`). `whole` where
+/// something may be deleted on its strength: a manifest without its end record is then an error
+/// (`manifest::Reader::whole`).
 pub fn manifest_entries(
     path: &Path,
+    whole: bool,
 ) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
     let mut reader = manifest::Reader::open(path)?;
+    if whole {
+        reader = reader.whole();
+    }
     let name = path.display().to_string();
     Ok(std::iter::from_fn(move || {
         let entry = reader.next()?;

@@ -444,7 +444,7 @@ async fn sort_side(
             let (mut sort, mut pacer) = (PathSort::new(scratch, stem, budget), Pacer::default());
             for m in files {
                 let entries =
-                    manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
+                    manifest_entries(m, true).map_err(|e| SortError::Listing(format!("{e:#}")))?;
                 for e in entries {
                     sort.push(e)?;
                     pacer.tick().await;
@@ -480,7 +480,7 @@ impl Entries {
             Entries::Manifests(files) => {
                 let readers = files
                     .iter()
-                    .map(|f| crate::manifest::Reader::open(f))
+                    .map(|f| crate::manifest::Reader::open_whole(f))
                     .collect::<io::Result<Vec<_>>>()?;
                 Ok(Box::new(
                     readers
