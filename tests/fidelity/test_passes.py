@@ -193,7 +193,8 @@ def test_plan_sees_mode_and_owner_of_both_listings(tmp_path, run_ferry):
         1,
     ), doc["to_copy"]
     planned = (tmp_path / "plan" / "copy" / "part-00000.tsv").read_text().splitlines()
-    assert sorted(line.split("\t")[0] for line in planned[1:]) == ["a", "b", "d"], planned
+    assert planned[-1].startswith("#ferry-end\tentries=3\t"), planned
+    assert sorted(line.split("\t")[0] for line in planned[1:-1]) == ["a", "b", "d"], planned
 
 
 @pytest.fixture
