@@ -264,7 +264,9 @@ def test_duplicate_path_fails_and_keeps_the_previous_plan(tmp_path, run_ferry, l
     run_ferry("plan", *listings, "--out", out, "--phase", "incremental")
     before = (out / "plan.json").read_bytes()
     broken = tmp_path / "dup.tsv"
-    broken.write_text(whole(listings[1].read_text().rsplit("#ferry-end", 1)[0] + "same.txt\tf\t1\t-\t-\n"))
+    broken.write_text(
+        whole(listings[1].read_text().rsplit("#ferry-end", 1)[0] + "same.txt\tf\t1\t-\t-\n")
+    )
     r = run_ferry("plan", listings[0], broken, "--out", out, "--phase", "incremental", check=2)
     assert 'destination listing names "same.txt" more than once' in r.stderr
     assert (out / "plan.json").read_bytes() == before, (
@@ -413,3 +415,19 @@ def test_a_directorys_mtime_alone_is_planned_where_the_destination_keeps_it(run_
     planned = json.loads((tmp_path / "with" / "plan.json").read_text())
     assert without["to_copy"]["dirs"] == 0 and without["to_copy"]["files"] == 0
     assert planned["to_copy"]["dirs"] == 1 and planned["to_copy"]["files"] == 0
+
+
+def test_a_listing_that_did_not_complete_is_refused_by_name(tmp_path, run_ferry, listings):
+    """Issue 45 (3): a listing without its end record (its `ferry ls` failed, or the file was cut)
+    or whose record disagrees with its lines plans nothing: the plan's deletions would stand on
+    part of a tree."""
+    out = tmp_path / "plan"
+    text = listings[1].read_text()
+    cut, edited = tmp_path / "cut.tsv", tmp_path / "edited.tsv"
+    cut.write_text(text.rsplit("#ferry-end", 1)[0])
+    edited.write_text(text.replace("\n", "\n#", 2).replace("\n#", "\n", 1))
+    for bad, says in ((cut, "no end record"), (edited, "the end record counts")):
+        for pair in ((listings[0], bad), (bad, listings[1])):
+            r = run_ferry("plan", *pair, "--out", out, "--phase", "final", check=2)
+            assert f"{bad}" in r.stderr and says in r.stderr and "list again" in r.stderr, r.stderr
+            assert not out.exists()

@@ -328,7 +328,9 @@ def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferr
     assert not (tmp_path / "never.tsv").exists()
     # Listed again, whole, the same manifest is acted on.
     with open(listing, "wb") as out:
-        subprocess.run(run_ferry.command(["ls", "-r", src]), env=ferry_env(), stdout=out, check=True)
+        subprocess.run(
+            run_ferry.command(["ls", "-r", src]), env=ferry_env(), stdout=out, check=True
+        )
     assert listing.read_text().splitlines()[-1].startswith("#ferry-end\tentries=")
     if side == "--files-from":
         run_ferry("prune", *ends, "--log", tmp_path / "log.tsv")

@@ -271,9 +271,7 @@ MISSING_VERB = {
 
 @pytest.mark.parametrize("verb", list(MISSING_VERB))
 @pytest.mark.parametrize("missing", ["nosuch.txt", "nosuchprefix", "nosuchprefix/"])
-def test_a_missing_blob_source_is_an_error_naming_it(
-    tmp_path, container, run_ferry, verb, missing
-):
+def test_a_missing_blob_source_is_an_error_naming_it(tmp_path, container, run_ferry, verb, missing):
     """Issue 45 (7a): a blob or prefix that is not there (no blob at or under it, no folder stub)
     fails as a missing local path does, naming it; before, copy said "copied 0 files", exit 0,
     and prune --force then took the destination for the remains of an emptied source."""

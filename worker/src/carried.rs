@@ -320,7 +320,8 @@ fn sample(listing: &Path, n: usize, seed: u64) -> anyhow::Result<Vec<Entry>> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut kept: Vec<Entry> = Vec::with_capacity(n);
     let mut seen = 0usize;
-    for e in manifest::Reader::open(listing)? {
+    // Whole, or no state: ls hands it on as the destination a prune deletes against.
+    for e in manifest::Reader::open_whole(listing)? {
         let e = e.map_err(anyhow::Error::msg)?;
         if e.kind == Kind::Dir {
             continue;

@@ -716,7 +716,11 @@ mod tests {
     fn a_manifest_that_is_not_whole_is_refused_where_it_must_be() {
         let whole = written(&[Entry::file("a", 3), Entry::file("b", 4)]);
         let text = String::from_utf8(whole).unwrap();
-        let cut = text.lines().take(2).map(|l| format!("{l}\n")).collect::<String>();
+        let cut = text
+            .lines()
+            .take(2)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
         // A reader that deletes nothing reads a manifest without the record as before.
         let lenient: Result<Vec<_>, _> =
             Reader::new(io::Cursor::new(cut.clone()), "m.tsv".into()).collect();
@@ -731,7 +735,10 @@ mod tests {
         let e = Reader::new(io::Cursor::new(dropped), "m.tsv".into())
             .collect::<Result<Vec<_>, _>>()
             .unwrap_err();
-        assert!(e.contains("counts 2 entries (7 bytes) but 1 entries (4 bytes)"), "{e}");
+        assert!(
+            e.contains("counts 2 entries (7 bytes) but 1 entries (4 bytes)"),
+            "{e}"
+        );
         let e = read_whole(format!("{text}z\tf\t1\t-\t-\n").into_bytes()).unwrap_err();
         assert!(e.contains("after the end record"), "{e}");
         for bad in ["#ferry-end\tentries=x\tbytes=0", "#ferry-end\tbytes=0"] {

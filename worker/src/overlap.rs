@@ -89,7 +89,10 @@ struct Endpoint {
 
 impl Endpoint {
     fn of(b: &BlobLocation) -> Endpoint {
-        let (scheme, rest) = b.endpoint.split_once("://").unwrap_or(("https", &b.endpoint));
+        let (scheme, rest) = b
+            .endpoint
+            .split_once("://")
+            .unwrap_or(("https", &b.endpoint));
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let authority = authority.to_ascii_lowercase();
         // `[::1]:10000`, `host:443`, `host`: the port is what follows the last ':' past any ']'.
@@ -107,7 +110,10 @@ impl Endpoint {
             !path.is_empty() || ACCOUNT_HOSTS.iter().any(|suffix| host.ends_with(suffix));
         Endpoint {
             account,
-            host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
             port,
             names_account,
         }
@@ -343,20 +349,39 @@ mod tests {
         let named = at("http://localhost:10000/acct", "acct", "c", "p/sub");
         let e = refuse(&ip, &named).unwrap_err().to_string();
         assert!(e.contains("spelt two ways"), "{e}");
-        assert!(refused(&ip, &at("http://[::1]:10000/acct", "acct", "C", "p")));
+        assert!(refused(
+            &ip,
+            &at("http://[::1]:10000/acct", "acct", "C", "p")
+        ));
         // Another port on the same host: another service, or one behind a proxy.
         let e = refuse(&ip, &at("http://127.0.0.1:10001/acct", "acct", "c", "p"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("cannot tell"), "{e}");
         let primary = at("https://acct.blob.core.windows.net", "acct", "c", "p");
-        let secondary = at("https://acct-secondary.blob.core.windows.net", "acct-secondary", "c", "p/x");
+        let secondary = at(
+            "https://acct-secondary.blob.core.windows.net",
+            "acct-secondary",
+            "c",
+            "p/x",
+        );
         assert!(refused(&primary, &secondary), "the secondary endpoint");
-        let private = at("https://acct.privatelink.blob.core.windows.net", "acct", "c", "p");
+        let private = at(
+            "https://acct.privatelink.blob.core.windows.net",
+            "acct",
+            "c",
+            "p",
+        );
         assert!(refused(&primary, &private), "a private endpoint");
         // Other accounts, or another container, are apart.
-        assert!(!refused(&ip, &at("http://127.0.0.1:10000/other", "other", "c", "p")));
-        assert!(!refused(&ip, &at("http://localhost:10000/acct", "acct", "d", "p")));
+        assert!(!refused(
+            &ip,
+            &at("http://127.0.0.1:10000/other", "other", "c", "p")
+        ));
+        assert!(!refused(
+            &ip,
+            &at("http://localhost:10000/acct", "acct", "d", "p")
+        ));
         let other = at("https://other.blob.core.windows.net", "other", "c", "p");
         assert!(!refused(&primary, &other));
     }

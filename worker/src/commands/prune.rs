@@ -13,13 +13,13 @@ use super::{
     Pacer,
 };
 use crate::cli::{Common, Sorting};
+use crate::location::Location;
 use crate::manifest::{Entry, Kind, Writer};
 use crate::plan::deletions::{under, Decide, Deletions};
 use crate::plan::{PartRow, PlanDoc};
 use crate::sorted::sort::{Runs, Spill};
 use crate::sorted::{sort_store, Join, JoinError, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
-use crate::location::Location;
 use crate::storage::{OpenOptions, Store};
 
 #[derive(Args, Debug)]

@@ -296,7 +296,10 @@ mod tests {
         assert_eq!(check("a\u{FFFE}b"), Err(NameError::NotListable("U+FFFE")));
         assert_eq!(check("d/\u{FFFF}"), Err(NameError::NotListable("U+FFFF")));
         assert_eq!(check(&"é".repeat(MAX_CHARS)), Ok(()));
-        assert_eq!(check(&"x".repeat(MAX_CHARS + 1)), Err(NameError::TooLong(1025)));
+        assert_eq!(
+            check(&"x".repeat(MAX_CHARS + 1)),
+            Err(NameError::TooLong(1025))
+        );
         let deep = vec!["d"; MAX_SEGMENTS].join("/");
         assert_eq!(check(&deep), Ok(()));
         assert_eq!(check(&format!("{deep}/f")), Err(NameError::TooDeep(255)));
