@@ -17,8 +17,7 @@ import pytest
 from support.blobs import file_blobs
 from support.ferry import describe, ferry_env
 from support.manifest import escape_path as escape
-from support.manifest import parse_manifest
-from support.manifest import whole
+from support.manifest import parse_manifest, whole
 from support.requests import assert_counted
 from support.trees import File, Link, make_tree, snapshot
 
