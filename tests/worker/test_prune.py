@@ -362,6 +362,32 @@ def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, prox
     assert proxy.requests(comp="list"), "the listing never went through the proxy"
 
 
+def test_a_blob_listing_cut_on_the_wire_leaves_no_manifest_to_prune_by(
+    tmp_path, container, proxy, run_ferry
+):
+    """Issue 45 (3), in Blob storage: the listing's second page fails, `ferry ls` exits 2 with the
+    first page written and no end record, and a prune given that manifest refuses it."""
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}": b"%d" % i for i in range(6)})
+    run_ferry("copy", src, container, "--recursive")
+    dst = tmp_path / "dst"
+    run_ferry("copy", container, dst, "--recursive")
+    make_tree(dst, {"extra": b"x"})
+    before = snapshot(dst)
+    proxy.add("status", method="GET", query={"comp": "list"}, status=500, skip=1, count=50)
+    listing = tmp_path / "m.tsv"
+    via = container.via(proxy.port)
+    with open(listing, "wb") as out:
+        args = ["ls", "-r", via, "--list-page-size", "2", "--max-retries", "1"]
+        r = subprocess.run(run_ferry.command(args), env=ferry_env(), stdout=out, timeout=60)
+    assert r.returncode == 2
+    _, entries = parse_manifest(listing.read_text())
+    assert len(entries) == 2 and "#ferry-end" not in listing.read_text(), entries
+    r = run_ferry("prune", container, dst, "--files-from", listing, "--force", check=False)
+    assert r.returncode == 1 and f"{listing}: no end record" in r.stderr, r.stderr
+    assert snapshot(dst) == before
+
+
 # ---------------------------------------------------------------------------------------------
 # from a plan: what `ferry plan`'s join decided, deleted in one job or in parts
 
