@@ -266,6 +266,7 @@ MISSING_VERB = {
     "verify": ["verify"],
     "ls": ["ls", "-r"],
     "prune": ["prune", "--max-delete", "100%", "--force"],
+    "rm": ["rm", "-r"],
 }
 
 
@@ -279,11 +280,12 @@ def test_a_missing_blob_source_is_an_error_naming_it(tmp_path, container, run_fe
     run_ferry("copy", "-r", tmp_path / "src", container)
     out = tmp_path / "out"
     make_tree(out, {"keep.txt": b"keep\n"})
-    ends = [container.at(f"p/{missing}")] + ([] if verb == "ls" else [out])
+    ends = [container.at(f"p/{missing}")] + ([] if verb in ("ls", "rm") else [out])
     # prune refuses (exit 1: nothing deleted), the others fail (exit 2), as for a local path.
     r = run_ferry(*MISSING_VERB[verb], *ends, check=1 if verb == "prune" else 2)
     assert f"p/{missing}: not found" in r.stderr, r.stderr
     assert sorted(os.listdir(out)) == ["keep.txt"] and (out / "keep.txt").read_bytes() == b"keep\n"
+    assert "p/a.txt" in container.blobs()
     local = run_ferry(*MISSING_VERB[verb], tmp_path / "nosuch", *ends[1:], check=False)
     assert local.returncode == r.returncode, local.stderr
 
