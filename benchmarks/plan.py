@@ -38,7 +38,7 @@ from campaign.oneshot import REPO, measured_on, median_of, publish, record, spre
 
 # The last commit with workflow/scripts/plan.py, the Python plan step.
 OLD_COMMIT = "af39b4bfc9fa18010f6130e88aba1e6dedaaf54d"
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: listings end with their end record
 PER_DIR = 1000
 DEFAULT_PARTITION = {
     "tool": "ferry",
@@ -85,6 +85,7 @@ def generate(scratch: Path, entries: int) -> tuple[Path, Path]:
         fd.write(header)
         # The source in a scattered walk order; the destination in another.
         for out, order, side in ((fs, scattered(dirs, 1), "src"), (fd, scattered(dirs, 3), "dst")):
+            count, total = 0, 0
             for d in order:
                 dpath = f"p{d % 37:02d}/d{d:06d}"
                 chunk = [f"{dpath}\td\t0\t1700000000.000000000\t-\n"]
@@ -98,7 +99,11 @@ def generate(scratch: Path, entries: int) -> tuple[Path, Path]:
                     chunk.append(
                         f"{dpath}/f{i:09d}.dat\tf\t{size}\t{1_700_000_000 + i % 86400}.{(i * 7) % 10**9:09d}\t-\n"
                     )
+                    total += size
+                count += len(chunk)
                 out.write("".join(chunk))
+            # A whole listing, as `ferry ls` ends one: plan refuses a listing without it.
+            out.write(f"#ferry-end\tentries={count}\tbytes={total}\n")
     stamp.write_text(f"{GENERATOR_VERSION}\n")
     return source, dest
 

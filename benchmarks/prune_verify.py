@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign.oneshot import REPO, measured_on, median_of, publish, record, spread, timed  # noqa: E402
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3  # 3: listings end with their end record
 PER_DIR = 1000
 # Pool files: the source's and the destination's links to one pool file stay under ext4's 65,000
 # links per inode at 10 M entries (2 × 10 M / 512 ≈ 39,000).
@@ -252,7 +252,10 @@ def delta(manifest: Path, work: Path) -> Path:
         for line in src:
             path, kind = line.split("\t", 2)[:2]
             i = int(path.rsplit("/", 1)[-1][1:10]) if kind == "f" else None
-            if line.startswith("#") or (i is not None and (i % 100 == 0 or i % 1000 == 1)):
+            # The header, not the end record: it counts the whole listing, not this part of it.
+            if line.startswith("#ferry-manifest") or (
+                i is not None and (i % 100 == 0 or i % 1000 == 1)
+            ):
                 dst.write(line)
     return out
 

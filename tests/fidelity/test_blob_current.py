@@ -151,7 +151,9 @@ def test_a_prefix_without_its_stub_is_a_directory_still_to_make(
         os.utime(src / d, ns=(MTIME_NS, MTIME_NS))
     listing = run_ferry("ls", "-r", src).stdout.splitlines(keepends=True)
     part = tmp_path / "dirs.tsv"
-    part.write_text("".join(line for line in listing if "\td\t" in line or line.startswith("#")))
+    part.write_text(
+        "".join(line for line in listing if "\td\t" in line or line.startswith("#ferry-manifest"))
+    )
     for d in dirs:
         container.client.upload_blob(f"{d}/f.txt", b"f")
 

@@ -124,6 +124,38 @@ def test_a_name_that_cannot_be_a_blob_fails_by_name_and_prune_spares_the_rest(
     assert sorted(file_blobs(container)) == ["ok.txt"]
 
 
+# Names the service cannot list (U+FFFE, U+FFFF) or keep (past 1,024 characters or 254 segments):
+# each refused before upload, by name, as a name that is not UTF-8 is, and the rest copied.
+TOO_LONG = "/".join(["d" * 200] * 5) + "/" + "f" * 30  # 1,035 characters, 1,039 under pre/
+TOO_DEEP = "/".join(["d"] * 253) + "/f"  # 255 segments under pre/ (its directory's stub: 254)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("not-listable-\ufffe", "U+FFFE"),
+        ("not-listable-\uffff", "U+FFFF"),
+        (TOO_LONG, "at most 1024"),
+        (TOO_DEEP, "at most 254"),
+    ],
+    ids=["fffe", "ffff", "too-long", "too-deep"],
+)
+def test_a_name_the_service_cannot_list_or_keep_is_refused_before_upload(
+    tmp_path, container, run_ferry, name, says
+):
+    src = tmp_path / "src"
+    make_tree(src, {name: b"refused\n", "ok.txt": b"ok\n"})
+    up = run_ferry("copy", "-r", src, container.at("pre/"), "--json", check=1)
+    assert (up.json["files"]["copied"], up.json["files"]["failed"]) == (1, 1), up.json["files"]
+    [failure] = up.json["failures"]
+    assert says in failure["error"] and unescape_path(failure["path"]).decode() == name, failure
+    # Nothing of it reached the service, so the prefix still lists.
+    assert sorted(file_blobs(container)) == ["pre/ok.txt"]
+    listed = run_ferry("ls", "-r", container.at("pre/"), "--format", "jsonl").stdout
+    files = [e["path"] for e in map(json.loads, listed.splitlines()) if e["type"] == "f"]
+    assert files == ["ok.txt"], files
+
+
 @pytest.mark.parametrize("name", ["raw\ttab", "bare-dot.", "lone‛quote"])
 def test_a_blob_name_the_mapping_never_writes_is_a_named_failure(
     tmp_path, container, run_ferry, name

@@ -193,7 +193,8 @@ def test_plan_sees_mode_and_owner_of_both_listings(tmp_path, run_ferry):
         1,
     ), doc["to_copy"]
     planned = (tmp_path / "plan" / "copy" / "part-00000.tsv").read_text().splitlines()
-    assert sorted(line.split("\t")[0] for line in planned[1:]) == ["a", "b", "d"], planned
+    assert planned[-1].startswith("#ferry-end\tentries=3\t"), planned
+    assert sorted(line.split("\t")[0] for line in planned[1:-1]) == ["a", "b", "d"], planned
 
 
 @pytest.fixture
@@ -243,6 +244,24 @@ def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nes
         assert comparable(nested) == before
     finally:
         subprocess.run(["umount", mnt], check=True)
+
+
+@pytest.mark.parametrize("verb", ["copy", "verify", "prune"])
+def test_one_container_spelt_by_two_hosts_is_one_root_to_every_verb(
+    tmp_path, container, run_ferry, verb
+):
+    """127.0.0.1 and localhost reach one Azurite: the destination lies inside the source however
+    the endpoint is spelt (before, the pair passed and the prune deleted the source's own files)."""
+    make_tree(tmp_path / "src", {"p/a.txt": b"a\n", "p/sub/b.txt": b"b\n", "p/sub/only": b"o\n"})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    before = {n: container.client.download_blob(n).readall() for n in container.blobs()}
+    alias = container.at("p/sub").replace("http://127.0.0.1:", "http://localhost:", 1)
+    assert alias != container.at("p/sub")
+    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%"]}[verb]
+    r = run_ferry(verb, *args, container.at("p"), alias, check=2)
+    assert "overlap" in r.stderr and "spelt two ways" in r.stderr, r.stderr
+    after = {n: container.client.download_blob(n).readall() for n in container.blobs()}
+    assert after == before, "nothing written or deleted"
 
 
 @pytest.mark.timeout(400)

@@ -375,7 +375,11 @@ def test_local_source_with_odd_names_download_ranks_and_manifest(tmp_path, ferry
         [str(ferry_bin), "ls", "-r", str(src)], capture_output=True, text=True, check=True
     ).stdout.splitlines()
     manifest.write_text(
-        "\n".join(line for line in listing if line.startswith(("#", "many/d000/", "big.bin")))
+        "\n".join(
+            line
+            for line in listing
+            if line.startswith(("#ferry-manifest", "many/d000/", "big.bin"))
+        )
         + "\n"
     )
     _, sub = replicate(

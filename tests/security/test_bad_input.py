@@ -38,8 +38,9 @@ BAD_MANIFESTS = [
     ),
     ("crlf", GOOD.replace(b"\n", b"\r\n"), 1, "CR LF"),
     (
+        # Whole (its end record counts its lines), so that prune reads to the duplicate.
         "duplicate",
-        GOOD + b"b.txt\tf\t2\t-\t-\na.txt\tf\t2\t-\t-\n",
+        GOOD + b"b.txt\tf\t2\t-\t-\na.txt\tf\t2\t-\t-\n#ferry-end\tentries=3\tbytes=6\n",
         4,
         "listed twice (first on line 2)",
     ),

@@ -142,3 +142,20 @@ def parse_manifest(text: str) -> tuple[list[str], list[ManifestEntry]]:
 def _is_nine_decimals(s: str) -> bool:
     whole, dot, frac = s.partition(".")
     return whole.isdigit() and dot == "." and len(frac) == 9 and frac.isdigit()
+
+
+END = "#ferry-end"
+
+
+def end_record(entry_lines: list[str]) -> str:
+    """The end record (docs/manifest.md) that counts `entry_lines` (a manifest's entry lines):
+    what a hand-written listing needs to stand for a whole one."""
+    sizes = [line.split("\t")[2] for line in entry_lines if line and not line.startswith("#")]
+    total = sum(int(s) for s in sizes if s.isdigit())
+    return f"{END}\tentries={len(sizes)}\tbytes={total}"
+
+
+def whole(text: str) -> str:
+    """A hand-written manifest's text (header and entry lines) with its end record added."""
+    lines = [line for line in text.split("\n") if line]
+    return "\n".join([*lines, end_record(lines)]) + "\n"

@@ -256,3 +256,30 @@ def test_a_pass_refused_by_the_destination_gives_the_state_back(
     assert json.loads((state / "dest.json").read_text())["taken_by"] is None
     _, after = p.ls_dest(name="fixed")
     assert after["carried"]["used"] is True, after["carried"]
+
+
+def test_a_listing_that_did_not_complete_is_carried_nowhere(tmp_path, run_ferry):
+    """Issue 45 (3): carry refuses a listing without its end record, naming it; a carried listing
+    without one (cut short, or written before the record) means a fresh listing."""
+    src = tmp_path / "src"
+    make_tree(src, TREE)
+    (tmp_path / "dst").mkdir()
+    state = tmp_path / "state"
+    p = Pass(run_ferry, tmp_path, src, tmp_path / "dst", state)
+    p.run()
+    listing, took = p.ls_dest(name="cut")
+    assert took["carried"]["used"] is True
+    cut = tmp_path / "cut.tsv"
+    cut.write_text(listing.read_text().rsplit("#ferry-end", 1)[0])
+    before = (state / "dest.tsv").read_bytes()
+    r = run_ferry(
+        "carry", tmp_path / "dst", "--state", state, "--pass", "cut", "--listing", cut, check=2
+    )
+    assert f"{cut}: no end record" in r.stderr and "list again" in r.stderr, r.stderr
+    assert (state / "dest.tsv").read_bytes() == before
+    p.run(name="whole")
+    carried = state / "dest.tsv"
+    carried.write_text(carried.read_text().rsplit("#ferry-end", 1)[0])
+    _, summary = p.ls_dest(name="after-cut")
+    assert summary["carried"]["used"] is False, summary["carried"]
+    assert "no end record" in summary["carried"]["reason"], summary["carried"]

@@ -120,10 +120,11 @@ def test_ls_and_mk_write_a_summary_with_their_requests(
     listed = run_ferry("ls", "--recursive", container.via(proxy.port), "--summary", summary)
     doc = json.loads(summary.read_text())
     lines = listed.stdout.splitlines()
-    assert doc["command"] == "ls" and doc["entries"] == len(lines) - 1 == 4, (
+    assert doc["command"] == "ls" and doc["entries"] == len(lines) - 2 == 4, (
         doc,
         lines,
-    )  # a header line
+    )  # a header line and the end record
+    assert lines[-1] == "#ferry-end\tentries=4\tbytes=6", lines
     assert doc["seconds"] >= 0
     assert_counted(doc["requests"], proxy, "ls")
     assert doc["requests"]["list_pages"] >= 1

@@ -63,6 +63,10 @@ def listed(azurite, tmp_path_factory, run_ferry, request):
     return containers
 
 
+def entry_bytes(body: bytes) -> int:
+    return sum(int(line.split(b"\t")[2]) for line in body.splitlines())
+
+
 def ls(run_ferry, url, tmp_path, *flags):
     summary = tmp_path / f"summary-{'-'.join(flags) or 'default'}.json"
     out = run_ferry(
@@ -85,7 +89,12 @@ def test_parallel_listing_equals_one_stream_byte_for_byte(
         parallel = proxy.requests("GET", comp="list")
 
     lines = one.splitlines()
-    assert len(lines) - 1 == one_summary["entries"] >= len(LAYOUTS[layout]), one_summary
+    # A header line and the end record around the entries.
+    assert len(lines) - 2 == one_summary["entries"] >= len(LAYOUTS[layout]), one_summary
+    assert lines[-1] == b"#ferry-end\tentries=%d\tbytes=%d" % (
+        one_summary["entries"],
+        entry_bytes(b"\n".join(lines[1:-1])),
+    )
     assert many == one, "the parallel listing differs from the sequential one"
     assert many_summary["entries"] == one_summary["entries"]
 
@@ -216,9 +225,12 @@ def test_list_jobs_ranges_put_back_together_are_one_listing_byte_for_byte(
         doc = json.loads(summary.read_text())
         assert doc["shard"] == {"index": k, "of": 3}
         pages += doc["requests"]["list_pages"]
-        parts.append(out.split(b"\n", 1)[1])
+        # Each range ends with its own end record, counting its own entries.
+        body, end = out.split(b"\n", 1)[1].rsplit(b"#ferry-end", 1)
+        assert end == b"\tentries=%d\tbytes=%d\n" % (doc["entries"], entry_bytes(body)), end
+        parts.append(body)
     header = one.split(b"\n", 1)[0] + b"\n"
-    assert header + b"".join(parts) == one
+    assert header + b"".join(parts) == one.rsplit(b"#ferry-end", 1)[0]
     # Each range costs at most the page where it stops short, beyond the one stream's pages.
     assert pages <= one_summary["requests"]["list_pages"] + 3, pages
     # Balanced by the scan: no range holds everything.
@@ -239,7 +251,7 @@ def test_a_flat_container_past_its_first_page_is_cut_evenly(listed, run_ferry, t
     sizes = []
     for k in (1, 2, 3):
         out = run_ferry("ls", "-r", url, "--shards", shards, "--shard", str(k)).stdout_bytes
-        sizes.append(out.count(b"\n") - 1)
+        sizes.append(out.count(b"\n") - 2)  # the header and the end record
     assert sum(sizes) == len(LAYOUTS["hashed"])
     # A third each, give or take what one page tells of the rest (426, 389, 385 when written;
     # 13, 13, 1,174 when only the page was weighed).

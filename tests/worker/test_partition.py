@@ -613,10 +613,11 @@ def test_parts_assignment_does_not_depend_on_listing_order(tmp_path, run_ferry):
     sized_tree(tree, 300, 5, limit=MiB)
     manifest = ls_manifest(run_ferry, tree, tmp_path / "m.tsv")
     lines = manifest.read_bytes().split(b"\n")
-    header, body = lines[0], [line for line in lines[1:] if line]
+    header, body = lines[0], [line for line in lines[1:] if line and not line.startswith(b"#")]
+    end = [line for line in lines if line.startswith(b"#ferry-end")]
     shuffled = tmp_path / "shuffled.tsv"
     random.Random(1).shuffle(body)
-    shuffled.write_bytes(b"\n".join([header, *body]) + b"\n")
+    shuffled.write_bytes(b"\n".join([header, *body, *end]) + b"\n")
     sets = []
     for m in (manifest, shuffled):
         out = tmp_path / ("out-" + m.stem)

@@ -8,6 +8,7 @@ import random
 import re
 
 import pytest
+from support.manifest import whole
 
 HEADER = "#ferry-manifest v1\tpath\ttype\tsize\tmtime\tmd5"
 T0 = "1700000000.250000000"
@@ -70,7 +71,7 @@ def write_listing(path, side: int, shuffle_seed: int) -> None:
         f"{p}\t{e[0]}\t{e[1]}\t{e[2]}\t{e[3]}" for p, sides in CASES.items() if (e := sides[side])
     ]
     random.Random(shuffle_seed).shuffle(lines)  # ferry ls does not sort
-    path.write_text("\n".join([HEADER, *lines]) + "\n", encoding="utf-8")
+    path.write_text(whole("\n".join([HEADER, *lines])), encoding="utf-8")
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def listings(tmp_path):
 def paths_in(manifest) -> list[str]:
     lines = manifest.read_text(encoding="utf-8").splitlines()
     assert lines[0].startswith("#ferry-manifest v2")
-    return [line.split("\t")[0] for line in lines[1:] if line]
+    return [line.split("\t")[0] for line in lines[1:] if line and not line.startswith("#")]
 
 
 def parts_of(plan_dir, sub: str) -> list[list[str]]:
@@ -267,7 +268,9 @@ def test_duplicate_path_fails_and_keeps_the_previous_plan(tmp_path, run_ferry, l
     run_ferry("plan", *listings, "--out", out, "--phase", "incremental")
     before = (out / "plan.json").read_bytes()
     broken = tmp_path / "dup.tsv"
-    broken.write_text(listings[1].read_text() + "same.txt\tf\t1\t-\t-\n")
+    broken.write_text(
+        whole(listings[1].read_text().rsplit("#ferry-end", 1)[0] + "same.txt\tf\t1\t-\t-\n")
+    )
     r = run_ferry("plan", listings[0], broken, "--out", out, "--phase", "incremental", check=2)
     assert 'destination listing names "same.txt" more than once' in r.stderr
     assert (out / "plan.json").read_bytes() == before, (
@@ -313,7 +316,7 @@ def big_listings(tmp_path, n: int):
     rng.shuffle(dst)
     paths = tmp_path / "src.tsv", tmp_path / "dst.tsv"
     for path, lines in zip(paths, (src, dst)):
-        path.write_text("\n".join([HEADER, *lines]) + "\n")
+        path.write_text(whole("\n".join([HEADER, *lines])))
     return paths
 
 
@@ -356,6 +359,7 @@ def test_spilled_runs_give_the_same_plan(tmp_path, run_ferry, split):
         for name, data in outputs[0].items()
         if name.startswith("copy/part-")
         for p in data.decode().splitlines()[1:]
+        if not p.startswith("#")
     ]
     assert len(copy) == len(set(copy)) == plan["to_copy"]["files"]
 
@@ -370,7 +374,9 @@ def test_parts_balance_like_ferry_partition_and_keep_directories_together(tmp_pa
     run_ferry("plan", src, "--out", out, "--phase", "baseline", "--parts", "4")
     run_ferry("partition", src, "--out", tmp_path / "partition", "--parts", "4")
     size = {
-        line.split("\t")[0]: int(line.split("\t")[2]) for line in src.read_text().splitlines()[1:]
+        line.split("\t")[0]: int(line.split("\t")[2])
+        for line in src.read_text().splitlines()
+        if not line.startswith("#")
     }
     ours = parts_of(out, "copy")
     theirs = [paths_in(p) for p in sorted((tmp_path / "partition").glob("part-*.tsv"))]
@@ -459,3 +465,19 @@ def test_a_directory_turned_into_a_file_waits_for_the_final_pass(tmp_path, run_f
     run_ferry("prune", src, dst, "--plan", out, "--dirs", "--force", "--log", tmp_path / "d.log")
     assert sorted(os.listdir(dst)) == ["data", "k", "new.txt"]
     assert (dst / "data").read_bytes() == b"tiny\n"
+
+
+def test_a_listing_that_did_not_complete_is_refused_by_name(tmp_path, run_ferry, listings):
+    """Issue 45 (3): a listing without its end record (its `ferry ls` failed, or the file was cut)
+    or whose record disagrees with its lines plans nothing: the plan's deletions would stand on
+    part of a tree."""
+    out = tmp_path / "plan"
+    text = listings[1].read_text()
+    cut, edited = tmp_path / "cut.tsv", tmp_path / "edited.tsv"
+    cut.write_text(text.rsplit("#ferry-end", 1)[0])
+    edited.write_text(text.replace("\n", "\n#", 2).replace("\n#", "\n", 1))
+    for bad, says in ((cut, "no end record"), (edited, "the end record counts")):
+        for pair in ((listings[0], bad), (bad, listings[1])):
+            r = run_ferry("plan", *pair, "--out", out, "--phase", "final", check=2)
+            assert f"{bad}" in r.stderr and says in r.stderr and "list again" in r.stderr, r.stderr
+            assert not out.exists()

@@ -17,7 +17,7 @@ import pytest
 from support.blobs import file_blobs
 from support.ferry import describe, ferry_env
 from support.manifest import escape_path as escape
-from support.manifest import parse_manifest
+from support.manifest import parse_manifest, whole
 from support.requests import assert_counted
 from support.trees import File, Link, make_tree, snapshot
 
@@ -296,6 +296,49 @@ def test_partly_unreadable_source_is_refused(tmp_path, run_ferry):
     assert not (tmp_path / "never.tsv").exists()
 
 
+@pytest.mark.parametrize("side", ["--files-from", "--dest-from"])
+def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferry, side):
+    """Issue 45 (3): `ferry ls -r` fails on an unreadable directory (exit 2) and the manifest it
+    wrote has no end record; prune then refuses it, naming it, and deletes nothing. Before, the
+    manifest read as whole and the prune deleted what the listing had not reached."""
+    src, dst, before = build_local(tmp_path, run_ferry)
+    listing = tmp_path / "m.tsv"
+    os.chmod(src / "keep" / "deeper", 0)
+    try:
+        with open(listing, "wb") as out:
+            r = subprocess.run(
+                ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+                + run_ferry.command(["ls", "-r", src]),
+                env=ferry_env(),
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+            )
+        assert r.returncode == 2, r.stderr
+    finally:
+        os.chmod(src / "keep" / "deeper", 0o755)
+    text = listing.read_text()
+    assert text.startswith("#ferry-manifest v2") and "#ferry-end" not in text, text
+    # The destination's listing failing stands for a destination that lost files: as doubtful.
+    ends = [src, dst, side, listing]
+    r = run_ferry("prune", *ends, "--force", "--log", tmp_path / "never.tsv", check=False)
+    assert r.returncode == 1 and "prune refused, nothing deleted" in r.stderr, r.stderr
+    assert f"{listing}: no end record" in r.stderr and "list again" in r.stderr, r.stderr
+    assert snapshot(dst) == before
+    assert not (tmp_path / "never.tsv").exists()
+    # Listed again, whole, the same manifest is acted on.
+    with open(listing, "wb") as out:
+        subprocess.run(
+            run_ferry.command(["ls", "-r", src]), env=ferry_env(), stdout=out, check=True
+        )
+    assert listing.read_text().splitlines()[-1].startswith("#ferry-end\tentries=")
+    if side == "--files-from":
+        run_ferry("prune", *ends, "--log", tmp_path / "log.tsv")
+        assert set(EXTRA_FILES) <= set(log_paths(tmp_path / "log.tsv"))
+        assert not (dst / "extra-top.txt").exists() and (dst / "keep" / "deeper").is_dir()
+
+
 def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, proxy, run_ferry):
     src = tmp_path / "src"
     make_tree(src, {f"f{i}": b"%d" % i for i in range(6)})
@@ -319,6 +362,32 @@ def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, prox
     _refused(r)
     assert snapshot(dst) == before
     assert proxy.requests(comp="list"), "the listing never went through the proxy"
+
+
+def test_a_blob_listing_cut_on_the_wire_leaves_no_manifest_to_prune_by(
+    tmp_path, container, proxy, run_ferry
+):
+    """Issue 45 (3), in Blob storage: the listing's second page fails, `ferry ls` exits 2 with the
+    first page written and no end record, and a prune given that manifest refuses it."""
+    src = tmp_path / "src"
+    make_tree(src, {f"f{i}": b"%d" % i for i in range(6)})
+    run_ferry("copy", src, container, "--recursive")
+    dst = tmp_path / "dst"
+    run_ferry("copy", container, dst, "--recursive")
+    make_tree(dst, {"extra": b"x"})
+    before = snapshot(dst)
+    proxy.add("status", method="GET", query={"comp": "list"}, status=500, skip=1, count=50)
+    listing = tmp_path / "m.tsv"
+    via = container.via(proxy.port)
+    with open(listing, "wb") as out:
+        args = ["ls", "-r", via, "--list-page-size", "2", "--max-retries", "1"]
+        r = subprocess.run(run_ferry.command(args), env=ferry_env(), stdout=out, timeout=60)
+    assert r.returncode == 2
+    _, entries = parse_manifest(listing.read_text())
+    assert len(entries) == 2 and "#ferry-end" not in listing.read_text(), entries
+    r = run_ferry("prune", container, dst, "--files-from", listing, "--force", check=False)
+    assert r.returncode == 1 and f"{listing}: no end record" in r.stderr, r.stderr
+    assert snapshot(dst) == before
 
 
 # ---------------------------------------------------------------------------------------------
@@ -853,21 +922,23 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
 def test_manifest_failing_midway_is_refused(tmp_path, run_ferry):
     """The bad line comes after many good ones: runs are spilled, then the listing fails."""
     src, dst, before = build_local(tmp_path, run_ferry)
-    good = run_ferry("ls", src, "--recursive").stdout_bytes
+    # The listing without its end record, a bad line, then the record counting them all: whole,
+    # so that the prune reads up to the bad line (and past it, to a duplicate found once sorted).
+    good = run_ferry("ls", src, "--recursive").stdout.rsplit("#ferry-end", 1)[0]
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    last = good.count(b"\n") + 1
+    last = good.count("\n") + 1
     cases = {
-        "bad-size.tsv": (good + b"late\tf\tnot-a-size\t-\t-\n", "bad-size.tsv:"),
-        "unsafe.tsv": (good + b"keep/../escape\tf\t1\t-\t-\n", "unsafe path"),
+        "bad-size.tsv": (good + "late\tf\tnot-a-size\t-\t-\n", "bad-size.tsv:"),
+        "unsafe.tsv": (good + "keep/../escape\tf\t1\t-\t-\n", "unsafe path"),
         # Found once sorted, yet named with its lines as when the manifest is read whole.
         "twice.tsv": (
-            good + b"top.txt\tf\t4\t-\t-\n",
+            good + "top.txt\tf\t4\t-\t-\n",
             f"twice.tsv:{last}: top.txt: listed twice (first on line",
         ),
     }
     for name, (text, word) in cases.items():
-        (tmp_path / name).write_bytes(text)
+        (tmp_path / name).write_text(whole(text))
         for force in ([], ["--force"]):
             r = run_ferry(
                 "prune",

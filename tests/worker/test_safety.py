@@ -10,7 +10,7 @@ import os
 import pytest
 from support.interrupt import fail_after_change, kill_once_blocks_staged, sdk_block_id
 from support.proxy import ABSENT
-from support.trees import File, make_tree, snapshot
+from support.trees import Dir, File, make_tree, snapshot
 
 MiB = 1 << 20
 
@@ -375,3 +375,42 @@ def test_default_deletion_logs_never_share_a_name(tmp_path, run_ferry):
     logs = sorted(os.listdir(state / "ferry"))
     assert len(logs) == 6 and len({name.split(".")[0] for name in logs}) == 6, logs
     assert sum(name.startswith("copy-") for name in logs) == 3, logs
+
+
+MISSING_VERB = {
+    "copy": ["copy", "-r"],
+    "verify": ["verify"],
+    "ls": ["ls", "-r"],
+    "prune": ["prune", "--max-delete", "100%", "--force"],
+    "rm": ["rm", "-r"],
+}
+
+
+@pytest.mark.parametrize("verb", list(MISSING_VERB))
+@pytest.mark.parametrize("missing", ["nosuch.txt", "nosuchprefix", "nosuchprefix/"])
+def test_a_missing_blob_source_is_an_error_naming_it(tmp_path, container, run_ferry, verb, missing):
+    """Issue 45 (7a): a blob or prefix that is not there (no blob at or under it, no folder stub)
+    fails as a missing local path does, naming it; before, copy said "copied 0 files", exit 0,
+    and prune --force then took the destination for the remains of an emptied source."""
+    make_tree(tmp_path / "src", {"p/a.txt": b"a\n"})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    out = tmp_path / "out"
+    make_tree(out, {"keep.txt": b"keep\n"})
+    ends = [container.at(f"p/{missing}")] + ([] if verb in ("ls", "rm") else [out])
+    # prune refuses (exit 1: nothing deleted), the others fail (exit 2), as for a local path.
+    r = run_ferry(*MISSING_VERB[verb], *ends, check=1 if verb == "prune" else 2)
+    assert f"p/{missing}: not found" in r.stderr, r.stderr
+    assert sorted(os.listdir(out)) == ["keep.txt"] and (out / "keep.txt").read_bytes() == b"keep\n"
+    assert "p/a.txt" in container.blobs()
+    local = run_ferry(*MISSING_VERB[verb], tmp_path / "nosuch", *ends[1:], check=False)
+    assert local.returncode == r.returncode, local.stderr
+
+
+def test_an_empty_folder_and_a_container_are_sources_still(tmp_path, container, run_ferry):
+    """What is there but empty is no missing source: a folder stub, an empty container."""
+    make_tree(tmp_path / "src", {"p/empty": Dir()})
+    run_ferry("copy", "-r", tmp_path / "src", container)
+    run_ferry("copy", "-r", container.at("p/empty"), tmp_path / "one")
+    run_ferry("copy", "-r", container.at("p/empty/"), tmp_path / "two")
+    container.client.delete_blobs(*container.blobs())
+    run_ferry("copy", "-r", container, tmp_path / "three")

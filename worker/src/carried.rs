@@ -345,7 +345,8 @@ fn sample(listing: &Path, n: usize, seed: u64) -> anyhow::Result<Vec<Entry>> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut kept: Vec<Entry> = Vec::with_capacity(n);
     let mut seen = 0usize;
-    for e in manifest::Reader::open(listing)? {
+    // Whole, or no state: ls hands it on as the destination a prune deletes against.
+    for e in manifest::Reader::open_whole(listing)? {
         let e = e.map_err(anyhow::Error::msg)?;
         if e.kind == Kind::Dir {
             continue;
@@ -456,7 +457,7 @@ pub fn merge(
     let sorted = |paths: Vec<&Path>, stem: &str| -> anyhow::Result<Runs> {
         let mut readers = Vec::new();
         for p in paths {
-            readers.push(manifest::Reader::open(p)?);
+            readers.push(manifest::Reader::open_whole(p)?);
         }
         sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
             SortError::Listing(e) => anyhow::anyhow!(e),

@@ -7,6 +7,60 @@ use std::io::{self, BufRead, Read, Write};
 pub const HEADER: &str =
     "#ferry-manifest v2\tpath\ttype\tsize\tmtime\tmd5\tmode\towner\tlink\txattrs";
 
+/// The end record: the last line of a manifest whose listing completed, with its counts. A
+/// manifest without it (a listing that failed, a file cut short) is refused by every reader
+/// that could delete on its strength (`Reader::whole`); others read it as before.
+pub const END: &str = "#ferry-end";
+
+/// What the end record counts: the entries, and the bytes their sizes add up to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, e: &Entry) {
+        self.entries += 1;
+        self.bytes += e.size();
+    }
+
+    /// The end record's line, newline included.
+    pub fn end_line(&self) -> String {
+        format!("{END}\tentries={}\tbytes={}\n", self.entries, self.bytes)
+    }
+
+    /// The counts of an end record line (None: not one); a malformed one is an error.
+    fn parse_end(line: &[u8]) -> Option<Result<Tally, String>> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let rest = line.strip_prefix(END.as_bytes())?;
+        if !rest.is_empty() && !rest.starts_with(b"\t") {
+            return None;
+        }
+        let bad = || format!("bad end record {:?}", String::from_utf8_lossy(line));
+        let mut tally = (None, None);
+        for field in rest.split(|&b| b == b'\t').skip(1) {
+            let text = std::str::from_utf8(field).map_err(|_| bad());
+            let Some((key, value)) = text.as_ref().ok().and_then(|t| t.split_once('=')) else {
+                return Some(Err(bad()));
+            };
+            let Ok(n) = value.parse::<u64>() else {
+                return Some(Err(bad()));
+            };
+            // Keys this ferry does not know are a later format's: read past them.
+            match key {
+                "entries" => tally.0 = Some(n),
+                "bytes" => tally.1 = Some(n),
+                _ => {}
+            }
+        }
+        Some(match tally {
+            (Some(entries), Some(bytes)) => Ok(Tally { entries, bytes }),
+            _ => Err(bad()),
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Kind {
     #[default]
@@ -425,7 +479,8 @@ pub fn parse_line(line: &str) -> Result<Option<Entry>, String> {
     }))
 }
 
-/// Streams entries from a manifest file without holding it in memory.
+/// Streams entries from a manifest file without holding it in memory. An end record, where
+/// there is one, must agree with what was read and be the last line.
 pub struct Reader<R> {
     inner: R,
     line: Vec<u8>,
@@ -433,6 +488,13 @@ pub struct Reader<R> {
     name: String,
     /// The header said v1: its lines end after the md5 field.
     v1: bool,
+    /// What was read so far, and what the end record said, once read.
+    read: Tally,
+    end: Option<Tally>,
+    /// The end record is required: its absence is an error at the end of the file.
+    whole: bool,
+    /// An error ended the reading: nothing follows it.
+    done: bool,
 }
 
 impl Reader<io::BufReader<std::fs::File>> {
@@ -445,6 +507,12 @@ impl Reader<io::BufReader<std::fs::File>> {
             io::BufReader::with_capacity(1 << 20, f),
             path.display().to_string(),
         ))
+    }
+
+    /// A manifest something may be deleted on the strength of: one whose listing is known to
+    /// have completed (`whole`).
+    pub fn open_whole(path: &std::path::Path) -> io::Result<Self> {
+        Ok(Reader::open(path)?.whole())
     }
 }
 
@@ -460,6 +528,51 @@ impl<R: BufRead> Reader<R> {
             lineno: 0,
             name,
             v1: false,
+            read: Tally::default(),
+            end: None,
+            whole: false,
+            done: false,
+        }
+    }
+
+    /// Requires the end record: a manifest that lacks it (its listing failed or was cut short)
+    /// yields an error after its last entry, so that nothing is decided on part of a listing.
+    pub fn whole(mut self) -> Self {
+        self.whole = true;
+        self
+    }
+
+    fn fail(&mut self, e: String) -> Option<Result<Entry, String>> {
+        self.done = true;
+        Some(Err(e))
+    }
+
+    /// At the end of the file: an error where the end record was required and is missing.
+    fn at_end(&mut self) -> Option<Result<Entry, String>> {
+        if self.whole && self.end.is_none() {
+            return self.fail(format!(
+                "{}: no end record ({END}): the listing that wrote it did not complete, or the file was cut short; nothing may be deleted on its strength: list again",
+                self.name
+            ));
+        }
+        self.done = true;
+        None
+    }
+
+    /// An end record read at line `lineno`: it must count what was read.
+    fn check_end(&mut self, end: Result<Tally, String>) -> Option<Result<Entry, String>> {
+        let at = format!("{}:{}", self.name, self.lineno);
+        match end {
+            Err(e) => self.fail(format!("{at}: {e}")),
+            Ok(_) if self.end.is_some() => self.fail(format!("{at}: a second end record")),
+            Ok(end) if end != self.read => self.fail(format!(
+                "{at}: the end record counts {} entries ({} bytes) but {} entries ({} bytes) were read: the file was changed or cut; list again",
+                end.entries, end.bytes, self.read.entries, self.read.bytes
+            )),
+            Ok(end) => {
+                self.end = Some(end);
+                None
+            }
         }
     }
 
@@ -472,17 +585,26 @@ impl<R: BufRead> Reader<R> {
 impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Entry, String>;
     fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
         loop {
             self.line.clear();
             match (&mut self.inner)
                 .take(MAX_LINE as u64 + 1)
                 .read_until(b'\n', &mut self.line)
             {
-                Ok(0) => return None,
+                Ok(0) => return self.at_end(),
                 Ok(_) => {}
                 Err(e) => return Some(Err(format!("{}: {e}", self.name))),
             }
             self.lineno += 1;
+            if let Some(end) = Tally::parse_end(&self.line) {
+                match self.check_end(end) {
+                    None => continue,
+                    failed => return failed,
+                }
+            }
             if self.line.len() > MAX_LINE {
                 return Some(Err(format!(
                     "{}:{}: line longer than {} KiB",
@@ -507,17 +629,26 @@ impl<R: BufRead> Iterator for Reader<R> {
             }
             match parse_bytes(&self.line) {
                 Ok(None) => continue,
-                Ok(Some(e)) => return Some(Ok(e)),
+                Ok(Some(_)) if self.end.is_some() => {
+                    let at = format!("{}:{}", self.name, self.lineno);
+                    return self.fail(format!("{at}: an entry after the end record"));
+                }
+                Ok(Some(e)) => {
+                    self.read.add(&e);
+                    return Some(Ok(e));
+                }
                 Err(e) => return Some(Err(format!("{}:{}: {e}", self.name, self.lineno))),
             }
         }
     }
 }
 
-/// Buffered manifest writer; writes the header first.
+/// Buffered manifest writer; writes the header first and, on `finish` alone, the end record:
+/// a writer dropped on an error leaves a manifest that says it is not whole.
 pub struct Writer<W: Write> {
     out: W,
     buf: String,
+    tally: Tally,
 }
 
 impl<W: Write> Writer<W> {
@@ -526,14 +657,18 @@ impl<W: Write> Writer<W> {
         Ok(Writer {
             out,
             buf: String::with_capacity(256),
+            tally: Tally::default(),
         })
     }
     pub fn write(&mut self, e: &Entry) -> io::Result<()> {
         self.buf.clear();
         format_tsv(e, &mut self.buf);
+        self.tally.add(e);
         self.out.write_all(self.buf.as_bytes())
     }
+    /// Ends the manifest: the end record, then a flush.
     pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(self.tally.end_line().as_bytes())?;
         self.out.flush()?;
         Ok(self.out)
     }
@@ -548,6 +683,71 @@ mod tests {
         let missing = std::path::Path::new("/nonexistent/listing.tsv");
         let e = Reader::open(missing).err().expect("no such file");
         assert!(e.to_string().contains("/nonexistent/listing.tsv"), "{e}");
+    }
+
+    fn written(entries: &[Entry]) -> Vec<u8> {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        for e in entries {
+            w.write(e).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn read_whole(bytes: Vec<u8>) -> Result<Vec<Entry>, String> {
+        Reader::new(io::Cursor::new(bytes), "m.tsv".into())
+            .whole()
+            .collect()
+    }
+
+    #[test]
+    fn a_manifest_ends_with_its_counts_and_reads_back_whole() {
+        let entries = [Entry::file("a", 3), Entry::file("b/c", 4)];
+        let bytes = written(&entries);
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.ends_with("\n#ferry-end\tentries=2\tbytes=7\n"),
+            "{text}"
+        );
+        assert_eq!(read_whole(bytes).unwrap(), entries);
+        assert_eq!(read_whole(written(&[])).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_manifest_that_is_not_whole_is_refused_where_it_must_be() {
+        let whole = written(&[Entry::file("a", 3), Entry::file("b", 4)]);
+        let text = String::from_utf8(whole).unwrap();
+        let cut = text
+            .lines()
+            .take(2)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>();
+        // A reader that deletes nothing reads a manifest without the record as before.
+        let lenient: Result<Vec<_>, _> =
+            Reader::new(io::Cursor::new(cut.clone()), "m.tsv".into()).collect();
+        assert_eq!(lenient.unwrap().len(), 1);
+        let e = read_whole(cut.into_bytes()).unwrap_err();
+        assert!(
+            e.starts_with("m.tsv: no end record") && e.contains("list again"),
+            "{e}"
+        );
+        // The record must count what was read, whoever reads it, and be last.
+        let dropped = text.replacen("a\tf\t3", "#a\tf\t3", 1);
+        let e = Reader::new(io::Cursor::new(dropped), "m.tsv".into())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap_err();
+        assert!(
+            e.contains("counts 2 entries (7 bytes) but 1 entries (4 bytes)"),
+            "{e}"
+        );
+        let e = read_whole(format!("{text}z\tf\t1\t-\t-\n").into_bytes()).unwrap_err();
+        assert!(e.contains("after the end record"), "{e}");
+        for bad in ["#ferry-end\tentries=x\tbytes=0", "#ferry-end\tbytes=0"] {
+            let e = read_whole(format!("{HEADER}\n{bad}\n").into_bytes()).unwrap_err();
+            assert!(e.contains("bad end record"), "{e}");
+        }
+        // Keys a later format adds are read past.
+        let later = format!("{HEADER}\n#ferry-end\tentries=0\tbytes=0\tfiles=0\n");
+        assert!(read_whole(later.into_bytes()).unwrap().is_empty());
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! source's own files, a copy would nest one level deeper on every run. Decided on what the
 //! paths are on disk — symlinks resolved, bind mounts traced back to the directory they show —
 //! never on how they are spelt. There is no override: a typo must not be able to reach one.
+//! Blob roots likewise: one container is known by its account and name, whatever spelling of
+//! its endpoint reaches it (`same_container`).
 
+use std::collections::HashSet;
 use std::io;
+use std::net::{IpAddr, ToSocketAddrs};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -12,7 +16,7 @@ use crate::location::{BlobLocation, Location};
 /// An error naming both roots when one lies inside the other (or they are one).
 pub fn refuse(src: &Location, dst: &Location) -> anyhow::Result<()> {
     let inside = match (src, dst) {
-        (Location::Local(s), Location::Local(d)) => local(s, d),
+        (Location::Local(s), Location::Local(d)) => local(s, d).map(str::to_string),
         (Location::Blob(s), Location::Blob(d)) => blob(s, d),
         _ => None,
     };
@@ -26,12 +30,107 @@ pub fn refuse(src: &Location, dst: &Location) -> anyhow::Result<()> {
     }
 }
 
-fn blob(s: &BlobLocation, d: &BlobLocation) -> Option<&'static str> {
-    if (&s.endpoint, &s.account, &s.container) != (&d.endpoint, &d.account, &d.container) {
+fn blob(s: &BlobLocation, d: &BlobLocation) -> Option<String> {
+    let same = same_container(s, d)?;
+    let key = |p: &str| p.trim_matches('/').to_string();
+    let how = within(Path::new(&key(&s.prefix)), Path::new(&key(&d.prefix)))?;
+    Some(match same {
+        "" => how.to_string(),
+        why => format!("{how}: {why}"),
+    })
+}
+
+/// Whether two locations may name one container: Some("") where they are spelt alike, else
+/// Some(why) where they are found or cannot be told to be one, None where they are two.
+fn same_container(s: &BlobLocation, d: &BlobLocation) -> Option<&'static str> {
+    // Container names are lower case to the service; a URL may spell them otherwise.
+    if !s.container.eq_ignore_ascii_case(&d.container) {
         return None;
     }
-    let key = |p: &str| p.trim_matches('/').to_string();
-    within(Path::new(&key(&s.prefix)), Path::new(&key(&d.prefix)))
+    let (se, de) = (Endpoint::of(s), Endpoint::of(d));
+    let same_account = se.account == de.account;
+    if same_account && se.host == de.host && se.port == de.port {
+        return Some("");
+    }
+    let resolve_alike = se.resolves_like(&de);
+    match (same_account, resolve_alike) {
+        (true, true) => Some("one account and container, its endpoint spelt two ways"),
+        // Two services that each hold this account's container, or one seen through two
+        // routes (a private endpoint, a proxy): nothing here tells which.
+        (true, false) => Some(
+            "the same account and container through endpoints that resolve to different addresses, which ferry cannot tell from one container",
+        ),
+        // A custom domain names no account: reaching the other's addresses, it may be it.
+        (false, true) if !(se.names_account && de.names_account) => Some(
+            "a host that names no account resolves to the other's endpoint, which ferry cannot tell from one container",
+        ),
+        _ => None,
+    }
+}
+
+/// Azure's host names that begin with the account's name; any other host (a custom domain)
+/// may stand for any account.
+const ACCOUNT_HOSTS: &[&str] = &[
+    ".blob.core.windows.net",
+    ".blob.storage.azure.net",
+    ".blob.core.chinacloudapi.cn",
+    ".blob.core.usgovcloudapi.net",
+];
+
+/// What a location's endpoint says of the service behind it.
+struct Endpoint {
+    /// As the service knows it: lower case, the secondary endpoint's `-secondary` dropped.
+    account: String,
+    host: String,
+    port: u16,
+    /// The account is the one the host or path names (not a guess from a custom domain).
+    names_account: bool,
+}
+
+impl Endpoint {
+    fn of(b: &BlobLocation) -> Endpoint {
+        let (scheme, rest) = b
+            .endpoint
+            .split_once("://")
+            .unwrap_or(("https", &b.endpoint));
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let authority = authority.to_ascii_lowercase();
+        // `[::1]:10000`, `host:443`, `host`: the port is what follows the last ':' past any ']'.
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') => (h.to_string(), p.parse().ok()),
+            _ => (authority.clone(), None),
+        };
+        let port = port.unwrap_or(if scheme == "http" { 80 } else { 443 });
+        let account = b.account.to_ascii_lowercase();
+        let account = account
+            .strip_suffix("-secondary")
+            .unwrap_or(&account)
+            .to_string();
+        let names_account =
+            !path.is_empty() || ACCOUNT_HOSTS.iter().any(|suffix| host.ends_with(suffix));
+        Endpoint {
+            account,
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port,
+            names_account,
+        }
+    }
+
+    /// The addresses the host resolves to now; none where it does not resolve.
+    fn addresses(&self) -> HashSet<IpAddr> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect())
+            .unwrap_or_default()
+    }
+
+    fn resolves_like(&self, other: &Endpoint) -> bool {
+        self.port == other.port
+            && (self.host == other.host || !self.addresses().is_disjoint(&other.addresses()))
+    }
 }
 
 /// Where `p` is on disk: the filesystem (its device number in /proc/self/mountinfo) and the
@@ -231,6 +330,71 @@ mod tests {
         assert!(refuse(&b("data"), &Location::Blob(other.clone())).is_ok());
         other.container = "c".into();
         assert!(refuse(&b("data"), &Location::Blob(other)).is_err());
+    }
+
+    fn at(endpoint: &str, account: &str, container: &str, prefix: &str) -> Location {
+        Location::Blob(BlobLocation {
+            endpoint: endpoint.into(),
+            account: account.into(),
+            container: container.into(),
+            prefix: prefix.into(),
+            sas: None,
+        })
+    }
+
+    #[test]
+    fn one_container_is_known_however_its_endpoint_is_spelt() {
+        let refused = |s: &Location, d: &Location| refuse(s, d).is_err();
+        let ip = at("http://127.0.0.1:10000/acct", "acct", "c", "p");
+        let named = at("http://localhost:10000/acct", "acct", "c", "p/sub");
+        let e = refuse(&ip, &named).unwrap_err().to_string();
+        assert!(e.contains("spelt two ways"), "{e}");
+        assert!(refused(
+            &ip,
+            &at("http://[::1]:10000/acct", "acct", "C", "p")
+        ));
+        // Another port on the same host: another service, or one behind a proxy.
+        let e = refuse(&ip, &at("http://127.0.0.1:10001/acct", "acct", "c", "p"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot tell"), "{e}");
+        let primary = at("https://acct.blob.core.windows.net", "acct", "c", "p");
+        let secondary = at(
+            "https://acct-secondary.blob.core.windows.net",
+            "acct-secondary",
+            "c",
+            "p/x",
+        );
+        assert!(refused(&primary, &secondary), "the secondary endpoint");
+        let private = at(
+            "https://acct.privatelink.blob.core.windows.net",
+            "acct",
+            "c",
+            "p",
+        );
+        assert!(refused(&primary, &private), "a private endpoint");
+        // Other accounts, or another container, are apart.
+        assert!(!refused(
+            &ip,
+            &at("http://127.0.0.1:10000/other", "other", "c", "p")
+        ));
+        assert!(!refused(
+            &ip,
+            &at("http://localhost:10000/acct", "acct", "d", "p")
+        ));
+        let other = at("https://other.blob.core.windows.net", "other", "c", "p");
+        assert!(!refused(&primary, &other));
+    }
+
+    #[test]
+    fn a_custom_domain_reaching_the_same_addresses_cannot_be_told_apart() {
+        let ip = at("http://127.0.0.1:10000/acct", "acct", "c", "p");
+        // `localhost` as a host-style name: its first label is no account's.
+        let custom = at("http://localhost:10000", "localhost", "c", "p");
+        let e = refuse(&ip, &custom).unwrap_err().to_string();
+        assert!(e.contains("names no account"), "{e}");
+        let elsewhere = at("http://localhost:10001", "localhost", "c", "p");
+        assert!(refuse(&ip, &elsewhere).is_ok());
     }
 
     #[test]

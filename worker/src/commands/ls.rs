@@ -44,9 +44,9 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut line = String::new();
-    let mut entries = 0u64;
+    let mut tally = manifest::Tally::default();
     let mut emit = |e: &Entry, out: &mut dyn Write| -> std::io::Result<()> {
-        entries += 1;
+        tally.add(e);
         match args.format {
             Format::Tsv => {
                 line.clear();
@@ -90,7 +90,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     if let Some(Decision::Carried { listing, .. }) = &carried {
         // Entries as the last pass left them: the filters (and the job's range) apply as to a
         // fresh listing.
-        for e in manifest::Reader::open(listing)? {
+        for e in manifest::Reader::open_whole(listing)? {
             let e = e.map_err(anyhow::Error::msg)?;
             if filter.matches(&e.path) && range.as_ref().is_none_or(|r| r.contains(&e.path)) {
                 emit(&e, &mut out)?;
@@ -132,8 +132,13 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // Only a listing that got here is whole: any error above left the manifest without it.
+    if args.format == Format::Tsv {
+        out.write_all(tally.end_line().as_bytes())?;
+    }
     out.flush()?;
     drop(out);
+    let entries = tally.entries;
     if let Some(path) = &args.summary {
         let summary = crate::documents::LsSummary {
             version: Default::default(),

@@ -221,22 +221,39 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
                 name,
             })
         }
-        Location::Blob(b) if b.prefix.is_empty() || b.prefix.ends_with('/') => {
-            Ok(Root::Tree(loc.clone()))
-        }
-        Location::Blob(_) => {
-            let (parent, name) = parent_and_name(loc)?;
-            match open(&parent, opts)?.head(&name).await? {
+        // The container itself: an empty one is a tree of nothing, a missing one fails as it
+        // is listed.
+        Location::Blob(b) if b.prefix.trim_matches('/').is_empty() => Ok(Root::Tree(loc.clone())),
+        Location::Blob(b) => {
+            let tree = b.prefix.ends_with('/');
+            let (parent, name) = parent_and_name(&Location::Blob(BlobLocation {
+                prefix: b.prefix.trim_end_matches('/').to_string(),
+                ..b.clone()
+            }))?;
+            let found = open(&parent, opts)?.head(&name).await?;
+            match found {
                 // A folder stub names a tree: what is under it is meant, not the stub.
-                Some((entry, _)) if entry.kind != Kind::Dir => Ok(Root::Object {
+                Some((entry, _)) if entry.kind != Kind::Dir && !tree => Ok(Root::Object {
                     parent,
                     entry,
                     name,
                 }),
-                _ => Ok(Root::Tree(loc.clone())),
+                Some((entry, _)) if entry.kind == Kind::Dir => Ok(Root::Tree(loc.clone())),
+                _ => blob_tree_or_missing(loc, opts).await,
             }
         }
     }
+}
+
+/// A Blob prefix with no folder stub: a tree where some blob lies under it. Nothing there is
+/// an error, as a missing local path is: a typo must not read as an empty source.
+async fn blob_tree_or_missing(loc: &Location, opts: &OpenOptions) -> anyhow::Result<Root> {
+    let sample = open(loc, opts)?.list_dir_sample(b"", 1).await?;
+    anyhow::ensure!(
+        !sample.entries.is_empty(),
+        "{loc}: not found (no blob of that name, none under it and no folder stub); check the name"
+    );
+    Ok(Root::Tree(loc.clone()))
 }
 
 /// Where a single object goes: into DST if it is a directory (or ends in '/'), else as DST.
@@ -261,11 +278,17 @@ fn unsafe_path(path: &[u8]) -> bool {
 const UNSAFE_PATH: &str = "unsafe path: empty, or with a '.' or '..' component";
 
 /// Streams a manifest's entries, each line checked as `read_manifest` checks it, but for paths
-/// listed twice: those are found once the entries are sorted (`sorted::Join`).
+/// listed twice: those are found once the entries are sorted (`sorted::Join`). `whole` where
+/// something may be deleted on its strength: a manifest without its end record is then an error
+/// (`manifest::Reader::whole`).
 pub fn manifest_entries(
     path: &Path,
+    whole: bool,
 ) -> anyhow::Result<impl Iterator<Item = Result<Entry, String>>> {
     let mut reader = manifest::Reader::open(path)?;
+    if whole {
+        reader = reader.whole();
+    }
     let name = path.display().to_string();
     Ok(std::iter::from_fn(move || {
         let entry = reader.next()?;

@@ -50,7 +50,7 @@ fn file_name(path: &[u8]) -> &[u8] {
 /// download's journal, its type's name, its size and MD5 (hex) where known, and with --held
 /// whether the destination holds the file (`1` or `0`). docs/worker.md, "names".
 pub async fn run(args: NamesArgs) -> anyhow::Result<ExitCode> {
-    let entries = super::manifest_entries(&args.manifest)?
+    let entries = super::manifest_entries(&args.manifest, false)?
         .collect::<Result<Vec<Entry>, String>>()
         .map_err(anyhow::Error::msg)?;
     let held = match &args.held {

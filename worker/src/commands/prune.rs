@@ -13,13 +13,14 @@ use super::{
     Pacer,
 };
 use crate::cli::{Common, Sorting};
+use crate::location::Location;
 use crate::manifest::{Entry, Kind, Writer};
 use crate::plan::deletions::{under, Decide, Deletions};
 use crate::plan::{PartRow, PlanDoc};
 use crate::sorted::sort::{Runs, Spill};
 use crate::sorted::{sort_store, Join, JoinError, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
-use crate::storage::Store;
+use crate::storage::{OpenOptions, Store};
 
 #[derive(Args, Debug)]
 pub struct PruneArgs {
@@ -214,7 +215,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => from_plan(dir, &args),
         None => {
             let scratch = scratch.insert(Scratch::new(args.sorting.scratch.as_deref())?);
-            from_listings(&args, &src, &dst, scratch.path()).await
+            from_listings(&args, (&src_loc, &src), &dst, scratch.path(), &opts).await
         }
     };
     let mut work = match decided {
@@ -318,9 +319,10 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
 /// (failed, empty without --force, naming a path twice) or the destination's failed.
 async fn from_listings(
     args: &PruneArgs,
-    src: &Arc<dyn Store>,
+    (src_loc, src): (&Location, &Arc<dyn Store>),
     dst: &Arc<dyn Store>,
     scratch: &Path,
+    opts: &OpenOptions,
 ) -> Result<Work, Stop> {
     let budget = args.sorting.memory.budget();
     let files = |m: &Option<PathBuf>| {
@@ -336,6 +338,13 @@ async fn from_listings(
         }
         runs => runs?,
     };
+    // A source that is not there at all is a mistake --force must not reach (a typo'd prefix
+    // lists nothing, as an empty one does).
+    if source.entries() == 0 && source_files.is_none() {
+        if let Err(e) = super::resolve(src_loc, opts, true).await {
+            return Err(Stop::Refused(format!("{e:#}")));
+        }
+    }
     if source.entries() == 0 && !args.force {
         return Err(Stop::Refused(format!(
             "the source {} lists no entries; pass --force if it really is empty",
@@ -481,7 +490,7 @@ async fn sort_side(
             let (mut sort, mut pacer) = (PathSort::new(scratch, stem, budget), Pacer::default());
             for m in files {
                 let entries =
-                    manifest_entries(m).map_err(|e| SortError::Listing(format!("{e:#}")))?;
+                    manifest_entries(m, true).map_err(|e| SortError::Listing(format!("{e:#}")))?;
                 for e in entries {
                     sort.push(e)?;
                     pacer.tick().await;
@@ -517,7 +526,7 @@ impl Entries {
             Entries::Manifests(files) => {
                 let readers = files
                     .iter()
-                    .map(|f| crate::manifest::Reader::open(f))
+                    .map(|f| crate::manifest::Reader::open_whole(f))
                     .collect::<io::Result<Vec<_>>>()?;
                 Ok(Box::new(
                     readers

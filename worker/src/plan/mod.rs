@@ -177,8 +177,9 @@ fn replaces_a_tree(phase: Phase, dst: Option<&Entry>) -> bool {
 }
 
 /// Appends the planned directories and nodes to the first part in `dir`, made if there is none.
+/// The part is written anew beside itself, both read whole, so that it ends with one end record
+/// that counts everything in it.
 fn append_dirs(dirs: &Path, dir: &Path, parts: &mut Vec<PartRow>) -> anyhow::Result<()> {
-    use std::io::{BufRead, Write};
     let first = dir.join(crate::partition::part_name(0));
     if parts.is_empty() {
         manifest::Writer::new(std::fs::File::create(&first)?)?.finish()?;
@@ -188,20 +189,19 @@ fn append_dirs(dirs: &Path, dir: &Path, parts: &mut Vec<PartRow>) -> anyhow::Res
             bytes: 0,
         });
     }
-    let mut out = io::BufWriter::new(
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&first)
-            .with_context(|| format!("cannot append to {}", first.display()))?,
-    );
-    for line in io::BufReader::new(std::fs::File::open(dirs)?).split(b'\n') {
-        let line = line?;
-        if !line.starts_with(b"#") {
-            out.write_all(&line)?;
-            out.write_all(b"\n")?;
+    let joined = first.with_extension("tsv.joining");
+    let mut out = manifest::Writer::new(io::BufWriter::new(
+        std::fs::File::create(&joined)
+            .with_context(|| format!("cannot write {}", joined.display()))?,
+    ))?;
+    for path in [first.as_path(), dirs] {
+        for e in manifest::Reader::open_whole(path)? {
+            out.write(&e.map_err(anyhow::Error::msg)?)?;
         }
     }
-    out.flush()?;
+    out.finish()?.into_inner().map_err(|e| e.into_error())?;
+    std::fs::rename(&joined, &first)
+        .with_context(|| format!("cannot replace {}", first.display()))?;
     Ok(())
 }
 
@@ -226,7 +226,7 @@ fn sort_listing(
 ) -> anyhow::Result<Runs> {
     let mut readers = Vec::with_capacity(files.len());
     for path in files {
-        readers.push(manifest::Reader::open(path)?);
+        readers.push(manifest::Reader::open_whole(path)?);
     }
     sort_entries(readers.into_iter().flatten(), scratch, stem, budget).map_err(|e| match e {
         // The reader's message names the listing and the line already.

@@ -364,7 +364,9 @@ impl Inner {
         let encoded = names::encode(rel)?;
         // Checked as the path was given: encoding would hide a '.' segment as '．'.
         blob_name_checked(&format!("{}{}", self.root, String::from_utf8_lossy(rel)))?;
-        Ok(format!("{}{encoded}", self.root))
+        let name = format!("{}{encoded}", self.root);
+        names::check(&name)?;
+        Ok(name)
     }
 
     /// The relative path a listed blob name (the root included) stands for; None outside the

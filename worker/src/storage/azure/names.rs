@@ -20,6 +20,11 @@
 //! rclone's `InvalidUtf8` (a byte of a non-UTF-8 name as `‛XX`) is not written: such a name is
 //! refused (`NameError::NotUtf8`), and a blob spelling one does not decode (`NotCanonical`).
 //!
+//! Refused before anything is sent, too (`check`): a name holding U+FFFE or U+FFFF, which the
+//! service stores but cannot put in the XML of a listing, so that every listing of the prefix
+//! fails after it; and a whole name past the service's limits (`MAX_CHARS`, `MAX_SEGMENTS`),
+//! which would otherwise be left to the service to refuse, or not.
+//!
 //! Decoding is strict: a blob name that encoding would not have produced (a raw control
 //! character, a bare trailing '.', a quote before nothing it quotes...) is refused rather than
 //! read as the nearest path, because two blobs would then stand for one path and a prune or a
@@ -44,6 +49,43 @@ pub enum NameError {
     NotCanonical(String),
     #[error("blob {0:?} stands for a path with a '.' or '..' segment")]
     DotSegment(String),
+    #[error("name holds {0}, which the Blob service stores but cannot list (its listings are XML): every listing of the prefix would fail after it; rename it")]
+    NotListable(&'static str),
+    #[error("blob name is {0} characters long; the Blob service allows at most {MAX_CHARS}: shorten the path")]
+    TooLong(usize),
+    #[error("blob name has {0} '/'-separated segments; the Blob service allows at most {MAX_SEGMENTS}: flatten the path")]
+    TooDeep(usize),
+}
+
+/// The service's limits on a whole blob name, the container's root prefix included.
+pub const MAX_CHARS: usize = 1024;
+pub const MAX_SEGMENTS: usize = 254;
+
+/// Characters XML 1.0 has no place for that a name can still hold after encoding (the control
+/// characters are encoded away).
+fn unlistable(c: char) -> Option<&'static str> {
+    match c {
+        '\u{FFFE}' => Some("U+FFFE"),
+        '\u{FFFF}' => Some("U+FFFF"),
+        _ => None,
+    }
+}
+
+/// A whole blob name (root prefix and encoded path) refused where the service could not keep
+/// or list it.
+pub fn check(name: &str) -> Result<(), NameError> {
+    if let Some(what) = name.chars().find_map(unlistable) {
+        return Err(NameError::NotListable(what));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_CHARS {
+        return Err(NameError::TooLong(chars));
+    }
+    let segments = name.split('/').count();
+    if segments > MAX_SEGMENTS {
+        return Err(NameError::TooDeep(segments));
+    }
+    Ok(())
 }
 
 impl From<NameError> for StoreError {
@@ -247,6 +289,20 @@ mod tests {
     #[test]
     fn non_utf8_names_are_refused() {
         assert_eq!(encode(b"bad\xff"), Err(NameError::NotUtf8));
+    }
+
+    #[test]
+    fn names_the_service_cannot_keep_or_list_are_refused() {
+        assert_eq!(check("a\u{FFFE}b"), Err(NameError::NotListable("U+FFFE")));
+        assert_eq!(check("d/\u{FFFF}"), Err(NameError::NotListable("U+FFFF")));
+        assert_eq!(check(&"é".repeat(MAX_CHARS)), Ok(()));
+        assert_eq!(
+            check(&"x".repeat(MAX_CHARS + 1)),
+            Err(NameError::TooLong(1025))
+        );
+        let deep = vec!["d"; MAX_SEGMENTS].join("/");
+        assert_eq!(check(&deep), Ok(()));
+        assert_eq!(check(&format!("{deep}/f")), Err(NameError::TooDeep(255)));
     }
 
     /// Every character that matters to the mapping, and a few that must pass untouched.
