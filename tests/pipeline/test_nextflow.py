@@ -236,15 +236,15 @@ def test_prune_refused_on_an_empty_source(local_runs):
     run = run_dir(local_runs["outdir"], "final")
     partial = json.loads((run / "report-incomplete.json").read_text())
     assert partial["status"] == "incomplete"
-    prune_failures = [f for f in partial["failures"] if f["stage"] == "prune"]
-    assert prune_failures and "empty" in prune_failures[0]["error"].lower(), partial["failures"]
+    # The plan judged the pass's prune as the prune would, before any copy: refused.
+    refused = [f for f in partial["failures"] if f["stage"] == "plan"]
+    assert refused and "no entries at the source" in str(refused[0]), partial["failures"]
+    assert "set prune.force: true" in str(refused[0]), refused[0]
     assert not (run / "report.json").exists()
     rows = trace(local_runs["outdir"], "final")
-    # Every part refused; the directories' job then refuses too (its guard: a part without
-    # a result), and nothing after it runs.
-    parts = statuses(rows, "PRUNE")
-    assert parts and set(parts) == {"FAILED"}, parts
-    assert statuses(rows, "PRUNE_DIRS") == ["FAILED"] and statuses(rows, "FINAL_CHECK") == []
+    assert statuses(rows, "PLAN") == ["FAILED"]
+    for later in ("COPY", "PRUNE", "PRUNE_DIRS", "FINAL_CHECK"):
+        assert statuses(rows, later) == [], later
 
 
 # ---------------------------------------------------------------------------------------------

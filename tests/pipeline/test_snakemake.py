@@ -444,5 +444,9 @@ def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     assert proc.returncode != 0
     for rel in victims:
         assert (dest / rel).exists(), "prune deleted past max_delete"
+    # The plan judged the pass's deletions as its prune would: refused before any copy.
     partial = json.loads((outdir / "t" / "final" / "report-incomplete.json").read_text())
-    assert any(f["stage"] == "prune" for f in partial["failures"]), partial["failures"]
+    plan = [f for f in partial["failures"] if f["stage"] == "plan"]
+    assert plan and "prune would be refused" in str(plan[0]), partial["failures"]
+    assert "raise prune.max_delete" in str(plan[0]) and "--max-delete" not in str(plan[0])
+    assert "copy" not in jobs_per_step(partial) and "prune" not in jobs_per_step(partial)

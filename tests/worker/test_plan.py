@@ -481,3 +481,37 @@ def test_a_listing_that_did_not_complete_is_refused_by_name(tmp_path, run_ferry,
             r = run_ferry("plan", *pair, "--out", out, "--phase", "final", check=2)
             assert f"{bad}" in r.stderr and says in r.stderr and "list again" in r.stderr, r.stderr
             assert not out.exists()
+
+
+def test_a_final_plan_past_max_delete_is_refused_before_anything_is_copied(
+    tmp_path, run_ferry, listings
+):
+    """Issue 42 (6): the final pass's deletions judged by its plan, as its prune will judge them,
+    so that a pass whose prune would be refused stops before its first copy, not inside the
+    window after the last. Refused: exit 1, nothing written, the count and the first paths."""
+    src, dst = listings
+    common = [src, dst, "--phase", "final"]
+    out = run_ferry("plan", *common, "--out", tmp_path / "p", "--max-delete", "3", check=1)
+    assert "the final pass's prune would be refused: 4 of" in out.stderr, out.stderr
+    assert "gone-link" in out.stderr and "--force" in out.stderr
+    assert not (tmp_path / "p").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".p.")] == []
+    run_ferry("plan", *common, "--out", tmp_path / "p", "--max-delete", "4")
+    run_ferry("plan", *common, "--out", tmp_path / "f", "--max-delete", "3", "--force")
+    assert json.loads((tmp_path / "f" / "plan.json").read_text())["prune_dirs"] == 1
+    # A source that listed nothing is refused as prune refuses it, unless --force.
+    empty = tmp_path / "empty.tsv"
+    empty.write_text(whole(HEADER), encoding="utf-8")
+    out = run_ferry(
+        "plan",
+        empty,
+        dst,
+        "--phase",
+        "final",
+        "--out",
+        tmp_path / "e",
+        "--max-delete",
+        "100%",
+        check=1,
+    )
+    assert "found no entries at the source" in out.stderr and not (tmp_path / "e").exists()

@@ -347,6 +347,25 @@ def prune_args(cfg: dict) -> list[str]:
     ]
 
 
+# The worker's words for prune's settings, and the config's: a refusal read in a pipeline's
+# log or report names the key to change, not the flag the key became (ferry_task.py).
+PRUNE_KEYS = [
+    ["pass --force", "set prune.force: true"],
+    ["raise --max-delete", "raise prune.max_delete"],
+    ["review with --dry-run", "review with prune.dry_run: true"],
+    ["--max-delete", "prune.max_delete"],
+    ["--force", "prune.force"],
+]
+
+
+def plan_guard_args(cfg: dict) -> list[str]:
+    """The final pass's deletions judged by its plan, as its prune will judge them, so that a
+    pass whose prune would be refused stops before its first copy, not after the last."""
+    if cfg["phase"] != "final" or cfg["prune"]["dry_run"]:
+        return []
+    return [a for a in prune_args(cfg) if a != "--dry-run"]
+
+
 def cut_args(cfg: dict) -> list[str]:
     """How `ferry plan` cuts its lists into partitions (docs/plan.md)."""
     p = cfg["plan"]
@@ -442,6 +461,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             # into the folder moves: a directory touched alone at the source is carried.
             *(["--dir-mtimes"] if is_blob(cfg["dest"]) else []),
             *shards_args(cfg),
+            *plan_guard_args(cfg),
             "{cut}",
         ]
     if step == "copy":
@@ -577,6 +597,8 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
         spec["listings"] = ferry_run_dir.listings(list_jobs(cfg))
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
+    if step in ("plan", "prune", "prune_dirs"):
+        spec["config_keys"] = PRUNE_KEYS
     if step in ("copy", "verify"):
         # Written by the job as it goes, straight into the run directory, where `ferry status`
         # reads it (a Nextflow task's own records reach the run directory only at the end).

@@ -164,6 +164,21 @@ def carried_records(root: str, what: str) -> list[str]:
     return paths
 
 
+def in_config_terms(log: str, keys: list[list[str]]) -> None:
+    """Says the worker's last words again in the config's terms, as the log's last line (what
+    the report shows of a failed job): the key to change, not the flag it became."""
+    with open(log, encoding="utf-8", errors="replace") as handle:
+        lines = [line.strip() for line in handle if line.strip()]
+    if not lines:
+        return
+    said = lines[-1]
+    for flag, key in keys:
+        said = said.replace(flag, key)
+    if said != lines[-1]:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"{said} (in the pipeline's config)\n")
+
+
 def run_step(
     step: str,
     spec: dict,
@@ -257,6 +272,8 @@ def run_step(
             os.path.join(values["plan_dir"], os.path.relpath(PLAN, PLAN_DIR)),
             os.path.join(root, PLAN),
         )
+    if rc != 0 and spec.get("config_keys"):
+        in_config_terms(rec.log, spec["config_keys"])
     with open(rec.bench, "w", encoding="utf-8") as bench:
         bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
     if tmp and os.path.exists(tmp):

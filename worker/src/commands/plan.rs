@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use super::prune::{Limit, OVER_LIMIT_FIX};
 use crate::partition::caps_mode;
 use crate::plan::split::{Method, Tool};
 use crate::plan::{self, Options, Partitioning, Phase};
@@ -58,6 +59,13 @@ pub struct PlanArgs {
     /// Who cuts the parts: ferry, or Debian's fpart (arbitrary-values mode)
     #[arg(long, value_enum, default_value = "ferry")]
     pub partitioner: Tool,
+    /// Judge the final pass's deletions as its prune will, before anything is copied: a plan
+    /// that deletes more is refused (exit 1) and written nowhere (prune's --max-delete)
+    #[arg(long, value_parser = super::prune::parse_limit)]
+    pub max_delete: Option<Limit>,
+    /// With --max-delete: a plan past the limit is written all the same
+    #[arg(long, requires = "max_delete")]
+    pub force: bool,
     /// Print plan.json on stdout too
     #[arg(long)]
     pub json: bool,
@@ -168,19 +176,29 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot remove {}", old.path().display()))?;
         }
     }
-    let result = write_plan(&opts, &staging, &args.out);
-    if result.is_err() {
-        // A half-written plan must never be mistaken for one.
+    let result = write_plan(&opts, &staging).and_then(|(doc, text)| {
+        let refused = over_limit(&args, &doc, &staging)?;
+        if refused.is_none() {
+            replace_dir(&staging, &args.out)?;
+        }
+        Ok((text, refused))
+    });
+    if !matches!(result, Ok((_, None))) {
+        // A half-written or refused plan must never be mistaken for one.
         let _ = std::fs::remove_dir_all(&staging);
     }
-    let text = result?;
+    let (text, refused) = result?;
+    if let Some(why) = refused {
+        eprintln!("ferry: plan refused: {why}");
+        return Ok(ExitCode::from(1));
+    }
     if args.json {
         print!("{text}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn write_plan(opts: &Options, staging: &Path, out: &Path) -> anyhow::Result<String> {
+fn write_plan(opts: &Options, staging: &Path) -> anyhow::Result<(plan::PlanDoc, String)> {
     let scratch = staging.join(".scratch");
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
@@ -188,8 +206,36 @@ fn write_plan(opts: &Options, staging: &Path, out: &Path) -> anyhow::Result<Stri
     std::fs::remove_dir_all(&scratch)?;
     let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
     std::fs::write(staging.join("plan.json"), &text)?;
-    replace_dir(staging, out)?;
-    Ok(text)
+    Ok((doc, text))
+}
+
+/// Why the final pass this plan describes would have its prune refused, with the first paths
+/// that would go (from the plan's delete.tsv in `staging`); None when it would not.
+fn over_limit(
+    args: &PlanArgs,
+    doc: &plan::PlanDoc,
+    staging: &Path,
+) -> anyhow::Result<Option<String>> {
+    let Some(limit) = args.max_delete else {
+        return Ok(None);
+    };
+    if let Some(why) = doc.prune_refusal(&args.out, args.force) {
+        return Ok(Some(format!(
+            "the final pass's prune would be refused: {why}"
+        )));
+    }
+    let (n, of) = doc.deletions();
+    let Some(why) = limit.exceeded(n, of, args.force) else {
+        return Ok(None);
+    };
+    let mut first = Vec::new();
+    for e in crate::manifest::Reader::open(&staging.join("delete.tsv"))?.take(3) {
+        first.push(e.map_err(anyhow::Error::msg)?.display_path());
+    }
+    Ok(Some(format!(
+        "the final pass's prune would be refused: {why} (first: {}); {OVER_LIMIT_FIX}",
+        first.join(", ")
+    )))
 }
 
 /// Puts `staging` in place of `out`: one rename when `out` does not exist, else the old plan is

@@ -264,19 +264,8 @@ impl<E: Into<anyhow::Error>> From<E> for Stop {
 /// failed or doubtful listing fails the plan); an empty source is still refused here.
 fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
     let plan = PlanDoc::read(dir)?;
-    let Some(dest) = plan.dest else {
-        return Err(Stop::Refused(format!(
-            "the plan in {} is a {} plan, made without a destination listing: it cannot say what to delete",
-            dir.display(),
-            plan.phase
-        )));
-    };
-    let s = &plan.source;
-    if s.files + s.dirs + s.symlinks + s.specials == 0 && !args.force {
-        return Err(Stop::Refused(format!(
-            "the plan in {} found no entries at the source; pass --force if it really is empty",
-            dir.display()
-        )));
+    if let Some(why) = plan.prune_refusal(dir, args.force) {
+        return Err(Stop::Refused(why));
     }
     let parts: Vec<&PartRow> = match &args.part {
         Some(id) => vec![plan
@@ -309,8 +298,8 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         dirs: listed("dirs.tsv"),
         dir_count: if whole { plan.prune_dirs } else { 0 },
         touched: listed("touched.tsv"),
-        total: plan.extra_on_dest.files + plan.prune_dirs,
-        dest_entries: dest.files + plan.dest_dirs,
+        total: plan.deletions().0,
+        dest_entries: plan.deletions().1,
         planned: true,
     })
 }

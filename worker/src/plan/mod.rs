@@ -165,6 +165,33 @@ impl PlanDoc {
     pub fn read(dir: &Path) -> anyhow::Result<PlanDoc> {
         crate::jsonfile::read(&dir.join("plan.json"), "plan")
     }
+
+    /// Why the pass's prune refuses this plan (`dir`), whatever its limit: a plan made without
+    /// a destination listing cannot say what to delete; a source that listed nothing is refused
+    /// unless `force`, as an unmounted share looks like one.
+    pub fn prune_refusal(&self, dir: &Path, force: bool) -> Option<String> {
+        let s = &self.source;
+        if self.dest.is_none() {
+            return Some(format!(
+                "the plan in {} is a {} plan, made without a destination listing: it cannot say what to delete",
+                dir.display(),
+                self.phase
+            ));
+        }
+        (s.files + s.dirs + s.symlinks + s.specials == 0 && !force).then(|| {
+            format!(
+                "the plan in {} found no entries at the source; pass --force if it really is empty",
+                dir.display()
+            )
+        })
+    }
+
+    /// What the pass's prune deletes, and of how many destination entries, for --max-delete:
+    /// files, symlinks and the directories they leave empty, of the destination's entries.
+    pub fn deletions(&self) -> (u64, u64) {
+        let dest = self.dest.as_ref().map_or(0, |d| d.files) + self.dest_dirs;
+        (self.extra_on_dest.files + self.prune_dirs, dest)
+    }
 }
 
 /// Whether copying a file or symlink over `dst` would delete a directory's tree in a phase
