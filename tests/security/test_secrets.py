@@ -147,6 +147,7 @@ def test_no_secret_in_any_worker_output(tmp_path, run_ferry, container, proxy, s
         "--dry-run",
         "--json",
         env=sas_env,
+        check=2,  # a missing source, named: the URL in the message without its SAS
     )
     # SAS from the environment, with the key planted too (forced to SAS, so both are present).
     got.run(

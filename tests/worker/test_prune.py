@@ -124,7 +124,7 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
 def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
     src, dst, before = build_local(tmp_path, run_ferry)
     log = tmp_path / "prune.tsv"
-    j = run_ferry("prune", src, dst, "--log", log, "--json").json
+    j = run_ferry("prune", "--max-delete", "100%", src, dst, "--log", log, "--json").json
     assert (j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
         False,
         len(EXTRA_FILES),
@@ -149,7 +149,9 @@ def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
     assert (dst / "empty-kept-dir").is_dir(), "an empty directory the source has must stay"
 
     # Nothing left to do: a second prune deletes nothing.
-    again = run_ferry("prune", src, dst, "--log", tmp_path / "again.tsv", "--json").json
+    again = run_ferry(
+        "prune", "--max-delete", "100%", src, dst, "--log", tmp_path / "again.tsv", "--json"
+    ).json
     assert (again["deleted"], again["would_delete"]) == (0, 0)
     assert log_paths(tmp_path / "again.tsv") == []
 
@@ -157,8 +159,8 @@ def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
 def test_dry_run_lists_what_the_real_run_deletes(tmp_path, run_ferry):
     """The dry run's list and log should be the real run's log: directories included."""
     src, dst, _ = build_local(tmp_path, run_ferry)
-    run_ferry("prune", src, dst, "--dry-run", "--log", tmp_path / "dry.tsv")
-    run_ferry("prune", src, dst, "--log", tmp_path / "real.tsv")
+    run_ferry("prune", "--max-delete", "100%", src, dst, "--dry-run", "--log", tmp_path / "dry.tsv")
+    run_ferry("prune", "--max-delete", "100%", src, dst, "--log", tmp_path / "real.tsv")
     dry, real = sorted(log_paths(tmp_path / "dry.tsv")), sorted(log_paths(tmp_path / "real.tsv"))
     assert dry == real, f"in the real run's log only: {sorted(set(real) - set(dry))}"
 
@@ -201,7 +203,7 @@ def test_prune_never_follows_a_symlink_out_of_dst(tmp_path, run_ferry):
         },
     )
     log = tmp_path / "prune.tsv"
-    run_ferry("prune", src, dst, "--log", log)
+    run_ferry("prune", "--max-delete", "100%", src, dst, "--log", log)
 
     assert snapshot(outside) == outside_before, "prune touched files outside DST"
     assert (tmp_path / "outside-file.txt").read_bytes() == b"outside file\n"
@@ -322,7 +324,16 @@ def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferr
     assert text.startswith("#ferry-manifest v2") and "#ferry-end" not in text, text
     # The destination's listing failing stands for a destination that lost files: as doubtful.
     ends = [src, dst, side, listing]
-    r = run_ferry("prune", *ends, "--force", "--log", tmp_path / "never.tsv", check=False)
+    r = run_ferry(
+        "prune",
+        "--max-delete",
+        "100%",
+        *ends,
+        "--force",
+        "--log",
+        tmp_path / "never.tsv",
+        check=False,
+    )
     assert r.returncode == 1 and "prune refused, nothing deleted" in r.stderr, r.stderr
     assert f"{listing}: no end record" in r.stderr and "list again" in r.stderr, r.stderr
     assert snapshot(dst) == before
@@ -334,7 +345,7 @@ def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferr
         )
     assert listing.read_text().splitlines()[-1].startswith("#ferry-end\tentries=")
     if side == "--files-from":
-        run_ferry("prune", *ends, "--log", tmp_path / "log.tsv")
+        run_ferry("prune", "--max-delete", "100%", *ends, "--log", tmp_path / "log.tsv")
         assert set(EXTRA_FILES) <= set(log_paths(tmp_path / "log.tsv"))
         assert not (dst / "extra-top.txt").exists() and (dst / "keep" / "deeper").is_dir()
 
@@ -429,6 +440,8 @@ def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferr
     scratch.write_text("")
     j = run_ferry(
         "prune",
+        "--max-delete",
+        "100%",
         src,
         dst,
         "--plan",
@@ -439,7 +452,7 @@ def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferr
         "--scratch",
         scratch,
     ).json
-    run_ferry("prune", src, twin, "--log", tmp_path / "t.tsv")
+    run_ferry("prune", "--max-delete", "100%", src, twin, "--log", tmp_path / "t.tsv")
     assert (j["deleted"], j["would_delete"], j["dirs"], j["refused"]) == (
         len(EXTRA_FILES),
         len(EXTRA_FILES),
@@ -466,7 +479,18 @@ def test_a_plan_pruned_in_parts_then_its_directories(tmp_path, run_ferry):
     for part in reversed(parts):
         log = tmp_path / f"part-{part}.tsv"
         j = run_ferry(
-            "prune", src, dst, "--plan", plan, "--part", part, "--log", log, "--json"
+            "prune",
+            "--max-delete",
+            "100%",
+            src,
+            dst,
+            "--plan",
+            plan,
+            "--part",
+            part,
+            "--log",
+            log,
+            "--json",
         ).json
         assert j["dirs"] == 0 and j["deleted"] == j["would_delete"] > 0, j
         assert all(d in [p for p in EXTRA_FILES] for d in log_paths(log))
@@ -474,7 +498,17 @@ def test_a_plan_pruned_in_parts_then_its_directories(tmp_path, run_ferry):
         assert (dst / "gone-dir").is_dir(), "a part deleted a directory"
     assert sorted(deleted) == sorted(EXTRA_FILES)
     j = run_ferry(
-        "prune", src, dst, "--plan", plan, "--dirs", "--log", tmp_path / "dirs.tsv", "--json"
+        "prune",
+        "--max-delete",
+        "100%",
+        src,
+        dst,
+        "--plan",
+        plan,
+        "--dirs",
+        "--log",
+        tmp_path / "dirs.tsv",
+        "--json",
     ).json
     assert (j["deleted"], j["dirs"]) == (0, len(EXTRA_DIRS)), j
     assert log_paths(tmp_path / "dirs.tsv") == EXTRA_DIRS
@@ -510,7 +544,18 @@ def test_a_part_of_a_plan_that_cannot_be_read_is_named_and_nothing_goes(tmp_path
     plan = plan_final(tmp_path, run_ferry, src, dst, parts=3)
     (plan / "prune" / "part-00001.tsv").unlink()
     r = run_ferry(
-        "prune", src, dst, "--plan", plan, "--part", "00001", "--log", tmp_path / "l", check=2
+        "prune",
+        "--max-delete",
+        "100%",
+        src,
+        dst,
+        "--plan",
+        plan,
+        "--part",
+        "00001",
+        "--log",
+        tmp_path / "l",
+        check=2,
     )
     assert "cannot read back the list of deletions" in r.stderr, r.stderr
     assert "part-00001.tsv" in r.stderr, r.stderr
@@ -566,16 +611,23 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     assert sorted(log_paths(log)) == sorted([f"x/{i}".encode() for i in range(6)] + [b"x"])
 
 
-def test_default_max_delete_is_half_the_destination(tmp_path, run_ferry):
+def test_default_max_delete_is_a_tenth_of_the_destination(tmp_path, run_ferry):
+    """Issue 42: the worker's default is the pipeline's, 10%."""
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {f"k/{i}": b"k" for i in range(10)})
     run_ferry("copy", src, dst, "--recursive")
-    # 11 files and x/ of 23 entries (21 files, k/ and x/): just over half.
-    make_tree(dst, {f"x/{i}": b"x" for i in range(11)})
+    # x/0 and x/ of 13 entries (k/, its 10 files, x/ and x/0): over a tenth.
+    make_tree(dst, {"x/0": b"x"})
     before = snapshot(dst)
     r = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", check=1)
-    assert "12 of 23 destination entries" in r.stderr
+    assert "2 of 13 destination entries" in r.stderr and "--max-delete 10%" in r.stderr
     assert snapshot(dst) == before
+    # One of 12: under a tenth, deleted.
+    (dst / "x" / "0").unlink()
+    (dst / "x").rmdir()
+    make_tree(dst, {"x0": b"x"})
+    run_ferry("prune", src, dst, "--log", tmp_path / "log2.tsv")
+    assert not (dst / "x0").exists()
 
 
 @pytest.mark.parametrize("how", ["listings", "plan"])
@@ -655,12 +707,16 @@ def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
         ["keep", "with space", "sub"]
     ), "and the folder stubs"
 
-    dry = run_ferry("prune", src, container, "--dry-run", "--log", tmp_path / "dry.tsv")
+    dry = run_ferry(
+        "prune", "--max-delete", "100%", src, container, "--dry-run", "--log", tmp_path / "dry.tsv"
+    )
     assert sorted(container.blobs()) == everything
     assert sorted(would_delete_lines(dry.stdout)) == sorted(escape(n.encode()) for n in BLOB_EXTRAS)
     assert sorted(log_paths(tmp_path / "dry.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
 
-    j = run_ferry("prune", src, container, "--log", tmp_path / "real.tsv", "--json").json
+    j = run_ferry(
+        "prune", "--max-delete", "100%", src, container, "--log", tmp_path / "real.tsv", "--json"
+    ).json
     assert (j["deleted"], j["would_delete"], j["refused"]) == (
         len(BLOB_EXTRAS),
         len(BLOB_EXTRAS),
@@ -826,7 +882,16 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     src, dst, _ = build_local(tmp_path, run_ferry)
     cwd, state = tmp_path / "cwd", tmp_path / "state"
     cwd.mkdir()
-    j = run_ferry("prune", src, dst, "--json", cwd=cwd, env={"XDG_STATE_HOME": str(state)}).json
+    j = run_ferry(
+        "prune",
+        "--max-delete",
+        "100%",
+        src,
+        dst,
+        "--json",
+        cwd=cwd,
+        env={"XDG_STATE_HOME": str(state)},
+    ).json
     assert list(cwd.iterdir()) == [], "prune wrote into the current directory"
     log = Path(j["log"])
     assert log.parent == state / "ferry" and log.name.startswith("prune-"), j
@@ -835,6 +900,8 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     src, dst, _ = build_local(tmp_path / "again", run_ferry)
     j = run_ferry(
         "prune",
+        "--max-delete",
+        "100%",
         src,
         dst,
         "--json",
@@ -881,12 +948,13 @@ def test_scratch_is_removed_after_success_refusal_and_failure(tmp_path, run_ferr
         assert "refused" in r.stderr, (when, r.stderr)
         assert_empty(scratch, f"after a refusal on {when}")
     # A failure after the listings were sorted: the log cannot be written.
-    r = prune(src, dst, "--log", tmp_path / "no-such-dir" / "log.tsv", check=2)
+    everything = ["--max-delete", "100%"]
+    r = prune(src, dst, *everything, "--log", tmp_path / "no-such-dir" / "log.tsv", check=2)
     assert "no-such-dir" in r.stderr, r.stderr
     assert_empty(scratch, "after a failure")
     assert snapshot(dst) == before
 
-    prune(src, dst, "--log", tmp_path / "real.tsv", check=0)
+    prune(src, dst, *everything, "--log", tmp_path / "real.tsv", check=0)
     assert_empty(scratch, "after a prune")
     assert set(snapshot(dst)) == set(snapshot(src))
 
@@ -897,6 +965,8 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
     tmpdir.mkdir()
     j = run_ferry(
         "prune",
+        "--max-delete",
+        "100%",
         src,
         dst,
         "--log",
@@ -908,6 +978,8 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
     assert_empty(tmpdir, "in TMPDIR")
     r = run_ferry(
         "prune",
+        "--max-delete",
+        "100%",
         src,
         dst,
         "--log",

@@ -388,7 +388,7 @@ struct Replacing {
 
 impl Replacing {
     /// Finds the replacements and judges them by --max-delete: prune's rule, whose default
-    /// (50%) a whole tree gets; a part of a planned pass only the limit it is given, the
+    /// a whole tree gets; a part of a planned pass only the limit it is given, the
     /// pass's deletions being the plan's prune's to judge.
     async fn judge(
         args: &CopyArgs,
@@ -402,9 +402,9 @@ impl Replacing {
         // The replaced name itself is written anew, as a changed file's bytes are: what goes
         // beyond it, a directory's contents, is what the copy deletes.
         let n = found.iter().map(|r| r.under.len() as u64).sum();
-        let limit = args
-            .max_delete
-            .or(whole_tree.then_some(super::prune::Limit::Percent(50.0)));
+        let default = super::prune::parse_limit(super::prune::DEFAULT_MAX_DELETE)
+            .expect("the default limit parses");
+        let limit = args.max_delete.or(whole_tree.then_some(default));
         let over_limit = limit.and_then(|l| {
             l.exceeded(n, of, args.force).map(|why| {
                 let paths: Vec<String> =

@@ -53,7 +53,7 @@ pub struct PruneArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Refuse if more than this would go: a count (1000) or a share of the destination (10%)
-    #[arg(long, default_value = "50%", value_parser = parse_limit)]
+    #[arg(long, default_value = DEFAULT_MAX_DELETE, value_parser = parse_limit)]
     pub max_delete: Limit,
     /// Delete even past --max-delete, or when the source is empty
     #[arg(long)]
@@ -119,6 +119,11 @@ impl Limit {
         })
     }
 }
+
+/// --max-delete when none is given, the pipelines' `prune.max_delete` default too: a final pass
+/// deletes what moved since the last one, seldom a tenth of a tree, and an error (swapped
+/// arguments, the wrong share mounted) much more.
+pub const DEFAULT_MAX_DELETE: &str = "10%";
 
 /// What a refusal past --max-delete tells the user to do.
 pub const OVER_LIMIT_FIX: &str = "review with --dry-run, then pass --force or raise --max-delete";
