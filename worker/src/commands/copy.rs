@@ -165,6 +165,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             b.finish();
         }
     }
+    // After the transfers: a partial file this pass resumed is committed by now, or written to.
+    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
     // must not end in exit 0.
     let g = Stats::get;
@@ -186,10 +189,10 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     }
     report(
         &args,
-        &src,
-        &dst,
+        (&src, &dst),
         &stats,
         &depth.report(),
+        leftovers,
         started.elapsed().as_secs_f64(),
     );
     Ok(if Stats::get(&stats.files_failed) > 0 {
@@ -359,10 +362,10 @@ fn depth_brief(d: &crate::depth::Report) -> String {
 
 fn report(
     args: &CopyArgs,
-    src: &Arc<dyn Store>,
-    dst: &Arc<dyn Store>,
+    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
     stats: &Stats,
     depth: &crate::depth::Report,
+    leftovers: Vec<String>,
     seconds: f64,
 ) {
     let g = Stats::get;
@@ -410,6 +413,8 @@ fn report(
                 .collect(),
             ignored_by_reason: stats.ignored_by_reason(),
             not_kept: stats.not_kept_by_kind(),
+            leftovers_removed: leftovers.len() as u64,
+            leftovers,
             seconds: (seconds * 1000.0).round() / 1000.0,
         });
         return;

@@ -160,6 +160,8 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
                 refused: Some(why.clone()),
                 warning: None,
                 log: None,
+                leftovers_removed: 0,
+                leftovers: Vec::new(),
                 requests: stats.requests.counts(),
             });
         }
@@ -196,6 +198,10 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         std::fs::File::create(&log_path)
             .with_context(|| format!("cannot write {}", log_path.display()))?,
     ))?;
+    // ferry's own leftovers the destination's listing met go first: a directory that held
+    // nothing else is then empty, and goes.
+    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     let deleted = match args.dry_run {
         true => work.list(&mut log, !args.json).await?,
         false => {
@@ -208,7 +214,14 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         }
     };
     log.finish()?;
-    Ok(report(&args, &work, deleted, over_limit, &stats, &log_path))
+    Ok(report(
+        &args,
+        &work,
+        (deleted, leftovers),
+        over_limit,
+        &stats,
+        &log_path,
+    ))
 }
 
 /// What stops a prune before it deletes anything.
@@ -371,7 +384,7 @@ fn twice(files: Option<&[PathBuf]>, e: JoinError) -> String {
 fn report(
     args: &PruneArgs,
     plan: &Work,
-    deleted: u64,
+    (deleted, leftovers): (u64, Vec<String>),
     over_limit: Option<String>,
     stats: &Stats,
     log_path: &Path,
@@ -394,6 +407,8 @@ fn report(
             refused: None,
             warning: over_limit,
             log: Some(log_path.display().to_string()),
+            leftovers_removed: leftovers.len() as u64,
+            leftovers,
             requests: stats.requests.counts(),
         });
     } else if args.dry_run {
