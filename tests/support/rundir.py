@@ -143,6 +143,8 @@ class RunDir:
             "ignored": list(ignored),
             "ignored_by_reason": {},
             "not_kept": {},
+            "leftovers_removed": 0,
+            "leftovers": [],
             "seconds": seconds,
         }
 
@@ -191,6 +193,8 @@ class RunDir:
             "refused": None,
             "warning": None,
             "log": "/scratch/prune-deleted.log",
+            "leftovers_removed": 0,
+            "leftovers": [],
             "requests": RunDir.requests(),
             **fields,
         }
