@@ -216,7 +216,7 @@ def test_a_download_that_runs_out_of_space_leaves_neither_partial_file_nor_journ
         assert os.statvfs(disk).f_bavail >= free_before, "the disk is left fuller than it was"
 
 
-@pytest.mark.parametrize("next_pass", ["copy", "prune"])
+@pytest.mark.parametrize("next_pass", ["copy", "prune", "prune-from-manifest"])
 def test_the_leftovers_of_a_killed_download_whose_source_went_are_removed_by_the_next_pass(
     tmp_path, container, proxy, run_ferry, next_pass
 ):
@@ -266,10 +266,15 @@ def test_the_leftovers_of_a_killed_download_whose_source_went_are_removed_by_the
             out.json
         )
         assert (dst / "keep.txt").read_bytes() == b"keep\n"
-    pruned = run_ferry("prune", container, dst, "--force", "--json")
+    dest_from = ()
+    if next_pass == "prune-from-manifest":
+        # As the pipeline's final pass prunes: from the plan's listing, listing nothing itself.
+        (tmp_path / "dest.tsv").write_text(run_ferry("ls", "-r", dst).stdout)
+        dest_from = ("--dest-from", tmp_path / "dest.tsv")
+    pruned = run_ferry("prune", container, dst, *dest_from, "--force", "--json")
     assert not (dst / "old").exists(), f"prune left old/: {pruned.json['failures']}"
     assert pruned.json["failed"] == 0 and pruned.json["dirs"] == 1, pruned.json
-    if next_pass == "prune":
+    if next_pass != "copy":
         assert pruned.json["leftovers_removed"] == 2, pruned.json
         assert sorted(pruned.json["leftovers"]) == left, pruned.json
     assert ferrys_own(dst) == []

@@ -198,10 +198,6 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         std::fs::File::create(&log_path)
             .with_context(|| format!("cannot write {}", log_path.display()))?,
     ))?;
-    // ferry's own leftovers the destination's listing met go first: a directory that held
-    // nothing else is then empty, and goes.
-    let sweep = dst.sweep_leftovers(args.dry_run).await;
-    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     let deleted = match args.dry_run {
         true => work.list(&mut log, !args.json).await?,
         false => {
@@ -213,6 +209,10 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
             n
         }
     };
+    // ferry's own leftovers: those in a directory that goes went with it (they alone do not
+    // keep it); the others the destination's listing met go now.
+    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     log.finish()?;
     Ok(report(
         &args,

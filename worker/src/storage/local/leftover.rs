@@ -75,7 +75,7 @@ pub(super) fn open_own(dir: &OwnedFd, name: &[u8], flags: libc::c_int) -> Option
 /// (or a link or node of a killed run's), never a user's regular file or directory, which is
 /// refused by name.
 pub(super) fn clear_temp(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
-    let md = match stat_at(dir, name) {
+    let md = match beneath::lstat_at(fd(dir), name) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         r => r?,
     };
@@ -100,7 +100,7 @@ pub(super) fn clear_temp(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
 pub(super) fn make_staging_dir(root: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     match beneath::mkdir_new(fd(root), name) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return match stat_at(root, name)? {
+            return match beneath::lstat_at(fd(root), name)? {
                 md if is_own(name, &md, true) => Ok(()),
                 _ => Err(e),
             }
@@ -125,11 +125,6 @@ pub(super) fn clear_mark(f: &std::fs::File, mode: u32) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn stat_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<Metadata> {
-    let f = std::fs::File::from(beneath::open_at(fd(dir), name, libc::O_PATH, 0)?);
-    f.metadata()
 }
 
 /// Whether a process holds the lock a download keeps on its journal while it runs (`lock`).
@@ -191,7 +186,7 @@ pub(super) enum Verdict {
 /// Judges the leftover `name` in `dir` (in the root when `at_root`) for a run begun at
 /// `started`.
 pub(super) fn judge(dir: &OwnedFd, name: &[u8], at_root: bool, started: SystemTime) -> Verdict {
-    let Ok(md) = stat_at(dir, name) else {
+    let Ok(md) = beneath::lstat_at(fd(dir), name) else {
         return Verdict::Gone;
     };
     if !is_own(name, &md, at_root) {

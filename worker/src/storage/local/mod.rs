@@ -59,8 +59,10 @@ pub struct LocalStore {
     /// Whether each metadata call is a round trip (`LocalFs::is_remote`): asked of the kernel
     /// once.
     remote: Arc<OnceLock<bool>>,
-    /// ferry's own temp files of earlier runs that listings met (`leftover`).
+    /// ferry's own temp files of earlier runs that listings met (`leftover`), and those removed
+    /// on the way (`clear_leftovers_in`).
     leftovers: Arc<leftover::Met>,
+    swept: Arc<leftover::Met>,
     /// When this run opened the store: a leftover nothing wrote to since is a dead run's.
     started: std::time::SystemTime,
 }
@@ -98,6 +100,7 @@ impl LocalStore {
             xattrs: XattrLister::default(),
             remote: Arc::default(),
             leftovers: Arc::default(),
+            swept: Arc::default(),
             started: std::time::SystemTime::now(),
         }
     }
@@ -205,7 +208,10 @@ impl LocalStore {
     /// written to since this run began (`leftover::judge`); with `dry_run`, only names them.
     /// A partial file that this run resumed is gone with its commit, or was written to.
     fn sweep(&self, dry_run: bool) -> super::Sweep {
-        let mut out = super::Sweep::default();
+        let mut out = super::Sweep {
+            removed: self.swept.take(),
+            ..Default::default()
+        };
         for rel in self.leftovers.take() {
             let (dir, name) = match self.parent(&rel, false) {
                 Ok(p) => p,
@@ -226,6 +232,23 @@ impl LocalStore {
             }
         }
         out
+    }
+
+    /// Removes the stale leftovers of ferry's in directory `rel` (`leftover::judge`), which
+    /// alone may keep it from being removed; each is reported by the next `sweep`.
+    fn clear_leftovers_in(&self, rel: &[u8]) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let dir = self.dir(rel, false)?;
+        // Listed through its handle: never a path resolved again.
+        for de in fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+            let name = de?.file_name();
+            let name = name.as_bytes();
+            if leftover::judge(&dir, name, rel.is_empty(), self.started) == leftover::Verdict::Stale {
+                leftover::remove(&dir, name)?;
+                self.swept.note([rel, b"/", name].concat());
+            }
+        }
+        Ok(())
     }
 
     /// Puts a finished temp file in place: its bytes on disk first (unless `--no-fsync`), so a

@@ -222,8 +222,16 @@ impl Store for LocalStore {
                 // unlink removes a symlink itself, never its target; a directory says EISDIR.
                 match beneath::unlink_at(fd(&dir), name, false) {
                     Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                        // Held only by ferry's own leftovers, which no listing showed (prune
+                        // from a plan lists nothing): they go, and then the directory.
+                        let r = match beneath::unlink_at(fd(&dir), name, true) {
+                            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => me
+                                .clear_leftovers_in(&rel)
+                                .and_then(|_| beneath::unlink_at(fd(&dir), name, true)),
+                            r => r,
+                        };
                         me.forget_dir(&rel);
-                        beneath::unlink_at(fd(&dir), name, true)
+                        r
                     }
                     r => r,
                 }
