@@ -193,8 +193,13 @@ pub(super) fn judge(dir: &OwnedFd, name: &[u8], at_root: bool, started: SystemTi
         return Verdict::Gone;
     }
     let changed = SystemTime::UNIX_EPOCH
-        + Duration::new(md.ctime().max(0) as u64, md.ctime_nsec().clamp(0, 999_999_999) as u32);
-    let quiet_since = SystemTime::now().checked_sub(QUIET).unwrap_or(SystemTime::UNIX_EPOCH);
+        + Duration::new(
+            md.ctime().max(0) as u64,
+            md.ctime_nsec().clamp(0, 999_999_999) as u32,
+        );
+    let quiet_since = SystemTime::now()
+        .checked_sub(QUIET)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
     if changed >= started.min(quiet_since) {
         return Verdict::Live;
     }

@@ -225,7 +225,11 @@ impl LocalStore {
             if leftover::judge(&dir, name, at_root, self.started) != leftover::Verdict::Stale {
                 continue;
             }
-            match dry_run.then_some(Ok(())).unwrap_or_else(|| leftover::remove(&dir, name)) {
+            let removed = match dry_run {
+                true => Ok(()),
+                false => leftover::remove(&dir, name),
+            };
+            match removed {
                 Ok(()) => out.removed.push(rel),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => out.failed.push((rel, e.to_string())),
@@ -243,7 +247,8 @@ impl LocalStore {
         for de in fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
             let name = de?.file_name();
             let name = name.as_bytes();
-            if leftover::judge(&dir, name, rel.is_empty(), self.started) == leftover::Verdict::Stale {
+            if leftover::judge(&dir, name, rel.is_empty(), self.started) == leftover::Verdict::Stale
+            {
                 leftover::remove(&dir, name)?;
                 self.swept.note([rel, b"/", name].concat());
             }
