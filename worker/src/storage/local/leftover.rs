@@ -12,7 +12,8 @@
 //! attributes, so the mark would be missing exactly where temp names are used most (no
 //! `O_TMPFILE` there); and on NFS an attribute costs a round trip to set and another to take
 //! off before the rename. The mode travels in the create request itself on every filesystem
-//! (NFSv3 and v4, tmpfs, ext4, xfs, FUSE), costs nothing, Linux gives S_ISVTX no meaning on a
+//! (NFSv3 and v4, tmpfs, ext4, xfs, FUSE), its clearing is one chmod where the final mode
+//! needs none (a SETATTR on NFS, the price of the rule), Linux gives S_ISVTX no meaning on a
 //! regular file and lets its owner set it, and a file that both is named `.ferry-<16 hex>.partial`
 //! and carries it is as good as never the user's. The mark goes when the file's final mode is set
 //! (`clear_mark`), before its rename: a committed file never has it unless its source has.
