@@ -225,6 +225,7 @@ pub(super) fn remove(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::storage::local::posix::{staging_name, temp_name};
+    use std::os::unix::ffi::OsStrExt;
 
     #[test]
     fn only_the_generated_names_are_temp_names() {
@@ -246,5 +247,39 @@ mod tests {
             journal_of(b".ferry-0123456789abcdef.partial").unwrap(),
             b".ferry-0123456789abcdef.journal"
         );
+    }
+
+    #[test]
+    fn only_a_marked_regular_file_of_that_name_is_ferrys() {
+        use std::os::unix::fs::{symlink, OpenOptionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let name = temp_name(b"f", "partial");
+        let at = |n: &[u8]| dir.path().join(std::ffi::OsStr::from_bytes(n));
+        let lstat = |n: &[u8]| std::fs::symlink_metadata(at(n)).unwrap();
+        std::fs::write(at(&name), b"user's").unwrap();
+        assert!(!is_own(&name, &lstat(&name), false), "no mark");
+        let root = beneath::open_root(dir.path()).unwrap();
+        let refused = clear_temp(&root, &name).unwrap_err();
+        assert!(
+            refused.to_string().contains("not made by ferry"),
+            "{refused}"
+        );
+        std::fs::remove_file(at(&name)).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600 | MARK)
+            .open(at(&name))
+            .unwrap();
+        assert!(is_own(&name, &lstat(&name), false));
+        clear_mark(&f, 0o600).unwrap();
+        assert!(!is_own(&name, &lstat(&name), false), "cleared");
+        let other = temp_name(b"g", "partial");
+        symlink("x", at(&other)).unwrap();
+        assert!(!is_own(&other, &lstat(&other), false), "a symlink");
+        let stage = staging_name(0);
+        make_staging_dir(&root, &stage).unwrap();
+        assert!(is_own(&stage, &lstat(&stage), true));
+        assert!(!is_own(&stage, &lstat(&stage), false), "only at the root");
     }
 }
