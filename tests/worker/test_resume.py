@@ -16,9 +16,9 @@ from support.trees import File, make_tree, snapshot
 
 MiB = 1 << 20
 BLOCKS = 12
-# How long nothing may have written to ferry's leftover before a pass removes it (docs/worker.md,
-# "Resume").
-LEFTOVER_QUIET_S = 2.2
+# How long before a pass began nothing may have written to ferry's leftover for the pass to
+# remove it (docs/worker.md, "Resume"), and a little more.
+LEFTOVER_QUIET_S = 5.2
 
 
 def test_kill_during_multiblock_upload_resumes_without_resending_blocks(

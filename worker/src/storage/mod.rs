@@ -254,8 +254,9 @@ pub trait Store: Send + Sync {
     }
 
     /// Removes ferry's own temp files of earlier runs that this store's listings met and
-    /// nothing has written to since this run began (a killed download whose source went, say);
-    /// with `dry_run`, only names them. Blob storage has none: uncommitted blocks expire.
+    /// nothing has written to since well before this run began (a killed download whose source
+    /// went, say); with `dry_run`, only names them. Blob storage has none: uncommitted blocks
+    /// expire.
     async fn sweep_leftovers(&self, _dry_run: bool) -> Sweep {
         Sweep::default()
     }

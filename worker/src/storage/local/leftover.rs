@@ -29,10 +29,10 @@ use super::posix::remove_tree_at;
 /// The mark of a temp file (and staging directory) ferry made.
 pub(super) const MARK: u32 = libc::S_ISVTX;
 
-/// How long nothing may have written to a leftover before a pass removes it, beside "not since
-/// this run began": a file another process is staging (a batch waits up to about a second for
-/// its flush) is never taken for a leftover.
-const QUIET: Duration = Duration::from_secs(2);
+/// How long before this run began nothing may have written to a leftover (and nothing since)
+/// for a pass to remove it: a file another process is staging (a batch waits about a second,
+/// and then for its flush) is never taken for a leftover.
+const QUIET: Duration = Duration::from_secs(5);
 
 fn is_hex16(s: &[u8]) -> bool {
     s.len() == 16 && s.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
@@ -178,9 +178,9 @@ impl Met {
 pub(super) enum Verdict {
     /// Gone already (committed or removed meanwhile), or no longer ferry's.
     Gone,
-    /// Written since this run began, recently, or by a download still running: kept.
+    /// Written since shortly before this run began, or by a download still running: kept.
     Live,
-    /// Nothing has written to it since this run began: removed.
+    /// Nothing has written to it since well before this run began: removed.
     Stale,
 }
 
@@ -198,10 +198,7 @@ pub(super) fn judge(dir: &OwnedFd, name: &[u8], at_root: bool, started: SystemTi
             md.ctime().max(0) as u64,
             md.ctime_nsec().clamp(0, 999_999_999) as u32,
         );
-    let quiet_since = SystemTime::now()
-        .checked_sub(QUIET)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    if changed >= started.min(quiet_since) {
+    if changed >= started.checked_sub(QUIET).unwrap_or(SystemTime::UNIX_EPOCH) {
         return Verdict::Live;
     }
     let journal = journal_of(name);

@@ -205,7 +205,8 @@ impl LocalStore {
     }
 
     /// Removes the leftovers of earlier runs that this store's listings met and nothing has
-    /// written to since this run began (`leftover::judge`); with `dry_run`, only names them.
+    /// written to since well before this run began (`leftover::judge`); with `dry_run`, only
+    /// names them.
     /// A partial file that this run resumed is gone with its commit, or was written to.
     fn sweep(&self, dry_run: bool) -> super::Sweep {
         let mut out = super::Sweep {
