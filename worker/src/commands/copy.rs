@@ -166,7 +166,12 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         }
     }
     // After the transfers: a partial file this pass resumed is committed by now, or written to.
-    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    // Only a whole tree's pass: a part's directories hold other parts' files too, whose partial
+    // files those parts may be about to resume.
+    let sweep = match whole_tree {
+        true => dst.sweep_leftovers(args.dry_run).await,
+        false => Default::default(),
+    };
     let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
     // must not end in exit 0.
