@@ -7,17 +7,21 @@ exactly one version of its source — never bytes that match no version — and 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from support import faults as fault_ledger
 from support.azurite import start_azurite
-from support.faults import PARTIAL_PREFIX, random_files, upload_with_sdk, write_files
+from support.faults import (
+    PARTIAL_PREFIX,
+    random_files,
+    small_disk,
+    upload_with_sdk,
+    write_files,
+)
 from support.ferry import REPO_ROOT
 
 KiB = 1024
@@ -289,25 +293,6 @@ def test_source_vanished_between_listing_and_copy_is_reported(
 
 # ---------------------------------------------------------------------------------------------
 # Disk full at the destination
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size_mib: int):
-    """A tmpfs of ``size_mib`` at ``path`` (needs root, as the test machines run)."""
-    path.mkdir(parents=True)
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    if r.returncode != 0:
-        pytest.fail(
-            f"cannot mount a tmpfs for the disk-full test (run the suite as root): {r.stderr.strip()}"
-        )
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @pytest.mark.parametrize("source_kind", ["local", "blob"])

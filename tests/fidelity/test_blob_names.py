@@ -33,6 +33,9 @@ MAPPED = {
     "full．": "full‛．",
     "bang‼": "bang‼",  # not a replacement: left alone
     ".hidden/in.side": ".hidden/in.side",
+    # Named as ferry's temp files are, but the user's: they go like any other (issue 45).
+    ".ferry-0123456789abcdef.partial": ".ferry-0123456789abcdef.partial",
+    ".ferry-data.partial/sub/file": ".ferry-data.partial/sub/file",
 }
 
 

@@ -11,15 +11,19 @@ for files), and count what they compared, so the summary's figures are what was 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import random
+import subprocess
 import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 from support.blobs import file_blobs
 
@@ -287,3 +291,22 @@ def upload_with_sdk(container, files: dict[str, bytes], prefix: str = "") -> Non
 
     with ThreadPoolExecutor(SDK_THREADS) as pool:
         list(pool.map(put, files.items()))
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size_mib: int):
+    """A tmpfs of ``size_mib`` at ``path`` (needs root, as the test machines run)."""
+    path.mkdir(parents=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.fail(
+            f"cannot mount a tmpfs for the disk-full test (run the suite as root): {r.stderr.strip()}"
+        )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

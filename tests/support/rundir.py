@@ -151,6 +151,8 @@ class RunDir:
             "refused": None,
             "warning": None,
             "log": None,
+            "leftovers_removed": 0,
+            "leftovers": [],
             "seconds": seconds,
         }
 
@@ -201,6 +203,8 @@ class RunDir:
             "refused": None,
             "warning": None,
             "log": "/scratch/prune-deleted.log",
+            "leftovers_removed": 0,
+            "leftovers": [],
             "requests": RunDir.requests(),
             **fields,
         }

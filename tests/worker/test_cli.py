@@ -288,12 +288,14 @@ def test_names_gives_scripts_raw_paths_and_temp_names(tmp_path, run_ferry):
     temps = [t for pair in files.values() for t in pair]
     assert len(set(temps)) == len(temps)
     assert all(t.startswith(b".ferry-") and b"/" not in t for t in temps)
-    # Written beside their file, the names are ones every listing skips.
+    # Written beside their file with the worker's mark (the sticky bit, docs/worker.md), the
+    # names are ones every listing skips.
     for path, (partial, journal) in files.items():
         parent = os.path.join(os.fsencode(src), os.path.dirname(path))
         for name in (partial, journal):
-            with open(os.path.join(parent, name), "wb") as f:
-                f.write(b"half")
+            fd = os.open(os.path.join(parent, name), os.O_CREAT | os.O_WRONLY, 0o1600)
+            os.write(fd, b"half")
+            os.close(fd)
 
     def listed(text: bytes) -> list:
         return sorted(line.split(b"\t", 1)[0] for line in text.splitlines())

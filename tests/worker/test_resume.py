@@ -8,6 +8,7 @@ import time
 
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
+from support.faults import PARTIAL_PREFIX, small_disk
 from support.interrupt import kill_once_blocks_staged, sdk_block_id, wait_alive
 from support.proxy import ABSENT
 from support.summary import section
@@ -15,6 +16,9 @@ from support.trees import File, make_tree, snapshot
 
 MiB = 1 << 20
 BLOCKS = 12
+# How long before a pass began nothing may have written to ferry's leftover for the pass to
+# remove it (docs/worker.md, "Resume"), and a little more.
+LEFTOVER_QUIET_S = 5.2
 
 
 def test_kill_during_multiblock_upload_resumes_without_resending_blocks(
@@ -181,3 +185,106 @@ def test_killed_download_resumes_from_the_ranges_already_written(
     again = [range_of(r) for r in proxy.requests("GET", comp=ABSENT, path=r"/big\.bin$")]
     assert again == [unfinished], f"the re-run fetched {again}; only {unfinished} was missing"
     assert section(out.json, "blocks") == {"sent": 1, "reused": 2}
+
+
+def ferrys_own(root):
+    """ferry's temp files under ``root`` (the exact names it generates), by path."""
+    return sorted(
+        os.path.relpath(os.path.join(d, n), root)
+        for d, _, names in os.walk(root)
+        for n in names
+        if n.startswith(PARTIAL_PREFIX)
+    )
+
+
+def test_a_download_that_runs_out_of_space_leaves_neither_partial_file_nor_journal(
+    tmp_path, container, run_ferry
+):
+    """A disk that filled up stays full no longer than the failed download: its partial file
+    and journal go with the failure, which names the file and the full disk."""
+    data = os.urandom(6 * MiB)
+    container.client.upload_blob("dir/big.bin", data)
+    with small_disk(tmp_path / "disk", 8) as disk:
+        (disk / "filler").write_bytes(b"\0" * (4 * MiB))
+        free_before = os.statvfs(disk).f_bavail
+        dst = disk / "dst"
+        run = run_ferry("copy", "-r", container, dst, "--block-size", "1MiB", "--json", check=1)
+        [failure] = run.json["failures"]
+        assert "No space left on device" in failure["error"], failure
+        assert str(dst / "dir" / "big.bin") in failure["error"], failure
+        assert ferrys_own(dst) == [], f"the failed download's temp files remain: {ferrys_own(dst)}"
+        assert os.statvfs(disk).f_bavail >= free_before, "the disk is left fuller than it was"
+
+
+@pytest.mark.parametrize("next_pass", ["copy", "prune", "prune-from-manifest"])
+def test_the_leftovers_of_a_killed_download_whose_source_went_are_removed_by_the_next_pass(
+    tmp_path, container, proxy, run_ferry, next_pass
+):
+    """Killed mid-download, then the blob is deleted: nothing will ever resume its partial file.
+    The next pass (a copy, or prune) removes it and its journal and says so, and prune then
+    removes the directory that held them instead of failing 'Directory not empty'."""
+    data = os.urandom(9 * MiB)
+    container.client.upload_blob("old/big.bin", data)
+    container.client.upload_blob("keep.txt", b"keep\n")
+    dst = tmp_path / "dst"
+    hold = proxy.add(
+        "stall_body",
+        method="GET",
+        path=r"/old/big\.bin$",
+        query={"comp": ABSENT},
+        body_bytes=256 * 1024,
+        count=200,
+        stall_timeout=60,
+    )
+    proc = run_ferry.spawn("copy", container.via(proxy.port), dst, "--recursive", log_dir=tmp_path)
+    try:
+        wait_alive(
+            proxy,
+            proc,
+            lambda: len(ferrys_own(dst)) == 2 and proxy.stalled >= 1,
+            60,
+            "a GET of old/big.bin to stall with its partial file and journal made",
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proxy.release(hold)
+    proxy.wait_idle(30)
+    left = ferrys_own(dst)
+    assert [os.path.dirname(p) for p in left] == ["old", "old"], left
+    container.client.delete_blob("old/big.bin")
+    # A pass leaves alone what was written to lately (another process may still be writing it):
+    # these were last written by the killed run, which is the case to see through.
+    last_write = max(os.stat(dst / p).st_ctime for p in left)
+    while time.time() < last_write + LEFTOVER_QUIET_S:
+        time.sleep(0.1)
+
+    if next_pass == "copy":
+        # A part of a pass leaves them: other parts, writing the same directories, may be about
+        # to resume theirs.
+        header, *lines = run_ferry("ls", "-r", container).stdout.splitlines()
+        part = tmp_path / "part.tsv"
+        part.write_text(
+            "\n".join([header, *(x for x in lines if x.startswith("keep.txt\t"))]) + "\n"
+        )
+        one = run_ferry("copy", container, dst, "--files-from", part, "--json")
+        assert one.json["files"]["copied"] == 1 and one.json["leftovers_removed"] == 0, one.json
+        assert ferrys_own(dst) == left
+        out = run_ferry("copy", "-r", container, dst, "--json")
+        assert ferrys_own(dst) == [], f"the leftovers are still there: {ferrys_own(dst)}"
+        assert out.json["leftovers_removed"] == 2 and sorted(out.json["leftovers"]) == left, (
+            out.json
+        )
+        assert (dst / "keep.txt").read_bytes() == b"keep\n"
+    dest_from = ()
+    if next_pass == "prune-from-manifest":
+        # As the pipeline's final pass prunes: from the plan's listing, listing nothing itself.
+        (tmp_path / "dest.tsv").write_text(run_ferry("ls", "-r", dst).stdout)
+        dest_from = ("--dest-from", tmp_path / "dest.tsv")
+    pruned = run_ferry("prune", container, dst, *dest_from, "--force", "--json")
+    assert not (dst / "old").exists(), f"prune left old/: {pruned.json['failures']}"
+    assert pruned.json["failed"] == 0 and pruned.json["dirs"] == 1, pruned.json
+    if next_pass != "copy":
+        assert pruned.json["leftovers_removed"] == 2, pruned.json
+        assert sorted(pruned.json["leftovers"]) == left, pruned.json
+    assert ferrys_own(dst) == []

@@ -4,6 +4,7 @@ sources that change while copied. Each test names the promise it holds (docs/rel
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 
@@ -101,16 +102,28 @@ def test_prune_reports_a_directory_it_could_not_delete(tmp_path, run_ferry):
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_tree(src, {"keep.txt": b"k"})
     make_tree(dst, {"keep.txt": b"k", "old/gone.txt": b"g"})
-    # A temp file of a killed run: invisible to listings, so `old` looks empty, but rmdir fails.
-    (dst / "old" / ".ferry-0123456789abcdef.partial").write_bytes(b"half")
-    out = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log.tsv", "--json", check=1)
-    assert out.json["deleted"] == 1 and out.json["failed"] == 1, out.json
-    assert (
-        out.json["failures"][0]["path"] == "old"
-        and "not deleted" in out.json["failures"][0]["error"]
-    )
-    plain = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log2.tsv", check=1)
-    assert "failed: old: directory not deleted" in plain.stderr
+    # The temp files of a download still running (it holds its journal's lock): invisible to
+    # listings and never removed, so `old` looks empty, but rmdir fails.
+    fds = [
+        os.open(dst / "old" / f".ferry-0123456789abcdef.{s}", os.O_CREAT | os.O_RDWR, 0o1600)
+        for s in ("partial", "journal")
+    ]
+    try:
+        fcntl.lockf(fds[1], fcntl.LOCK_EX)
+        out = run_ferry(
+            "prune", src, dst, "--force", "--log", tmp_path / "log.tsv", "--json", check=1
+        )
+        assert out.json["deleted"] == 1 and out.json["failed"] == 1, out.json
+        assert out.json["leftovers_removed"] == 0, out.json
+        assert (
+            out.json["failures"][0]["path"] == "old"
+            and "not deleted" in out.json["failures"][0]["error"]
+        )
+        plain = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log2.tsv", check=1)
+        assert "failed: old: directory not deleted" in plain.stderr
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_resume_after_an_in_place_edit_commits_only_current_bytes(
@@ -414,3 +427,49 @@ def test_an_empty_folder_and_a_container_are_sources_still(tmp_path, container, 
     run_ferry("copy", "-r", container.at("p/empty/"), tmp_path / "two")
     container.client.delete_blobs(*container.blobs())
     run_ferry("copy", "-r", container, tmp_path / "three")
+
+
+# Entries named like ferry's temp files (issue 45, item 2): only a file ferry made (its exact
+# generated name and the mark it gives it) is one; anything else of such a name is the user's.
+LOOKALIKES = {
+    ".ferry-data.partial/sub/file": b"in a directory named like a temp file\n",
+    ".ferry-0123456789abcdef.partial": b"named exactly as a temp file is\n",
+    "d/.ferry-0123456789abcdef.journal": b"1 2 3\n",
+    "d/.ferry-stage-0.partial": b"named as a staging directory is\n",
+    "d/keep.txt": b"k\n",
+}
+
+
+@pytest.mark.parametrize("route", ["local", "upload", "download"])
+def test_source_entries_named_like_temp_files_are_copied_counted_and_verified(
+    tmp_path, run_ferry, container, route
+):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, LOOKALIKES)
+    if route == "download":
+        # Written by another tool: the blobs stand on their own, not as ferry's upload of them.
+        for name, data in LOOKALIKES.items():
+            container.client.upload_blob(name, data)
+        src = container
+    if route == "upload":
+        dst = container
+    first = run_ferry("copy", "-r", src, dst, "--json")
+    assert first.json["files"]["copied"] == len(LOOKALIKES), first.json["files"]
+    if route == "upload":
+        held = {b.name for b in container.client.list_blobs() if b.size}
+        assert held == set(LOOKALIKES), held
+    else:
+        for name, data in LOOKALIKES.items():
+            assert (dst / name).read_bytes() == data, name
+    again = run_ferry("copy", "-r", src, dst, "--json")
+    assert again.json["files"]["copied"] == 0, "copied again on every pass: never seen as there"
+    assert again.json["files"]["skipped"] == len(LOOKALIKES), again.json["files"]
+    same = run_ferry("verify", src, dst, "--checksum", "--json")
+    assert same.json["same"] == len(LOOKALIKES), same.json
+    # Verify looks at them: one gone from the destination is missing.
+    if route == "upload":
+        container.client.delete_blob(".ferry-0123456789abcdef.partial")
+    else:
+        (dst / ".ferry-0123456789abcdef.partial").unlink()
+    missing = run_ferry("verify", src, dst, "--checksum", "--json", check=1)
+    assert missing.json["missing_on_dst"] == 1, missing.json

@@ -178,6 +178,10 @@ pub struct CopyDoc {
     pub warning: Option<String>,
     /// The deletion log of the replacements; null when nothing was replaced.
     pub log: Option<String>,
+    /// ferry's own temp files of earlier runs that this pass removed (a dry run: would remove),
+    /// and their paths (docs/worker.md, "Resume").
+    pub leftovers_removed: u64,
+    pub leftovers: Vec<String>,
     pub seconds: f64,
 }
 
@@ -204,6 +208,11 @@ pub struct PruneDoc {
     pub warning: Option<String>,
     /// The deletion list; null when prune was refused.
     pub log: Option<String>,
+    /// ferry's own temp files of earlier runs removed (a dry run: would remove), and their
+    /// paths: not deletions of the source's absence, so not logged or counted against
+    /// --max-delete.
+    pub leftovers_removed: u64,
+    pub leftovers: Vec<String>,
     pub requests: Requests,
 }
 

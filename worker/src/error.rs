@@ -125,6 +125,17 @@ impl StoreError {
         matches!(self, StoreError::Integrity(_) | StoreError::ShortRead(_))
     }
 
+    /// The destination's filesystem is full (ENOSPC) or the user's quota spent (EDQUOT): what
+    /// was staged must go, or it keeps the disk full.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, StoreError::Io { source, .. } if no_space(source))
+    }
+
+    /// What was staged must be removed rather than kept for a resume: bad content, or no room.
+    pub fn discards_staged(&self) -> bool {
+        self.is_integrity() || self.is_out_of_space()
+    }
+
     /// The credential may not do this (refused outright, or by the service).
     pub fn is_denied(&self) -> bool {
         matches!(
@@ -132,6 +143,11 @@ impl StoreError {
             StoreError::Auth(_) | StoreError::Http { status: 403, .. }
         )
     }
+}
+
+/// A full filesystem (ENOSPC) or a spent quota (EDQUOT).
+pub fn no_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

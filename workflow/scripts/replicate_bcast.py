@@ -112,7 +112,9 @@ class Writer:
             os.makedirs(parent, exist_ok=True)
             self.made_dirs.add(parent)
         tmp = os.path.join(parent, bytes(self.temps[i]))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        # With the sticky bit, the mark that makes a temp name's file the worker's own (listings
+        # skip it, a later pass removes it if left): cleared by the final chmod.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o1600)
         self.open[i] = (fd, tmp)
         return fd
 

@@ -141,7 +141,15 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         let why = format!("{why}; {}", super::prune::OVER_LIMIT_FIX);
         replacing.refused = Some(why.clone());
         if args.json {
-            report(&args, &src, &dst, &stats, &depth.report(), &replacing, 0.0);
+            report(
+                &args,
+                (&src, &dst),
+                &stats,
+                &depth.report(),
+                &replacing,
+                Vec::new(),
+                0.0,
+            );
         }
         eprintln!("copy refused, nothing copied or deleted: {why}");
         return Ok(ExitCode::from(1));
@@ -188,6 +196,14 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     stats
         .replaced
         .fetch_max(replacing.replaced, std::sync::atomic::Ordering::Relaxed);
+    // After the transfers: a partial file this pass resumed is committed by now, or written to.
+    // Only a whole tree's pass: a part's directories hold other parts' files too, whose partial
+    // files those parts may be about to resume.
+    let sweep = match whole_tree {
+        true => dst.sweep_leftovers(args.dry_run).await,
+        false => Default::default(),
+    };
+    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
     // must not end in exit 0.
     let g = Stats::get;
@@ -209,11 +225,11 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     }
     report(
         &args,
-        &src,
-        &dst,
+        (&src, &dst),
         &stats,
         &depth.report(),
         &replacing,
+        leftovers,
         started.elapsed().as_secs_f64(),
     );
     Ok(if Stats::get(&stats.files_failed) > 0 {
@@ -483,11 +499,11 @@ fn depth_brief(d: &crate::depth::Report) -> String {
 
 fn report(
     args: &CopyArgs,
-    src: &Arc<dyn Store>,
-    dst: &Arc<dyn Store>,
+    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
     stats: &Stats,
     depth: &crate::depth::Report,
     replacing: &Replacing,
+    leftovers: Vec<String>,
     seconds: f64,
 ) {
     let g = Stats::get;
@@ -550,6 +566,8 @@ fn report(
                 .collect(),
             ignored_by_reason: stats.ignored_by_reason(),
             not_kept: stats.not_kept_by_kind(),
+            leftovers_removed: leftovers.len() as u64,
+            leftovers,
             seconds: (seconds * 1000.0).round() / 1000.0,
         });
         return;

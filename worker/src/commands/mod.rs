@@ -417,6 +417,36 @@ pub fn seconds(started: std::time::Instant) -> f64 {
 }
 
 /// A document of crate::documents on stdout.
+/// Says what a pass did with the leftovers of earlier runs it met in `dst`
+/// (`Store::sweep_leftovers`): one line each on stderr (none under `--json`, whose document
+/// lists them), and a warning for each that could not be removed. Returns the paths removed.
+pub fn report_leftovers(
+    dst: &dyn crate::storage::Store,
+    sweep: crate::storage::Sweep,
+    dry_run: bool,
+    json: bool,
+) -> Vec<String> {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for (p, e) in &sweep.failed {
+        eprintln!(
+            "warning: cannot remove ferry's leftover {}/{}: {e}",
+            dst.describe(),
+            crate::manifest::escape_path(p)
+        );
+    }
+    let removed: Vec<String> = sweep
+        .removed
+        .iter()
+        .map(|p| crate::manifest::escape_path(p))
+        .collect();
+    if !json {
+        for p in &removed {
+            eprintln!("{verb} leftover of an earlier ferry run\t{p}");
+        }
+    }
+    removed
+}
+
 pub fn print_json<T: serde::Serialize>(doc: &T) {
     println!(
         "{}",

@@ -206,6 +206,8 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
                 refused: Some(why.clone()),
                 warning: None,
                 log: None,
+                leftovers_removed: 0,
+                leftovers: Vec::new(),
                 requests: stats.requests.counts(),
             });
         }
@@ -247,8 +249,19 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
             Deleted { files, dirs }
         }
     };
+    // ferry's own leftovers: those in a directory that goes went with it (they alone do not
+    // keep it); the others the destination's listing met go now.
+    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     log.finish()?;
-    Ok(report(&args, &work, deleted, over_limit, &stats, &log_path))
+    Ok(report(
+        &args,
+        &work,
+        (deleted, leftovers),
+        over_limit,
+        &stats,
+        &log_path,
+    ))
 }
 
 /// What stops a prune before it deletes anything.
@@ -415,7 +428,7 @@ struct Deleted {
 fn report(
     args: &PruneArgs,
     plan: &Work,
-    deleted: Deleted,
+    (deleted, leftovers): (Deleted, Vec<String>),
     over_limit: Option<String>,
     stats: &Stats,
     log_path: &Path,
@@ -440,6 +453,8 @@ fn report(
             refused: None,
             warning: over_limit,
             log: Some(log_path.display().to_string()),
+            leftovers_removed: leftovers.len() as u64,
+            leftovers,
             requests: stats.requests.counts(),
         });
     } else if args.dry_run {

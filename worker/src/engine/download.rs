@@ -104,7 +104,7 @@ impl Engine {
                 }
             }
             Err(e) => {
-                up.abort(e.is_integrity()).await;
+                up.abort(e.discards_staged()).await;
                 return Err(e);
             }
         }

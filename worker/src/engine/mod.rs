@@ -694,7 +694,7 @@ impl Engine {
         }
         .await;
         if let Err(e) = result {
-            up.abort(e.is_integrity()).await;
+            up.abort(e.discards_staged()).await;
             return Err(e);
         }
         if let Some(m) = first_meta {

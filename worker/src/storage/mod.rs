@@ -187,6 +187,14 @@ pub trait Upload: Send + Sync {
     async fn abort(self: Box<Self>, discard: bool);
 }
 
+/// The leftovers of earlier runs a pass removed from a store (`Store::sweep_leftovers`), and
+/// those it could not remove, with why.
+#[derive(Default, Debug)]
+pub struct Sweep {
+    pub removed: Vec<Vec<u8>>,
+    pub failed: Vec<(Vec<u8>, String)>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// For messages: a URL or path without secrets.
@@ -243,6 +251,14 @@ pub trait Store: Send + Sync {
     /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
     async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
         Ok(None)
+    }
+
+    /// Removes ferry's own temp files of earlier runs that this store's listings met and
+    /// nothing has written to since well before this run began (a killed download whose source
+    /// went, say); with `dry_run`, only names them. Blob storage has none: uncommitted blocks
+    /// expire.
+    async fn sweep_leftovers(&self, _dry_run: bool) -> Sweep {
+        Sweep::default()
     }
 
     /// What this store holds and how it takes it (see `Capabilities`).

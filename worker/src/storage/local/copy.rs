@@ -262,6 +262,7 @@ pub(super) fn stage_file(
         }
     };
     let mut refused = Refused::default();
+    let named = as_.is_some();
     let written = (|| {
         copy_data(&input, &out, &md, quirks, keep.sparse)?;
         // Grown, shrunk or rewritten meanwhile: the copy matches no version of the file.
@@ -277,13 +278,20 @@ pub(super) fn stage_file(
         refused = set_first_attrs(&out, &input, src, src_xattrs, wanted, inherits)?;
         // chown clears set-id bits, the umask may have cleared others, and a default ACL of
         // the directory masks the mode instead of the umask.
+        // A temp name's file carries ferry's mark (`leftover`) until its final mode is set.
         if keep.mode
-            && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
+            && (named
+                || chown
+                || mode & !0o777 != 0
+                || mode & id.umask != 0
+                || inherits.default_acl)
         {
             // SAFETY: valid fd.
             if unsafe { libc::fchmod(out.as_raw_fd(), mode as libc::mode_t) } != 0 {
                 return Err(io::Error::last_os_error());
             }
+        } else if named {
+            super::leftover::clear_mark(&out, mode & 0o777)?;
         }
         if keep.times {
             set_times(&out, &meta)?;
@@ -460,7 +468,7 @@ fn symlink_into_place<T>(
     finish: impl FnOnce(&[u8]) -> io::Result<T>,
 ) -> io::Result<T> {
     let tmp = temp_name(name, "partial");
-    let _ = beneath::unlink_at(fd(dir), &tmp, false);
+    super::leftover::clear_temp(dir, &tmp)?;
     beneath::symlink_at(target, fd(dir), &tmp)?;
     let r = finish(&tmp).and_then(|v| beneath::rename_at(fd(dir), &tmp, name).map(|_| v));
     if r.is_err() {
@@ -495,7 +503,7 @@ pub(super) fn make_node(
     let (dir, name) = dst.parent(dst_rel, true)?;
     let inherits = dst.inherits_of(beneath::split(dst_rel).0)?;
     let tmp = temp_name(name, "partial");
-    let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+    super::leftover::clear_temp(&dir, &tmp)?;
     let c = std::ffi::CString::new(tmp.clone())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mode = md.mode() & 0o7777;

@@ -13,6 +13,7 @@
 mod copy;
 mod flush;
 mod inherit;
+mod leftover;
 mod limits;
 mod ops;
 mod posix;
@@ -58,6 +59,12 @@ pub struct LocalStore {
     /// Whether each metadata call is a round trip (`LocalFs::is_remote`): asked of the kernel
     /// once.
     remote: Arc<OnceLock<bool>>,
+    /// ferry's own temp files of earlier runs that listings met (`leftover`), and those removed
+    /// on the way (`clear_leftovers_in`).
+    leftovers: Arc<leftover::Met>,
+    swept: Arc<leftover::Met>,
+    /// When this run opened the store: a leftover nothing wrote to since is a dead run's.
+    started: std::time::SystemTime,
 }
 
 /// Directories below the root, each opened once and shared by every thread. They are opened
@@ -92,6 +99,9 @@ impl LocalStore {
             no_tmpfile: Arc::default(),
             xattrs: XattrLister::default(),
             remote: Arc::default(),
+            leftovers: Arc::default(),
+            swept: Arc::default(),
+            started: std::time::SystemTime::now(),
         }
     }
 
@@ -192,6 +202,59 @@ impl LocalStore {
         }
         let (dir, name) = self.parent(rel, false)?;
         beneath::open_at(fd(&dir), name, libc::O_PATH, 0)
+    }
+
+    /// Removes the leftovers of earlier runs that this store's listings met and nothing has
+    /// written to since well before this run began (`leftover::judge`); with `dry_run`, only
+    /// names them.
+    /// A partial file that this run resumed is gone with its commit, or was written to.
+    fn sweep(&self, dry_run: bool) -> super::Sweep {
+        let mut out = super::Sweep {
+            removed: self.swept.take(),
+            ..Default::default()
+        };
+        for rel in self.leftovers.take() {
+            let (dir, name) = match self.parent(&rel, false) {
+                Ok(p) => p,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    out.failed.push((rel.clone(), e.to_string()));
+                    continue;
+                }
+            };
+            let at_root = !rel.contains(&b'/');
+            if leftover::judge(&dir, name, at_root, self.started) != leftover::Verdict::Stale {
+                continue;
+            }
+            let removed = match dry_run {
+                true => Ok(()),
+                false => leftover::remove(&dir, name),
+            };
+            match removed {
+                Ok(()) => out.removed.push(rel),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => out.failed.push((rel, e.to_string())),
+            }
+        }
+        out
+    }
+
+    /// Removes the stale leftovers of ferry's in directory `rel` (`leftover::judge`), which
+    /// alone may keep it from being removed; each is reported by the next `sweep`.
+    fn clear_leftovers_in(&self, rel: &[u8]) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let dir = self.dir(rel, false)?;
+        // Listed through its handle: never a path resolved again.
+        for de in fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+            let name = de?.file_name();
+            let name = name.as_bytes();
+            if leftover::judge(&dir, name, rel.is_empty(), self.started) == leftover::Verdict::Stale
+            {
+                leftover::remove(&dir, name)?;
+                self.swept.note([rel, b"/", name].concat());
+            }
+        }
+        Ok(())
     }
 
     /// Puts a finished temp file in place: its bytes on disk first (unless `--no-fsync`), so a

@@ -262,7 +262,7 @@ impl LocalFs for LocalStore {
             }
         }
         let tmp = temp_name(tname, "partial");
-        let _ = beneath::unlink_at(fd(&tdir), &tmp, false);
+        super::leftover::clear_temp(&tdir, &tmp)?;
         link_at(fd(&fdir), fname, fd(&tdir), &tmp)?;
         let r = beneath::rename_at(fd(&tdir), &tmp, tname);
         if r.is_err() {
@@ -344,7 +344,7 @@ impl LocalFs for LocalStore {
 
     fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>> {
         let name = staging_name(k);
-        beneath::mkdir_at(fd(self.root_fd(true)?), &name)?;
+        super::leftover::make_staging_dir(self.root_fd(true)?, &name)?;
         self.dir(&name, false)
     }
 

@@ -13,14 +13,6 @@ use super::beneath::{self, fd};
 use crate::manifest::{Entry, Kind, Mtime};
 use crate::storage::{fnv1a, Meta};
 
-/// Temp and journal files carry this prefix; listings skip them so a half-written file is
-/// never seen, under its own name or any other.
-const PARTIAL_PREFIX: &[u8] = b".ferry-";
-
-pub(super) fn is_partial_name(name: &[u8]) -> bool {
-    name.starts_with(PARTIAL_PREFIX) && (name.ends_with(b".partial") || name.ends_with(b".journal"))
-}
-
 /// Removes `name` in `dir`: a file or symlink at once, a directory after everything in it.
 pub(super) fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
     match beneath::unlink_at(fd(dir), name, false) {
@@ -70,7 +62,7 @@ pub(super) fn link_in(f: &File, dir: &OwnedFd, name: &[u8]) -> std::io::Result<(
     match link_unnamed(f, dir, name) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let tmp = temp_name(name, "partial");
-            let _ = beneath::unlink_at(fd(dir), &tmp, false);
+            super::leftover::clear_temp(dir, &tmp)?;
             link_unnamed(f, dir, &tmp)?;
             let r = beneath::rename_at(fd(dir), &tmp, name);
             if r.is_err() {
@@ -152,14 +144,16 @@ fn fs_magic(p: &Path) -> Option<i64> {
 }
 
 /// Creates the temp file standing in for a final name: `O_EXCL | O_NOFOLLOW`, so it is a new
-/// regular file of ours, never an existing file or a symlink planted under the temp name. A
-/// leftover of a killed run is removed first.
+/// regular file of ours, never an existing file or a symlink planted under the temp name, with
+/// `mode` and ferry's mark (`leftover::MARK`, cleared when its final mode is set). A leftover of
+/// a killed run is removed first; a user's file of that name is refused, never removed.
 pub(super) fn create_temp(dir: &OwnedFd, tmp: &[u8], mode: u32) -> std::io::Result<File> {
     // Read and write: a download's hasher reads blocks back from it.
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    let mode = mode | super::leftover::MARK;
     match beneath::open_at(fd(dir), tmp, flags, mode) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            beneath::unlink_at(fd(dir), tmp, false)?;
+            super::leftover::clear_temp(dir, tmp)?;
             beneath::open_at(fd(dir), tmp, flags, mode).map(File::from)
         }
         r => r.map(File::from),
@@ -462,10 +456,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn partial_names_are_recognised() {
-        let t = temp_name(b"some file", "partial");
-        assert!(is_partial_name(&t));
-        assert!(!is_partial_name(b".ferry-notes.txt"));
+    fn temp_names_are_short() {
         // Bounded length whatever the name.
         let long = "n".repeat(250);
         assert!(temp_name(long.as_bytes(), "journal").len() < 40);

@@ -51,7 +51,18 @@ impl Store for LocalStore {
             walk_threads(self.is_remote()),
             self.xattrs.clone(),
         );
-        blocking(move || walk(&root, recursive, &Range::default(), threads, &xattrs, &tx)).await
+        let met = self.leftovers.clone();
+        blocking(move || {
+            walk(
+                &root,
+                recursive,
+                &Range::default(),
+                threads,
+                (&xattrs, &met),
+                &tx,
+            )
+        })
+        .await
     }
 
     async fn list_range(
@@ -60,13 +71,14 @@ impl Store for LocalStore {
         k: usize,
         tx: mpsc::Sender<Result<Entry>>,
     ) -> Result<()> {
-        let (root, range, threads, xattrs) = (
+        let (root, range, threads, xattrs, met) = (
             self.root.clone(),
             cuts.range(k),
             walk_threads(self.is_remote()),
             self.xattrs.clone(),
+            self.leftovers.clone(),
         );
-        blocking(move || walk(&root, true, &range, threads, &xattrs, &tx)).await
+        blocking(move || walk(&root, true, &range, threads, (&xattrs, &met), &tx)).await
     }
 
     async fn list_dir(&self, dir: &[u8]) -> Result<Option<Vec<Entry>>> {
@@ -183,6 +195,9 @@ impl Store for LocalStore {
             let tmp = temp_name(name, "partial");
             let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
                 written(&f)?;
+                if meta.mode.is_none() {
+                    super::leftover::clear_mark(&f, 0o600)?;
+                }
                 me.sync_one()?;
                 beneath::rename_at(fd(&dir), &tmp, name)
             });
@@ -207,8 +222,16 @@ impl Store for LocalStore {
                 // unlink removes a symlink itself, never its target; a directory says EISDIR.
                 match beneath::unlink_at(fd(&dir), name, false) {
                     Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                        // Held only by ferry's own leftovers, which no listing showed (prune
+                        // from a plan lists nothing): they go, and then the directory.
+                        let r = match beneath::unlink_at(fd(&dir), name, true) {
+                            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => me
+                                .clear_leftovers_in(&rel)
+                                .and_then(|_| beneath::unlink_at(fd(&dir), name, true)),
+                            r => r,
+                        };
                         me.forget_dir(&rel);
-                        beneath::unlink_at(fd(&dir), name, true)
+                        r
                     }
                     r => r,
                 }
@@ -253,6 +276,13 @@ impl Store for LocalStore {
             Ok(!existed)
         })
         .await
+    }
+
+    async fn sweep_leftovers(&self, dry_run: bool) -> crate::storage::Sweep {
+        let me = self.clone();
+        blocking(move || Ok(me.sweep(dry_run)))
+            .await
+            .unwrap_or_default()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::beneath::{self, fd};
+use super::leftover;
 use super::posix::{apply_meta_fd, create_temp, read_exact_at, temp_name, write_all_vectored_at};
 use super::LocalStore;
-use crate::error::{Result, StoreError};
+use crate::error::{no_space, Result, StoreError};
 use crate::sparse::{self, Sparse};
 use crate::storage::{blocking, Meta, Upload, UploadPlan};
 
@@ -42,42 +43,44 @@ impl LocalUpload {
         let header = format!("{} {} {}\n", plan.fingerprint, plan.size, plan.block_size);
         let nblocks = plan.blocks() as usize;
         let mut staged = vec![false; nblocks];
-        let mut previous = String::new();
-        let had_journal = beneath::open_at(fd(&dir), &journal_name, libc::O_RDONLY, 0)
-            .and_then(|j| File::from(j).read_to_string(&mut previous))
-            .is_ok();
-        // The partial file of an earlier run, only if it is still a regular file of ours.
-        let old = beneath::open_at(fd(&dir), &tmp, libc::O_RDWR, 0)
-            .map(File::from)
-            .ok()
-            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()));
-        let (file, journal) = match old {
-            Some(f) if had_journal && previous.starts_with(&header) => {
+        // The partial file and journal of an earlier attempt, only if they are ferry's own.
+        let previous = leftover::open_own(&dir, &journal_name, libc::O_RDONLY).and_then(|j| {
+            let mut text = String::new();
+            (&j).read_to_string(&mut text).ok().map(|_| text)
+        });
+        let old = leftover::open_own(&dir, &tmp, libc::O_RDWR);
+        let (file, journal) = match (old, previous) {
+            (Some(f), Some(previous)) if previous.starts_with(&header) => {
                 for line in previous[header.len()..].lines() {
                     if let Some(i) = line.trim().parse::<usize>().ok().filter(|&i| i < nblocks) {
                         staged[i] = true;
                     }
                 }
-                (
-                    f,
-                    File::from(
-                        beneath::open_at(
-                            fd(&dir),
-                            &journal_name,
-                            libc::O_WRONLY | libc::O_APPEND,
-                            0,
-                        )
-                        .map_err(&io)?,
-                    ),
-                )
+                let flags = libc::O_WRONLY | libc::O_APPEND;
+                let j = beneath::open_at(fd(&dir), &journal_name, flags, 0).map_err(&io)?;
+                (f, File::from(j))
             }
             _ => {
-                let mut j = create_temp(&dir, &journal_name, 0o600).map_err(&io)?;
-                j.write_all(header.as_bytes()).map_err(&io)?;
-                (create_temp(&dir, &tmp, 0o600).map_err(&io)?, j)
+                let fresh = || -> std::io::Result<(File, File)> {
+                    let mut j = create_temp(&dir, &journal_name, 0o600)?;
+                    j.write_all(header.as_bytes())?;
+                    Ok((create_temp(&dir, &tmp, 0o600)?, j))
+                };
+                fresh().map_err(|e| {
+                    // Nothing of an earlier attempt is in them: nothing to keep.
+                    discard(&dir, &tmp, &journal_name);
+                    io(e)
+                })?
             }
         };
-        file.set_len(plan.size).map_err(&io)?;
+        // A later pass leaves a journal alone while its download holds this (`leftover`).
+        leftover::lock(&journal);
+        if let Err(e) = file.set_len(plan.size) {
+            if no_space(&e) {
+                discard(&dir, &tmp, &journal_name);
+            }
+            return Err(io(e));
+        }
         Ok(LocalUpload {
             store,
             rel,
@@ -169,20 +172,37 @@ impl Upload for LocalUpload {
         blocking(move || {
             let io = self.io_err();
             let (_, name) = beneath::split(&self.rel);
-            apply_meta_fd(&self.file, &meta).map_err(&io)?;
-            self.store
-                .commit_temp(&self.dir, &self.tmp, name, &self.file)
-                .map_err(&io)?;
+            let done = apply_meta_fd(&self.file, &meta)
+                .and_then(|_| match meta.mode {
+                    Some(_) => Ok(()),
+                    None => leftover::clear_mark(&self.file, 0o600),
+                })
+                .and_then(|_| {
+                    self.store
+                        .commit_temp(&self.dir, &self.tmp, name, &self.file)
+                });
+            if let Err(e) = done {
+                // A full disk is not left full by what cannot be finished on it.
+                if no_space(&e) {
+                    discard(&self.dir, &self.tmp, &self.journal_name);
+                }
+                return Err(io(e));
+            }
             let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
             Ok(())
         })
         .await
     }
 
-    async fn abort(self: Box<Self>, discard: bool) {
-        if discard {
-            let _ = beneath::unlink_at(fd(&self.dir), &self.tmp, false);
-            let _ = beneath::unlink_at(fd(&self.dir), &self.journal_name, false);
+    async fn abort(self: Box<Self>, discard_staged: bool) {
+        if discard_staged {
+            discard(&self.dir, &self.tmp, &self.journal_name);
         }
     }
+}
+
+/// Removes a download's partial file and journal.
+fn discard(dir: &OwnedFd, tmp: &[u8], journal: &[u8]) {
+    let _ = beneath::unlink_at(fd(dir), tmp, false);
+    let _ = beneath::unlink_at(fd(dir), journal, false);
 }

@@ -9,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::mpsc;
 
-use super::posix::{entry_with_target, is_partial_name};
+use super::leftover::{self, Met};
+use super::posix::entry_with_target;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
@@ -63,12 +64,13 @@ impl XattrLister {
 }
 
 /// Parallel directory walk. Threads share a stack of directories; results stream to `tx`.
+/// ferry's own temp files are left out, and noted in `met`.
 pub(super) fn walk(
     root: &Path,
     recursive: bool,
     range: &Range,
     threads: usize,
-    xattrs: &XattrLister,
+    (xattrs, met): (&XattrLister, &Met),
     tx: &mpsc::Sender<Result<Entry>>,
 ) -> Result<()> {
     // The root itself is followed if it is a symlink: it is what the user named (`cp -H`).
@@ -102,9 +104,6 @@ pub(super) fn walk(
             let de = de.map_err(|e| StoreError::io(dir.display().to_string(), e))?;
             let name = de.file_name();
             let name = name.as_bytes();
-            if is_partial_name(name) {
-                continue;
-            }
             let mut child = Vec::with_capacity(rel.len() + 1 + name.len());
             if !rel.is_empty() {
                 child.extend_from_slice(rel);
@@ -131,6 +130,10 @@ pub(super) fn walk(
                     continue;
                 }
             };
+            if leftover::is_own(name, &md, rel.is_empty()) {
+                met.note(child);
+                continue;
+            }
             if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path()))
             {
                 entry.xattrs = xattrs.digest(&de.path());
@@ -220,9 +223,6 @@ impl LocalStore {
         for de in rd {
             let de = de?;
             let name = de.file_name();
-            if is_partial_name(name.as_bytes()) {
-                continue;
-            }
             let md = match de.metadata() {
                 Ok(md) => md,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -233,6 +233,10 @@ impl LocalStore {
             } else {
                 [rel, b"/", name.as_bytes()].concat()
             };
+            if leftover::is_own(name.as_bytes(), &md, rel.is_empty()) {
+                self.leftovers.note(path);
+                continue;
+            }
             out.extend(
                 entry_with_target(path, &md, || read_link(&de.path())).map(|e| Entry {
                     xattrs: self.xattrs.digest(&de.path()),
