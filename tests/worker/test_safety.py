@@ -473,3 +473,17 @@ def test_source_entries_named_like_temp_files_are_copied_counted_and_verified(
         (dst / ".ferry-0123456789abcdef.partial").unlink()
     missing = run_ferry("verify", src, dst, "--checksum", "--json", check=1)
     assert missing.json["missing_on_dst"] == 1, missing.json
+
+
+@pytest.mark.parametrize("side", ["local", "blob"])
+def test_a_tree_without_recursive_is_an_error_that_says_add_r(tmp_path, container, run_ferry, side):
+    """Issue 42 (1): `ferry copy DIR DEST` without -r printed "copied 0 files" and exited 0;
+    as cp's, it is an error naming the fix, and nothing is made."""
+    make_tree(tmp_path / "src", {"sub/f.txt": b"f", "top.txt": b"t"})
+    src = tmp_path / "src"
+    if side == "blob":
+        run_ferry("copy", "-r", src, container.at("p"))
+        src = container.at("p")
+    r = run_ferry("copy", src, tmp_path / "out", check=2)
+    assert "is a directory: add -r (--recursive)" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

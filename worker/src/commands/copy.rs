@@ -77,6 +77,11 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 Some(dst_name),
             )
         }
+        Root::Tree(loc) if !args.recursive && args.files_from.is_none() => {
+            // As cp's: a tree without -r is a mistake far more often than a wish for its top
+            // level's files alone, and a copy of nothing must not end in exit 0.
+            anyhow::bail!("{loc} is a directory: add -r (--recursive) to copy what it holds")
+        }
         Root::Tree(loc) => {
             let src = open(&loc, &opts)?;
             let entries = match args.files_from.as_deref() {
