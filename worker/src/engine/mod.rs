@@ -269,7 +269,7 @@ impl Engine {
             self.dst.remove_all(&job.dst_path).await?;
             Stats::add(&self.stats.replaced, 1);
         }
-        let attrs = self.attrs_for_blob(job).await?;
+        let attrs = self.attrs_for_update(job).await?;
         let dst = &self.dst;
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
@@ -361,7 +361,7 @@ impl Engine {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
                 let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
-                let attrs = self.attrs_for_blob(job).await?;
+                let attrs = self.attrs_for_update(job).await?;
                 self.dst
                     .set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
                     .await?;

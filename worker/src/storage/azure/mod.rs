@@ -663,11 +663,7 @@ impl Inner {
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
-            xattrs: b
-                .metadata
-                .get(xattrs::KEY)
-                .and_then(|v| xattrs::decode(v))
-                .map(|a| crate::xattrs::digest(&a)),
+            xattrs: xattrs::listed_digest(&b.metadata, &p),
             ..Default::default()
         }))
     }
