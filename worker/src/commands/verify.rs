@@ -20,6 +20,7 @@ use super::{
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
+use crate::plan::deletions::Decide;
 use crate::progress::ProgressFile;
 use crate::sorted::{sort_store, Join, Pair, Scratch};
 use crate::stats::Stats;
@@ -466,7 +467,15 @@ async fn verify_trees(
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let both = held_by_both(src, dst);
     let mut report = Report::new(args, Some(scratch.path()))?;
-    let mut rows = futures::stream::iter(Join::new(src_runs.merge()?, dst_runs.merge()?)?)
+    // Prune's own walk sees every pair too: the directories only at the destination are those
+    // it would remove (nothing under them that the source has), known once their range ends.
+    let mut extra_dirs = Decide::new(scratch.path(), false)?;
+    let joined = Join::new(src_runs.merge()?, dst_runs.merge()?)?.map(|pair| {
+        let pair = pair?;
+        extra_dirs.visit(&pair)?;
+        anyhow::Ok(pair)
+    });
+    let mut rows = futures::stream::iter(joined)
         .map(|pair| {
             let permits = permits.clone();
             async move {
@@ -512,6 +521,16 @@ async fn verify_trees(
         }
     }
     drop(rows);
+    // After the rows in path order, each after those inside it, as prune removes them.
+    for dir in extra_dirs.finish()?.dirs.read()? {
+        let dir = dir?;
+        tally(stats, Status::MissingOnSrc, 0);
+        report.add(Row::new(
+            Status::MissingOnSrc,
+            dir.display_path(),
+            "directory".to_string(),
+        ))?;
+    }
     report.finish(src, dst, stats, progress, started).await
 }
 
