@@ -519,3 +519,25 @@ def test_directories_only_at_the_destination_are_reported(tmp_path, run_ferry, r
     assert r.json["missing_on_src"] == len(want), r.json
     text = run_ferry("verify", src, dst, "--metadata", check=1)
     assert {p for m, p, _ in text_rows(text.stdout) if m == "-"} == want
+
+
+def test_metadata_names_a_hard_link_broken_at_the_source(tmp_path, run_ferry):
+    """A link broken at the source with both halves unchanged stays linked after a copy (as
+    rsync -H); `verify --metadata` names both names rather than calling them the same."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a": b"same bytes\n", "other": b"o\n"})
+    os.link(src / "a", src / "b")
+    run_ferry("copy", "-r", src, dst)
+    assert os.stat(dst / "a").st_ino == os.stat(dst / "b").st_ino
+    st = os.stat(src / "b")
+    os.unlink(src / "b")
+    (src / "b").write_bytes(b"same bytes\n")
+    os.utime(src / "b", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(src, ns=(os.stat(dst).st_atime_ns, os.stat(dst).st_mtime_ns))
+    run_ferry("copy", "-r", src, dst)
+    assert os.stat(dst / "a").st_ino == os.stat(dst / "b").st_ino, "kept linked, as rsync"
+    assert counts(run_ferry("verify", src, dst, "--json").json) == (3, 0, 0, 0, 0)
+    r = run_ferry("verify", src, dst, "--metadata", "--json", check=1)
+    reasons = {e["path"]: e["reason"] for e in r.json["entries"] if e["status"] == "differ"}
+    assert set(reasons) == {"a", "b"}, r.json
+    assert all("hard-linked at the destination" in why for why in reasons.values()), reasons

@@ -204,11 +204,15 @@ async fn compare(
         dir_times: args.files_from.is_none() || args.dir_mtimes,
         ..args.preserve.preserve.attrs()
     };
-    match args
-        .metadata
-        .then(|| crate::same::full_difference(s, d, attrs))
-        .flatten()
-    {
+    // Names that are one file: only between two sides that keep hard links.
+    let links = args.preserve.preserve.links
+        && src.capabilities().hard_links
+        && dst.capabilities().hard_links;
+    let difference = || {
+        crate::same::full_difference(s, d, attrs)
+            .or_else(|| links.then(|| crate::same::link_difference(s, d)).flatten())
+    };
+    match args.metadata.then(difference).flatten() {
         Some(why) => (Status::Differ, why),
         None => (Status::Same, String::new()),
     }
