@@ -23,6 +23,7 @@ mod run_dir;
 mod same;
 mod shard;
 mod sorted;
+mod shadowed;
 mod sparse;
 mod stats;
 mod storage;
