@@ -32,7 +32,9 @@ pub fn take_shadowed(entries: &mut Vec<Entry>) -> Vec<(Vec<u8>, Vec<u8>)> {
         }
     }
     found.sort();
-    entries.retain(|e| e.kind == Kind::Dir || found.binary_search_by(|(p, _)| p.cmp(&e.path)).is_err());
+    entries.retain(|e| {
+        e.kind == Kind::Dir || found.binary_search_by(|(p, _)| p.cmp(&e.path)).is_err()
+    });
     found
 }
 

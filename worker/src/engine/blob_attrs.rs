@@ -97,16 +97,13 @@ impl Engine {
     /// keep attributes in metadata, the source blob's value (neither takes the source's metadata
     /// whole, as a copy of a file does).
     pub(super) async fn attrs_for_update(&self, job: &Job) -> Result<StoredXattrs> {
-        if !(self.src_can().props && self.dst_can().props) || !self.wanted().any() {
+        if !(self.src_can().props && self.dst_can().props && self.wanted().any()) {
             return self.attrs_for_blob(job).await;
         }
         Ok(match job.src.xattrs {
             None => None,
             Some(_) if !self.has_attrs(job) => Some(None),
-            Some(_) => self
-                .stored_attrs(job)
-                .await?
-                .map(|a| in_meta::encode(&a)),
+            Some(_) => self.stored_attrs(job).await?.map(|a| in_meta::encode(&a)),
         })
     }
 

@@ -102,7 +102,11 @@ mod tests {
         let none = crate::xattrs::empty_digest();
         assert_eq!(listed_digest(&m, &posix::read(&m)), Some(none));
         let rclone = posix::lowercased([("mtime", "2023-11-14T22:13:20Z")]);
-        assert_eq!(listed_digest(&rclone, &posix::read(&rclone)), None, "an mtime alone");
+        assert_eq!(
+            listed_digest(&rclone, &posix::read(&rclone)),
+            None,
+            "an mtime alone"
+        );
         let bad = posix::lowercased([("mode", "100644"), (KEY, "AQ==")]);
         assert_eq!(listed_digest(&bad, &Posix::default()), None, "unreadable");
         let big = posix::lowercased([("mode", "100644"), (KEY, NOT_KEPT)]);
