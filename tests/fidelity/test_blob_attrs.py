@@ -66,8 +66,9 @@ def round_trip(src, back, container, run_ferry) -> None:
     assert up.json["not_kept"] == {"xattrs": 1}, ("the 7000-byte value is counted", up.json)
     stored = container.client.get_blob_client("f").get_blob_properties().metadata
     assert "ferry_xattrs" in stored, stored
-    for name in ("plain", "big"):
-        assert "ferry_xattrs" not in container.blobs()[name].metadata, name
+    assert "ferry_xattrs" not in container.blobs()["plain"].metadata
+    # Attributes that did not fit are marked so: not known from the blob, so never "none".
+    assert container.blobs()["big"].metadata["ferry_xattrs"] == "-"
 
     down = run_ferry("copy", "-r", container, back, "--json")
     assert down.json["failures"] == [] and down.json["not_kept"] == {}, down.json
@@ -93,3 +94,47 @@ def round_trip(src, back, container, run_ferry) -> None:
     assert os.getxattr(back / "f", "user.colour") == b"green"
     assert "user.project" not in os.listxattr(back / "d")
     assert attrs(back / "f") == attrs(src / "f")
+
+
+def test_attributes_removed_at_the_source_are_removed_by_a_download(tmp_path, container, run_ferry):
+    """A blob that records POSIX attributes but no `ferry_xattrs` holds none: the listing says so,
+    a download takes off what the blob no longer carries (as `rsync -X`), and verify names it."""
+    src, back = tmp_path / "s", tmp_path / "d"
+    (src / "dir").mkdir(parents=True)
+    tool = src / "tool"
+    tool.write_bytes(b"#!/bin/true\n")
+    os.setxattr(tool, "user.tag", b"x")
+    os.setxattr(tool, "security.capability", CAPABILITY)
+    (src / "tagged").write_bytes(b"tag only\n")
+    os.setxattr(src / "tagged", "user.tag", b"y")
+    subprocess.run(["setfacl", "-m", "u:1234:rw", tool], check=True)
+    subprocess.run(["setfacl", "-d", "-m", "g:55:rx", src / "dir"], check=True)
+    for a, b in ((src, container), (container, back)):
+        run_ferry("copy", "-r", a, b)
+    assert attrs(back / "tool") == attrs(tool) != {}
+    assert "system.posix_acl_default" in attrs(back / "dir")
+
+    for name in ("user.tag", "security.capability"):
+        os.removexattr(tool, name)
+    os.removexattr(src / "tagged", "user.tag")
+    subprocess.run(["setfacl", "-b", tool], check=True)
+    subprocess.run(["setfacl", "-k", src / "dir"], check=True)
+    assert attrs(tool) == {} and attrs(src / "dir") == {}
+    run_ferry("copy", "-r", src, container)
+    listed = run_ferry("ls", "-r", container).stdout.splitlines()
+    rows = {r.split("\t")[0]: r.split("\t") for r in listed if not r.startswith("#")}
+    assert rows["tool"][-1] != "-" and rows["dir"][-1] != "-", ("known: none", rows)
+
+    before = run_ferry("verify", container, back, "--metadata", "--json", check=False)
+    assert before.returncode == 1, before.stdout
+    differ = {e["path"]: e["reason"] for e in before.json["entries"] if e["status"] == "differ"}
+    # Directories are compared only between two sides that hold them (docs/worker.md).
+    assert set(differ) == {"tool", "tagged"}, before.json
+    assert "attributes" in differ["tagged"], differ
+    down = run_ferry("copy", "-r", container, back, "--json")
+    assert down.json["files"]["metadata_only"] == 3, down.json
+    for name in ("tool", "tagged", "dir"):
+        assert attrs(back / name) == {}, name
+    assert run_ferry("verify", container, back, "--metadata").returncode == 0
+    again = run_ferry("copy", "-r", container, back, "--json")
+    assert again.json["files"]["metadata_only"] == 0, again.json

@@ -509,3 +509,32 @@ def test_prune_leaves_the_directories_it_touched_with_their_source_mtimes(tmp_pa
     same_tree(src, dst)
     assert os.stat(dst).st_mtime_ns == os.stat(src).st_mtime_ns
     assert differing(run_ferry, src, dst, "--metadata") == set()
+
+
+def test_a_blob_and_a_directory_of_one_name_settle_the_same_on_every_pass(
+    tmp_path, run_ferry, container, other_container
+):
+    """Blob `a` and blob `a/x` in one container: a tree cannot hold both. The directory wins on
+    every pass, blob `a` is named as a conflict each time (exit 1), and no pass removes what
+    another wrote."""
+    c = container.client
+    c.upload_blob("a", b"the object\n")
+    c.upload_blob("a/x", b"beneath\n")
+    c.upload_blob("b", b"plain\n")
+    dst = tmp_path / "L"
+    for n in range(3):
+        r = run_ferry("copy", "-r", container, dst, "--json", check=1)
+        [(path, why)] = [(f["path"], f["error"]) for f in r.json["failures"]]
+        assert path == "a" and "a/x" in why and "directory is kept" in why, (n, r.json)
+        assert (dst / "a" / "x").read_bytes() == b"beneath\n", n
+        assert (dst / "b").read_bytes() == b"plain\n", n
+        assert r.json["files"]["replaced"] == 0, (n, r.json)
+    # A pass of one part holding the object alone (a plan's part) leaves the directory too.
+    part = tmp_path / "part.tsv"
+    part.write_text("a\n")
+    r = run_ferry("copy", "-r", container, dst, "--files-from", part, "--json", check=1)
+    assert "a/x" in r.json["failures"][0]["error"], r.json
+    assert (dst / "a" / "x").read_bytes() == b"beneath\n"
+    # Blob → Blob keeps both.
+    run_ferry("copy", "-r", container, other_container)
+    assert {"a", "a/x", "b"} <= set(other_container.blobs())

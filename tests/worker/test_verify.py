@@ -404,23 +404,28 @@ def test_ordering_edge_cases_rows_in_byte_order(tmp_path, run_ferry):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     j = run_ferry("verify", src, dst, "--json", "--scratch", scratch, env=SMALL_RUNS, check=1).json
-    assert statuses(j) == {escaped(p): st for p, st in want.items()}
+    # The directories only at the destination come after the rows, as prune removes them.
+    dirs = sorted(d + b"/a.b.d" for d in ORDER_NAMES)
+    assert statuses(j) == {escaped(p): st for p, st in want.items()} | {
+        escaped(d): "missing_on_src" for d in dirs
+    }
     same = len(order_spec()) - len(ORDER_NAMES) * 2
-    assert counts(j) == (same, len(ORDER_NAMES), len(ORDER_NAMES), 2 * len(ORDER_NAMES), 0), j
+    assert counts(j) == (same, len(ORDER_NAMES), len(ORDER_NAMES), 3 * len(ORDER_NAMES), 0), j
     # Rows come in the byte order of the paths, the order of the merge-join.
-    assert [e["path"] for e in j["entries"]] == [escaped(p) for p in sorted(want)]
+    rows = [escaped(p) for p in sorted(want) + dirs]
+    assert [e["path"] for e in j["entries"]] == rows
     text = run_ferry("verify", src, dst, "--scratch", scratch, env=SMALL_RUNS, check=1)
+    marks = {"differ": "*", "missing_on_dst": "+", "missing_on_src": "-"}
     assert [(m, p) for m, p, _ in text_rows(text.stdout)] == [
-        ({"differ": "*", "missing_on_dst": "+", "missing_on_src": "-"}[want[p]], escaped(p))
-        for p in sorted(want)
+        (marks[want.get(p, "missing_on_src")], escaped(p)) for p in sorted(want) + dirs
     ]
     every = run_ferry(
         "verify", src, dst, "--json", "--all", "--scratch", scratch, env=SMALL_RUNS, check=1
     ).json
-    assert len(every["entries"]) == same + len(want)
+    assert len(every["entries"]) == same + len(want) + len(dirs)
     assert [e["path"] for e in every["entries"]] == [
         escaped(p) for p in sorted(set(order_spec()) | set(want))
-    ]
+    ] + [escaped(d) for d in dirs]
     assert not list(scratch.iterdir()), "scratch files left behind"
 
 
@@ -485,3 +490,54 @@ def test_sigterm_mid_listing_removes_the_scratch(tmp_path, container, proxy, run
         proxy.release(stall)
     assert not list(scratch.iterdir()), "scratch files left behind"
     assert "stopped by SIGTERM" in (tmp_path / "ferry.stderr").read_text()
+
+
+@pytest.mark.parametrize("dest", ["local", "blob"])
+def test_directories_only_at_the_destination_are_reported(tmp_path, run_ferry, request, dest):
+    """As `prune --dry-run` lists them: a directory the source lacks with nothing under it that
+    the source has, empty or holding only extra files; the source's own directories are not."""
+    src = tmp_path / "src"
+    make_tree(src, {"keep/a.txt": b"a\n", "keep/sub/b.txt": b"b\n"})
+    if dest == "local":
+        dst = tmp_path / "dst"
+        run_ferry("copy", "-r", src, dst)
+        (dst / "gone" / "deeper").mkdir(parents=True)
+        (dst / "keep" / "extra").mkdir()
+        (dst / "keep" / "extra" / "f").write_bytes(b"x")
+        want = {"gone", "gone/deeper", "keep/extra", "keep/extra/f"}
+    else:
+        dst = request.getfixturevalue("container")
+        run_ferry("copy", "-r", src, dst)
+        (src / "gone" / "deeper").mkdir(parents=True)
+        run_ferry("copy", "-r", src, dst)
+        (src / "gone" / "deeper").rmdir()
+        (src / "gone").rmdir()
+        want = {"gone", "gone/deeper"}
+    pruned = run_ferry("prune", src, dst, "--dry-run", "--max-delete", "100%", check=False)
+    r = run_ferry("verify", src, dst, "--json", check=1)
+    assert statuses(r.json) == {p: "missing_on_src" for p in want}, (r.json, pruned.stdout)
+    assert r.json["missing_on_src"] == len(want), r.json
+    text = run_ferry("verify", src, dst, "--metadata", check=1)
+    assert {p for m, p, _ in text_rows(text.stdout) if m == "-"} == want
+
+
+def test_metadata_names_a_hard_link_broken_at_the_source(tmp_path, run_ferry):
+    """A link broken at the source with both halves unchanged stays linked after a copy (as
+    rsync -H); `verify --metadata` names both names rather than calling them the same."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_tree(src, {"a": b"same bytes\n", "other": b"o\n"})
+    os.link(src / "a", src / "b")
+    run_ferry("copy", "-r", src, dst)
+    assert os.stat(dst / "a").st_ino == os.stat(dst / "b").st_ino
+    st = os.stat(src / "b")
+    os.unlink(src / "b")
+    (src / "b").write_bytes(b"same bytes\n")
+    os.utime(src / "b", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(src, ns=(os.stat(dst).st_atime_ns, os.stat(dst).st_mtime_ns))
+    run_ferry("copy", "-r", src, dst)
+    assert os.stat(dst / "a").st_ino == os.stat(dst / "b").st_ino, "kept linked, as rsync"
+    assert counts(run_ferry("verify", src, dst, "--json").json) == (3, 0, 0, 0, 0)
+    r = run_ferry("verify", src, dst, "--metadata", "--json", check=1)
+    reasons = {e["path"]: e["reason"] for e in r.json["entries"] if e["status"] == "differ"}
+    assert set(reasons) == {"a", "b"}, r.json
+    assert all("hard-linked at the destination" in why for why in reasons.values()), reasons

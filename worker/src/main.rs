@@ -21,6 +21,7 @@ mod progress;
 mod retry;
 mod run_dir;
 mod same;
+mod shadowed;
 mod shard;
 mod sorted;
 mod sparse;

@@ -194,6 +194,18 @@ pub fn full_difference(src: &Entry, dst: &Entry, attrs: Attrs) -> Option<String>
     meta_difference(src, dst, attrs)
 }
 
+/// Whether a file is one of several names (hard links) on one side and a name of its own on the
+/// other, for `verify --metadata`. A copy does not mend it where the bytes are the same (as
+/// rsync -H: a link broken at the source with both halves unchanged stays linked), so it is
+/// named here, where a person can act on it.
+pub fn link_difference(src: &Entry, dst: &Entry) -> Option<String> {
+    match (src.link.is_some(), dst.link.is_some()) {
+        (true, false) => Some("hard-linked at the source, a single name at the destination".into()),
+        (false, true) => Some("a single name at the source, hard-linked at the destination".into()),
+        _ => None,
+    }
+}
+
 /// The verdict for source entry `src` against what the destination holds at its name.
 pub fn classify(src: &Entry, dst: Option<&Entry>, compare: Compare, attrs: Attrs) -> Verdict {
     let Some(dst) = dst else { return Verdict::New };

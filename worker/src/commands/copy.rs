@@ -100,7 +100,15 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                     entries
                 }
             };
-            (src, open(&dst_loc, &opts)?, entries, None)
+            let dst = open(&dst_loc, &opts)?;
+            let mut entries = entries;
+            if !src.capabilities().directories && dst.capabilities().directories {
+                for (path, beneath) in crate::shadowed::take_shadowed(&mut entries) {
+                    let shown = crate::manifest::escape_path(&path);
+                    stats.failed(shown, crate::shadowed::message(&path, &beneath));
+                }
+            }
+            (src, dst, entries, None)
         }
     };
     // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a

@@ -20,6 +20,7 @@ use super::{
 use crate::cli::{Common, Sorting};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
+use crate::plan::deletions::Decide;
 use crate::progress::ProgressFile;
 use crate::sorted::{sort_store, Join, Pair, Scratch};
 use crate::stats::Stats;
@@ -203,11 +204,15 @@ async fn compare(
         dir_times: args.files_from.is_none() || args.dir_mtimes,
         ..args.preserve.preserve.attrs()
     };
-    match args
-        .metadata
-        .then(|| crate::same::full_difference(s, d, attrs))
-        .flatten()
-    {
+    // Names that are one file: only between two sides that keep hard links.
+    let links = args.preserve.preserve.links
+        && src.capabilities().hard_links
+        && dst.capabilities().hard_links;
+    let difference = || {
+        crate::same::full_difference(s, d, attrs)
+            .or_else(|| links.then(|| crate::same::link_difference(s, d)).flatten())
+    };
+    match args.metadata.then(difference).flatten() {
         Some(why) => (Status::Differ, why),
         None => (Status::Same, String::new()),
     }
@@ -466,7 +471,15 @@ async fn verify_trees(
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let both = held_by_both(src, dst);
     let mut report = Report::new(args, Some(scratch.path()))?;
-    let mut rows = futures::stream::iter(Join::new(src_runs.merge()?, dst_runs.merge()?)?)
+    // Prune's own walk sees every pair too: the directories only at the destination are those
+    // it would remove (nothing under them that the source has), known once their range ends.
+    let mut extra_dirs = Decide::new(scratch.path(), false)?;
+    let joined = Join::new(src_runs.merge()?, dst_runs.merge()?)?.map(|pair| {
+        let pair = pair?;
+        extra_dirs.visit(&pair)?;
+        anyhow::Ok(pair)
+    });
+    let mut rows = futures::stream::iter(joined)
         .map(|pair| {
             let permits = permits.clone();
             async move {
@@ -512,6 +525,16 @@ async fn verify_trees(
         }
     }
     drop(rows);
+    // After the rows in path order, each after those inside it, as prune removes them.
+    for dir in extra_dirs.finish()?.dirs.read()? {
+        let dir = dir?;
+        tally(stats, Status::MissingOnSrc, 0);
+        report.add(Row::new(
+            Status::MissingOnSrc,
+            dir.display_path(),
+            "directory".to_string(),
+        ))?;
+    }
     report.finish(src, dst, stats, progress, started).await
 }
 

@@ -26,8 +26,8 @@ impl Engine {
 
     /// For an upload from a store that holds attributes into one that keeps them in its
     /// metadata: the value of `ferry_xattrs` the object gets. Outer None: nothing known, the
-    /// object's value is left as it is; Some(None): the object holds none (the entry has none,
-    /// or they did not fit and were counted).
+    /// object's value is left as it is; Some(None): the object holds none (the entry has none);
+    /// `NOT_KEPT` where they did not fit (and were counted), so none are read from it.
     pub(super) async fn attrs_for_blob(&self, job: &Job) -> Result<StoredXattrs> {
         if !self.src_can().xattrs || !self.dst_can().props || !self.wanted().any() {
             return Ok(None);
@@ -51,7 +51,7 @@ impl Engine {
                 Refused::all(&attrs, wanted)
                     .kinds()
                     .for_each(|k| self.stats.not_kept(k));
-                Ok(Some(None))
+                Ok(Some(Some(in_meta::NOT_KEPT.to_string())))
             }
         }
     }
@@ -60,21 +60,18 @@ impl Engine {
     /// made those of what was written at the job's destination (one look, only for an object
     /// the listing saw some on).
     pub(super) async fn attrs_from_blob(&self, job: &Job) -> Result<()> {
-        if !self.src_can().props || !self.dst_can().xattrs {
+        if !self.src_can().props || !self.dst_can().xattrs || !self.wanted().any() {
             return Ok(());
         }
-        if !self.has_attrs(job) {
-            return Ok(());
-        }
-        let Some((_, _, props)) = self.src.version_and_props(&job.src.path).await? else {
-            return Err(StoreError::NotFound("vanished from the source".into()));
-        };
-        let Some(want) = props
-            .metadata
-            .get(in_meta::KEY)
-            .and_then(|v| in_meta::decode(v))
-        else {
-            return Ok(());
+        // A blob known to hold none: what the destination still holds is taken off (one
+        // listxattr, no request).
+        let want = match job.src.xattrs {
+            None => return Ok(()),
+            Some(_) if !self.has_attrs(job) => Vec::new(),
+            Some(_) => match self.stored_attrs(job).await? {
+                Some(v) => v,
+                None => return Ok(()),
+            },
         };
         let refused = self
             .dst
@@ -82,6 +79,32 @@ impl Engine {
             .await?;
         refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
+    }
+
+    /// The attributes the source blob stores now (one HEAD); None where its value is not one
+    /// ferry can read.
+    async fn stored_attrs(&self, job: &Job) -> Result<Option<xattrs::Attrs>> {
+        let Some((_, _, props)) = self.src.version_and_props(&job.src.path).await? else {
+            return Err(StoreError::NotFound("vanished from the source".into()));
+        };
+        Ok(props
+            .metadata
+            .get(in_meta::KEY)
+            .and_then(|v| in_meta::decode(v)))
+    }
+
+    /// For a metadata-only update or a folder stub: `attrs_for_blob`, and between two stores that
+    /// keep attributes in metadata, the source blob's value (neither takes the source's metadata
+    /// whole, as a copy of a file does).
+    pub(super) async fn attrs_for_update(&self, job: &Job) -> Result<StoredXattrs> {
+        if !(self.src_can().props && self.dst_can().props && self.wanted().any()) {
+            return self.attrs_for_blob(job).await;
+        }
+        Ok(match job.src.xattrs {
+            None => None,
+            Some(_) if !self.has_attrs(job) => Some(None),
+            Some(_) => self.stored_attrs(job).await?.map(|a| in_meta::encode(&a)),
+        })
     }
 
     /// For an upload of a file of more than one block from a store with holes into one that

@@ -269,7 +269,7 @@ impl Engine {
             self.dst.remove_all(&job.dst_path).await?;
             Stats::add(&self.stats.replaced, 1);
         }
-        let attrs = self.attrs_for_blob(job).await?;
+        let attrs = self.attrs_for_update(job).await?;
         let dst = &self.dst;
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
@@ -361,7 +361,7 @@ impl Engine {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
                 let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
-                let attrs = self.attrs_for_blob(job).await?;
+                let attrs = self.attrs_for_update(job).await?;
                 self.dst
                     .set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
                     .await?;
@@ -369,6 +369,7 @@ impl Engine {
                 return Ok(Outcome::MetaUpdated);
             }
             Verdict::TypeChanged => {
+                self.refuse_shadowed(job).await?;
                 self.dst.remove_all(&job.dst_path).await?;
                 Stats::add(&self.stats.replaced, 1);
             }
@@ -389,6 +390,23 @@ impl Engine {
         self.transfer(job).await?;
         self.attrs_from_blob(job).await?;
         Ok(Outcome::Copied)
+    }
+
+    /// An object of a source without directories that also has names beneath it is not copied
+    /// over what stands at its name in a tree (the directory wins: `crate::shadowed`); asked
+    /// only where a type changed, so a plan's part that holds the object alone is held too.
+    async fn refuse_shadowed(&self, job: &Job) -> Result<()> {
+        if self.src_can().directories || !self.dst_can().directories {
+            return Ok(());
+        }
+        let sample = self.src.list_dir_sample(&job.src.path, 1).await?;
+        match sample.entries.first() {
+            Some(beneath) => Err(StoreError::Invalid(crate::shadowed::message(
+                &job.src.path,
+                &beneath.path,
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// What of `meta` the destination gets: what `--preserve` keeps. A file whose source says

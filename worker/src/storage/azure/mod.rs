@@ -665,11 +665,7 @@ impl Inner {
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
-            xattrs: b
-                .metadata
-                .get(xattrs::KEY)
-                .and_then(|v| xattrs::decode(v))
-                .map(|a| crate::xattrs::digest(&a)),
+            xattrs: xattrs::listed_digest(&b.metadata, &p),
             ..Default::default()
         }))
     }
@@ -902,6 +898,7 @@ impl Store for AzureStore {
         Ok(s.properties(&s.name(path)?).await?.map(|h| {
             let (meta, kind) = meta_and_kind(&h, false);
             let owner = meta.uid.zip(meta.gid);
+            let user = user_metadata(&h);
             (
                 Entry {
                     path: path.to_vec(),
@@ -911,6 +908,8 @@ impl Store for AzureStore {
                     md5: meta.md5,
                     mode: meta.mode,
                     owner,
+                    // As a listing gives it: one rule for what a blob says of its attributes.
+                    xattrs: xattrs::listed_digest(&user, &posix::read(&user)),
                     ..Default::default()
                 },
                 meta,

@@ -53,6 +53,14 @@ pub struct Posix {
     pub written_md5: Option<[u8; 16]>,
 }
 
+impl Posix {
+    /// Whether the blob records the attributes a tree keeps beyond its times (a mode or an
+    /// owner): written by a tool that keeps them, so what it does not record is not there.
+    pub fn records_attributes(&self) -> bool {
+        self.mode.is_some() || self.owner.is_some()
+    }
+}
+
 /// Metadata keys are case-insensitive; the service gives them back as they were written.
 pub fn lowercased<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
