@@ -251,8 +251,9 @@ def run_step(
     argv = fill(spec["argv"], values)
     if stub and step != "replicate":
         argv[0] = stub_ferry(argv[0])
-    if stub and step in DELETED:
-        # A stub's destination holds a file or two: any deletion is past a share's limit.
+    if stub and (step in DELETED or "--max-delete" in argv):
+        # A stub's destination holds a file or two: any deletion is past a share's limit (the
+        # plan's judgement of the final pass's deletions included).
         argv.append("--force")
     env = {**os.environ, **spec.get("env", {})}
 

@@ -97,7 +97,13 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             }
         }
     } else {
-        match resolve(&loc, &opts, true).await? {
+        // A pass's destination (--carried) may hold nothing yet: a Blob prefix with nothing
+        // under it is then an empty destination, not a missing source.
+        let root = match (&loc, args.carried.state.is_some()) {
+            (crate::location::Location::Blob(_), true) => Root::Tree(loc.clone()),
+            _ => resolve(&loc, &opts, true).await?,
+        };
+        match root {
             Root::Object { entry, name, .. } => {
                 // One object is one range's: the first.
                 if shard.as_ref().is_none_or(|(_, k, _)| *k == 1) {

@@ -79,8 +79,11 @@ pub struct Staged {
 }
 
 enum StagedAs {
-    /// Closed, under a temp name in this directory (the final one, or a staging one).
-    Temp(Arc<OwnedFd>, Vec<u8>),
+    /// Under a temp name in this directory (the final one, or a staging one), open, still
+    /// carrying ferry's mark: its final mode, the last field, is set at the commit, just before
+    /// the rename, so that a run killed with files staged leaves leftovers a later run knows
+    /// for its own.
+    Temp(Arc<OwnedFd>, Vec<u8>, File, u32),
     /// Open, without a name.
     Unnamed(File),
 }
@@ -278,20 +281,15 @@ pub(super) fn stage_file(
         refused = set_first_attrs(&out, &input, src, src_xattrs, wanted, inherits)?;
         // chown clears set-id bits, the umask may have cleared others, and a default ACL of
         // the directory masks the mode instead of the umask.
-        // A temp name's file carries ferry's mark (`leftover`) until its final mode is set.
+        // A temp name's file keeps ferry's mark (`leftover`) until its commit sets its mode.
         if keep.mode
-            && (named
-                || chown
-                || mode & !0o777 != 0
-                || mode & id.umask != 0
-                || inherits.default_acl)
+            && !named
+            && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
         {
             // SAFETY: valid fd.
             if unsafe { libc::fchmod(out.as_raw_fd(), mode as libc::mode_t) } != 0 {
                 return Err(io::Error::last_os_error());
             }
-        } else if named {
-            super::leftover::clear_mark(&out, mode & 0o777)?;
         }
         if keep.times {
             set_times(&out, &meta)?;
@@ -305,7 +303,13 @@ pub(super) fn stage_file(
         dir,
         name: name.to_vec(),
         as_: match as_ {
-            Some((at, tmp)) => StagedAs::Temp(at, tmp),
+            Some((at, tmp)) => {
+                let last = match keep.mode {
+                    true => mode,
+                    false => mode & 0o777 & !id.umask,
+                };
+                StagedAs::Temp(at, tmp, out, last)
+            }
             None => StagedAs::Unnamed(out),
         },
         bytes: md.len(),
@@ -364,8 +368,12 @@ impl Staged {
     pub fn commit(self) -> io::Result<()> {
         let Staged { dir, name, as_, .. } = self;
         match as_ {
-            StagedAs::Temp(at, tmp) => {
-                let r = beneath::rename_between(fd(&at), &tmp, fd(&dir), &name);
+            StagedAs::Temp(at, tmp, out, mode) => {
+                // SAFETY: valid fd.
+                let r = match unsafe { libc::fchmod(out.as_raw_fd(), mode as libc::mode_t) } {
+                    0 => beneath::rename_between(fd(&at), &tmp, fd(&dir), &name),
+                    _ => Err(io::Error::last_os_error()),
+                };
                 if r.is_err() {
                     let _ = beneath::unlink_at(fd(&at), &tmp, false);
                 }
@@ -377,7 +385,7 @@ impl Staged {
 
     /// Gives up on the file: a temp name is removed; an unnamed file vanishes on close.
     pub fn discard(self) {
-        if let StagedAs::Temp(at, tmp) = &self.as_ {
+        if let StagedAs::Temp(at, tmp, ..) = &self.as_ {
             let _ = beneath::unlink_at(fd(at), tmp, false);
         }
     }
