@@ -29,7 +29,7 @@ impl Replacement {
         self.old.size() + self.under.iter().map(Entry::size).sum::<u64>()
     }
 
-    /// "directory data (500 files, 2.0 KiB)" or "file notes.txt (12 B)".
+    /// "directory data (500 entries under it, 2.0 KiB)" or "file notes.txt (12 B)".
     pub fn describe(&self) -> String {
         let what = match self.old.kind {
             Kind::Dir => "directory",
