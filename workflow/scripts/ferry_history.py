@@ -76,7 +76,7 @@ import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
 from ferry_lock import alive, process_start
 from ferry_run_dir import HISTORY, RUN_STARTED, record_migration
-from ferrylib import fmt_bytes, load_json, write_json
+from ferrylib import fmt_bytes, iso, load_json, write_json
 
 VERSION = 1
 STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
@@ -89,12 +89,6 @@ RECENT = 3
 
 
 # --- time ----------------------------------------------------------------------------------------
-
-
-def iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
 
 def epoch(text: str | None) -> float | None:

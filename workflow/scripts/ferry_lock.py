@@ -14,7 +14,6 @@ than STALE_AFTER) is broken, with a message, so that a killed pass never blocks 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import socket
@@ -23,6 +22,7 @@ import sys
 import time
 
 from ferry_run_dir import LOCK
+from ferrylib import iso, write_json
 
 VERSION = 1
 HEARTBEAT = 30.0
@@ -51,10 +51,6 @@ def alive(holder: dict) -> bool:
         return False
     start = process_start(pid)
     return start is not None and start == holder.get("pid_start", start)
-
-
-def iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
 
 
 def describe(holder: dict) -> str:
@@ -149,11 +145,7 @@ def beat(root: str, run_id: str, now: float | None = None) -> bool:
     if held is None or held.get("run_id") != run_id:
         return False
     held["heartbeat"] = time.time() if now is None else now
-    path = os.path.join(root, LOCK)
-    tmp = f"{path}.{os.getpid()}.beat"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(held, handle)
-    os.replace(tmp, path)
+    write_json(os.path.join(root, LOCK), held)
     return True
 
 

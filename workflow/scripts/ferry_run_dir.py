@@ -14,6 +14,8 @@ import shutil
 import sys
 from typing import NamedTuple
 
+from ferrylib import write_json
+
 DEFINITION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_dir.json")
 with open(DEFINITION, encoding="utf-8") as _handle:
     LAYOUT = json.load(_handle)
@@ -109,11 +111,7 @@ def record_migration(root: str, doc: dict) -> None:
     if os.path.exists(path):
         return
     os.makedirs(root, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(doc, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_json(path, doc)
 
 
 def records(step: str, part: str | None = None, root: str = "", shard=None) -> Records:

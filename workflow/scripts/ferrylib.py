@@ -5,6 +5,7 @@ configuration checks. Planning (comparing and partitioning manifests) is the wor
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -81,6 +82,13 @@ def load_json(path: str) -> dict | None:
     except json.JSONDecodeError:
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def iso(epoch: float | None) -> str | None:
+    """A time as the run's documents write it: UTC, to the second."""
+    if epoch is None:
+        return None
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
 
 def write_json(path: str, doc) -> None:

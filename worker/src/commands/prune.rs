@@ -309,6 +309,7 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         files.push(deletions.join(crate::partition::part_name(i)));
     }
     let whole = args.part.is_none();
+    let (total, dest_entries) = plan.deletions();
     let listed = |name: &str| whole.then(|| Entries::Manifests(vec![deletions.join(name)]));
     Ok(Work {
         files: (!args.dirs).then_some(Entries::Manifests(files)),
@@ -316,8 +317,8 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         dirs: listed("dirs.tsv"),
         dir_count: if whole { plan.prune_dirs } else { 0 },
         touched: listed("touched.tsv"),
-        total: plan.deletions().0,
-        dest_entries: plan.deletions().1,
+        total,
+        dest_entries,
         planned: true,
     })
 }
