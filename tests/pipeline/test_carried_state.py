@@ -89,23 +89,37 @@ def test_nextflow_carries_the_destination_in_blob_beside_it(tmp_path, ferry_bin,
 
 
 @pytest.mark.timeout(600)
-def test_after_a_pass_that_stopped_early_the_next_lists_fresh(tmp_path, ferry_bin):
+def test_a_pass_that_stopped_before_writing_leaves_the_state_and_one_after_does_not(
+    tmp_path, ferry_bin, read_only_dir
+):
+    """Issue 42 (3): a pass that ends before its first write (here after its plan; a refused plan
+    or a wrong key alike) costs the next nothing: it carries the state. One that ended after its
+    copies wrote makes the next list afresh, saying why."""
     src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
     content = migration_tree(src, files=30)
     pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
-    # A pass that took the state and ended before leaving a new one (killed, or stopped here).
-    pipeline(
-        *base_config(ferry_bin, outdir, src, dest, "incremental"), extra_args=("--until", "plan")
-    )
     modify_tree(src, content)
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=2")
+    incremental = base_config(ferry_bin, outdir, src, dest, "incremental")
+    pipeline(*incremental, extra_args=("--until", "plan"))
+    pipeline(*incremental, "pass=2")
     rep = report(outdir, "incremental-pass2")
+    assert (listed(rep)["used"], listed(rep)["written_by"]) == (True, "baseline"), listed(rep)
+    # A copy job that began to write and failed: a directory read-only at the destination.
+    (src / "docs" / "new-since-pass2.txt").write_bytes(b"new")
+    unblock = read_only_dir(dest / "docs")
+    assert pipeline(*incremental, "pass=3", expect=None).returncode != 0
+    unblock()
+    pipeline(*incremental, "pass=4")
+    rep = report(outdir, "incremental-pass4")
     assert listed(rep)["used"] is False
-    assert "incremental, did not leave a new one" in listed(rep)["reason"]
+    assert (
+        "incremental-pass3 wrote to the destination and did not leave a new"
+        in (listed(rep)["reason"])
+    )
     # ... and it leaves a state the pass after it uses.
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "pass=3")
-    rep = report(outdir, "incremental-pass3")
-    assert listed(rep)["written_by"] == "incremental-pass2"
+    pipeline(*incremental, "pass=5")
+    rep = report(outdir, "incremental-pass5")
+    assert listed(rep)["written_by"] == "incremental-pass4"
     assert rep["totals"]["files"]["planned"] == 0
 
 
@@ -150,3 +164,32 @@ def test_what_another_tool_did_is_caught_and_repaired(tmp_path, ferry_bin, azuri
     assert "1 files only on the destination" in rep["failures"][0]["error"]
     # The audit's listing is carried: the next pass sees the stray blob without listing.
     assert rep["totals"]["dest_listing"]["left"]["written_by"] == "audit"
+
+
+@pytest.mark.timeout(600)
+def test_nextflow_a_final_pass_refused_by_its_plan_leaves_the_state_to_its_rerun(
+    tmp_path, ferry_bin
+):
+    """Issue 42 (3, 6): the final pass whose prune would be refused stops at its plan, before any
+    write, naming the config key; the re-run with the key raised carries the destination."""
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    content = migration_tree(src, files=30)
+    launch = tmp_path / "launch"
+
+    def run(phase, **extra):
+        return nextflow(
+            launch, params=params_for(ferry_bin, outdir, src, dest, phase, **extra), expect=None
+        )
+
+    assert run("baseline").returncode == 0
+    _added, _changed, deleted = modify_tree(src, content)
+    assert deleted
+    refused = run("final", prune={"max_delete": 1})
+    assert refused.returncode != 0
+    out = refused.stdout + refused.stderr
+    assert "prune.max_delete" in out and "--max-delete" not in out, out[-3000:]
+    assert json.loads((outdir / "t" / "state" / "dest.json").read_text())["taken_by"] is None
+    assert run("final", prune={"max_delete": "100%"}).returncode == 0
+    rep = report(outdir, "final")
+    assert (listed(rep)["used"], listed(rep)["written_by"]) == (True, "baseline"), listed(rep)
+    assert rep["totals"]["prune"]["deleted"] >= len(deleted)

@@ -161,32 +161,52 @@ def test_what_a_pass_carries_is_what_a_fresh_listing_says(ends, run_ferry, tmp_p
     assert lines(carried.read_bytes()) == lines(fresh)
 
 
-def test_a_pass_that_took_the_state_and_left_none_makes_the_next_list_fresh(
-    ends, run_ferry, tmp_path
+@pytest.mark.parametrize("writer", ["copy", "prune", "mk"])
+def test_a_pass_that_wrote_and_left_no_state_makes_the_next_list_fresh(
+    ends, run_ferry, tmp_path, writer
 ):
     src, dest, state = ends
     p = Pass(run_ferry, tmp_path, src, dest, state)
     p.run()
-    # A pass takes the state and dies before its carry (a kill, a failed copy).
+    (src / "new.txt").write_bytes(b"n")
+    (src / "gone.txt").unlink()
+    # A pass lists, begins to write, and dies before its carry (a kill, a failed copy).
     _, took = p.ls_dest(name="killed")
     assert took["carried"]["used"] is True
+    carried = ["--carried", state, "--pass", "killed"]
+    if writer == "copy":
+        run_ferry("copy", "-r", src, dest, *carried)
+    elif writer == "prune":
+        run_ferry("prune", src, dest, "--force", "--log", tmp_path / "del.tsv", *carried)
+    else:
+        run_ferry("mk", dest, "--source", src, *carried)
     _, after = p.ls_dest(name="next")
     assert after["carried"]["used"] is False
-    assert "killed, did not leave a new one" in after["carried"]["reason"]
-    assert after["entries"] == len(TREE) + 3  # a, a/b, many: directories too
+    assert "killed wrote to the destination and did not leave a new" in after["carried"]["reason"]
+    fresh = run_ferry("ls", "-r", dest).stdout_bytes
+    assert after["entries"] == len(lines(fresh))
 
 
-def test_a_fresh_listing_asked_for_still_takes_the_state(ends, run_ferry, tmp_path):
+def test_a_pass_that_failed_before_writing_leaves_the_state_to_the_next(
+    ends, run_ferry, tmp_path
+):
+    """Issue 42 (3): listing, planning and a dry run write nothing; a pass that stops there (a
+    refused plan, a kill, an audit's fresh listing) leaves the next pass the state to carry."""
     src, dest, state = ends
     p = Pass(run_ferry, tmp_path, src, dest, state)
     p.run()
+    _, took = p.ls_dest(name="refused")
+    assert took["carried"]["used"] is True
     _, fresh = p.ls_dest("--fresh", name="audit")
     assert (fresh["carried"]["used"], fresh["carried"]["reason"]) == (
         False,
         "a fresh listing was asked for",
     )
+    carried = ["--carried", state, "--pass", "dry"]
+    run_ferry("copy", "-r", src, dest, "--dry-run", *carried)
+    run_ferry("prune", src, dest, "--dry-run", "--log", tmp_path / "del.tsv", *carried)
     _, after = p.ls_dest(name="next")
-    assert "audit, did not leave a new one" in after["carried"]["reason"]
+    assert after["carried"]["used"] is True, after["carried"]
 
 
 def test_a_probe_finds_what_changed_behind_ferrys_back(azurite, request, run_ferry, tmp_path):

@@ -99,9 +99,10 @@ def test_a_listing_pattern_needs_its_shards_and_a_shard_its_range(run_ferry, tmp
 
 
 def test_a_carried_destination_is_decided_once_and_cut_by_its_entry_counts(run_ferry, tmp_path):
-    """The baseline leaves the state with its quantiles; the next pass's shard step takes and probes
-    it once, cuts by its entry counts, and every list job hands on its range of it (no probe, no
-    take); the carried ranges, the source's ranges, prune and carry all agree with one job's."""
+    """The baseline leaves the state with its quantiles; the next pass's shard step judges and
+    probes it once, cuts by its entry counts, and every list job hands on its range of it (no
+    probe); nothing marks it taken before the pass writes; the carried ranges, the source's
+    ranges, prune and carry all agree with one job's."""
     src, dest, state = tmp_path / "src", tmp_path / "dest", tmp_path / "state"
     make_tree(src, TREE)
     run_ferry("copy", "-r", src, dest)
@@ -120,7 +121,7 @@ def test_a_carried_destination_is_decided_once_and_cut_by_its_entry_counts(run_f
     doc = json.loads(shards.read_text())
     assert doc["basis"] == "carried"
     assert doc["carried"]["used"] and doc["carried"]["written_by"] == "baseline", doc
-    assert json.loads((state / "dest.json").read_text())["taken_by"] == "final"
+    assert json.loads((state / "dest.json").read_text())["taken_by"] is None
 
     carried = ["--carried", str(state), "--pass", "final"]
     dest_pattern = shard_listings(run_ferry, dest, shards, 3, tmp_path, "dest", *carried)
@@ -168,4 +169,4 @@ def test_a_carried_destination_is_decided_once_and_cut_by_its_entry_counts(run_f
 
     # A list job of a pass that no longer holds the state refuses instead of handing on another.
     r = run_ferry("ls", "-r", dest, "--shards", shards, "--shard", "1", *carried, check=2)
-    assert "no longer the one final took" in r.stderr
+    assert "no longer the one final decided on" in r.stderr

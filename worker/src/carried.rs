@@ -4,9 +4,12 @@
 //! plan against instead of listing the destination again.
 //!
 //! Carrying assumes nobody but ferry writes the destination. What keeps a stale state from
-//! ever being used: the first pass that takes it marks it taken, so a pass that fails or is
-//! killed before leaving a new one makes the next pass list fresh; and a sample of carried
-//! entries is looked up on the destination (HEAD / lstat) before each use.
+//! ever being used: every step that writes the destination (`mk`, `copy`, `prune`) marks it
+//! taken by its pass before its first write, so a pass that fails or is killed after writing and
+//! before leaving a new one makes the next pass list fresh; and a sample of carried entries is
+//! looked up on the destination (HEAD / lstat) before each use. Listing and planning take
+//! nothing: a pass that fails before its first write (a wrong key, a refused plan) leaves the
+//! state to its re-run.
 
 use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -145,13 +148,10 @@ impl State {
         Ok(doc)
     }
 
-    /// Takes the carried state for `pass` and says whether it can stand for a listing of
-    /// `dest`: it was left by a pass that finished, for this destination, and a sample of
-    /// `probe` of its files and links is found on the destination as listed.
-    ///
-    /// A decision that fails (the destination refused the probe: a wrong key, a missing
-    /// container) gives the state back as it was: the pass has written nothing yet, and its
-    /// re-run with the fault fixed must carry it, not list the whole destination.
+    /// Whether the carried state can stand for a listing of `dest` this pass: it was left by a
+    /// pass that finished, for this destination, and a sample of `probe` of its files and links
+    /// is found on the destination as listed. Nothing is marked: that waits for the pass's first
+    /// write (`take`).
     pub async fn decide(
         &self,
         dest: &Arc<dyn Store>,
@@ -159,28 +159,16 @@ impl State {
         probe: usize,
         scratch_in: Option<&Path>,
     ) -> anyhow::Result<Decision> {
-        let doc = match self.take(pass).await? {
-            None => {
-                return Ok(Decision::Fresh(format!(
-                    "no carried state at {}",
-                    self.describe()
-                )))
-            }
-            Some(d) => d,
-        };
-        let decided = self.judge(&doc, dest, pass, probe, scratch_in).await;
-        if decided.is_err() && doc.taken_by.is_none() {
-            if let Err(e) = self.write_doc(&doc).await {
-                eprintln!(
-                    "ferry: the carried state at {} stays taken: it could not be given back ({e:#})",
-                    self.describe()
-                );
-            }
+        match self.doc().await? {
+            None => Ok(Decision::Fresh(format!(
+                "no carried state at {}",
+                self.describe()
+            ))),
+            Some(doc) => self.judge(&doc, dest, pass, probe, scratch_in).await,
         }
-        decided
     }
 
-    /// Whether the state `doc`, just taken for `pass`, can stand for a listing of `dest`.
+    /// Whether the state `doc` can stand for a listing of `dest` for `pass`.
     async fn judge(
         &self,
         doc: &StateDoc,
@@ -197,7 +185,7 @@ impl State {
         }
         if let Some(by) = &doc.taken_by {
             return Ok(Decision::Fresh(format!(
-                "the pass that took the carried state, {by}, did not leave a new one (it failed or was killed)"
+                "the pass {by} wrote to the destination and did not leave a new carried state (it failed or was killed)"
             )));
         }
         if doc.dest != dest.describe() {
@@ -237,20 +225,20 @@ impl State {
         })
     }
 
-    /// The carried listing as the shard step of `pass` took it (`decided`), for one of the
-    /// pass's list jobs; an error if the state changed hands since.
-    pub async fn as_taken(
+    /// The carried listing as the shard step of `pass` decided on it (`decided`), for one of
+    /// the pass's list jobs; an error if another pass left or took the state since.
+    pub async fn as_decided(
         &self,
         pass: &str,
         decided: &crate::documents::CarriedSummary,
         scratch_in: Option<&Path>,
     ) -> anyhow::Result<Decision> {
         let doc = self.doc().await?.unwrap_or_else(StateDoc::unreadable);
-        if doc.taken_by.as_deref() != Some(pass)
+        if doc.taken_by.as_deref().is_some_and(|by| by != pass)
             || decided.written_by.as_deref() != Some(doc.written_by.as_str())
         {
             anyhow::bail!(
-                "the carried state at {} is no longer the one {pass} took (left by {}, taken by {})",
+                "the carried state at {} is no longer the one {pass} decided on (left by {}, taken by {})",
                 self.describe(),
                 doc.written_by,
                 doc.taken_by.as_deref().unwrap_or("nobody")

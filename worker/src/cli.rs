@@ -204,7 +204,7 @@ pub struct CarriedChoice {
     /// the carried listing stands for a fresh one
     #[arg(long, value_name = "N", default_value_t = 64, requires = "state")]
     pub probe: usize,
-    /// With --carried: list afresh all the same (the carried state is still taken)
+    /// With --carried: list afresh all the same
     #[arg(long, requires = "state")]
     pub fresh: bool,
 }
@@ -225,7 +225,8 @@ pub struct ListShard {
 #[derive(Args, Debug, Clone)]
 pub struct CarriedArgs {
     /// Where this destination's carried state is kept (a directory or Blob prefix outside it):
-    /// `ls` lists from it when it is current, `mk` marks it out of date for the pass
+    /// `ls` lists from it when it is current; `mk`, `copy` and `prune` mark it out of date for
+    /// the pass before their first write
     #[arg(long = "carried", value_name = "STATE", requires = "pass")]
     pub state: Option<String>,
     /// The pass taking the carried state (its run directory's name)
@@ -334,6 +335,8 @@ pub struct CopyArgs {
     pub preserve: PreserveArgs,
     #[command(flatten)]
     pub filters: Filters,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
     #[command(flatten)]
     pub common: Common,
 }

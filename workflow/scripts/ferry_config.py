@@ -472,6 +472,9 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "--files-from",
             "{manifest}",
             *copy_args(cfg),
+            # Before its first write, the job marks the carried state out of date (a pass that
+            # fails before any job wrote leaves it to the next).
+            *carried_args(cfg),
             "--no-progress",
             "--progress-file",
             "{progress}",
@@ -505,6 +508,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             "{plan_dir}",
             *(["--part", "{part}"] if step == "prune" else ["--dirs"]),
             *prune_args(cfg),
+            *carried_args(cfg),
             "--log",
             "{deleted}",
             "--json",
@@ -590,7 +594,7 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec["argv"] = argv(cfg, step, ferry)
     ends = cfg["replicate"] if step == "replicate" else cfg
     spec["values"] = {"source": ends["source"], "dest": ends["dest"]}
-    if step in ("list_dest", "make_dest", "carry", "shard"):
+    if step in ("list_dest", "make_dest", "carry", "shard", "copy", "prune", "prune_dirs"):
         spec["values"]["state"] = state_location(cfg)
     if step in ("plan", "carry"):
         # The listings it reads, relative to the run directory (Nextflow stages them so too).

@@ -142,15 +142,21 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
 
 
 def preparation(run_dir: str, shards: dict | None) -> list[dict]:
-    """What the listing and planning steps said last, for a run without a plan."""
+    """What the listing and planning steps that did not finish said last, for a run without a
+    plan (one that finished said what it did: no failure)."""
     found = []
     for step in ("make_dest", "shard", "list_source", "list_dest", "plan"):
-        logs = [records(step, root=run_dir).log]
+        # A list job's listing may be cut short; its summary is written when it ended well.
+        done = LISTING_SUMMARIES.get(step) or records(step).out
+        jobs = [(records(step, root=run_dir).log, done)]
         if shards and step in SHARDED_SUMMARIES:
-            logs = [records(step, root=run_dir, shard=k).log for k in shard_ids(shards["jobs"])]
-        for log in logs:
+            jobs = [
+                (records(step, root=run_dir, shard=k).log, SHARDED_SUMMARIES[step].format(shard=k))
+                for k in shard_ids(shards["jobs"])
+            ]
+        for log, out in jobs:
             line = last_log_line(log)
-            if line:
+            if line and not (out and _nonempty(os.path.join(run_dir, out))):
                 found.append({"stage": step, "error": line})
     return found
 

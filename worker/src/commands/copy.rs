@@ -169,6 +169,9 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     }
     // Opened before anything goes: a log that cannot be written stops the copy first.
     replacing.open_log(args.log.as_deref())?;
+    if !args.dry_run {
+        super::take_state(&args.carried, &dst_loc, &opts).await?;
+    }
     let engine = Arc::new(Engine::new(
         src.clone(),
         dst.clone(),

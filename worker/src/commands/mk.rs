@@ -17,15 +17,13 @@ pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
         None => parse_location(&args.location)?,
     };
     let store = open(&loc, &opts)?;
+    // The pass about to write the destination leaves the carried state out of date.
+    super::take_state(&args.carried, &loc, &opts).await?;
     let created = store.create_root().await?;
     if created {
         eprintln!("created {}", store.describe());
     } else {
         eprintln!("{} already exists", store.describe());
-    }
-    // The pass about to write the destination leaves the carried state out of date.
-    if let (Some(state), Some(pass)) = (&args.carried.state, &args.carried.pass) {
-        super::state_of(state, &loc, &opts)?.take(pass).await?;
     }
     if let Some(path) = &args.summary {
         let summary = crate::documents::MkSummary {

@@ -95,8 +95,20 @@ pub fn state_of(
     Ok(crate::carried::State::new(open(&loc, opts)?))
 }
 
-/// Whether the carried state of `loc` stands for a fresh listing this pass (it is taken either
-/// way: from now on this pass writes the destination).
+/// Marks the carried state of `dest` (where `carried` names one) out of date: its pass is about
+/// to write the destination. Every step that writes calls this before its first write.
+pub async fn take_state(
+    carried: &crate::cli::CarriedArgs,
+    dest: &Location,
+    opts: &OpenOptions,
+) -> anyhow::Result<()> {
+    if let (Some(state), Some(pass)) = (&carried.state, &carried.pass) {
+        state_of(state, dest, opts)?.take(pass).await?;
+    }
+    Ok(())
+}
+
+/// Whether the carried state of `loc` stands for a fresh listing this pass.
 pub async fn carried_or_fresh(
     state: &str,
     pass: &str,
@@ -110,7 +122,6 @@ pub async fn carried_or_fresh(
     let state = state_of(state, loc, opts)?;
     let dest = open(loc, opts)?;
     let decision = if fresh {
-        state.take(pass).await?;
         Decision::Fresh("a fresh listing was asked for".into())
     } else {
         state.decide(&dest, pass, probe, scratch).await?
@@ -128,7 +139,7 @@ pub async fn carried_or_fresh(
 }
 
 /// One list job's view of the destination as `ferry shard` decided for the pass: the carried
-/// listing (fetched; taken and probed once, by the shard step), or a fresh listing.
+/// listing (fetched; judged and probed once, by the shard step), or a fresh listing.
 pub async fn carried_as_decided(
     shards: &crate::shard::ShardsDoc,
     state: &str,
@@ -147,7 +158,7 @@ pub async fn carried_as_decided(
         return Ok(Decision::Fresh(decided.reason.clone().unwrap_or_default()));
     }
     state_of(state, loc, opts)?
-        .as_taken(pass, decided, scratch)
+        .as_decided(pass, decided, scratch)
         .await
 }
 

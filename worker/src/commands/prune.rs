@@ -65,6 +65,8 @@ pub struct PruneArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub carried: crate::cli::CarriedArgs,
+    #[command(flatten)]
     pub sorting: Sorting,
     #[command(flatten)]
     pub common: Common,
@@ -241,6 +243,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let deleted = match args.dry_run {
         true => work.list(&mut log, !args.json).await?,
         false => {
+            super::take_state(&args.carried, &dst_loc, &opts).await?;
             let files = work
                 .delete_files(&dst, &mut log, &stats, concurrency)
                 .await?;
