@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import ferry_history
 import ferry_html
 import ferry_markdown
 import ferry_report
@@ -616,7 +617,7 @@ def test_how_the_destination_was_known_and_what_the_audit_found(finished):
     carried = {"used": True, "written_by": "incremental", "probed": 3, "reason": None}
     finished.listed("dest", RunDir.ls_summary(7, 0.1, carried=carried, list_pages=1))
     report = build(finished, phase="audit")
-    assert report["totals"]["dest_listing"] == {"listed": carried, "left": None}
+    assert report["totals"]["dest_listing"] == {"listed": carried, "left": None, "next": "fresh"}
     # One list job per side: no shard step, the summary as the job left it.
     assert report["totals"]["listings"] == {
         "source": None,
@@ -630,6 +631,25 @@ def test_how_the_destination_was_known_and_what_the_audit_found(finished):
     md = ferry_markdown.markdown(report)
     assert "Destination: not listed; planned against the state incremental left" in md
     assert "Carried to the next pass: nothing" in md
+
+
+def test_a_pass_that_wrote_nothing_leaves_the_next_the_state_it_found(run):
+    """Issue 42 (3): the state is taken by a pass's first write; one that stopped before it (no
+    copy or prune job started) leaves the next pass the state to carry, and says so; its record
+    in the history tells the projection the next pass carries."""
+    run.plan(copy=[("00000", 1, 1), ("00001", 1, 1)], verify=[("00000", 2, 2)])
+    carried = {"used": True, "written_by": "baseline", "probed": 3, "reason": None}
+    run.listed("dest", RunDir.ls_summary(7, 0.1, carried=carried, list_pages=0))
+    report = build(run, phase="incremental")
+    assert report["status"] == "incomplete"
+    assert report["totals"]["dest_listing"]["next"] == "carried"
+    assert ferry_history.record(report, None, "incremental", "failed", 0.0)["carried"] is True
+    md = ferry_markdown.markdown(report)
+    assert "Carried to the next pass: the state baseline left, untouched" in md
+    run.log("copy", "ferry: HTTP 403\n", part="00001")
+    report = build(run, phase="incremental")
+    assert report["totals"]["dest_listing"]["next"] == "fresh"
+    assert "the next pass lists the destination fresh" in ferry_markdown.markdown(report)
 
 
 def test_a_listing_taken_by_several_list_jobs_is_read_as_one(run):

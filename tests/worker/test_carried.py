@@ -187,9 +187,7 @@ def test_a_pass_that_wrote_and_left_no_state_makes_the_next_list_fresh(
     assert after["entries"] == len(lines(fresh))
 
 
-def test_a_pass_that_failed_before_writing_leaves_the_state_to_the_next(
-    ends, run_ferry, tmp_path
-):
+def test_a_pass_that_failed_before_writing_leaves_the_state_to_the_next(ends, run_ferry, tmp_path):
     """Issue 42 (3): listing, planning and a dry run write nothing; a pass that stops there (a
     refused plan, a kill, an audit's fresh listing) leaves the next pass the state to carry."""
     src, dest, state = ends

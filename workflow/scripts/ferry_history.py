@@ -306,9 +306,9 @@ def record(
         },
         "partitions": len(report["partitions"]),
         "depth": totals["depth"],
-        # Whether the pass left the destination's state for the next one, which then lists only
-        # the source (docs/scale.md).
-        "carried": totals["dest_listing"]["left"] is not None,
+        # Whether the next pass carries the destination's state (this pass's, or the one it
+        # found and did not write past), and then lists only the source (docs/scale.md).
+        "carried": totals["dest_listing"]["next"] == "carried",
     }
 
 

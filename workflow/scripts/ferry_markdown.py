@@ -135,11 +135,15 @@ def dest_listing(d: dict) -> list[str]:
         )
     elif listed:
         out.append(f"Destination: listed fresh ({listed['reason']}).")
-    out.append(
-        f"Carried to the next pass: {left['entries']:,} entries."
-        if left
-        else "Carried to the next pass: nothing (the next pass lists the destination fresh)."
-    )
+    if left:
+        out.append(f"Carried to the next pass: {left['entries']:,} entries.")
+    elif d["next"] == "carried":
+        out.append(
+            f"Carried to the next pass: the state {listed['written_by']} left, untouched (this "
+            "pass wrote nothing to the destination)."
+        )
+    else:
+        out.append("Carried to the next pass: nothing (the next pass lists the destination fresh).")
     return [*out, ""]
 
 
