@@ -57,6 +57,7 @@ onstart:
             RUN_INFO["report_args"],
             migration=RUN_INFO["migration"],
             hold=True,
+            lease=RUN_INFO["lease"],
         )
 
 

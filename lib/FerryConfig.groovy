@@ -27,7 +27,9 @@ class FerryConfig {
         def pid = ProcessHandle.current().pid()
         def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
                    run.dir as String, '--engine', 'nextflow', '--pid', pid as String,
-                   '--migration', JsonOutput.toJson(run.migration), '--'] + (run.report_args as List<String>)
+                   '--migration', JsonOutput.toJson(run.migration)] +
+                  (run.lease ? ['--lease', JsonOutput.toJson(run.lease)] : []) +
+                  ['--'] + (run.report_args as List<String>)
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)

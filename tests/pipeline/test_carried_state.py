@@ -8,6 +8,7 @@ audit, after the cut-over, lists both sides afresh and names what only the desti
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,36 @@ def test_nextflow_a_final_pass_refused_by_its_plan_leaves_the_state_to_its_rerun
     rep = report(outdir, "final")
     assert (listed(rep)["used"], listed(rep)["written_by"]) == (True, "baseline"), listed(rep)
     assert rep["totals"]["prune"]["deleted"] >= len(deleted)
+
+
+@pytest.mark.timeout(600)
+def test_a_pass_on_another_machine_holding_the_state_is_refused_by_both_engines(
+    tmp_path, ferry_bin, azurite, request, run_ferry
+):
+    """Issue 42 (4): with the carried state in Blob, a pass started elsewhere (another head, its
+    own run directory) holds the state's lease; this machine's pass is refused before any job,
+    naming it, by either engine, and starts once the lease is given back."""
+    src, outdir = tmp_path / "src", tmp_path / "results"
+    migration_tree(src, files=5, big=0)
+    dest = new_container(azurite, request)
+    state = new_container(azurite, request).at("ferry/t")
+    other = {"pass": "incremental-pass4", "host": "head-b", "pid": 4242, "since": "02:13"}
+    lease_id = str(uuid.uuid4())
+    run_ferry("lease", state, "acquire", "--id", lease_id, "--holder", json.dumps(other))
+    snake = pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "baseline"), f"state={state}", expect=None
+    )
+    flow = nextflow(
+        tmp_path / "launch",
+        params=params_for(ferry_bin, outdir, src, dest, "baseline", state=state),
+        expect=None,
+    )
+    for proc in (snake, flow):
+        text = proc.stdout + proc.stderr
+        assert proc.returncode != 0, text[-3000:]
+        assert "pass incremental-pass4" in text and "head-b" in text, text[-3000:]
+        assert "lease on the carried state" in text
+    assert not dest.blobs(), "a refused pass wrote to the destination"
+    run_ferry("lease", state, "release", "--id", lease_id)
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"), f"state={state}")
+    assert report(outdir, "baseline")["status"] == "complete"

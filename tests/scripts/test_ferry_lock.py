@@ -10,11 +10,13 @@ import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import ferry_history
 import ferry_lock
 import ferry_run_dir
 import pytest
+from support.ferry import ferry_env
 
 T0 = 1_700_000_000.0
 
@@ -123,3 +125,44 @@ def test_the_start_hook_refuses_a_second_pass_with_exit_status_3(tmp_path, capsy
         assert not (root / "final").exists(), "the refused pass left a run directory"
     finally:
         running.kill()
+
+
+def test_a_state_in_blob_is_leased_so_a_pass_on_another_machine_is_refused(
+    tmp_path, ferry_bin, container, monkeypatch
+):
+    """Where the carried state is in Blob storage, two passes started from different machines
+    (here: two run roots) share no lock file; the lease on the state refuses the second, naming
+    the first; the holder renews it while the engine runs and gives it back after."""
+    for k, v in ferry_env().items():
+        monkeypatch.setenv(k, v)
+    lease = {"ferry": str(ferry_bin), "state": container.at("ferry/state"), "env": {}}
+    first, second = tmp_path / "head-a", tmp_path / "head-b"
+    running = engine()
+    keeper = None
+    try:
+        ferry_history.start(str(first / "final"), "nextflow", [], pid=running.pid, lease=lease)
+        run_id = json.loads((first / "final" / ferry_run_dir.RUN_STARTED).read_text())["run_id"]
+        with pytest.raises(ferry_lock.Held) as refused:
+            ferry_lock.take(
+                str(second), holder(SimpleNamespace(pid=os.getpid()), "r2", "final"), lease=lease
+            )
+        assert "pass final" in str(refused.value) and "lease on the carried state" in str(
+            refused.value
+        )
+        assert not (second / ferry_run_dir.LOCK).exists(), "the refused pass kept its lock file"
+        keeper = subprocess.Popen(
+            [sys.executable, ferry_lock.__file__, "hold", str(first), run_id]
+            + ["--pid", str(running.pid), "--interval", "0.2", "--lease", json.dumps(lease)]
+        )
+        running.kill()
+        running.wait()
+        assert keeper.wait(60) == 0
+        # Given back: the other machine's pass now takes it.
+        ferry_lock.take(
+            str(second), holder(SimpleNamespace(pid=os.getpid()), "r2", "final"), lease=lease
+        )
+        ferry_lock.StateLease(lease, "r2").release()
+    finally:
+        running.kill()
+        if keeper:
+            keeper.kill()

@@ -47,6 +47,8 @@ pub enum Command {
     Shard(crate::commands::shard::ShardArgs),
     /// How far a pipeline phase is: partitions done, running, failed, pending; throughput, ETA
     Status(crate::commands::status::StatusArgs),
+    /// One pass at a time on a migration whose carried state is in Blob: a lease on the state
+    Lease(crate::commands::lease::LeaseArgs),
     /// For scripts: a manifest's entries with their raw paths and temp names, NUL-separated
     #[command(hide = true)]
     Names(crate::commands::names::NamesArgs),

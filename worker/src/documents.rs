@@ -449,6 +449,10 @@ pub fn schemas() -> serde_json::Value {
         schemars::schema_for!(crate::commands::carry::CarryDoc),
     );
     add("units", schemars::schema_for!(UnitsDoc));
+    add(
+        "lease",
+        schemars::schema_for!(crate::commands::lease::LeaseDoc),
+    );
     serde_json::json!({
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,

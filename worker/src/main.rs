@@ -83,6 +83,7 @@ fn main() -> ExitCode {
             Names(a) => commands::names::run(a).await,
             Units(a) => commands::units::run(a),
             Status(a) => commands::status::run(a),
+            Lease(a) => commands::lease::run(a).await,
             Schema => {
                 print!("{}", documents::schema_text());
                 Ok(std::process::ExitCode::SUCCESS)

@@ -226,6 +226,19 @@ def state_location(cfg: dict) -> str:
     return os.path.abspath(os.path.join(cfg["outdir"], run_name(cfg), "state"))
 
 
+def lease(cfg: dict, ferry: str) -> dict | None:
+    """Where the carried state is in Blob, passes on other machines cannot see this one's run
+    directory lock: the lock holder also takes a lease on the state (`ferry lease`, ferry_lock.py)."""
+    state = state_location(cfg)
+    if not is_blob(state):
+        return None
+    return {
+        "ferry": ferry,
+        "state": state,
+        "env": {"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {},
+    }
+
+
 def carried_args(cfg: dict) -> list[str]:
     return ["--carried", "{state}", "--pass", pass_name(cfg)]
 
@@ -690,6 +703,7 @@ def resolve(
         "report_args": report_args(cfg),
         "report_argv": report_argv(cfg),
         "migration": None if only else migration(cfg),
+        "lease": None if only else lease(cfg, ferry),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
     # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).

@@ -134,6 +134,7 @@ def start(
     now: float | None = None,
     migration: dict | None = None,
     hold: bool = False,
+    lease: dict | None = None,
 ) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
@@ -151,7 +152,7 @@ def start(
         "started": iso(now),
         "report_args": report_args,
     }
-    lock_for(root, run_dir, marker, now, hold)
+    lock_for(root, run_dir, marker, now, hold, lease)
     if migration is not None:
         record_migration(root, migration)
     settle(root, starting=now)
@@ -162,21 +163,23 @@ def start(
     return marker
 
 
-def lock_for(root: str, run_dir: str, marker: dict, now: float, hold: bool) -> None:
+def lock_for(
+    root: str, run_dir: str, marker: dict, now: float, hold: bool, lease: dict | None = None
+) -> None:
     """One pass at a time (ferry_lock.py): a pass whose lock another holds ends here, before
     any job, with exit status 3 and the holder named; `hold` leaves a holder process keeping
     the lock while the engine runs (the engines' hooks ask for it)."""
     holder = {k: marker[k] for k in ("run_id", "host", "pid", "pid_start")}
     holder["pass"] = os.path.basename(os.path.abspath(run_dir))
     try:
-        broke = ferry_lock.take(root, holder, now)
+        broke = ferry_lock.take(root, holder, now, lease)
     except ferry_lock.Held as held:
         print(f"ferry: {held}", file=sys.stderr)
         raise SystemExit(3) from None
     if broke:
         print(broke, file=sys.stderr)
     if hold:
-        ferry_lock.spawn_holder(root, marker["run_id"], marker["pid"])
+        ferry_lock.spawn_holder(root, marker["run_id"], marker["pid"], lease)
 
 
 def markers(root: str) -> list[tuple[str, dict]]:
@@ -974,6 +977,7 @@ def main(argv=None) -> int:
     st.add_argument(
         "--migration", type=json.loads, help="the run's ferry_config.py run.migration, as JSON"
     )
+    st.add_argument("--lease", type=json.loads, help="the run's ferry_config.py run.lease, as JSON")
     st.epilog = (
         "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
     )
@@ -990,6 +994,7 @@ def main(argv=None) -> int:
             args.pid or os.getppid(),
             migration=args.migration,
             hold=True,
+            lease=args.lease,
         )
         return 0
     records = load(args.run_root)

@@ -7,8 +7,13 @@ the engine is gone. A second pass meanwhile is refused at once, its holder named
 holder is gone (its engine process, on the host it ran on; from another host, a heartbeat older
 than STALE_AFTER) is broken, with a message, so that a killed pass never blocks the next one.
 
-    ferry_lock.py hold ROOT RUN_ID --pid PID    the holder (started by `take`, not by hand)
-    ferry_lock.py show ROOT                     who holds the lock, if anyone
+Where the carried state is in Blob storage, passes started on other machines cannot see this
+lock file: the pass also takes a lease on the state (`ferry lease`, renewed by the holder with
+each heartbeat, given back with the lock). A pass killed with its machine loses the lease within
+its 60 s, so nothing has to judge from afar whether it is gone.
+
+    ferry_lock.py hold ROOT RUN_ID --pid PID [--lease JSON]    the holder (started by `take`)
+    ferry_lock.py show ROOT                                    who holds the lock, if anyone
 """
 
 from __future__ import annotations
@@ -20,18 +25,77 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 from ferry_run_dir import LOCK
 from ferrylib import iso, write_json
 
 VERSION = 1
-HEARTBEAT = 30.0
+# Three beats to a Blob lease's 60 s: one slow renewal does not lose it.
+HEARTBEAT = 20.0
 # A holder on another host is judged by its heartbeat alone: ten missed beats.
 STALE_AFTER = 10 * HEARTBEAT
 
 
 class Held(Exception):
     """Another pass of the migration holds the lock."""
+
+
+class StateLease:
+    """The Blob lease on the carried state (`ferry lease`): `spec` is ferry_config.lease's
+    {ferry, state, env}; its id follows from the run's, so the holder renews what `take` took."""
+
+    def __init__(self, spec: dict, run_id: str):
+        self.spec = spec
+        self.id = str(uuid.uuid5(uuid.NAMESPACE_URL, run_id))
+
+    def _call(self, action: str, holder: str = "") -> dict | None:
+        """`ferry lease`'s document; None where it could not say (no worker here, a failed
+        request), which the caller reports."""
+        argv = [self.spec["ferry"], "lease", self.spec["state"], action, "--id", self.id]
+        try:
+            proc = subprocess.run(
+                [*argv, "--holder", holder],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **self.spec.get("env", {})},
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            self.error = str(err)
+            return None
+        if proc.returncode in (0, 3):
+            return json.loads(proc.stdout)
+        said = proc.stderr.strip().splitlines()
+        self.error = said[-1] if said else f"ferry lease exited {proc.returncode}"
+        return None
+
+    def acquire(self, holder: dict) -> None:
+        """Raises Held, naming the holder, where another pass has the lease."""
+        got = self._call("acquire", json.dumps(holder))
+        if got is None:
+            print(
+                f"ferry: no lease taken on the carried state {self.spec['state']} ({self.error}): "
+                "a pass of this migration started on another machine would not be refused",
+                file=sys.stderr,
+            )
+        elif not got["held"]:
+            try:
+                other = describe(json.loads(got["holder"] or "{}"))
+            except ValueError:
+                other = "a pass whose lease names no holder"
+            raise Held(
+                f"another pass of this migration is running: {other}; it holds the lease on "
+                f"the carried state {self.spec['state']} (given back when its engine ends, or "
+                f"60 s after its machine stops)"
+            )
+
+    def renew(self) -> None:
+        self._call("renew")
+
+    def release(self) -> None:
+        self._call("release")
 
 
 def process_start(pid: int) -> str | None:
@@ -99,9 +163,26 @@ def _write_new(path: str, doc: dict) -> bool:
         os.unlink(tmp)
 
 
-def take(root: str, holder: dict, now: float | None = None) -> str | None:
-    """Takes the lock for `holder` (run_id, pass, host, pid, pid_start); raises Held naming the
-    pass that holds it. Returns a message when it broke a lock left by a pass that is gone."""
+def take(
+    root: str, holder: dict, now: float | None = None, lease: dict | None = None
+) -> str | None:
+    """Takes the lock for `holder` (run_id, pass, host, pid, pid_start), and the lease on a
+    carried state in Blob where `lease` names one; raises Held naming the pass that holds
+    either. Returns a message when it broke a lock left by a pass that is gone."""
+    broke = _take_file(root, holder, now)
+    if lease is not None:
+        try:
+            StateLease(lease, holder["run_id"]).acquire(
+                {k: holder.get(k) for k in ("pass", "run_id", "host", "pid", "since")}
+                | {"since": iso(time.time() if now is None else now)}
+            )
+        except Held:
+            release(root, holder["run_id"])
+            raise
+    return broke
+
+
+def _take_file(root: str, holder: dict, now: float | None) -> str | None:
     now = time.time() if now is None else now
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, LOCK)
@@ -149,26 +230,43 @@ def beat(root: str, run_id: str, now: float | None = None) -> bool:
     return True
 
 
-def hold(root: str, run_id: str, engine: dict, interval: float = HEARTBEAT) -> None:
-    """The holder's loop: beats every `interval` while the engine (`pid`, `pid_start`, `host`)
-    runs, then gives the lock back within a second of its end. Watching the engine, not waiting
-    for its last step, is what gives a lock back after a Ctrl-C, a failed step or a kill of the
-    engine alike."""
+def hold(
+    root: str, run_id: str, engine: dict, interval: float = HEARTBEAT, lease: dict | None = None
+) -> None:
+    """The holder's loop: beats (and renews the state's lease) every `interval` while the engine
+    (`pid`, `pid_start`, `host`) runs, then gives the lock and the lease back within a second of
+    its end. Watching the engine, not waiting for its last step, is what gives a lock back after
+    a Ctrl-C, a failed step or a kill of the engine alike."""
+    state = StateLease(lease, run_id) if lease else None
     last = 0.0
     while alive(engine):
         if time.monotonic() - last >= interval:
             if not beat(root, run_id):
                 return
+            if state:
+                state.renew()
             last = time.monotonic()
         time.sleep(min(1.0, interval))
     release(root, run_id)
+    if state:
+        state.release()
 
 
-def spawn_holder(root: str, run_id: str, pid: int) -> None:
+def spawn_holder(root: str, run_id: str, pid: int, lease: dict | None = None) -> None:
     """Starts the holder apart from the engine's session, so that a Ctrl-C reaches only the
     engine, whose end the holder then sees."""
+    leased = ["--lease", json.dumps(lease)] if lease else []
     subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "hold", root, run_id, "--pid", str(pid)],
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "hold",
+            root,
+            run_id,
+            "--pid",
+            str(pid),
+            *leased,
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -185,13 +283,14 @@ def main(argv=None) -> int:
     h.add_argument("run_id")
     h.add_argument("--pid", type=int, required=True)
     h.add_argument("--interval", type=float, default=HEARTBEAT)
+    h.add_argument("--lease", type=json.loads, help="the state's lease (ferry_config.lease)")
     s = sub.add_parser("show", help="who holds the lock of the run root ROOT")
     s.add_argument("root")
     args = parser.parse_args(argv)
     if args.command == "hold":
         engine = {"host": socket.gethostname(), "pid": args.pid}
         engine["pid_start"] = process_start(args.pid)
-        hold(args.root, args.run_id, engine, args.interval)
+        hold(args.root, args.run_id, engine, args.interval, args.lease)
         return 0
     held = read(args.root)
     print(describe(held) if held else "free")

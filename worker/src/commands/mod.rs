@@ -3,6 +3,7 @@
 pub mod carry;
 pub mod copy;
 pub mod env;
+pub mod lease;
 pub mod ls;
 pub mod mk;
 pub mod names;

@@ -7,6 +7,7 @@
 pub mod auth;
 mod batch;
 mod copy;
+pub mod lease;
 mod list;
 pub mod mime;
 pub mod names;

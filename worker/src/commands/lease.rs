@@ -1,0 +1,96 @@
+//! `ferry lease STATE acquire|renew|release --id ID`: the Blob lease that keeps one pass at a
+//! time on a migration whose carried state is in Blob storage (docs/pipeline.md, one pass at a
+//! time). The pipelines' lock holder (workflow/scripts/ferry_lock.py) takes it beside the run
+//! directory's lock file and renews it while its engine runs.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::{open, open_options, parse_location, print_json};
+use crate::cli::Common;
+use crate::location::Location;
+use crate::stats::Stats;
+use crate::storage::azure::lease::{Lease, LEASE_SECONDS};
+use crate::storage::azure::AzureStore;
+
+/// The blob under the state's prefix that the lease is on.
+const LOCK: &[u8] = b"lock";
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Acquire,
+    Renew,
+    Release,
+}
+
+#[derive(Args, Debug)]
+pub struct LeaseArgs {
+    /// The carried state's location (a Blob prefix)
+    pub state: String,
+    pub action: Action,
+    /// The lease's id, chosen by the taker (a GUID), the same for its renewals and release
+    #[arg(long, value_name = "GUID")]
+    pub id: String,
+    /// With acquire: who takes it (text, e.g. JSON naming pass, host, pid), kept in the lock
+    /// blob for a refused pass to name
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub holder: String,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `ferry lease` prints one of these on stdout.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct LeaseDoc {
+    version: crate::documents::Version,
+    command: &'static str,
+    action: Action,
+    /// The lease is this id's (taken, renewed; or, for release, given back).
+    held: bool,
+    /// What the lock blob says of the lease's holder, when another id holds it.
+    holder: Option<String>,
+    /// How long a lease lasts unless renewed.
+    seconds: u32,
+}
+
+/// Exit 0: done; 3: another id holds the lease (or, to renew or release, this one no longer).
+pub async fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
+    let opts = open_options(&args.common, 1, Arc::new(Stats::default()));
+    let loc = parse_location(&args.state)?;
+    if !matches!(loc, Location::Blob(_)) {
+        anyhow::bail!(
+            "{loc} is not in Blob storage: a lease is for a Blob state; a local one is kept by the run directory's lock"
+        );
+    }
+    let store = open(&loc, &opts)?;
+    let blob = store
+        .as_any()
+        .downcast_ref::<AzureStore>()
+        .expect("a Blob location opens an Azure store");
+    let got = match args.action {
+        Action::Acquire => {
+            let holder = Bytes::from(args.holder.clone().into_bytes());
+            blob.lease_acquire(LOCK, &args.id, holder).await?
+        }
+        Action::Renew => blob.lease_renew(LOCK, &args.id).await?,
+        Action::Release => blob.lease_release(LOCK, &args.id).await?,
+    };
+    let (held, holder) = match got {
+        Lease::Held => (true, None),
+        Lease::Refused(said) => (false, Some(String::from_utf8_lossy(&said).into_owned())),
+    };
+    print_json(&LeaseDoc {
+        version: Default::default(),
+        command: "lease",
+        action: args.action,
+        held,
+        holder,
+        seconds: LEASE_SECONDS,
+    });
+    Ok(ExitCode::from(if held { 0 } else { 3 }))
+}
