@@ -2,7 +2,7 @@
 (workflow/scripts/worker-documents.schema.json, generated from worker/src/documents.rs; the
 worker's own test fails while it is stale), and the pipeline's reader (ferry_docs.py) refuses one
 with a key renamed or a count that is not an integer. Local trees: the documents' shapes do not
-depend on the backend (their requests are all zeros here)."""
+depend on the backend (their requests are all zeros here); Azurite for the lease, Blob's alone."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import ferry_docs
 import pytest
 from support.trees import make_tree
 
+LEASE_ID = "6f1c2a3e-0d4b-4c8e-9a51-2b7d3e4f5a6b"
 FILES = {"a.txt": b"a\n", "d/b.txt": b"bb\n", "d/e/c.txt": b"ccc\n"}
 
 
 @pytest.fixture
-def phase(tmp_path, run_ferry):
+def phase(tmp_path, run_ferry, container):
     """A baseline copied and verified into a run directory laid out as the pipeline's."""
     src, dst, run = tmp_path / "src", tmp_path / "dst", tmp_path / "run"
     make_tree(src, FILES)
@@ -50,6 +51,9 @@ def phase(tmp_path, run_ferry):
     docs["units"] = json.loads(run_ferry("units", "--size", "4MiB", "--rate", "1Gbps").stdout)
     run_ferry("shard", src, "--jobs", "2", "--out", run / "shards.json")
     docs["shards"] = json.loads((run / "shards.json").read_text())
+    # The one document of a Blob location alone.
+    leased = run_ferry("lease", container.at("state"), "acquire", "--id", LEASE_ID)
+    docs["lease"] = json.loads(leased.stdout)
     return docs
 
 

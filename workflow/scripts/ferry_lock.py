@@ -27,6 +27,7 @@ import sys
 import time
 import uuid
 
+import ferry_docs
 from ferry_run_dir import LOCK
 from ferrylib import iso, write_json
 
@@ -66,7 +67,7 @@ class StateLease:
             self.error = str(err)
             return None
         if proc.returncode in (0, 3):
-            return json.loads(proc.stdout)
+            return ferry_docs.parse("lease", proc.stdout, "ferry lease")
         said = proc.stderr.strip().splitlines()
         self.error = said[-1] if said else f"ferry lease exited {proc.returncode}"
         return None
