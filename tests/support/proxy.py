@@ -362,6 +362,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             record.body_sent = sent
         if cut_at is not None:
             record.cut = has_body and (length is None or sent < int(length))
+        # A body shorter than the cut went whole: the exchange ends as any other, the client's
+        # connection kept (closing it would make the client's next request on it fail, a
+        # connection error no rule injected).
+        if cut_at is not None and (record.cut or rule.action == "stall_body"):
             self.wfile.flush()
             if rule.action == "stall_body":
                 self.proxy._stall(rule)
