@@ -48,8 +48,9 @@ rule all:
 
 
 onstart:
-    # Not on --dry-run, nor when nothing is to be done: a run of the phase begins. Its marker
-    # lets the next run record it as killed should it end before its report (ferry_history.py).
+    # Not on --dry-run, nor when nothing is to be done: a run of the phase begins, once its
+    # pre-flight passed and its lock is taken. Its marker lets the next run record it as killed
+    # should it end before its report (ferry_history.py).
     if any(job.rule.name == "report" for job in workflow.dag.needrun_jobs()):
         ferry_history.start(
             RUN,
@@ -57,6 +58,7 @@ onstart:
             RUN_INFO["report_args"],
             migration=RUN_INFO["migration"],
             hold=True,
+            check=RUN_INFO["check"],
         )
 
 

@@ -18,22 +18,26 @@ class FerryConfig {
     }
 
     /**
-     * A run of the phase begins: its start marker in the run directory (ferry_history.py start,
-     * the code Snakemake's onstart runs), so that a run killed before its report is recorded in
-     * the migration's history by the next one. Written here, on the head, because tasks run in
+     * A run of the phase begins, once its pre-flight passed and its lock is taken: its start
+     * marker in the run directory (ferry_history.py start, the code Snakemake's onstart runs),
+     * so that a run killed before its report is recorded in the migration's history by the next
+     * one. Written here, on the head, because tasks run in
      * work directories (or on other machines) that do not see the run directory.
      */
     static void started(Map run, Path projectDir) {
         def pid = ProcessHandle.current().pid()
         def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
                    run.dir as String, '--engine', 'nextflow', '--pid', pid as String,
-                   '--migration', JsonOutput.toJson(run.migration), '--'] + (run.report_args as List<String>)
+                   '--migration', JsonOutput.toJson(run.migration), '--check', JsonOutput.toJson(run.check),
+                   '--'] + (run.report_args as List<String>)
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)
-        // 3: another pass of the migration holds its lock (ferry_lock.py), named in the message.
-        if (proc.exitValue() == 3)
-            throw new AbortOperationException(err.toString().trim())
+        // 2: the pre-flight refused the config (ferry_preflight.py); 3: another pass of the
+        // migration holds its lock (ferry_lock.py). Each message names what to change.
+        // The line break keeps Nextflow's "-- Check script …" off the message's last sentence.
+        if (proc.exitValue() in [2, 3])
+            throw new AbortOperationException(err.toString().trim() + '\n')
         if (err)
             System.err.print(err.toString())
         if (proc.exitValue() != 0)

@@ -32,6 +32,9 @@ pub enum Command {
     Mk(MkArgs),
     /// Show which credential source would be used (never the secret)
     Env(EnvArgs),
+    /// Pre-flight: whether a migration's source, destination and state can be used, without
+    /// listing them (exit 1 when a check fails)
+    Check(crate::commands::check::CheckArgs),
     /// Split a manifest into parts, fpart-style
     Partition(crate::commands::partition::PartitionArgs),
     /// Compare the listings and write what a pipeline phase copies, verifies and would delete

@@ -71,6 +71,7 @@ import sys
 import time
 
 import ferry_lock
+import ferry_preflight
 import ferry_model
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
@@ -134,6 +135,7 @@ def start(
     now: float | None = None,
     migration: dict | None = None,
     hold: bool = False,
+    check: dict | None = None,
 ) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
@@ -151,6 +153,9 @@ def start(
         "started": iso(now),
         "report_args": report_args,
     }
+    if check is not None:
+        # Before the lock: a pass refused by its pre-flight leaves nothing behind.
+        ferry_preflight.check(check)
     lock_for(root, run_dir, marker, now, hold)
     if migration is not None:
         record_migration(root, migration)
@@ -974,6 +979,9 @@ def main(argv=None) -> int:
     st.add_argument(
         "--migration", type=json.loads, help="the run's ferry_config.py run.migration, as JSON"
     )
+    st.add_argument(
+        "--check", type=json.loads, help="the run's pre-flight, ferry_config.py run.check, as JSON"
+    )
     st.epilog = (
         "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
     )
@@ -990,6 +998,7 @@ def main(argv=None) -> int:
             args.pid or os.getppid(),
             migration=args.migration,
             hold=True,
+            check=args.check,
         )
         return 0
     records = load(args.run_root)
