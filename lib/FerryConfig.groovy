@@ -24,12 +24,14 @@ class FerryConfig {
      * one. Written here, on the head, because tasks run in
      * work directories (or on other machines) that do not see the run directory.
      */
-    static void started(Map run, Path projectDir) {
+    static void started(Map run, Path projectDir, boolean stubRun = false) {
         def pid = ProcessHandle.current().pid()
+        // A -stub-run touches no storage: its ends need not exist, and go unchecked.
+        def check = stubRun ? [] : ['--check', JsonOutput.toJson(run.check)]
         def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
                    run.dir as String, '--engine', 'nextflow', '--pid', pid as String,
-                   '--migration', JsonOutput.toJson(run.migration), '--check', JsonOutput.toJson(run.check),
-                   '--'] + (run.report_args as List<String>)
+                   '--migration', JsonOutput.toJson(run.migration)] + check +
+                  ['--'] + (run.report_args as List<String>)
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)
