@@ -69,7 +69,12 @@ class FerryConfig {
         def failures = (report.failures ?: []) as List<Map>
         def first = failures ? failures[0] : null
         def what = first ? "${first.stage}${first.partition != null ? ' partition ' + first.partition : ''}: ${first.error ?: first.reason ?: first.status}" : 'a step did not finish'
+        // A step refused by the config (its message in config terms, ferry_task.in_config_terms)
+        // fails again on any re-run until the config changes: -resume is no remedy for it.
+        def refused = failures.any { (it.error ?: '').toString().contains("(in the pipeline's config)") }
+        def next = refused ? 'Change the config as the failure says, then run the pass again.' :
+            'Run again with -resume to redo only what failed.'
         throw new AbortOperationException("ferry: the ${report.phase} phase is incomplete (${failures.size()} failures; first: ${what}); " +
-            "see ${runDir}/${resolved.layout.incomplete_report.md}. Run again with -resume to redo only what failed.")
+            "see ${runDir}/${resolved.layout.incomplete_report.md}. ${next}")
     }
 }
