@@ -27,7 +27,7 @@ def run_engine(engine: str, tmp_path: Path, ferry_bin, source, dest, env=None):
     return nextflow(tmp_path / "launch", params=params, env=env, expect=None)
 
 
-def assert_refused(engine: str, proc, tmp_path: Path, key: str) -> str:
+def assert_refused(proc, tmp_path: Path, key: str) -> str:
     """Refused by the pre-flight, naming `key`, with nothing run and no run records left."""
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
@@ -37,7 +37,8 @@ def assert_refused(engine: str, proc, tmp_path: Path, key: str) -> str:
     root = tmp_path / "results" / "t"
     # Neither the migration's record nor its lock: the refused pass never began.
     assert not (root / "migration.json").exists() and not (root / "lock.json").exists()
-    made = {p.name for p in (root / "baseline").iterdir()} if (root / "baseline").exists() else set()
+    run = root / "baseline"
+    made = {p.name for p in run.iterdir()} if run.exists() else set()
     # Nextflow opens its trace file there before the workflow starts; nothing else is made.
     assert made <= {"pipeline_info"}, made
     work = tmp_path / "launch" / "work"
@@ -57,7 +58,7 @@ def test_a_missing_source_is_refused_and_creates_nothing(engine, tmp_path, ferry
     dest, client = unmade(azurite)
     missing = tmp_path / "no-such-share"
     proc = run_engine(engine, tmp_path, ferry_bin, missing, dest)
-    text = assert_refused(engine, proc, tmp_path, "source")
+    text = assert_refused(proc, tmp_path, "source")
     assert f"{missing} does not exist" in text, text[-3000:]
     assert not client.exists(), "the destination container was made for a source that is not there"
 
@@ -70,7 +71,7 @@ def test_an_invalid_container_name_is_refused_before_the_crawl(
     src = tmp_path / "src"
     migration_tree(src, files=3, big=0)
     proc = run_engine(engine, tmp_path, ferry_bin, src, azurite.url("nf"))
-    text = assert_refused(engine, proc, tmp_path, "dest")
+    text = assert_refused(proc, tmp_path, "dest")
     assert 'invalid container name "nf"' in text and "3 to 63" in text, text[-3000:]
 
 
@@ -81,6 +82,6 @@ def test_a_refused_key_is_named_before_the_crawl(engine, tmp_path, ferry_bin, co
     migration_tree(src, files=3, big=0)
     wrong = {"AZURE_STORAGE_KEY": base64.b64encode(os.urandom(64)).decode()}
     proc = run_engine(engine, tmp_path, ferry_bin, src, container, env=wrong)
-    text = assert_refused(engine, proc, tmp_path, "dest")
+    text = assert_refused(proc, tmp_path, "dest")
     assert "'auth'" in text and "credentials were refused" in text and "403" in text, text[-3000:]
     assert not list(container.client.list_blobs()), "something was written with a refused key"

@@ -591,7 +591,11 @@ def check_spec(cfg: dict, ferry: str) -> dict:
         "argv": [ferry, "check", cfg["source"], cfg["dest"], "--state", state_location(cfg)]
         + ["--json"],
         "env": worker_env(cfg),
-        "keys": {"source": "source", "dest": "dest", "state": "state" if cfg["state"] else "outdir"},
+        "keys": {
+            "source": "source",
+            "dest": "dest",
+            "state": "state" if cfg["state"] else "outdir",
+        },
     }
 
 

@@ -71,8 +71,8 @@ import sys
 import time
 
 import ferry_lock
-import ferry_preflight
 import ferry_model
+import ferry_preflight
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
 from ferry_lock import alive, process_start

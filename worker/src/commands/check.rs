@@ -66,7 +66,12 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn result(subject: Subject, location: &str, problem: Option<Problem>, message: String) -> CheckResult {
+fn result(
+    subject: Subject,
+    location: &str,
+    problem: Option<Problem>,
+    message: String,
+) -> CheckResult {
     CheckResult {
         subject,
         location: location.to_string(),
@@ -79,7 +84,14 @@ fn result(subject: Subject, location: &str, problem: Option<Problem>, message: S
 async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult {
     let loc = match parse_location(arg) {
         Ok(loc) => loc,
-        Err(e) => return result(subject, &shown(arg), Some(Problem::Invalid), format!("{e:#}")),
+        Err(e) => {
+            return result(
+                subject,
+                &shown(arg),
+                Some(Problem::Invalid),
+                format!("{e:#}"),
+            )
+        }
     };
     let shown = loc.to_string();
     let (problem, message) = match &loc {
@@ -100,7 +112,9 @@ async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult {
 
 /// A location as a message may show it: never its query (a SAS).
 fn shown(arg: &str) -> String {
-    arg.split_once('?').map_or(arg, |(before, _)| before).to_string()
+    arg.split_once('?')
+        .map_or(arg, |(before, _)| before)
+        .to_string()
 }
 
 /// The source, local: a directory that can be opened and read (one entry is enough).
@@ -112,13 +126,19 @@ fn readable_dir(path: &Path) -> (Option<Problem>, String) {
         }
         Err(e) => return (Some(Problem::Unreadable), format!("{at}: {e}")),
         Ok(md) if !md.is_dir() => {
-            return (Some(Problem::NotADirectory), format!("{at} is not a directory"))
+            return (
+                Some(Problem::NotADirectory),
+                format!("{at} is not a directory"),
+            )
         }
         Ok(_) => {}
     }
     match std::fs::read_dir(path).map(|mut rd| rd.next().transpose()) {
         Ok(Ok(_)) => (None, format!("{at}: a directory ferry can read")),
-        Ok(Err(e)) | Err(e) => (Some(Problem::Unreadable), format!("{at} cannot be read: {e}")),
+        Ok(Err(e)) | Err(e) => (
+            Some(Problem::Unreadable),
+            format!("{at} cannot be read: {e}"),
+        ),
     }
 }
 
@@ -128,11 +148,18 @@ fn writable_dir(path: &Path) -> (Option<Problem>, String) {
     let at = path.display();
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let Some(existing) = absolute.ancestors().find(|a| a.symlink_metadata().is_ok()) else {
-        return (Some(Problem::NotWritable), format!("{at}: no part of it exists"));
+        return (
+            Some(Problem::NotWritable),
+            format!("{at}: no part of it exists"),
+        );
     };
     let existing = existing.to_path_buf();
     if !existing.is_dir() {
-        let what = if existing == absolute { "it" } else { "its parent" };
+        let what = if existing == absolute {
+            "it"
+        } else {
+            "its parent"
+        };
         return (
             Some(Problem::NotADirectory),
             format!("{at}: {what} {} is not a directory", existing.display()),
@@ -147,7 +174,13 @@ fn writable_dir(path: &Path) -> (Option<Problem>, String) {
     if existing == absolute {
         (None, format!("{at}: a directory ferry can write in"))
     } else {
-        (None, format!("{at} does not exist yet: the pass makes it in {}", existing.display()))
+        (
+            None,
+            format!(
+                "{at} does not exist yet: the pass makes it in {}",
+                existing.display()
+            ),
+        )
     }
 }
 
@@ -170,14 +203,23 @@ async fn reachable(subject: Subject, store: &dyn Store) -> (Option<Problem>, Str
             None,
             format!("{at}: the container does not exist yet: the pass makes it"),
         ),
-        Err(StoreError::RootNotFound(_)) => {
-            (Some(Problem::Missing), format!("{at}: the container does not exist"))
-        }
-        Err(e @ (StoreError::Http { status: 401 | 403, .. } | StoreError::Auth(_))) => (
+        Err(StoreError::RootNotFound(_)) => (
+            Some(Problem::Missing),
+            format!("{at}: the container does not exist"),
+        ),
+        Err(
+            e @ (StoreError::Http {
+                status: 401 | 403, ..
+            }
+            | StoreError::Auth(_)),
+        ) => (
             Some(Problem::Credentials),
             format!("{at}: the credentials were refused ({e})"),
         ),
-        Err(e) => (Some(Problem::Unreachable), format!("{at}: cannot be reached ({e})")),
+        Err(e) => (
+            Some(Problem::Unreachable),
+            format!("{at}: cannot be reached ({e})"),
+        ),
     }
 }
 
@@ -202,12 +244,22 @@ fn apart(args: &CheckArgs) -> Vec<CheckResult> {
     };
     let mut out = vec![];
     if let Err(e) = crate::overlap::refuse(&src, &dst) {
-        out.push(result(Subject::Dest, &dst.to_string(), Some(Problem::Overlap), format!("{e:#}")));
+        out.push(result(
+            Subject::Dest,
+            &dst.to_string(),
+            Some(Problem::Overlap),
+            format!("{e:#}"),
+        ));
     }
     if let Some(state) = args.state.as_deref().and_then(parse) {
         if let Err(e) = crate::overlap::refuse(&dst, &state) {
             let why = format!("the carried state must be kept outside the destination: {e:#}");
-            out.push(result(Subject::State, &state.to_string(), Some(Problem::Overlap), why));
+            out.push(result(
+                Subject::State,
+                &state.to_string(),
+                Some(Problem::Overlap),
+                why,
+            ));
         }
     }
     out
