@@ -90,3 +90,14 @@ def test_an_invalid_container_name_fails_every_verb(run_ferry, tmp_path, azurite
     for verb in (["mk", azurite.url("nf")], ["ls", azurite.url("ab-")]):
         proc = run_ferry(*verb, check=2)
         assert "invalid container name" in proc.stderr and "3 to 63" in proc.stderr, proc.stderr
+
+
+def test_mk_makes_no_destination_for_a_source_that_is_not_there(run_ferry, tmp_path, azurite):
+    """The pipelines' make_dest (`mk DEST --source SRC`) made the container for a mistyped
+    source while the source was being listed."""
+    name = f"check-{uuid.uuid4().hex[:12]}"
+    for dest in (azurite.url(name), tmp_path / "dst"):
+        proc = run_ferry("mk", dest, "--source", tmp_path / "gone", check=2)
+        assert f"{tmp_path / 'gone'} does not exist" in proc.stderr, proc.stderr
+    assert not azurite.service_client().get_container_client(name).exists()
+    assert not (tmp_path / "dst").exists()

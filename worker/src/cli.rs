@@ -360,7 +360,8 @@ pub struct RmArgs {
 pub struct MkArgs {
     pub location: String,
     /// The source a copy into LOCATION will read: refused, before anything is made, where the
-    /// two overlap (the pipelines make their destination so)
+    /// two overlap or the source is not there or cannot be read (the pipelines make their
+    /// destination so)
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
     /// Write a JSON summary (created, seconds, requests by kind) to FILE

@@ -81,7 +81,7 @@ fn result(
 }
 
 /// One end (source, destination or state): parsed, then looked at without listing it.
-async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult {
+pub async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult {
     let loc = match parse_location(arg) {
         Ok(loc) => loc,
         Err(e) => {
