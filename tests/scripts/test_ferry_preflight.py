@@ -11,9 +11,9 @@ import pytest
 from support.trees import make_tree
 
 
-def spec(ferry_bin, tmp_path, source, **params) -> dict:
+def spec(ferry, tmp_path, source, **params) -> dict:
     cfg = {"source": str(source), "dest": str(tmp_path / "dst"), "outdir": str(tmp_path / "out")}
-    return ferry_config.resolve({**cfg, "ferry_bin": str(ferry_bin), **params})["run"]["check"]
+    return ferry_config.resolve({**cfg, "ferry_bin": str(ferry), **params})["run"]["check"]
 
 
 def test_a_refused_pre_flight_ends_the_start_hook_before_the_lock(tmp_path, ferry_bin, capsys):
@@ -47,3 +47,18 @@ def test_the_key_named_is_the_one_that_sets_the_location(tmp_path, ferry_bin):
     lines = ferry_preflight.failures(doc, keys)
     assert lines[0].startswith("config field 'dest' (or 'auth'") and lines[0].endswith(": 403")
     assert lines[1] == "config field 'outdir': no" and len(lines) == 2
+
+
+def test_a_head_without_the_tasks_worker_uses_its_own_or_says_it_skipped(
+    tmp_path, ferry_bin, capsys, monkeypatch
+):
+    """Azure Batch tasks run the image's /usr/local/bin/ferry, which the head may lack."""
+    check = spec(ferry_bin, tmp_path, tmp_path / "missing", ferry_bin="/usr/local/bin/no-ferry")
+    monkeypatch.setattr(ferry_preflight, "REPO_BUILD", str(ferry_bin))
+    with pytest.raises(SystemExit):
+        ferry_preflight.check(check)
+    assert "config field 'source'" in capsys.readouterr().err
+    monkeypatch.setattr(ferry_preflight, "REPO_BUILD", str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    ferry_preflight.check(check)
+    assert "pre-flight skipped: no ferry on this machine" in capsys.readouterr().err

@@ -10,11 +10,19 @@ scale) would have cost the window, and its destination container made for nothin
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import ferry_docs
 
+REPO_BUILD = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "worker",
+    "target",
+    "release",
+    "ferry",
+)
 # The worker's exit status when a check failed (the checks are in its document); any other
 # non-zero status means it could not run them.
 FAILED = 1
@@ -43,18 +51,37 @@ def refuse(lines: list[str]) -> None:
     raise SystemExit(2)
 
 
+def here(ferry: str) -> str | None:
+    """The worker on this machine: `ferry_bin`, else the repository's build, else `ferry` on the
+    PATH. Where the tasks run in containers (Azure Batch), `ferry_bin` is the image's path and
+    the head may have none."""
+    for candidate in (ferry, REPO_BUILD, shutil.which("ferry")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def check(spec: dict) -> None:
-    """Returns when every check passed; otherwise says why and exits with status 2."""
+    """Returns when every check passed, or when no worker is on this machine to run them (said
+    on stderr); otherwise says why and exits with status 2."""
+    ferry = here(spec["argv"][0])
+    if ferry is None:
+        print(
+            f"ferry: pre-flight skipped: no ferry on this machine ('ferry_bin' {spec['argv'][0]} "
+            "is the tasks'); build it here (make build) to have the ends checked before the pass",
+            file=sys.stderr,
+        )
+        return
     try:
         proc = subprocess.run(
-            spec["argv"],
+            [ferry, *spec["argv"][1:]],
             env={**os.environ, **spec["env"]},
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
         )
     except OSError as err:
-        refuse([f"config field 'ferry_bin': {spec['argv'][0]} cannot be run: {err}"])
+        refuse([f"config field 'ferry_bin': {ferry} cannot be run: {err}"])
     if proc.returncode not in (0, FAILED):
         said = proc.stderr.strip() or f"exit status {proc.returncode}"
         refuse([f"the pre-flight checks could not run: {said}"])
