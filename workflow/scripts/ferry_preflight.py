@@ -36,7 +36,7 @@ def failures(doc: dict, keys: dict[str, str]) -> list[str]:
             continue
         key = f"config field '{keys[c['subject']]}'"
         if c["problem"] == "credentials":
-            key += " (or 'auth', and the credentials it reads: `ferry env` shows which)"
+            key += " (or 'auth', or the credentials in the environment)"
         lines.append(f"{key}: {c['message']}")
     return lines
 
@@ -45,7 +45,7 @@ def refuse(lines: list[str]) -> None:
     said = "\n".join(f"  {line}" for line in lines)
     print(
         "ferry: pre-flight: the pass cannot begin (nothing was listed, created or locked):\n"
-        f"{said}\nChange the config and start the pass again.",
+        f"{said}\nChange what it names and start the pass again.",
         file=sys.stderr,
     )
     raise SystemExit(2)
