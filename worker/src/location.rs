@@ -63,7 +63,7 @@ fn is_ip_or_localhost(host: &str) -> bool {
 }
 
 /// The argument as messages may show it: a query string (a SAS) is replaced, never printed.
-fn shown(arg: &str) -> String {
+pub fn shown(arg: &str) -> String {
     match arg.split_once('?') {
         Some((before, _)) => format!("{before}?<query hidden>"),
         None => arg.to_string(),

@@ -87,7 +87,7 @@ pub async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult
         Err(e) => {
             return result(
                 subject,
-                &shown(arg),
+                &crate::location::shown(arg),
                 Some(Problem::Invalid),
                 format!("{e:#}"),
             )
@@ -108,13 +108,6 @@ pub async fn end(subject: Subject, arg: &str, opts: &OpenOptions) -> CheckResult
         }
     }
     result(subject, &shown, problem, message)
-}
-
-/// A location as a message may show it: never its query (a SAS).
-fn shown(arg: &str) -> String {
-    arg.split_once('?')
-        .map_or(arg, |(before, _)| before)
-        .to_string()
 }
 
 /// The source, local: a directory that can be opened and read (one entry is enough).
