@@ -48,8 +48,9 @@ rule all:
 
 
 onstart:
-    # Not on --dry-run, nor when nothing is to be done: a run of the phase begins. Its marker
-    # lets the next run record it as killed should it end before its report (ferry_history.py).
+    # Not on --dry-run, nor when nothing is to be done: a run of the phase begins, once its
+    # pre-flight passed and its lock is taken. Its marker lets the next run record it as killed
+    # should it end before its report (ferry_history.py).
     if any(job.rule.name == "report" for job in workflow.dag.needrun_jobs()):
         ferry_history.start(
             RUN,
@@ -58,6 +59,7 @@ onstart:
             migration=RUN_INFO["migration"],
             hold=True,
             lease=RUN_INFO["lease"],
+            check=RUN_INFO["check"],
         )
 
 

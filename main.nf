@@ -15,7 +15,7 @@ resolved.warnings.each { log.warn "ferry: ${it}" }
 workflow {
     if (resolved.run.replicate_only)
         error "ferry: no migration configured (config fields 'source' and 'dest' are empty); for the replication, run -entry REPLICATE"
-    FerryConfig.started(resolved.run, projectDir)
+    FerryConfig.started(resolved.run, projectDir, workflow.stubRun)
     MIGRATE(resolved.run, resolved.steps, resolved.layout)
     MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved, projectDir) }
 }

@@ -18,24 +18,29 @@ class FerryConfig {
     }
 
     /**
-     * A run of the phase begins: its start marker in the run directory (ferry_history.py start,
-     * the code Snakemake's onstart runs), so that a run killed before its report is recorded in
-     * the migration's history by the next one. Written here, on the head, because tasks run in
+     * A run of the phase begins, once its pre-flight passed and its lock is taken: its start
+     * marker in the run directory (ferry_history.py start, the code Snakemake's onstart runs),
+     * so that a run killed before its report is recorded in the migration's history by the next
+     * one. Written here, on the head, because tasks run in
      * work directories (or on other machines) that do not see the run directory.
      */
-    static void started(Map run, Path projectDir) {
+    static void started(Map run, Path projectDir, boolean stubRun = false) {
         def pid = ProcessHandle.current().pid()
+        // A -stub-run touches no storage: its ends need not exist, and go unchecked.
+        def check = stubRun ? [] : ['--check', JsonOutput.toJson(run.check)]
         def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_history.py').toString(), 'start',
                    run.dir as String, '--engine', 'nextflow', '--pid', pid as String,
-                   '--migration', JsonOutput.toJson(run.migration)] +
-                  (run.lease ? ['--lease', JsonOutput.toJson(run.lease)] : []) +
+                   '--migration', JsonOutput.toJson(run.migration)] + check +
+                  (run.lease && !stubRun ? ['--lease', JsonOutput.toJson(run.lease)] : []) +
                   ['--'] + (run.report_args as List<String>)
         def proc = cmd.execute()
         def out = new StringBuilder(), err = new StringBuilder()
         proc.waitForProcessOutput(out, err)
-        // 3: another pass of the migration holds its lock (ferry_lock.py), named in the message.
-        if (proc.exitValue() == 3)
-            throw new AbortOperationException(err.toString().trim())
+        // 2: the pre-flight refused the config (ferry_preflight.py); 3: another pass of the
+        // migration holds its lock (ferry_lock.py). Each message names what to change.
+        // The line break keeps Nextflow's "-- Check script …" off the message's last sentence.
+        if (proc.exitValue() in [2, 3])
+            throw new AbortOperationException(err.toString().trim() + '\n')
         if (err)
             System.err.print(err.toString())
         if (proc.exitValue() != 0)
@@ -65,7 +70,12 @@ class FerryConfig {
         def failures = (report.failures ?: []) as List<Map>
         def first = failures ? failures[0] : null
         def what = first ? "${first.stage}${first.partition != null ? ' partition ' + first.partition : ''}: ${first.error ?: first.reason ?: first.status}" : 'a step did not finish'
+        // A step refused by the config (its message in config terms, ferry_task.in_config_terms)
+        // fails again on any re-run until the config changes: -resume is no remedy for it.
+        def refused = failures.any { (it.error ?: '').toString().contains("(in the pipeline's config)") }
+        def next = refused ? 'Change the config as the failure says, then run the pass again.' :
+            'Run again with -resume to redo only what failed.'
         throw new AbortOperationException("ferry: the ${report.phase} phase is incomplete (${failures.size()} failures; first: ${what}); " +
-            "see ${runDir}/${resolved.layout.incomplete_report.md}. Run again with -resume to redo only what failed.")
+            "see ${runDir}/${resolved.layout.incomplete_report.md}. ${next}")
     }
 }

@@ -229,7 +229,10 @@ def test_unchanged_incremental_plans_nothing(local_runs):
 def test_prune_refused_on_an_empty_source(local_runs):
     proc = local_runs["final"]
     assert proc.returncode != 0, "a final pass that could not prune must fail"
-    assert "report-incomplete.md" in proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "report-incomplete.md" in text
+    # A refusal of the config's making fails again until the config changes: no -resume advice.
+    assert "Change the config as the failure says" in text and "-resume" not in text, text[-2000:]
     assert local_snapshot(local_runs["dest"]) == md5s(local_runs["content"]), (
         "prune deleted from the destination"
     )

@@ -48,6 +48,7 @@ def phase(tmp_path, run_ferry, container):
     docs["status"] = run_ferry("status", run, "--json").json
     state = tmp_path / "state"
     docs["carry"] = run_ferry("carry", dst, "--state", state, "--pass", "baseline", "--json").json
+    docs["check"] = run_ferry("check", src, dst, "--state", state, "--json").json
     docs["units"] = json.loads(run_ferry("units", "--size", "4MiB", "--rate", "1Gbps").stdout)
     run_ferry("shard", src, "--jobs", "2", "--out", run / "shards.json")
     docs["shards"] = json.loads((run / "shards.json").read_text())

@@ -32,6 +32,9 @@ pub enum Command {
     Mk(MkArgs),
     /// Show which credential source would be used (never the secret)
     Env(EnvArgs),
+    /// Pre-flight: whether a migration's source, destination and state can be used, without
+    /// listing them (exit 1 when a check fails)
+    Check(crate::commands::check::CheckArgs),
     /// Split a manifest into parts, fpart-style
     Partition(crate::commands::partition::PartitionArgs),
     /// Compare the listings and write what a pipeline phase copies, verifies and would delete
@@ -362,7 +365,8 @@ pub struct RmArgs {
 pub struct MkArgs {
     pub location: String,
     /// The source a copy into LOCATION will read: refused, before anything is made, where the
-    /// two overlap (the pipelines make their destination so)
+    /// two overlap or the source is not there or cannot be read (the pipelines make their
+    /// destination so)
     #[arg(long, value_name = "SOURCE")]
     pub source: Option<String>,
     /// Write a JSON summary (created, seconds, requests by kind) to FILE

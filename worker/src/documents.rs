@@ -278,6 +278,72 @@ pub struct MkSummary {
     pub requests: Requests,
 }
 
+// ---- ferry check
+
+/// What a pre-flight check looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Subject {
+    Source,
+    Dest,
+    /// The carried state's location (`--state`).
+    State,
+}
+
+impl Subject {
+    pub fn name(self) -> &'static str {
+        match self {
+            Subject::Source => "source",
+            Subject::Dest => "dest",
+            Subject::State => "state",
+        }
+    }
+}
+
+/// Why a pre-flight check failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    /// Not a location ferry can take (an invalid container name, an unknown scheme).
+    Invalid,
+    /// Does not exist (a source's directory or container).
+    Missing,
+    NotADirectory,
+    /// Exists, and cannot be read.
+    Unreadable,
+    /// Cannot be written nor made (a local destination or state).
+    NotWritable,
+    /// The storage refused the credentials (401, 403), or none could be found.
+    Credentials,
+    /// The storage did not answer as it should (host unknown, connection refused, 5xx).
+    Unreachable,
+    /// Inside another end of the migration.
+    Overlap,
+}
+
+/// One check of `ferry check`; `problem` is null when it passed.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckResult {
+    pub subject: Subject,
+    /// The location as given, without its SAS.
+    pub location: String,
+    pub problem: Option<Problem>,
+    /// What was found, for a person.
+    pub message: String,
+}
+
+/// `ferry check --json`: the pre-flight, every check whether it passed or not.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckDoc {
+    pub version: Version,
+    pub command: &'static str,
+    /// Every check passed.
+    pub ok: bool,
+    pub checks: Vec<CheckResult>,
+}
+
 // ---- --progress-file
 
 #[derive(Serialize, Deserialize, JsonSchema)]
@@ -442,6 +508,7 @@ pub fn schemas() -> serde_json::Value {
     add("ls_summary", schemars::schema_for!(LsSummary));
     add("shards", schemars::schema_for!(crate::shard::ShardsDoc));
     add("mk_summary", schemars::schema_for!(MkSummary));
+    add("check", schemars::schema_for!(CheckDoc));
     add("progress", schemars::schema_for!(ProgressDoc));
     add("status", schemars::schema_for!(StatusDoc));
     add(

@@ -63,7 +63,7 @@ fn is_ip_or_localhost(host: &str) -> bool {
 }
 
 /// The argument as messages may show it: a query string (a SAS) is replaced, never printed.
-fn shown(arg: &str) -> String {
+pub fn shown(arg: &str) -> String {
     match arg.split_once('?') {
         Some((before, _)) => format!("{before}?<query hidden>"),
         None => arg.to_string(),
@@ -190,10 +190,12 @@ fn blob(
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !container.starts_with('-')
+        && !container.ends_with('-')
         && !container.contains("--");
     if !valid && container != "$root" && container != "$web" {
         return Err(format!(
-            "{arg}: invalid container name {container:?} (3-63 lowercase letters, digits and single hyphens)"
+            "{arg}: invalid container name {container:?}: Azure takes 3 to 63 lowercase letters, \
+             digits and single hyphens, beginning and ending with a letter or digit"
         ));
     }
     Ok(Location::Blob(BlobLocation {
@@ -309,6 +311,13 @@ mod tests {
             .unwrap_err()
             .contains("invalid container"));
         assert!(parse("", &noenv).is_err());
+        for bad in ["nf", "ab-", "-ab", "a--b", "Abc", &"a".repeat(64)] {
+            let err = parse(&format!("http://127.0.0.1:1/acct/{bad}"), &noenv).unwrap_err();
+            assert!(err.contains("invalid container name"), "{bad}: {err}");
+        }
+        for good in ["abc", "a-b-c", "0ab", &"a".repeat(63)] {
+            assert!(parse(&format!("http://127.0.0.1:1/acct/{good}"), &noenv).is_ok());
+        }
         assert_eq!(
             parse("./dir", &noenv).unwrap(),
             Location::Local("./dir".into())

@@ -74,6 +74,7 @@ fn main() -> ExitCode {
             Rm(a) => commands::rm::run(a).await,
             Mk(a) => commands::mk::run(a).await,
             Env(a) => commands::env::run(a).await,
+            Check(a) => commands::check::run(a).await,
             Partition(a) => commands::partition::run(a),
             Plan(a) => commands::plan::run(a),
             Verify(a) => commands::verify::run(a).await,

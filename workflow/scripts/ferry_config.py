@@ -587,20 +587,40 @@ def requests(cfg: dict, step: str) -> dict:
     return out
 
 
+def worker_env(cfg: dict) -> dict:
+    """Every ferry command honours FERRY_AUTH (only `ferry copy` takes --auth), and every one
+    that lists a container FERRY_LIST_CONCURRENCY."""
+    return {
+        **({"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {}),
+        **(
+            {"FERRY_LIST_CONCURRENCY": str(cfg["list"]["concurrency"])}
+            if cfg["list"]["concurrency"]
+            else {}
+        ),
+    }
+
+
+def check_spec(cfg: dict, ferry: str) -> dict:
+    """The pre-flight the engines' start hook runs before the pass lists anything
+    (ferry_preflight.py): `ferry check` of the pass's ends and state, and the config key that
+    sets each (the state's is 'outdir' where 'state' is left to its default)."""
+    return {
+        "argv": [ferry, "check", cfg["source"], cfg["dest"], "--state", state_location(cfg)]
+        + ["--json"],
+        "env": worker_env(cfg),
+        "keys": {
+            "source": "source",
+            "dest": "dest",
+            "state": "state" if cfg["state"] else "outdir",
+        },
+    }
+
+
 def step_spec(cfg: dict, step: str, ferry: str) -> dict:
     spec = {
         "resources": requests(cfg, step),
         "retries": cfg["job_retries"],
-        # Every ferry command honours FERRY_AUTH (only `ferry copy` takes --auth), and every one
-        # that lists a container FERRY_LIST_CONCURRENCY.
-        "env": {
-            **({"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {}),
-            **(
-                {"FERRY_LIST_CONCURRENCY": str(cfg["list"]["concurrency"])}
-                if cfg["list"]["concurrency"]
-                else {}
-            ),
-        },
+        "env": worker_env(cfg),
     }
     if step == "report":
         return spec
@@ -704,6 +724,7 @@ def resolve(
         "report_argv": report_argv(cfg),
         "migration": None if only else migration(cfg),
         "lease": None if only else lease(cfg, ferry),
+        "check": None if only else check_spec(cfg, ferry),
     }
     steps = {step: step_spec(cfg, step, ferry) for step in STEPS}
     # The run directory's layout, for the Nextflow side (its processes' outputs, FerryConfig).

@@ -72,6 +72,7 @@ import time
 
 import ferry_lock
 import ferry_model
+import ferry_preflight
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
 from ferry_lock import alive, process_start
@@ -135,6 +136,7 @@ def start(
     migration: dict | None = None,
     hold: bool = False,
     lease: dict | None = None,
+    check: dict | None = None,
 ) -> dict:
     """The engines' start hook (Snakemake's onstart, Nextflow's workflow start): first record as
     killed whatever earlier run of the migration left a marker and no record, then leave this
@@ -152,6 +154,9 @@ def start(
         "started": iso(now),
         "report_args": report_args,
     }
+    if check is not None:
+        # Before the lock: a pass refused by its pre-flight leaves nothing behind.
+        ferry_preflight.check(check)
     lock_for(root, run_dir, marker, now, hold, lease)
     if migration is not None:
         record_migration(root, migration)
@@ -978,6 +983,9 @@ def main(argv=None) -> int:
         "--migration", type=json.loads, help="the run's ferry_config.py run.migration, as JSON"
     )
     st.add_argument("--lease", type=json.loads, help="the run's ferry_config.py run.lease, as JSON")
+    st.add_argument(
+        "--check", type=json.loads, help="the run's pre-flight, ferry_config.py run.check, as JSON"
+    )
     st.epilog = (
         "after --: the run's ferry_report.py build options (ferry_config.py's run.report_args)"
     )
@@ -995,6 +1003,7 @@ def main(argv=None) -> int:
             migration=args.migration,
             hold=True,
             lease=args.lease,
+            check=args.check,
         )
         return 0
     records = load(args.run_root)

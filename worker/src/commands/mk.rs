@@ -6,6 +6,7 @@ use anyhow::Context;
 
 use super::{open, open_options, parse_location, parse_roots};
 use crate::cli::MkArgs;
+use crate::documents::Subject;
 use crate::stats::Stats;
 
 pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
@@ -16,6 +17,15 @@ pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
         Some(src) => parse_roots(src, &args.location)?.1,
         None => parse_location(&args.location)?,
     };
+    // A destination made for a source that is not there is the first thing an operator's
+    // mistyped source would leave behind (the pipeline's baseline makes it as the source is
+    // listed): the source is checked first, as the pre-flight checks it.
+    if let Some(src) = &args.source {
+        let found = super::check::end(Subject::Source, src, &opts).await;
+        if found.problem.is_some() {
+            anyhow::bail!("{}: {} was not made", found.message, loc);
+        }
+    }
     let store = open(&loc, &opts)?;
     // The pass about to write the destination leaves the carried state out of date.
     super::take_state(&args.carried, &loc, &opts).await?;

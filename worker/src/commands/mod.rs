@@ -1,6 +1,7 @@
 //! One module per subcommand; shared resolution of locations and options lives here.
 
 pub mod carry;
+pub mod check;
 pub mod copy;
 pub mod env;
 pub mod lease;
