@@ -43,6 +43,8 @@ localrules:
 
 rule all:
     default_target: True
+    message:
+        "ferry: every step of the pass is done"
     input:
         migration_report,
 
@@ -62,7 +64,15 @@ onstart:
 
 onsuccess:
     ferry_run_dir.discard_incomplete(RUN)
+    for _line in ferry_report.ended(RUN):
+        print(_line, file=sys.stderr)
 
 
 onerror:
     ferry_report.write_incomplete(RUN, RUN_INFO["report_args"])
+    if INTERRUPTED:
+        print(
+            "ferry: interrupted; to resume, run the same command again: the steps that "
+            "finished are kept and only the others run.",
+            file=sys.stderr,
+        )
