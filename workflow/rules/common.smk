@@ -194,9 +194,8 @@ PREPARE_GROUP = None if SHARDED else "prepare"
 
 
 def partition_group():
-    """Per-partition copy and verify share one cluster job, except in the final phase, where
-    every verify waits for all copies and the group would fuse all partitions into one job.
-    """
+    """Per-partition copy and verify share one cluster job, except in the audit, which copies
+    nothing: its verify partitions cover the whole tree, each a job of its own."""
     return None if AUDIT else "partition"
 
 
