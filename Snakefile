@@ -7,6 +7,7 @@
 # The MPI replication is a separate target (docs/replicate.md):
 #   snakemake replicate --profile profiles/local --config 'replicate={source: SRC, dest: DIR}'
 
+import atexit
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -71,7 +72,9 @@ onsuccess:
 onerror:
     ferry_report.write_incomplete(RUN, RUN_INFO["report_args"])
     if INTERRUPTED:
-        print(
+        # The last words, after Snakemake's own (hence at exit).
+        atexit.register(
+            print,
             "ferry: interrupted; to resume, run the same command again: the steps that "
             "finished are kept and only the others run.",
             file=sys.stderr,
