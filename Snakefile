@@ -7,6 +7,7 @@
 # The MPI replication is a separate target (docs/replicate.md):
 #   snakemake replicate --profile profiles/local --config 'replicate={source: SRC, dest: DIR}'
 
+import atexit
 from pathlib import Path
 
 from snakemake.utils import min_version
@@ -43,6 +44,8 @@ localrules:
 
 rule all:
     default_target: True
+    message:
+        "ferry: every step of the pass is done"
     input:
         migration_report,
 
@@ -65,7 +68,17 @@ onstart:
 
 onsuccess:
     ferry_run_dir.discard_incomplete(RUN)
+    for _line in ferry_report.ended(RUN):
+        print(_line, file=sys.stderr)
 
 
 onerror:
     ferry_report.write_incomplete(RUN, RUN_INFO["report_args"])
+    if INTERRUPTED:
+        # The last words, after Snakemake's own (hence at exit).
+        atexit.register(
+            print,
+            "ferry: interrupted; to resume, run the same command again: the steps that "
+            "finished are kept and only the others run.",
+            file=sys.stderr,
+        )

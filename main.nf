@@ -20,6 +20,9 @@ workflow {
     MIGRATE.out.report.map { json -> FerryConfig.finish(json, resolved, projectDir) }
 }
 
+// Ctrl-C (or a scheduler's SIGTERM) on the head: how to resume.
+workflow.onError { FerryConfig.stopped(workflow.errorMessage) }
+
 // One dataset onto every MPI rank (docs/replicate.md), separate from the migration phases:
 //   nextflow run main.nf -entry REPLICATE --replicate.source SRC --replicate.dest 'DIR/{rank}'
 workflow REPLICATE {

@@ -65,6 +65,7 @@ class FerryConfig {
                 System.err.print(err.toString())
             if (proc.exitValue() != 0)
                 throw new AbortOperationException("ferry: the run is complete, but what an earlier attempt left in ${runDir} could not be removed")
+            ended(reportJson, runDir, projectDir)
             return
         }
         def failures = (report.failures ?: []) as List<Map>
@@ -77,5 +78,24 @@ class FerryConfig {
             'Run again with -resume to redo only what failed.'
         throw new AbortOperationException("ferry: the ${report.phase} phase is incomplete (${failures.size()} failures; first: ${what}); " +
             "see ${runDir}/${resolved.layout.incomplete_report.md}. ${next}")
+    }
+
+    /** Where the complete pass's report is, and the projection's line (ferry_report.py ended). */
+    private static void ended(Path reportJson, String runDir, Path projectDir) {
+        def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_report.py').toString(),
+                   'ended', runDir, '--json', reportJson.toString()]
+        def proc = cmd.execute()
+        def out = new StringBuilder(), err = new StringBuilder()
+        proc.waitForProcessOutput(out, err)
+        System.out.print(out.toString())
+        if (err)
+            System.err.print(err.toString())
+    }
+
+    /** The run ended by a signal (Ctrl-C): how to resume, in one sentence. */
+    static void stopped(String why) {
+        if (why in ['SIGINT', 'SIGTERM', 'SIGHUP'])
+            System.out.println("ferry: interrupted (${why}); to resume, run the same command again with -resume: " +
+                               'the tasks that finished are kept and only the others run.')
     }
 }

@@ -32,7 +32,7 @@ workflow MIGRATE {
     def made = Channel.empty()
     if (run.shards) {
         SHARD(step('shard'))
-        shards = SHARD.out.shards.first()
+        shards = SHARD.out.shards
         made = SHARD.out.rec
     }
     def jobs = run.shards ?: [null]
@@ -70,7 +70,7 @@ workflow MIGRATE {
         // decides from the plan.
         // One task per part of the files to delete, then one for the directories, after them all.
         def verified = VERIFY.out.json.map { it[1] }.toList()
-        def plan = PLAN.out.plan.first()
+        def plan = PLAN.out.plan
         PRUNE(step('prune'), plan, verified, plan, PLAN.out.prune.flatten().map(byPart))
         PRUNE_DIRS(step('prune_dirs'), plan, verified, plan, PLAN.out.prune_dir, PRUNE.out.json.toList())
         if (run.final_check)

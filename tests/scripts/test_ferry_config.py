@@ -542,3 +542,37 @@ def test_a_migration_begun_under_its_spelling_keeps_its_run_directory(tmp_path, 
     (tmp_path / "out" / spelt).mkdir(parents=True)
     assert resolve(source="share/", outdir="out")["run"]["name"] == spelt
     assert resolve(source="share", outdir="out")["run"]["name"] != spelt
+
+
+def test_ctrl_c_stops_the_worker_and_keeps_the_steps_records_without_a_traceback(tmp_path):
+    """SIGINT to the step (an engine's Ctrl-C, or a signal to this process alone) is passed on to
+    the worker as SIGTERM, which it stops on even where it inherited SIGINT ignored (a Nextflow
+    task); the step then leaves its log and timing, exits 128 + 15, and prints no traceback. The
+    spec comes from a file (--spec-file), as Snakemake's rules pass it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    started = tmp_path / "started"
+    worker = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"argv": [sys.executable, "-c", worker], "values": {}}))
+    step = subprocess.Popen(
+        [sys.executable, ferry_task.__file__, "list_source", "--records", str(tmp_path / "run")]
+        + ["--spec-file", str(spec)],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert step.poll() is None and time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.05)
+    step.send_signal(signal.SIGINT)
+    _out, err = step.communicate(timeout=30)
+    assert step.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    rec = ferry_task.records("list_source", root=str(tmp_path / "run"))
+    assert os.path.exists(rec.log) and os.path.exists(rec.bench)
+    assert not os.path.exists(rec.out), "a stopped listing is no listing"

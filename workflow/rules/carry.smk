@@ -5,6 +5,8 @@
 
 
 rule carry:
+    message:
+        message("carry")
     input:
         unpack(carry_inputs),
     output:

@@ -2,9 +2,11 @@
 # Everything here runs when Snakemake parses the workflow, before any job, and must never touch
 # the source or the destination: --dry-run relies on that.
 
+import hashlib
 import json
 import os
 import shlex
+import signal
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "workflow", "scripts"))
@@ -74,15 +76,81 @@ def literal(word):
     return shlex.quote(word).replace("{", "{{").replace("}", "}}")
 
 
+# Each step's spec (its command, from the resolution) goes to a file named by its content, and the
+# rule's command names the file: a job's command line stays short (Snakemake prints it when a job
+# fails), and a changed spec still changes the command, so Snakemake reruns the step as before.
+# Under .snakemake/, which every job of the run sees (on a cluster too: the working directory is
+# shared), readable by its owner only (a destination may carry a SAS).
+SPECS = os.path.abspath(os.path.join(".snakemake", "ferry-specs"))
+
+
+def spec_file(step):
+    text = json.dumps(STEPS[step], ensure_ascii=False, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(SPECS, f"{step}-{digest}.json")
+    if not os.path.exists(path):
+        os.makedirs(SPECS, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    return path
+
+
 def task(step, root=RUN):
-    """The shell command that runs a ferry step, ferry_task.py with the step's spec."""
+    """The shell command that runs a ferry step: ferry_task.py with the file of the step's spec."""
     part = " --part {wildcards.part}" if ferry_run_dir.partitioned(step) else ""
     if SHARDED and step in ferry_run_dir.SHARDED:
         part += " --shard {wildcards.shard}"
     return (
         f"{literal(sys.executable)} {literal(TASK)} {step} --records {literal(root)}{part}"
-        f" --spec {literal(json.dumps(STEPS[step], ensure_ascii=False))}"
+        f" --spec-file {literal(spec_file(step))}"
     )
+
+
+# What a job's line says when it starts (the rule's `message`; the profiles print no commands):
+# the step, its partition or list job, and what it does.
+STEP_WORDS = {
+    "shard": "cut the key space for the list jobs",
+    "list_source": "list the source",
+    "list_dest": "list the destination",
+    "make_dest": "make the destination ready",
+    "plan": "plan what to copy, verify and delete",
+    "copy": "copy the partition's files",
+    "verify": "compare the partition's files at both ends",
+    "prune": "delete the part's files the source no longer has",
+    "prune_dirs": "delete the directories the source no longer has",
+    "final_check": "check the whole tree",
+    "carry": "record the destination for the next pass",
+    "report": "write the report",
+    "replicate": "replicate to every rank",
+}
+
+
+def message(step):
+    where = ""
+    if step in ferry_run_dir.RECORDS and ferry_run_dir.partitioned(step):
+        where = " part {wildcards.part}"
+    elif SHARDED and step in ferry_run_dir.SHARDED:
+        where = " (list job {wildcards.shard})"
+    return f"ferry {step}{where}: {STEP_WORDS[step]}"
+
+
+# Ctrl-C: the onerror hook says how to resume (run the same command again) when the run ended
+# because the user interrupted it, not because a step failed.
+INTERRUPTED = []
+
+
+def _interrupted(signum, frame):
+    INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    try:
+        signal.signal(signal.SIGINT, _interrupted)
+    except ValueError:  # not the main thread: no Ctrl-C to see here
+        pass
 
 
 def requests(step, runtime=True):
@@ -126,9 +194,8 @@ PREPARE_GROUP = None if SHARDED else "prepare"
 
 
 def partition_group():
-    """Per-partition copy and verify share one cluster job, except in the final phase, where
-    every verify waits for all copies and the group would fuse all partitions into one job.
-    """
+    """Per-partition copy and verify share one cluster job, except in the audit, which copies
+    nothing: its verify partitions cover the whole tree, each a job of its own."""
     return None if AUDIT else "partition"
 
 

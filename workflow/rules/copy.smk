@@ -4,6 +4,8 @@
 
 
 rule copy:
+    message:
+        message("copy")
     input:
         manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/copy/part-{{part}}.tsv",
     output:

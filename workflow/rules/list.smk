@@ -5,6 +5,8 @@
 
 
 rule shard:
+    message:
+        message("shard")
     # Once, before the list jobs: the cuts of the key space, and past the baseline the one
     # carried-or-fresh decision for the destination that its list jobs follow.
     output:
@@ -23,6 +25,8 @@ rule shard:
 
 
 rule list_source:
+    message:
+        message("list_source")
     input:
         unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
@@ -43,6 +47,8 @@ rule list_source:
 
 
 rule list_dest:
+    message:
+        message("list_dest")
     input:
         unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
@@ -63,6 +69,8 @@ rule list_dest:
 
 
 rule make_dest:
+    message:
+        message("make_dest")
     # ferry copy refuses to create a missing container (a typo would otherwise create a new
     # one silently); the baseline is where a migration legitimately starts from nothing.
     output:

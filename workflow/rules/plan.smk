@@ -4,6 +4,8 @@
 
 
 checkpoint plan:
+    message:
+        message("plan")
     input:
         unpack(
             lambda wc: {"source": listings("list_source")}

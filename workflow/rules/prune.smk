@@ -6,6 +6,8 @@
 
 
 rule prune:
+    message:
+        message("prune")
     input:
         manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/prune/part-{{part}}.tsv",
         verified=all_verify_json,
@@ -25,6 +27,8 @@ rule prune:
 
 
 rule prune_dirs:
+    message:
+        message("prune_dirs")
     input:
         pruned=all_prune_json,
         verified=all_verify_json,

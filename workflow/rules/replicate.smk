@@ -21,6 +21,8 @@ REPLICATE_PYTHON = (
 
 
 rule replicate:
+    message:
+        message("replicate")
     output:
         report=os.path.join(REPLICATE_RUN, ferry_run_dir.REPLICATE_REPORT),
         bench=records_in(REPLICATE_RUN, "replicate").bench,

@@ -5,6 +5,8 @@
 
 
 rule report:
+    message:
+        message("report")
     input:
         unpack(report_inputs),
     output:

@@ -4,6 +4,8 @@
 
 
 rule verify:
+    message:
+        message("verify")
     input:
         manifest=verify_manifest,
         after=verify_after,
@@ -26,6 +28,8 @@ rule verify:
 
 
 rule final_check:
+    message:
+        message("final_check")
     input:
         pruned=records("prune_dirs").out,
     output:

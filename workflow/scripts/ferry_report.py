@@ -30,7 +30,7 @@ import ferry_markdown
 import ferry_model
 import ferry_run
 import ferry_run_dir
-from ferrylib import write_json
+from ferrylib import load_json, write_json
 
 
 def build(
@@ -101,6 +101,23 @@ def write_incomplete(run_dir: str, report_args: list[str]) -> None:
         print(f"ferry: could not write the partial report: {err}", file=sys.stderr)
 
 
+def ended(run_dir: str, report_json: str | None = None) -> list[str]:
+    """What both engines print when a pass completes: where its report is, and the one-line
+    projection of the final pass (ferry_history.py). report_json: where to read the report when
+    it is not yet in run_dir (Nextflow publishes it on its own); [] without a report."""
+    paths = ferry_run_dir.report_paths(run_dir, complete=True)
+    report = load_json(report_json or paths["json"])
+    if report is None:
+        return []
+    said = [
+        f"ferry: the {report['phase']} pass is complete; its report: {paths['html']} "
+        f"(and {paths['md']})"
+    ]
+    if report.get("projection"):
+        said.append(f"ferry: {ferry_history.line(report['projection'])}")
+    return said
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ferry_report.py", description="The run report of one pipeline phase."
@@ -118,11 +135,22 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="name the files report-incomplete.* when the run is incomplete",
     )
+    e = sub.add_parser(
+        "ended", help="after a complete pass: where its report is, and the projection"
+    )
+    e.add_argument("run_dir")
+    e.add_argument(
+        "--json", dest="json_path", help="the report to read (default RUN_DIR/report.json)"
+    )
     return p
 
 
 def main(argv=None) -> int:
     opts = parser().parse_args(argv)
+    if opts.command == "ended":
+        for line in ended(opts.run_dir, opts.json_path):
+            print(line)
+        return 0
     report = ferry_model.build(ferry_run.read(opts.run_dir), opts)
     add_history(report, opts)
     paths = ferry_run_dir.report_paths(

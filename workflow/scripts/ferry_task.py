@@ -2,7 +2,8 @@
 layout (run_dir.json, docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
 log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
 
-    ferry_task.py STEP --spec JSON --records DIR [--part ID] [--shard K] [--set NAME=VALUE]... [--stub]
+    ferry_task.py STEP (--spec JSON | --spec-file PATH) --records DIR [--part ID] [--shard K]
+                  [--set NAME=VALUE]... [--stub]
 
 STEP's command line comes whole from its spec (ferry_config.py resolve), with the inputs that
 differ per task as `{placeholders}`; this fills them, so Snakemake and Nextflow run the same
@@ -19,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -113,12 +115,37 @@ def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, f
     except OSError as err:
         stderr.write(f"ferry-task: cannot run {argv[0]}: {err}\n".encode())
         return 127, time.monotonic() - start, 0.0, 0.0
-    _pid, status, usage = os.wait4(proc.pid, 0)
+    with passed_on(proc.pid):
+        _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - start
     rc = os.waitstatus_to_exitcode(status)
     # A signal reads as the shell reports it (128 + signal), which the engines' retry rules know.
     rc = 128 - rc if rc < 0 else rc
     return rc, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+# What stops a step: Ctrl-C, a scheduler's time limit, a closed terminal.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def passed_on(pid: int):
+    """While the worker runs, a stopping signal stops it (an engine may signal this process only)
+    and this process waits for it to end, so the step's records are still written. Passed on as
+    SIGTERM, which every verb stops on whatever it inherited: a task Nextflow starts runs in the
+    background of its wrapper, SIGINT ignored, and a Ctrl-C would otherwise leave it running
+    after Nextflow has ended."""
+
+    def pass_on(_signum, _frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in STOPPING}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def prune_guard(root: str, step: str) -> list[str]:
@@ -296,9 +323,9 @@ def run_step(
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry-task", description=__doc__.split("\n\n")[0])
     parser.add_argument("step", choices=sorted(RECORDS))
-    parser.add_argument(
-        "--spec", required=True, help="the step's spec (JSON), from ferry_config.py resolve"
-    )
+    spec = parser.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--spec", help="the step's spec (JSON), from ferry_config.py resolve")
+    spec.add_argument("--spec-file", help="a file holding the step's spec (JSON)")
     parser.add_argument(
         "--records", required=True, help="root of the run directory's layout to write into"
     )
@@ -323,6 +350,9 @@ def main(argv=None) -> int:
     if partitioned(args.step) and not args.part:
         parser.error(f"{args.step} needs --part")
     overrides = dict(item.split("=", 1) for item in args.set)
+    if args.spec_file:
+        with open(args.spec_file, encoding="utf-8") as handle:
+            args.spec = handle.read()
     return run_step(
         args.step,
         json.loads(args.spec),
@@ -336,4 +366,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Ctrl-C before the worker started or after it ended: the step did not finish, and the
+        # engine says how to resume; a traceback would say nothing more.
+        print("ferry-task: interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
