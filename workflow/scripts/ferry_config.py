@@ -232,11 +232,7 @@ def lease(cfg: dict, ferry: str) -> dict | None:
     state = state_location(cfg)
     if not is_blob(state):
         return None
-    return {
-        "ferry": ferry,
-        "state": state,
-        "env": {"FERRY_AUTH": cfg["auth"]} if cfg["auth"] else {},
-    }
+    return {"ferry": ferry, "state": state, "env": worker_env(cfg)}
 
 
 def carried_args(cfg: dict) -> list[str]:

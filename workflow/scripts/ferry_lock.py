@@ -28,6 +28,7 @@ import time
 import uuid
 
 import ferry_docs
+import ferry_preflight
 from ferry_run_dir import LOCK
 from ferrylib import iso, write_json
 
@@ -53,7 +54,11 @@ class StateLease:
     def _call(self, action: str, holder: str = "") -> dict | None:
         """`ferry lease`'s document; None where it could not say (no worker here, a failed
         request), which the caller reports."""
-        argv = [self.spec["ferry"], "lease", self.spec["state"], action, "--id", self.id]
+        ferry = ferry_preflight.here(self.spec["ferry"])
+        if ferry is None:
+            self.error = f"no ferry on this machine ('ferry_bin' {self.spec['ferry']})"
+            return None
+        argv = [ferry, "lease", self.spec["state"], action, "--id", self.id]
         try:
             proc = subprocess.run(
                 [*argv, "--holder", holder],
