@@ -63,8 +63,10 @@ projection_markdown(projection) are report.md's sections, as lists of lines.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import socket
 import sys
@@ -270,6 +272,7 @@ def record(
     planned = ("files", "bytes", "new", "changed", "metadata_only", "type_changed", "undecided")
     to_copy = plan["to_copy"] if plan else dict.fromkeys(planned, 0)
     extra = plan["extra_on_dest"] if plan else {"files": 0, "bytes": 0}
+    prune = totals["prune"]
     return {
         "version": VERSION,
         "run_id": marker.get("run_id") or f"{iso(started or ended)}-{run_dir_name}-unmarked",
@@ -286,9 +289,20 @@ def record(
         "dest": {k: plan["dest"][k] if plan and plan["dest"] else None for k in ("files", "bytes")},
         "planned": {
             **{k: to_copy[k] for k in planned},
+            # What only the destination holds: what a final pass's prune deletes (and, with
+            # `dest_dirs`, what prune.max_delete judges it by), not what this pass deleted.
             "deleted": extra["files"],
             "deleted_bytes": extra["bytes"],
+            "prune_dirs": _int((plan or {}).get("prune_dirs")),
+            "dest_dirs": _int((plan or {}).get("dest_dirs")),
         },
+        # What this pass's prune deleted: nothing unless it is a final pass whose prune ran (a
+        # dry run or a refused prune deletes nothing).
+        "deleted": {
+            "files": _int(prune["deleted"]) if prune else 0,
+            "dirs": _int(prune.get("dirs_deleted")) if prune else 0,
+        },
+        "prune_refused": prune["refused"] if prune else None,
         "copied": {"files": totals["files"]["copied"], "bytes": totals["bytes"]["copied"]},
         "verified": {"files": sum(verify.values()), **verify},
         "checksum": report["checksum_verified"],
@@ -309,7 +323,21 @@ def record(
         # Whether the pass left the destination's state for the next one, which then lists only
         # the source (docs/scale.md).
         "carried": totals["dest_listing"]["left"] is not None,
+        # How it knew the destination: "carried", "fresh" (and why), None (it never decided).
+        **dest_known(report),
     }
+
+
+def dest_known(report: dict) -> dict:
+    listed = report["totals"]["dest_listing"]["listed"]
+    if not listed:
+        return {"dest_listed": None, "dest_listed_why": None}
+    if listed.get("used"):
+        return {
+            "dest_listed": "carried",
+            "dest_listed_why": f"as {listed.get('written_by')} left it",
+        }
+    return {"dest_listed": "fresh", "dest_listed_why": listed.get("reason")}
 
 
 def last_activity(run_dir: str) -> float | None:
@@ -577,11 +605,17 @@ def priced(r: dict, name: str, units: float) -> float:
 
 
 def estimate(
-    passes: list[dict], at: float, phase: str, checksum: bool, work: dict | None = None
+    passes: list[dict],
+    at: float,
+    phase: str,
+    checksum: bool,
+    work: dict | None = None,
+    known: dict | None = None,
 ) -> dict:
     """The pass `phase` started at `at`, from the complete passes before it (oldest first).
     `work`: the delta it will find ({"files", "bytes", "deleted"}) when known, instead of the
-    one the trend forecasts."""
+    one the trend forecasts. `known`: how it will know the destination (next_listing());
+    default: carried where the last pass left a state."""
     assumptions = []
     last = passes[-1]
     r = rates(passes)
@@ -616,15 +650,19 @@ def estimate(
         f"the trees are as large as the last pass listed them ({source:,} files at the source)"
     )
 
-    # A pass after one that carried the destination's state lists only the source.
-    carried = bool(last.get("carried")) and phase != "audit"
+    # A pass that carries the destination's state lists only the source.
+    if known is None:
+        known = {"carried": bool(last.get("carried")), "why": f"as {last.get('run_dir')} left it"}
+    carried = known["carried"] and phase != "audit"
     full_listing = max(
         priced(r, "list_source", source),
         priced(r, "list_dest" if r["list_dest_files_per_s"] else "list_source", dest),
     )
     listing = priced(r, "list_source", source) if carried else full_listing
     if carried:
-        assumptions.append("the destination is not listed: its state is carried from the last pass")
+        assumptions.append(f"the destination is not listed: its state is carried ({known['why']})")
+    elif phase != "audit":
+        assumptions.append(f"the destination is listed fresh: {known['why']}")
     if not r["list_dest_files_per_s"]:
         assumptions.append(
             "the destination lists as fast as the source (no destination listing measured)"
@@ -753,20 +791,28 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
             f"change per hour, a pass copies {fmt_bytes(copy_bph)} and {copy_fph:,.0f} files per hour"
         )
     files = [m["files"] for m in recent]
-    if all(b < a for a, b in zip(files, files[1:])):
+    byts = [m["bytes"] for m in recent]
+    said = f"{', '.join(f'{f:,}' for f in files)} files, {', '.join(fmt_bytes(b) for b in byts)}"
+    # Converging only where both shrink: fewer files of many more bytes is a pass no shorter.
+    if shrinking(files) and shrinking(byts):
         return (
             "converging",
-            f"each of the last {len(files)} passes found a smaller delta ({', '.join(f'{f:,}' for f in files)} files)",
+            f"each of the last {len(files)} passes found a smaller delta, in files and in bytes ({said})",
         )
-    if files[-1] > files[-2] * 1.1:
+    grew = [what for what, xs in (("files", files), ("bytes", byts)) if xs[-1] > xs[-2] * 1.1]
+    if grew:
         return "diverging", (
-            f"the passes' deltas are not decreasing ({', '.join(f'{f:,}' for f in files)} files): "
+            f"the passes' deltas are not decreasing: the last grew in {' and '.join(grew)} ({said}); "
             "the source changes faster between passes than the passes get shorter"
         )
     return "steady", (
-        f"the passes' deltas no longer shrink ({', '.join(f'{f:,}' for f in files)} files): more "
+        f"the passes' deltas no longer shrink in both files and bytes ({said}): more "
         "incremental passes will not make the final pass shorter; what remains is listing and verifying"
     )
+
+
+def shrinking(xs: list[int]) -> bool:
+    return all(b < a for a, b in zip(xs, xs[1:]))
 
 
 def actual_requests(rec: dict) -> int:
@@ -815,6 +861,7 @@ def project(
     now: float | None = None,
     phase: str = "final",
     checksum: bool | None = None,
+    settings: Settings | None = None,
 ) -> dict:
     """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
     records (load()'s list; failed, stopped and running ones are not measures of a pass).
@@ -843,7 +890,9 @@ def project(
         checksum = next(
             (bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False
         )
-    est = estimate(passes, now, phase, checksum)
+    settings = settings or Settings()
+    listing = next_listing(records, settings)
+    est = estimate(passes, now, phase, checksum, known=listing)
     state, why = convergence(est["trend"], est["rates"])
     result = {
         **base,
@@ -854,9 +903,183 @@ def project(
         "converging": state,
         "why": why,
         "backtest": backtest(passes),
+        "final_pass": verdict(passes, est["trend"], listing, settings),
     }
     result["line"] = line(result)
     return result
+
+
+# --- will the final pass go through ---------------------------------------------------------------
+
+# prune.max_delete's default (config/config.yaml), the worker's --max-delete's too.
+DEFAULT_MAX_DELETE = "10%"
+# The carried state's document at a local state location (worker/src/carried.rs) and its layout.
+STATE_DOC = "dest.json"
+STATE_VERSION = 1
+# A pass's source lost "more than it usually does" past this many times the most an earlier
+# interval lost at its rate, and past this many files (a handful is noise, not a sign).
+LOSS_FACTOR = 3.0
+LOSS_FLOOR = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the next pass runs with, as the config says (ferry_config.report_args): its prune's
+    limit and force, and how it knows the destination (dest_listing, and the state location)."""
+
+    max_delete: str = DEFAULT_MAX_DELETE
+    force: bool = False
+    dest_listing: str = "carried"
+    state: str | None = None
+
+
+def limit_allows(limit: str, n: int, of: int) -> bool:
+    """prune's rule (worker/src/commands/prune.rs, Limit::allows): a count, or a share of the
+    destination's entries."""
+    text = str(limit).strip()
+    if text.endswith("%"):
+        return of == 0 or n <= of * float(text[:-1]) / 100.0
+    return n <= int(text)
+
+
+def needed_limit(n: int, of: int) -> str:
+    """The smallest whole percentage prune.max_delete must be for `n` of `of` to go."""
+    return f"{max(1, math.ceil(100.0 * n / of))}%" if of else str(n)
+
+
+def state_doc(state: str | None) -> tuple[bool, dict | None]:
+    """(readable here, the carried state's document or None): a local state location only; a
+    Blob prefix is judged from the records instead."""
+    if not state or "://" in state or not os.path.isdir(state):
+        return (bool(state) and "://" not in state and not os.path.exists(state)), None
+    doc = load_json(os.path.join(state, STATE_DOC))
+    return True, doc if isinstance(doc, dict) else None
+
+
+def next_listing(records: list[dict], settings: Settings) -> dict:
+    """How the next pass will know the destination: {"carried": bool, "why": str}. From the
+    state itself where this machine sees it (what the worker's decide() reads first), else from
+    the records: the last pass that touched the state either left one or took it and left none."""
+    if settings.dest_listing == "fresh":
+        return {"carried": False, "why": "dest_listing is fresh: every pass lists the destination"}
+    seen, doc = state_doc(settings.state)
+    if seen:
+        if doc is None:
+            return {"carried": False, "why": f"there is no carried state at {settings.state}"}
+        if doc.get("version") != STATE_VERSION:
+            return {"carried": False, "why": "the carried state is of another version of ferry"}
+        if doc.get("taken_by"):
+            return {
+                "carried": False,
+                "why": f"the carried state was taken by {doc['taken_by']}, which did not leave a "
+                "new one (it failed or was stopped)",
+            }
+        return {
+            "carried": True,
+            "why": f"as {doc.get('written_by')} left it ({_int(doc.get('entries')):,} entries)",
+        }
+    for rec in sorted(records, key=lambda r: epoch(r.get("started")) or 0.0, reverse=True):
+        if rec.get("carried"):
+            return {"carried": True, "why": f"as {rec.get('run_dir')} left it"}
+        if took_state(rec):
+            return {
+                "carried": False,
+                "why": f"{rec.get('run_dir')} ({rec.get('status')}) took the carried state and "
+                "left none",
+            }
+    return {"carried": False, "why": "no pass has left a carried state"}
+
+
+def took_state(rec: dict) -> bool:
+    """Did the pass take the carried state (and so leave it out of date unless it left one)?
+    A pass that decided how to know the destination took it; so did a baseline that wrote."""
+    if rec.get("dest_listed"):
+        return True
+    return rec.get("phase") == "baseline" and bool((rec.get("copied") or {}).get("files"))
+
+
+def source_loss(moves: list[dict], source: int) -> dict | None:
+    """The last interval's loss at the source against the earlier ones': a source that lost much
+    more than it usually does (an unmounted share, the wrong path, someone's rm) is named before
+    the final pass makes the destination lose it too. None: nothing unusual, or nothing to
+    compare with."""
+    if len(moves) < 2:
+        return None
+    last, earlier = moves[-1], moves[:-1]
+    usual = max(m["deleted_per_hour"] for m in earlier)
+    expected = usual * last["hours_since_previous"]
+    if last["deleted"] <= max(LOSS_FACTOR * expected, LOSS_FLOOR):
+        return None
+    most = max(m["deleted"] for m in earlier)
+    return {
+        "files": last["deleted"],
+        "usual": most,
+        "why": f"the source lost {last['deleted']:,} files since the pass before "
+        f"(earlier passes: at most {most:,}"
+        + (f", of {source:,}" if source else "")
+        + "): check it is the right source, whole, before the window",
+    }
+
+
+def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Settings) -> dict:
+    """Would the final pass go through as the migration stands: its deletions (what the last
+    pass's plan counted) against prune.max_delete, as `ferry plan` and prune judge them; how it
+    will know the destination; the source's loss."""
+    last = passes[-1]
+    planned = last.get("planned") or {}
+    # What the last plan counted, as `ferry plan` would judge it now; a final pass deleted it.
+    files = 0 if last.get("phase") == "final" else _int(planned.get("deleted"))
+    n = files + (0 if last.get("phase") == "final" else _int(planned.get("prune_dirs")))
+    of = files_of(last, "dest") + _int(planned.get("dest_dirs")) or files_of(last, "source")
+    problems, refused = [], None
+    if files_of(last, "source") == 0 and not settings.force:
+        refused = (
+            "the last pass found no entries at the source, and prune refuses to empty the "
+            "destination: check the source is mounted; set prune.force: true only if it really is empty"
+        )
+    elif not settings.force and not limit_allows(settings.max_delete, n, of):
+        share = 100.0 * n / of if of else 100.0
+        refused = (
+            f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
+            f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/plan/delete.tsv, "
+            f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
+        )
+    if refused:
+        problems.append(f"its prune would be refused: {refused}")
+    loss = source_loss(moves, files_of(last, "source"))
+    if loss:
+        problems.append(loss["why"])
+    if not listing["carried"]:
+        problems.append(f"it lists the destination fresh ({listing['why']})")
+    return {
+        "goes_through": refused is None,
+        "refused": refused,
+        "deletions": {"entries": n, "of": of, "files": files, "limit": settings.max_delete},
+        "needed_max_delete": needed_limit(n, of) if refused and of else None,
+        "force": settings.force,
+        "dest_listing": listing,
+        "source_loss": loss,
+        "problems": problems,
+    }
+
+
+def verdict_words(v: dict) -> str:
+    d = v["deletions"]
+    if not v["goes_through"]:
+        head = "the final pass would NOT go through: " + v["problems"][0]
+        rest = v["problems"][1:]
+    else:
+        within = "prune.force is set" if v["force"] else f"within prune.max_delete {d['limit']}"
+        head = (
+            f"the final pass would go through ({d['entries']:,} of {d['of']:,} destination "
+            f"entries to delete, {within}; the destination "
+            + ("carried" if v["dest_listing"]["carried"] else "listed fresh")
+            + ")"
+        )
+        rest = [p for p in v["problems"] if not p.startswith("it lists the destination fresh")]
+        if not v["dest_listing"]["carried"]:
+            rest.append(f"it lists the destination fresh: {v['dest_listing']['why']}")
+    return "; ".join([head, *(f"but {p}" for p in rest)])
 
 
 # --- words ---------------------------------------------------------------------------------------
@@ -894,29 +1117,65 @@ def line(p: dict) -> str:
     )
     audit = p.get("audit")
     after = f"; the audit after it ≈ {duration(audit['seconds'])}" if audit else ""
+    final = f"; {verdict_words(p['final_pass'])}" if p.get("final_pass") else ""
     return (
         f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
         f"with ≈ {p['requests']:,} Blob requests{after}; passes {p.get('converging', 'unknown')}"
+        f"{final}"
     )
 
 
+def deleted_files(rec: dict) -> int | None:
+    """What the pass's prune deleted: 0 for a pass that runs none (baseline, incremental, audit),
+    None where the record does not say (a final pass recorded before records said it)."""
+    done = rec.get("deleted")
+    if isinstance(done, dict):
+        return _int(done.get("files"))
+    return None if rec.get("phase") == "final" else 0
+
+
 def history_markdown(records: list[dict]) -> list[str]:
+    """The history table. `would delete`: what only the destination holds as the pass's plan
+    counted it (what a final pass's prune deletes); `deleted`: what the pass deleted."""
     lines = [
         "| run | pass | status | engine | started | wall | source files | planned files | planned bytes | "
-        "deleted | copied files | copied bytes | verified | failed | retries | Blob requests | partitions |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "would delete | deleted | copied files | copied bytes | verified | failed | retries | "
+        "Blob requests | partitions |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         planned, copied = r.get("planned") or {}, r.get("copied") or {}
+        deleted = deleted_files(r)
         lines.append(
             f"| {r.get('run_dir') or r.get('phase')} | {r.get('pass')} | {r.get('status')} | {r.get('engine')} | "
             f"{r.get('started') or '-'} | {duration(r.get('wall_seconds'))} | {(r.get('source') or {}).get('files') or '-'} | "
             f"{planned.get('files', 0)} | {fmt_bytes(planned.get('bytes'))} | {planned.get('deleted', 0)} | "
+            f"{'-' if deleted is None else deleted} | "
             f"{copied.get('files', 0)} | {fmt_bytes(copied.get('bytes'))} | {(r.get('verified') or {}).get('files', 0)} | "
             f"{r.get('failed', 0)} | {r.get('retries', 0)} | {actual_requests(r):,} | {r.get('partitions', 0)} |"
         )
     if not records:
-        lines.append("| (no run recorded) |" + " |" * 16)
+        lines.append("| (no run recorded) |" + " |" * 17)
+    return lines
+
+
+def verdict_markdown(v: dict) -> list[str]:
+    """Whether the final pass would go through, and each thing in its way."""
+    d = v["deletions"]
+    said = "would go through" if v["goes_through"] else "would NOT go through"
+    limit = "prune.force is set" if v["force"] else f"prune.max_delete is {d['limit']}"
+    lines = [
+        f"**The final pass {said}** as the migration stands: {d['entries']:,} of {d['of']:,} "
+        f"destination entries to delete ({limit}); the destination "
+        + (
+            f"carried ({v['dest_listing']['why']})"
+            if v["dest_listing"]["carried"]
+            else f"listed fresh ({v['dest_listing']['why']})"
+        )
+        + ".",
+    ]
+    if v["problems"]:
+        lines += ["", *(f"- {p[0].upper() + p[1:]}." for p in v["problems"])]
     return lines
 
 
@@ -926,6 +1185,7 @@ def projection_markdown(p: dict) -> list[str]:
     lines = [
         f"**{line(p)[0].upper() + line(p)[1:]}.**",
         "",
+        *(verdict_markdown(p["final_pass"]) + [""] if p.get("final_pass") else []),
         f"Passes: **{p['converging']}** — {p['why']}.",
         "",
         "Assumptions:",
