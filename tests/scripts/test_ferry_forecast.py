@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import ferry_history
+import ferry_html
 import ferry_report
 import pytest
 from ferry_history import Settings
@@ -230,3 +231,11 @@ def test_a_record_s_deleted_is_what_its_prune_deleted(tmp_path, phase, deleted, 
     assert rec["deleted"]["files"] == expected
     row = row_of(ferry_history.history_markdown([rec]), phase)
     assert (row["would delete"], row["deleted"]) == ("7", str(expected))
+
+
+def test_report_html_says_whether_the_final_pass_would_go_through():
+    history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
+    with_deletions(history[-1], 1760)
+    page = ferry_html.projection_section(ferry_history.project(history, now=T0 + 3 * HOUR))
+    assert '<p class="warn" id="final-pass">The final pass would NOT go through' in page
+    assert "set prune.max_delete: &quot;18%&quot;" in page

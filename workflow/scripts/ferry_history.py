@@ -1,7 +1,7 @@
 """A migration's history (one JSON line per phase run, either engine) and the projection of its
 final pass from it (docs/pipeline.md, "History" and "Projection").
 
-    ferry_history.py project RUN_ROOT [--json]   # "a final pass started now would take ≈ …"
+    ferry_history.py project RUN_ROOT [--max-delete L] [--json]   # "a final pass started now would take ≈ …"
     ferry_history.py show RUN_ROOT [--json]      # the history table
     ferry_history.py start RUN_DIR --engine E [--pid N] -- REPORT_ARGS...   # the engines' start hook
 
@@ -21,7 +21,12 @@ a later run starts). A record:
      "source": {"files": int|None, "bytes": int|None},
      "dest": {"files": int|None, "bytes": int|None},           # the destination's listing
      "planned": {"files", "bytes", "new", "changed", "metadata_only", "type_changed",
-                 "undecided", "deleted", "deleted_bytes"},      # ints (0 when unknown)
+                 "undecided", "deleted", "deleted_bytes",      # ints (0 when unknown); deleted:
+                 "prune_dirs", "dest_dirs"},    # what only the destination holds (would delete)
+     "deleted": {"files", "dirs"},          # what the pass's prune deleted (0 but a final's)
+     "prune_refused": str|None,
+     "carried": bool,                       # it left the destination's state for the next pass
+     "dest_listed": "carried"|"fresh"|None, "dest_listed_why": str|None,   # how it knew it
      "copied": {"files": int, "bytes": int},
      "verified": {"files", "same", "differ", "missing_on_dst", "missing_on_src", "error"},
      "checksum": bool,                                          # verify compared MD5s
@@ -32,9 +37,10 @@ a later run starts). A record:
          # copy, verify, prune, final_check: summed job seconds, and wall span first start→last end
      "partitions": int, "depth": {"mode": str|None, "final": int|None, "peak": int|None}}
 
-project(records, now=None, phase="final", checksum=None) -> dict: the pass `phase` started at
-`now` (epoch seconds; default the current time), from the complete records' measured rates and
-delta trend (checksum: that pass verifies by MD5; default as the last final pass did):
+project(records, now=None, phase="final", checksum=None, settings=None) -> dict: the pass
+`phase` started at `now` (epoch seconds; default the current time), from the complete records'
+measured rates and delta trend (checksum: that pass verifies by MD5; default as the last final
+pass did; settings: the config's prune.max_delete/force, dest_listing and state, Settings):
 
     {"phase": str, "at": ISO str, "records": int, "passes": int (the complete ones used),
      "ok": bool, "why_not": str|None, "line": str,        # ok False (no complete pass): no more keys
@@ -53,10 +59,15 @@ delta trend (checksum: that pass verifies by MD5; default as the last final pass
      "converging": "converging"|"steady"|"diverging"|"unknown", "why": str,
      "assumptions": [str],
      "backtest": [{"run_id", "pass", "phase", "projected_seconds", "actual_seconds",
-                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}]}
+                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}],
+     "final_pass": {"goes_through": bool, "refused": str|None, "said": str, "problems": [str],
+                    "deletions": {"entries", "of", "files": int, "limit": str},
+                    "needed_max_delete": str|None, "force": bool,
+                    "dest_listing": {"carried": bool, "why": str}, "source_loss": dict|None}}
 
-`line` is the one-line summary ("a final pass started now would take ≈ 14 min (listing 6 min +
-…), with ≈ 12,400 Blob requests; passes converging"); history_markdown(records) and
+`line` (line(p)) is the one-line summary the engines print at the end ("a final pass started
+now would take ≈ 14 min (listing 6 min + …), with ≈ 12,400 Blob requests; passes converging;
+the final pass would go through (…)"); history_markdown(records) and
 projection_markdown(projection) are report.md's sections, as lists of lines.
 """
 
@@ -905,6 +916,7 @@ def project(
         "backtest": backtest(passes),
         "final_pass": verdict(passes, est["trend"], listing, settings),
     }
+    result["final_pass"]["said"] = verdict_words(result["final_pass"])
     result["line"] = line(result)
     return result
 
@@ -1221,6 +1233,14 @@ def main(argv=None) -> int:
     proj.add_argument(
         "--checksum", action="store_true", default=None, help="the final pass verifies by MD5"
     )
+    proj.add_argument(
+        "--max-delete",
+        default=DEFAULT_MAX_DELETE,
+        help="the config's prune.max_delete (default %(default)s)",
+    )
+    proj.add_argument("--force", action="store_true", help="the config's prune.force")
+    proj.add_argument("--dest-listing", choices=["carried", "fresh"], default="carried")
+    proj.add_argument("--state", help="the carried state's location (default RUN_ROOT/state)")
     proj.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="the history of RUN_ROOT")
     show.add_argument("run_root")
@@ -1260,7 +1280,13 @@ def main(argv=None) -> int:
             else "\n".join(history_markdown(records))
         )
         return 0
-    result = project(records, phase=args.phase, checksum=args.checksum)
+    settings = Settings(
+        max_delete=args.max_delete,
+        force=args.force,
+        dest_listing=args.dest_listing,
+        state=args.state or os.path.join(args.run_root, "state"),
+    )
+    result = project(records, phase=args.phase, checksum=args.checksum, settings=settings)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["line"])
     return 0 if result["ok"] else 1
 
