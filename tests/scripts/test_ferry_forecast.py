@@ -164,7 +164,7 @@ def test_the_state_on_disk_decides_carried_or_fresh(tmp_path):
     free = at(taken_by=None)
     assert free["final_pass"]["dest_listing"] == {
         "carried": True,
-        "why": "as incremental-pass2 left it (10,000 entries)",
+        "why": "left by incremental-pass2, 10,000 entries",
     }
     taken = at(taken_by="final")
     assert not taken["final_pass"]["dest_listing"]["carried"]

@@ -482,12 +482,27 @@ def fitted(passes: list[dict], units, seconds) -> tuple[float, float | None]:
 
 def overhead(rec: dict) -> float:
     """What a pass's wall time holds beyond its steps' spans: engine start-up, scheduling between
-    steps, the report. Measured per pass so the projection of a pass like the last one is its
-    wall time, not just its steps'."""
+    steps, the report; less where steps ran side by side (one part's verify with another's
+    copy), so it can be below zero. Measured per pass so the projection of a pass like the last
+    one is its wall time, not just its steps'."""
     steps = max(span(rec, "list_source"), span(rec, "list_dest")) + sum(
         span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check")
     )
-    return max(0.0, float(rec.get("wall_seconds") or 0.0) - steps)
+    return float(rec.get("wall_seconds") or 0.0) - steps
+
+
+# The jobs a pass runs one after another beyond its steps' (the carry step, the report): each
+# one more the engine schedules, starts and waits for. Prune is two (its parts, then the
+# directories').
+FIXED_HOPS = 2
+HOPS = {"listing": 1, "plan": 1, "copy": 1, "verify": 1, "prune": 2, "final_check": 1}
+
+
+def hops(rec: dict) -> int:
+    """How many jobs the pass ran one after another (a step's jobs side by side count once)."""
+    done = set(rec.get("steps") or {})
+    steps = {"listing" if s in ("list_source", "list_dest") else s for s in done}
+    return FIXED_HOPS + sum(HOPS.get(s, 1) for s in steps)
 
 
 def delta_of(rec: dict) -> tuple[int, int]:
@@ -579,13 +594,21 @@ def rates(passes: list[dict]) -> dict:
         "prune": (passes, "prune"),
         "final_check": (recent, "final_check"),
     }
-    out, fixed = {}, {}
+    out, fixed, points = {}, {}, {}
     for name, (among, step) in over.items():
         fixed[name], out[RATE_NAMES[name]] = fitted(
             among, WORK[name], lambda r, step=step: span(r, step)
         )
+        points[name] = [
+            [u, s] for r in among if (u := WORK[name](r)) > 0 and (s := span(r, step)) > 0
+        ]
     out["fixed_seconds"] = {k: round(v, 3) for k, v in fixed.items()}
-    out["overhead_seconds"] = sum(overhead(r) for r in recent) / len(recent) if recent else 0.0
+    out["points"] = points
+    # Per job the engine ran in turn: from the passes most like the one projected (an
+    # incremental or a final, not the baseline, whose copy outlasts its other jobs' gaps).
+    like = [r for r in passes if r.get("phase") != "baseline"][-RECENT:] or recent
+    out["overhead_per_hop"] = sum(overhead(r) / hops(r) for r in like) / len(like)
+    out["overhead_seconds"] = sum(overhead(r) for r in like) / len(like)
     return out
 
 
@@ -610,9 +633,30 @@ def seconds_for(units: float, rate: float | None) -> float:
 
 
 def priced(r: dict, name: str, units: float) -> float:
-    """What `units` of step `name`'s work take: its fixed seconds and its rate (rates())."""
+    """What `units` of step `name`'s work take: the measured passes nearest in size to it, moved
+    by the step's marginal rate (rates()) for the difference. A small pass pays its jobs' fixed
+    costs (start-up, scheduling, gathering) as the small passes measured them, whatever a fit
+    through a baseline ten thousand times larger says of them."""
     rate = r[RATE_NAMES[name]]
-    return r["fixed_seconds"][name] + units / rate if units and rate else 0.0
+    if not units or not rate:
+        return 0.0
+    near = nearest(r["points"].get(name) or [], units)
+    if not near:
+        return r["fixed_seconds"][name] + units / rate
+    fixed = sum(s - u / rate for u, s in near) / len(near)
+    return max(0.0, fixed) + units / rate
+
+
+def nearest(points: list[list[float]], units: float) -> list[list[float]]:
+    """The measured (units, seconds) nearest `units` in ratio, and those within half again of it."""
+    if not points:
+        return []
+
+    def far(p) -> float:
+        return abs(math.log(p[0] / units))
+
+    best = min(far(p) for p in points)
+    return [p for p in points if far(p) <= best + math.log(1.5)]
 
 
 def estimate(
@@ -663,7 +707,7 @@ def estimate(
 
     # A pass that carries the destination's state lists only the source.
     if known is None:
-        known = {"carried": bool(last.get("carried")), "why": f"as {last.get('run_dir')} left it"}
+        known = {"carried": bool(last.get("carried")), "why": f"left by {last.get('run_dir')}"}
     carried = known["carried"] and phase != "audit"
     full_listing = max(
         priced(r, "list_source", source),
@@ -726,12 +770,17 @@ def estimate(
         "verify": verify,
         "prune": prune,
         "final_check": final_check,
-        "overhead": r["overhead_seconds"],
     }
+    # The engine's own time per job it runs in turn, as the passes most like this one paid it:
+    # a final pass runs prune's two more.
+    ran = [k for k, v in steps.items() if v or k in ("listing", "plan") or (k == "prune" and final)]
+    extra = r["overhead_per_hop"] * (FIXED_HOPS + sum(HOPS[k] for k in ran))
+    steps["overhead"] = max(0.0, extra)
     assumptions.append(
-        "each step takes a fixed time (its jobs' start-up and scheduling) plus its work at a "
-        "rate, both fitted over the last passes; the overhead (engine start-up, the report) stays "
-        "what they measured"
+        "each step takes the time the measured passes nearest it in size took, moved by its "
+        "rate for the difference; the engine's time between and around the steps (start-up, "
+        "scheduling, the report) is what the passes most like this one paid per job, for each "
+        "job this pass runs in turn"
     )
 
     units = {
@@ -765,7 +814,9 @@ def estimate(
         ),
     }
     return {
-        "seconds": round(sum(steps.values()), 3),
+        # Below zero, the engine's time is steps run side by side (one part's verify with
+        # another's copy): the pass is shorter than its steps one after another.
+        "seconds": round(max(max(steps.values()), sum(steps.values()) + min(0.0, extra)), 3),
         "steps": {k: round(v, 3) for k, v in steps.items()},
         # The whole-tree check after the cut-over: both sides listed afresh, every file verified.
         "audit": {
@@ -988,11 +1039,11 @@ def next_listing(records: list[dict], settings: Settings) -> dict:
             }
         return {
             "carried": True,
-            "why": f"as {doc.get('written_by')} left it ({_int(doc.get('entries')):,} entries)",
+            "why": f"left by {doc.get('written_by')}, {_int(doc.get('entries')):,} entries",
         }
     for rec in sorted(records, key=lambda r: epoch(r.get("started")) or 0.0, reverse=True):
         if rec.get("carried"):
-            return {"carried": True, "why": f"as {rec.get('run_dir')} left it"}
+            return {"carried": True, "why": f"left by {rec.get('run_dir')}"}
         if took_state(rec):
             return {
                 "carried": False,
