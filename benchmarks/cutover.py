@@ -1,10 +1,12 @@
 """The cut-over benchmark: how well the migration history projects the final pass.
 
     .venv/bin/python benchmarks/cutover.py [--files 1500] [--rate 60] [--interval 30] [--passes 3]
-                                           [--targets local,azurite] [--parts 2] [--no-docs]
+                                           [--targets local,azurite] [--engines snakemake,nextflow]
+                                           [--parts 2] [--name cutover] [--no-docs] [--render]
 
-For each destination (a local directory, and a container in a local Azurite) it migrates one
-generated tree with the Snakemake pipeline as a user would (profiles/local): a baseline, then
+For each destination (a local directory, and a container in a local Azurite) and each engine
+(`--engines`: the Snakemake pipeline, profiles/local, and the Nextflow one, `-profile local`) it
+migrates one generated tree as a user would: a baseline, then
 `--passes` incremental passes while a background thread changes the source at a known rate
 (`--rate` files a minute: nine in ten rewritten with new bytes and a new size, one in ten added;
 one in twenty of the rewrites deletes instead; changes due while a pass runs are made when it
@@ -18,7 +20,8 @@ measured; the projection's own backtest of the earlier passes too.
 The default scale runs in a few minutes on two cores; `--files`, `--rate` and `--interval` make
 it bigger (the delta per pass is about rate × interval). Results: benchmarks/results/cutover.json
 and .md, the table in docs/benchmarks.md, and a screenshot of the last final pass's report.html
-(docs/img/cutover-report.png) shown in docs/pipeline.md; `--no-docs` writes the results only.
+(docs/img/cutover-report.png) shown in docs/pipeline.md; `--no-docs` writes the results only
+(each target's history too, from which `--render` redoes the table).
 Scratch: benchmarks/.data/cutover/ (git-ignored), removed at the start of each run.
 """
 
@@ -244,7 +247,9 @@ def summary(rec: dict) -> dict:
         "wall_seconds": rec.get("wall_seconds"),
         "planned_files": planned.get("files"),
         "planned_bytes": planned.get("bytes"),
-        "deleted": planned.get("deleted"),
+        # Only at the destination, as the pass's plan counted it; and what its prune deleted.
+        "would_delete": planned.get("deleted"),
+        "deleted": ferry_history.deleted_files(rec),
         "copied_files": (rec.get("copied") or {}).get("files"),
     }
 
@@ -374,14 +379,15 @@ def where(t: dict) -> str:
 def render(res: dict) -> str:
     s = res["settings"]
     lines = [
-        "| destination, engine | pass | delta (files planned) | deleted | wall s (history) |",
-        "|---|---|---:|---:|---:|",
+        "| destination, engine | pass | delta (files planned) | would delete | deleted | wall s (history) |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for t in res["targets"]:
         for p in t["passes"]:
             label = p["phase"] if p["phase"] != "incremental" else f"incremental {p['pass']}"
             lines.append(
-                f"| {where(t)} | {label} | {fmt(p['planned_files'])} | {fmt(p['deleted'])} | "
+                f"| {where(t)} | {label} | {fmt(p['planned_files'])} | {fmt(p.get('would_delete'))} | "
+                f"{fmt(p['deleted'])} | "
                 f"{fmt(p['wall_seconds'])} |"
             )
     lines += [
@@ -429,6 +435,18 @@ def render(res: dict) -> str:
     return "\n".join(lines)
 
 
+def rerender(name: str) -> int:
+    """results/NAME.md again from results/NAME.json, each target's passes summarised anew from
+    the history it kept."""
+    path = REPO / "benchmarks" / "results" / f"{name}.json"
+    res = json.loads(path.read_text())
+    for t in res["targets"]:
+        if t.get("history"):
+            t["passes"] = [summary(r) for r in t["history"]]
+    print(publish(name, name, res, render, docs=False))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=1500, help="files in the tree at the start")
@@ -453,7 +471,14 @@ def main() -> int:
     p.add_argument(
         "--no-docs", action="store_true", help="results only: no docs block, no screenshot"
     )
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="only redo results/NAME.md from results/NAME.json (its passes from the histories kept)",
+    )
     args = p.parse_args()
+    if args.render:
+        return rerender(args.name)
     targets = [t for t in args.targets.split(",") if t]
     shutil.rmtree(SCRATCH, ignore_errors=True)
     SCRATCH.mkdir(parents=True)
