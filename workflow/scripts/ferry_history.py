@@ -889,7 +889,14 @@ def backtest(passes: list[dict]) -> list[dict]:
         at = epoch(rec.get("started"))
         if at is None or rec.get("phase") == "baseline" or not rec.get("wall_seconds"):
             continue
-        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")))
+        # How it knew the destination, as the state said when it started (the records'
+        # "carried" of older histories, where it is not recorded).
+        known = (
+            {"carried": rec["dest_listed"] == "carried", "why": rec.get("dest_listed_why") or ""}
+            if rec.get("dest_listed")
+            else None
+        )
+        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), known=known)
         # The same pass priced with the delta it found: the model's error apart from the
         # forecast's.
         files, byts = delta_of(rec)
@@ -898,7 +905,9 @@ def backtest(passes: list[dict]) -> list[dict]:
             "bytes": byts,
             "deleted": _int((rec.get("planned") or {}).get("deleted")),
         }
-        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work)["seconds"]
+        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work, known)[
+            "seconds"
+        ]
         actual = float(rec["wall_seconds"])
         out.append(
             {
