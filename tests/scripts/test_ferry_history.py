@@ -257,7 +257,7 @@ def test_the_report_markdown_has_the_projection_and_the_history(converging):
         ferry_history.projection_markdown(p) + ferry_history.history_markdown(converging)
     )
     assert "**A final pass started now would take ≈ 2 min" in text
-    assert "| 2 | incremental | 2 min | 2 min |" in text
+    assert "| 2 | incremental | 2 | 2 min | 2 min |" in text
     assert text.count("| complete | snakemake |") == 4
 
 

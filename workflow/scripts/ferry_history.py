@@ -58,7 +58,7 @@ pass did; settings: the config's prune.max_delete/force, dest_listing and state,
                 "deleted", "files_per_hour", "bytes_per_hour", "deleted_per_hour"}],
      "converging": "converging"|"steady"|"diverging"|"unknown", "why": str,
      "assumptions": [str],
-     "backtest": [{"run_id", "pass", "phase", "projected_seconds", "actual_seconds",
+     "backtest": [{"run_id", "pass", "phase", "from_passes", "projected_seconds", "actual_seconds",
                    "error_seconds", "error_pct", "projected_requests", "actual_requests"}],
      "final_pass": {"goes_through": bool, "refused": str|None, "said": str, "problems": [str],
                     "deletions": {"entries", "of", "files": int, "limit": str},
@@ -753,14 +753,20 @@ def estimate(
             "the whole tree is checked by the audit, after the downtime"
         )
     prune = 0.0
-    if final:
+    if final and r["prune_entries_per_s"]:
+        prune = priced(r, "prune", deletes)
+    elif final and deletes:
+        # Never measured (before the first final pass): its jobs, one per part, a request per
+        # entry, are priced as the verify's of as many files — a deletion is no cheaper a
+        # request than a lookup, and the jobs start as the verify's do.
         prune = (
-            priced(r, "prune", deletes)
-            if r["prune_entries_per_s"]
+            priced(r, "verify_files", deletes)
+            if r["verify_files_per_s"]
             else seconds_for(deletes, r["copy_files_per_s"])
         )
-    if final and deletes and not r["prune_entries_per_s"]:
-        assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
+        assumptions.append(
+            "deleting a file takes as long as verifying one, in as many jobs (no prune measured)"
+        )
     # The in-window whole-tree check only where the last final pass ran one (final_check: true).
     final_check = priced(r, "final_check", source + dest) if final else 0.0
     steps = {
@@ -914,6 +920,9 @@ def backtest(passes: list[dict]) -> list[dict]:
                 "run_id": rec.get("run_id"),
                 "pass": rec.get("pass"),
                 "phase": rec.get("phase"),
+                # The passes it was projected from: after the baseline alone, no small pass was
+                # measured yet, nor any change rate.
+                "from_passes": i,
                 "projected_seconds": est["seconds"],
                 "actual_seconds": round(actual, 3),
                 "error_seconds": round(est["seconds"] - actual, 3),
@@ -1268,17 +1277,18 @@ def projection_markdown(p: dict) -> list[str]:
         "",
         "Projected against measured, for every pass that had a predecessor (projected from the passes before it):",
         "",
-        "| pass | phase | projected | actual | error | projected requests | actual requests |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| pass | phase | from passes | projected | actual | error | projected requests | actual requests |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for b in p["backtest"]:
         pct = f"{b['error_pct']:+.0f} %" if b["error_pct"] is not None else "-"
         lines.append(
-            f"| {b['pass']} | {b['phase']} | {duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
+            f"| {b['pass']} | {b['phase']} | {b.get('from_passes', '-')} | "
+            f"{duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
             f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |"
         )
     if not p["backtest"]:
-        lines.append("| (no pass with a predecessor yet) | | | | | | |")
+        lines.append("| (no pass with a predecessor yet) | | | | | | | |")
     return lines
 
 
