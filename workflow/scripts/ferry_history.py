@@ -1292,6 +1292,13 @@ def projection_markdown(p: dict) -> list[str]:
     return lines
 
 
+def default_state(root: str) -> str | None:
+    """The config's default state location, where there is one: a state kept elsewhere (the
+    config's `state`) is judged from the records unless --state names it."""
+    path = os.path.join(root, "state")
+    return path if os.path.isdir(path) else None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="ferry_history.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1310,7 +1317,9 @@ def main(argv=None) -> int:
     )
     proj.add_argument("--force", action="store_true", help="the config's prune.force")
     proj.add_argument("--dest-listing", choices=["carried", "fresh"], default="carried")
-    proj.add_argument("--state", help="the carried state's location (default RUN_ROOT/state)")
+    proj.add_argument(
+        "--state", help="the carried state's location (default RUN_ROOT/state, if it is there)"
+    )
     proj.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="the history of RUN_ROOT")
     show.add_argument("run_root")
@@ -1354,7 +1363,7 @@ def main(argv=None) -> int:
         max_delete=args.max_delete,
         force=args.force,
         dest_listing=args.dest_listing,
-        state=args.state or os.path.join(args.run_root, "state"),
+        state=args.state or default_state(args.run_root),
     )
     result = project(records, phase=args.phase, checksum=args.checksum, settings=settings)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["line"])
