@@ -1,10 +1,12 @@
 """The cut-over benchmark: how well the migration history projects the final pass.
 
     .venv/bin/python benchmarks/cutover.py [--files 1500] [--rate 60] [--interval 30] [--passes 3]
-                                           [--targets local,azurite] [--parts 2] [--no-docs]
+                                           [--targets local,azurite] [--engines snakemake,nextflow]
+                                           [--parts 2] [--name cutover] [--no-docs] [--render]
 
-For each destination (a local directory, and a container in a local Azurite) it migrates one
-generated tree with the Snakemake pipeline as a user would (profiles/local): a baseline, then
+For each destination (a local directory, and a container in a local Azurite) and each engine
+(`--engines`: the Snakemake pipeline, profiles/local, and the Nextflow one, `-profile local`) it
+migrates one generated tree as a user would: a baseline, then
 `--passes` incremental passes while a background thread changes the source at a known rate
 (`--rate` files a minute: nine in ten rewritten with new bytes and a new size, one in ten added;
 one in twenty of the rewrites deletes instead; changes due while a pass runs are made when it
@@ -18,13 +20,15 @@ measured; the projection's own backtest of the earlier passes too.
 The default scale runs in a few minutes on two cores; `--files`, `--rate` and `--interval` make
 it bigger (the delta per pass is about rate × interval). Results: benchmarks/results/cutover.json
 and .md, the table in docs/benchmarks.md, and a screenshot of the last final pass's report.html
-(docs/img/cutover-report.png) shown in docs/pipeline.md; `--no-docs` writes the results only.
+(docs/img/cutover-report.png) shown in docs/pipeline.md; `--no-docs` writes the results only
+(each target's history too, from which `--render` redoes the table).
 Scratch: benchmarks/.data/cutover/ (git-ignored), removed at the start of each run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -170,34 +174,67 @@ def run_pass(
     number: int,
     parts: int,
     env: dict,
-    extra: list[str] | None = None,
+    engine: str = "snakemake",
 ) -> float:
-    """One phase through Snakemake, as a user runs it (`extra`: more --config values); returns
-    the command's wall seconds."""
-    cmd = [
-        ".venv/bin/snakemake",
-        "--profile",
-        "profiles/local",
-        "--config",
-        f"source={rel(src)}",
-        f"dest={dest}",
-        f"phase={phase}",
-        f"pass={number}",
-        f"outdir={rel(outdir)}",
-        f"run_name={RUN_NAME}",
-        f"plan={{mode: parts, parts: {parts}}}",
-        *(extra or []),
-    ]
-    logf = outdir.parent / f"snakemake-{phase}-{number}.log"
+    """One phase through `engine` (snakemake or nextflow), as a user runs it; returns the
+    command's wall seconds."""
+    config = {
+        "source": rel(src),
+        "dest": dest,
+        "phase": phase,
+        "pass": number,
+        "outdir": rel(outdir),
+        "run_name": RUN_NAME,
+    }
+    logf = outdir.parent / f"{engine}-{phase}-{number}.log"
+    if engine == "nextflow":
+        # From a launch directory of its own (its .nextflow/ and work/), with a params file, as
+        # users run it; paths absolute, since its tasks run in their own directories.
+        launch = outdir.parent / "nextflow"
+        launch.mkdir(parents=True, exist_ok=True)
+        params = {
+            **config,
+            "source": str(src.resolve()),
+            "outdir": str(outdir.resolve()),
+            "ferry_bin": str(REPO / "worker" / "target" / "release" / "ferry"),
+            "plan": {"mode": "parts", "parts": parts},
+        }
+        if "://" not in dest:
+            params["dest"] = str((REPO / dest).resolve())
+        (launch / "params.json").write_text(json.dumps(params))
+        cmd = [
+            str(REPO / "scripts" / "nextflow"),
+            "run",
+            str(REPO / "main.nf"),
+            "-profile",
+            "local",
+            "-w",
+            str(launch / "work"),
+            "-ansi-log",
+            "false",
+            "-params-file",
+            str(launch / "params.json"),
+        ]
+        cwd = launch
+    else:
+        cmd = [
+            ".venv/bin/snakemake",
+            "--profile",
+            "profiles/local",
+            "--config",
+            *(f"{k}={v}" for k, v in config.items()),
+            f"plan={{mode: parts, parts: {parts}}}",
+        ]
+        cwd = REPO
     started = time.monotonic()
     with open(logf, "wb") as out:
         proc = subprocess.run(
-            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
     seconds = time.monotonic() - started
     if proc.returncode != 0:
-        raise RuntimeError(f"the {phase} pass {number} failed; see {rel(logf)}")
-    log(f"  {phase} pass {number}: {seconds:.1f} s")
+        raise RuntimeError(f"the {engine} {phase} pass {number} failed; see {rel(logf)}")
+    log(f"  {engine} {phase} pass {number}: {seconds:.1f} s")
     return seconds
 
 
@@ -210,20 +247,23 @@ def summary(rec: dict) -> dict:
         "wall_seconds": rec.get("wall_seconds"),
         "planned_files": planned.get("files"),
         "planned_bytes": planned.get("bytes"),
-        "deleted": planned.get("deleted"),
+        # Only at the destination, as the pass's plan counted it; and what its prune deleted.
+        "would_delete": planned.get("deleted"),
+        "deleted": ferry_history.deleted_files(rec),
         "copied_files": (rec.get("copied") or {}).get("files"),
     }
 
 
-def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
-    """Baseline, incremental passes under churn, the projection, the final pass, for one target."""
-    work = SCRATCH / target
+def migrate(target: str, args, env: dict, azurite: Azurite | None, engine: str) -> dict:
+    """Baseline, incremental passes under churn, the projection, the final pass, for one target
+    through one engine."""
+    work = SCRATCH / f"{target}-{engine}"
     src, outdir = work / "src", work / "results"
     rng = random.Random(SEED)
     source_bytes = make_tree(src, args.files, rng, args.max_kib)
-    dest = azurite.url(f"cutover-{target}") if azurite else rel(work / "dest")
+    dest = azurite.url(f"cutover-{target}-{engine}") if azurite else rel(work / "dest")
     log(
-        f"{target}: {args.files} files ({source_bytes / 2**20:.0f} MiB) to {'Azurite' if azurite else 'a local directory'}"
+        f"{target}, {engine}: {args.files} files ({source_bytes / 2**20:.0f} MiB) to {'Azurite' if azurite else 'a local directory'}"
     )
     churn = Churn(src, args.rate, SEED + 1, args.max_kib)
     command_seconds = {}
@@ -236,16 +276,20 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
         phase, label = ("baseline", "baseline") if n == 0 else ("incremental", f"incremental {n}")
         churn.pause()
         try:
-            command_seconds[label] = run_pass(src, dest, outdir, phase, max(n, 1), args.parts, env)
+            command_seconds[label] = run_pass(
+                src, dest, outdir, phase, max(n, 1), args.parts, env, engine
+            )
         finally:
             churn.resume()
     # The cut-over: what changed since the last pass started is now at the source, then it is frozen.
     time.sleep(max(0.0, started + (args.passes + 1) * args.interval - time.monotonic()))
     churned = churn.stop()
     root = outdir / RUN_NAME
-    projection = ferry_history.project(ferry_history.load(str(root)))
+    # As the engines' reports project it: the carried state read where it is.
+    settings = ferry_history.Settings(state=str(root / "state"))
+    projection = ferry_history.project(ferry_history.load(str(root)), settings=settings)
     log(f"  projected: {projection.get('line')}")
-    command_seconds["final"] = run_pass(src, dest, outdir, "final", 1, args.parts, env)
+    command_seconds["final"] = run_pass(src, dest, outdir, "final", 1, args.parts, env, engine)
     history = ferry_history.load(str(root))
     final = next(r for r in reversed(history) if r.get("phase") == "final")
     measured = final.get("wall_seconds")
@@ -254,11 +298,14 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
     log(f"  final pass: projected {projected} s, measured {measured} s, error {error}")
     return {
         "target": target,
+        "engine": engine,
         "dest": "azurite" if azurite else "local",
         "files": args.files,
         "bytes": source_bytes,
         "churn": churned,
         "passes": [summary(r) for r in history],
+        # The records themselves: the projection and its backtest can be redone from them.
+        "history": history,
         "command_seconds": command_seconds,
         "projection": {
             k: projection.get(k)
@@ -273,6 +320,7 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None) -> dict:
                 "why",
                 "assumptions",
                 "line",
+                "final_pass",
             )
         },
         "backtest": ferry_history.project(history).get("backtest"),
@@ -323,22 +371,28 @@ def fmt(v, digits=1) -> str:
     )
 
 
+def where(t: dict) -> str:
+    """A target's destination and the engine that ran its passes."""
+    return f"{t['dest']}, {t.get('engine', 'snakemake')}"
+
+
 def render(res: dict) -> str:
     s = res["settings"]
     lines = [
-        "| destination | pass | delta (files planned) | deleted | wall s (history) |",
-        "|---|---|---:|---:|---:|",
+        "| destination, engine | pass | delta (files planned) | would delete | deleted | wall s (history) |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for t in res["targets"]:
         for p in t["passes"]:
             label = p["phase"] if p["phase"] != "incremental" else f"incremental {p['pass']}"
             lines.append(
-                f"| {t['dest']} | {label} | {fmt(p['planned_files'])} | {fmt(p['deleted'])} | "
+                f"| {where(t)} | {label} | {fmt(p['planned_files'])} | {fmt(p.get('would_delete'))} | "
+                f"{fmt(p['deleted'])} | "
                 f"{fmt(p['wall_seconds'])} |"
             )
     lines += [
         "",
-        "| destination | projected final pass s | measured final pass s | error | passes | churn "
+        "| destination, engine | projected final pass s | measured final pass s | error | passes | churn "
         "(changed / added / deleted) |",
         "|---|---:|---:|---:|---|---|",
     ]
@@ -346,7 +400,7 @@ def render(res: dict) -> str:
         f, c = t["final"], t["churn"]
         err = f"{f['error_pct']:+.1f} %" if f["error_pct"] is not None else "-"
         lines.append(
-            f"| {t['dest']} | {fmt(f['projected_seconds'])} | {fmt(f['measured_seconds'])} | {err} | "
+            f"| {where(t)} | {fmt(f['projected_seconds'])} | {fmt(f['measured_seconds'])} | {err} | "
             f"{t['projection'].get('converging') or '-'} | {c['changed']} / {c['added']} / {c['deleted']} |"
         )
     lines += [
@@ -355,7 +409,7 @@ def render(res: dict) -> str:
         "priced: the same pass priced with the delta it found, the model's error apart from the "
         "forecast's):",
         "",
-        "| destination | pass | projected s | priced s | actual s | error | priced error |",
+        "| destination, engine | pass | projected s | priced s | actual s | error | priced error |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
 
@@ -365,7 +419,7 @@ def render(res: dict) -> str:
     for t in res["targets"]:
         for b in t.get("backtest") or []:
             lines.append(
-                f"| {t['dest']} | {b.get('phase')} {b.get('pass')} | {fmt(b.get('projected_seconds'))} | "
+                f"| {where(t)} | {b.get('phase')} {b.get('pass')} | {fmt(b.get('projected_seconds'))} | "
                 f"{fmt(b.get('priced_seconds'))} | {fmt(b.get('actual_seconds'))} | "
                 f"{pct(b.get('error_pct'))} | {pct(b.get('priced_error_pct'))} |"
             )
@@ -381,6 +435,18 @@ def render(res: dict) -> str:
     return "\n".join(lines)
 
 
+def rerender(name: str) -> int:
+    """results/NAME.md again from results/NAME.json, each target's passes summarised anew from
+    the history it kept."""
+    path = REPO / "benchmarks" / "results" / f"{name}.json"
+    res = json.loads(path.read_text())
+    for t in res["targets"]:
+        if t.get("history"):
+            t["passes"] = [summary(r) for r in t["history"]]
+    print(publish(name, name, res, render, docs=False))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--files", type=int, default=1500, help="files in the tree at the start")
@@ -393,6 +459,9 @@ def main() -> int:
     p.add_argument("--passes", type=int, default=3, help="incremental passes before the final one")
     p.add_argument("--parts", type=int, default=2, help="partitions of each pass")
     p.add_argument("--targets", default="local,azurite")
+    p.add_argument(
+        "--engines", default="snakemake", help="snakemake, nextflow or both (comma-separated)"
+    )
     p.add_argument("--max-kib", type=int, default=64, help="the small files' largest size, KiB")
     p.add_argument(
         "--name",
@@ -402,7 +471,14 @@ def main() -> int:
     p.add_argument(
         "--no-docs", action="store_true", help="results only: no docs block, no screenshot"
     )
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="only redo results/NAME.md from results/NAME.json (its passes from the histories kept)",
+    )
     args = p.parse_args()
+    if args.render:
+        return rerender(args.name)
     targets = [t for t in args.targets.split(",") if t]
     shutil.rmtree(SCRATCH, ignore_errors=True)
     SCRATCH.mkdir(parents=True)
@@ -414,7 +490,8 @@ def main() -> int:
     for target in targets:
         azurite = Azurite(SCRATCH / "azurite") if target == "azurite" else None
         try:
-            results.append(migrate(target, args, env, azurite))
+            for engine in [e for e in args.engines.split(",") if e]:
+                results.append(migrate(target, args, env, azurite, engine))
         finally:
             if azurite:
                 azurite.stop()
@@ -431,7 +508,9 @@ def main() -> int:
         )
     )
     res = record(
-        f".venv/bin/python benchmarks/cutover.py {flags} --targets {args.targets}", load_start, []
+        f".venv/bin/python benchmarks/cutover.py {flags} --targets {args.targets} --engines {args.engines}",
+        load_start,
+        [],
     )
     del res["sizes"]
     res["settings"] = {

@@ -81,6 +81,25 @@ def check_two_passes(
     on_demand = project(outdir)
     assert on_demand["ok"] and on_demand["line"].startswith("a final pass started now would take ≈")
     assert on_demand["backtest"] == proj["backtest"]
+    check_final_pass_forecast(incremental, proj, md, page, deleted)
+
+
+def check_final_pass_forecast(incremental: dict, proj: dict, md: str, page: str, deleted) -> None:
+    """Every pass's report says whether the final pass would go through: the deletions the
+    plan counted against prune.max_delete (10 %), the destination carried (the pass left its
+    state where the config keeps it); and the history's deleted column holds what was deleted."""
+    final = proj["final_pass"]
+    assert final["deletions"]["files"] == len(deleted) and final["deletions"]["limit"] == "10%"
+    of, n = final["deletions"]["of"], final["deletions"]["entries"]
+    assert final["goes_through"] == (n <= of * 0.10)
+    assert final["dest_listing"]["carried"], final["dest_listing"]
+    said = "would go through" if final["goes_through"] else "would NOT go through"
+    assert f"the final pass {said}" in proj["line"] and "prune.max_delete" in proj["line"]
+    assert f"**The final pass {said}**" in md and 'id="final-pass"' in page
+    # The incremental pass deleted nothing; what it would delete is another column.
+    assert incremental["deleted"] == {"files": 0, "dirs": 0}
+    assert incremental["planned"]["deleted"] == len(deleted)
+    assert "| would delete | deleted |" in md
 
 
 @pytest.mark.timeout(240)

@@ -659,6 +659,14 @@ def report_args(cfg: dict, history: str | None = None) -> list[str]:
         *(["--final-check"] if final_check(cfg) else []),
         # Every phase's report projects the final pass, which verifies as configured.
         *(["--final-checksum"] if cfg["checksum"] else []),
+        # ... and against the config's prune limit, carrying the destination or not.
+        "--max-delete",
+        str(cfg["prune"]["max_delete"]),
+        *(["--prune-force"] if cfg["prune"]["force"] else []),
+        "--dest-listing",
+        cfg["dest_listing"],
+        "--state",
+        redact(state_location(cfg)),
         "--history",
         history or os.path.abspath(run_dir(cfg)),
     ]

@@ -1,7 +1,7 @@
 """A migration's history (one JSON line per phase run, either engine) and the projection of its
 final pass from it (docs/pipeline.md, "History" and "Projection").
 
-    ferry_history.py project RUN_ROOT [--json]   # "a final pass started now would take ≈ …"
+    ferry_history.py project RUN_ROOT [--max-delete L] [--json]   # "a final pass started now would take ≈ …"
     ferry_history.py show RUN_ROOT [--json]      # the history table
     ferry_history.py start RUN_DIR --engine E [--pid N] -- REPORT_ARGS...   # the engines' start hook
 
@@ -21,7 +21,12 @@ a later run starts). A record:
      "source": {"files": int|None, "bytes": int|None},
      "dest": {"files": int|None, "bytes": int|None},           # the destination's listing
      "planned": {"files", "bytes", "new", "changed", "metadata_only", "type_changed",
-                 "undecided", "deleted", "deleted_bytes"},      # ints (0 when unknown)
+                 "undecided", "deleted", "deleted_bytes",      # ints (0 when unknown); deleted:
+                 "prune_dirs", "dest_dirs"},    # what only the destination holds (would delete)
+     "deleted": {"files", "dirs"},          # what the pass's prune deleted (0 but a final's)
+     "prune_refused": str|None,
+     "carried": bool,                       # it left the destination's state for the next pass
+     "dest_listed": "carried"|"fresh"|None, "dest_listed_why": str|None,   # how it knew it
      "copied": {"files": int, "bytes": int},
      "verified": {"files", "same", "differ", "missing_on_dst", "missing_on_src", "error"},
      "checksum": bool,                                          # verify compared MD5s
@@ -32,9 +37,10 @@ a later run starts). A record:
          # copy, verify, prune, final_check: summed job seconds, and wall span first start→last end
      "partitions": int, "depth": {"mode": str|None, "final": int|None, "peak": int|None}}
 
-project(records, now=None, phase="final", checksum=None) -> dict: the pass `phase` started at
-`now` (epoch seconds; default the current time), from the complete records' measured rates and
-delta trend (checksum: that pass verifies by MD5; default as the last final pass did):
+project(records, now=None, phase="final", checksum=None, settings=None) -> dict: the pass
+`phase` started at `now` (epoch seconds; default the current time), from the complete records'
+measured rates and delta trend (checksum: that pass verifies by MD5; default as the last final
+pass did; settings: the config's prune.max_delete/force, dest_listing and state, Settings):
 
     {"phase": str, "at": ISO str, "records": int, "passes": int (the complete ones used),
      "ok": bool, "why_not": str|None, "line": str,        # ok False (no complete pass): no more keys
@@ -52,19 +58,26 @@ delta trend (checksum: that pass verifies by MD5; default as the last final pass
                 "deleted", "files_per_hour", "bytes_per_hour", "deleted_per_hour"}],
      "converging": "converging"|"steady"|"diverging"|"unknown", "why": str,
      "assumptions": [str],
-     "backtest": [{"run_id", "pass", "phase", "projected_seconds", "actual_seconds",
-                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}]}
+     "backtest": [{"run_id", "pass", "phase", "from_passes", "projected_seconds", "actual_seconds",
+                   "error_seconds", "error_pct", "projected_requests", "actual_requests"}],
+     "final_pass": {"goes_through": bool, "refused": str|None, "said": str, "problems": [str],
+                    "deletions": {"entries", "of", "files": int, "limit": str},
+                    "needed_max_delete": str|None, "force": bool,
+                    "dest_listing": {"carried": bool, "why": str}, "source_loss": dict|None}}
 
-`line` is the one-line summary ("a final pass started now would take ≈ 14 min (listing 6 min +
-…), with ≈ 12,400 Blob requests; passes converging"); history_markdown(records) and
+`line` (line(p)) is the one-line summary the engines print at the end ("a final pass started
+now would take ≈ 14 min (listing 6 min + …), with ≈ 12,400 Blob requests; passes converging;
+the final pass would go through (…)"); history_markdown(records) and
 projection_markdown(projection) are report.md's sections, as lists of lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import socket
 import sys
@@ -278,6 +291,7 @@ def record(
     planned = ("files", "bytes", "new", "changed", "metadata_only", "type_changed", "undecided")
     to_copy = plan["to_copy"] if plan else dict.fromkeys(planned, 0)
     extra = plan["extra_on_dest"] if plan else {"files": 0, "bytes": 0}
+    prune = totals["prune"]
     return {
         "version": VERSION,
         "run_id": marker.get("run_id") or f"{iso(started or ended)}-{run_dir_name}-unmarked",
@@ -294,9 +308,20 @@ def record(
         "dest": {k: plan["dest"][k] if plan and plan["dest"] else None for k in ("files", "bytes")},
         "planned": {
             **{k: to_copy[k] for k in planned},
+            # What only the destination holds: what a final pass's prune deletes (and, with
+            # `dest_dirs`, what prune.max_delete judges it by), not what this pass deleted.
             "deleted": extra["files"],
             "deleted_bytes": extra["bytes"],
+            "prune_dirs": _int((plan or {}).get("prune_dirs")),
+            "dest_dirs": _int((plan or {}).get("dest_dirs")),
         },
+        # What this pass's prune deleted: nothing unless it is a final pass whose prune ran (a
+        # dry run or a refused prune deletes nothing).
+        "deleted": {
+            "files": _int(prune["deleted"]) if prune else 0,
+            "dirs": _int(prune.get("dirs_deleted")) if prune else 0,
+        },
+        "prune_refused": prune["refused"] if prune else None,
         "copied": {"files": totals["files"]["copied"], "bytes": totals["bytes"]["copied"]},
         "verified": {"files": sum(verify.values()), **verify},
         "checksum": report["checksum_verified"],
@@ -317,7 +342,21 @@ def record(
         # Whether the next pass carries the destination's state (this pass's, or the one it
         # found and did not write past), and then lists only the source (docs/scale.md).
         "carried": totals["dest_listing"]["next"] == "carried",
+        # How it knew the destination: "carried", "fresh" (and why), None (it never decided).
+        **dest_known(report),
     }
+
+
+def dest_known(report: dict) -> dict:
+    listed = report["totals"]["dest_listing"]["listed"]
+    if not listed:
+        return {"dest_listed": None, "dest_listed_why": None}
+    if listed.get("used"):
+        return {
+            "dest_listed": "carried",
+            "dest_listed_why": f"as {listed.get('written_by')} left it",
+        }
+    return {"dest_listed": "fresh", "dest_listed_why": listed.get("reason")}
 
 
 def last_activity(run_dir: str) -> float | None:
@@ -451,12 +490,27 @@ def fitted(passes: list[dict], units, seconds) -> tuple[float, float | None]:
 
 def overhead(rec: dict) -> float:
     """What a pass's wall time holds beyond its steps' spans: engine start-up, scheduling between
-    steps, the report. Measured per pass so the projection of a pass like the last one is its
-    wall time, not just its steps'."""
+    steps, the report; less where steps ran side by side (one part's verify with another's
+    copy), so it can be below zero. Measured per pass so the projection of a pass like the last
+    one is its wall time, not just its steps'."""
     steps = max(span(rec, "list_source"), span(rec, "list_dest")) + sum(
         span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check")
     )
-    return max(0.0, float(rec.get("wall_seconds") or 0.0) - steps)
+    return float(rec.get("wall_seconds") or 0.0) - steps
+
+
+# The jobs a pass runs one after another beyond its steps' (the carry step, the report): each
+# one more the engine schedules, starts and waits for. Prune is two (its parts, then the
+# directories').
+FIXED_HOPS = 2
+HOPS = {"listing": 1, "plan": 1, "copy": 1, "verify": 1, "prune": 2, "final_check": 1}
+
+
+def hops(rec: dict) -> int:
+    """How many jobs the pass ran one after another (a step's jobs side by side count once)."""
+    done = set(rec.get("steps") or {})
+    steps = {"listing" if s in ("list_source", "list_dest") else s for s in done}
+    return FIXED_HOPS + sum(HOPS.get(s, 1) for s in steps)
 
 
 def delta_of(rec: dict) -> tuple[int, int]:
@@ -548,13 +602,21 @@ def rates(passes: list[dict]) -> dict:
         "prune": (passes, "prune"),
         "final_check": (recent, "final_check"),
     }
-    out, fixed = {}, {}
+    out, fixed, points = {}, {}, {}
     for name, (among, step) in over.items():
         fixed[name], out[RATE_NAMES[name]] = fitted(
             among, WORK[name], lambda r, step=step: span(r, step)
         )
+        points[name] = [
+            [u, s] for r in among if (u := WORK[name](r)) > 0 and (s := span(r, step)) > 0
+        ]
     out["fixed_seconds"] = {k: round(v, 3) for k, v in fixed.items()}
-    out["overhead_seconds"] = sum(overhead(r) for r in recent) / len(recent) if recent else 0.0
+    out["points"] = points
+    # Per job the engine ran in turn: from the passes most like the one projected (an
+    # incremental or a final, not the baseline, whose copy outlasts its other jobs' gaps).
+    like = [r for r in passes if r.get("phase") != "baseline"][-RECENT:] or recent
+    out["overhead_per_hop"] = sum(overhead(r) / hops(r) for r in like) / len(like)
+    out["overhead_seconds"] = sum(overhead(r) for r in like) / len(like)
     return out
 
 
@@ -579,17 +641,44 @@ def seconds_for(units: float, rate: float | None) -> float:
 
 
 def priced(r: dict, name: str, units: float) -> float:
-    """What `units` of step `name`'s work take: its fixed seconds and its rate (rates())."""
+    """What `units` of step `name`'s work take: the measured passes nearest in size to it, moved
+    by the step's marginal rate (rates()) for the difference. A small pass pays its jobs' fixed
+    costs (start-up, scheduling, gathering) as the small passes measured them, whatever a fit
+    through a baseline ten thousand times larger says of them."""
     rate = r[RATE_NAMES[name]]
-    return r["fixed_seconds"][name] + units / rate if units and rate else 0.0
+    if not units or not rate:
+        return 0.0
+    near = nearest(r["points"].get(name) or [], units)
+    if not near:
+        return r["fixed_seconds"][name] + units / rate
+    fixed = sum(s - u / rate for u, s in near) / len(near)
+    return max(0.0, fixed) + units / rate
+
+
+def nearest(points: list[list[float]], units: float) -> list[list[float]]:
+    """The measured (units, seconds) nearest `units` in ratio, and those within half again of it."""
+    if not points:
+        return []
+
+    def far(p) -> float:
+        return abs(math.log(p[0] / units))
+
+    best = min(far(p) for p in points)
+    return [p for p in points if far(p) <= best + math.log(1.5)]
 
 
 def estimate(
-    passes: list[dict], at: float, phase: str, checksum: bool, work: dict | None = None
+    passes: list[dict],
+    at: float,
+    phase: str,
+    checksum: bool,
+    work: dict | None = None,
+    known: dict | None = None,
 ) -> dict:
     """The pass `phase` started at `at`, from the complete passes before it (oldest first).
     `work`: the delta it will find ({"files", "bytes", "deleted"}) when known, instead of the
-    one the trend forecasts."""
+    one the trend forecasts. `known`: how it will know the destination (next_listing());
+    default: carried where the last pass left a state."""
     assumptions = []
     last = passes[-1]
     r = rates(passes)
@@ -624,15 +713,19 @@ def estimate(
         f"the trees are as large as the last pass listed them ({source:,} files at the source)"
     )
 
-    # A pass after one that carried the destination's state lists only the source.
-    carried = bool(last.get("carried")) and phase != "audit"
+    # A pass that carries the destination's state lists only the source.
+    if known is None:
+        known = {"carried": bool(last.get("carried")), "why": f"left by {last.get('run_dir')}"}
+    carried = known["carried"] and phase != "audit"
     full_listing = max(
         priced(r, "list_source", source),
         priced(r, "list_dest" if r["list_dest_files_per_s"] else "list_source", dest),
     )
     listing = priced(r, "list_source", source) if carried else full_listing
     if carried:
-        assumptions.append("the destination is not listed: its state is carried from the last pass")
+        assumptions.append(f"the destination is not listed: its state is carried ({known['why']})")
+    elif phase != "audit":
+        assumptions.append(f"the destination is listed fresh: {known['why']}")
     if not r["list_dest_files_per_s"]:
         assumptions.append(
             "the destination lists as fast as the source (no destination listing measured)"
@@ -668,14 +761,20 @@ def estimate(
             "the whole tree is checked by the audit, after the downtime"
         )
     prune = 0.0
-    if final:
+    if final and r["prune_entries_per_s"]:
+        prune = priced(r, "prune", deletes)
+    elif final and deletes:
+        # Never measured (before the first final pass): its jobs, one per part, a request per
+        # entry, are priced as the verify's of as many files — a deletion is no cheaper a
+        # request than a lookup, and the jobs start as the verify's do.
         prune = (
-            priced(r, "prune", deletes)
-            if r["prune_entries_per_s"]
+            priced(r, "verify_files", deletes)
+            if r["verify_files_per_s"]
             else seconds_for(deletes, r["copy_files_per_s"])
         )
-    if final and deletes and not r["prune_entries_per_s"]:
-        assumptions.append("a deletion takes as long as a file's copy (no prune measured)")
+        assumptions.append(
+            "deleting a file takes as long as verifying one, in as many jobs (no prune measured)"
+        )
     # The in-window whole-tree check only where the last final pass ran one (final_check: true).
     final_check = priced(r, "final_check", source + dest) if final else 0.0
     steps = {
@@ -685,12 +784,17 @@ def estimate(
         "verify": verify,
         "prune": prune,
         "final_check": final_check,
-        "overhead": r["overhead_seconds"],
     }
+    # The engine's own time per job it runs in turn, as the passes most like this one paid it:
+    # a final pass runs prune's two more.
+    ran = [k for k, v in steps.items() if v or k in ("listing", "plan") or (k == "prune" and final)]
+    extra = r["overhead_per_hop"] * (FIXED_HOPS + sum(HOPS[k] for k in ran))
+    steps["overhead"] = max(0.0, extra)
     assumptions.append(
-        "each step takes a fixed time (its jobs' start-up and scheduling) plus its work at a "
-        "rate, both fitted over the last passes; the overhead (engine start-up, the report) stays "
-        "what they measured"
+        "each step takes the time the measured passes nearest it in size took, moved by its "
+        "rate for the difference; the engine's time between and around the steps (start-up, "
+        "scheduling, the report) is what the passes most like this one paid per job, for each "
+        "job this pass runs in turn"
     )
 
     units = {
@@ -724,7 +828,9 @@ def estimate(
         ),
     }
     return {
-        "seconds": round(sum(steps.values()), 3),
+        # Below zero, the engine's time is steps run side by side (one part's verify with
+        # another's copy): the pass is shorter than its steps one after another.
+        "seconds": round(max(max(steps.values()), sum(steps.values()) + min(0.0, extra)), 3),
         "steps": {k: round(v, 3) for k, v in steps.items()},
         # The whole-tree check after the cut-over: both sides listed afresh, every file verified.
         "audit": {
@@ -761,20 +867,28 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
             f"change per hour, a pass copies {fmt_bytes(copy_bph)} and {copy_fph:,.0f} files per hour"
         )
     files = [m["files"] for m in recent]
-    if all(b < a for a, b in zip(files, files[1:])):
+    byts = [m["bytes"] for m in recent]
+    said = f"{', '.join(f'{f:,}' for f in files)} files, {', '.join(fmt_bytes(b) for b in byts)}"
+    # Converging only where both shrink: fewer files of many more bytes is a pass no shorter.
+    if shrinking(files) and shrinking(byts):
         return (
             "converging",
-            f"each of the last {len(files)} passes found a smaller delta ({', '.join(f'{f:,}' for f in files)} files)",
+            f"each of the last {len(files)} passes found a smaller delta, in files and in bytes ({said})",
         )
-    if files[-1] > files[-2] * 1.1:
+    grew = [what for what, xs in (("files", files), ("bytes", byts)) if xs[-1] > xs[-2] * 1.1]
+    if grew:
         return "diverging", (
-            f"the passes' deltas are not decreasing ({', '.join(f'{f:,}' for f in files)} files): "
+            f"the passes' deltas are not decreasing: the last grew in {' and '.join(grew)} ({said}); "
             "the source changes faster between passes than the passes get shorter"
         )
     return "steady", (
-        f"the passes' deltas no longer shrink ({', '.join(f'{f:,}' for f in files)} files): more "
+        f"the passes' deltas no longer shrink in both files and bytes ({said}): more "
         "incremental passes will not make the final pass shorter; what remains is listing and verifying"
     )
+
+
+def shrinking(xs: list[int]) -> bool:
+    return all(b < a for a, b in zip(xs, xs[1:]))
 
 
 def actual_requests(rec: dict) -> int:
@@ -789,7 +903,14 @@ def backtest(passes: list[dict]) -> list[dict]:
         at = epoch(rec.get("started"))
         if at is None or rec.get("phase") == "baseline" or not rec.get("wall_seconds"):
             continue
-        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")))
+        # How it knew the destination, as the state said when it started (the records'
+        # "carried" of older histories, where it is not recorded).
+        known = (
+            {"carried": rec["dest_listed"] == "carried", "why": rec.get("dest_listed_why") or ""}
+            if rec.get("dest_listed")
+            else None
+        )
+        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), known=known)
         # The same pass priced with the delta it found: the model's error apart from the
         # forecast's.
         files, byts = delta_of(rec)
@@ -798,13 +919,18 @@ def backtest(passes: list[dict]) -> list[dict]:
             "bytes": byts,
             "deleted": _int((rec.get("planned") or {}).get("deleted")),
         }
-        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work)["seconds"]
+        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work, known)[
+            "seconds"
+        ]
         actual = float(rec["wall_seconds"])
         out.append(
             {
                 "run_id": rec.get("run_id"),
                 "pass": rec.get("pass"),
                 "phase": rec.get("phase"),
+                # The passes it was projected from: after the baseline alone, no small pass was
+                # measured yet, nor any change rate.
+                "from_passes": i,
                 "projected_seconds": est["seconds"],
                 "actual_seconds": round(actual, 3),
                 "error_seconds": round(est["seconds"] - actual, 3),
@@ -823,6 +949,7 @@ def project(
     now: float | None = None,
     phase: str = "final",
     checksum: bool | None = None,
+    settings: Settings | None = None,
 ) -> dict:
     """The pass `phase` (a final one unless said) started at `now`, from the complete passes of
     records (load()'s list; failed, stopped and running ones are not measures of a pass).
@@ -851,7 +978,9 @@ def project(
         checksum = next(
             (bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False
         )
-    est = estimate(passes, now, phase, checksum)
+    settings = settings or Settings()
+    listing = next_listing(records, settings)
+    est = estimate(passes, now, phase, checksum, known=listing)
     state, why = convergence(est["trend"], est["rates"])
     result = {
         **base,
@@ -862,9 +991,184 @@ def project(
         "converging": state,
         "why": why,
         "backtest": backtest(passes),
+        "final_pass": verdict(passes, est["trend"], listing, settings),
     }
+    result["final_pass"]["said"] = verdict_words(result["final_pass"])
     result["line"] = line(result)
     return result
+
+
+# --- will the final pass go through ---------------------------------------------------------------
+
+# prune.max_delete's default (config/config.yaml), the worker's --max-delete's too.
+DEFAULT_MAX_DELETE = "10%"
+# The carried state's document at a local state location (worker/src/carried.rs) and its layout.
+STATE_DOC = "dest.json"
+STATE_VERSION = 1
+# A pass's source lost "more than it usually does" past this many times the most an earlier
+# interval lost at its rate, and past this many files (a handful is noise, not a sign).
+LOSS_FACTOR = 3.0
+LOSS_FLOOR = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the next pass runs with, as the config says (ferry_config.report_args): its prune's
+    limit and force, and how it knows the destination (dest_listing, and the state location)."""
+
+    max_delete: str = DEFAULT_MAX_DELETE
+    force: bool = False
+    dest_listing: str = "carried"
+    state: str | None = None
+
+
+def limit_allows(limit: str, n: int, of: int) -> bool:
+    """prune's rule (worker/src/commands/prune.rs, Limit::allows): a count, or a share of the
+    destination's entries."""
+    text = str(limit).strip()
+    if text.endswith("%"):
+        return of == 0 or n <= of * float(text[:-1]) / 100.0
+    return n <= int(text)
+
+
+def needed_limit(n: int, of: int) -> str:
+    """The smallest whole percentage prune.max_delete must be for `n` of `of` to go."""
+    return f"{max(1, math.ceil(100.0 * n / of))}%" if of else str(n)
+
+
+def state_doc(state: str | None) -> tuple[bool, dict | None]:
+    """(readable here, the carried state's document or None): a local state location only; a
+    Blob prefix is judged from the records instead."""
+    if not state or "://" in state or not os.path.isdir(state):
+        return (bool(state) and "://" not in state and not os.path.exists(state)), None
+    doc = load_json(os.path.join(state, STATE_DOC))
+    return True, doc if isinstance(doc, dict) else None
+
+
+def next_listing(records: list[dict], settings: Settings) -> dict:
+    """How the next pass will know the destination: {"carried": bool, "why": str}. From the
+    state itself where this machine sees it (what the worker's decide() reads first), else from
+    the records: the last pass that touched the state either left one or took it and left none."""
+    if settings.dest_listing == "fresh":
+        return {"carried": False, "why": "dest_listing is fresh: every pass lists the destination"}
+    seen, doc = state_doc(settings.state)
+    if seen:
+        if doc is None:
+            return {"carried": False, "why": f"there is no carried state at {settings.state}"}
+        if doc.get("version") != STATE_VERSION:
+            return {"carried": False, "why": "the carried state is of another version of ferry"}
+        if doc.get("taken_by"):
+            return {
+                "carried": False,
+                "why": f"the carried state was taken by {doc['taken_by']}, which did not leave a "
+                "new one (it failed or was stopped)",
+            }
+        return {
+            "carried": True,
+            "why": f"left by {doc.get('written_by')}, {_int(doc.get('entries')):,} entries",
+        }
+    for rec in sorted(records, key=lambda r: epoch(r.get("started")) or 0.0, reverse=True):
+        if rec.get("carried"):
+            return {"carried": True, "why": f"left by {rec.get('run_dir')}"}
+        if took_state(rec):
+            return {
+                "carried": False,
+                "why": f"{rec.get('run_dir')} ({rec.get('status')}) left no carried state",
+            }
+    return {"carried": False, "why": "no pass has left a carried state"}
+
+
+def took_state(rec: dict) -> bool:
+    """Did the pass decide on the carried state (and, not carrying it on, leave the next pass to
+    list fresh)? A pass that decided how to know the destination did; so did a baseline that
+    wrote."""
+    if rec.get("dest_listed"):
+        return True
+    return rec.get("phase") == "baseline" and bool((rec.get("copied") or {}).get("files"))
+
+
+def source_loss(moves: list[dict], source: int) -> dict | None:
+    """The last interval's loss at the source against the earlier ones': a source that lost much
+    more than it usually does (an unmounted share, the wrong path, someone's rm) is named before
+    the final pass makes the destination lose it too. None: nothing unusual, or nothing to
+    compare with."""
+    if len(moves) < 2:
+        return None
+    last, earlier = moves[-1], moves[:-1]
+    usual = max(m["deleted_per_hour"] for m in earlier)
+    expected = usual * last["hours_since_previous"]
+    if last["deleted"] <= max(LOSS_FACTOR * expected, LOSS_FLOOR):
+        return None
+    most = max(m["deleted"] for m in earlier)
+    return {
+        "files": last["deleted"],
+        "usual": most,
+        "why": f"the source lost {last['deleted']:,} files since the pass before "
+        f"(earlier passes: at most {most:,}"
+        + (f", of {source:,}" if source else "")
+        + "): check it is the right source, whole, before the window",
+    }
+
+
+def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Settings) -> dict:
+    """Would the final pass go through as the migration stands: its deletions (what the last
+    pass's plan counted) against prune.max_delete, as `ferry plan` and prune judge them; how it
+    will know the destination; the source's loss."""
+    last = passes[-1]
+    planned = last.get("planned") or {}
+    # What the last plan counted, as `ferry plan` would judge it now; a final pass deleted it.
+    files = 0 if last.get("phase") == "final" else _int(planned.get("deleted"))
+    n = files + (0 if last.get("phase") == "final" else _int(planned.get("prune_dirs")))
+    of = files_of(last, "dest") + _int(planned.get("dest_dirs")) or files_of(last, "source")
+    problems, refused = [], None
+    if files_of(last, "source") == 0 and not settings.force:
+        refused = (
+            "the last pass found no entries at the source, and prune refuses to empty the "
+            "destination: check the source is mounted; set prune.force: true only if it really is empty"
+        )
+    elif not settings.force and not limit_allows(settings.max_delete, n, of):
+        share = 100.0 * n / of if of else 100.0
+        refused = (
+            f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
+            f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/plan/delete.tsv, "
+            f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
+        )
+    if refused:
+        problems.append(f"its prune would be refused: {refused}")
+    loss = source_loss(moves, files_of(last, "source"))
+    if loss:
+        problems.append(loss["why"])
+    if not listing["carried"]:
+        problems.append(f"it lists the destination fresh ({listing['why']})")
+    return {
+        "goes_through": refused is None,
+        "refused": refused,
+        "deletions": {"entries": n, "of": of, "files": files, "limit": settings.max_delete},
+        "needed_max_delete": needed_limit(n, of) if refused and of else None,
+        "force": settings.force,
+        "dest_listing": listing,
+        "source_loss": loss,
+        "problems": problems,
+    }
+
+
+def verdict_words(v: dict) -> str:
+    d = v["deletions"]
+    if not v["goes_through"]:
+        head = "the final pass would NOT go through: " + v["problems"][0]
+        rest = v["problems"][1:]
+    else:
+        within = "prune.force is set" if v["force"] else f"within prune.max_delete {d['limit']}"
+        head = (
+            f"the final pass would go through ({d['entries']:,} of {d['of']:,} destination "
+            f"entries to delete, {within}; the destination "
+            + ("carried" if v["dest_listing"]["carried"] else "listed fresh")
+            + ")"
+        )
+        rest = [p for p in v["problems"] if not p.startswith("it lists the destination fresh")]
+        if not v["dest_listing"]["carried"]:
+            rest.append(f"it lists the destination fresh: {v['dest_listing']['why']}")
+    return "; ".join([head, *(f"but {p}" for p in rest)])
 
 
 # --- words ---------------------------------------------------------------------------------------
@@ -902,29 +1206,65 @@ def line(p: dict) -> str:
     )
     audit = p.get("audit")
     after = f"; the audit after it ≈ {duration(audit['seconds'])}" if audit else ""
+    final = f"; {verdict_words(p['final_pass'])}" if p.get("final_pass") else ""
     return (
         f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
         f"with ≈ {p['requests']:,} Blob requests{after}; passes {p.get('converging', 'unknown')}"
+        f"{final}"
     )
 
 
+def deleted_files(rec: dict) -> int | None:
+    """What the pass's prune deleted: 0 for a pass that runs none (baseline, incremental, audit),
+    None where the record does not say (a final pass recorded before records said it)."""
+    done = rec.get("deleted")
+    if isinstance(done, dict):
+        return _int(done.get("files"))
+    return None if rec.get("phase") == "final" else 0
+
+
 def history_markdown(records: list[dict]) -> list[str]:
+    """The history table. `would delete`: what only the destination holds as the pass's plan
+    counted it (what a final pass's prune deletes); `deleted`: what the pass deleted."""
     lines = [
         "| run | pass | status | engine | started | wall | source files | planned files | planned bytes | "
-        "deleted | copied files | copied bytes | verified | failed | retries | Blob requests | partitions |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "would delete | deleted | copied files | copied bytes | verified | failed | retries | "
+        "Blob requests | partitions |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
         planned, copied = r.get("planned") or {}, r.get("copied") or {}
+        deleted = deleted_files(r)
         lines.append(
             f"| {r.get('run_dir') or r.get('phase')} | {r.get('pass')} | {r.get('status')} | {r.get('engine')} | "
             f"{r.get('started') or '-'} | {duration(r.get('wall_seconds'))} | {(r.get('source') or {}).get('files') or '-'} | "
             f"{planned.get('files', 0)} | {fmt_bytes(planned.get('bytes'))} | {planned.get('deleted', 0)} | "
+            f"{'-' if deleted is None else deleted} | "
             f"{copied.get('files', 0)} | {fmt_bytes(copied.get('bytes'))} | {(r.get('verified') or {}).get('files', 0)} | "
             f"{r.get('failed', 0)} | {r.get('retries', 0)} | {actual_requests(r):,} | {r.get('partitions', 0)} |"
         )
     if not records:
-        lines.append("| (no run recorded) |" + " |" * 16)
+        lines.append("| (no run recorded) |" + " |" * 17)
+    return lines
+
+
+def verdict_markdown(v: dict) -> list[str]:
+    """Whether the final pass would go through, and each thing in its way."""
+    d = v["deletions"]
+    said = "would go through" if v["goes_through"] else "would NOT go through"
+    limit = "prune.force is set" if v["force"] else f"prune.max_delete is {d['limit']}"
+    lines = [
+        f"**The final pass {said}** as the migration stands: {d['entries']:,} of {d['of']:,} "
+        f"destination entries to delete ({limit}); the destination "
+        + (
+            f"carried ({v['dest_listing']['why']})"
+            if v["dest_listing"]["carried"]
+            else f"listed fresh ({v['dest_listing']['why']})"
+        )
+        + ".",
+    ]
+    if v["problems"]:
+        lines += ["", *(f"- {p[0].upper() + p[1:]}." for p in v["problems"])]
     return lines
 
 
@@ -934,6 +1274,7 @@ def projection_markdown(p: dict) -> list[str]:
     lines = [
         f"**{line(p)[0].upper() + line(p)[1:]}.**",
         "",
+        *(verdict_markdown(p["final_pass"]) + [""] if p.get("final_pass") else []),
         f"Passes: **{p['converging']}** — {p['why']}.",
         "",
         "Assumptions:",
@@ -944,18 +1285,26 @@ def projection_markdown(p: dict) -> list[str]:
         "",
         "Projected against measured, for every pass that had a predecessor (projected from the passes before it):",
         "",
-        "| pass | phase | projected | actual | error | projected requests | actual requests |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| pass | phase | from passes | projected | actual | error | projected requests | actual requests |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for b in p["backtest"]:
         pct = f"{b['error_pct']:+.0f} %" if b["error_pct"] is not None else "-"
         lines.append(
-            f"| {b['pass']} | {b['phase']} | {duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
+            f"| {b['pass']} | {b['phase']} | {b.get('from_passes', '-')} | "
+            f"{duration(b['projected_seconds'])} | {duration(b['actual_seconds'])} | "
             f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |"
         )
     if not p["backtest"]:
-        lines.append("| (no pass with a predecessor yet) | | | | | | |")
+        lines.append("| (no pass with a predecessor yet) | | | | | | | |")
     return lines
+
+
+def default_state(root: str) -> str | None:
+    """The config's default state location, where there is one: a state kept elsewhere (the
+    config's `state`) is judged from the records unless --state names it."""
+    path = os.path.join(root, "state")
+    return path if os.path.isdir(path) else None
 
 
 def main(argv=None) -> int:
@@ -968,6 +1317,16 @@ def main(argv=None) -> int:
     proj.add_argument("--phase", default="final", choices=["incremental", "final"])
     proj.add_argument(
         "--checksum", action="store_true", default=None, help="the final pass verifies by MD5"
+    )
+    proj.add_argument(
+        "--max-delete",
+        default=DEFAULT_MAX_DELETE,
+        help="the config's prune.max_delete (default %(default)s)",
+    )
+    proj.add_argument("--force", action="store_true", help="the config's prune.force")
+    proj.add_argument("--dest-listing", choices=["carried", "fresh"], default="carried")
+    proj.add_argument(
+        "--state", help="the carried state's location (default RUN_ROOT/state, if it is there)"
     )
     proj.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="the history of RUN_ROOT")
@@ -1014,7 +1373,13 @@ def main(argv=None) -> int:
             else "\n".join(history_markdown(records))
         )
         return 0
-    result = project(records, phase=args.phase, checksum=args.checksum)
+    settings = Settings(
+        max_delete=args.max_delete,
+        force=args.force,
+        dest_listing=args.dest_listing,
+        state=args.state or default_state(args.run_root),
+    )
+    result = project(records, phase=args.phase, checksum=args.checksum, settings=settings)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["line"])
     return 0 if result["ok"] else 1
 

@@ -527,6 +527,12 @@ def projection_section(projection: dict | None) -> str:
     if not projection.get("ok", True):
         return f'<p class="note">No projection yet: {esc(projection.get("why_not") or "too few passes")}.</p>'
     out = [f'<p class="headline" id="projection-line">{esc(projection_line(projection))}</p>']
+    final = projection.get("final_pass")
+    if final:
+        # Whether the final pass would go through as the migration stands (ferry_history.verdict).
+        clear = final["goes_through"] and not final["problems"]
+        said = final["said"][:1].upper() + final["said"][1:]
+        out.append(f'<p class="{"ok" if clear else "warn"}" id="final-pass">{esc(said)}.</p>')
     converging = projection.get("converging") or "unknown"
     out.append(
         f'<p class="{"ok" if converging in ("converging", "steady") else "warn"}">The passes: '

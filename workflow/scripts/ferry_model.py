@@ -30,6 +30,9 @@ PLAN_KEYS = [
     "to_copy",
     "unchanged",
     "extra_on_dest",
+    # With dest.files, what the final pass's prune judges its deletions by (prune.max_delete).
+    "dest_dirs",
+    "prune_dirs",
     "partitioning",
     "verify_scope",
 ]
@@ -148,7 +151,8 @@ def pruning(run: dict) -> tuple[dict | None, list[dict]]:
     if refused:
         failures.insert(0, {"stage": "prune", "error": f"prune refused: {refused}"})
     summed = {
-        key: sum(d[key] for d in docs) for key in ("deleted", "would_delete", "dirs", "failed")
+        key: sum(d[key] for d in docs)
+        for key in ("deleted", "would_delete", "dirs", "dirs_deleted", "failed")
     }
     return {
         "dry_run": docs[0]["dry_run"],

@@ -82,7 +82,14 @@ def add_history(report: dict, opts, ended_in_error: bool = False) -> None:
         return
     report["history"] = records
     report["projection"] = ferry_history.project(
-        records, checksum=opts.checksum or opts.final_checksum
+        records,
+        checksum=opts.checksum or opts.final_checksum,
+        settings=ferry_history.Settings(
+            max_delete=opts.max_delete or ferry_history.DEFAULT_MAX_DELETE,
+            force=opts.prune_force,
+            dest_listing=opts.dest_listing,
+            state=opts.state,
+        ),
     )
 
 

@@ -247,6 +247,12 @@ def options_parser(add_help: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         help="the final pass verifies by MD5 (config checksum): the projection's assumption",
     )
+    # What the projection judges the final pass by (ferry_history.verdict): the config's
+    # prune settings and how the next pass will know the destination.
+    p.add_argument("--max-delete", default=None, help="the config's prune.max_delete")
+    p.add_argument("--prune-force", action="store_true", help="the config's prune.force")
+    p.add_argument("--dest-listing", choices=["carried", "fresh"], default="carried")
+    p.add_argument("--state", default=None, help="where the carried state is kept")
     p.add_argument(
         "--history",
         metavar="DIR",
