@@ -31,12 +31,23 @@ pub struct ReportNames {
     pub json: String,
 }
 
+/// The files of the run root (`<outdir>/<run_name>`), beside its phases' run directories.
+#[derive(Debug, Deserialize)]
+pub struct RunRoot {
+    pub history: String,
+    pub migration: String,
+    pub lock: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Layout {
     pub steps: BTreeMap<String, StepRecords>,
     pub plan: String,
     pub report: ReportNames,
     pub incomplete_report: ReportNames,
+    /// The engine's marker that a run of the phase began (ferry_history.start).
+    pub run_started: String,
+    pub run_root: RunRoot,
 }
 
 pub static LAYOUT: LazyLock<Layout> = LazyLock::new(|| {
