@@ -265,6 +265,13 @@ class RunDir:
         """A prune job's whole document with `fields` as given (see prune_json)."""
         self._json(self.prune_json(failed, part), self.prune_doc(**fields))
 
+    def deletion_list(self, part: str | None = None, paths=("gone.txt",)) -> str:
+        """A prune job's list of what it deleted (its --log), of a part or (None) the
+        directories' job; its path relative to the run directory."""
+        rel = "prune/dirs.deleted.tsv" if part is None else f"prune/part-{part}.deleted.tsv"
+        self._write(rel, "".join(f"{p}\n" for p in paths))
+        return rel
+
     def final_check(self, counts: dict, failed: bool = False) -> None:
         """The final check's verify document with these counts."""
         self._json(self.final_check_json(failed), self.verify_doc(**counts))
