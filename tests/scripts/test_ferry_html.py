@@ -491,3 +491,8 @@ def test_a_refused_prune_shows_with_its_reason_in_config_terms(finished, history
         "prune.force: true" in said
     ), said
     assert "--max-delete" not in page and '<span class="refused">' in page
+
+
+def test_a_final_pass_whose_prune_did_not_run_says_so(finished, history):
+    said = checks(page_of(finished))
+    assert "Deletions: none (prune did not run; see the failures)" in said, said

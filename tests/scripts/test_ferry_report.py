@@ -779,3 +779,15 @@ def test_a_prune_the_plan_refused_before_any_copy_is_reported(run):
     assert report["status"] == "incomplete"
     md = ferry_markdown.markdown(report)
     assert f"Prune refused (by the plan, before any copy): {said}" in md, md
+
+
+def test_a_prune_the_pipelines_guard_held_back_is_reported(finished):
+    finished.log("prune_dirs", "ferry: prune refused: verify partition 00000 found differences\n")
+    report = build(finished, phase="final")
+    prune = report["totals"]["prune"]
+    said = "verify partition 00000 found differences"
+    assert (prune["refused"], prune["refused_by"], prune["deleted"]) == (said, "pipeline", 0)
+    md = ferry_markdown.markdown(report)
+    assert f"Prune refused (by the pipeline's guard before any deletion): {said}" in md, md
+    page = ferry_html.page(report, [], None)
+    assert "prune refused (by the pipeline&#x27;s guard before any deletion)" in page, page

@@ -660,6 +660,8 @@ def verify_counts(v: dict, only_on_dest: str) -> str:
 def deletions_line(report: dict) -> str:
     """The pass's deletions: only a final pass deletes; the others say what it will find."""
     p = report["totals"]["prune"]
+    if p is None and report["phase"] == "final":
+        return "<b>Deletions</b>: none (prune did not run; see the failures)"
     if p is None:
         extra = (report["plan"] or {}).get("extra_on_dest")
         found = (
@@ -670,8 +672,8 @@ def deletions_line(report: dict) -> str:
         )
         return f"<b>Deletions</b>: none (only the final pass deletes){esc(found)}"
     if p["refused"]:
-        by = "by the plan, before any copy" if p["refused_by"] == "plan" else "nothing deleted"
-        return f'<b>Deletions</b>: <span class="refused">prune refused ({by})</span>: {esc(p["refused"])}'
+        by = ferry_model.REFUSED_BY[p["refused_by"]]
+        return f'<b>Deletions</b>: <span class="refused">prune refused ({esc(by)})</span>: {esc(p["refused"])}'
     planned = p["planned"]
     of = (
         f" of the plan's {fmt_count(planned['files'])} files ({fmt_bytes(planned['bytes'])}) and "

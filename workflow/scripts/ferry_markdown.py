@@ -4,7 +4,7 @@ renders; every number comes from the report as it is."""
 from __future__ import annotations
 
 import ferry_history
-from ferry_model import compared_words
+from ferry_model import REFUSED_BY, compared_words
 from ferrylib import fmt_bytes as human_bytes
 
 SHOWN_IGNORED = 50
@@ -103,7 +103,7 @@ def prune_line(p: dict) -> str:
     """What prune deleted (and of what the plan found to delete), where its lists are, or why
     it was refused."""
     if p["refused"]:
-        by = "by the plan, before any copy" if p["refused_by"] == "plan" else "nothing deleted"
+        by = REFUSED_BY[p["refused_by"]]
         return f"Prune refused ({by}): {p['refused']}"
     planned = p["planned"]
     of = (

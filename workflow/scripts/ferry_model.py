@@ -160,8 +160,10 @@ def pruning(run: dict) -> tuple[dict | None, list[dict]]:
         docs.append(doc)
         failures += [{"stage": "prune", **where, **f} for f in doc["failures"]]
     if not docs:
-        refused = plan_refusal(run)
-        return (none_deleted(refused, "plan") if refused else None), failures
+        by_plan, by_guard = plan_refusal(run), guard_refusal(run)
+        if by_plan or by_guard:
+            return none_deleted(by_plan or by_guard, "plan" if by_plan else "pipeline"), failures
+        return None, failures
     refused = next((d["refused"] for d in docs if d["refused"]), None)
     if refused:
         refused = ferry_config.in_config_terms(refused)
@@ -206,6 +208,25 @@ def plan_refusal(run: dict) -> str | None:
 
 # How `ferry plan` begins a refusal (worker/src/commands/plan.rs).
 PLAN_REFUSED = "plan refused: "
+# How ferry_task.py's guard begins its refusal to run prune (a planned verify did not pass).
+GUARD_REFUSED = "ferry: prune refused: "
+
+
+def guard_refusal(run: dict) -> str | None:
+    """Why the pipeline did not run prune at all: its guard's words in a prune job's log."""
+    for _, job in prune_jobs(run):
+        if (job["error"] or "").startswith(GUARD_REFUSED):
+            return job["error"].removeprefix(GUARD_REFUSED)
+    return None
+
+
+# Who refused a pass's prune, as the report says it: prune itself, the plan before any copy, or
+# the pipeline's guard (a planned verify that did not pass).
+REFUSED_BY = {
+    "prune": "nothing deleted",
+    "plan": "by the plan, before any copy",
+    "pipeline": "by the pipeline's guard before any deletion",
+}
 
 
 def none_deleted(refused: str, by: str) -> dict:
