@@ -774,7 +774,7 @@ def test_a_prune_the_plan_refused_before_any_copy_is_reported(run):
     ferry_task.in_config_terms(str(log), ferry_config.PRUNE_KEYS)
     report = build(run, phase="final")
     prune = report["totals"]["prune"]
-    said = f"the final pass's prune would be refused: {IN_CONFIG_TERMS} (in the pipeline's config)"
+    said = f"{IN_CONFIG_TERMS} (in the pipeline's config)"
     assert (prune["refused"], prune["refused_by"], prune["deleted"]) == (said, "plan", 0), prune
     assert report["status"] == "incomplete"
     md = ferry_markdown.markdown(report)
@@ -791,3 +791,10 @@ def test_a_prune_the_pipelines_guard_held_back_is_reported(finished):
     assert f"Prune refused (by the pipeline's guard before any deletion): {said}" in md, md
     page = ferry_html.page(report, [], None)
     assert "prune refused (by the pipeline&#x27;s guard before any deletion)" in page, page
+
+
+def test_a_plan_refused_for_its_copy_is_no_prune_refusal(run):
+    run.log("plan", "ferry: plan refused: the pass's copy would be refused: 2 files newer\n")
+    report = build(run, phase="final")
+    assert report["totals"]["prune"] is None
+    assert report["failures"][0]["stage"] == "plan", report["failures"]

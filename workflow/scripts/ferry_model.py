@@ -206,8 +206,9 @@ def plan_refusal(run: dict) -> str | None:
     return None
 
 
-# How `ferry plan` begins a refusal (worker/src/commands/plan.rs).
-PLAN_REFUSED = "plan refused: "
+# How `ferry plan` begins its refusal of the final pass's prune (worker/src/commands/plan.rs);
+# a plan refused for another reason is no prune's.
+PLAN_REFUSED = "plan refused: the final pass's prune would be refused: "
 # How ferry_task.py's guard begins its refusal to run prune (a planned verify did not pass).
 GUARD_REFUSED = "ferry: prune refused: "
 
