@@ -460,3 +460,8 @@ def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     assert plan and "prune would be refused" in str(plan[0]), partial["failures"]
     assert "raise prune.max_delete" in str(plan[0]) and "--max-delete" not in str(plan[0])
     assert "copy" not in jobs_per_step(partial) and "prune" not in jobs_per_step(partial)
+    # Its page shows the refusal among the deletions, in the config's keys.
+    refused = partial["totals"]["prune"]
+    assert refused["refused_by"] == "plan" and "raise prune.max_delete" in refused["refused"]
+    page = (outdir / "t" / "final" / "report-incomplete.html").read_text(encoding="utf-8")
+    assert "prune refused (by the plan, before any copy)</span>: 6 of " in page, page
