@@ -164,6 +164,8 @@ def status_while_copying(ferry_bin, run: Path) -> dict:
 
 def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
     st = status_while_copying(ferry_bin, run)
+    # The engine's lock (and start marker) say it runs; once killed, that it ended.
+    assert st["engine"] == "running", st
     p = st["progress"]
     assert p["copy"]["running"] >= 1, p["copy"]
     assert p["bytes_per_second"] > 0 and p["eta_seconds"] > 0
@@ -174,6 +176,7 @@ def check_running_then_stopped(ferry_bin, run: Path, kill) -> None:
     while (st := status(ferry_bin, run))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert st["state"] == "stopped" and st["progress"]["copy"]["running"] == 0, st
+    assert st["engine"] == "ended", st
     tally = st["progress"]["copy"]
     assert (
         tally["stopped"] >= 1

@@ -244,6 +244,13 @@ def test_prune_refused_on_an_empty_source(local_runs):
     assert refused and "no entries at the source" in str(refused[0]), partial["failures"]
     assert "set prune.force: true" in str(refused[0]), refused[0]
     assert not (run / "report.json").exists()
+    # Its page shows the refusal among the deletions, in the config's keys; the baseline's
+    # says what its verify compared.
+    page = (run / "report-incomplete.html").read_text(encoding="utf-8")
+    assert "prune refused (by the plan, before any copy)</span>: the plan in" in page
+    assert "found no entries at the source; set prune.force: true" in page
+    baseline = run_dir(local_runs["outdir"], "baseline") / "report.html"
+    assert "(copied files, by sizes): " in baseline.read_text(encoding="utf-8")
     rows = trace(local_runs["outdir"], "final")
     assert statuses(rows, "PLAN") == ["FAILED"]
     for later in ("COPY", "PRUNE", "PRUNE_DIRS", "FINAL_CHECK"):

@@ -131,6 +131,7 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
         "failed": 0,
         "metadata_only": 0,
         "replaced": 0,
+        "removed": 0,
     }
     assert rep["plan"]["source"]["symlinks_not_migrated"] == 0
     link = container.client.get_blob_client("share/docs/link-to-top")
@@ -191,6 +192,10 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     listed = rep["totals"]["dest_listing"]["listed"]
     assert (listed["used"], listed["written_by"]) == (True, "baseline"), listed
     assert rep["totals"]["requests"]["by_step"]["list_dest"]["list_pages"] == 0
+    # Every verify line says what was compared: sizes, before the final pass.
+    assert rep["totals"]["verify_compared"] == ["size"]
+    page = (outdir / "t" / "incremental" / "report.html").read_text(encoding="utf-8")
+    assert "(copied files, by sizes): " in page
 
     # --- final: prune, full verify, identical trees ------------------------------------------
     pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), THREE_PARTS, "checksum=true")
@@ -214,6 +219,11 @@ def test_blob_migration_through_all_phases(tmp_path, ferry_bin, container):
     deleted_log = "".join(log.read_text() for log in logs)
     for rel in deleted:
         assert rel in deleted_log
+    # report.html shows the deletions, with a link to each list, and what verify compared.
+    page = (outdir / "t" / "final" / "report.html").read_text(encoding="utf-8")
+    for log in logs:
+        assert f'<a href="prune/{log.name}">' in page, log.name
+    assert f"{len(deleted)} files and symlinks and" in page
     rules = jobs_per_step(rep)
     assert rules["prune"] == min(3, len(deleted)) and rules["prune_dirs"] == 1
     assert rules["carry"] == 1 and rules["list_dest"] == 1
@@ -450,3 +460,8 @@ def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     assert plan and "prune would be refused" in str(plan[0]), partial["failures"]
     assert "raise prune.max_delete" in str(plan[0]) and "--max-delete" not in str(plan[0])
     assert "copy" not in jobs_per_step(partial) and "prune" not in jobs_per_step(partial)
+    # Its page shows the refusal among the deletions, in the config's keys.
+    refused = partial["totals"]["prune"]
+    assert refused["refused_by"] == "plan" and "raise prune.max_delete" in refused["refused"]
+    page = (outdir / "t" / "final" / "report-incomplete.html").read_text(encoding="utf-8")
+    assert "prune refused (by the plan, before any copy)</span>: 6 of " in page, page

@@ -407,3 +407,92 @@ def test_a_report_of_another_version_is_refused_by_name(finished, capsys):
         ferry_html.main([str(finished.path), "--out", str(finished.path / "page.html")])
     assert "a report of version 1" in capsys.readouterr().err
     assert not (finished.path / "page.html").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# what a person reads (issue 42): what verify compared, the deletions, a refused prune
+
+
+def checks(page: str) -> str:
+    """The page's "Checks and deletions" list, its tags dropped."""
+    found = re.search(r'<ul class="checks">(.*?)</ul>', page, re.S)
+    assert found, "no checks list on the page"
+    return html.unescape(re.sub(r"<[^>]+>", "", found.group(1).replace("</li>", "\n")))
+
+
+@pytest.fixture
+def pruned(tmp_path) -> RunDir:
+    """A final pass that deleted what its plan found only on the destination."""
+    run = RunDir(tmp_path / "r1" / "final")
+    run.plan(
+        copy=[("00000", 2, 2000)],
+        verify=[("00000", 2, 2000)],
+        extra_on_dest={"files": 3, "bytes": 3_000_000},
+        prune_partitions=[{"id": "00000", "files": 3, "bytes": 3_000_000}],
+        prune_dirs=1,
+    )
+    run.copied("00000", copied=2, bytes_copied=2000, replaced=1, removed=4)
+    run.verified("00000", same=2)
+    run.pruned({"deleted": 3, "would_delete": 3}, part="00000")
+    run.pruned({"dirs": 1, "dirs_deleted": 1})
+    run.deletion_list("00000", ["a", "b", "c"])
+    run.deletion_list(None, ["d/"])
+    run.final_check({"same": 2, "compared": ["size", "md5", "metadata"]})
+    return run
+
+
+def test_the_page_says_what_each_verify_compared(pruned, history):
+    said = checks(page_of(pruned))
+    assert "Verify (copied files, by sizes): 2 same, 0 differ" in said, said
+    assert (
+        "Final check of the whole trees, by sizes, MD5s and metadata (mtime, mode, owner…): "
+        "2 same" in said
+    ), said
+
+
+def test_the_page_shows_the_deletions_with_links_to_their_lists(pruned, history):
+    page = page_of(pruned)
+    said = checks(page)
+    assert (
+        "Deletions: 3 files and symlinks and 1 directories deleted of the plan's 3 files "
+        f"({ferry_html.fmt_bytes(3_000_000)}) and 1 directories; the deleted paths: "
+        "prune/part-00000.deleted.tsv, prune/dirs.deleted.tsv" in said
+    ), said
+    for rel in ("prune/part-00000.deleted.tsv", "prune/dirs.deleted.tsv"):
+        assert f'<a href="{rel}">' in page and (pruned.path / rel).is_file()
+    assert (
+        "Replaced: 1 entries of another type at the destination (with what was under them, 4 entries deleted)"
+        in said
+    ), said
+
+
+def test_a_pass_before_the_final_says_what_the_final_will_delete(pruned, history):
+    said = checks(page_of(pruned, phase="incremental"))
+    assert (
+        "Deletions: none (only the final pass deletes); the plan found 3 files "
+        f"({ferry_html.fmt_bytes(3_000_000)}) only on the destination" in said
+    ), said
+
+
+def test_a_refused_prune_shows_with_its_reason_in_config_terms(finished, history):
+    finished.pruned(
+        {
+            "would_delete": 18,
+            "refused": "18 of 100 destination entries would be deleted, more than --max-delete "
+            "10 % allows; raise --max-delete or pass --force",
+        },
+        failed=True,
+    )
+    page = page_of(finished)
+    said = checks(page)
+    assert (
+        "Deletions: prune refused (nothing deleted): 18 of 100 destination entries would be "
+        "deleted, more than prune.max_delete 10 % allows; raise prune.max_delete or set "
+        "prune.force: true" in said
+    ), said
+    assert "--max-delete" not in page and '<span class="refused">' in page
+
+
+def test_a_final_pass_whose_prune_did_not_run_says_so(finished, history):
+    said = checks(page_of(finished))
+    assert "Deletions: none (prune did not run; see the failures)" in said, said

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import ferry_config
 import ferry_history
 import ferry_html
 import ferry_markdown
@@ -70,6 +71,7 @@ def test_a_finished_run_adds_up_the_partitions(finished):
         "skipped": 1,
         "metadata_only": 0,
         "replaced": 0,
+        "removed": 0,
         "ignored": 0,
         "failed": 0,
     }
@@ -337,6 +339,7 @@ def test_a_final_run_reports_prune_and_the_final_check(final):
         "missing_on_src": 0,
         "error": 0,
         "seconds": 0.5,
+        "compared": ["size"],
     }
 
 
@@ -437,7 +440,7 @@ def test_markdown_of_a_finished_run(finished):
     assert "| at source | 5 | 7.81 KiB |" in md
     assert "Retries: 4 (500: 1, 503: 3)." in md
     assert (
-        "Verify (copied files): 5 same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors."
+        "Verify (copied files, by sizes): 5 same, 0 differ, 0 missing on destination, 0 missing on source, 0 errors."
         in md
     )
     assert "| 00001 | done | 2 | 4.88 KiB | 1 | 1 | 0 | 2 | 2.50 | 3.00 |" in md
@@ -474,9 +477,12 @@ def test_markdown_of_the_final_phase(final):
         {"deleted": 0, "would_delete": 3, "dry_run": True, "log": "prune/prune-deleted.log"}
     )
     md = ferry_markdown.markdown(build(final, phase="final"))
-    assert "Prune: 0 deleted, 3 would delete (dry run); lists in `prune/`." in md
     assert (
-        "Final check of the whole trees: 5 same, 0 differ, 0 missing on destination, 0 extra on destination."
+        "Prune: 0 files and symlinks and 0 directories deleted, 3 would delete (dry run) (the "
+        "plan's deletions: 0 files, 0 B, 0 directories); the deleted paths in `prune/`." in md
+    ), md
+    assert (
+        "Final check of the whole trees, by sizes: 5 same, 0 differ, 0 missing on destination, 0 extra on destination."
         in md
     )
 
@@ -714,3 +720,101 @@ def test_list_jobs_summaries_merge_by_kind_and_the_decision_is_any_jobs(run):
         "jobs": 2,
     }
     assert ferry_run.merged_listing([None, None]) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# what a person reads (issue 42): what verify compared, the deletions, a refused prune
+
+
+OVER_LIMIT = (
+    "18 of 100 destination entries would be deleted, more than --max-delete 10 % allows; "
+    "review with --dry-run, raise --max-delete or pass --force"
+)
+IN_CONFIG_TERMS = (
+    "18 of 100 destination entries would be deleted, more than prune.max_delete 10 % allows; "
+    "review with prune.dry_run: true, raise prune.max_delete or set prune.force: true"
+)
+
+
+def test_every_verify_line_says_what_was_compared(final):
+    assert build(final)["totals"]["verify_compared"] == ["size"]
+    md = ferry_markdown.markdown(build(final))
+    assert "Verify (copied files, by sizes): 5 same," in md, md
+    final.final_check(
+        {"same": 5, "compared": ["size", "md5", "metadata"], "seconds": 0.5}, failed=False
+    )
+    report = build(final, phase="final")
+    assert report["totals"]["final_check"]["compared"] == ["size", "md5", "metadata"]
+    md = ferry_markdown.markdown(report)
+    assert (
+        "Final check of the whole trees, by sizes, MD5s and metadata (mtime, mode, owner…): 5 same"
+        in md
+    ), md
+
+
+def test_the_deletions_name_the_plans_bytes_and_their_lists(run):
+    run.plan(
+        copy=[("00000", 1, 10)],
+        verify=[("00000", 1, 10)],
+        extra_on_dest={"files": 3, "bytes": 3000},
+        prune_partitions=[{"id": "00000", "files": 3, "bytes": 3000}],
+        prune_dirs=1,
+    )
+    run.copied("00000", copied=1)
+    run.verified("00000", same=1)
+    run.pruned({"deleted": 3, "would_delete": 3}, part="00000")
+    run.pruned({"dirs": 1, "dirs_deleted": 1})
+    lists = [run.deletion_list("00000", ["a", "b", "c"]), run.deletion_list(None, ["d/"])]
+    prune = build(run, phase="final")["totals"]["prune"]
+    assert (prune["deleted"], prune["dirs_deleted"]) == (3, 1), prune
+    assert prune["planned"] == {"files": 3, "bytes": 3000, "dirs": 1}
+    assert prune["lists"] == lists
+    md = ferry_markdown.markdown(build(run, phase="final"))
+    assert (
+        "Prune: 3 files and symlinks and 1 directories deleted, 3 would delete (the plan's "
+        "deletions: 3 files, 2.93 KiB, 1 directories); the deleted paths in "
+        "`prune/part-00000.deleted.tsv`, `prune/dirs.deleted.tsv`." in md
+    ), md
+
+
+def test_a_refused_prune_is_said_in_the_configs_terms(finished):
+    finished.pruned({"would_delete": 18, "refused": OVER_LIMIT}, failed=True)
+    report = build(finished, phase="final")
+    prune = report["totals"]["prune"]
+    assert (prune["refused"], prune["refused_by"]) == (IN_CONFIG_TERMS, "prune"), prune
+    assert report["failures"][0] == {"stage": "prune", "error": f"prune refused: {IN_CONFIG_TERMS}"}
+    md = ferry_markdown.markdown(report)
+    assert f"Prune refused (nothing deleted): {IN_CONFIG_TERMS}" in md, md
+
+
+def test_a_prune_the_plan_refused_before_any_copy_is_reported(run):
+    # As the pipeline leaves it: the plan's refusal, then ferry_task's line in config terms.
+    log = run.path / "logs" / "plan.log"
+    run.log("plan", f"ferry: plan refused: the final pass's prune would be refused: {OVER_LIMIT}\n")
+    ferry_task.in_config_terms(str(log), ferry_config.PRUNE_KEYS)
+    report = build(run, phase="final")
+    prune = report["totals"]["prune"]
+    said = f"{IN_CONFIG_TERMS} (in the pipeline's config)"
+    assert (prune["refused"], prune["refused_by"], prune["deleted"]) == (said, "plan", 0), prune
+    assert report["status"] == "incomplete"
+    md = ferry_markdown.markdown(report)
+    assert f"Prune refused (by the plan, before any copy): {said}" in md, md
+
+
+def test_a_prune_the_pipelines_guard_held_back_is_reported(finished):
+    finished.log("prune_dirs", "ferry: prune refused: verify partition 00000 found differences\n")
+    report = build(finished, phase="final")
+    prune = report["totals"]["prune"]
+    said = "verify partition 00000 found differences"
+    assert (prune["refused"], prune["refused_by"], prune["deleted"]) == (said, "pipeline", 0)
+    md = ferry_markdown.markdown(report)
+    assert f"Prune refused (by the pipeline's guard before any deletion): {said}" in md, md
+    page = ferry_html.page(report, [], None)
+    assert "prune refused (by the pipeline&#x27;s guard before any deletion)" in page, page
+
+
+def test_a_plan_refused_for_its_copy_is_no_prune_refusal(run):
+    run.log("plan", "ferry: plan refused: the pass's copy would be refused: 2 files newer\n")
+    report = build(run, phase="final")
+    assert report["totals"]["prune"] is None
+    assert report["failures"][0]["stage"] == "plan", report["failures"]

@@ -172,6 +172,7 @@ class RunDir:
             "version": 1,
             "passed": not (differ or missing_on_dst or missing_on_src or error),
             "checksum": False,
+            "compared": ["size"],
             "command": "verify",
             "dest": "/dst",
             "differ": differ,
@@ -264,6 +265,13 @@ class RunDir:
         """A prune job's whole document with `fields` as given (see prune_json)."""
         self._json(self.prune_json(failed, part), self.prune_doc(**fields))
 
+    def deletion_list(self, part: str | None = None, paths=("gone.txt",)) -> str:
+        """A prune job's list of what it deleted (its --log), of a part or (None) the
+        directories' job; its path relative to the run directory."""
+        rel = "prune/dirs.deleted.tsv" if part is None else f"prune/part-{part}.deleted.tsv"
+        self._write(rel, "".join(f"{p}\n" for p in paths))
+        return rel
+
     def final_check(self, counts: dict, failed: bool = False) -> None:
         """The final check's verify document with these counts."""
         self._json(self.final_check_json(failed), self.verify_doc(**counts))
@@ -305,6 +313,38 @@ class RunDir:
         }
         self._json(self.path / "listing" / "shards.json", doc)
         return doc
+
+    # the engine: its marker, the migration's lock, the report -----------------------------------
+
+    def started(self, pid: int, host: str, pid_start: str | None, at: str) -> dict:
+        """run_started.json, the marker the engines' start hook leaves (ferry_history.start)."""
+        marker = {
+            "run_id": f"{at}-{host}-{pid}",
+            "engine": "snakemake",
+            "host": host,
+            "pid": pid,
+            "pid_start": pid_start,
+            "started": at,
+            "report_args": [],
+        }
+        self._json(self.path / "run_started.json", marker)
+        return marker
+
+    def locked(self, marker: dict, heartbeat: float) -> None:
+        """The run root's lock.json (ferry_lock.py), held for this pass by the marker's engine."""
+        keys = ("run_id", "host", "pid", "pid_start")
+        doc = {"version": 1, **{k: marker[k] for k in keys}, "pass": self.path.name}
+        doc |= {"since": marker["started"], "heartbeat": heartbeat}
+        self._json(self.path.parent / "lock.json", doc)
+
+    def migration_files(self) -> None:
+        """The run root's migration.json and history.jsonl, as a pass's start leaves them."""
+        self._json(self.path.parent / "migration.json", {"version": 1})
+        (self.path.parent / "history.jsonl").touch()
+
+    def reported(self, status: str = "complete") -> None:
+        name = "report.json" if status == "complete" else "report-incomplete.json"
+        self._json(self.path / name, {"status": status})
 
     # logs and timings --------------------------------------------------------------------------
 

@@ -390,10 +390,12 @@ pub enum PhaseState {
     Listing,
     /// Every list job's listing written, no plan yet.
     Planning,
+    /// A partition's job is running, or its engine is (jobs queued, or between two steps).
     Running,
     /// Every partition done, the report not yet written.
     Finishing,
-    /// Nothing running and not finished: killed, or its jobs failed and the engine gave up.
+    /// Nothing running, not finished, and its engine gone: killed, or its jobs failed and the
+    /// engine gave up.
     Stopped,
     /// The report says incomplete.
     Incomplete,
@@ -470,11 +472,27 @@ pub struct SideListing {
     pub done: u32,
 }
 
+/// Whether the engine that runs the pass is still there: its run_started.json marker and the
+/// migration's lock (ferry_lock.py) say so, the records cannot (a job queued or a pass between
+/// two steps leaves nothing to read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineState {
+    /// Its lock is held for this pass by a live engine (on this host: its process; on another:
+    /// a heartbeat younger than ferry_lock.py's STALE_AFTER), or its marker's process runs here.
+    Running,
+    /// Its engine process is gone, or its lock was given back.
+    Ended,
+    /// No marker and no lock of this pass: a run directory made without an engine.
+    Unknown,
+}
+
 #[derive(Serialize, JsonSchema)]
 pub struct StatusDoc {
     pub version: Version,
     pub run_dir: String,
     pub state: PhaseState,
+    pub engine: EngineState,
     /// How far each listed side is; null once the plan is made.
     pub listing: Option<Vec<SideListing>>,
     /// Null before the plan is made.

@@ -31,12 +31,26 @@ pub struct ReportNames {
     pub json: String,
 }
 
+/// The files of the run root (`<outdir>/<run_name>`), beside its phases' run directories.
+#[derive(Debug, Deserialize)]
+pub struct RunRoot {
+    pub history: String,
+    pub migration: String,
+    pub lock: String,
+    /// A lock whose holder on another host has not beaten its heartbeat for this long is left
+    /// by a pass that is gone (ferry_lock.py beats every tenth of it).
+    pub lock_stale_after_seconds: f64,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Layout {
     pub steps: BTreeMap<String, StepRecords>,
     pub plan: String,
     pub report: ReportNames,
     pub incomplete_report: ReportNames,
+    /// The engine's marker that a run of the phase began (ferry_history.start).
+    pub run_started: String,
+    pub run_root: RunRoot,
 }
 
 pub static LAYOUT: LazyLock<Layout> = LazyLock::new(|| {

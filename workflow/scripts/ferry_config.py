@@ -31,6 +31,7 @@ from ferrylib import (
     is_blob,
     legacy_run_name,
     redact,
+    reword,
     run_name_for,
 )
 
@@ -365,6 +366,12 @@ PRUNE_KEYS = [
     ["--max-delete", "prune.max_delete"],
     ["--force", "prune.force"],
 ]
+
+
+def in_config_terms(said: str) -> str:
+    """A prune refusal (the worker's, or the plan's of the final pass's prune) in the config's
+    terms: the key to change, not the flag it became."""
+    return reword(said, PRUNE_KEYS)
 
 
 def plan_guard_args(cfg: dict) -> list[str]:

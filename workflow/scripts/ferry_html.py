@@ -630,6 +630,77 @@ def totals_section(report: dict) -> str:
     )
 
 
+def checks_section(report: dict) -> str:
+    """A line each: what verify and the final check compared and found, what the copy replaced,
+    and the deletions (what prune deleted, with links to its lists, or why it was refused)."""
+    t = report["totals"]
+    words = ferry_model.compared_words
+    v, scope = t["verify"], (report["plan"] or {}).get("verify_scope", "-")
+    lines = [
+        f"<b>Verify</b> ({esc(scope)} files{esc(words(t['verify_compared']))}): "
+        + verify_counts(v, "missing on source")
+    ]
+    if (fc := t["final_check"]) is not None:
+        lines.append(
+            f"<b>Final check</b> of the whole trees{esc(words(fc['compared']))}: "
+            + verify_counts(fc, "extra on destination")
+        )
+    files = t["files"]
+    if files["replaced"]:
+        lines.append(
+            f"<b>Replaced</b>: {fmt_count(files['replaced'])} entries of another type at the "
+            f"destination (with what was under them, {fmt_count(files['removed'])} entries deleted)"
+        )
+    lines.append(deletions_line(report))
+    return '<ul class="checks">' + "".join(f"<li>{line}</li>" for line in lines) + "</ul>"
+
+
+def verify_counts(v: dict, only_on_dest: str) -> str:
+    return esc(
+        f"{fmt_count(v['same'])} same, {fmt_count(v['differ'])} differ, "
+        f"{fmt_count(v['missing_on_dst'])} missing on destination, "
+        f"{fmt_count(v['missing_on_src'])} {only_on_dest}, {fmt_count(v['error'])} errors"
+    )
+
+
+def deletions_line(report: dict) -> str:
+    """The pass's deletions: only a final pass deletes; the others say what it will find."""
+    p = report["totals"]["prune"]
+    if p is None and report["phase"] == "final":
+        return "<b>Deletions</b>: none (prune did not run; see the failures)"
+    if p is None:
+        extra = (report["plan"] or {}).get("extra_on_dest")
+        found = (
+            f"; the plan found {fmt_count(extra['files'])} files ({fmt_bytes(extra['bytes'])}) "
+            "only on the destination, for the final pass to delete"
+            if extra and extra["files"]
+            else ""
+        )
+        return f"<b>Deletions</b>: none (only the final pass deletes){esc(found)}"
+    if p["refused"]:
+        by = ferry_model.REFUSED_BY[p["refused_by"]]
+        return f'<b>Deletions</b>: <span class="refused">prune refused ({esc(by)})</span>: {esc(p["refused"])}'
+    planned = p["planned"]
+    of = (
+        f" of the plan's {fmt_count(planned['files'])} files ({fmt_bytes(planned['bytes'])}) and "
+        f"{fmt_count(planned['dirs'])} directories"
+        if planned
+        else ""
+    )
+    done = (
+        f"{fmt_count(p['would_delete'])} would be deleted (dry run)"
+        if p["dry_run"]
+        else f"{fmt_count(p['deleted'])} files and symlinks and "
+        f"{fmt_count(p['dirs_deleted'])} directories deleted"
+    )
+    links = ", ".join(f'<a href="{esc(path)}">{esc(path)}</a>' for path in p["lists"])
+    return (
+        f"<b>Deletions</b>: {esc(done + of)}"
+        + (f"; failed {fmt_count(p['failed'])}" if p["failed"] else "")
+        + (f"; the deleted paths: {links}" if links else "")
+    )
+
+
 def timeline_section(report: dict) -> str:
     spans = [j for j in report["jobs"] if j["part"] is not None]
     singles = [j for j in report["jobs"] if j["part"] is None]
@@ -704,6 +775,7 @@ figure{margin:8px 0} figcaption{color:#555;font-size:12px} .plots{display:flex;f
 .plots svg{width:540px;height:auto}
 svg.plot{max-width:100%;height:auto;background:#fff} svg .grid{stroke:#e5e5e5} svg .lbl{font-size:11px;fill:#444}
 svg .val{font-size:10px;fill:#333} svg .inbar{font-size:10px;fill:#fff} svg .unfinished{opacity:.55}
+ul.checks{padding-left:20px} .refused{color:#c0392b;font-weight:600}
 .headline{font-size:16px} .ok{color:#2d7d32} .warn{color:#b9770e} .note{color:#666;font-style:italic}
 """
 
@@ -741,6 +813,8 @@ def page(report: dict, history: list[dict], projection: dict | None) -> str:
         f'<p class="meta">from <code>{esc(report["source"])}</code> to <code>{esc(report["dest"])}</code> · '
         f"generated {esc(fmt_time(report['generated_at']))} UTC</p>",
         totals_section(report),
+        "<h2>Checks and deletions</h2>",
+        checks_section(report),
         "<h2>The final pass, projected</h2>",
         projection_section(projection),
         "<h2>Migration history</h2>",

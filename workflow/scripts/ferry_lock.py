@@ -29,14 +29,14 @@ import uuid
 
 import ferry_docs
 import ferry_preflight
-from ferry_run_dir import LOCK
+from ferry_run_dir import LAYOUT, LOCK
 from ferrylib import iso, write_json
 
 VERSION = 1
-# Three beats to a Blob lease's 60 s: one slow renewal does not lose it.
-HEARTBEAT = 20.0
 # A holder on another host is judged by its heartbeat alone: ten missed beats.
-STALE_AFTER = 10 * HEARTBEAT
+STALE_AFTER = float(LAYOUT["run_root"]["lock_stale_after_seconds"])
+# Three beats to a Blob lease's 60 s: one slow renewal does not lose it.
+HEARTBEAT = STALE_AFTER / 10
 
 
 class Held(Exception):

@@ -4,6 +4,7 @@ renders; every number comes from the report as it is."""
 from __future__ import annotations
 
 import ferry_history
+from ferry_model import REFUSED_BY, compared_words
 from ferrylib import fmt_bytes as human_bytes
 
 SHOWN_IGNORED = 50
@@ -46,6 +47,7 @@ def totals(t: dict) -> list[str]:
         f"| skipped by ferry (already there) | {files['skipped']} | {fmt_bytes(byts['skipped'])} |",
         f"| of them, only metadata set (mode, owner, times, attributes) | {files['metadata_only']} | |",
         f"| entries of another type replaced | {files['replaced']} | |",
+        f"| of them, destination entries deleted (each replaced entry and all under it) | {files['removed']} | |",
         f"| ignored by ferry (cannot exist at the destination) | {files['ignored']} | |",
         f"| failed | {files['failed']} | |",
         "",
@@ -79,7 +81,7 @@ def checks(report: dict) -> list[str]:
     lines = [
         f"Retries: {retries['total']} ({by_status}).",
         "",
-        f"Verify ({scope} files): {v['same']} same, {v['differ']} differ, "
+        f"Verify ({scope} files{compared_words(t['verify_compared'])}): {v['same']} same, {v['differ']} differ, "
         f"{v['missing_on_dst']} missing on destination, {v['missing_on_src']} missing on source, "
         f"{v['error']} errors.",
         "",
@@ -87,21 +89,37 @@ def checks(report: dict) -> list[str]:
     lines += listing_line(t["listings"])
     lines += dest_listing(t["dest_listing"])
     if (p := t["prune"]) is not None:
-        lines += [
-            f"Prune: {p['deleted']} deleted, {p['would_delete']} would delete"
-            + (" (dry run)" if p["dry_run"] else "")
-            + (f", refused: {p['refused']}" if p["refused"] else "")
-            + (f"; lists in `{p['log']}`" if p["log"] else "")
-            + ".",
-            "",
-        ]
+        lines += [prune_line(p), ""]
     if (fc := t["final_check"]) is not None:
         lines += [
-            f"Final check of the whole trees: {fc['same']} same, {fc['differ']} differ, "
+            f"Final check of the whole trees{compared_words(fc['compared'])}: {fc['same']} same, {fc['differ']} differ, "
             f"{fc['missing_on_dst']} missing on destination, {fc['missing_on_src']} extra on destination.",
             "",
         ]
     return lines
+
+
+def prune_line(p: dict) -> str:
+    """What prune deleted (and of what the plan found to delete), where its lists are, or why
+    it was refused."""
+    if p["refused"]:
+        by = REFUSED_BY[p["refused_by"]]
+        return f"Prune refused ({by}): {p['refused']}"
+    planned = p["planned"]
+    of = (
+        f" (the plan's deletions: {planned['files']} files, {fmt_bytes(planned['bytes'])}, "
+        f"{planned['dirs']} directories)"
+        if planned
+        else ""
+    )
+    lists = ", ".join(f"`{path}`" for path in p["lists"]) or f"`{p['log']}`"
+    return (
+        f"Prune: {p['deleted']} files and symlinks and {p['dirs_deleted']} directories deleted, "
+        f"{p['would_delete']} would delete"
+        + (" (dry run)" if p["dry_run"] else "")
+        + of
+        + f"; the deleted paths in {lists}."
+    )
 
 
 def listing_line(listings: dict) -> list[str]:

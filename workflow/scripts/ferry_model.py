@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from collections import Counter, defaultdict
 
+import ferry_config
 import ferry_docs
 from ferry_run import timing_key
 from ferry_run_dir import RECORDS, SHARDED, shard_ids
@@ -22,7 +23,7 @@ STEP_ORDER = list(RECORDS)
 # The steps that run once a phase (not per partition), the timeline's top lanes.
 SINGLE_STEPS = [s for s in STEP_ORDER if "{part}" not in RECORDS[s].log and s != "replicate"]
 VERIFY_KEYS = ["same", "differ", "missing_on_dst", "missing_on_src", "error"]
-COPY_FILE_KEYS = ["copied", "skipped", "metadata_only", "replaced", "ignored", "failed"]
+COPY_FILE_KEYS = ["copied", "skipped", "metadata_only", "replaced", "removed", "ignored", "failed"]
 PLAN_KEYS = [
     "compare",
     "source",
@@ -106,9 +107,22 @@ def copies(run: dict) -> dict:
     }
 
 
+# What a verify compares, in the worker's words (`compared` in its document), and the report's.
+COMPARED_WORDS = {"size": "sizes", "md5": "MD5s", "metadata": "metadata (mtime, mode, owner…)"}
+
+
+def compared_words(compared: list[str]) -> str:
+    """What a verify compared, for a person: ", by sizes", ", by sizes and MD5s", ", by sizes,
+    MD5s and …"; nothing where no verify ran."""
+    words = [COMPARED_WORDS.get(c, c) for c in compared]
+    if not words:
+        return ""
+    return ", by " + (words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}")
+
+
 def verifies(run: dict) -> dict:
     totals = dict.fromkeys(VERIFY_KEYS, 0)
-    rows, failures = [], []
+    rows, failures, compared = [], [], []
     for job in run["verify"]:
         row = {"id": job["id"], "files": job["files"], "bytes": job["bytes"], "state": job["state"]}
         doc = job["doc"]
@@ -116,6 +130,7 @@ def verifies(run: dict) -> dict:
             row |= {key: doc[key] for key in VERIFY_KEYS} | {"worker_seconds": doc["seconds"]}
             for key in VERIFY_KEYS:
                 totals[key] += doc[key]
+            compared += [c for c in doc["compared"] if c not in compared]
             failures += [
                 {"stage": "verify", "partition": job["id"], **entry}
                 for entry in doc["entries"]
@@ -124,7 +139,7 @@ def verifies(run: dict) -> dict:
         elif job["error"]:
             failures.append(job_failure("verify", job, job["id"]))
         rows.append(row | {"job_seconds": job_seconds(job)})
-    return {"rows": rows, "totals": totals, "failures": failures}
+    return {"rows": rows, "totals": totals, "failures": failures, "compared": compared}
 
 
 def prune_jobs(run: dict) -> list[tuple[str | None, dict]]:
@@ -134,7 +149,9 @@ def prune_jobs(run: dict) -> list[tuple[str | None, dict]]:
 
 def pruning(run: dict) -> tuple[dict | None, list[dict]]:
     """The prune jobs' documents as one, in the shape of one: counts and requests summed, the
-    refusal and warning of the first that gave one; and every failure, named by its part."""
+    refusal (in the config's terms) and warning of the first that gave one; what the plan meant
+    to delete; the deletion lists the jobs left; and every failure, named by its part. A final
+    pass whose plan refused its prune before any copy has no prune job: its refusal, then."""
     failures, docs = [], []
     for part, job in prune_jobs(run):
         where = {"partition": part} if part is not None else {}
@@ -146,24 +163,90 @@ def pruning(run: dict) -> tuple[dict | None, list[dict]]:
         docs.append(doc)
         failures += [{"stage": "prune", **where, **f} for f in doc["failures"]]
     if not docs:
+        by_plan, by_guard = plan_refusal(run), guard_refusal(run)
+        if by_plan or by_guard:
+            return none_deleted(by_plan or by_guard, "plan" if by_plan else "pipeline"), failures
         return None, failures
     refused = next((d["refused"] for d in docs if d["refused"]), None)
     if refused:
+        refused = ferry_config.in_config_terms(refused)
         failures.insert(0, {"stage": "prune", "error": f"prune refused: {refused}"})
-    summed = {
-        key: sum(d[key] for d in docs)
-        for key in ("deleted", "would_delete", "dirs", "dirs_deleted", "failed")
-    }
+    summed = {key: sum(d[key] for d in docs) for key in PRUNE_COUNTS}
     return {
         "dry_run": docs[0]["dry_run"],
         **summed,
         "jobs": len(docs),
         "refused": refused,
+        "refused_by": "prune" if refused else None,
         "warning": next((d["warning"] for d in docs if d["warning"]), None),
+        "planned": planned_deletions(run["plan"]),
         # The deletion lists live in the run directory, wherever the engine ran prune from.
         "log": "prune/",
+        "lists": [job["deleted"] for _, job in prune_jobs(run) if job.get("deleted")],
         "requests": {k: sum(d["requests"][k] for d in docs) for k in ferry_docs.REQUEST_KINDS},
     }, failures
+
+
+PRUNE_COUNTS = ("deleted", "would_delete", "dirs", "dirs_deleted", "failed")
+
+
+def planned_deletions(plan: dict | None) -> dict | None:
+    """What the plan found only on the destination: the files (and their bytes) and the
+    directories they leave empty, all of which a final pass's prune deletes."""
+    if plan is None:
+        return None
+    extra = plan["extra_on_dest"]
+    return {"files": extra["files"], "bytes": extra["bytes"], "dirs": plan["prune_dirs"]}
+
+
+def plan_refusal(run: dict) -> str | None:
+    """Why `ferry plan` refused the final pass's prune (and so made no plan), in the config's
+    terms: its log's last words (ferry_task.py says them again in those terms)."""
+    for found in run["preparation"]:
+        said = found["error"].removeprefix("ferry: ")
+        if found["stage"] == "plan" and said.startswith(PLAN_REFUSED):
+            return ferry_config.in_config_terms(said.removeprefix(PLAN_REFUSED))
+    return None
+
+
+# How `ferry plan` begins its refusal of the final pass's prune (worker/src/commands/plan.rs);
+# a plan refused for another reason is no prune's.
+PLAN_REFUSED = "plan refused: the final pass's prune would be refused: "
+# How ferry_task.py's guard begins its refusal to run prune (a planned verify did not pass).
+GUARD_REFUSED = "ferry: prune refused: "
+
+
+def guard_refusal(run: dict) -> str | None:
+    """Why the pipeline did not run prune at all: its guard's words in a prune job's log."""
+    for _, job in prune_jobs(run):
+        if (job["error"] or "").startswith(GUARD_REFUSED):
+            return job["error"].removeprefix(GUARD_REFUSED)
+    return None
+
+
+# Who refused a pass's prune, as the report says it: prune itself, the plan before any copy, or
+# the pipeline's guard (a planned verify that did not pass).
+REFUSED_BY = {
+    "prune": "nothing deleted",
+    "plan": "by the plan, before any copy",
+    "pipeline": "by the pipeline's guard before any deletion",
+}
+
+
+def none_deleted(refused: str, by: str) -> dict:
+    """The prune of a pass refused before any prune job ran: nothing deleted, and why."""
+    return {
+        "dry_run": False,
+        **dict.fromkeys(PRUNE_COUNTS, 0),
+        "jobs": 0,
+        "refused": refused,
+        "refused_by": by,
+        "warning": None,
+        "planned": None,
+        "log": None,
+        "lists": [],
+        "requests": dict.fromkeys(ferry_docs.REQUEST_KINDS, 0),
+    }
 
 
 def pruned(run: dict, prune: dict | None) -> bool:
@@ -178,6 +261,7 @@ def final_checking(run: dict) -> tuple[dict | None, list[dict]]:
     if doc is None:
         return None, []
     check = {key: doc[key] for key in VERIFY_KEYS} | {"seconds": doc["seconds"]}
+    check["compared"] = doc["compared"]
     if doc["passed"]:
         return check, []
     error = "destination differs from source after prune"
@@ -346,6 +430,8 @@ def totals(run: dict, copy: dict, verify: dict, prune, final_check, dest) -> dic
             "verify_done": sum(r["state"] == "done" for r in verify["rows"]),
         },
         "verify": verify["totals"],
+        # What the partitions' verify compared (the worker's `compared`; none when none ran).
+        "verify_compared": verify["compared"],
         "prune": prune,
         "final_check": final_check,
         "dest_listing": dest,

@@ -10,7 +10,8 @@ renderers (ferry_markdown.py, ferry_html.py) only render that.
                       "preparation": [{"stage", "error"}]}
 
 A job: {"id", "files", "bytes" (as planned), "state", "doc" (the worker's document or None),
-"error" (the last line of its log, when it failed without a document), "timing", "progress"}.
+"error" (the last line of its log, when it failed without a document), "timing", "progress"};
+a prune job also "deleted": its deletion list, relative to the run directory, None if it left none.
 Its state is one of ferry status's (pending / running / done / failed / stopped): done when it
 left its document, failed when it left it under failed/ (or only a log), stopped when its
 progress file says it began and never finished, pending when it left nothing.
@@ -30,6 +31,7 @@ import os
 import ferry_docs
 from ferry_run_dir import (
     BENCHMARKS_DIR,
+    DELETED,
     DOCUMENTS,
     LISTING_SUMMARIES,
     PLAN,
@@ -117,6 +119,10 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
     )
     found = {"state": "pending", "doc": None, "error": None, "progress": progress}
     found["timing"] = bench.get(timing_key(step, part))
+    # A prune job's list of what it deleted, relative to the run directory, where it is.
+    if step in DELETED:
+        listed = DELETED[step].format(part=part)
+        found["deleted"] = listed if os.path.isfile(os.path.join(run_dir, listed)) else None
     try:
         doc = ferry_docs.load(kind, rec.out)
     except ferry_docs.DocumentError as err:

@@ -43,6 +43,7 @@ from ferry_run_dir import (
     partitioned,
     records,
 )
+from ferrylib import reword
 
 # A stub run's ends: the same two files on both sides where the step checks a finished copy, an
 # empty destination where it copies (so the plan has something to cut in two), and one the
@@ -198,9 +199,7 @@ def in_config_terms(log: str, keys: list[list[str]]) -> None:
         lines = [line.strip() for line in handle if line.strip()]
     if not lines:
         return
-    said = lines[-1]
-    for flag, key in keys:
-        said = said.replace(flag, key)
+    said = reword(lines[-1], keys)
     if said != lines[-1]:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(f"{said} (in the pipeline's config)\n")

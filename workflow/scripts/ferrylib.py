@@ -68,6 +68,14 @@ def redact(location: str) -> str:
     return re.sub(r"^([a-z]+://)[^/@]*@", r"\1", without_query)
 
 
+def reword(said: str, pairs) -> str:
+    """`said` with each (worker's words, config's words) pair's first replaced by its second,
+    in order (the longer phrases come first in such lists)."""
+    for flag, key in pairs:
+        said = said.replace(flag, key)
+    return said
+
+
 def load_json(path: str) -> dict | None:
     """A worker JSON document, or None when the file is missing, empty or cut short."""
     try:

@@ -15,8 +15,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use crate::documents::{
-    Amount, JobState, PartitionStatus, PhaseState, PlanProgress, ProgressDoc, SideListing,
-    StatusDoc, StepPartitions, Tally,
+    Amount, EngineState, JobState, PartitionStatus, PhaseState, PlanProgress, ProgressDoc,
+    SideListing, StatusDoc, StepPartitions, Tally,
 };
 
 use crate::run_dir::{Kind, LAYOUT};
@@ -43,19 +43,65 @@ pub fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     if !args.run_dir.is_dir() {
         anyhow::bail!("{}: no such run directory", args.run_dir.display());
     }
+    let dir = pass_dir(&args.run_dir)?;
     let Some(every) = args.watch else {
-        show(&status(&args.run_dir, now()), args.json, false);
+        show(&status(&dir, now()), args.json, false);
         return Ok(ExitCode::SUCCESS);
     };
     let redraw = !args.json && std::io::stdout().is_terminal();
     loop {
-        let st = status(&args.run_dir, now());
+        let st = status(&dir, now());
         show(&st, args.json, redraw);
-        if st.state != PhaseState::Running {
+        if ended(&st) {
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_secs_f64(every.max(0.2)));
     }
+}
+
+/// Whether a watched pass has ended: its report written, or its engine gone. A run directory
+/// without an engine's marker or lock is judged by its records alone, as before the markers.
+fn ended(st: &StatusDoc) -> bool {
+    match st.engine {
+        _ if matches!(st.state, PhaseState::Complete | PhaseState::Incomplete) => true,
+        EngineState::Running => false,
+        EngineState::Ended => true,
+        EngineState::Unknown => st.state != PhaseState::Running,
+    }
+}
+
+/// The pass to show: `dir` itself, or, for a migration's folder (the run root, which holds its
+/// phases' run directories and migration.json, history.jsonl, lock.json), its latest pass: the
+/// one holding the lock, else the one whose engine started last.
+fn pass_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    let root = &LAYOUT.run_root;
+    let is_root = [&root.migration, &root.history, &root.lock]
+        .into_iter()
+        .any(|name| dir.join(name).is_file());
+    if !is_root {
+        return Ok(dir.to_path_buf());
+    }
+    let locked = read::<Holder>(&dir.join(&root.lock))
+        .and_then(|h| h.pass)
+        .map(|pass| dir.join(pass))
+        .filter(|p| p.is_dir());
+    let started = || {
+        std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let marker = read::<Marker>(&e.path().join(&LAYOUT.run_started))?;
+                Some((marker.started, e.path()))
+            })
+            .max()
+            .map(|(_, path)| path)
+    };
+    locked.or_else(started).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: a migration's folder with no pass started yet; run a phase first",
+            dir.display()
+        )
+    })
 }
 
 fn now() -> f64 {
@@ -84,15 +130,83 @@ struct Report {
     status: String,
 }
 
+/// The start time (in clock ticks since boot, /proc/PID/stat's field 22) of process `pid` on
+/// this machine, None when it is not running. A killed process may linger a moment as a
+/// zombie, state Z, until it is reaped: it runs no more.
+fn process_start(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    (fields.first() != Some(&"Z")).then(|| fields.get(19).map(|s| s.to_string()))?
+}
+
 /// The job wrote its progress on this machine and its process is no more: killed, without
 /// waiting for its file to go stale.
 fn gone_here(progress: &ProgressDoc) -> bool {
-    // A killed process may linger a moment as a zombie, state Z, until it is reaped.
-    let alive = std::fs::read_to_string(format!("/proc/{}/stat", progress.pid)).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
-    });
-    progress.host == crate::progress::hostname() && !alive
+    progress.host == crate::progress::hostname() && process_start(progress.pid).is_none()
+}
+
+/// The engine of a pass, as its lock (ferry_lock.py) names it.
+#[derive(Deserialize)]
+struct Holder {
+    host: String,
+    pid: u32,
+    pid_start: Option<String>,
+    pass: Option<String>,
+    heartbeat: Option<f64>,
+}
+
+/// The engine's marker that a run of the phase began (ferry_history.start).
+#[derive(Deserialize)]
+struct Marker {
+    host: String,
+    pid: u32,
+    pid_start: Option<String>,
+    started: String,
+}
+
+/// The engine process `pid` runs on this machine, the same process it was when it started (a
+/// pid the kernel gave again later is another process).
+fn alive_here(host: &str, pid: u32, pid_start: Option<&str>) -> bool {
+    host == crate::progress::hostname()
+        && process_start(pid).is_some_and(|now| pid_start.is_none_or(|then| then == now))
+}
+
+/// The run directory's name, `<phase>[-pass<N>]`, and its run root (its parent).
+fn named(dir: &Path) -> (String, PathBuf) {
+    let full = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let name = full
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let root = full.parent().map(Path::to_path_buf).unwrap_or_default();
+    (name.to_string(), root)
+}
+
+/// Whether the pass's engine still runs: the migration's lock, while it names this pass, says
+/// so (its process here, its heartbeat from elsewhere); else the pass's own marker, whose
+/// engine gave the lock back when it ended.
+fn engine(dir: &Path, at: f64) -> EngineState {
+    let (name, root) = named(dir);
+    let lock = read::<Holder>(&root.join(&LAYOUT.run_root.lock));
+    if let Some(h) = lock.filter(|h| h.pass.as_deref() == Some(name.as_str())) {
+        let live = if h.host == crate::progress::hostname() {
+            alive_here(&h.host, h.pid, h.pid_start.as_deref())
+        } else {
+            h.heartbeat
+                .is_some_and(|beat| at - beat < LAYOUT.run_root.lock_stale_after_seconds)
+        };
+        return if live {
+            EngineState::Running
+        } else {
+            EngineState::Ended
+        };
+    }
+    match read::<Marker>(&dir.join(&LAYOUT.run_started)) {
+        None => EngineState::Unknown,
+        Some(m) if alive_here(&m.host, m.pid, m.pid_start.as_deref()) => EngineState::Running,
+        Some(_) => EngineState::Ended,
+    }
 }
 
 /// One partition of a step: where it stands and how much of it is done.
@@ -149,12 +263,11 @@ fn tally(parts: &[PartitionStatus]) -> Tally {
 /// The sides a phase lists: the source, and the destination in every phase but the baseline
 /// (which makes it instead). The phase is the run directory's name, `<phase>[-pass<N>]`.
 fn listed_sides(dir: &Path) -> &'static [&'static str] {
-    let named = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let name = named
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    match name.split_once("-pass").map_or(name, |(phase, _)| phase) {
+    let (name, _) = named(dir);
+    match name
+        .split_once("-pass")
+        .map_or(name.as_str(), |(phase, _)| phase)
+    {
         "baseline" => &["source"],
         _ => &["source", "dest"],
     }
@@ -197,18 +310,25 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
     let complete =
         read::<Report>(&dir.join(&LAYOUT.report.json)).is_some_and(|r| r.status == "complete");
     let incomplete = dir.join(&LAYOUT.incomplete_report.json).is_file();
+    let engine = engine(dir, at);
+    let live = engine == EngineState::Running;
     let doc = |state, listing, progress| StatusDoc {
         version: Default::default(),
         run_dir: dir.display().to_string(),
         state,
+        engine,
         listing,
         progress,
     };
     let Some(plan) = read::<Plan>(&dir.join(&LAYOUT.plan)) else {
         let sides = listing(dir);
         let listed = sides.iter().all(|s| s.jobs == Some(s.done));
-        let state = if incomplete {
+        let state = if complete {
+            PhaseState::Complete
+        } else if incomplete && !live {
             PhaseState::Incomplete
+        } else if engine == EngineState::Ended {
+            PhaseState::Stopped
         } else if listed {
             PhaseState::Planning
         } else {
@@ -229,11 +349,15 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
     );
     let rate = all().map(|p| p.bytes_per_second).sum::<u64>();
     let running = all().any(|p| p.state == JobState::Running);
+    let all_done = all().all(|p| p.state == JobState::Done);
+    // A live engine with no job running has jobs queued or is between two steps: running.
     let state = match () {
         _ if complete => PhaseState::Complete,
         _ if running => PhaseState::Running,
+        _ if live && all_done => PhaseState::Finishing,
+        _ if live => PhaseState::Running,
         _ if incomplete => PhaseState::Incomplete,
-        _ if all().all(|p| p.state == JobState::Done) => PhaseState::Finishing,
+        _ if all_done && engine == EngineState::Unknown => PhaseState::Finishing,
         _ => PhaseState::Stopped,
     };
     let slowest = all()
@@ -284,6 +408,11 @@ fn text(st: &StatusDoc) -> String {
         st.run_dir,
         state.as_str().unwrap_or_default()
     );
+    match st.engine {
+        EngineState::Running => out += "  engine: running\n",
+        EngineState::Ended => out += "  engine: ended\n",
+        EngineState::Unknown => {}
+    }
     for side in st.listing.iter().flatten() {
         let jobs = side.jobs.map_or("?".into(), |n| n.to_string());
         out += &format!(

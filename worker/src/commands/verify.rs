@@ -655,6 +655,7 @@ impl<'a> Report<'a> {
                 version: Default::default(),
                 passed: bad == 0,
                 checksum: self.args.checksum,
+                compared: Compared::of(self.args),
                 command: "verify",
                 dest: dst.describe(),
                 differ,
@@ -689,6 +690,9 @@ pub(crate) struct Summary {
     /// (prune's guard, the report), the same as the exit status 0.
     passed: bool,
     checksum: bool,
+    /// What was compared of each file present on both sides, for a reader to say ("2271
+    /// same" by sizes reads otherwise like by MD5s).
+    compared: Vec<Compared>,
     command: &'static str,
     dest: String,
     differ: usize,
@@ -702,6 +706,33 @@ pub(crate) struct Summary {
     same: usize,
     seconds: f64,
     source: String,
+}
+
+/// One thing verify compares of an entry present on both sides. A symlink's target is compared
+/// whatever is asked.
+#[derive(Serialize, JsonSchema, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Compared {
+    /// Always.
+    Size,
+    /// `--checksum`: Content-MD5 of blobs, computed for local files (`--download`: blobs
+    /// without one hashed).
+    Md5,
+    /// `--metadata`: mtime, and what --preserve keeps (mode, owner, attributes, ACLs).
+    Metadata,
+}
+
+impl Compared {
+    fn of(args: &VerifyArgs) -> Vec<Compared> {
+        [
+            (true, Compared::Size),
+            (args.checksum, Compared::Md5),
+            (args.metadata, Compared::Metadata),
+        ]
+        .into_iter()
+        .filter_map(|(asked, what)| asked.then_some(what))
+        .collect()
+    }
 }
 
 /// The rows to list, read back from the scratch file as they are written out.
