@@ -302,7 +302,7 @@ def local_cases(work: Path, ferry: Path, env: dict) -> dict:
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXSc", "--numeric-ids", f"{s}/", f"{d}/"],
     }
     deletes = {
-        "ferry": lambda s, d: [ferry, "prune", s, d, "--log", work / "pruned.tsv"],
+        "ferry": lambda s, d: [ferry, "prune", "--yes", s, d, "--log", work / "pruned.tsv"],
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", "--delete", f"{s}/", f"{d}/"],
     }
     n = iter(range(1_000_000))

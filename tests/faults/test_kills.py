@@ -229,6 +229,7 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(
                 # A SIGKILL leaves prune's scratch directory behind: keep it out of /tmp.
                 return run_ferry.spawn(
                     "prune",
+                    "--yes",
                     src,
                     dest,
                     "--max-delete",
@@ -254,6 +255,7 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(
             rc, kills, whole = run_until_done(
                 faults,
                 "prune",
+                "--yes",
                 start,
                 after_kill,
                 1.2 * max(whole_runs, default=5 / 6),

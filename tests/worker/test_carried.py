@@ -95,6 +95,7 @@ class Pass:
             log = self.tmp / f"{name}-deleted.tsv"
             self.run_ferry(
                 "prune",
+                "--yes",
                 self.src,
                 self.dest,
                 "--files-from",

@@ -459,10 +459,12 @@ def test_a_directory_turned_into_a_file_waits_for_the_final_pass(tmp_path, run_f
     assert (dst / "data").read_bytes() == b"tiny\n"
     for part in doc["prune_partitions"]:
         run_ferry(
-            "prune", src, dst, "--plan", out, "--part", part["id"], "--force",
+            "prune", "--yes", src, dst, "--plan", out, "--part", part["id"], "--force",
             "--log", tmp_path / f"pruned-{part['id']}.tsv",
         )  # fmt: skip
-    run_ferry("prune", src, dst, "--plan", out, "--dirs", "--force", "--log", tmp_path / "d.log")
+    run_ferry(
+        "prune", "--yes", src, dst, "--plan", out, "--dirs", "--force", "--log", tmp_path / "d.log"
+    )
     assert sorted(os.listdir(dst)) == ["data", "k", "new.txt"]
     assert (dst / "data").read_bytes() == b"tiny\n"
 
