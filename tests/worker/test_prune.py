@@ -19,10 +19,32 @@ from support.ferry import describe, ferry_env
 from support.manifest import escape_path as escape
 from support.manifest import parse_manifest, whole
 from support.requests import assert_counted
-from support.trees import File, Link, make_tree, snapshot
+from support.trees import File, Link, snapshot
+from support.trees import make_tree as make_fresh_tree
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+# Every file these tests make, at the source or at the destination, has this mtime: what a
+# prune deletes was copied before the source lost it, never newer than the whole source (prune
+# refuses that: swapped arguments, or something writing at the destination).
+AGED_NS = 1_600_000_000_000_000_000
+AGED_META = {"mtime": "2020-09-13T12:26:40Z"}
+
+
+def make_tree(root, spec: dict) -> dict:
+    def aged(item):
+        if isinstance(item, bytes):
+            return File(item, mtime_ns=AGED_NS)
+        if isinstance(item, File) and item.mtime_ns is None:
+            return File(**{**item.__dict__, "mtime_ns": AGED_NS})
+        return item
+
+    made = make_fresh_tree(root, {k: aged(v) for k, v in spec.items()})
+    for name, item in spec.items():
+        if isinstance(item, Link):
+            os.utime(Path(root) / os.fsdecode(name), ns=(AGED_NS, AGED_NS), follow_symlinks=False)
+    return made
 
 
 def src_spec(n: int = 30) -> dict:
@@ -112,7 +134,6 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     ).json
     assert (j["command"], j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
         "prune",
-        "--yes",
         True,
         0,
         len(EXTRA_FILES),
@@ -747,7 +768,7 @@ def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
     )
     run_ferry("copy", src, container, "--recursive")
     for name in BLOB_EXTRAS:
-        container.client.upload_blob(name, b"extra " + name.encode())
+        container.client.upload_blob(name, b"extra " + name.encode(), metadata=AGED_META)
     everything = sorted(container.blobs())
     assert len(everything) == len(contents) + len(BLOB_EXTRAS) + len(
         ["keep", "with space", "sub"]
@@ -796,7 +817,7 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
     make_tree(src, {f"k{i}": b"k" for i in range(4)})
     run_ferry("copy", src, container, "--recursive")
     for i in range(6):
-        container.client.upload_blob(f"x{i}", b"x")
+        container.client.upload_blob(f"x{i}", b"x", metadata=AGED_META)
     everything = sorted(container.blobs())
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -1234,7 +1255,7 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     src = tmp_path / "src"
     make_tree(src, {f"d{i:02d}/f{j}": b"x" for i in range(20) for j in range(5)})
     run_ferry("copy", src, container, "--recursive")
-    container.client.upload_blob("extra", b"x")
+    container.client.upload_blob("extra", b"x", metadata=AGED_META)
     before = sorted(container.blobs())
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -1268,3 +1289,75 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     assert f"stopped by {sig.name}" in (tmp_path / "ferry.stderr").read_text()
     assert sorted(container.blobs()) == before
     assert not (tmp_path / "never.tsv").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Asking first (issue 42): on a terminal without --yes, prune shows what goes and asks; with no
+# terminal it needs --yes.
+
+
+def prune_on_a_terminal(run_ferry, args, answer: bytes) -> tuple[int, str]:
+    """Runs prune with stdin and stderr on a pseudo-terminal, answers the question, and returns
+    the exit status and what the terminal showed."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        run_ferry.command(("prune", *args)),
+        env=run_ferry.env(None),
+        cwd=run_ferry.workdir,
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    shown = b""
+    try:
+        while b"[y/N]" not in shown:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # closed: the process ended
+                chunk = b""
+            assert chunk, f"prune ended without asking: {shown!r}"
+            shown += chunk
+        os.write(controller, answer + b"\n")
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.wait(timeout=60), shown.decode("utf-8", "replace")
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("answer", [b"n", b"", b"yes please", b"y", b"YES"])
+def test_on_a_terminal_prune_shows_what_goes_and_asks(tmp_path, run_ferry, answer):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    args = [src, dst, "--max-delete", "100%", "--log", tmp_path / "p.tsv"]
+    status, shown = prune_on_a_terminal(run_ferry, args, answer)
+    n = len(EXTRA_FILES)
+    assert f"would delete {n} files and symlinks" in shown, shown
+    assert "extra-top.txt" in shown and "… and 1 more" in shown, shown
+    assert f"Delete {n + len(EXTRA_DIRS)} entries (" in shown, shown
+    if answer.lower() in (b"y", b"yes"):
+        assert status == 0, shown
+        assert not (dst / "extra-top.txt").exists()
+    else:
+        assert status == 1 and "nothing deleted" in shown, shown
+        assert snapshot(dst) == before, "a no deletes nothing"
+
+
+def test_without_a_terminal_prune_needs_yes(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    r = run_ferry("prune", src, dst, "--max-delete", "100%", check=2)
+    assert "--yes" in r.stderr and "--dry-run" in r.stderr, r.stderr
+    assert snapshot(dst) == before
+    run_ferry("prune", src, dst, "--max-delete", "100%", "--dry-run")
+    run_ferry("prune", src, dst, "--max-delete", "100%", "--yes")
+    assert not (dst / "extra-top.txt").exists()
