@@ -118,7 +118,6 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
     ).json
     assert (dry["command"], dry["dry_run"], dry["deleted"], dry["would_delete"]) == (
         "prune",
-        "--yes",
         True,
         0,
         2,
