@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Entry, Kind, Mtime};
-use crate::same::Verdict;
+use crate::same::{Compare, Verdict};
 
 /// A time with no fraction was kept to the second (Blob's Last-Modified, filesystems and tools
 /// that keep seconds): it may be up to a second behind the one it stands for.
@@ -31,13 +31,25 @@ pub fn later(src: Mtime, dst: Mtime) -> bool {
     nanos(dst) - nanos(src) > slack
 }
 
-/// Whether writing `src` over `dst` (as `verdict` decided) replaces the bytes of a file or
-/// symlink that is newer at the destination. Only where times are kept (`times`): else every
-/// destination's mtime is the time of its copy, later than its source's by design.
-pub fn overwrites_newer(src: &Entry, dst: Option<&Entry>, verdict: Verdict, times: bool) -> bool {
+/// Whether writing `src` over `dst` (as `verdict` decided under `compare`) replaces the bytes
+/// of a file or symlink that is newer at the destination. Only where times are kept (`times`):
+/// else every destination's mtime is the time of its copy, later than its source's by design.
+/// Under `--compare md5` an undecided file is hashed on both sides before anything is written,
+/// and the same bytes under an older mtime only take the mtime: not counted.
+pub fn overwrites_newer(
+    src: &Entry,
+    dst: Option<&Entry>,
+    (verdict, compare): (Verdict, Compare),
+    times: bool,
+) -> bool {
     let Some(dst) = dst else { return false };
+    let rewrites = match verdict {
+        Verdict::Changed => true,
+        Verdict::Undecided => compare != Compare::Md5,
+        _ => false,
+    };
     times
-        && matches!(verdict, Verdict::Changed | Verdict::Undecided)
+        && rewrites
         && matches!(src.kind, Kind::File | Kind::Symlink)
         && dst.kind == src.kind
         && matches!((src.mtime, dst.mtime), (Some(s), Some(d)) if later(s, d))
@@ -147,12 +159,38 @@ mod tests {
     #[test]
     fn only_a_rewrite_over_a_newer_file_counts() {
         let (old, new) = (file("100.5"), file("200.5"));
-        assert!(overwrites_newer(&old, Some(&new), Verdict::Changed, true));
-        assert!(overwrites_newer(&old, Some(&new), Verdict::Undecided, true));
-        assert!(!overwrites_newer(&old, Some(&new), Verdict::Same, true));
-        assert!(!overwrites_newer(&old, Some(&new), Verdict::Changed, false));
-        assert!(!overwrites_newer(&new, Some(&old), Verdict::Changed, true));
-        assert!(!overwrites_newer(&old, None, Verdict::New, true));
+        let by = |v| (v, Compare::SizeMtime);
+        assert!(overwrites_newer(
+            &old,
+            Some(&new),
+            by(Verdict::Changed),
+            true
+        ));
+        assert!(overwrites_newer(
+            &old,
+            Some(&new),
+            by(Verdict::Undecided),
+            true
+        ));
+        let hashed = (Verdict::Undecided, Compare::Md5);
+        assert!(
+            !overwrites_newer(&old, Some(&new), hashed, true),
+            "hashes decide"
+        );
+        assert!(!overwrites_newer(&old, Some(&new), by(Verdict::Same), true));
+        assert!(!overwrites_newer(
+            &old,
+            Some(&new),
+            by(Verdict::Changed),
+            false
+        ));
+        assert!(!overwrites_newer(
+            &new,
+            Some(&old),
+            by(Verdict::Changed),
+            true
+        ));
+        assert!(!overwrites_newer(&old, None, by(Verdict::New), true));
     }
 
     #[test]

@@ -313,7 +313,7 @@ async fn newer_at_dest(
             None => None,
         };
         let verdict = crate::same::classify(&job.src, old, args.compare, preserve.attrs());
-        if overwrites_newer(&job.src, old, verdict, preserve.times) {
+        if overwrites_newer(&job.src, old, (verdict, args.compare), preserve.times) {
             found.note(&job.src);
         }
     }

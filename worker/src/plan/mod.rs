@@ -484,7 +484,12 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             return Ok(());
         }
         source_files.add(&src);
-        if overwrites_newer(&src, dst.as_ref(), verdict, opts.attrs.times) {
+        if overwrites_newer(
+            &src,
+            dst.as_ref(),
+            (verdict, opts.compare),
+            opts.attrs.times,
+        ) {
             newer_at_dest.note(&src);
         }
         if verdict == Verdict::TypeChanged && replaces_a_tree(opts.phase, dst.as_ref()) {
