@@ -572,6 +572,8 @@ def test_the_pipelines_prune_without_asking_and_their_plan_is_not_told_to(tmp_pa
         " --overwrite-newer\n"
     )
     ferry_task.in_config_terms(str(log), ferry_config.PRUNE_KEYS)
-    assert log.read_text().splitlines()[-1].endswith(
-        "set copy.overwrite_newer: true (in the pipeline's config)"
+    assert (
+        log.read_text()
+        .splitlines()[-1]
+        .endswith("set copy.overwrite_newer: true (in the pipeline's config)")
     )
