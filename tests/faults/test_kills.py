@@ -257,7 +257,6 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(
             rc, kills, whole = run_until_done(
                 faults,
                 "prune",
-                "--yes",
                 start,
                 after_kill,
                 1.2 * max(whole_runs, default=5 / 6),
