@@ -113,7 +113,7 @@ impl Newer {
     pub fn copy_refusal(&self, allowed: bool) -> Option<String> {
         (self.count > 0 && !allowed).then(|| {
             format!(
-                "{} destination files are newer than the source's ({}): the copy would replace them with older content (SOURCE and DEST swapped, or something writing at the destination?); if the source's older versions are meant (a restore), pass --overwrite-newer",
+                "{} destination files are newer than their source's: pass --overwrite-newer only to restore older versions (else SOURCE and DEST are swapped, or something writes at the destination); first: {}",
                 self.count,
                 self.examples()
             )
@@ -124,7 +124,7 @@ impl Newer {
     pub fn prune_refusal(&self, force: bool) -> Option<String> {
         (self.count > 0 && !force).then(|| {
             format!(
-                "{} files to delete are newer than everything at the source ({}): SOURCE and DEST swapped, or something writing at the destination? review with --dry-run, then pass --force if they really go",
+                "{} files to delete are newer than everything at the source (SOURCE and DEST swapped, or something writing at the destination?): review with --dry-run, then pass --force if they really go; first: {}",
                 self.count,
                 self.examples()
             )
