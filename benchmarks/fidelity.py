@@ -302,7 +302,7 @@ def local_cases(work: Path, ferry: Path, env: dict) -> dict:
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXSc", "--numeric-ids", f"{s}/", f"{d}/"],
     }
     deletes = {
-        "ferry": lambda s, d: [ferry, "prune", s, d, "--log", work / "pruned.tsv"],
+        "ferry": lambda s, d: [ferry, "prune", "--yes", s, d, "--log", work / "pruned.tsv"],
         "rsync -aHAXS": lambda s, d: ["rsync", "-aHAXS", "--delete", f"{s}/", f"{d}/"],
     }
     n = iter(range(1_000_000))
@@ -363,8 +363,10 @@ def local_cases(work: Path, ferry: Path, env: dict) -> dict:
             )
         src, dst = fresh()
         (src / "a").mkdir()
-        (src / "a" / "keep").write_bytes(b"k")
+        # The file the source loses written first: what a prune deletes newer than everything
+        # the source keeps is refused (ferry: swapped arguments, issue 42).
         (src / "a" / "old").write_bytes(b"o")
+        (src / "a" / "keep").write_bytes(b"k")
         run(copies["rsync -aHAXS"](src, dst), env)
         (src / "a" / "old").unlink()
         for p in (src / "a", src):

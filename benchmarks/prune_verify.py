@@ -200,7 +200,7 @@ def cases(src: Path, dst: Path, manifest: Path, work: Path) -> list[tuple[str, o
             if build == "ferry"
             else ["--files-from", str(manifest), "--dest-from", str(dest_listing(manifest))]
         )
-        return ["prune", str(src), str(dst), "--dry-run", *how, "--log", str(work / "prune.tsv"), "--json"]  # fmt: skip
+        return ["prune", "--yes", str(src), str(dst), "--dry-run", *how, "--log", str(work / "prune.tsv"), "--json"]  # fmt: skip
 
     return [
         (
@@ -224,6 +224,7 @@ def cases(src: Path, dst: Path, manifest: Path, work: Path) -> list[tuple[str, o
             "prune --dry-run --files-from",
             [
                 "prune",
+                "--yes",
                 str(src),
                 str(dst),
                 "--dry-run",

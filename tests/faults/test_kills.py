@@ -221,14 +221,17 @@ def test_prune_killed_at_random_deletes_only_what_the_source_lost(
             }
             prefix = f"seq{seq}/"
             src = tmp_path / f"src{seq}"
-            write_files(src, keep)
+            # The source written after the upload: what the prune deletes is older than the
+            # source's newest file, as in a migration (a newer one is refused: issue 42).
             upload_with_sdk(container, {**keep, **extra}, prefix)
+            write_files(src, keep)
             dest = container.via(tcp.port, prefix)
 
             def start():
                 # A SIGKILL leaves prune's scratch directory behind: keep it out of /tmp.
                 return run_ferry.spawn(
                     "prune",
+                    "--yes",
                     src,
                     dest,
                     "--max-delete",

@@ -106,7 +106,9 @@ def test_prune_keeps_the_blob_of_a_backslash_name(tmp_path, container, run_ferry
     make_tree(src, {"only\\back": b"the only copy\n"})
     run_ferry("copy", "-r", src, container)
     # --force: nothing but the names may stand between the prune and the blob.
-    j = run_ferry("prune", src, container, "--force", "--log", tmp_path / "p.tsv", "--json").json
+    j = run_ferry(
+        "prune", "--yes", src, container, "--force", "--log", tmp_path / "p.tsv", "--json"
+    ).json
     assert (j["deleted"], j["would_delete"], j["refused"]) == (0, 0, None), j
     assert [container.client.download_blob(n).readall() for n in file_blobs(container)] == [
         b"the only copy\n"
@@ -122,7 +124,9 @@ def test_a_name_that_cannot_be_a_blob_fails_by_name_and_prune_spares_the_rest(
     assert (up.json["files"]["copied"], up.json["files"]["failed"]) == (1, 1), up.json["files"]
     [failure] = up.json["failures"]
     assert "UTF-8" in failure["error"], failure
-    j = run_ferry("prune", src, container, "--force", "--log", tmp_path / "p.tsv", "--json").json
+    j = run_ferry(
+        "prune", "--yes", src, container, "--force", "--log", tmp_path / "p.tsv", "--json"
+    ).json
     assert (j["deleted"], j["refused"]) == (0, None), j
     assert sorted(file_blobs(container)) == ["ok.txt"]
 
@@ -174,7 +178,7 @@ def test_a_blob_name_the_mapping_never_writes_is_a_named_failure(
     # As a destination it cannot be matched to a source path: the prune refuses rather than guess.
     src = tmp_path / "src"
     make_tree(src, {"fine.txt": b"fine\n"})
-    r = run_ferry("prune", src, container, "--force", "--log", tmp_path / "p.tsv", check=1)
+    r = run_ferry("prune", "--yes", src, container, "--force", "--log", tmp_path / "p.tsv", check=1)
     assert "refused" in r.stderr and name in container.blobs()
 
 

@@ -162,7 +162,9 @@ def test_a_type_change_converges_through_plan_parts_and_prune(tmp_path, run_ferr
         out = copy_json(run_ferry, src, dst, "--files-from", part)
         assert out["files"]["failed"] == 0, out
     # As the pipelines prune: against the source's listing.
-    run_ferry("prune", src, dst, "--files-from", tmp_path / "s.tsv", "--max-delete", "100%")
+    run_ferry(
+        "prune", "--yes", src, dst, "--files-from", tmp_path / "s.tsv", "--max-delete", "100%"
+    )
     same_tree(src, dst, dir_mtimes=False)
     assert json.loads(run_ferry("verify", src, dst, "--metadata", "--json").stdout)["differ"] == 0
 
@@ -219,7 +221,7 @@ def test_overlapping_roots_are_refused_by_every_verb(tmp_path, run_ferry, nested
         "inside-through-symlink": (tmp_path / "alias", src / "inner"),
     }[how]
     before = comparable(src)
-    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%"]}[verb]
+    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%", "--yes"]}[verb]
     r = run_ferry(verb, *args, *pair, check=False)
     assert r.returncode != 0
     assert "overlap" in r.stderr, r.stderr
@@ -238,7 +240,7 @@ def test_a_bind_mount_of_a_subdirectory_is_seen_through(tmp_path, run_ferry, nes
         pytest.fail("mount --bind failed: the suite runs as root (README)")
     try:
         before = comparable(nested)
-        r = run_ferry("prune", nested, mnt / "deeper", "--max-delete", "100%", check=False)
+        r = run_ferry("prune", "--yes", nested, mnt / "deeper", "--max-delete", "100%", check=False)
         assert r.returncode != 0 and "overlap" in r.stderr, r.stderr
         r = run_ferry("copy", "-r", nested, mnt, check=False)
         assert r.returncode != 0 and "overlap" in r.stderr, r.stderr
@@ -258,7 +260,7 @@ def test_one_container_spelt_by_two_hosts_is_one_root_to_every_verb(
     before = {n: container.client.download_blob(n).readall() for n in container.blobs()}
     alias = container.at("p/sub").replace("http://127.0.0.1:", "http://localhost:", 1)
     assert alias != container.at("p/sub")
-    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%"]}[verb]
+    args = {"copy": ["-r"], "verify": [], "prune": ["--max-delete", "100%", "--yes"]}[verb]
     r = run_ferry(verb, *args, container.at("p"), alias, check=2)
     assert "overlap" in r.stderr and "spelt two ways" in r.stderr, r.stderr
     after = {n: container.client.download_blob(n).readall() for n in container.blobs()}
@@ -503,7 +505,15 @@ def test_prune_leaves_the_directories_it_touched_with_their_source_mtimes(tmp_pa
     run_ferry("copy", "-r", src, dst)
     os.utime(dst / "a" / "untouched", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
     r = run_ferry(
-        "prune", src, dst, "--max-delete", "100%", "--log", tmp_path / "deleted.tsv", "--json"
+        "prune",
+        "--yes",
+        src,
+        dst,
+        "--max-delete",
+        "100%",
+        "--log",
+        tmp_path / "deleted.tsv",
+        "--json",
     )
     assert (r.json["deleted"], r.json["failed"]) == (3, 0), r.json
     same_tree(src, dst)

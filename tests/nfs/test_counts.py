@@ -53,7 +53,9 @@ def test_verify_and_prune_read_the_destination_once(copied, source, run_ferry, t
     assert DIRS * 3 <= listing < FILES / 4
     assert requests(copied, run_ferry, "verify", f"{source}/", dst) <= 1.2 * listing
     assert (
-        requests(copied, run_ferry, "prune", "--log", tmp_path / "prune.tsv", f"{source}/", dst)
+        requests(
+            copied, run_ferry, "prune", "--yes", "--log", tmp_path / "prune.tsv", f"{source}/", dst
+        )
         <= 1.2 * listing
     )
     assert (tmp_path / "prune.tsv").exists()

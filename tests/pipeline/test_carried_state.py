@@ -139,14 +139,19 @@ def test_what_another_tool_did_is_caught_and_repaired(tmp_path, ferry_bin, azuri
     container.client.upload_blob(f"share/{victims[1]}", b"written by another tool", overwrite=True)
     container.client.upload_blob("share/stray.txt", b"added by another tool")
 
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "dest_probe=1000")
+    # The overwritten blob is newer than its source: the operator, having looked, lets the pass
+    # put the source's back (without the key its plan refuses: issue 42).
+    repair = "copy={block_size: 1MiB, concurrency: 4, parallel_files: 4, overwrite_newer: true}"
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), "dest_probe=1000", repair)
     rep = report(outdir, "incremental")
     assert listed(rep)["used"] is False
     assert "carried entries probed differ from the destination" in listed(rep)["reason"]
     assert rep["totals"]["files"]["copied"] == 2
     assert rep["plan"]["extra_on_dest"]["files"] == 1
 
-    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), "prune={max_delete: 100%}")
+    # The stray blob is newer than everything at the source: deleted only with prune.force.
+    final = "prune={max_delete: 100%, force: true}"
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "final"), final)
     rep = report(outdir, "final")
     assert listed(rep)["used"] is True
     assert rep["totals"]["prune"]["deleted"] == 1

@@ -465,3 +465,28 @@ def test_prune_refuses_beyond_max_delete(tmp_path, ferry_bin):
     assert refused["refused_by"] == "plan" and "raise prune.max_delete" in refused["refused"]
     page = (outdir / "t" / "final" / "report-incomplete.html").read_text(encoding="utf-8")
     assert "prune refused (by the plan, before any copy)</span>: 6 of " in page, page
+
+
+def test_a_destination_file_newer_than_its_source_stops_the_pass_at_its_plan(tmp_path, ferry_bin):
+    """Something wrote at the destination since the baseline (or the pass's ends are swapped):
+    the incremental's plan refuses before any copy, naming copy.overwrite_newer, and the file
+    stays; with the key set (a restore of older versions at the source), the pass copies it."""
+    src = tmp_path / "src"
+    content = migration_tree(src, files=10, big=0)
+    dest, outdir = tmp_path / "dst", tmp_path / "results"
+    pipeline(*base_config(ferry_bin, outdir, src, dest, "baseline"))
+    edited = sorted(content)[0]
+    (dest / edited).write_bytes(b"edited at the destination, after the baseline\n")
+    proc = pipeline(*base_config(ferry_bin, outdir, src, dest, "incremental"), expect=None)
+    assert proc.returncode != 0
+    assert (dest / edited).read_bytes() == b"edited at the destination, after the baseline\n"
+    partial = json.loads((outdir / "t" / "incremental" / "report-incomplete.json").read_text())
+    plan = [f for f in partial["failures"] if f["stage"] == "plan"]
+    assert plan and "destination files are newer" in str(plan[0]), partial["failures"]
+    assert "set copy.overwrite_newer: true" in str(plan[0]), plan[0]
+    assert "copy" not in jobs_per_step(partial)
+    pipeline(
+        *base_config(ferry_bin, outdir, src, dest, "incremental"),
+        "copy={block_size: 1MiB, concurrency: 4, parallel_files: 4, overwrite_newer: true}",
+    )
+    assert (dest / edited).read_bytes() == (src / edited).read_bytes()

@@ -576,3 +576,38 @@ def test_ctrl_c_stops_the_worker_and_keeps_the_steps_records_without_a_traceback
     rec = ferry_task.records("list_source", root=str(tmp_path / "run"))
     assert os.path.exists(rec.log) and os.path.exists(rec.bench)
     assert not os.path.exists(rec.out), "a stopped listing is no listing"
+
+
+# --- older over newer, and a prune that cannot ask (issue 42) ----------------------------------
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_copy_overwrite_newer_reaches_the_plan_and_every_copy(overwrite):
+    """The plan decides what is copied: it and the copies it feeds judge the same rule, lifted
+    by one key; a refusal is said again in the key's terms."""
+    steps = resolve(phase="final", copy={"overwrite_newer": overwrite})["steps"]
+    for step in ("plan", "copy"):
+        assert ("--overwrite-newer" in steps[step]["argv"]) is overwrite, step
+        assert ["pass --overwrite-newer", "set copy.overwrite_newer: true"] in steps[step][
+            "config_keys"
+        ], step
+    assert "--overwrite-newer" not in resolve(phase="final")["steps"]["copy"]["argv"]
+
+
+def test_the_pipelines_prune_without_asking_and_their_plan_is_not_told_to(tmp_path):
+    steps = resolve(phase="final")["steps"]
+    for step in ("prune", "prune_dirs"):
+        assert "--yes" in steps[step]["argv"], step
+    assert "--yes" not in steps["plan"]["argv"]
+    log = tmp_path / "plan.log"
+    log.write_text(
+        "ferry: plan refused: the pass's copy would be refused: 1 destination files are newer than"
+        " the source's (a.txt): …; if the source's older versions are meant (a restore), pass"
+        " --overwrite-newer\n"
+    )
+    ferry_task.in_config_terms(str(log), ferry_config.PRUNE_KEYS)
+    assert (
+        log.read_text()
+        .splitlines()[-1]
+        .endswith("set copy.overwrite_newer: true (in the pipeline's config)")
+    )

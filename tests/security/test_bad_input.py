@@ -74,7 +74,15 @@ def test_bad_manifest_is_refused_with_its_line_before_anything_is_copied(
     dst.mkdir(exist_ok=True)
     (dst / "keep.txt").write_bytes(b"keep")
     pruned = run_ferry(
-        "prune", src, dst, "--files-from", manifest, "--log", tmp_path / "prune.tsv", check=1
+        "prune",
+        "--yes",
+        src,
+        dst,
+        "--files-from",
+        manifest,
+        "--log",
+        tmp_path / "prune.tsv",
+        check=1,
     )
     assert "refused" in pruned.stderr and f"m.tsv:{line}:" in pruned.stderr
     assert (dst / "keep.txt").exists()
@@ -137,7 +145,7 @@ def test_a_permission_denied_file_or_directory_is_reported_and_the_rest_copied(t
         # A listing that met a denied directory is incomplete: prune refuses to act on it.
         make_tree(dst, {"stale.txt": b"old"})
         os.chown(dst / "stale.txt", NOBODY, NOBODY)
-        cmd = as_nobody("prune", src, dst, "--force", "--log", base / "p.tsv")
+        cmd = as_nobody("prune", "--yes", src, dst, "--force", "--log", base / "p.tsv")
         pruned = subprocess.run(
             cmd, env=ferry_env(), cwd=base, capture_output=True, text=True, timeout=60
         )

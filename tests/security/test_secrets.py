@@ -105,6 +105,7 @@ def test_no_secret_in_any_worker_output(tmp_path, run_ferry, container, proxy, s
     got.run(
         run_ferry,
         "prune",
+        "--yes",
         sas_url,
         dst,
         "--dry-run",

@@ -77,6 +77,8 @@ class RunDir:
             "verify_scope": "copied",
             "prune_partitions": [],
             "prune_dirs": 0,
+            "newer_at_dest": {"count": 0, "examples": []},
+            "newer_deletions": {"count": 0, "examples": []},
             **extra,
         }
         self._json(self.path / "plan" / "plan.json", doc)
@@ -121,6 +123,7 @@ class RunDir:
                 "metadata_only": 0,
                 "replaced": 0,
                 "removed": 0,
+                "newer_at_dest": 0,
                 **files,
             },
             "bytes": {

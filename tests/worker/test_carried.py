@@ -95,6 +95,7 @@ class Pass:
             log = self.tmp / f"{name}-deleted.tsv"
             self.run_ferry(
                 "prune",
+                "--yes",
                 self.src,
                 self.dest,
                 "--files-from",
@@ -177,7 +178,7 @@ def test_a_pass_that_wrote_and_left_no_state_makes_the_next_list_fresh(
     if writer == "copy":
         run_ferry("copy", "-r", src, dest, *carried)
     elif writer == "prune":
-        run_ferry("prune", src, dest, "--force", "--log", tmp_path / "del.tsv", *carried)
+        run_ferry("prune", src, dest, "--yes", "--force", "--log", tmp_path / "del.tsv", *carried)
     else:
         run_ferry("mk", dest, "--source", src, *carried)
     _, after = p.ls_dest(name="next")

@@ -187,7 +187,7 @@ def test_verbs_that_list_a_container_agree_with_one_stream(listed, run_ferry, tm
             0,
         ), j
         assert j["same"] >= len(LAYOUTS["deep"]), j
-        p = run_ferry("prune", down, url, "--list-page-size", str(PAGE), "--json", *flags)
+        p = run_ferry("prune", "--yes", down, url, "--list-page-size", str(PAGE), "--json", *flags)
         assert p.json["deleted"] == 0, p.json
 
 

@@ -20,7 +20,8 @@ CASES = {
     "new.txt": (("f", 10, T0, "-"), None),
     "same.txt": (("f", 5, T0, MD5_A), ("f", 5, T0, MD5_A)),
     "grew.txt": (("f", 6, T0, MD5_A), ("f", 5, T0, MD5_A)),
-    "touched.txt": (("f", 5, T0, MD5_A), ("f", 5, T1, MD5_A)),
+    # Touched at the source since: a destination newer than its source is refused (issue 42).
+    "touched.txt": (("f", 5, T1, MD5_A), ("f", 5, T0, MD5_A)),
     "edited.txt": (("f", 5, T0, MD5_A), ("f", 5, T0, MD5_B)),
     "no-md5.txt": (("f", 5, T0, "-"), ("f", 5, T0, MD5_A)),
     # Half a microsecond apart: noise of a store that keeps fewer digits, not a change.
@@ -165,6 +166,8 @@ def test_incremental_verdicts_and_deletes(tmp_path, run_ferry, listings, compare
         # Cut by the file cap, as the copy is: 3 files, one part.
         "prune_partitions": [{"id": "00000", "files": 3, "bytes": 13}],
         "prune_dirs": 1,
+        "newer_at_dest": {"count": 0, "examples": []},
+        "newer_deletions": {"count": 0, "examples": []},
     }
     # What the final pass would delete: files and links only on the destination; the directories
     # that leaves empty apart, for after every part.
@@ -459,10 +462,12 @@ def test_a_directory_turned_into_a_file_waits_for_the_final_pass(tmp_path, run_f
     assert (dst / "data").read_bytes() == b"tiny\n"
     for part in doc["prune_partitions"]:
         run_ferry(
-            "prune", src, dst, "--plan", out, "--part", part["id"], "--force",
+            "prune", "--yes", src, dst, "--plan", out, "--part", part["id"], "--force",
             "--log", tmp_path / f"pruned-{part['id']}.tsv",
         )  # fmt: skip
-    run_ferry("prune", src, dst, "--plan", out, "--dirs", "--force", "--log", tmp_path / "d.log")
+    run_ferry(
+        "prune", "--yes", src, dst, "--plan", out, "--dirs", "--force", "--log", tmp_path / "d.log"
+    )
     assert sorted(os.listdir(dst)) == ["data", "k", "new.txt"]
     assert (dst / "data").read_bytes() == b"tiny\n"
 

@@ -106,6 +106,7 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
 
     dry = run_ferry(
         "prune",
+        "--yes",
         src,
         container,
         "--dry-run",
@@ -125,6 +126,7 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
 
     refused = run_ferry(
         "prune",
+        "--yes",
         src,
         container,
         "--max-delete",
@@ -139,7 +141,9 @@ def test_prune_dry_run_refusal_and_delete(tmp_path, container, run_ferry):
     assert sorted(container.blobs()) == everything, "a refused prune deleted something"
 
     log = tmp_path / "deleted.txt"
-    done = run_ferry("prune", src, container, "--max-delete", "2", "--log", log, "--json").json
+    done = run_ferry(
+        "prune", "--yes", src, container, "--max-delete", "2", "--log", log, "--json"
+    ).json
     assert (done["dry_run"], done["deleted"], done["refused"]) == (False, 2, None), done
     assert sorted(container.blobs()) == ["keep", "keep/a.txt", "keep/b.txt"], (
         "the files and the folder stub of keep/"

@@ -19,10 +19,32 @@ from support.ferry import describe, ferry_env
 from support.manifest import escape_path as escape
 from support.manifest import parse_manifest, whole
 from support.requests import assert_counted
-from support.trees import File, Link, make_tree, snapshot
+from support.trees import File, Link, snapshot
+from support.trees import make_tree as make_fresh_tree
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+# Every file these tests make, at the source or at the destination, has this mtime: what a
+# prune deletes was copied before the source lost it, never newer than the whole source (prune
+# refuses that: swapped arguments, or something writing at the destination).
+AGED_NS = 1_600_000_000_000_000_000
+AGED_META = {"mtime": "2020-09-13T12:26:40Z"}
+
+
+def make_tree(root, spec: dict) -> dict:
+    def aged(item):
+        if isinstance(item, bytes):
+            return File(item, mtime_ns=AGED_NS)
+        if isinstance(item, File) and item.mtime_ns is None:
+            return File(**{**item.__dict__, "mtime_ns": AGED_NS})
+        return item
+
+    made = make_fresh_tree(root, {k: aged(v) for k, v in spec.items()})
+    for name, item in spec.items():
+        if isinstance(item, Link):
+            os.utime(Path(root) / os.fsdecode(name), ns=(AGED_NS, AGED_NS), follow_symlinks=False)
+    return made
 
 
 def src_spec(n: int = 30) -> dict:
@@ -97,7 +119,7 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     src, dst, before = build_local(tmp_path, run_ferry)
     log = tmp_path / "logs" / "dry.tsv"
     log.parent.mkdir()
-    r = run_ferry("prune", src, dst, "--dry-run", "--log", log)
+    r = run_ferry("prune", "--yes", src, dst, "--dry-run", "--log", log)
     assert snapshot(dst) == before, "a dry run changed the destination"
     # The directories that would be left empty are listed too, as the real run deletes them.
     want = sorted(escape(p) for p in [*EXTRA_FILES, *EXTRA_DIRS])
@@ -108,7 +130,7 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
     )
 
     j = run_ferry(
-        "prune", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json"
+        "prune", "--yes", src, dst, "--dry-run", "--log", tmp_path / "logs" / "dry2.tsv", "--json"
     ).json
     assert (j["command"], j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
         "prune",
@@ -124,7 +146,7 @@ def test_dry_run_deletes_nothing_lists_and_logs(tmp_path, run_ferry):
 def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
     src, dst, before = build_local(tmp_path, run_ferry)
     log = tmp_path / "prune.tsv"
-    j = run_ferry("prune", "--max-delete", "100%", src, dst, "--log", log, "--json").json
+    j = run_ferry("prune", "--yes", "--max-delete", "100%", src, dst, "--log", log, "--json").json
     assert (j["dry_run"], j["deleted"], j["would_delete"], j["refused"]) == (
         False,
         len(EXTRA_FILES),
@@ -150,7 +172,15 @@ def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
 
     # Nothing left to do: a second prune deletes nothing.
     again = run_ferry(
-        "prune", "--max-delete", "100%", src, dst, "--log", tmp_path / "again.tsv", "--json"
+        "prune",
+        "--yes",
+        "--max-delete",
+        "100%",
+        src,
+        dst,
+        "--log",
+        tmp_path / "again.tsv",
+        "--json",
     ).json
     assert (again["deleted"], again["would_delete"]) == (0, 0)
     assert log_paths(tmp_path / "again.tsv") == []
@@ -159,8 +189,18 @@ def test_prune_deletes_exactly_dst_minus_src_and_logs_it(tmp_path, run_ferry):
 def test_dry_run_lists_what_the_real_run_deletes(tmp_path, run_ferry):
     """The dry run's list and log should be the real run's log: directories included."""
     src, dst, _ = build_local(tmp_path, run_ferry)
-    run_ferry("prune", "--max-delete", "100%", src, dst, "--dry-run", "--log", tmp_path / "dry.tsv")
-    run_ferry("prune", "--max-delete", "100%", src, dst, "--log", tmp_path / "real.tsv")
+    run_ferry(
+        "prune",
+        "--yes",
+        "--max-delete",
+        "100%",
+        src,
+        dst,
+        "--dry-run",
+        "--log",
+        tmp_path / "dry.tsv",
+    )
+    run_ferry("prune", "--yes", "--max-delete", "100%", src, dst, "--log", tmp_path / "real.tsv")
     dry, real = sorted(log_paths(tmp_path / "dry.tsv")), sorted(log_paths(tmp_path / "real.tsv"))
     assert dry == real, f"in the real run's log only: {sorted(set(real) - set(dry))}"
 
@@ -203,7 +243,7 @@ def test_prune_never_follows_a_symlink_out_of_dst(tmp_path, run_ferry):
         },
     )
     log = tmp_path / "prune.tsv"
-    run_ferry("prune", "--max-delete", "100%", src, dst, "--log", log)
+    run_ferry("prune", "--yes", "--max-delete", "100%", src, dst, "--log", log)
 
     assert snapshot(outside) == outside_before, "prune touched files outside DST"
     assert (tmp_path / "outside-file.txt").read_bytes() == b"outside file\n"
@@ -229,14 +269,14 @@ def test_empty_source_is_refused(tmp_path, run_ferry):
     header_only.write_bytes(run_ferry("ls", empty, "--recursive").stdout_bytes)
     for args in ([empty, dst], [src, dst, "--files-from", header_only]):
         log = tmp_path / "never.tsv"
-        r = run_ferry("prune", *args, "--log", log, check=1)
+        r = run_ferry("prune", "--yes", *args, "--log", log, check=1)
         assert (
             "refused" in r.stderr and "nothing deleted" in r.stderr and "no entries" in r.stderr
         ), r.stderr
         assert "--force" in r.stderr
         assert snapshot(dst) == before
         assert not log.exists(), "a refused prune wrote a deletion log"
-        j = run_ferry("prune", *args, "--log", log, "--json", check=1).json
+        j = run_ferry("prune", "--yes", *args, "--log", log, "--json", check=1).json
         assert (
             j["refused"]
             and "no entries" in j["refused"]
@@ -244,7 +284,7 @@ def test_empty_source_is_refused(tmp_path, run_ferry):
         ), j
     # --force is the way to say "yes, it really is empty".
     forced = run_ferry(
-        "prune", empty, dst, "--force", "--log", tmp_path / "forced.tsv", "--json"
+        "prune", "--yes", empty, dst, "--force", "--log", tmp_path / "forced.tsv", "--json"
     ).json
     assert forced["deleted"] == sum(1 for e in before.values() if e.type != "d")
     assert snapshot(dst) == {}
@@ -275,7 +315,7 @@ def test_failed_source_listing_is_refused(tmp_path, run_ferry):
     ]
     for args, word in cases:
         for force in ([], ["--force"]):
-            r = run_ferry("prune", *args, *force, "--log", log, check=False)
+            r = run_ferry("prune", "--yes", *args, *force, "--log", log, check=False)
             _refused(r, word)
             assert snapshot(dst) == before, args
             assert not log.exists()
@@ -289,7 +329,7 @@ def test_partly_unreadable_source_is_refused(tmp_path, run_ferry):
         probe = run_as_root_without_dac_override(run_ferry, "ls", src, "--recursive")
         assert probe.returncode != 0, "precondition: the locked directory must be unreadable"
         r = run_as_root_without_dac_override(
-            run_ferry, "prune", src, dst, "--force", "--log", tmp_path / "never.tsv"
+            run_ferry, "prune", "--yes", src, dst, "--force", "--log", tmp_path / "never.tsv"
         )
         _refused(r, "Permission denied")
     finally:
@@ -326,6 +366,7 @@ def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferr
     ends = [src, dst, side, listing]
     r = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         *ends,
@@ -345,7 +386,7 @@ def test_a_listing_that_failed_leaves_no_manifest_to_prune_by(tmp_path, run_ferr
         )
     assert listing.read_text().splitlines()[-1].startswith("#ferry-end\tentries=")
     if side == "--files-from":
-        run_ferry("prune", "--max-delete", "100%", *ends, "--log", tmp_path / "log.tsv")
+        run_ferry("prune", "--yes", "--max-delete", "100%", *ends, "--log", tmp_path / "log.tsv")
         assert set(EXTRA_FILES) <= set(log_paths(tmp_path / "log.tsv"))
         assert not (dst / "extra-top.txt").exists() and (dst / "keep" / "deeper").is_dir()
 
@@ -361,6 +402,7 @@ def test_source_listing_failing_on_the_wire_is_refused(tmp_path, container, prox
     proxy.add("status", method="GET", query={"comp": "list"}, status=500, count=50)
     r = run_ferry(
         "prune",
+        "--yes",
         container.via(proxy.port),
         dst,
         "--max-retries",
@@ -396,7 +438,7 @@ def test_a_blob_listing_cut_on_the_wire_leaves_no_manifest_to_prune_by(
     assert r.returncode == 2
     _, entries = parse_manifest(listing.read_text())
     assert len(entries) == 2 and "#ferry-end" not in listing.read_text(), entries
-    r = run_ferry("prune", container, dst, "--files-from", listing, "--force", check=False)
+    r = run_ferry("prune", "--yes", container, dst, "--files-from", listing, "--force", check=False)
     assert r.returncode == 1 and f"{listing}: no end record" in r.stderr, r.stderr
     assert snapshot(dst) == before
 
@@ -440,6 +482,7 @@ def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferr
     scratch.write_text("")
     j = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -452,7 +495,7 @@ def test_a_plan_is_pruned_as_the_listings_are_listing_nothing(tmp_path, run_ferr
         "--scratch",
         scratch,
     ).json
-    run_ferry("prune", "--max-delete", "100%", src, twin, "--log", tmp_path / "t.tsv")
+    run_ferry("prune", "--yes", "--max-delete", "100%", src, twin, "--log", tmp_path / "t.tsv")
     assert (j["deleted"], j["would_delete"], j["dirs"], j["refused"]) == (
         len(EXTRA_FILES),
         len(EXTRA_FILES),
@@ -480,6 +523,7 @@ def test_a_plan_pruned_in_parts_then_its_directories(tmp_path, run_ferry):
         log = tmp_path / f"part-{part}.tsv"
         j = run_ferry(
             "prune",
+            "--yes",
             "--max-delete",
             "100%",
             src,
@@ -499,6 +543,7 @@ def test_a_plan_pruned_in_parts_then_its_directories(tmp_path, run_ferry):
     assert sorted(deleted) == sorted(EXTRA_FILES)
     j = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -527,14 +572,24 @@ def test_every_part_of_a_plan_judges_max_delete_by_the_whole_pass(tmp_path, run_
     plan = plan_final(tmp_path, run_ferry, src, dst, parts=3)
     for part in ("00000", "00001", "00002"):
         r = run_ferry(
-            "prune", src, dst, "--plan", plan, "--part", part, "--max-delete", "5",
+            "prune", "--yes", src, dst, "--plan", plan, "--part", part, "--max-delete", "5",
             "--log", tmp_path / "log.tsv", "--json", check=1,
         )  # fmt: skip
         # Directories count too: x/ beside its 6 files, of 24 + 6 files and k/, x/.
         assert "7 of 32 destination entries" in r.json["refused"], r.json
     assert snapshot(dst) == before
     r = run_ferry(
-        "prune", src, dst, "--plan", plan, "--part", "00007", "--log", tmp_path / "l", check=2
+        "prune",
+        "--yes",
+        src,
+        dst,
+        "--plan",
+        plan,
+        "--part",
+        "00007",
+        "--log",
+        tmp_path / "l",
+        check=2,
     )
     assert "no deletion part" in r.stderr
 
@@ -545,6 +600,7 @@ def test_a_part_of_a_plan_that_cannot_be_read_is_named_and_nothing_goes(tmp_path
     (plan / "prune" / "part-00001.tsv").unlink()
     r = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -569,12 +625,14 @@ def test_a_plan_without_a_destination_or_a_source_is_refused(tmp_path, run_ferry
     listing = tmp_path / "src.tsv"
     listing.write_bytes(run_ferry("ls", "-r", src).stdout_bytes)
     run_ferry("plan", listing, "--out", tmp_path / "base", "--phase", "baseline")
-    r = run_ferry("prune", src, dst, "--plan", tmp_path / "base", "--log", tmp_path / "l", check=1)
+    r = run_ferry(
+        "prune", "--yes", src, dst, "--plan", tmp_path / "base", "--log", tmp_path / "l", check=1
+    )
     assert "without a destination listing" in r.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
     plan = plan_final(tmp_path, run_ferry, empty, dst)
-    r = run_ferry("prune", empty, dst, "--plan", plan, "--log", tmp_path / "l", check=1)
+    r = run_ferry("prune", "--yes", empty, dst, "--plan", plan, "--log", tmp_path / "l", check=1)
     assert "no entries at the source" in r.stderr and "--force" in r.stderr
     assert snapshot(dst) == {**snapshot(dst)} and (dst / "b").exists()
 
@@ -591,7 +649,16 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     before = snapshot(dst)
     log = tmp_path / "log.tsv"
     r = run_ferry(
-        "prune", src, dst, "--max-delete", limit, "--log", log, "--json", check=0 if allowed else 1
+        "prune",
+        "--yes",
+        src,
+        dst,
+        "--max-delete",
+        limit,
+        "--log",
+        log,
+        "--json",
+        check=0 if allowed else 1,
     )
     if allowed:
         assert (r.json["deleted"], r.json["refused"]) == (6, None), r.json
@@ -600,11 +667,11 @@ def test_max_delete_count_and_percent(tmp_path, run_ferry, limit, allowed):
     assert r.json["refused"] and "7 of 32 destination entries" in r.json["refused"], r.json
     assert (r.json["deleted"], r.json["would_delete"]) == (0, 0)
     assert snapshot(dst) == before and not log.exists()
-    text = run_ferry("prune", src, dst, "--max-delete", limit, "--log", log, check=1)
+    text = run_ferry("prune", "--yes", src, dst, "--max-delete", limit, "--log", log, check=1)
     assert "refused" in text.stderr and "--force" in text.stderr and "--max-delete" in text.stderr
     # --force overrides the limit.
     forced = run_ferry(
-        "prune", src, dst, "--max-delete", limit, "--force", "--log", log, "--json"
+        "prune", "--yes", src, dst, "--max-delete", limit, "--force", "--log", log, "--json"
     ).json
     assert forced["deleted"] == 6
     assert snapshot(dst) == snapshot(src)
@@ -619,14 +686,14 @@ def test_default_max_delete_is_a_tenth_of_the_destination(tmp_path, run_ferry):
     # x/0 and x/ of 13 entries (k/, its 10 files, x/ and x/0): over a tenth.
     make_tree(dst, {"x/0": b"x"})
     before = snapshot(dst)
-    r = run_ferry("prune", src, dst, "--log", tmp_path / "log.tsv", check=1)
+    r = run_ferry("prune", "--yes", src, dst, "--log", tmp_path / "log.tsv", check=1)
     assert "2 of 13 destination entries" in r.stderr and "--max-delete 10%" in r.stderr
     assert snapshot(dst) == before
     # One of 12: under a tenth, deleted.
     (dst / "x" / "0").unlink()
     (dst / "x").rmdir()
     make_tree(dst, {"x0": b"x"})
-    run_ferry("prune", src, dst, "--log", tmp_path / "log2.tsv")
+    run_ferry("prune", "--yes", src, dst, "--log", tmp_path / "log2.tsv")
     assert not (dst / "x0").exists()
 
 
@@ -645,14 +712,14 @@ def test_directories_count_against_max_delete(tmp_path, run_ferry, how):
     if how == "plan":
         # All at once: the directories are the --dirs job's, and the whole pass's count.
         where.append("--dirs")
-    r = run_ferry("prune", src, dst, *where, "--log", log, "--json", check=1)
+    r = run_ferry("prune", "--yes", src, dst, *where, "--log", log, "--json", check=1)
     assert "600 of 601 destination entries" in r.json["refused"], r.json
     assert snapshot(dst) == before and not log.exists()
-    r = run_ferry("prune", src, dst, *where, "--max-delete", "600", "--log", log, "--json")
+    r = run_ferry("prune", "--yes", src, dst, *where, "--max-delete", "600", "--log", log, "--json")
     assert (r.json["dirs_deleted"], r.json["dest_entries"], r.json["failed"]) == (600, 601, 0)
     assert sorted(os.listdir(dst)) == ["k"] and len(log_paths(log)) == 600
     if how == "listings":
-        text = run_ferry("prune", src, dst, "--log", log)
+        text = run_ferry("prune", "--yes", src, dst, "--log", log)
         assert "deleted 0 of 1 destination entries" in text.stderr, text.stderr
 
 
@@ -664,7 +731,7 @@ def test_dry_run_past_max_delete_still_lists(tmp_path, run_ferry):
     make_tree(dst, {f"x{i}": b"x" for i in range(4)})
     before = snapshot(dst)
     log = tmp_path / "dry.tsv"
-    r = run_ferry("prune", src, dst, "--dry-run", "--log", log, check=False)
+    r = run_ferry("prune", "--yes", src, dst, "--dry-run", "--log", log, check=False)
     assert snapshot(dst) == before
     assert sorted(would_delete_lines(r.stdout)) == [f"x{i}" for i in range(4)], (
         f"exit {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr!r}"
@@ -701,21 +768,37 @@ def test_prune_blobs_dry_run_then_real(tmp_path, container, run_ferry):
     )
     run_ferry("copy", src, container, "--recursive")
     for name in BLOB_EXTRAS:
-        container.client.upload_blob(name, b"extra " + name.encode())
+        container.client.upload_blob(name, b"extra " + name.encode(), metadata=AGED_META)
     everything = sorted(container.blobs())
     assert len(everything) == len(contents) + len(BLOB_EXTRAS) + len(
         ["keep", "with space", "sub"]
     ), "and the folder stubs"
 
     dry = run_ferry(
-        "prune", "--max-delete", "100%", src, container, "--dry-run", "--log", tmp_path / "dry.tsv"
+        "prune",
+        "--yes",
+        "--max-delete",
+        "100%",
+        src,
+        container,
+        "--dry-run",
+        "--log",
+        tmp_path / "dry.tsv",
     )
     assert sorted(container.blobs()) == everything
     assert sorted(would_delete_lines(dry.stdout)) == sorted(escape(n.encode()) for n in BLOB_EXTRAS)
     assert sorted(log_paths(tmp_path / "dry.tsv")) == sorted(n.encode() for n in BLOB_EXTRAS)
 
     j = run_ferry(
-        "prune", "--max-delete", "100%", src, container, "--log", tmp_path / "real.tsv", "--json"
+        "prune",
+        "--yes",
+        "--max-delete",
+        "100%",
+        src,
+        container,
+        "--log",
+        tmp_path / "real.tsv",
+        "--json",
     ).json
     assert (j["deleted"], j["would_delete"], j["refused"]) == (
         len(BLOB_EXTRAS),
@@ -734,7 +817,7 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
     make_tree(src, {f"k{i}": b"k" for i in range(4)})
     run_ferry("copy", src, container, "--recursive")
     for i in range(6):
-        container.client.upload_blob(f"x{i}", b"x")
+        container.client.upload_blob(f"x{i}", b"x", metadata=AGED_META)
     everything = sorted(container.blobs())
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -743,7 +826,7 @@ def test_prune_blobs_refusals(tmp_path, container, run_ferry):
         ([tmp_path / "missing", container], "source listing failed"),
         ([src, container], "6 of 10"),
     ):
-        r = run_ferry("prune", *args, "--log", tmp_path / "never.tsv", check=1)
+        r = run_ferry("prune", "--yes", *args, "--log", tmp_path / "never.tsv", check=1)
         assert "refused" in r.stderr and status in r.stderr, r.stderr
         assert sorted(container.blobs()) == everything
     assert not (tmp_path / "never.tsv").exists()
@@ -776,7 +859,15 @@ def test_prune_blobs_in_batches_counted(tmp_path, container, proxy, run_ferry):
     assert len(files) == 600 and len(dirs) == 13
     log = tmp_path / "prune.tsv"
     j = run_ferry(
-        "prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json"
+        "prune",
+        "--yes",
+        src,
+        container.via(proxy.port),
+        "--max-delete",
+        "100%",
+        "--log",
+        log,
+        "--json",
     ).json
     assert (j["deleted"], j["dirs"], j["failed"], j["refused"]) == (600, 13, 0, None), j
     assert sorted(file_blobs(container)) == sorted(KEEP)
@@ -808,7 +899,16 @@ def test_a_deletion_refused_inside_a_batch_fails_that_path_alone(tmp_path, conta
     try:
         log = tmp_path / "prune.tsv"
         r = run_ferry(
-            "prune", src, container, "--max-delete", "100%", "--log", log, "--json", check=1
+            "prune",
+            "--yes",
+            src,
+            container,
+            "--max-delete",
+            "100%",
+            "--log",
+            log,
+            "--json",
+            check=1,
         )
         j = r.json
         assert (j["deleted"], j["failed"]) == (299, 1), j
@@ -843,7 +943,15 @@ def test_a_batch_that_failed_on_the_way_is_sent_again(tmp_path, container, proxy
     )
     log = tmp_path / "prune.tsv"
     j = run_ferry(
-        "prune", src, container.via(proxy.port), "--max-delete", "100%", "--log", log, "--json"
+        "prune",
+        "--yes",
+        src,
+        container.via(proxy.port),
+        "--max-delete",
+        "100%",
+        "--log",
+        log,
+        "--json",
     ).json
     assert busy.fired == 1 and cut.fired == 1
     assert (j["deleted"], j["failed"]) == (400, 0), j
@@ -859,6 +967,7 @@ def test_prune_blobs_in_batches_with_a_sas_only(tmp_path, container, proxy, run_
     dest = container.signed(write=True, port=proxy.port)
     j = run_ferry(
         "prune",
+        "--yes",
         src,
         dest,
         "--max-delete",
@@ -884,6 +993,7 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     cwd.mkdir()
     j = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -900,6 +1010,7 @@ def test_without_log_the_deletions_are_recorded_in_the_state_directory_not_the_c
     src, dst, _ = build_local(tmp_path / "again", run_ferry)
     j = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -933,7 +1044,7 @@ def test_scratch_is_removed_after_success_refusal_and_failure(tmp_path, run_ferr
     empty.mkdir()
 
     def prune(*args, check):
-        return run_ferry("prune", *args, "--scratch", scratch, env=SMALL_RUNS, check=check)
+        return run_ferry("prune", "--yes", *args, "--scratch", scratch, env=SMALL_RUNS, check=check)
 
     prune(src, dst, "--dry-run", "--files-from", manifest, "--log", tmp_path / "dry.tsv", check=0)
     assert_empty(scratch, "after a dry run")
@@ -965,6 +1076,7 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
     tmpdir.mkdir()
     j = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -978,6 +1090,7 @@ def test_default_scratch_is_tmpdir_and_is_removed(tmp_path, run_ferry):
     assert_empty(tmpdir, "in TMPDIR")
     r = run_ferry(
         "prune",
+        "--yes",
         "--max-delete",
         "100%",
         src,
@@ -1014,6 +1127,7 @@ def test_manifest_failing_midway_is_refused(tmp_path, run_ferry):
         for force in ([], ["--force"]):
             r = run_ferry(
                 "prune",
+                "--yes",
                 src,
                 dst,
                 "--files-from",
@@ -1040,6 +1154,7 @@ def test_local_listing_failing_midway_is_refused_with_small_runs(tmp_path, run_f
         r = run_as_root_without_dac_override(
             run_ferry,
             "prune",
+            "--yes",
             src,
             dst,
             "--force",
@@ -1090,6 +1205,7 @@ def test_ordering_edge_cases_across_the_merge_join(tmp_path, run_ferry):
         (tmp_path / "source.tsv").write_bytes(run_ferry("ls", src, "--recursive").stdout_bytes)
         dry = run_ferry(
             "prune",
+            "--yes",
             src,
             dst,
             *args,
@@ -1109,7 +1225,15 @@ def test_ordering_edge_cases_across_the_merge_join(tmp_path, run_ferry):
                 f"{p!r} listed before what is under it"
             )
     run_ferry(
-        "prune", src, dst, "--max-delete", "100%", "--log", tmp_path / "real.tsv", env=SMALL_RUNS
+        "prune",
+        "--yes",
+        src,
+        dst,
+        "--max-delete",
+        "100%",
+        "--log",
+        tmp_path / "real.tsv",
+        env=SMALL_RUNS,
     )
     assert sorted(log_paths(tmp_path / "real.tsv")) == want
     assert {p: (e.type, e.md5) for p, e in snapshot(dst).items()} == {
@@ -1131,7 +1255,7 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     src = tmp_path / "src"
     make_tree(src, {f"d{i:02d}/f{j}": b"x" for i in range(20) for j in range(5)})
     run_ferry("copy", src, container, "--recursive")
-    container.client.upload_blob("extra", b"x")
+    container.client.upload_blob("extra", b"x", metadata=AGED_META)
     before = sorted(container.blobs())
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -1140,6 +1264,7 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     )
     proc = run_ferry.spawn(
         "prune",
+        "--yes",
         src,
         container.via(proxy.port),
         "--scratch",
@@ -1164,3 +1289,75 @@ def test_signal_mid_listing_removes_the_scratch(tmp_path, container, proxy, run_
     assert f"stopped by {sig.name}" in (tmp_path / "ferry.stderr").read_text()
     assert sorted(container.blobs()) == before
     assert not (tmp_path / "never.tsv").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Asking first (issue 42): on a terminal without --yes, prune shows what goes and asks; with no
+# terminal it needs --yes.
+
+
+def prune_on_a_terminal(run_ferry, args, answer: bytes) -> tuple[int, str]:
+    """Runs prune with stdin and stderr on a pseudo-terminal, answers the question, and returns
+    the exit status and what the terminal showed."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        run_ferry.command(("prune", *args)),
+        env=run_ferry.env(None),
+        cwd=run_ferry.workdir,
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    shown = b""
+    try:
+        while b"[y/N]" not in shown:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # closed: the process ended
+                chunk = b""
+            assert chunk, f"prune ended without asking: {shown!r}"
+            shown += chunk
+        os.write(controller, answer + b"\n")
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return proc.wait(timeout=60), shown.decode("utf-8", "replace")
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("answer", [b"n", b"", b"yes please", b"y", b"YES"])
+def test_on_a_terminal_prune_shows_what_goes_and_asks(tmp_path, run_ferry, answer):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    args = [src, dst, "--max-delete", "100%", "--log", tmp_path / "p.tsv"]
+    status, shown = prune_on_a_terminal(run_ferry, args, answer)
+    n = len(EXTRA_FILES)
+    assert f"would delete {n} files and symlinks" in shown, shown
+    assert "extra-top.txt" in shown and "… and 1 more" in shown, shown
+    assert f"Delete {n + len(EXTRA_DIRS)} entries (" in shown, shown
+    if answer.lower() in (b"y", b"yes"):
+        assert status == 0, shown
+        assert not (dst / "extra-top.txt").exists()
+    else:
+        assert status == 1 and "nothing deleted" in shown, shown
+        assert snapshot(dst) == before, "a no deletes nothing"
+
+
+def test_without_a_terminal_prune_needs_yes(tmp_path, run_ferry):
+    src, dst, before = build_local(tmp_path, run_ferry)
+    r = run_ferry("prune", src, dst, "--max-delete", "100%", check=2)
+    assert "--yes" in r.stderr and "--dry-run" in r.stderr, r.stderr
+    assert snapshot(dst) == before
+    run_ferry("prune", src, dst, "--max-delete", "100%", "--dry-run")
+    run_ferry("prune", src, dst, "--max-delete", "100%", "--yes")
+    assert not (dst / "extra-top.txt").exists()

@@ -281,7 +281,7 @@ def test_the_leftovers_of_a_killed_download_whose_source_went_are_removed_by_the
         # As the pipeline's final pass prunes: from the plan's listing, listing nothing itself.
         (tmp_path / "dest.tsv").write_text(run_ferry("ls", "-r", dst).stdout)
         dest_from = ("--dest-from", tmp_path / "dest.tsv")
-    pruned = run_ferry("prune", container, dst, *dest_from, "--force", "--json")
+    pruned = run_ferry("prune", "--yes", container, dst, *dest_from, "--force", "--json")
     assert not (dst / "old").exists(), f"prune left old/: {pruned.json['failures']}"
     assert pruned.json["failed"] == 0 and pruned.json["dirs"] == 1, pruned.json
     if next_pass != "copy":

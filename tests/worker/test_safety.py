@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 
 import pytest
@@ -111,7 +112,7 @@ def test_prune_reports_a_directory_it_could_not_delete(tmp_path, run_ferry):
     try:
         fcntl.lockf(fds[1], fcntl.LOCK_EX)
         out = run_ferry(
-            "prune", src, dst, "--force", "--log", tmp_path / "log.tsv", "--json", check=1
+            "prune", "--yes", src, dst, "--force", "--log", tmp_path / "log.tsv", "--json", check=1
         )
         assert out.json["deleted"] == 1 and out.json["failed"] == 1, out.json
         assert out.json["leftovers_removed"] == 0, out.json
@@ -119,7 +120,9 @@ def test_prune_reports_a_directory_it_could_not_delete(tmp_path, run_ferry):
             out.json["failures"][0]["path"] == "old"
             and "not deleted" in out.json["failures"][0]["error"]
         )
-        plain = run_ferry("prune", src, dst, "--force", "--log", tmp_path / "log2.tsv", check=1)
+        plain = run_ferry(
+            "prune", "--yes", src, dst, "--force", "--log", tmp_path / "log2.tsv", check=1
+        )
         assert "failed: old: directory not deleted" in plain.stderr
     finally:
         for fd in fds:
@@ -384,7 +387,7 @@ def test_default_deletion_logs_never_share_a_name(tmp_path, run_ferry):
     state = tmp_path / "state"
     for _ in range(3):
         run_ferry("copy", "-r", src, dst, "--dry-run", env={"XDG_STATE_HOME": str(state)})
-        run_ferry("prune", src, dst, "--dry-run", env={"XDG_STATE_HOME": str(state)})
+        run_ferry("prune", "--yes", src, dst, "--dry-run", env={"XDG_STATE_HOME": str(state)})
     logs = sorted(os.listdir(state / "ferry"))
     assert len(logs) == 6 and len({name.split(".")[0] for name in logs}) == 6, logs
     assert sum(name.startswith("copy-") for name in logs) == 3, logs
@@ -394,7 +397,7 @@ MISSING_VERB = {
     "copy": ["copy", "-r"],
     "verify": ["verify"],
     "ls": ["ls", "-r"],
-    "prune": ["prune", "--max-delete", "100%", "--force"],
+    "prune": ["prune", "--yes", "--max-delete", "100%", "--force"],
     "rm": ["rm", "-r"],
 }
 
@@ -487,3 +490,118 @@ def test_a_tree_without_recursive_is_an_error_that_says_add_r(tmp_path, containe
     r = run_ferry("copy", src, tmp_path / "out", check=2)
     assert "is a directory: add -r (--recursive)" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Older over newer (issue 42): swapped SOURCE and DEST, or someone writing at the destination.
+
+OLD_NS = 1_600_000_000_123_456_789  # the migrated tree's times, long before the mistake
+
+
+def old_tree(root):
+    make_tree(
+        root,
+        {
+            "a.txt": File(b"a1\n", mtime_ns=OLD_NS),
+            "sub/b.txt": File(b"b1\n", mtime_ns=OLD_NS),
+            "sub/c.txt": File(b"c1\n", mtime_ns=OLD_NS),
+        },
+    )
+
+
+def updated(path, data):
+    """The source's file edited since the last pass: new bytes, a later mtime."""
+    path.write_bytes(data)
+    os.utime(path, ns=(OLD_NS + 10**12, OLD_NS + 10**12))
+
+
+@pytest.mark.parametrize("route", ["local", "download"])
+def test_a_swapped_copy_never_replaces_newer_files_at_the_real_source(
+    tmp_path, run_ferry, container, route
+):
+    """`ferry copy -r DEST SRC` after the source's files were edited: the older copies would
+    replace the newer originals. Refused before anything is written, with the count, examples
+    and the fix; --dry-run --json counts them; --overwrite-newer (a restore) copies."""
+    src = tmp_path / "src"
+    old_tree(src)
+    dest = tmp_path / "dst" if route == "local" else container
+    run_ferry("copy", "-r", src, dest)
+    updated(src / "a.txt", b"a2 edited\n")
+    updated(src / "sub" / "b.txt", b"b2 edited\n")
+    before = snapshot(src)
+    r = run_ferry("copy", "-r", dest, src, check=1)
+    assert "2 destination files are newer" in r.stderr, r.stderr
+    assert "a.txt" in r.stderr and "sub/b.txt" in r.stderr and "--overwrite-newer" in r.stderr
+    assert snapshot(src) == before, "nothing written"
+    dry = run_ferry("copy", "-r", dest, src, "--dry-run", "--json").json
+    assert dry["files"]["newer_at_dest"] == 2, dry["files"]
+    j = run_ferry("copy", "-r", dest, src, "--json", check=1).json
+    assert j["refused"] and j["files"]["copied"] == 0, j
+    run_ferry("copy", "-r", dest, src, "--overwrite-newer")
+    assert (src / "a.txt").read_bytes() == b"a1\n", "a restore, asked for"
+
+
+def test_an_upload_never_replaces_a_newer_blob(tmp_path, run_ferry, container):
+    """local → Blob: the container's blob is newer (by the mtime ferry stored) than the file
+    now at the source, an older version: not replaced without --overwrite-newer."""
+    newer, older = tmp_path / "newer", tmp_path / "older"
+    old_tree(older)
+    old_tree(newer)
+    updated(newer / "a.txt", b"a2 edited\n")
+    run_ferry("copy", "-r", newer, container)
+    r = run_ferry("copy", "-r", older, container, check=1)
+    assert "1 destination files are newer" in r.stderr and "a.txt" in r.stderr, r.stderr
+    assert container.client.download_blob("a.txt").readall() == b"a2 edited\n"
+    run_ferry("copy", "-r", older, container, "--overwrite-newer")
+    assert container.client.download_blob("a.txt").readall() == b"a1\n"
+
+
+@pytest.mark.parametrize("where", ["local", "blob"])
+def test_a_swapped_prune_never_deletes_what_is_newer_than_the_whole_source(
+    tmp_path, run_ferry, container, where
+):
+    """`ferry prune DEST SRC` after a file was created at the source: it is newer than
+    everything at the (swapped) source, so the prune refuses, naming it, and deletes nothing;
+    --force deletes it."""
+    src = tmp_path / "src"
+    old_tree(src)
+    dest = tmp_path / "dst" if where == "local" else container
+    run_ferry("copy", "-r", src, dest)
+    (src / "sub" / "new.txt").write_bytes(b"written today\n")
+    before = snapshot(src)
+    log = tmp_path / "p.tsv"
+    r = run_ferry("prune", "--yes", "--max-delete", "100%", dest, src, "--log", log, check=1)
+    assert "1 files to delete are newer than everything at the source" in r.stderr, r.stderr
+    assert "sub/new.txt" in r.stderr and "--force" in r.stderr, r.stderr
+    assert snapshot(src) == before, "nothing deleted"
+    dry = run_ferry("prune", "--max-delete", "100%", dest, src, "--dry-run", "--log", log)
+    assert "a real run would be refused" in dry.stderr, dry.stderr
+    run_ferry("prune", "--yes", "--max-delete", "100%", "--force", dest, src, "--log", log)
+    assert not (src / "sub" / "new.txt").exists()
+
+
+def test_a_plan_refuses_copies_over_newer_files_and_deletions_newer_than_the_source(
+    tmp_path, run_ferry
+):
+    """The pipeline's decision is the plan's: the same rules, before the first copy."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    old_tree(src)
+    run_ferry("copy", "-r", src, dst)
+    updated(dst / "a.txt", b"edited at the destination\n")
+    (dst / "sub" / "new.txt").write_bytes(b"written at the destination\n")
+    for d in (src, dst):
+        (tmp_path / f"{d.name}.tsv").write_bytes(run_ferry("ls", "-r", d).stdout_bytes)
+    plan = ["plan", tmp_path / "src.tsv", tmp_path / "dst.tsv", "--out", tmp_path / "plan"]
+    r = run_ferry(*plan, "--phase", "incremental", check=1)
+    assert "copy would be refused: 1 destination files are newer" in r.stderr, r.stderr
+    assert "a.txt" in r.stderr and "--overwrite-newer" in r.stderr
+    assert not (tmp_path / "plan").exists(), "a refused plan is written nowhere"
+    final = [*plan, "--phase", "final", "--overwrite-newer", "--max-delete", "100%"]
+    r = run_ferry(*final, check=1)
+    assert "1 files to delete are newer than everything at the source" in r.stderr, r.stderr
+    assert "sub/new.txt" in r.stderr
+    run_ferry(*final, "--force")
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert doc["newer_at_dest"]["count"] == 1 and doc["newer_deletions"]["count"] == 1, doc
+    r = run_ferry("prune", "--yes", src, dst, "--plan", tmp_path / "plan", check=1)
+    assert "newer than everything at the source" in r.stderr, r.stderr

@@ -136,6 +136,7 @@ def test_a_carried_destination_is_decided_once_and_cut_by_its_entry_counts(run_f
     log = tmp_path / "deleted.tsv"
     run_ferry(
         "prune",
+        "--yes",
         src,
         dest,
         "--files-from",

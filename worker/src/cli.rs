@@ -307,6 +307,10 @@ pub struct CopyArgs {
     /// Replace even past --max-delete
     #[arg(long)]
     pub force: bool,
+    /// Replace destination files whose mtime is later than their source's (refused otherwise,
+    /// nothing copied: the sign of swapped SOURCE and DEST); for restoring older versions
+    #[arg(long)]
+    pub overwrite_newer: bool,
     /// Where to write the list of entries the replacements delete, in manifest format
     /// (default: $XDG_STATE_HOME/ferry/copy-<time>-<pid>-….tsv; written only when something
     /// is replaced)

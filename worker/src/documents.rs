@@ -109,6 +109,10 @@ pub struct CopyFiles {
     /// The destination entries those replacements delete: each replaced entry and everything
     /// under it.
     pub removed: u64,
+    /// Destination files newer than their source's, which the copy does not replace without
+    /// --overwrite-newer (a real run is refused, writing nothing).
+    #[serde(default)]
+    pub newer_at_dest: u64,
 }
 
 /// An entry of another type a copy replaces, and what goes with it.

@@ -13,6 +13,7 @@ mod jsonfile;
 mod keyspace;
 mod location;
 mod manifest;
+mod newer;
 mod overlap;
 mod partition;
 mod plan;

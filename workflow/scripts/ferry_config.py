@@ -332,7 +332,13 @@ def copy_args(cfg: dict) -> list[str]:
         args += ["--max-bandwidth", c["max_bandwidth"]]
     if not c["put_md5"]:
         args.append("--no-put-md5")
-    return args
+    return [*args, *overwrite_newer_args(cfg)]
+
+
+def overwrite_newer_args(cfg: dict) -> list[str]:
+    """Copies (and the plan that decides them) replace destination files newer than their
+    source's only when the config says so: a restore of older versions at the source."""
+    return ["--overwrite-newer"] if cfg["copy"].get("overwrite_newer") else []
 
 
 def verify_args(cfg: dict) -> list[str]:
@@ -354,12 +360,15 @@ def prune_args(cfg: dict) -> list[str]:
         str(d["max_delete"]),
         *(["--force"] if d["force"] else []),
         *(["--dry-run"] if d["dry_run"] else []),
+        # A pipeline has no terminal to ask on: its config is the operator's answer.
+        "--yes",
     ]
 
 
 # The worker's words for prune's settings, and the config's: a refusal read in a pipeline's
 # log or report names the key to change, not the flag the key became (ferry_task.py).
 PRUNE_KEYS = [
+    ["pass --overwrite-newer", "set copy.overwrite_newer: true"],
     ["pass --force", "set prune.force: true"],
     ["raise --max-delete", "raise prune.max_delete"],
     ["review with --dry-run", "review with prune.dry_run: true"],
@@ -379,7 +388,7 @@ def plan_guard_args(cfg: dict) -> list[str]:
     pass whose prune would be refused stops before its first copy, not after the last."""
     if cfg["phase"] != "final" or cfg["prune"]["dry_run"]:
         return []
-    return [a for a in prune_args(cfg) if a != "--dry-run"]
+    return [a for a in prune_args(cfg) if a not in ("--dry-run", "--yes")]
 
 
 def cut_args(cfg: dict) -> list[str]:
@@ -478,6 +487,7 @@ def argv(cfg: dict, step: str, ferry: str) -> list[str]:
             *(["--dir-mtimes"] if is_blob(cfg["dest"]) else []),
             *shards_args(cfg),
             *plan_guard_args(cfg),
+            *overwrite_newer_args(cfg),
             "{cut}",
         ]
     if step == "copy":
@@ -637,7 +647,7 @@ def step_spec(cfg: dict, step: str, ferry: str) -> dict:
         spec["listings"] = ferry_run_dir.listings(list_jobs(cfg))
     if step == "plan":
         spec["values"]["cut"] = cut_args(cfg)
-    if step in ("plan", "prune", "prune_dirs"):
+    if step in ("plan", "prune", "prune_dirs", "copy"):
         spec["config_keys"] = PRUNE_KEYS
     if step in ("copy", "verify"):
         # Written by the job as it goes, straight into the run directory, where `ferry status`

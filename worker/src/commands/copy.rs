@@ -16,6 +16,7 @@ use crate::filter;
 use crate::location::Location;
 use crate::manifest::escape_path;
 use crate::manifest::{Entry, Kind};
+use crate::newer::{overwrites_newer, Newer};
 use crate::progress::{self, Progress, ProgressFile};
 use crate::same::Compare;
 use crate::same::Verdict;
@@ -150,8 +151,16 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let whole_tree = args.files_from.is_none() && args.shard.is_none() && rename.is_none();
     let mut replacing =
         Replacing::judge(&args, &dst, &jobs, dst_index.as_ref(), whole_tree).await?;
-    if let (Some(why), false) = (&replacing.over_limit, args.dry_run) {
-        let why = format!("{why}; {}", super::prune::OVER_LIMIT_FIX);
+    let newer = newer_at_dest(&args, &dst, &jobs, dst_index.as_ref()).await?;
+    // Judged before anything is written: a refused copy writes nothing at all.
+    let refusal = newer.copy_refusal(args.overwrite_newer).or_else(|| {
+        let fix = super::prune::OVER_LIMIT_FIX;
+        replacing
+            .over_limit
+            .as_ref()
+            .map(|why| format!("{why}; {fix}"))
+    });
+    if let (Some(why), false) = (refusal, args.dry_run) {
         replacing.refused = Some(why.clone());
         if args.json {
             report(
@@ -159,13 +168,16 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 (&src, &dst),
                 &stats,
                 &depth.report(),
-                &replacing,
+                (&replacing, &newer),
                 Vec::new(),
                 0.0,
             );
         }
         eprintln!("copy refused, nothing copied or deleted: {why}");
         return Ok(ExitCode::from(1));
+    }
+    if let (Some(why), true) = (newer.copy_refusal(args.overwrite_newer), args.dry_run) {
+        eprintln!("note: a real run would be refused: {why}");
     }
     // Opened before anything goes: a log that cannot be written stops the copy first.
     replacing.open_log(args.log.as_deref())?;
@@ -244,7 +256,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
         (&src, &dst),
         &stats,
         &depth.report(),
-        &replacing,
+        (&replacing, &newer),
         leftovers,
         started.elapsed().as_secs_f64(),
     );
@@ -280,6 +292,35 @@ fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
             None => Depth::adaptive(default_concurrency(), 2, 256),
         },
     }
+}
+
+/// The destination files this copy would replace with older ones (newer.rs's rule), from the
+/// destination's listing, or a look at the one object of a single-object copy. Nothing is
+/// looked at where nothing is compared (`--compare none` into Blob storage: always copy).
+async fn newer_at_dest(
+    args: &CopyArgs,
+    dst: &Arc<dyn Store>,
+    jobs: &[Job],
+    index: Option<&Index>,
+) -> anyhow::Result<Newer> {
+    let preserve = &args.preserve.preserve;
+    let mut found = Newer::default();
+    for job in jobs {
+        let looked;
+        let old = match index {
+            Some(i) => i.get(&job.dst_path),
+            None if jobs.len() == 1 && preserve.times => {
+                looked = dst.head(&job.dst_path).await?.map(|(e, _)| e);
+                looked.as_ref()
+            }
+            None => None,
+        };
+        let verdict = crate::same::classify(&job.src, old, args.compare, preserve.attrs());
+        if overwrites_newer(&job.src, old, (verdict, args.compare), preserve.times) {
+            found.note(&job.src);
+        }
+    }
+    Ok(found)
 }
 
 /// What the destination already has, from listings rather than a look per file: the whole
@@ -518,7 +559,7 @@ fn report(
     (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
     stats: &Stats,
     depth: &crate::depth::Report,
-    replacing: &Replacing,
+    (replacing, newer): (&Replacing, &Newer),
     leftovers: Vec<String>,
     seconds: f64,
 ) {
@@ -543,6 +584,7 @@ fn report(
                 metadata_only: g(&stats.meta_updated),
                 replaced: g(&stats.replaced),
                 removed: replacing.removed(),
+                newer_at_dest: newer.count,
             },
             replacements: replacing
                 .found

@@ -66,6 +66,10 @@ pub struct PlanArgs {
     /// With --max-delete: a plan past the limit is written all the same
     #[arg(long, requires = "max_delete")]
     pub force: bool,
+    /// Plan copies over destination files newer than their source's (refused otherwise:
+    /// the sign of swapped SOURCE and DEST); for restoring older versions
+    #[arg(long)]
+    pub overwrite_newer: bool,
     /// Print plan.json on stdout too
     #[arg(long)]
     pub json: bool,
@@ -177,7 +181,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let result = write_plan(&opts, &staging).and_then(|(doc, text)| {
-        let refused = over_limit(&args, &doc, &staging)?;
+        let refused = match doc.newer_at_dest.copy_refusal(args.overwrite_newer) {
+            Some(why) => Some(format!("the pass's copy would be refused: {why}")),
+            None => over_limit(&args, &doc, &staging)?,
+        };
         if refused.is_none() {
             replace_dir(&staging, &args.out)?;
         }

@@ -15,10 +15,11 @@ use super::{
 use crate::cli::{Common, Sorting};
 use crate::location::Location;
 use crate::manifest::{Entry, Kind, Writer};
+use crate::newer::{Newer, Newest};
 use crate::plan::deletions::{under, Decide, Deletions};
 use crate::plan::{PartRow, PlanDoc};
 use crate::sorted::sort::{Runs, Spill};
-use crate::sorted::{sort_store, Join, JoinError, PathSort, Scratch, Side, SortError};
+use crate::sorted::{sort_store, Join, JoinError, Pair, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
 use crate::storage::{OpenOptions, Store};
 
@@ -55,9 +56,13 @@ pub struct PruneArgs {
     /// Refuse if more than this would go: a count (1000) or a share of the destination (10%)
     #[arg(long, default_value = DEFAULT_MAX_DELETE, value_parser = parse_limit)]
     pub max_delete: Limit,
-    /// Delete even past --max-delete, or when the source is empty
+    /// Delete even past --max-delete, when the source is empty, or when what goes is newer
+    /// than everything at the source
     #[arg(long)]
     pub force: bool,
+    /// Delete without asking (needed where there is no terminal to ask on: scripts, pipelines)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
     /// Where to write the list of deletions, in manifest format (default:
     /// $XDG_STATE_HOME/ferry/prune-<time>.tsv, i.e. ~/.local/state/ferry/ unless set)
     #[arg(long)]
@@ -187,6 +192,11 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
     let src = open(&src_loc, &opts)?;
     let dst = open(&dst_loc, &opts)?;
+    // Before anything is listed: a prune that cannot ask must be told, and says so at once.
+    if !args.yes && !args.dry_run && !can_ask() {
+        eprintln!("ferry prune: no terminal to ask on: pass --yes to delete without asking (review first with --dry-run)");
+        return Ok(ExitCode::from(2));
+    }
     let log_path = match args.log.clone() {
         Some(p) => p,
         None => default_log("prune")?,
@@ -237,6 +247,15 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
         .exceeded(work.total, work.dest_entries, args.force);
     if let (Some(why), false) = (&over_limit, args.dry_run) {
         return refuse(format!("{why}; {OVER_LIMIT_FIX}"));
+    }
+    match (work.newer.prune_refusal(args.force), args.dry_run) {
+        (Some(why), false) => return refuse(why),
+        (Some(why), true) => eprintln!("note: a real run would be refused: {why}"),
+        (None, _) => {}
+    }
+    if !args.yes && !args.dry_run && !work.confirmed()? {
+        eprintln!("prune cancelled, nothing deleted");
+        return Ok(ExitCode::from(1));
     }
 
     let mut log = create_log(&log_path)?;
@@ -323,6 +342,8 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         total,
         dest_entries,
         planned: true,
+        // Judged with the plan's refusals above.
+        newer: Newer::default(),
     })
 }
 
@@ -381,7 +402,8 @@ async fn from_listings(
             twice(source_files.as_deref(), e)
         ))),
         Err(e) => Err(e.into()),
-        Ok(d) => Ok(Work {
+        Ok((mut d, newest)) => Ok(Work {
+            newer: Newer::deletions(d.files.read()?, newest)?,
             files: Some(Entries::Spill(d.files)),
             file_count: d.file_count,
             dirs: Some(Entries::Spill(d.dirs)),
@@ -400,14 +422,24 @@ async fn walk(
     dest: &Runs,
     scratch: &Path,
     planned: bool,
-) -> Result<Deletions, PlanError> {
+) -> Result<(Deletions, Newest), PlanError> {
     let mut decide = Decide::new(scratch, planned)?;
-    let mut pacer = Pacer::default();
+    let (mut pacer, mut newest) = (Pacer::default(), Newest::default());
     for pair in Join::new(source.merge()?, dest.merge()?)? {
         pacer.tick().await;
-        decide.visit(&pair?)?;
+        let pair = pair?;
+        if let Pair::Source(s) | Pair::Both(s, _) = &pair {
+            newest.see(s);
+        }
+        decide.visit(&pair)?;
     }
-    Ok(decide.finish()?)
+    Ok((decide.finish()?, newest))
+}
+
+/// Whether a person can be asked: stdin and stderr are a terminal.
+fn can_ask() -> bool {
+    use std::io::IsTerminal;
+    io::stdin().is_terminal() && io::stderr().is_terminal()
 }
 
 /// A path the source names twice, with its lines when it came from a manifest.
@@ -570,9 +602,43 @@ struct Work {
     /// The destination's listing predates the pass's copies: a touched directory's mtime is
     /// looked at before it is set.
     planned: bool,
+    /// The files to delete newer than everything at the source (a plan's are judged by it).
+    newer: Newer,
 }
 
 impl Work {
+    /// Shows what would go (count, bytes, the first names) and asks on the terminal; anything
+    /// but y or yes is a no.
+    fn confirmed(&mut self) -> anyhow::Result<bool> {
+        const SHOWN: usize = 10;
+        let (mut bytes, mut first) = (0u64, Vec::new());
+        if let Some(files) = self.files.as_mut() {
+            for e in files.read().map_err(PlanError::Read)? {
+                let e = e.map_err(PlanError::Read)?;
+                bytes += e.size();
+                if first.len() < SHOWN {
+                    first.push(e.display_path());
+                }
+            }
+        }
+        let n = self.file_count + self.dir_count;
+        let size = crate::units::human_bytes(bytes);
+        eprintln!(
+            "would delete {} files and symlinks ({size}) and {} directories, of {} destination entries:",
+            self.file_count, self.dir_count, self.dest_entries
+        );
+        for p in &first {
+            eprintln!("  {p}");
+        }
+        if self.file_count > first.len() as u64 {
+            eprintln!("  … and {} more", self.file_count - first.len() as u64);
+        }
+        eprint!("Delete {n} entries ({size})? [y/N] ");
+        let mut answer = String::new();
+        io::stdin().read_line(&mut answer)?;
+        Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
+    }
+
     /// Gives the local directories that lost entries, or have another mtime than the source's,
     /// the source's (as `rsync --delete -t` leaves them); the root its from a look at the
     /// source root (set only where it differs). Blob storage has no directory whose mtime a

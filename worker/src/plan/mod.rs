@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{self, Entry, Kind};
+use crate::newer::{overwrites_newer, Newer, Newest};
 use crate::same::{classify, Attrs, Compare, Verdict};
 use crate::sorted::sort::{Order, Runs, Sorter};
 use crate::sorted::{join, sort_entries, Pair, SortError};
@@ -158,6 +159,14 @@ pub struct PlanDoc {
     pub prune_partitions: Vec<PartRow>,
     /// The destination's directories the deletions would leave empty (prune/dirs.tsv).
     pub prune_dirs: u64,
+    /// Files planned for copying whose destination file is newer (newer.rs): `ferry plan`
+    /// refuses them without --overwrite-newer.
+    #[serde(default)]
+    pub newer_at_dest: Newer,
+    /// Files to delete newer than everything at the source (newer.rs): the prune refuses them
+    /// without --force.
+    #[serde(default)]
+    pub newer_deletions: Newer,
 }
 
 impl PlanDoc {
@@ -178,12 +187,13 @@ impl PlanDoc {
                 self.phase
             ));
         }
-        (s.files + s.dirs + s.symlinks + s.specials == 0 && !force).then(|| {
-            format!(
+        if s.files + s.dirs + s.symlinks + s.specials == 0 && !force {
+            return Some(format!(
                 "the plan in {} found no entries at the source; pass --force if it really is empty",
                 dir.display()
-            )
-        })
+            ));
+        }
+        self.newer_deletions.prune_refusal(force)
     }
 
     /// What the pass's prune deletes, and of how many destination entries, for --max-delete:
@@ -415,6 +425,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let mut to_copy = ToCopy::default();
     let mut unchanged = 0u64;
     let mut extra = Totals::default();
+    let (mut newest, mut newer_at_dest) = (Newest::default(), Newer::default());
     // Hard-linked files are held back, sorted by link group, and planned after the join, a
     // group's names together (see `plan_link_groups`): every name of a group one of whose
     // names is copied, all in one part.
@@ -443,6 +454,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             Some(d) => dest.add(d),
             None => {}
         }
+        newest.see(&src);
         match src.kind {
             Kind::Dir => source.dirs += 1,
             Kind::Symlink => {
@@ -472,6 +484,14 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             return Ok(());
         }
         source_files.add(&src);
+        if overwrites_newer(
+            &src,
+            dst.as_ref(),
+            (verdict, opts.compare),
+            opts.attrs.times,
+        ) {
+            newer_at_dest.note(&src);
+        }
         if verdict == Verdict::TypeChanged && replaces_a_tree(opts.phase, dst.as_ref()) {
             to_copy.deferred += 1;
             return Ok(());
@@ -526,6 +546,10 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         (None, None) => copy_parts.len() as u64,
     };
     let prune_partitions = write_deletions(out, deletions, prune_parts)?;
+    let newer_deletions = Newer::deletions(
+        manifest::Reader::open(&out.join("delete.tsv"))?.map(|e| e.map_err(io::Error::other)),
+        newest,
+    )?;
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
     let dirs_planned = scratch.join("dirs.tsv");
     let verify_parts = match verify {
@@ -578,5 +602,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         verify_scope: if audit { "all" } else { "copied" }.into(),
         prune_partitions,
         prune_dirs,
+        newer_at_dest,
+        newer_deletions,
     })
 }
