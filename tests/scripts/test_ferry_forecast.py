@@ -83,6 +83,20 @@ def test_a_final_pass_whose_prune_would_be_refused_is_said_with_the_key_and_a_va
         assert "the final pass would go through" in p["line"]
 
 
+def test_deletions_newer_than_the_whole_source_are_forecast_as_the_prune_refuses_them():
+    """The final pass's prune refuses deletions newer than everything at the source (newer.rs):
+    the plan of every pass counts them, and the forecast says so before the window."""
+    history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
+    with_deletions(history[-1], 12)
+    history[-1]["planned"]["newer"] = {"count": 2, "examples": ["new/report.docx", "x"]}
+    p = ferry_history.project(history, now=T0 + 3 * HOUR)
+    assert not p["final_pass"]["goes_through"]
+    assert "2 files to delete are newer than everything at the source" in p["line"]
+    assert "new/report.docx" in p["line"] and "set prune.force: true" in p["line"]
+    forced = ferry_history.project(history, now=T0 + 3 * HOUR, settings=Settings(force=True))
+    assert forced["final_pass"]["goes_through"]
+
+
 def test_deletions_within_the_limit_go_through_and_are_counted_as_prune_counts_them():
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
     # 900 files and the 150 directories they leave empty, of 10,000 files and 500 directories.

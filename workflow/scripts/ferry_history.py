@@ -22,7 +22,8 @@ a later run starts). A record:
      "dest": {"files": int|None, "bytes": int|None},           # the destination's listing
      "planned": {"files", "bytes", "new", "changed", "metadata_only", "type_changed",
                  "undecided", "deleted", "deleted_bytes",      # ints (0 when unknown); deleted:
-                 "prune_dirs", "dest_dirs"},    # what only the destination holds (would delete)
+                 "prune_dirs", "dest_dirs",     # what only the destination holds (would delete)
+                 "newer": {"count", "examples"}},  # of it, newer than all the source holds
      "deleted": {"files", "dirs"},          # what the pass's prune deleted (0 but a final's)
      "prune_refused": str|None,
      "carried": bool,                       # it left the destination's state for the next pass
@@ -314,6 +315,8 @@ def record(
             "deleted_bytes": extra["bytes"],
             "prune_dirs": _int((plan or {}).get("prune_dirs")),
             "dest_dirs": _int((plan or {}).get("dest_dirs")),
+            # Of them, those newer than everything at the source (the final's prune refuses).
+            "newer": (plan or {}).get("newer_deletions") or {"count": 0, "examples": []},
         },
         # What this pass's prune deleted: nothing unless it is a final pass whose prune ran (a
         # dry run or a refused prune deletes nothing).
@@ -1132,6 +1135,14 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
             f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
             f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/plan/delete.tsv, "
             f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
+        )
+    newer = planned.get("newer") or {}
+    if refused is None and _int(newer.get("count")) and not settings.force:
+        refused = (
+            f"{_int(newer.get('count')):,} files to delete are newer than everything at the source "
+            f"(first: {', '.join(newer.get('examples') or [])}): something wrote at the destination, "
+            f"or the source's newest files were deleted; review {last.get('run_dir')}/plan/delete.tsv, "
+            "then set prune.force: true if they are to go"
         )
     if refused:
         problems.append(f"its prune would be refused: {refused}")

@@ -34,6 +34,8 @@ PLAN_KEYS = [
     # With dest.files, what the final pass's prune judges its deletions by (prune.max_delete).
     "dest_dirs",
     "prune_dirs",
+    # Deletions newer than everything at the source: the final pass's prune refuses them.
+    "newer_deletions",
     "partitioning",
     "verify_scope",
 ]
