@@ -193,16 +193,17 @@ def carried_records(root: str, what: str) -> list[str]:
 
 
 def in_config_terms(log: str, keys: list[list[str]]) -> None:
-    """Says the worker's last words again in the config's terms, as the log's last line (what
-    the report shows of a failed job): the key to change, not the flag it became."""
+    """The worker's words in the log said in the config's terms (the engines show a failed job's
+    log, and the report its last line): the key to change, not the flag it became."""
     with open(log, encoding="utf-8", errors="replace") as handle:
-        lines = [line.strip() for line in handle if line.strip()]
-    if not lines:
+        lines = [line.rstrip("\n") for line in handle]
+    said = [reword(line, keys) for line in lines]
+    if said == lines:
         return
-    said = reword(lines[-1], keys)
-    if said != lines[-1]:
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"{said} (in the pipeline's config)\n")
+    last = max(i for i, (was, now) in enumerate(zip(lines, said)) if was != now)
+    said[last] += " (in the pipeline's config)"
+    with open(log, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{line}\n" for line in said)
 
 
 def run_step(
