@@ -127,6 +127,10 @@ def test_a_source_that_lost_more_than_it_usually_does_is_named():
     assert v["goes_through"]  # 325 of 10,000 is within 10 %
     assert v["source_loss"]["files"] == 310 and v["source_loss"]["usual"] == 10
     assert "but the source lost 310 files since the pass before" in p["line"]
+    # Once the final pass has run, its loss was the cut-over's own: nothing said.
+    history[-1]["phase"] = "final"
+    assert ferry_history.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None
+    history[-1]["phase"] = "incremental"
     # As it usually does: nothing said.
     with_deletions(history[-1], 25)
     assert ferry_history.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None

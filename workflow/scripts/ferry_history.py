@@ -1146,7 +1146,8 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         )
     if refused:
         problems.append(f"its prune would be refused: {refused}")
-    loss = source_loss(moves, files_of(last, "source"))
+    # After a final pass the loss was the cut-over's own, dealt with (deleted, or refused).
+    loss = None if last.get("phase") == "final" else source_loss(moves, files_of(last, "source"))
     if loss:
         problems.append(loss["why"])
     if not listing["carried"]:
