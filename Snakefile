@@ -44,10 +44,10 @@ localrules:
 
 rule all:
     default_target: True
-    message:
-        "ferry: every step of the pass is done"
     input:
         migration_report,
+    message:
+        "ferry: every step of the pass is done"
 
 
 onstart:

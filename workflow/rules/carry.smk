@@ -5,8 +5,6 @@
 
 
 rule carry:
-    message:
-        message("carry")
     input:
         unpack(carry_inputs),
     output:
@@ -20,5 +18,7 @@ rule carry:
     threads: threads("carry")
     resources:
         **requests("carry"),
+    message:
+        message("carry")
     shell:
         task("carry")

@@ -91,7 +91,9 @@ def spec_file(step):
     if not os.path.exists(path):
         os.makedirs(SPECS, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        with open(
+            os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+        ) as handle:
             handle.write(text)
         os.replace(tmp, path)
     return path

@@ -4,8 +4,6 @@
 
 
 rule copy:
-    message:
-        message("copy")
     input:
         manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/copy/part-{{part}}.tsv",
     output:
@@ -21,5 +19,7 @@ rule copy:
     threads: threads("copy")
     resources:
         **requests("copy"),
+    message:
+        message("copy")
     shell:
         task("copy") + " --set manifest={input.manifest:q}"

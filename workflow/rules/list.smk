@@ -5,8 +5,6 @@
 
 
 rule shard:
-    message:
-        message("shard")
     # Once, before the list jobs: the cuts of the key space, and past the baseline the one
     # carried-or-fresh decision for the destination that its list jobs follow.
     output:
@@ -20,13 +18,13 @@ rule shard:
     threads: threads("shard")
     resources:
         **requests("shard"),
+    message:
+        message("shard")
     shell:
         task("shard")
 
 
 rule list_source:
-    message:
-        message("list_source")
     input:
         unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
@@ -42,13 +40,13 @@ rule list_source:
     threads: threads("list_source")
     resources:
         **requests("list_source"),
+    message:
+        message("list_source")
     shell:
         task("list_source")
 
 
 rule list_dest:
-    message:
-        message("list_dest")
     input:
         unpack(lambda wc: {"shards": records("shard").out} if SHARDED else {}),
     output:
@@ -64,13 +62,13 @@ rule list_dest:
     threads: threads("list_dest")
     resources:
         **requests("list_dest"),
+    message:
+        message("list_dest")
     shell:
         task("list_dest")
 
 
 rule make_dest:
-    message:
-        message("make_dest")
     # ferry copy refuses to create a missing container (a typo would otherwise create a new
     # one silently); the baseline is where a migration legitimately starts from nothing.
     output:
@@ -86,5 +84,7 @@ rule make_dest:
     threads: threads("make_dest")
     resources:
         **requests("make_dest"),
+    message:
+        message("make_dest")
     shell:
         task("make_dest")

@@ -4,8 +4,6 @@
 
 
 checkpoint plan:
-    message:
-        message("plan")
     input:
         unpack(
             lambda wc: {"source": listings("list_source")}
@@ -29,5 +27,7 @@ checkpoint plan:
     threads: threads("plan")
     resources:
         **requests("plan", runtime=SHARDED),
+    message:
+        message("plan")
     shell:
         task("plan")

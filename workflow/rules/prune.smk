@@ -6,8 +6,6 @@
 
 
 rule prune:
-    message:
-        message("prune")
     input:
         manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/prune/part-{{part}}.tsv",
         verified=all_verify_json,
@@ -22,13 +20,13 @@ rule prune:
     threads: threads("prune")
     resources:
         **requests("prune"),
+    message:
+        message("prune")
     shell:
         task("prune")
 
 
 rule prune_dirs:
-    message:
-        message("prune_dirs")
     input:
         pruned=all_prune_json,
         verified=all_verify_json,
@@ -43,5 +41,7 @@ rule prune_dirs:
     threads: threads("prune_dirs")
     resources:
         **requests("prune_dirs"),
+    message:
+        message("prune_dirs")
     shell:
         task("prune_dirs")

@@ -21,8 +21,6 @@ REPLICATE_PYTHON = (
 
 
 rule replicate:
-    message:
-        message("replicate")
     output:
         report=os.path.join(REPLICATE_RUN, ferry_run_dir.REPLICATE_REPORT),
         bench=records_in(REPLICATE_RUN, "replicate").bench,
@@ -37,5 +35,7 @@ rule replicate:
         **({"nodes": REPLICATE["nodes"]} if REPLICATE["nodes"] else {}),
         mpi=REPLICATE["launcher"],
         tasks=REPLICATE["ranks"],
+    message:
+        message("replicate")
     shell:
         task("replicate", REPLICATE_RUN) + f" --set python={literal(REPLICATE_PYTHON)}"

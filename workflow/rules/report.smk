@@ -5,8 +5,6 @@
 
 
 rule report:
-    message:
-        message("report")
     input:
         unpack(report_inputs),
     output:
@@ -28,5 +26,7 @@ rule report:
                 {"run_dir": RUN, "history": os.path.abspath(RUN)},
             )
         ),
+    message:
+        message("report")
     shell:
         f"{literal(sys.executable)} {literal(REPORT)}" + " {params.argv} 2> {log:q}"

@@ -4,8 +4,6 @@
 
 
 rule verify:
-    message:
-        message("verify")
     input:
         manifest=verify_manifest,
         after=verify_after,
@@ -23,13 +21,13 @@ rule verify:
     threads: threads("verify")
     resources:
         **requests("verify", runtime=AUDIT),
+    message:
+        message("verify")
     shell:
         task("verify") + " --set manifest={input.manifest:q}"
 
 
 rule final_check:
-    message:
-        message("final_check")
     input:
         pruned=records("prune_dirs").out,
     output:
@@ -43,5 +41,7 @@ rule final_check:
     threads: threads("final_check")
     resources:
         **requests("final_check"),
+    message:
+        message("final_check")
     shell:
         task("final_check")
