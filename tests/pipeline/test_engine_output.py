@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from support.ferry import ferry_env
 from support.interrupt import ferry_processes
-from support.nextflow import NEXTFLOW, nextflow, params_for
+from support.nextflow import command, nextflow, params_for
 from support.pipeline import REPO, base_config, migration_tree, pipeline, report, run_dir
 
 LONGEST_LINE = 300
@@ -195,21 +194,7 @@ def test_nextflow_ctrl_c_says_how_to_resume_and_resume_does(tmp_path, ferry_bin)
     )
     big_source(src)
     params = params_for(ferry_bin, outdir, src, dest, "baseline", copy=SLOW_COPY)
-    launch.mkdir()
-    (launch / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
-    cmd = [
-        NEXTFLOW,
-        "run",
-        str(REPO / "main.nf"),
-        "-profile",
-        "local",
-        "-w",
-        str(launch / "work"),
-        "-ansi-log",
-        "false",
-        "-params-file",
-        str(launch / "params.yaml"),
-    ]
+    cmd = command(launch, params=params, profile="local")
     output = interrupt_mid_copy(cmd, launch, tmp_path / "interrupted.log")
     check_interrupted(output, NEXTFLOW_RESUME, last=False)
 

@@ -18,6 +18,18 @@ from support.pipeline import REPO, run_dir
 NEXTFLOW = shutil.which("nextflow") or str(REPO / "scripts" / "nextflow")
 
 
+def command(launch: Path, *args: str, params: dict | None = None, profile: str = "test") -> list:
+    """The `nextflow run main.nf` command line `nextflow` runs, its params file written."""
+    launch.mkdir(parents=True, exist_ok=True)
+    cmd = [NEXTFLOW, "run", str(REPO / "main.nf"), "-profile", profile]
+    cmd += ["-w", str(launch / "work"), "-ansi-log", "false"]
+    if params is not None:
+        params_file = launch / "params.yaml"
+        params_file.write_text(yaml.safe_dump(params, allow_unicode=True))
+        cmd += ["-params-file", str(params_file)]
+    return cmd + list(args)
+
+
 def nextflow(
     launch: Path,
     *args: str,
@@ -29,23 +41,7 @@ def nextflow(
 ) -> subprocess.CompletedProcess:
     """`nextflow run main.nf` from its own launch directory (which keeps .nextflow/ for -resume),
     with params written to a -params-file, as users pass a migration's config."""
-    launch.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        NEXTFLOW,
-        "run",
-        str(REPO / "main.nf"),
-        "-profile",
-        profile,
-        "-w",
-        str(launch / "work"),
-        "-ansi-log",
-        "false",
-    ]
-    if params is not None:
-        params_file = launch / "params.yaml"
-        params_file.write_text(yaml.safe_dump(params, allow_unicode=True))
-        cmd += ["-params-file", str(params_file)]
-    cmd += list(args)
+    cmd = command(launch, *args, params=params, profile=profile)
     proc = subprocess.run(
         cmd,
         cwd=launch,
