@@ -375,3 +375,26 @@ def test_a_pass_is_refused_while_another_holds_the_migration(local_runs, tmp_pat
     assert made <= {"pipeline_info"}, made
     work = tmp_path / "launch" / "work"
     assert not work.exists() or not any(work.iterdir()), "a task ran while the lock was held"
+
+
+@pytest.mark.timeout(600)
+def test_a_destination_file_newer_than_its_source_stops_the_pass_at_its_plan(tmp_path, ferry_bin):
+    """Something wrote at the destination since the baseline: the incremental's plan refuses
+    before any copy, naming copy.overwrite_newer (not the worker's flag, nor -resume), and the
+    file stays; with the key set (a restore of older versions at the source), the pass copies."""
+    src, dest, outdir = tmp_path / "src", tmp_path / "dst", tmp_path / "results"
+    content = migration_tree(src, files=10, big=0)
+    launch = tmp_path / "launch"
+    nextflow(launch, params=params_for(ferry_bin, outdir, src, dest, "baseline"))
+    edited = sorted(content)[0]
+    (dest / edited).write_bytes(b"edited at the destination, after the baseline\n")
+    params = params_for(ferry_bin, outdir, src, dest, "incremental")
+    proc = nextflow(launch, params=params, expect=None)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "set copy.overwrite_newer: true" in out and "--overwrite-newer" not in out, out[-3000:]
+    assert "Change the config as the failure says" in out and "with -resume" not in out
+    assert (dest / edited).read_bytes() == b"edited at the destination, after the baseline\n"
+    params["copy"] = {**params["copy"], "overwrite_newer": True}
+    nextflow(launch, params=params)
+    assert (dest / edited).read_bytes() == (src / edited).read_bytes()
