@@ -43,14 +43,18 @@ def check_short(lines: list[str]) -> None:
 
 
 def check_ended(lines: list[str], outdir: Path, phase: str) -> None:
-    """The pass's last words name its report, both forms, and give the projection's line."""
+    """The pass's last words name its report, both forms, and give the projection's line: its
+    time, then whether the final pass would go through."""
     run = run_dir(outdir, phase)
     said = f"its report: {run / 'report.html'} (and {run / 'report.md'})"
     where = [i for i, line in enumerate(lines) if said in line]
     assert where, f"no line names the report ({said!r}):\n" + "\n".join(lines[-8:])
     projection = report(outdir, phase)["projection"]["line"]
-    assert lines[where[0] + 1] == f"ferry: {projection}"
-    assert len(lines) - where[0] <= 4, "the report's lines are not the last words"
+    time_said, verdict = lines[where[0] + 1], lines[where[0] + 2]
+    assert time_said.startswith("ferry: a final pass started now would take"), time_said
+    assert verdict.startswith("ferry: the final pass would go through"), verdict
+    assert f"{time_said}; {verdict.removeprefix('ferry: ')}" == f"ferry: {projection}"
+    assert len(lines) - where[0] <= 5, "the report's lines are not the last words"
 
 
 def small_tree(src: Path) -> None:

@@ -1207,8 +1207,10 @@ STEP_WORDS = [
 ]
 
 
-def line(p: dict) -> str:
-    """'a final pass started now would take ≈ 14 min (listing 6 min + ...), with ≈ 12,400 Blob requests'"""
+def line(p: dict, verdict: bool = True) -> str:
+    """'a final pass started now would take ≈ 14 min (listing 6 min + ...), with ≈ 12,400 Blob
+    requests; ...; the final pass would go through (...)'; without its verdict where that is
+    said on a line of its own."""
     if not p.get("ok"):
         return p.get("line") or f"no projection: {p.get('why_not')}"
     parts = " + ".join(
@@ -1218,7 +1220,7 @@ def line(p: dict) -> str:
     )
     audit = p.get("audit")
     after = f"; the audit after it ≈ {duration(audit['seconds'])}" if audit else ""
-    final = f"; {verdict_words(p['final_pass'])}" if p.get("final_pass") else ""
+    final = f"; {verdict_words(p['final_pass'])}" if verdict and p.get("final_pass") else ""
     return (
         f"a {p['phase']} pass started now would take ≈ {duration(p['seconds'])} ({parts}), "
         f"with ≈ {p['requests']:,} Blob requests{after}; passes {p.get('converging', 'unknown')}"

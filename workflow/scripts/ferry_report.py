@@ -120,8 +120,12 @@ def ended(run_dir: str, report_json: str | None = None) -> list[str]:
         f"ferry: the {report['phase']} pass is complete; its report: {paths['html']} "
         f"(and {paths['md']})"
     ]
-    if report.get("projection"):
-        said.append(f"ferry: {ferry_history.line(report['projection'])}")
+    projection = report.get("projection")
+    if projection:
+        # The time, then whether the final pass would go through: a line each.
+        said.append(f"ferry: {ferry_history.line(projection, verdict=False)}")
+        if projection.get("ok") and projection.get("final_pass"):
+            said.append(f"ferry: {ferry_history.verdict_words(projection['final_pass'])}")
     return said
 
 
