@@ -52,7 +52,8 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, ferry_bin, container)
         *base_config(ferry_bin, outdir, src, container, "final"), extra_args=("--dry-run",)
     )
     text = proc.stdout + proc.stderr
-    for job in ("rule list_source:", "rule list_dest:", "checkpoint plan:", "rule report:"):
+    # A line a job, its step named (the rules' message).
+    for job in ("ferry list_source:", "ferry list_dest:", "ferry plan:", "ferry report:"):
         assert job in text, f"{job} missing from the dry-run plan"
     assert "This was a dry-run" in text
     assert container.blobs() == {}
