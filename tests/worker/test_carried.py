@@ -302,3 +302,23 @@ def test_a_listing_that_did_not_complete_is_carried_nowhere(tmp_path, run_ferry)
     _, summary = p.ls_dest(name="after-cut")
     assert summary["carried"]["used"] is False, summary["carried"]
     assert "no end record" in summary["carried"]["reason"], summary["carried"]
+
+
+def test_a_passes_writers_take_the_state_at_once(tmp_path, run_ferry):
+    """A pass's copy and prune jobs start together, each taking the state before its first
+    write: none fails for another's taking it at the same moment (seen: "File exists")."""
+    import subprocess
+
+    src = tmp_path / "src"
+    make_tree(src, TREE)
+    (tmp_path / "dst").mkdir()
+    state = tmp_path / "state"
+    Pass(run_ferry, tmp_path, src, tmp_path / "dst", state).run()
+    argv = run_ferry.command(["mk", tmp_path / "dst", "--carried", state, "--pass", "final"])
+    jobs = [
+        subprocess.Popen(argv, env=run_ferry.env(None), stderr=subprocess.PIPE, text=True)
+        for _ in range(12)
+    ]
+    said = [(job.wait(60), job.stderr.read()) for job in jobs]
+    assert all(rc == 0 for rc, _ in said), said
+    assert json.loads((state / "dest.json").read_text())["taken_by"] == "final"

@@ -110,12 +110,25 @@ impl State {
     }
 
     pub async fn doc(&self) -> anyhow::Result<Option<StateDoc>> {
-        let Some((e, _)) = self.store.head(DOC).await? else {
-            return Ok(None);
+        // Its size, then its bytes: a pass's jobs taking it at once may replace it in between
+        // (another length), and the read is then cut short or long; read again.
+        let mut tries = 0;
+        let doc = loop {
+            let Some((e, _)) = self.store.head(DOC).await? else {
+                return Ok(None);
+            };
+            let chunk = self.store.read(DOC, 0, e.size(), None).await;
+            let read = chunk.map_err(anyhow::Error::from).and_then(|c| {
+                serde_json::from_slice::<serde_json::Value>(&c.data)
+                    .with_context(|| format!("{}: not JSON", self.where_(DOC)))
+            });
+            tries += 1;
+            match read {
+                Ok(doc) => break doc,
+                Err(e) if tries == 5 => return Err(e),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20 * tries)).await,
+            }
         };
-        let chunk = self.store.read(DOC, 0, e.size(), None).await?;
-        let doc = serde_json::from_slice::<serde_json::Value>(&chunk.data)
-            .with_context(|| format!("{}: not JSON", self.where_(DOC)))?;
         // An older or newer layout is not an error: the pass lists fresh and writes this one.
         if doc.get("version").and_then(|v| v.as_u64()) != Some(VERSION as u64) {
             return Ok(Some(StateDoc::unreadable()));
@@ -135,15 +148,28 @@ impl State {
     }
 
     /// Marks the carried state taken by `pass`, if there is one not taken already.
+    ///
+    /// A pass's copy and prune jobs take it at once, each before its first write: a write that
+    /// loses to another's (a local store refuses two at the same moment) is fine once the
+    /// document reads as taken.
     pub async fn take(&self, pass: &str) -> anyhow::Result<Option<StateDoc>> {
         let doc = self.doc().await?;
         if let Some(d) = doc.as_ref().filter(|d| d.taken_by.is_none()) {
-            self.write_doc(&StateDoc {
+            let taken = StateDoc {
                 taken_by: Some(pass.to_string()),
                 ..d.clone()
-            })
-            .await
-            .with_context(|| format!("cannot mark {} taken", self.where_(DOC)))?;
+            };
+            let mut tries = 0;
+            while let Err(e) = self.write_doc(&taken).await {
+                tries += 1;
+                if self.doc().await?.is_some_and(|now| now.taken_by.is_some()) {
+                    break;
+                }
+                if tries == 5 {
+                    return Err(e.context(format!("cannot mark {} taken", self.where_(DOC))));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+            }
         }
         Ok(doc)
     }
