@@ -175,21 +175,19 @@ def take(
     """Takes the lock for `holder` (run_id, pass, host, pid, pid_start), and the lease on a
     carried state in Blob where `lease` names one; raises Held naming the pass that holds
     either. Returns a message when it broke a lock left by a pass that is gone."""
+    now = time.time() if now is None else now
     broke = _take_file(root, holder, now)
     if lease is not None:
         try:
-            StateLease(lease, holder["run_id"]).acquire(
-                {k: holder.get(k) for k in ("pass", "run_id", "host", "pid", "since")}
-                | {"since": iso(time.time() if now is None else now)}
-            )
+            named = {k: holder.get(k) for k in ("pass", "run_id", "host", "pid")}
+            StateLease(lease, holder["run_id"]).acquire(named | {"since": iso(now)})
         except Held:
             release(root, holder["run_id"])
             raise
     return broke
 
 
-def _take_file(root: str, holder: dict, now: float | None) -> str | None:
-    now = time.time() if now is None else now
+def _take_file(root: str, holder: dict, now: float) -> str | None:
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, LOCK)
     doc = {"version": VERSION, **holder, "since": iso(now), "heartbeat": now}
