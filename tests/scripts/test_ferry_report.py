@@ -658,6 +658,17 @@ def test_a_pass_that_wrote_nothing_leaves_the_next_the_state_it_found(run):
     assert "the next pass lists the destination fresh" in ferry_markdown.markdown(report)
 
 
+def test_a_pass_stopped_while_listing_leaves_the_state_as_it_found_it(run):
+    """No decision on the state, no write: the next pass finds the state as this one did (the
+    history then skips this pass when it asks how the next will know the destination)."""
+    report = build(run, phase="incremental")
+    assert report["totals"]["dest_listing"] == {"listed": None, "left": None, "next": "unchanged"}
+    assert ferry_history.record(report, None, "incremental", "failed", 0.0)["carried"] is False
+    assert "the state as this pass found it" in ferry_markdown.markdown(report)
+    # A baseline's make_dest took it as it started.
+    assert build(run, phase="baseline")["totals"]["dest_listing"]["next"] == "fresh"
+
+
 def test_a_listing_taken_by_several_list_jobs_is_read_as_one(run):
     """With list.jobs > 1: each side's summaries summed (entries, requests by kind), its seconds
     the longest job's, the destination's carried decision the shard step's; every list job and

@@ -160,6 +160,11 @@ def dest_listing(d: dict) -> list[str]:
             f"Carried to the next pass: the state {listed['written_by']} left, untouched (this "
             "pass wrote nothing to the destination)."
         )
+    elif d["next"] == "unchanged":
+        out.append(
+            "Carried to the next pass: the state as this pass found it (it stopped before it "
+            "decided on it, and wrote nothing to the destination)."
+        )
     else:
         out.append("Carried to the next pass: nothing (the next pass lists the destination fresh).")
     return [*out, ""]

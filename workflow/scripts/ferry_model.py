@@ -278,18 +278,25 @@ def dest_listing(run: dict, phase: str) -> tuple[dict, list[dict]]:
     carry = run["carry"]
     failures = [job_failure("carry", carry)] if carry["doc"] is None and carry["error"] else []
     left = carry["doc"]["doc"] if carry["doc"] else None
-    return {"listed": listed, "left": left, "next": next_pass(run, listed, left)}, failures
+    return {"listed": listed, "left": left, "next": next_pass(run, listed, left, phase)}, failures
 
 
-def next_pass(run: dict, listed: dict | None, left: dict | None) -> str:
+def next_pass(run: dict, listed: dict | None, left: dict | None, phase: str) -> str:
     """How the next pass will know the destination: "carried" from the state this pass left, or
     from the one it found, untouched because it wrote nothing (a pass takes the state with its
-    first write: ferry copy/prune --carried); else "fresh" (a listing of the whole destination)."""
+    first write: ferry copy/prune --carried); "unchanged" where it neither decided on the state
+    nor wrote (stopped while listing: the next pass finds the state as this one did); else
+    "fresh" (a listing of the whole destination)."""
     if left:
         return "carried"
     writers = [*run["copy"], *run["prune"], run["prune_dirs"]]
     wrote = any(job["state"] != "pending" for job in writers)
-    return "carried" if listed and listed["used"] and not wrote else "fresh"
+    if wrote:
+        return "fresh"
+    if listed is None:
+        # A baseline's make_dest takes the state as it starts.
+        return "fresh" if phase == "baseline" else "unchanged"
+    return "carried" if listed["used"] else "fresh"
 
 
 def listing_totals(run: dict) -> dict:
