@@ -11,7 +11,8 @@ setup:
 build:
 	cargo build --release --manifest-path $(CARGO_MANIFEST)
 
-# Formatting and lints, each a gate: rustfmt, clippy (warnings denied), ruff (ruff.toml), snakefmt.
+# Formatting and lints, each a gate: rustfmt, clippy (warnings denied), ruff (ruff.toml), no
+# Python function over 100 lines (tools/function_length.py), snakefmt.
 # Nextflow 24.10 has no linter (`nextflow lint` arrived in 25.04).
 
 lint: setup
@@ -19,6 +20,7 @@ lint: setup
 	cargo clippy --release --all-targets --quiet --manifest-path $(CARGO_MANIFEST) -- -D warnings
 	.venv/bin/ruff check --quiet .
 	.venv/bin/ruff format --check --quiet .
+	.venv/bin/python tools/function_length.py workflow/scripts
 	.venv/bin/snakefmt --check Snakefile workflow/rules
 
 test: lint

@@ -11,7 +11,7 @@ migrates one generated tree as a user would: a baseline, then
 (`--rate` files a minute: nine in ten rewritten with new bytes and a new size, one in ten added;
 one in twenty of the rewrites deletes instead; changes due while a pass runs are made when it
 ends), each pass starting `--interval` seconds after the one before. After the last incremental pass the churn stops (the cut-over: the source is frozen),
-the projection is taken from the history the passes recorded (`ferry_history.project`, "a final
+the projection is taken from the history the passes recorded (`ferry_projection.project`, "a final
 pass started now would take ≈ T"), and the final pass runs. Recorded per destination: each
 pass's delta and wall time (the history's own `wall_seconds`, from the engine's start to the
 report), the projected and the measured final pass, and the error, (projected − measured) ÷
@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
 
 import ferry_history  # noqa: E402
+import ferry_markdown  # noqa: E402
+import ferry_projection  # noqa: E402
 from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, free_port, log, rel  # noqa: E402
 from campaign.oneshot import REPO, measured_on, publish, record  # noqa: E402
 from campaign.services import azurite_answers, end_process, spawn_azurite  # noqa: E402
@@ -249,7 +251,7 @@ def summary(rec: dict) -> dict:
         "planned_bytes": planned.get("bytes"),
         # Only at the destination, as the pass's plan counted it; and what its prune deleted.
         "would_delete": planned.get("deleted"),
-        "deleted": ferry_history.deleted_files(rec),
+        "deleted": ferry_markdown.deleted_files(rec),
         "copied_files": (rec.get("copied") or {}).get("files"),
     }
 
@@ -286,8 +288,8 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None, engine: str) 
     churned = churn.stop()
     root = outdir / RUN_NAME
     # As the engines' reports project it: the carried state read where it is.
-    settings = ferry_history.Settings(state=str(root / "state"))
-    projection = ferry_history.project(ferry_history.load(str(root)), settings=settings)
+    settings = ferry_projection.Settings(state=str(root / "state"))
+    projection = ferry_projection.project(ferry_history.load(str(root)), settings=settings)
     log(f"  projected: {projection.get('line')}")
     command_seconds["final"] = run_pass(src, dest, outdir, "final", 1, args.parts, env, engine)
     history = ferry_history.load(str(root))
@@ -323,7 +325,7 @@ def migrate(target: str, args, env: dict, azurite: Azurite | None, engine: str) 
                 "final_pass",
             )
         },
-        "backtest": ferry_history.project(history).get("backtest"),
+        "backtest": ferry_projection.project(history).get("backtest"),
         "final": {
             "projected_seconds": projected,
             "measured_seconds": measured,

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "sc
 
 import cutover  # noqa: E402
 import ferry_history  # noqa: E402
+import ferry_projection  # noqa: E402
 from campaign.common import AZ_ACCOUNT, AZ_KEY, bench_env, log  # noqa: E402
 from campaign.oneshot import measured_on, publish, record  # noqa: E402
 
@@ -110,7 +111,7 @@ def passes(args, dest: str, env: dict, far: Callable[[], object]) -> dict:
                 "changed": n,
                 "planned_files": (rec.get("planned") or {}).get("files"),
                 "wall_seconds": rec.get("wall_seconds"),
-                "list_dest_seconds": ferry_history.span(rec, "list_dest"),
+                "list_dest_seconds": ferry_projection.span(rec, "list_dest"),
                 "dest_entries": (rec.get("dest") or {}).get("files"),
                 # How the pass knew the destination (the probe may have sent a carried pass to a
                 # fresh listing): the report says.

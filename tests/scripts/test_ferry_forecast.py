@@ -10,9 +10,11 @@ import json
 
 import ferry_history
 import ferry_html
+import ferry_markdown
+import ferry_projection
 import ferry_report
 import pytest
-from ferry_history import Settings
+from ferry_projection import Settings
 from support.rundir import RunDir
 from test_ferry_history import HOUR, MIB, SOURCE, T0, measured
 
@@ -42,7 +44,7 @@ def incrementals(deltas: list[tuple[int, int]], every: float = HOUR) -> list[dic
 def test_fewer_files_of_more_bytes_is_not_converging():
     # The files shrink, the bytes grow 5x: each pass copies more than the one before.
     history = incrementals([(400, 100 * MIB), (150, 200 * MIB), (60, 500 * MIB)])
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "diverging", p["why"]
     assert "grew in bytes" in p["why"] and "400, 150, 60 files" in p["why"]
     assert "passes diverging" in p["line"]
@@ -50,7 +52,7 @@ def test_fewer_files_of_more_bytes_is_not_converging():
 
 def test_a_delta_shrinking_in_files_and_bytes_is_converging():
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB), (60, 60 * MIB)])
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "converging", p["why"]
     assert "in files and in bytes" in p["why"]
 
@@ -63,7 +65,7 @@ def test_a_final_pass_whose_prune_would_be_refused_is_said_with_the_key_and_a_va
     refused inside the window, and every pass's projection says so before it."""
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
     with_deletions(history[-1], 1760)
-    p = ferry_history.project(history, now=T0 + 3 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 3 * HOUR)
     v = p["final_pass"]
     assert not v["goes_through"]
     assert v["deletions"] == {"entries": 1760, "of": SOURCE, "files": 1760, "limit": "10%"}
@@ -73,12 +75,12 @@ def test_a_final_pass_whose_prune_would_be_refused_is_said_with_the_key_and_a_va
     assert 'set prune.max_delete: "18%"' in p["line"]
     assert "incremental-pass2/plan/delete.tsv" in p["line"]
     assert "--max-delete" not in p["line"]
-    text = "\n".join(ferry_history.projection_markdown(p))
+    text = "\n".join(ferry_markdown.projection_markdown(p))
     assert "**The final pass would NOT go through**" in text
     assert 'set prune.max_delete: "18%"' in text
     # The limit the config sets, or prune.force, lets it through.
     for settings in (Settings(max_delete="18%"), Settings(force=True), Settings(max_delete="2000")):
-        p = ferry_history.project(history, now=T0 + 3 * HOUR, settings=settings)
+        p = ferry_projection.project(history, now=T0 + 3 * HOUR, settings=settings)
         assert p["final_pass"]["goes_through"], settings
         assert "the final pass would go through" in p["line"]
 
@@ -89,11 +91,11 @@ def test_deletions_newer_than_the_whole_source_are_forecast_as_the_prune_refuses
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
     with_deletions(history[-1], 12)
     history[-1]["planned"]["newer"] = {"count": 2, "examples": ["new/report.docx", "x"]}
-    p = ferry_history.project(history, now=T0 + 3 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 3 * HOUR)
     assert not p["final_pass"]["goes_through"]
     assert "2 files to delete are newer than everything at the source" in p["line"]
     assert "new/report.docx" in p["line"] and "set prune.force: true" in p["line"]
-    forced = ferry_history.project(history, now=T0 + 3 * HOUR, settings=Settings(force=True))
+    forced = ferry_projection.project(history, now=T0 + 3 * HOUR, settings=Settings(force=True))
     assert forced["final_pass"]["goes_through"]
 
 
@@ -102,7 +104,7 @@ def test_deletions_within_the_limit_go_through_and_are_counted_as_prune_counts_t
     # 900 files and the 150 directories they leave empty, of 10,000 files and 500 directories.
     with_deletions(history[-1], 900, dirs=150)
     history[-1]["planned"]["dest_dirs"] = 500
-    p = ferry_history.project(history, now=T0 + 3 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 3 * HOUR)
     v = p["final_pass"]
     assert v["deletions"]["entries"] == 1050 and v["deletions"]["of"] == 10_500
     assert v["goes_through"] and v["refused"] is None
@@ -112,7 +114,7 @@ def test_deletions_within_the_limit_go_through_and_are_counted_as_prune_counts_t
 def test_a_source_that_lost_everything_would_be_refused():
     history = incrementals([(400, 400 * MIB)])
     history[-1]["source"] = {"files": 0, "bytes": 0}
-    p = ferry_history.project(history, now=T0 + 2 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 2 * HOUR)
     assert not p["final_pass"]["goes_through"]
     assert "no entries at the source" in p["line"] and "prune.force" in p["line"]
 
@@ -122,18 +124,18 @@ def test_a_source_that_lost_more_than_it_usually_does_is_named():
     # 5, then 10 more, then 310 more files gone from the source (the deletions pending add up).
     for rec, gone in zip(history[1:], (5, 15, 325)):
         with_deletions(rec, gone)
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     v = p["final_pass"]
     assert v["goes_through"]  # 325 of 10,000 is within 10 %
     assert v["source_loss"]["files"] == 310 and v["source_loss"]["usual"] == 10
     assert "but the source lost 310 files since the pass before" in p["line"]
     # Once the final pass has run, its loss was the cut-over's own: nothing said.
     history[-1]["phase"] = "final"
-    assert ferry_history.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None
+    assert ferry_projection.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None
     history[-1]["phase"] = "incremental"
     # As it usually does: nothing said.
     with_deletions(history[-1], 25)
-    assert ferry_history.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None
+    assert ferry_projection.project(history, now=T0 + 4 * HOUR)["final_pass"]["source_loss"] is None
 
 
 # --- carried or fresh: priced as the next pass will do it -----------------------------------------
@@ -145,12 +147,12 @@ def listing_seconds(p: dict) -> float:
 
 def test_a_failed_pass_that_took_the_state_makes_the_next_list_fresh(tmp_path):
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
-    carried = ferry_history.project(history, now=T0 + 3 * HOUR)
+    carried = ferry_projection.project(history, now=T0 + 3 * HOUR)
     assert carried["final_pass"]["dest_listing"]["carried"]
     # A third pass planned against the state, wrote, and failed before leaving a new one.
     failed = measured("incremental", T0 + 2.5 * HOUR, 0, 3, status="failed")
     failed.update(carried=False, dest_listed="carried")
-    p = ferry_history.project([*history, failed], now=T0 + 3 * HOUR)
+    p = ferry_projection.project([*history, failed], now=T0 + 3 * HOUR)
     assert not p["final_pass"]["dest_listing"]["carried"]
     assert "incremental-pass3 (failed) left no carried state" in p["line"]
     # The listing is priced as both sides listed, not as the source alone.
@@ -164,7 +166,7 @@ def test_a_pass_that_failed_before_deciding_leaves_the_state_carried():
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
     failed = measured("incremental", T0 + 2.5 * HOUR, 0, 3, status="failed")
     failed.update(carried=False, dest_listed=None)
-    p = ferry_history.project([*history, failed], now=T0 + 3 * HOUR)
+    p = ferry_projection.project([*history, failed], now=T0 + 3 * HOUR)
     assert p["final_pass"]["dest_listing"]["carried"]
 
 
@@ -176,7 +178,7 @@ def test_the_state_on_disk_decides_carried_or_fresh(tmp_path):
 
     def at(**fields) -> dict:
         (state / "dest.json").write_text(json.dumps({**doc, **fields}))
-        return ferry_history.project(
+        return ferry_projection.project(
             history, now=T0 + 3 * HOUR, settings=Settings(state=str(state))
         )
 
@@ -190,9 +192,9 @@ def test_the_state_on_disk_decides_carried_or_fresh(tmp_path):
     assert "taken by final, which did not leave a new one" in taken["line"]
     assert listing_seconds(taken) > listing_seconds(free)
     (state / "dest.json").unlink()
-    gone = ferry_history.project(history, now=T0 + 3 * HOUR, settings=Settings(state=str(state)))
+    gone = ferry_projection.project(history, now=T0 + 3 * HOUR, settings=Settings(state=str(state)))
     assert "there is no carried state at" in gone["line"]
-    fresh = ferry_history.project(
+    fresh = ferry_projection.project(
         history, now=T0 + 3 * HOUR, settings=Settings(dest_listing="fresh")
     )
     assert "dest_listing is fresh" in fresh["line"]
@@ -214,7 +216,7 @@ def test_the_history_says_deleted_only_for_what_was_deleted():
     dry.update(run_dir="final-dry", deleted={"files": 0, "dirs": 0})
     final = with_deletions(measured("final", T0 + 3 * HOUR, 10, 2), 40)
     final["deleted"] = {"files": 40, "dirs": 2}
-    text = ferry_history.history_markdown([incremental, dry, final])
+    text = ferry_markdown.history_markdown([incremental, dry, final])
     assert row_of(text, "incremental")["would delete"] == "40"
     assert row_of(text, "incremental")["deleted"] == "0"
     assert row_of(text, "final-dry")["deleted"] == "0"
@@ -248,13 +250,13 @@ def test_a_record_s_deleted_is_what_its_prune_deleted(tmp_path, phase, deleted, 
     rec = ferry_history.record(report, None, phase, "complete", T0 + 60)
     assert rec["planned"]["deleted"] == 7  # what only the destination holds: would delete
     assert rec["deleted"]["files"] == expected
-    row = row_of(ferry_history.history_markdown([rec]), phase)
+    row = row_of(ferry_markdown.history_markdown([rec]), phase)
     assert (row["would delete"], row["deleted"]) == ("7", str(expected))
 
 
 def test_report_html_says_whether_the_final_pass_would_go_through():
     history = incrementals([(400, 400 * MIB), (150, 150 * MIB)])
     with_deletions(history[-1], 1760)
-    page = ferry_html.projection_section(ferry_history.project(history, now=T0 + 3 * HOUR))
+    page = ferry_html.projection_section(ferry_projection.project(history, now=T0 + 3 * HOUR))
     assert '<p class="warn" id="final-pass">The final pass would NOT go through' in page
     assert "set prune.max_delete: &quot;18%&quot;" in page

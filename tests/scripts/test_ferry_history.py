@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import ferry_history
+import ferry_markdown
+import ferry_projection
 import ferry_report
 import ferry_run_dir
 import pytest
@@ -20,7 +22,7 @@ import pytest
 T0 = 1_700_000_000.0
 HOUR = 3600.0
 MIB = 1024 * 1024
-KIND_ZERO = dict.fromkeys(ferry_history.KINDS, 0)
+KIND_ZERO = dict.fromkeys(ferry_projection.KINDS, 0)
 
 # The rates every hand-made pass runs at, so the projection's arithmetic can be redone by hand.
 SOURCE = 10_000  # files at the source (1 MiB each), and as many at the destination
@@ -125,7 +127,7 @@ def converging() -> list[dict]:
 
 
 def test_the_final_pass_projected_step_by_step(converging):
-    p = ferry_history.project(converging, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(converging, now=T0 + 4 * HOUR)
     assert p["ok"] and p["phase"] == "final"
     # The change rate: the mean of the last three passes' (200 + 150 + 120) / 3 files an hour, for
     # the half hour since the last pass started.
@@ -169,13 +171,13 @@ def test_the_final_pass_projected_step_by_step(converging):
 
 def test_a_final_pass_verifying_by_md5_reads_every_byte(converging):
     # No MD5 verify was ever measured: it reads the copied bytes at the copy's 10 MiB/s.
-    p = ferry_history.project(converging, now=T0 + 4 * HOUR, checksum=True)
+    p = ferry_projection.project(converging, now=T0 + 4 * HOUR, checksum=True)
     assert p["steps"]["verify"] == pytest.approx(p["delta"]["bytes"] / (COPY_FPS * MIB), abs=1e-3)
     assert any("MD5" in a and "copy's measured" in a for a in p["assumptions"])
 
 
 def test_the_backtest_projects_each_pass_from_the_ones_before(converging):
-    p = ferry_history.project(converging, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(converging, now=T0 + 4 * HOUR)
     assert [b["pass"] for b in p["backtest"]] == [1, 2, 3]
     # Pass 2 from the baseline and pass 1: 200 files an hour for the hour since pass 1 started,
     # where it found 150. An incremental pass verifies only what it copied.
@@ -208,7 +210,7 @@ def test_deltas_that_grow_are_diverging():
         measured("incremental", T0 + 2 * HOUR, 300, 2),
         measured("incremental", T0 + 3 * HOUR, 900, 3),
     ]
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "diverging"
     assert "not decreasing" in p["why"] and "100, 300, 900" in p["why"]
     assert "passes diverging" in p["line"]
@@ -219,7 +221,7 @@ def test_a_change_rate_above_what_a_pass_copies_is_diverging():
     history = [measured("baseline", T0, SOURCE, copy_fps=0.5)]
     for n in range(1, 4):
         history.append(measured("incremental", T0 + n * HOUR, 2000, n, copy_fps=0.5))
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "diverging"
     assert p["why"].startswith("the delta grows faster than a pass can copy it")
     assert "2,000 files change per hour" in p["why"] and "1,800 files per hour" in p["why"]
@@ -231,30 +233,32 @@ def test_equal_deltas_are_steady():
     history = [measured("baseline", T0, SOURCE)] + [
         measured("incremental", T0 + n * HOUR, 500, n) for n in range(1, 4)
     ]
-    p = ferry_history.project(history, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(history, now=T0 + 4 * HOUR)
     assert p["converging"] == "steady" and "no longer shrink" in p["why"]
 
 
 def test_only_complete_passes_are_measures(converging):
     converging.append(measured("incremental", T0 + 3.75 * HOUR, 5000, 4, status="stopped"))
     converging.append(measured("incremental", T0 + 3.8 * HOUR, 5000, 5, status="failed"))
-    p = ferry_history.project(converging, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(converging, now=T0 + 4 * HOUR)
     assert p["passes"] == 4 and p["records"] == 6
     assert p["delta"]["files"] == round((200 + 150 + 120) / 3 * 0.5)
 
 
 def test_no_projection_without_a_complete_pass():
-    p = ferry_history.project([measured("baseline", T0, SOURCE, status="stopped")], now=T0 + HOUR)
+    p = ferry_projection.project(
+        [measured("baseline", T0, SOURCE, status="stopped")], now=T0 + HOUR
+    )
     assert not p["ok"] and "no complete pass" in p["why_not"]
-    p = ferry_history.project([measured("baseline", T0, SOURCE)], now=T0 + HOUR)
+    p = ferry_projection.project([measured("baseline", T0, SOURCE)], now=T0 + HOUR)
     assert p["ok"] and p["converging"] == "unknown"
     assert any("no incremental pass yet" in a for a in p["assumptions"])
 
 
 def test_the_report_markdown_has_the_projection_and_the_history(converging):
-    p = ferry_history.project(converging, now=T0 + 4 * HOUR)
+    p = ferry_projection.project(converging, now=T0 + 4 * HOUR)
     text = "\n".join(
-        ferry_history.projection_markdown(p) + ferry_history.history_markdown(converging)
+        ferry_markdown.projection_markdown(p) + ferry_markdown.history_markdown(converging)
     )
     assert "**A final pass started now would take ≈ 2 min" in text
     assert "| 2 | incremental | 2 | 2 min | 2 min |" in text

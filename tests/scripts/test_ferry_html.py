@@ -112,7 +112,8 @@ PROJECTION = {
 def history(monkeypatch):
     """The history and projection the report carries (ferry_report.py --history puts them there);
     set .records / .projection per test. For a report without them the page reads the history
-    itself, through a stand-in ferry_history module here (.error makes it fail)."""
+    itself, through stand-in ferry_history and ferry_projection modules here (.error makes it
+    fail)."""
     module = types.SimpleNamespace(
         records=HISTORY, projection=PROJECTION, error=None, roots=[], in_report=True
     )
@@ -126,6 +127,7 @@ def history(monkeypatch):
     module.load = load
     module.project = lambda records, **kw: module.projection
     monkeypatch.setitem(sys.modules, "ferry_history", module)
+    monkeypatch.setitem(sys.modules, "ferry_projection", module)
     return module
 
 
@@ -358,7 +360,7 @@ def test_an_incomplete_run_gets_report_incomplete_html_and_the_rerun_removes_it(
 def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
     """ferry_report.py --history appends each pass to the real ferry_history and hands the
     history and its projection to the page: two passes, two rows, and the projection's line."""
-    import ferry_history
+    import ferry_projection
 
     root = tmp_path / "r1"
     for phase, end in (("baseline", T0 + 8), ("incremental", T0 + 3600)):
@@ -392,7 +394,7 @@ def test_the_real_history_of_two_passes_is_on_the_page(tmp_path):
     assert "<td>baseline</td>" in page and "<td>incremental 1</td>" in page
     assert "No migration history beside this run yet" not in page
     if report["projection"].get("ok"):
-        assert html.escape(ferry_history.line(report["projection"])[1:]) in page
+        assert html.escape(ferry_projection.line(report["projection"])[1:]) in page
     else:
         assert "No projection yet" in page
 

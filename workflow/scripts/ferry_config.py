@@ -421,172 +421,214 @@ def replicate_args(cfg: dict) -> list[str]:
     return args
 
 
+# The configured ends, replaced by small local trees in a stub run.
+ENDS = ["{source}", "{dest}"]
+
+
+def _shard_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    # Once, before the list jobs: where each job's range of the key space begins, and (past
+    # the baseline) the one carried-or-fresh decision for the destination, which every list
+    # job of the destination then follows. The baseline lists no destination: make_dest
+    # takes the state.
+    dest = [] if cfg["phase"] == "baseline" else ["{dest}"]
+    decision = [] if cfg["phase"] == "baseline" else dest_decision_args(cfg)
+    return [
+        ferry,
+        "shard",
+        "{source}",
+        *dest,
+        "--jobs",
+        str(list_jobs(cfg)),
+        "--out",
+        "{out}",
+        *decision,
+    ]
+
+
+def _listing_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    # The destination: the state the last complete pass carried, where it still holds. Taken
+    # by several jobs, the shard step decided that once and each job follows its record.
+    carried = []
+    if step == "list_dest":
+        carried = carried_args(cfg) if sharded(cfg) else dest_decision_args(cfg)
+    shard = ["--shards", "{shards}", "--shard", "{shard}"] if sharded(cfg) else []
+    return [
+        ferry,
+        "ls",
+        ENDS[step == "list_dest"],
+        "--recursive",
+        "--format",
+        "tsv",
+        *list_args(cfg),
+        *carried,
+        *shard,
+        "--summary",
+        "{summary}",
+    ]
+
+
+def _make_dest_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    # ferry copy refuses to create a missing container (a typo would otherwise create a new
+    # one silently); the baseline is where a migration legitimately starts from nothing. It
+    # also marks any carried state out of date: the baseline writes the destination.
+    return [ferry, "mk", "{dest}", "--source", "{source}", *carried_args(cfg)]
+
+
+def _plan_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
+    return [
+        ferry,
+        "plan",
+        "{source_listing}",
+        *dest_listing,
+        "--out",
+        "{plan_dir}",
+        "--phase",
+        cfg["phase"],
+        "--compare",
+        cfg["compare"],
+        # Blob storage keeps a directory's mtime in its folder stub, which nothing written
+        # into the folder moves: a directory touched alone at the source is carried.
+        *(["--dir-mtimes"] if is_blob(cfg["dest"]) else []),
+        *shards_args(cfg),
+        *plan_guard_args(cfg),
+        *overwrite_newer_args(cfg),
+        "{cut}",
+    ]
+
+
+def _copy_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    return [
+        ferry,
+        "copy",
+        *ENDS,
+        "--files-from",
+        "{manifest}",
+        *copy_args(cfg),
+        # Before its first write, the job marks the carried state out of date (a pass that
+        # fails before any job wrote leaves it to the next).
+        *carried_args(cfg),
+        "--no-progress",
+        "--progress-file",
+        "{progress}",
+        "--json",
+    ]
+
+
+def _verify_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    return [
+        ferry,
+        "verify",
+        *ENDS,
+        "--files-from",
+        "{manifest}",
+        *verify_args(cfg),
+        # What it saw: the destination's entries the pass wrote, for `ferry carry`.
+        "--observed",
+        "{observed}",
+        "--progress-file",
+        "{progress}",
+        "--json",
+    ]
+
+
+def _prune_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    # What the plan's join of the two listings found to delete: the source is frozen, and
+    # the destination was written since only by this pass (a deletion of what it already
+    # replaced finds nothing). Nothing is listed or sorted again. One job per part of the
+    # plan's files to delete, then one for the directories they leave.
+    return [
+        ferry,
+        "prune",
+        *ENDS,
+        "--plan",
+        "{plan_dir}",
+        *(["--part", "{part}"] if step == "prune" else ["--dirs"]),
+        *prune_args(cfg),
+        *carried_args(cfg),
+        "--log",
+        "{deleted}",
+        "--json",
+    ]
+
+
+def _final_check_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    # Metadata too (mode, owner, mtime, attributes and ACLs, of directories as well as
+    # files): what the partitions' verify cannot see, a directory, is seen here.
+    return [ferry, "verify", *ENDS, "--metadata", "--scratch", "{scratch}", "--json"]
+
+
+def _carry_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    planned = (
+        [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}", *shards_args(cfg)]
+    )
+    # The audit's fresh listing is the state as it is: no verify's record to patch it with.
+    observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
+    pruned = (
+        ["--deleted", "{deleted}"]
+        if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
+        else []
+    )
+    return [
+        ferry,
+        "carry",
+        "{dest}",
+        "--state",
+        "{state}",
+        "--pass",
+        pass_name(cfg),
+        *planned,
+        *observed,
+        *pruned,
+        "--scratch",
+        "{scratch}",
+        "--json",
+    ]
+
+
+def _replicate_argv(cfg: dict, step: str, ferry: str) -> list[str]:
+    r = cfg["replicate"]
+    return [
+        *shlex.split(r["launcher"]),
+        "-n",
+        str(r["ranks"]),
+        "{python}",
+        "-m",
+        "mpi4py",
+        "{script}",
+        *ENDS,
+        "--ferry",
+        ferry,
+        *replicate_args(cfg),
+        "--json",
+        "{report}",
+    ]
+
+
+# Each step's command, by step.
+ARGV = {
+    "shard": _shard_argv,
+    "list_source": _listing_argv,
+    "list_dest": _listing_argv,
+    "make_dest": _make_dest_argv,
+    "plan": _plan_argv,
+    "copy": _copy_argv,
+    "verify": _verify_argv,
+    "prune": _prune_argv,
+    "prune_dirs": _prune_argv,
+    "final_check": _final_check_argv,
+    "carry": _carry_argv,
+    "replicate": _replicate_argv,
+}
+
+
 def argv(cfg: dict, step: str, ferry: str) -> list[str]:
     """The command a step runs. Inputs that differ per task are `{placeholders}` standing alone
     as one argument (ferry_task.py fills them): {source} and {dest} are the configured ends,
     replaced by small local trees in a stub run."""
-    ends = ["{source}", "{dest}"]
-    if step == "shard":
-        # Once, before the list jobs: where each job's range of the key space begins, and (past
-        # the baseline) the one carried-or-fresh decision for the destination, which every list
-        # job of the destination then follows. The baseline lists no destination: make_dest
-        # takes the state.
-        dest = [] if cfg["phase"] == "baseline" else ["{dest}"]
-        decision = [] if cfg["phase"] == "baseline" else dest_decision_args(cfg)
-        return [
-            ferry,
-            "shard",
-            "{source}",
-            *dest,
-            "--jobs",
-            str(list_jobs(cfg)),
-            "--out",
-            "{out}",
-            *decision,
-        ]
-    if step in ("list_source", "list_dest"):
-        # The destination: the state the last complete pass carried, where it still holds. Taken
-        # by several jobs, the shard step decided that once and each job follows its record.
-        carried = []
-        if step == "list_dest":
-            carried = carried_args(cfg) if sharded(cfg) else dest_decision_args(cfg)
-        shard = ["--shards", "{shards}", "--shard", "{shard}"] if sharded(cfg) else []
-        return [
-            ferry,
-            "ls",
-            ends[step == "list_dest"],
-            "--recursive",
-            "--format",
-            "tsv",
-            *list_args(cfg),
-            *carried,
-            *shard,
-            "--summary",
-            "{summary}",
-        ]
-    if step == "make_dest":
-        # ferry copy refuses to create a missing container (a typo would otherwise create a new
-        # one silently); the baseline is where a migration legitimately starts from nothing. It
-        # also marks any carried state out of date: the baseline writes the destination.
-        return [ferry, "mk", "{dest}", "--source", "{source}", *carried_args(cfg)]
-    if step == "plan":
-        dest_listing = [] if cfg["phase"] == "baseline" else ["{dest_listing}"]
-        return [
-            ferry,
-            "plan",
-            "{source_listing}",
-            *dest_listing,
-            "--out",
-            "{plan_dir}",
-            "--phase",
-            cfg["phase"],
-            "--compare",
-            cfg["compare"],
-            # Blob storage keeps a directory's mtime in its folder stub, which nothing written
-            # into the folder moves: a directory touched alone at the source is carried.
-            *(["--dir-mtimes"] if is_blob(cfg["dest"]) else []),
-            *shards_args(cfg),
-            *plan_guard_args(cfg),
-            *overwrite_newer_args(cfg),
-            "{cut}",
-        ]
-    if step == "copy":
-        return [
-            ferry,
-            "copy",
-            *ends,
-            "--files-from",
-            "{manifest}",
-            *copy_args(cfg),
-            # Before its first write, the job marks the carried state out of date (a pass that
-            # fails before any job wrote leaves it to the next).
-            *carried_args(cfg),
-            "--no-progress",
-            "--progress-file",
-            "{progress}",
-            "--json",
-        ]
-    if step == "verify":
-        return [
-            ferry,
-            "verify",
-            *ends,
-            "--files-from",
-            "{manifest}",
-            *verify_args(cfg),
-            # What it saw: the destination's entries the pass wrote, for `ferry carry`.
-            "--observed",
-            "{observed}",
-            "--progress-file",
-            "{progress}",
-            "--json",
-        ]
-    if step in ("prune", "prune_dirs"):
-        # What the plan's join of the two listings found to delete: the source is frozen, and
-        # the destination was written since only by this pass (a deletion of what it already
-        # replaced finds nothing). Nothing is listed or sorted again. One job per part of the
-        # plan's files to delete, then one for the directories they leave.
-        return [
-            ferry,
-            "prune",
-            *ends,
-            "--plan",
-            "{plan_dir}",
-            *(["--part", "{part}"] if step == "prune" else ["--dirs"]),
-            *prune_args(cfg),
-            *carried_args(cfg),
-            "--log",
-            "{deleted}",
-            "--json",
-        ]
-    if step == "final_check":
-        # Metadata too (mode, owner, mtime, attributes and ACLs, of directories as well as
-        # files): what the partitions' verify cannot see, a directory, is seen here.
-        return [ferry, "verify", *ends, "--metadata", "--scratch", "{scratch}", "--json"]
-    if step == "carry":
-        planned = (
-            [] if cfg["phase"] == "baseline" else ["--listing", "{dest_listing}", *shards_args(cfg)]
-        )
-        # The audit's fresh listing is the state as it is: no verify's record to patch it with.
-        observed = [] if cfg["phase"] == "audit" else ["--observed", "{observed}"]
-        pruned = (
-            ["--deleted", "{deleted}"]
-            if cfg["phase"] == "final" and not cfg["prune"]["dry_run"]
-            else []
-        )
-        return [
-            ferry,
-            "carry",
-            "{dest}",
-            "--state",
-            "{state}",
-            "--pass",
-            pass_name(cfg),
-            *planned,
-            *observed,
-            *pruned,
-            "--scratch",
-            "{scratch}",
-            "--json",
-        ]
-    if step == "replicate":
-        r = cfg["replicate"]
-        return [
-            *shlex.split(r["launcher"]),
-            "-n",
-            str(r["ranks"]),
-            "{python}",
-            "-m",
-            "mpi4py",
-            "{script}",
-            *ends,
-            "--ferry",
-            ferry,
-            *replicate_args(cfg),
-            "--json",
-            "{report}",
-        ]
-    raise ValueError(f"no ferry command for step {step!r}")
+    if step not in ARGV:
+        raise ValueError(f"no ferry command for step {step!r}")
+    return ARGV[step](cfg, step, ferry)
 
 
 def requests(cfg: dict, step: str) -> dict:

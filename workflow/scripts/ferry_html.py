@@ -48,7 +48,7 @@ COLOURS = {
     "listing": "#7f8fa6",
 }
 OTHER_COLOUR = "#576574"
-# The steps of a projected final pass (ferry_history.project), in the order they happen.
+# The steps of a projected final pass (ferry_projection.project), in the order they happen.
 PROJECTION_PARTS = ("listing", "plan", "copy", "verify", "prune", "final_check")
 WIDTH = 860  # every plot's drawing width, px (the page is read at about 1400 px)
 
@@ -235,6 +235,7 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
     module is optional here, and a history that cannot be read must not cost the report."""
     try:
         import ferry_history  # noqa: PLC0415 - optional: the page degrades without it
+        import ferry_projection
     except ImportError:
         return [], None
     try:
@@ -245,7 +246,7 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
     projection = None
     if history:
         try:
-            projection = ferry_history.project(history, phase="final")
+            projection = ferry_projection.project(history, phase="final")
         except Exception as err:  # noqa: BLE001
             print(f"ferry: report.html without the projection: {err}", file=sys.stderr)
     return history, projection
@@ -529,7 +530,7 @@ def projection_section(projection: dict | None) -> str:
     out = [f'<p class="headline" id="projection-line">{esc(projection_line(projection))}</p>']
     final = projection.get("final_pass")
     if final:
-        # Whether the final pass would go through as the migration stands (ferry_history.verdict).
+        # Whether the final pass would go through as the migration stands (ferry_projection.verdict).
         clear = final["goes_through"] and not final["problems"]
         said = final["said"][:1].upper() + final["said"][1:]
         out.append(f'<p class="{"ok" if clear else "warn"}" id="final-pass">{esc(said)}.</p>')

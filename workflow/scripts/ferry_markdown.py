@@ -3,7 +3,7 @@ renders; every number comes from the report as it is."""
 
 from __future__ import annotations
 
-import ferry_history
+import ferry_projection
 from ferry_model import REFUSED_BY, compared_words
 from ferrylib import fmt_bytes as human_bytes
 
@@ -245,10 +245,10 @@ def migration(report: dict) -> list[str]:
     lines = []
     if report.get("projection") is not None:
         lines += ["", "## Projection of the final pass", ""]
-        lines += ferry_history.projection_markdown(report["projection"])
+        lines += projection_markdown(report["projection"])
     if report.get("history") is not None:
         lines += ["", "## History of the migration", ""]
-        lines += ferry_history.history_markdown(report["history"])
+        lines += history_markdown(report["history"])
     return lines
 
 
@@ -272,3 +272,92 @@ def markdown(report: dict) -> str:
     lines += copy_table(report["partitions"]) + verify_table(report["verify_partitions"])
     lines += ignored(report["ignored"]) + migration(report) + failures(report["failures"])
     return "\n".join(lines) + "\n"
+
+
+# --- the migration's history and the projection (ferry_history.py, ferry_projection.py) ---------
+
+
+def deleted_files(rec: dict) -> int | None:
+    """What the pass's prune deleted: 0 for a pass that runs none (baseline, incremental, audit),
+    None where the record does not say (a final pass recorded before records said it)."""
+    done = rec.get("deleted")
+    if isinstance(done, dict):
+        return ferry_projection._int(done.get("files"))
+    return None if rec.get("phase") == "final" else 0
+
+
+def history_markdown(records: list[dict]) -> list[str]:
+    """The history table. `would delete`: what only the destination holds as the pass's plan
+    counted it (what a final pass's prune deletes); `deleted`: what the pass deleted."""
+    lines = [
+        "| run | pass | status | engine | started | wall | source files | planned files | planned bytes | "
+        "would delete | deleted | copied files | copied bytes | verified | failed | retries | "
+        "Blob requests | partitions |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        planned, copied = r.get("planned") or {}, r.get("copied") or {}
+        deleted = deleted_files(r)
+        lines.append(
+            f"| {r.get('run_dir') or r.get('phase')} | {r.get('pass')} | {r.get('status')} | {r.get('engine')} | "
+            f"{r.get('started') or '-'} | {ferry_projection.duration(r.get('wall_seconds'))} | {(r.get('source') or {}).get('files') or '-'} | "
+            f"{planned.get('files', 0)} | {human_bytes(planned.get('bytes'))} | {planned.get('deleted', 0)} | "
+            f"{'-' if deleted is None else deleted} | "
+            f"{copied.get('files', 0)} | {human_bytes(copied.get('bytes'))} | {(r.get('verified') or {}).get('files', 0)} | "
+            f"{r.get('failed', 0)} | {r.get('retries', 0)} | {ferry_projection.actual_requests(r):,} | {r.get('partitions', 0)} |"
+        )
+    if not records:
+        lines.append("| (no run recorded) |" + " |" * 17)
+    return lines
+
+
+def verdict_markdown(v: dict) -> list[str]:
+    """Whether the final pass would go through, and each thing in its way."""
+    d = v["deletions"]
+    said = "would go through" if v["goes_through"] else "would NOT go through"
+    limit = "prune.force is set" if v["force"] else f"prune.max_delete is {d['limit']}"
+    lines = [
+        f"**The final pass {said}** as the migration stands: {d['entries']:,} of {d['of']:,} "
+        f"destination entries to delete ({limit}); the destination "
+        + (
+            f"carried ({v['dest_listing']['why']})"
+            if v["dest_listing"]["carried"]
+            else f"listed fresh ({v['dest_listing']['why']})"
+        )
+        + ".",
+    ]
+    if v["problems"]:
+        lines += ["", *(f"- {p[0].upper() + p[1:]}." for p in v["problems"])]
+    return lines
+
+
+def projection_markdown(p: dict) -> list[str]:
+    if not p.get("ok"):
+        return [f"No projection: {p.get('why_not')}."]
+    lines = [
+        f"**{ferry_projection.line(p)[0].upper() + ferry_projection.line(p)[1:]}.**",
+        "",
+        *(verdict_markdown(p["final_pass"]) + [""] if p.get("final_pass") else []),
+        f"Passes: **{p['converging']}** — {p['why']}.",
+        "",
+        "Assumptions:",
+        "",
+    ]
+    lines += [f"- {a}" for a in p["assumptions"]]
+    lines += [
+        "",
+        "Projected against measured, for every pass that had a predecessor (projected from the passes before it):",
+        "",
+        "| pass | phase | from passes | projected | actual | error | projected requests | actual requests |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for b in p["backtest"]:
+        pct = f"{b['error_pct']:+.0f} %" if b["error_pct"] is not None else "-"
+        lines.append(
+            f"| {b['pass']} | {b['phase']} | {b.get('from_passes', '-')} | "
+            f"{ferry_projection.duration(b['projected_seconds'])} | {ferry_projection.duration(b['actual_seconds'])} | "
+            f"{pct} | {b['projected_requests']:,} | {b['actual_requests']:,} |"
+        )
+    if not p["backtest"]:
+        lines.append("| (no pass with a predecessor yet) | | | | | | | |")
+    return lines

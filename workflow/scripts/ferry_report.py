@@ -28,6 +28,7 @@ import ferry_history
 import ferry_html
 import ferry_markdown
 import ferry_model
+import ferry_projection
 import ferry_run
 import ferry_run_dir
 from ferrylib import load_json, write_json
@@ -81,11 +82,11 @@ def add_history(report: dict, opts, ended_in_error: bool = False) -> None:
         print(f"ferry: no history: {err}", file=sys.stderr)
         return
     report["history"] = records
-    report["projection"] = ferry_history.project(
+    report["projection"] = ferry_projection.project(
         records,
         checksum=opts.checksum or opts.final_checksum,
-        settings=ferry_history.Settings(
-            max_delete=opts.max_delete or ferry_history.DEFAULT_MAX_DELETE,
+        settings=ferry_projection.Settings(
+            max_delete=opts.max_delete or ferry_projection.DEFAULT_MAX_DELETE,
             force=opts.prune_force,
             dest_listing=opts.dest_listing,
             state=opts.state,
@@ -123,9 +124,9 @@ def ended(run_dir: str, report_json: str | None = None) -> list[str]:
     projection = report.get("projection")
     if projection:
         # The time, then whether the final pass would go through: a line each.
-        said.append(f"ferry: {ferry_history.line(projection, verdict=False)}")
+        said.append(f"ferry: {ferry_projection.line(projection, verdict=False)}")
         if projection.get("ok") and projection.get("final_pass"):
-            said.append(f"ferry: {ferry_history.verdict_words(projection['final_pass'])}")
+            said.append(f"ferry: {ferry_projection.verdict_words(projection['final_pass'])}")
     return said
 
 

@@ -253,7 +253,7 @@ def options_parser(add_help: bool = True) -> argparse.ArgumentParser:
         action="store_true",
         help="the final pass verifies by MD5 (config checksum): the projection's assumption",
     )
-    # What the projection judges the final pass by (ferry_history.verdict): the config's
+    # What the projection judges the final pass by (ferry_projection.verdict): the config's
     # prune settings and how the next pass will know the destination.
     p.add_argument("--max-delete", default=None, help="the config's prune.max_delete")
     p.add_argument("--prune-force", action="store_true", help="the config's prune.force")

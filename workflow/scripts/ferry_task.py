@@ -206,34 +206,16 @@ def in_config_terms(log: str, keys: list[list[str]]) -> None:
         handle.writelines(f"{line}\n" for line in said)
 
 
-def run_step(
-    step: str,
-    spec: dict,
-    root: str,
-    part: str | None,
-    overrides: dict,
-    stub: bool,
-    out: str | None = None,
-    shard: str | None = None,
-) -> int:
-    rec = records(step, part, root, shard)
-    among_records = rec.out
-    if out:
-        rec = rec._replace(out=out)
-    for path in (rec.out, rec.log, rec.bench):
-        if path:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if rec.failed:
-        try:
-            os.remove(rec.failed)
-        except FileNotFoundError:
-            pass
-
+def values_for(
+    step: str, spec: dict, root: str, part: str | None, shard: str | None, out: str | None
+) -> dict:
+    """The values a step's `{placeholders}` are filled with, but for a stub's and the
+    overrides: where the task reads and writes in the run directory."""
     values = dict(spec.get("values", {}))
     values.update(
         {
             "plan_dir": os.path.join(root, PLAN_DIR),
-            "scratch": os.path.dirname(rec.out) if rec.out else root,
+            "scratch": os.path.dirname(out) if out else root,
             "report": os.path.join(root, REPLICATE_REPORT),
             "python": sys.executable,
             "script": os.path.join(os.path.dirname(os.path.abspath(__file__)), "replicate.py"),
@@ -263,6 +245,33 @@ def run_step(
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
+    return values
+
+
+def run_step(
+    step: str,
+    spec: dict,
+    root: str,
+    part: str | None,
+    overrides: dict,
+    stub: bool,
+    out: str | None = None,
+    shard: str | None = None,
+) -> int:
+    rec = records(step, part, root, shard)
+    among_records = rec.out
+    if out:
+        rec = rec._replace(out=out)
+    for path in (rec.out, rec.log, rec.bench):
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if rec.failed:
+        try:
+            os.remove(rec.failed)
+        except FileNotFoundError:
+            pass
+
+    values = values_for(step, spec, root, part, shard, rec.out)
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT

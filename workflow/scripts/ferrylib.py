@@ -99,6 +99,16 @@ def iso(epoch: float | None) -> str | None:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="seconds")
 
 
+def epoch(text: str | None) -> float | None:
+    """A time the run's documents wrote (iso()), in seconds since the epoch; None for none."""
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def write_json(path: str, doc) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:

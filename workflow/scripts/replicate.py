@@ -631,6 +631,85 @@ def check_replicas(
 # --- main ----------------------------------------------------------------------------------------
 
 
+def usage() -> dict:
+    """This rank's CPU and memory, and its ferry processes'."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return {
+        "cpu_seconds": round(own.ru_utime + own.ru_stime, 3),
+        "peak_rss_mib": round(own.ru_maxrss / 1024, 1),
+        "worker_cpu_seconds": round(children.ru_utime + children.ru_stime, 3),
+        "worker_peak_rss_mib": round(children.ru_maxrss / 1024, 1),
+    }
+
+
+def report_at_root(job: Job, listing, summary: dict, bstats: dict, gathered: list, verdict) -> bool:
+    """Rank 0: the ranks' figures gathered into the report (written where --json says), and
+    its last line; True when the verify found a copy that differs."""
+    args = job.args
+    failed = False
+    ranks = [g[0] for g in gathered]
+    read = sum(r.get("download", {}).get("bytes", 0) for r in ranks)
+    elapsed = time.monotonic() - job.started
+    report = {
+        "command": "replicate",
+        "source": ferrylib.redact(args.src),
+        "dest": args.dest,
+        "ranks": job.size,
+        "download_ranks": min(args.download_ranks or job.size, job.size),
+        "chunk_size": args.chunk_size,
+        "depth": args.depth,
+        "dry_run": args.dry_run,
+        "max_bandwidth_per_download_rank": per_rank_bandwidth(job) if args.max_bandwidth else None,
+        "plan": summary,
+        "bytes": {
+            "read_from_source": read,
+            "broadcast": bstats["stream_bytes"],
+            "written_by_receivers": sum(
+                r.get("broadcast", {}).get("written_bytes", 0) for r in ranks
+            ),
+        },
+        "broadcast_seconds": job.times.get("broadcast", 0),
+        "ignored": listing.ignored,
+        "per_rank": ranks,
+        "seconds": round(elapsed, 3),
+    }
+    if args.verify and not args.dry_run:
+        mismatches = [m for g in gathered for m in g[1]["mismatches"]]
+        failed = bool(mismatches)
+        report["verify"] = {
+            "checked_per_rank": len(listing),
+            "without_source_md5": gathered[0][1]["without_source_md5"],
+            "mismatches": mismatches[:1000],
+            "mismatch_count": len(mismatches),
+        }
+        for m in mismatches[:20]:
+            print(
+                f"replicate: verify: rank {m['rank']}: {m['path']}: md5 {m['md5']}, expected "
+                f"{m['expected']} ({m['against']})",
+                file=sys.stderr,
+                flush=True,
+            )
+    if args.json == "-":
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    elif args.json:
+        ferrylib.write_json(args.json, report)
+    if failed:
+        job.say(
+            f"verify FAILED: {report['verify']['mismatch_count']} copies differ from the source"
+        )
+    else:
+        job.say(
+            f"done in {elapsed:.1f} s: read {human(read)} from the source, broadcast "
+            f"{human(bstats['stream_bytes'])} to {job.size} ranks"
+            + (f"; verified {len(listing)} files on every rank" if verdict else "")
+        )
+    return failed
+
+
 def replicate(job: Job) -> int:
     args = job.args
     comm = job.comm
@@ -700,81 +779,11 @@ def replicate(job: Job) -> int:
                 job.enter("verify")
                 verdict = check_replicas(job, listing, roots, held, dest_b)
         job.enter("report")
-        usage, children = (
-            resource.getrusage(resource.RUSAGE_SELF),
-            resource.getrusage(resource.RUSAGE_CHILDREN),
-        )
-        rank_stats.update(
-            {
-                "seconds": job.times,
-                "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
-                "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
-                "worker_cpu_seconds": round(children.ru_utime + children.ru_stime, 3),
-                "worker_peak_rss_mib": round(children.ru_maxrss / 1024, 1),
-            }
-        )
+        rank_stats.update({"seconds": job.times, **usage()})
         gathered = comm.gather((rank_stats, verdict), root=0)
         failed = False
         if job.rank == 0:
-            ranks = [g[0] for g in gathered]
-            read = sum(r.get("download", {}).get("bytes", 0) for r in ranks)
-            elapsed = time.monotonic() - job.started
-            report = {
-                "command": "replicate",
-                "source": ferrylib.redact(args.src),
-                "dest": args.dest,
-                "ranks": job.size,
-                "download_ranks": min(args.download_ranks or job.size, job.size),
-                "chunk_size": args.chunk_size,
-                "depth": args.depth,
-                "dry_run": args.dry_run,
-                "max_bandwidth_per_download_rank": per_rank_bandwidth(job)
-                if args.max_bandwidth
-                else None,
-                "plan": summary,
-                "bytes": {
-                    "read_from_source": read,
-                    "broadcast": bstats["stream_bytes"],
-                    "written_by_receivers": sum(
-                        r.get("broadcast", {}).get("written_bytes", 0) for r in ranks
-                    ),
-                },
-                "broadcast_seconds": job.times.get("broadcast", 0),
-                "ignored": listing.ignored,
-                "per_rank": ranks,
-                "seconds": round(elapsed, 3),
-            }
-            if args.verify and not args.dry_run:
-                mismatches = [m for g in gathered for m in g[1]["mismatches"]]
-                failed = bool(mismatches)
-                report["verify"] = {
-                    "checked_per_rank": len(listing),
-                    "without_source_md5": gathered[0][1]["without_source_md5"],
-                    "mismatches": mismatches[:1000],
-                    "mismatch_count": len(mismatches),
-                }
-                for m in mismatches[:20]:
-                    print(
-                        f"replicate: verify: rank {m['rank']}: {m['path']}: md5 {m['md5']}, expected "
-                        f"{m['expected']} ({m['against']})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            if args.json == "-":
-                json.dump(report, sys.stdout, indent=2)
-                print()
-            elif args.json:
-                ferrylib.write_json(args.json, report)
-            if failed:
-                job.say(
-                    f"verify FAILED: {report['verify']['mismatch_count']} copies differ from the source"
-                )
-            else:
-                job.say(
-                    f"done in {elapsed:.1f} s: read {human(read)} from the source, broadcast "
-                    f"{human(bstats['stream_bytes'])} to {job.size} ranks"
-                    + (f"; verified {len(listing)} files on every rank" if verdict else "")
-                )
+            failed = report_at_root(job, listing, summary, bstats, gathered, verdict)
         failed = comm.bcast(failed, root=0)
         return 1 if failed else 0
     finally:
