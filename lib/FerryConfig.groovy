@@ -55,7 +55,10 @@ class FerryConfig {
     static void finish(Path reportJson, Map resolved, Path projectDir) {
         def report = new JsonSlurper().parseText(reportJson.text) as Map
         String runDir = resolved.run.dir
-        if (report.status == 'complete') {
+        def status = field(report, 'status', reportJson)
+        if (!(status in states(projectDir, 'phase')))
+            throw new AbortOperationException("ferry: ${reportJson}: status '${status}' is none of the worker's phase states")
+        if (status == 'complete') {
             def cmd = ['python3', projectDir.resolve('workflow/scripts/ferry_run_dir.py').toString(),
                        'discard-incomplete', runDir]
             def proc = cmd.execute()
@@ -68,7 +71,7 @@ class FerryConfig {
             ended(reportJson, runDir, projectDir)
             return
         }
-        def failures = (report.failures ?: []) as List<Map>
+        def failures = field(report, 'failures', reportJson) as List<Map>
         def first = failures ? failures[0] : null
         def what = first ? "${first.stage}${first.partition != null ? ' partition ' + first.partition : ''}: ${first.error ?: first.reason ?: first.status}" : 'a step did not finish'
         // A step refused by the config (its message in config terms, ferry_task.in_config_terms)
@@ -76,8 +79,25 @@ class FerryConfig {
         def refused = failures.any { (it.error ?: '').toString().contains("(in the pipeline's config)") }
         def next = refused ? 'Change the config as the failure says, then run the pass again.' :
             'Run again with -resume to redo only what failed.'
-        throw new AbortOperationException("ferry: the ${report.phase} phase is incomplete (${failures.size()} failures; first: ${what}); " +
+        throw new AbortOperationException("ferry: the ${field(report, 'phase', reportJson)} phase is incomplete (${failures.size()} failures; first: ${what}); " +
             "see ${runDir}/${resolved.layout.incomplete_report.md}. ${next}")
+    }
+
+    /**
+     * A key of the report (written and checked against workflow/schemas/report.schema.json by
+     * ferry_report.py): one missing is an error naming the file and the key, never a default.
+     */
+    private static Object field(Map report, String key, Path file) {
+        if (!report.containsKey(key))
+            throw new AbortOperationException("ferry: ${file}: no '${key}': not a ferry report (workflow/schemas/report.schema.json)")
+        return report[key]
+    }
+
+    /** The worker's words for a job's, a phase's or an engine's state: the one vocabulary,
+     *  generated from worker/src/documents.rs into the documents' schema (`states`). */
+    static List<String> states(Path projectDir, String of) {
+        def schema = projectDir.resolve('workflow/scripts/worker-documents.schema.json').toFile()
+        return ((new JsonSlurper().parse(schema) as Map).states as Map)[of] as List<String>
     }
 
     /** Where the complete pass's report is, and the projection's line (ferry_report.py ended). */

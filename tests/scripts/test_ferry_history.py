@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import ferry_docs
 import ferry_history
 import ferry_markdown
 import ferry_projection
@@ -63,7 +65,7 @@ def measured(
         + OVERHEAD
     )
     return {
-        "version": 1,
+        "version": ferry_history.VERSION,
         "run_id": f"{phase}-{pass_}-{started}",
         "run_name": "m",
         "phase": phase,
@@ -86,7 +88,12 @@ def measured(
             "undecided": 0,
             "deleted": 0,
             "deleted_bytes": 0,
+            "prune_dirs": 0,
+            "dest_dirs": 0,
+            "newer": {"count": 0, "examples": []},
         },
+        "deleted": {"files": 0, "dirs": 0},
+        "prune_refused": None,
         "copied": {"files": delta, "bytes": delta * MIB},
         "verified": {
             "files": verified,
@@ -111,6 +118,9 @@ def measured(
         "steps": {k: {"seconds": v, "span": v} for k, v in steps.items()},
         "partitions": 1,
         "depth": {"mode": "adaptive", "final": 16, "peak": 32},
+        "carried": False,
+        "dest_listed": None,
+        "dest_listed_why": None,
     }
 
 
@@ -298,12 +308,71 @@ def test_history_lines_are_read_back_once_each_and_cut_lines_skipped(tmp_path):
     assert [r["phase"] for r in ferry_history.load(str(root))] == ["baseline", "incremental"]
 
 
+# history.jsonl as today's main wrote it before records had version 2 (commit 871a037, with
+# tests/support/rundir and ferry_report.py build --history): a baseline, an incremental whose
+# copy job died, one killed (recorded by the next as stopped), one complete.
+MAIN_HISTORY = Path(__file__).parent / "fixtures" / "history-v1.jsonl"
+
+
+def history_of(tmp_path, lines: list[str]) -> Path:
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / ferry_run_dir.HISTORY).write_text("".join(f"{line}\n" for line in lines))
+    return root
+
+
+def test_a_history_written_by_main_before_version_2_still_reads(tmp_path):
+    root = history_of(tmp_path, MAIN_HISTORY.read_text().splitlines())
+    records = ferry_history.load(str(root))
+    assert [r["version"] for r in records] == [ferry_history.VERSION] * 4
+    assert [(r["run_dir"], r["status"]) for r in records] == [
+        ("baseline", "complete"),
+        ("incremental-1", "failed"),
+        ("incremental-2", "stopped"),
+        ("incremental-3", "complete"),
+    ]
+    # Its statuses are the worker's phase states: one vocabulary.
+    assert {r["status"] for r in records} <= set(ferry_docs.STATES["phase"])
+    assert records[0]["copied"] == {"files": 3, "bytes": 3_000_000}
+    assert records[1]["failed"] == 1
+    p = ferry_projection.project(records, now=T0)
+    assert p["ok"] and p["passes"] == 2
+    table = ferry_markdown.history_markdown(records)
+    assert len(table) == 2 + 4 and "| incremental-1 | 1 | failed |" in table[3]
+
+
 def test_an_older_history_s_killed_reads_as_stopped(tmp_path):
     """Records written before the job states were one vocabulary said "killed"."""
-    root = tmp_path / "m"
-    old = measured("baseline", T0, SOURCE, status="killed")
-    assert ferry_history.append(str(root), old)
+    old = json.loads(MAIN_HISTORY.read_text().splitlines()[0]) | {"status": "killed"}
+    del old["version"]  # older still: before records had a version at all
+    root = history_of(tmp_path, [json.dumps(old)])
     assert [r["status"] for r in ferry_history.load(str(root))] == ["stopped"]
+
+
+def test_a_record_missing_a_field_is_an_error_naming_the_file_and_the_field(tmp_path):
+    rec = measured("baseline", T0, SOURCE)
+    del rec["copied"]
+    root = history_of(
+        tmp_path, [json.dumps(measured("baseline", T0 - HOUR, SOURCE)), json.dumps(rec)]
+    )
+    with pytest.raises(ferry_history.HistoryError) as err:
+        ferry_history.load(str(root))
+    said = str(err.value)
+    assert str(root / ferry_run_dir.HISTORY) in said and "line 2" in said
+    assert "'copied' is a required property" in said
+    # A count that is missing below the top is named by its path, never read as 0.
+    rec = measured("baseline", T0, SOURCE)
+    del rec["planned"]["deleted"]
+    with pytest.raises(ferry_history.HistoryError, match="planned: 'deleted' is a required"):
+        ferry_history.append(str(tmp_path / "other"), rec)
+    assert not (tmp_path / "other" / ferry_run_dir.HISTORY).exists(), "nothing was written"
+
+
+def test_a_record_of_a_later_version_is_refused_by_name(tmp_path):
+    rec = measured("baseline", T0, SOURCE) | {"version": ferry_history.VERSION + 1}
+    root = history_of(tmp_path, [json.dumps(rec)])
+    with pytest.raises(ferry_history.HistoryError, match=r"line 1: a history record of version 3"):
+        ferry_history.load(str(root))
 
 
 def test_a_run_killed_before_its_report_is_recorded_by_the_next(tmp_path):

@@ -9,9 +9,11 @@ import datetime as dt
 import json
 
 import ferry_config
+import ferry_docs
 import ferry_history
 import ferry_html
 import ferry_markdown
+import ferry_model
 import ferry_report
 import ferry_run
 import ferry_run_dir
@@ -829,3 +831,32 @@ def test_a_plan_refused_for_its_copy_is_no_prune_refusal(run):
     report = build(run, phase="final")
     assert report["totals"]["prune"] is None
     assert report["failures"][0]["stage"] == "plan", report["failures"]
+
+
+def test_a_report_missing_a_key_is_an_error_naming_the_file_and_the_key(finished):
+    """report.json has a schema (workflow/schemas/report.schema.json): checked when it is
+    written and when it is read, so a key gone is named, never read as 0."""
+    report = build(finished)
+    del report["totals"]["files"]["copied"]
+    with pytest.raises(ferry_docs.DocumentError, match="totals/files: 'copied' is a required"):
+        ferry_report.write(report, ferry_run_dir.report_paths(str(finished.path), complete=True))
+    assert not (finished.path / "report.json").exists()
+    # Read back by the engines' last step: a report without its status is named as such.
+    good = build(finished)
+    del good["status"]
+    path = finished.path / "report.json"
+    path.write_text(json.dumps(good))
+    with pytest.raises(ferry_docs.DocumentError) as err:
+        ferry_report.ended(str(finished.path))
+    assert str(path) in str(err.value) and "'status' is a required property" in str(err.value)
+
+
+def test_a_reports_states_are_the_workers_words(finished):
+    """One vocabulary: the report's status is a phase state and each partition's a job state,
+    the words generated from the worker's documents.rs; another word is refused."""
+    report = build(finished)
+    assert report["status"] in ferry_docs.STATES["phase"]
+    assert {p["state"] for p in report["partitions"]} <= set(ferry_docs.STATES["job"])
+    report["partitions"][0]["state"] = "killed"
+    with pytest.raises(ferry_docs.DocumentError, match="partitions/0/state: 'killed' is not one"):
+        ferry_model.check(report, "a report")

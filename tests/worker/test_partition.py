@@ -26,6 +26,7 @@ import random
 import subprocess
 from pathlib import Path
 
+import ferry_docs
 import pytest
 from support.manifest import parse_manifest, unescape_path
 from support.trees import File, Link, make_tree, odd_names_spec, snapshot
@@ -92,8 +93,13 @@ def read_loose_manifest(path: Path) -> list[tuple[bytes, str, int | None]]:
 
 
 def ferry_partition(run_ferry, manifest: Path, out: Path, *limits, check=True):
-    r = run_ferry("partition", manifest, "--out", out, *map(str, limits), check=check)
-    summary = json.loads((out / "summary.json").read_text()) if r.returncode == 0 else None
+    """`ferry partition --json`: its summary, as printed and as written, checked against its
+    schema (the worker's `partition` document, documents.rs)."""
+    r = run_ferry("partition", manifest, "--out", out, "--json", *map(str, limits), check=check)
+    if r.returncode != 0:
+        return r, None
+    summary = ferry_docs.check("partition", json.loads((out / "summary.json").read_text()))
+    assert json.loads(r.stdout) == summary, "--json prints the summary.json it writes"
     return r, summary
 
 

@@ -384,6 +384,36 @@ pub struct ProgressDoc {
     pub requests: Requests,
 }
 
+// ---- ferry partition --json (and each summary.json `ferry partition` and `ferry plan` write)
+
+/// One part of a set: its file (`part-NNNNN.tsv`) and what it holds.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartSummary {
+    pub index: usize,
+    pub file: String,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// A set of parts: how it was cut, its totals and each part (docs/worker.md, "partition").
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionDoc {
+    pub version: Version,
+    /// `parts`, `max-files`, `max-bytes` or `max-files-bytes`.
+    pub mode: String,
+    pub parts: usize,
+    pub files: u64,
+    pub bytes: u64,
+    /// (largest part / mean − 1) × 100, to two decimals.
+    pub imbalance_pct: f64,
+    pub dirs: u64,
+    /// `dirs.tsv` when there are directory entries.
+    pub dirs_file: Option<String>,
+    pub partitions: Vec<PartSummary>,
+}
+
 // ---- ferry status --json
 
 /// Where a phase stands as a whole.
@@ -403,6 +433,13 @@ pub enum PhaseState {
     Stopped,
     /// The report says incomplete.
     Incomplete,
+    /// It ended, incomplete, with failures (a job failed, or the engine ended in error): the
+    /// migration's history says so of a run (ferry_history.py); `ferry status`, which sees no
+    /// engine's exit, says `incomplete` or `stopped` of it.
+    // Never made here: the word is in this enum so that the one vocabulary holds it.
+    #[allow(dead_code)]
+    Failed,
+    /// The report says complete.
     Complete,
 }
 
@@ -538,6 +575,7 @@ pub fn schemas() -> serde_json::Value {
         schemars::schema_for!(crate::commands::carry::CarryDoc),
     );
     add("units", schemars::schema_for!(UnitsDoc));
+    add("partition", schemars::schema_for!(PartitionDoc));
     add(
         "lease",
         schemars::schema_for!(crate::commands::lease::LeaseDoc),
@@ -546,7 +584,35 @@ pub fn schemas() -> serde_json::Value {
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,
         "documents": all,
+        "states": {
+            "job": words(schemars::schema_for!(JobState)),
+            "phase": words(schemars::schema_for!(PhaseState)),
+            "engine": words(schemars::schema_for!(EngineState)),
+        },
     })
+}
+
+/// The words of a state enum, in its order: the one vocabulary the pipeline's Python and Groovy
+/// read from the generated schema (`states`), never a copy of their own.
+fn words(schema: Schema) -> Vec<String> {
+    let value = schema.to_value();
+    let consts = match (value.get("enum"), value.get("oneOf")) {
+        (Some(serde_json::Value::Array(words)), _) => words.clone(),
+        // Variants with a doc comment come as {const, description}, the others as an enum.
+        (_, Some(serde_json::Value::Array(each))) => each
+            .iter()
+            .flat_map(|v| match (v.get("const"), v.get("enum")) {
+                (Some(word), _) => vec![word.clone()],
+                (_, Some(serde_json::Value::Array(words))) => words.clone(),
+                _ => Vec::new(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    consts
+        .iter()
+        .filter_map(|w| w.as_str().map(String::from))
+        .collect()
 }
 
 /// Every object of a document has every key it names, null where an Option is None (none of
@@ -588,6 +654,27 @@ mod tests {
             "workflow/scripts/worker-documents.schema.json is stale: regenerate it with \
              `make worker-schema`"
         );
+    }
+
+    #[test]
+    fn every_state_is_in_the_states_vocabulary() {
+        let all = schemas();
+        let phase = &all["states"]["phase"];
+        assert_eq!(
+            phase,
+            &serde_json::json!([
+                "listing",
+                "planning",
+                "running",
+                "finishing",
+                "stopped",
+                "incomplete",
+                "failed",
+                "complete"
+            ])
+        );
+        assert_eq!(all["states"]["job"].as_array().map(Vec::len), Some(5));
+        assert_eq!(all["states"]["engine"].as_array().map(Vec::len), Some(3));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::documents::{PartSummary, PartitionDoc, Version};
 use crate::manifest::{Entry, Writer};
 
 /// What an entry counts for in balancing: its bytes, and at least one, so that empty files
@@ -233,20 +234,28 @@ pub fn write_summary(
     Ok(text)
 }
 
-fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> serde_json::Value {
+fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> PartitionDoc {
     let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-    serde_json::json!({
-        "mode": mode,
-        "parts": parts.len(),
-        "files": parts.iter().map(|p| p.files).sum::<u64>(),
-        "bytes": loads.iter().sum::<u64>(),
-        "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
-        "dirs": dirs,
-        "dirs_file": if dirs > 0 { Some("dirs.tsv") } else { None },
-        "partitions": parts.iter().enumerate()
-            .map(|(i, p)| serde_json::json!({"index": i, "file": part_name(i), "files": p.files, "bytes": p.bytes}))
-            .collect::<Vec<_>>(),
-    })
+    PartitionDoc {
+        version: Version,
+        mode: mode.into(),
+        parts: parts.len(),
+        files: parts.iter().map(|p| p.files).sum(),
+        bytes: loads.iter().sum(),
+        imbalance_pct: (imbalance_pct(&loads) * 100.0).round() / 100.0,
+        dirs,
+        dirs_file: (dirs > 0).then(|| "dirs.tsv".into()),
+        partitions: parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PartSummary {
+                index: i,
+                file: part_name(i),
+                files: p.files,
+                bytes: p.bytes,
+            })
+            .collect(),
+    }
 }
 
 /// (max/mean − 1) × 100 over the parts' byte totals: 0 is perfect balance.

@@ -8,6 +8,10 @@ DocumentError here, never a default of 0 in a report.
     load_failed(kind, path)   a failed job's document, or None when the job died before it
                               printed one whole (an empty or cut-short file)
     check(kind, doc)          doc, validated
+    STATES[name]              the worker's words for a job's, a phase's, an engine's state
+
+The pipeline's own documents (report.json, history.jsonl's records) have checked-in schemas in
+workflow/schemas/, read through pipeline_validator() and validate() the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ with open(SCHEMA_FILE, encoding="utf-8") as _handle:
     _ALL = json.load(_handle)
 SCHEMAS: dict[str, dict] = _ALL["documents"]
 VERSION: int = _ALL["version"]
+# The one vocabulary of states, the worker's (documents.rs: JobState, PhaseState, EngineState).
+STATES: dict[str, tuple[str, ...]] = {name: tuple(words) for name, words in _ALL["states"].items()}
 # Blob requests by kind, every kind in every document's `requests`.
 REQUEST_KINDS: tuple[str, ...] = tuple(SCHEMAS["copy"]["$defs"]["Requests"]["properties"])
 
@@ -54,9 +60,10 @@ def _deepest(error):
     return error
 
 
-def check(kind: str, doc, where: str = "") -> dict:
+def validate(validator, doc, where: str, what: str) -> dict:
+    """doc, or a DocumentError naming `where` and each key that is missing or wrong."""
     errors = sorted(
-        (_deepest(e) for e in _VALIDATORS[kind].iter_errors(doc)),
+        (_deepest(e) for e in validator.iter_errors(doc)),
         key=lambda e: list(e.absolute_path),
     )
     if errors:
@@ -64,10 +71,26 @@ def check(kind: str, doc, where: str = "") -> dict:
             f"{'/'.join(str(p) for p in e.absolute_path) or 'the document'}: {e.message}"
             for e in errors[:5]
         )
-        raise DocumentError(
-            f"{where or 'a document'}: not a ferry {kind} document (version {VERSION}): {said}"
-        )
+        raise DocumentError(f"{where or 'a document'}: not {what}: {said}")
     return doc
+
+
+def check(kind: str, doc, where: str = "") -> dict:
+    return validate(_VALIDATORS[kind], doc, where, f"a ferry {kind} document (version {VERSION})")
+
+
+PIPELINE_SCHEMAS = os.path.join(os.path.dirname(os.path.dirname(SCHEMA_FILE)), "schemas")
+
+
+def pipeline_schema(name: str) -> dict:
+    """workflow/schemas/<name>.schema.json, one of the pipeline's own documents."""
+    with open(os.path.join(PIPELINE_SCHEMAS, f"{name}.schema.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def validator(schema: dict):
+    """A validator of schema as the worker's documents are validated (a count is an int)."""
+    return _strict(schema)
 
 
 def _read(path: str) -> str | None:

@@ -5,16 +5,19 @@
     ferry_history.py start RUN_DIR --engine E [--pid N] -- REPORT_ARGS...   # the engines' start hook
 
 RUN_ROOT is `<outdir>/<run_name>`, above the phase directories; its `history.jsonl` holds the
-records, oldest first. The two functions other code calls return plain dicts and lists:
+records, oldest first, each checked against workflow/schemas/history.schema.json when written
+and when read (a record missing a field is an error naming the file, its line and the field);
+records of version 1 (today's before version 2, or with no version) are read through from_v1().
+The two functions other code calls return plain dicts and lists:
 
 load(run_root) -> list[record], ordered by `started`; runs that started and never recorded
 their end (killed: the engine got SIGKILL, no report ran) appear as `stopped` records built from
 what they left, or `running` while their engine is alive on this host (from another host: until
 a later run starts). A record:
 
-    {"version": 1, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
+    {"version": 2, "run_id": str, "run_name": str, "phase": "baseline"|"incremental"|"final",
      "pass": int, "run_dir": str (the phase directory's name under the run root),
-     "status": "complete"|"incomplete"|"failed"|"stopped"|"running",   # ferry status's words
+     "status": "complete"|"incomplete"|"failed"|"stopped"|"running",   # the worker's phase states
      "engine": "snakemake"|"nextflow"|"unknown",
      "started": ISO str|None, "ended": ISO str|None, "wall_seconds": float|None,
      "source": {"files": int|None, "bytes": int|None},
@@ -23,7 +26,8 @@ a later run starts). A record:
                  "undecided", "deleted", "deleted_bytes",      # ints (0 when unknown); deleted:
                  "prune_dirs", "dest_dirs",     # what only the destination holds (would delete)
                  "newer": {"count", "examples"}},  # of it, newer than all the source holds
-     "deleted": {"files", "dirs"},          # what the pass's prune deleted (0 but a final's)
+     "deleted": {"files", "dirs"}|None,     # what the pass's prune deleted (0 but a final's;
+                                            # None: a final recorded before records said it)
      "prune_refused": str|None,
      "carried": bool,                       # it left the destination's state for the next pass
      "dest_listed": "carried"|"fresh"|None, "dest_listed_why": str|None,   # how it knew it
@@ -51,6 +55,7 @@ import socket
 import sys
 import time
 
+import ferry_docs
 import ferry_lock
 import ferry_markdown
 import ferry_model
@@ -61,11 +66,21 @@ from ferry_lock import alive, process_start
 from ferry_run_dir import HISTORY, RUN_STARTED, record_migration
 from ferrylib import epoch, iso, load_json, write_json
 
-VERSION = 1
+VERSION = 2
 STEPS = ("list_source", "list_dest", "plan", "copy", "verify", "prune", "final_check")
 # A step of the history taken by more than one of the pipeline's: prune's parts, then its
 # directories' job, which starts when the last part ends (so their spans add up).
 JOBS_OF = {"prune": ("prune", "prune_dirs")}
+# A record's schema, its status the worker's phase states (one vocabulary, generated).
+SCHEMA = ferry_docs.pipeline_schema("history")
+SCHEMA["properties"]["status"]["enum"] = list(ferry_docs.STATES["phase"])
+# Its requests, by the worker's kinds (ferry_docs.REQUEST_KINDS), every one.
+SCHEMA["$defs"]["requests"] |= {
+    "properties": {kind: {"$ref": "#/$defs/count"} for kind in ferry_docs.REQUEST_KINDS},
+    "required": list(ferry_docs.REQUEST_KINDS),
+    "additionalProperties": False,
+}
+_VALIDATOR = ferry_docs.validator(SCHEMA)
 
 # --- the start marker --------------------------------------------------------------------------
 
@@ -87,7 +102,7 @@ def gone(marker: dict, starts: list[float]) -> bool:
 
 def starts(root: str) -> list[float]:
     """When each run of the migration began, recorded or not."""
-    found = [epoch(r.get("started")) for r in read(root)] + [
+    found = [epoch(r["started"]) for r in read(root)] + [
         epoch(m.get("started")) for _, m in markers(root)
     ]
     return [s for s in found if s is not None]
@@ -172,24 +187,78 @@ def markers(root: str) -> list[tuple[str, dict]]:
 # --- the records ---------------------------------------------------------------------------------
 
 
+class HistoryError(ferry_docs.DocumentError):
+    """A record of the history that is not what its schema says."""
+
+
+def checked(rec, where: str) -> dict:
+    """rec, of this version and valid, or a HistoryError naming where and each wrong field."""
+    try:
+        return ferry_docs.validate(_VALIDATOR, rec, where, f"a history record (version {VERSION})")
+    except ferry_docs.DocumentError as err:
+        raise HistoryError(str(err)) from None
+
+
+def from_v1(rec: dict) -> dict:
+    """A record of version 1 (or of none: today's records before they were checked), as version
+    2: the keys v1's writers added over time, with what the reader took for them when missing;
+    `killed`, the word before the job states were one vocabulary, is `stopped`."""
+    planned = rec.get("planned")
+    if isinstance(planned, dict):
+        newer = {"count": 0, "examples": []}
+        planned = {"prune_dirs": 0, "dest_dirs": 0, "newer": newer} | planned
+        planned["newer"] = planned["newer"] or newer
+    # A final pass's deletions went unrecorded before records said them: unknown, not 0.
+    deleted = None if rec.get("phase") == "final" else {"files": 0, "dirs": 0}
+    defaults = {
+        "deleted": deleted,
+        "prune_refused": None,
+        "carried": False,
+        "dest_listed": None,
+        "dest_listed_why": None,
+        "depth": {"mode": None, "final": None, "peak": None},
+    }
+    status = {"killed": "stopped"}.get(rec.get("status"), rec.get("status"))
+    now = {"version": VERSION, "status": status} | ({"planned": planned} if planned else {})
+    return defaults | rec | now
+
+
+# How a record of each version is read: made this version's.
+READERS = {None: from_v1, 1: from_v1, VERSION: lambda rec: rec}
+
+
+def parse(line: str, where: str) -> dict | None:
+    """A line's record, as this version; None for a line cut short (a full disk, a kill)."""
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict):
+        raise HistoryError(f"{where}: not a history record: {line[:80]!r}")
+    reader = READERS.get(rec.get("version"))
+    if reader is None:
+        raise HistoryError(
+            f"{where}: a history record of version {rec.get('version')}; this ferry reads "
+            f"versions 1 to {VERSION}"
+        )
+    return checked(reader(rec), where)
+
+
 def read(root: str) -> list[dict]:
     """The records as appended, the first of each run_id (a record is never rewritten)."""
     out, seen = [], set()
+    path = os.path.join(root, HISTORY)
     try:
-        with open(os.path.join(root, HISTORY), encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             lines = handle.readlines()
     except OSError:
         return []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a full disk or a kill: the others still count
-        if isinstance(rec, dict) and rec.get("run_id") not in seen:
-            seen.add(rec.get("run_id"))
-            if rec.get("status") == "killed":
-                # Histories written before the job states were one vocabulary said "killed".
-                rec["status"] = "stopped"
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        rec = parse(line, f"{path}, line {number}")
+        if rec is not None and rec["run_id"] not in seen:
+            seen.add(rec["run_id"])
             out.append(rec)
     return out
 
@@ -206,7 +275,8 @@ def ends_with_newline(path: str) -> bool:
 def append(root: str, record: dict) -> bool:
     """One line, in one write (O_APPEND: lines of concurrent writers do not interleave); a run
     already recorded is not recorded twice. False when it was."""
-    if any(r.get("run_id") == record["run_id"] for r in read(root)):
+    checked(record, f"the record of {record.get('run_id')} for {os.path.join(root, HISTORY)}")
+    if any(r["run_id"] == record["run_id"] for r in read(root)):
         return False
     os.makedirs(root, exist_ok=True)
     path = os.path.join(root, HISTORY)
@@ -222,13 +292,9 @@ def append(root: str, record: dict) -> bool:
 
 
 def status_of(report: dict, ended_in_error: bool) -> str:
-    if report.get("status") == "complete" and not ended_in_error:
+    if report["status"] == "complete" and not ended_in_error:
         return "complete"
-    return "failed" if report.get("failures") or ended_in_error else "incomplete"
-
-
-def _int(value) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    return "failed" if report["failures"] or ended_in_error else "incomplete"
 
 
 def record(
@@ -265,16 +331,16 @@ def record(
             # `dest_dirs`, what prune.max_delete judges it by), not what this pass deleted.
             "deleted": extra["files"],
             "deleted_bytes": extra["bytes"],
-            "prune_dirs": _int((plan or {}).get("prune_dirs")),
-            "dest_dirs": _int((plan or {}).get("dest_dirs")),
+            "prune_dirs": plan["prune_dirs"] if plan else 0,
+            "dest_dirs": plan["dest_dirs"] if plan else 0,
             # Of them, those newer than everything at the source (the final's prune refuses).
-            "newer": (plan or {}).get("newer_deletions") or {"count": 0, "examples": []},
+            "newer": plan["newer_deletions"] if plan else {"count": 0, "examples": []},
         },
         # What this pass's prune deleted: nothing unless it is a final pass whose prune ran (a
         # dry run or a refused prune deletes nothing).
         "deleted": {
-            "files": _int(prune["deleted"]) if prune else 0,
-            "dirs": _int(prune.get("dirs_deleted")) if prune else 0,
+            "files": prune["deleted"] if prune else 0,
+            "dirs": prune["dirs_deleted"] if prune else 0,
         },
         "prune_refused": prune["refused"] if prune else None,
         "copied": {"files": totals["files"]["copied"], "bytes": totals["bytes"]["copied"]},
@@ -306,12 +372,12 @@ def dest_known(report: dict) -> dict:
     listed = report["totals"]["dest_listing"]["listed"]
     if not listed:
         return {"dest_listed": None, "dest_listed_why": None}
-    if listed.get("used"):
+    if listed["used"]:
         return {
             "dest_listed": "carried",
-            "dest_listed_why": f"as {listed.get('written_by')} left it",
+            "dest_listed_why": f"as {listed['written_by']} left it",
         }
-    return {"dest_listed": "fresh", "dest_listed_why": listed.get("reason")}
+    return {"dest_listed": "fresh", "dest_listed_why": listed["reason"]}
 
 
 def last_activity(run_dir: str) -> float | None:
@@ -333,14 +399,15 @@ def unrecorded(marker_dir: str, marker: dict, status: str) -> dict:
     opts = ferry_run.options(marker_dir, marker["report_args"])
     report = ferry_model.build(ferry_run.read(marker_dir), opts, complete=False)
     ended = last_activity(marker_dir) or epoch(marker.get("started")) or time.time()
-    return record(report, marker, os.path.basename(marker_dir), status, ended, opts.pass_)
+    rec = record(report, marker, os.path.basename(marker_dir), status, ended, opts.pass_)
+    return checked(rec, marker_dir)
 
 
 def settle(root: str, starting: float | None = None, skip: str | None = None) -> list[dict]:
     """Record as killed each run that left a marker and no record and is gone (gone()).
     starting: a run begins now (the start hook), later than any. skip: the run_id being recorded
     now. Returns the records added."""
-    recorded = {r.get("run_id") for r in read(root)}
+    recorded = {r["run_id"] for r in read(root)}
     began = starts(root) + ([starting] if starting is not None else [])
     added = []
     for marker_dir, marker in markers(root):
@@ -389,7 +456,7 @@ def load(run_root: str) -> list[dict]:
     """Every run of the migration, oldest first: the records, and a `stopped` or `running` one
     made (not written) for each run that left a marker and no record."""
     records = read(run_root)
-    recorded = {r.get("run_id") for r in records}
+    recorded = {r["run_id"] for r in records}
     began = starts(run_root)
     for marker_dir, marker in markers(run_root):
         if marker["run_id"] in recorded:
@@ -400,7 +467,7 @@ def load(run_root: str) -> list[dict]:
             )
         except Exception:  # noqa: BLE001 - what cannot be read is left out, not fatal to a reader
             continue
-    return sorted(records, key=lambda r: epoch(r.get("started")) or 0.0)
+    return sorted(records, key=lambda r: epoch(r["started"]) or 0.0)
 
 
 def default_state(root: str) -> str | None:

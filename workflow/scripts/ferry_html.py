@@ -25,6 +25,7 @@ import json
 import os
 import sys
 
+import ferry_docs
 import ferry_model
 import ferry_run_dir
 from ferrylib import fmt_bytes
@@ -87,15 +88,6 @@ def fmt_time(t) -> str:
     if isinstance(t, (int, float)):
         return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return str(t).replace("T", " ").split("+")[0].rstrip("Z")
-
-
-def files_of(value):
-    """A count the history gives either as a number or as {files, bytes}."""
-    return value.get("files") if isinstance(value, dict) else value
-
-
-def bytes_of(value):
-    return value.get("bytes") if isinstance(value, dict) else None
 
 
 def colour(step: str) -> str:
@@ -190,10 +182,11 @@ def stacked_bars(name: str, title: str, columns: list[tuple[str, dict]], fmt) ->
 
 
 def single_run_history(report: dict) -> list[dict]:
-    """The current run as the history's only record (ferry_history's shape), for a run whose
-    output directory has no history yet: the page then shows this pass alone rather than nothing."""
+    """The current run as the history's only record (the fields of ferry_history's the page
+    reads; its requests unknown), for a run whose output directory has no history yet: the page
+    then shows this pass alone rather than nothing."""
     t, tm = report["totals"], report["time"]
-    plan = report["plan"]["to_copy"] if report["plan"] else {}
+    plan = report["plan"]["to_copy"] if report["plan"] else dict.fromkeys(("files", "bytes"))
     return [
         {
             "phase": report["phase"],
@@ -203,11 +196,10 @@ def single_run_history(report: dict) -> list[dict]:
             "ended": report["generated_at"],
             "wall_seconds": tm["elapsed_seconds"],
             "source": {"files": t["files"]["source"], "bytes": t["bytes"]["source"]},
-            "planned": {
-                key: plan.get(key) for key in ("files", "bytes", "new", "changed", "metadata_only")
-            },
+            "planned": {key: plan[key] for key in ("files", "bytes")},
             "copied": {"files": t["files"]["copied"], "bytes": t["bytes"]["copied"]},
             "failed": t["files"]["failed"],
+            "requests": None,
             "steps": {
                 step: {"seconds": stats["seconds"], "span": stats["span_seconds"]}
                 for step, stats in tm["per_step"].items()
@@ -219,15 +211,12 @@ def single_run_history(report: dict) -> list[dict]:
 def step_seconds(value) -> float:
     """A step's time in a history record: its wall span (first start to last end), which adds
     up to the pass's time where jobs of one step ran side by side; else its summed seconds."""
-    if isinstance(value, dict):
-        return value.get("span") or value.get("seconds") or 0.0
-    return value or 0.0
+    return value["span"] or value["seconds"] or 0.0
 
 
 def request_total(rec: dict):
-    """All Blob requests of a record (requests.total is {kind: count})."""
-    total = (rec.get("requests") or {}).get("total")
-    return sum(total.values()) if isinstance(total, dict) and total else None
+    """All Blob requests of a record (requests.total is {kind: count}); None: not known."""
+    return None if rec["requests"] is None else sum(rec["requests"]["total"].values())
 
 
 def load_history(root: str) -> tuple[list[dict], dict | None]:
@@ -253,12 +242,8 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
 
 
 def pass_label(rec: dict) -> str:
-    phase = rec.get("phase") or "?"
-    return (
-        f"{phase} {rec['pass']}"
-        if rec.get("pass") not in (None, "", 1) or phase == "incremental"
-        else phase
-    )
+    phase = rec["phase"]
+    return f"{phase} {rec['pass']}" if rec["pass"] != 1 or phase == "incremental" else phase
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,19 +439,19 @@ def table(head: list[str], rows: list[list], numeric_from: int = 1, cls: str = "
 def history_section(history: list[dict], own: bool) -> str:
     rows = []
     for rec in history:
-        planned = rec.get("planned") or {}
+        planned = rec["planned"]
         rows.append(
             [
                 pass_label(rec),
-                rec.get("status", "-"),
-                fmt_time(rec.get("started")),
-                fmt_seconds(rec.get("wall_seconds")),
-                fmt_count(files_of(rec.get("source"))),
-                fmt_bytes(bytes_of(rec.get("source"))),
-                fmt_count(files_of(planned)),
-                fmt_bytes(bytes_of(planned)),
-                fmt_count(files_of(rec.get("copied"))),
-                fmt_count(files_of(rec.get("failed"))),
+                rec["status"],
+                fmt_time(rec["started"]),
+                fmt_seconds(rec["wall_seconds"]),
+                fmt_count(rec["source"]["files"]),
+                fmt_bytes(rec["source"]["bytes"]),
+                fmt_count(planned["files"]),
+                fmt_bytes(planned["bytes"]),
+                fmt_count(rec["copied"]["files"]),
+                fmt_count(rec["failed"]),
                 fmt_count(request_total(rec)),
             ]
         )
@@ -496,11 +481,11 @@ def history_section(history: list[dict], own: bool) -> str:
 
 
 def per_pass_plots(history: list[dict]) -> str:
-    delta = [(pass_label(r), {"planned": files_of(r.get("planned")) or 0}) for r in history]
+    delta = [(pass_label(r), {"planned": r["planned"]["files"] or 0}) for r in history]
     times = [
         (
             pass_label(r),
-            {k: step_seconds(v) for k, v in (r.get("steps") or {}).items() if step_seconds(v)},
+            {k: step_seconds(v) for k, v in r["steps"].items() if step_seconds(v)},
         )
         for r in history
     ]
@@ -636,7 +621,7 @@ def checks_section(report: dict) -> str:
     and the deletions (what prune deleted, with links to its lists, or why it was refused)."""
     t = report["totals"]
     words = ferry_model.compared_words
-    v, scope = t["verify"], (report["plan"] or {}).get("verify_scope", "-")
+    v, scope = t["verify"], report["plan"]["verify_scope"] if report["plan"] else "-"
     lines = [
         f"<b>Verify</b> ({esc(scope)} files{esc(words(t['verify_compared']))}): "
         + verify_counts(v, "missing on source")
@@ -670,7 +655,7 @@ def deletions_line(report: dict) -> str:
     if p is None and report["phase"] == "final":
         return "<b>Deletions</b>: none (prune did not run; see the failures)"
     if p is None:
-        extra = (report["plan"] or {}).get("extra_on_dest")
+        extra = report["plan"]["extra_on_dest"] if report["plan"] else None
         found = (
             f"; the plan found {fmt_count(extra['files'])} files ({fmt_bytes(extra['bytes'])}) "
             "only on the destination, for the final pass to delete"
@@ -876,6 +861,10 @@ def main(argv=None) -> int:
             f"{source}: a report of version {report.get('version', 1)}; this page renders version "
             f"{ferry_model.VERSION}: make the report again (ferry_report.py build)"
         )
+    try:
+        ferry_model.check(report, source)
+    except ferry_docs.DocumentError as err:
+        p.error(str(err))
     out = args.out or os.path.splitext(source)[0] + ".html"
     if "history" not in report:
         # A report made without --history (by hand): the history beside the run, if any.

@@ -77,7 +77,7 @@ def checks(report: dict) -> list[str]:
     t = report["totals"]
     retries, v = t["retries"], t["verify"]
     by_status = ", ".join(f"{k}: {n}" for k, n in retries["by_status"].items()) or "none"
-    scope = (report["plan"] or {}).get("verify_scope", "-")
+    scope = report["plan"]["verify_scope"] if report["plan"] else "-"
     lines = [
         f"Retries: {retries['total']} ({by_status}).",
         "",
@@ -280,10 +280,7 @@ def markdown(report: dict) -> str:
 def deleted_files(rec: dict) -> int | None:
     """What the pass's prune deleted: 0 for a pass that runs none (baseline, incremental, audit),
     None where the record does not say (a final pass recorded before records said it)."""
-    done = rec.get("deleted")
-    if isinstance(done, dict):
-        return ferry_projection._int(done.get("files"))
-    return None if rec.get("phase") == "final" else 0
+    return None if rec["deleted"] is None else rec["deleted"]["files"]
 
 
 def history_markdown(records: list[dict]) -> list[str]:
@@ -296,15 +293,15 @@ def history_markdown(records: list[dict]) -> list[str]:
         "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
-        planned, copied = r.get("planned") or {}, r.get("copied") or {}
+        planned, copied = r["planned"], r["copied"]
         deleted = deleted_files(r)
         lines.append(
-            f"| {r.get('run_dir') or r.get('phase')} | {r.get('pass')} | {r.get('status')} | {r.get('engine')} | "
-            f"{r.get('started') or '-'} | {ferry_projection.duration(r.get('wall_seconds'))} | {(r.get('source') or {}).get('files') or '-'} | "
-            f"{planned.get('files', 0)} | {human_bytes(planned.get('bytes'))} | {planned.get('deleted', 0)} | "
+            f"| {r['run_dir'] or r['phase']} | {r['pass']} | {r['status']} | {r['engine']} | "
+            f"{r['started'] or '-'} | {ferry_projection.duration(r['wall_seconds'])} | {r['source']['files'] or '-'} | "
+            f"{planned['files']} | {human_bytes(planned['bytes'])} | {planned['deleted']} | "
             f"{'-' if deleted is None else deleted} | "
-            f"{copied.get('files', 0)} | {human_bytes(copied.get('bytes'))} | {(r.get('verified') or {}).get('files', 0)} | "
-            f"{r.get('failed', 0)} | {r.get('retries', 0)} | {ferry_projection.actual_requests(r):,} | {r.get('partitions', 0)} |"
+            f"{copied['files']} | {human_bytes(copied['bytes'])} | {r['verified']['files']} | "
+            f"{r['failed']} | {r['retries']} | {ferry_projection.actual_requests(r):,} | {r['partitions']} |"
         )
     if not records:
         lines.append("| (no run recorded) |" + " |" * 17)

@@ -19,6 +19,12 @@ from ferry_run_dir import RECORDS, SHARDED, shard_ids
 # The report's own version: 2 since partitions have a `state` and the report its `jobs`
 # (report.json files before it have none).
 VERSION = 2
+# Its schema (workflow/schemas/report.schema.json), with the worker's words for its states.
+SCHEMA = ferry_docs.pipeline_schema("report")
+SCHEMA["properties"]["version"]["const"] = VERSION
+SCHEMA["properties"]["status"]["enum"] = list(ferry_docs.STATES["phase"])
+SCHEMA["$defs"]["partition"]["properties"]["state"]["enum"] = list(ferry_docs.STATES["job"])
+_VALIDATOR = ferry_docs.validator(SCHEMA)
 STEP_ORDER = list(RECORDS)
 # The steps that run once a phase (not per partition), the timeline's top lanes.
 SINGLE_STEPS = [s for s in STEP_ORDER if "{part}" not in RECORDS[s].log and s != "replicate"]
@@ -486,7 +492,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
     whole = complete and finished(run, opts, copy, verify, prune, final_check) and not failures
     now = time.time()
     plan = run["plan"]
-    return {
+    report = {
         "version": VERSION,
         "status": "complete" if whole else "incomplete",
         "run_name": opts.run_name,
@@ -505,3 +511,10 @@ def build(run: dict, opts, complete: bool = True) -> dict:
         "failures": failures,
         "ignored": copy["ignored"],
     }
+    return check(report, f"the report of {opts.run_dir}")
+
+
+def check(report: dict, where: str) -> dict:
+    """The report, when it is what its schema says; else a DocumentError naming where and the
+    key that is missing or wrong."""
+    return ferry_docs.validate(_VALIDATOR, report, where, f"a ferry report (version {VERSION})")

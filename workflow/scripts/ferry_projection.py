@@ -49,19 +49,17 @@ from ferrylib import epoch, fmt_bytes, iso, load_json
 RECENT = 3
 
 
-def _int(value) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
-
-
 # --- the projection ------------------------------------------------------------------------------
 
 
 def span(rec: dict, step: str) -> float:
-    return float((rec.get("steps") or {}).get(step, {}).get("span") or 0.0)
+    """The step's span in the pass; 0 for a step the pass did not run."""
+    return float(rec["steps"][step]["span"]) if step in rec["steps"] else 0.0
 
 
 def files_of(rec: dict, side: str) -> int:
-    return _int((rec.get(side) or {}).get("files"))
+    """The files the pass's plan counted on a side; 0 where it made no plan."""
+    return rec[side]["files"] or 0
 
 
 def pooled(passes: list[dict], units, seconds) -> float | None:
@@ -101,7 +99,7 @@ def overhead(rec: dict) -> float:
     steps = max(span(rec, "list_source"), span(rec, "list_dest")) + sum(
         span(rec, s) for s in ("plan", "copy", "verify", "prune", "final_check")
     )
-    return float(rec.get("wall_seconds") or 0.0) - steps
+    return float(rec["wall_seconds"] or 0.0) - steps
 
 
 # The jobs a pass runs one after another beyond its steps' (the carry step, the report): each
@@ -113,14 +111,13 @@ HOPS = {"listing": 1, "plan": 1, "copy": 1, "verify": 1, "prune": 2, "final_chec
 
 def hops(rec: dict) -> int:
     """How many jobs the pass ran one after another (a step's jobs side by side count once)."""
-    done = set(rec.get("steps") or {})
+    done = set(rec["steps"])
     steps = {"listing" if s in ("list_source", "list_dest") else s for s in done}
     return FIXED_HOPS + sum(HOPS.get(s, 1) for s in steps)
 
 
 def delta_of(rec: dict) -> tuple[int, int]:
-    planned = rec.get("planned") or {}
-    return _int(planned.get("files")), _int(planned.get("bytes"))
+    return rec["planned"]["files"], rec["planned"]["bytes"]
 
 
 def trend(passes: list[dict]) -> list[dict]:
@@ -128,22 +125,20 @@ def trend(passes: list[dict]) -> list[dict]:
     source in that time, as far as a pass can see it). A baseline's delta is the whole tree."""
     out = []
     for prev, rec in zip(passes, passes[1:]):
-        hours = ((epoch(rec.get("started")) or 0) - (epoch(prev.get("started")) or 0)) / 3600
-        if rec.get("phase") == "baseline" or hours <= 0:
+        hours = ((epoch(rec["started"]) or 0) - (epoch(prev["started"]) or 0)) / 3600
+        if rec["phase"] == "baseline" or hours <= 0:
             continue
         files, byts = delta_of(rec)
         # Incremental passes never delete: extra_on_dest grows from pass to pass, and only what
         # is new since the previous pass is this interval's share.
-        before = (
-            0 if prev.get("phase") == "final" else _int((prev.get("planned") or {}).get("deleted"))
-        )
-        deleted = max(0, _int((rec.get("planned") or {}).get("deleted")) - before)
+        before = 0 if prev["phase"] == "final" else prev["planned"]["deleted"]
+        deleted = max(0, rec["planned"]["deleted"] - before)
         out.append(
             {
-                "run_id": rec.get("run_id"),
-                "pass": rec.get("pass"),
-                "phase": rec.get("phase"),
-                "started": rec.get("started"),
+                "run_id": rec["run_id"],
+                "pass": rec["pass"],
+                "phase": rec["phase"],
+                "started": rec["started"],
                 "hours_since_previous": round(hours, 4),
                 "files": files,
                 "bytes": byts,
@@ -157,7 +152,7 @@ def trend(passes: list[dict]) -> list[dict]:
 
 
 def verified_most(rec: dict) -> bool:
-    return _int((rec.get("verified") or {}).get("files")) * 2 >= files_of(rec, "source") > 0
+    return rec["verified"]["files"] * 2 >= files_of(rec, "source") > 0
 
 
 # The steps priced by their work, and the work each measured pass did in it.
@@ -165,11 +160,11 @@ WORK = {
     "list_source": lambda r: files_of(r, "source"),
     "list_dest": lambda r: files_of(r, "dest"),
     "plan": lambda r: files_of(r, "source") + files_of(r, "dest"),
-    "copy_files": lambda r: _int((r.get("copied") or {}).get("files")),
-    "copy_bytes": lambda r: _int((r.get("copied") or {}).get("bytes")),
-    "verify_files": lambda r: _int((r.get("verified") or {}).get("files")),
-    "verify_md5_bytes": lambda r: _int((r.get("copied") or {}).get("bytes")),
-    "prune": lambda r: _int((r.get("planned") or {}).get("deleted")),
+    "copy_files": lambda r: r["copied"]["files"],
+    "copy_bytes": lambda r: r["copied"]["bytes"],
+    "verify_files": lambda r: r["verified"]["files"],
+    "verify_md5_bytes": lambda r: r["copied"]["bytes"],
+    "prune": lambda r: r["planned"]["deleted"],
     "final_check": lambda r: files_of(r, "source") + files_of(r, "dest"),
 }
 # Where rates() reports each fit's rate, as the report has always named them.
@@ -192,10 +187,10 @@ def rates(passes: list[dict]) -> dict:
     recent = passes[-RECENT:]
     # The steps whose work differs most between passes are fitted over them all: the baseline's
     # large copy fixes the rate, the incremental passes' small ones the fixed part.
-    with_copies = [r for r in passes if (r.get("copied") or {}).get("files")]
+    with_copies = [r for r in passes if r["copied"]["files"]]
     # A verify by MD5 reads what the pass copied; by size, it looks the files up.
-    size_verifies = [r for r in passes if not r.get("checksum")]
-    md5_verifies = [r for r in passes if r.get("checksum")]
+    size_verifies = [r for r in passes if not r["checksum"]]
+    md5_verifies = [r for r in passes if r["checksum"]]
     over = {
         "list_source": (recent, "list_source"),
         "list_dest": (recent, "list_dest"),
@@ -219,7 +214,7 @@ def rates(passes: list[dict]) -> dict:
     out["points"] = points
     # Per job the engine ran in turn: from the passes most like the one projected (an
     # incremental or a final, not the baseline, whose copy outlasts its other jobs' gaps).
-    like = [r for r in passes if r.get("phase") != "baseline"][-RECENT:] or recent
+    like = [r for r in passes if r["phase"] != "baseline"][-RECENT:] or recent
     out["overhead_per_hop"] = sum(overhead(r) / hops(r) for r in like) / len(like)
     out["overhead_seconds"] = sum(overhead(r) for r in like) / len(like)
     return out
@@ -227,18 +222,11 @@ def rates(passes: list[dict]) -> dict:
 
 def requests_per_unit(passes: list[dict], step: str, units) -> dict[str, float]:
     """A step's Blob requests of each kind per unit of its work (entry listed, file copied, ...)."""
-    recent = [
-        r
-        for r in passes
-        if step in ((r.get("requests") or {}).get("by_step") or {}) and units(r) > 0
-    ][-RECENT:]
+    recent = [r for r in passes if step in r["requests"]["by_step"] and units(r) > 0][-RECENT:]
     total_units = sum(units(r) for r in recent)
     if not total_units:
         return {}
-    return {
-        k: sum(_int(r["requests"]["by_step"][step].get(k)) for r in recent) / total_units
-        for k in KINDS
-    }
+    return {k: sum(r["requests"]["by_step"][step][k] for r in recent) / total_units for k in KINDS}
 
 
 def seconds_for(units: float, rate: float | None) -> float:
@@ -253,7 +241,7 @@ def priced(r: dict, name: str, units: float) -> float:
     rate = r[RATE_NAMES[name]]
     if not units or not rate:
         return 0.0
-    near = nearest(r["points"].get(name) or [], units)
+    near = nearest(r["points"][name], units)
     if not near:
         return r["fixed_seconds"][name] + units / rate
     fixed = sum(s - u / rate for u, s in near) / len(near)
@@ -391,9 +379,7 @@ def audit_seconds(
         "plan": priced(r, "plan", source + dest),
         "verify": max(
             priced(r, "verify_files", source) if r["verify_files_per_s"] else full_listing,
-            priced(r, "verify_md5_bytes", _int((last.get("source") or {}).get("bytes")))
-            if checksum
-            else 0.0,
+            priced(r, "verify_md5_bytes", last["source"]["bytes"] or 0) if checksum else 0.0,
         ),
     }
 
@@ -407,9 +393,7 @@ def expected_delta(
         return work["files"], work["bytes"], work["deleted"]
     delta_files = per_hour["files_per_hour"] * hours
     delta_bytes = per_hour["bytes_per_hour"] * hours
-    pending_deletes = (
-        0 if last.get("phase") == "final" else _int((last.get("planned") or {}).get("deleted"))
-    )
+    pending_deletes = 0 if last["phase"] == "final" else last["planned"]["deleted"]
     deletes = pending_deletes + per_hour["deleted_per_hour"] * hours
     return delta_files, delta_bytes, deletes
 
@@ -430,7 +414,7 @@ def estimate(
     last = passes[-1]
     r = rates(passes)
     moves = trend(passes)
-    hours = max(0.0, (at - (epoch(last.get("started")) or at)) / 3600)
+    hours = max(0.0, (at - (epoch(last["started"]) or at)) / 3600)
     per_hour = change_rate(moves, assumptions)
     delta_files, delta_bytes, deletes = expected_delta(last, per_hour, hours, work)
     source = files_of(last, "source")
@@ -441,7 +425,7 @@ def estimate(
 
     # A pass that carries the destination's state lists only the source.
     if known is None:
-        known = {"carried": bool(last.get("carried")), "why": f"left by {last.get('run_dir')}"}
+        known = {"carried": last["carried"], "why": f"left by {last['run_dir']}"}
     carried = known["carried"] and phase != "audit"
     listing, full_listing = listing_seconds(r, source, dest, carried, known, phase, assumptions)
     plan = priced(r, "plan", source + dest)
@@ -520,8 +504,8 @@ def convergence(moves: list[dict], r: dict) -> tuple[str, str]:
         return "unknown", "two incremental passes are needed to see a trend"
     recent = moves[-RECENT:]
     # The latest pass's change rate against the copy's: the present, not the mean of the past.
-    copy_bph = (r.get("copy_bytes_per_s") or 0) * 3600
-    copy_fph = (r.get("copy_files_per_s") or 0) * 3600
+    copy_bph = (r["copy_bytes_per_s"] or 0) * 3600
+    copy_fph = (r["copy_files_per_s"] or 0) * 3600
     bph = recent[-1]["bytes_per_hour"]
     fph = recent[-1]["files_per_hour"]
     if (copy_bph and bph > copy_bph) or (copy_fph and fph > copy_fph):
@@ -555,7 +539,7 @@ def shrinking(xs: list[int]) -> bool:
 
 
 def actual_requests(rec: dict) -> int:
-    return sum(_int(v) for v in ((rec.get("requests") or {}).get("total") or {}).values())
+    return sum(rec["requests"]["total"].values())
 
 
 def backtest(passes: list[dict]) -> list[dict]:
@@ -563,34 +547,32 @@ def backtest(passes: list[dict]) -> list[dict]:
     out = []
     for i in range(1, len(passes)):
         rec = passes[i]
-        at = epoch(rec.get("started"))
-        if at is None or rec.get("phase") == "baseline" or not rec.get("wall_seconds"):
+        at = epoch(rec["started"])
+        if at is None or rec["phase"] == "baseline" or not rec["wall_seconds"]:
             continue
         # How it knew the destination, as the state said when it started (the records'
         # "carried" of older histories, where it is not recorded).
         known = (
-            {"carried": rec["dest_listed"] == "carried", "why": rec.get("dest_listed_why") or ""}
-            if rec.get("dest_listed")
+            {"carried": rec["dest_listed"] == "carried", "why": rec["dest_listed_why"] or ""}
+            if rec["dest_listed"]
             else None
         )
-        est = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), known=known)
+        est = estimate(passes[:i], at, rec["phase"], rec["checksum"], known=known)
         # The same pass priced with the delta it found: the model's error apart from the
         # forecast's.
         files, byts = delta_of(rec)
         work = {
             "files": files,
             "bytes": byts,
-            "deleted": _int((rec.get("planned") or {}).get("deleted")),
+            "deleted": rec["planned"]["deleted"],
         }
-        priced_ = estimate(passes[:i], at, rec["phase"], bool(rec.get("checksum")), work, known)[
-            "seconds"
-        ]
+        priced_ = estimate(passes[:i], at, rec["phase"], rec["checksum"], work, known)["seconds"]
         actual = float(rec["wall_seconds"])
         out.append(
             {
-                "run_id": rec.get("run_id"),
-                "pass": rec.get("pass"),
-                "phase": rec.get("phase"),
+                "run_id": rec["run_id"],
+                "pass": rec["pass"],
+                "phase": rec["phase"],
                 # The passes it was projected from: after the baseline alone, no small pass was
                 # measured yet, nor any change rate.
                 "from_passes": i,
@@ -623,9 +605,7 @@ def project(
         (
             r
             for r in records
-            if r.get("status") == "complete"
-            and epoch(r.get("started"))
-            and r.get("phase") != "audit"
+            if r["status"] == "complete" and epoch(r["started"]) and r["phase"] != "audit"
         ),
         key=lambda r: epoch(r["started"]),
     )
@@ -638,9 +618,7 @@ def project(
             "line": "no projection: no complete pass recorded yet",
         }
     if checksum is None:
-        checksum = next(
-            (bool(r.get("checksum")) for r in reversed(passes) if r.get("phase") == "final"), False
-        )
+        checksum = next((r["checksum"] for r in reversed(passes) if r["phase"] == "final"), False)
     settings = settings or Settings()
     listing = next_listing(records, settings)
     est = estimate(passes, now, phase, checksum, known=listing)
@@ -720,7 +698,7 @@ def next_listing(records: list[dict], settings: Settings) -> dict:
             return {"carried": False, "why": f"there is no carried state at {settings.state}"}
         if doc.get("version") != STATE_VERSION:
             return {"carried": False, "why": "the carried state is of another version of ferry"}
-        if doc.get("taken_by"):
+        if doc["taken_by"]:
             return {
                 "carried": False,
                 "why": f"the carried state was taken by {doc['taken_by']}, which did not leave a "
@@ -728,15 +706,15 @@ def next_listing(records: list[dict], settings: Settings) -> dict:
             }
         return {
             "carried": True,
-            "why": f"left by {doc.get('written_by')}, {_int(doc.get('entries')):,} entries",
+            "why": f"left by {doc['written_by']}, {doc['entries']:,} entries",
         }
-    for rec in sorted(records, key=lambda r: epoch(r.get("started")) or 0.0, reverse=True):
-        if rec.get("carried"):
-            return {"carried": True, "why": f"left by {rec.get('run_dir')}"}
+    for rec in sorted(records, key=lambda r: epoch(r["started"]) or 0.0, reverse=True):
+        if rec["carried"]:
+            return {"carried": True, "why": f"left by {rec['run_dir']}"}
         if took_state(rec):
             return {
                 "carried": False,
-                "why": f"{rec.get('run_dir')} ({rec.get('status')}) left no carried state",
+                "why": f"{rec['run_dir']} ({rec['status']}) left no carried state",
             }
     return {"carried": False, "why": "no pass has left a carried state"}
 
@@ -745,9 +723,9 @@ def took_state(rec: dict) -> bool:
     """Did the pass decide on the carried state (and, not carrying it on, leave the next pass to
     list fresh)? A pass that decided how to know the destination did; so did a baseline that
     wrote."""
-    if rec.get("dest_listed"):
+    if rec["dest_listed"]:
         return True
-    return rec.get("phase") == "baseline" and bool((rec.get("copied") or {}).get("files"))
+    return rec["phase"] == "baseline" and bool(rec["copied"]["files"])
 
 
 def source_loss(moves: list[dict], source: int) -> dict | None:
@@ -778,11 +756,11 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
     pass's plan counted) against prune.max_delete, as `ferry plan` and prune judge them; how it
     will know the destination; the source's loss."""
     last = passes[-1]
-    planned = last.get("planned") or {}
+    planned = last["planned"]
     # What the last plan counted, as `ferry plan` would judge it now; a final pass deleted it.
-    files = 0 if last.get("phase") == "final" else _int(planned.get("deleted"))
-    n = files + (0 if last.get("phase") == "final" else _int(planned.get("prune_dirs")))
-    of = files_of(last, "dest") + _int(planned.get("dest_dirs")) or files_of(last, "source")
+    files = 0 if last["phase"] == "final" else planned["deleted"]
+    n = files + (0 if last["phase"] == "final" else planned["prune_dirs"])
+    of = files_of(last, "dest") + planned["dest_dirs"] or files_of(last, "source")
     problems, refused = [], None
     if files_of(last, "source") == 0 and not settings.force:
         refused = (
@@ -793,21 +771,21 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         share = 100.0 * n / of if of else 100.0
         refused = (
             f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
-            f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/plan/delete.tsv, "
+            f"prune.max_delete {settings.max_delete} allows: review {last['run_dir']}/plan/delete.tsv, "
             f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
         )
-    newer = planned.get("newer") or {}
-    if refused is None and _int(newer.get("count")) and not settings.force:
+    newer = planned["newer"]
+    if refused is None and newer["count"] and not settings.force:
         refused = (
-            f"{_int(newer.get('count')):,} files to delete are newer than everything at the source "
-            f"(first: {', '.join(newer.get('examples') or [])}): something wrote at the destination, "
-            f"or the source's newest files were deleted; review {last.get('run_dir')}/plan/delete.tsv, "
+            f"{newer['count']:,} files to delete are newer than everything at the source "
+            f"(first: {', '.join(newer['examples'])}): something wrote at the destination, "
+            f"or the source's newest files were deleted; review {last['run_dir']}/plan/delete.tsv, "
             "then set prune.force: true if they are to go"
         )
     if refused:
         problems.append(f"its prune would be refused: {refused}")
     # After a final pass the loss was the cut-over's own, dealt with (deleted, or refused).
-    loss = None if last.get("phase") == "final" else source_loss(moves, files_of(last, "source"))
+    loss = None if last["phase"] == "final" else source_loss(moves, files_of(last, "source"))
     if loss:
         problems.append(loss["why"])
     if not listing["carried"]:

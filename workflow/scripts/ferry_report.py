@@ -51,7 +51,7 @@ def build(
 
 def write(report: dict, paths: dict[str, str]) -> None:
     """The report's three forms at paths {json, md, html} (ferry_run_dir.report_paths)."""
-    write_json(paths["json"], report)
+    write_json(paths["json"], ferry_model.check(report, paths["json"]))
     tmp = f"{paths['md']}.tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(ferry_markdown.markdown(report))
@@ -114,18 +114,20 @@ def ended(run_dir: str, report_json: str | None = None) -> list[str]:
     projection of the final pass (ferry_history.py). report_json: where to read the report when
     it is not yet in run_dir (Nextflow publishes it on its own); [] without a report."""
     paths = ferry_run_dir.report_paths(run_dir, complete=True)
-    report = load_json(report_json or paths["json"])
+    source = report_json or paths["json"]
+    report = load_json(source)
     if report is None:
         return []
+    ferry_model.check(report, source)
     said = [
         f"ferry: the {report['phase']} pass is complete; its report: {paths['html']} "
         f"(and {paths['md']})"
     ]
-    projection = report.get("projection")
+    projection = report.get("projection")  # none in a report made without the history
     if projection:
         # The time, then whether the final pass would go through: a line each.
         said.append(f"ferry: {ferry_projection.line(projection, verdict=False)}")
-        if projection.get("ok") and projection.get("final_pass"):
+        if projection["ok"]:
             said.append(f"ferry: {ferry_projection.verdict_words(projection['final_pass'])}")
     return said
 

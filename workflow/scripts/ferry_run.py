@@ -42,8 +42,6 @@ from ferry_run_dir import (
     shard_ids,
 )
 
-STATES = ("pending", "running", "done", "failed", "stopped")
-
 
 def read_timing(path: str) -> dict | None:
     """A timing file (columns s, cpu_time, max_rss; Snakemake's benchmark or ferry_task.py's):
