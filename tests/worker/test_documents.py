@@ -32,6 +32,9 @@ def phase(tmp_path, run_ferry, container):
     docs["mk_summary"] = json.loads((run / "mk.json").read_text())
     run_ferry("plan", run / "source.tsv", "--out", run / "plan", "--phase", "baseline")
     docs["plan"] = json.loads((run / "plan" / "plan.json").read_text())
+    docs["partition"] = run_ferry(
+        "partition", run / "source.tsv", "--out", run / "parts", "--parts", "2", "--json"
+    ).json
     manifest = run / "plan" / "copy" / "part-00000.tsv"
     progress = run / "progress" / "copy-part-00000.json"
     progress.parent.mkdir()
