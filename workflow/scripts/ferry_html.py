@@ -348,7 +348,7 @@ def throughput_curve(spans: list[dict]) -> str | None:
 
 
 def projection_bar(projection: dict) -> str | None:
-    parts = projection.get("steps") or {}
+    parts = projection["steps"]
     total = sum(v or 0 for v in parts.values())
     if total <= 0:
         return None
@@ -373,8 +373,8 @@ def backtest_bars(backtest: list[dict]) -> str | None:
     rows = [
         {
             "label": pass_label(b),
-            "projected": b.get("projected_seconds"),
-            "actual": b.get("actual_seconds"),
+            "projected": b["projected_seconds"],
+            "actual": b["actual_seconds"],
         }
         for b in backtest
     ]
@@ -519,24 +519,24 @@ def projection_section(projection: dict | None) -> str:
         clear = final["goes_through"] and not final["problems"]
         said = final["said"][:1].upper() + final["said"][1:]
         out.append(f'<p class="{"ok" if clear else "warn"}" id="final-pass">{esc(said)}.</p>')
-    converging = projection.get("converging") or "unknown"
+    converging = projection["converging"]
     out.append(
         f'<p class="{"ok" if converging in ("converging", "steady") else "warn"}">The passes: '
         f"<b>{esc(converging)}</b>"
-        + (f" ({esc(projection['why'])})" if projection.get("why") else "")
+        + (f" ({esc(projection['why'])})" if projection["why"] else "")
         + ".</p>"
     )
     bar = projection_bar(projection)
     if bar:
         out.append(f"<figure>{bar}</figure>")
-    assumptions = projection.get("assumptions") or []
+    assumptions = projection["assumptions"]
     if assumptions:
         out.append(
             "<details open><summary>Assumptions</summary><ul>"
             + "".join(f"<li>{esc(a)}</li>" for a in assumptions)
             + "</ul></details>"
         )
-    backtest = projection.get("backtest") or []
+    backtest = projection["backtest"]
     if backtest:
         out.append("<h3>The projection on past passes</h3>")
         plot = backtest_bars(backtest)
@@ -548,13 +548,11 @@ def projection_section(projection: dict | None) -> str:
                 [
                     [
                         pass_label(b),
-                        fmt_seconds(b.get("projected_seconds")),
-                        fmt_seconds(b.get("actual_seconds")),
-                        f"{b['error_pct']:+.0f} %"
-                        if isinstance(b.get("error_pct"), (int, float))
-                        else "-",
-                        fmt_count(b.get("projected_requests")),
-                        fmt_count(b.get("actual_requests")),
+                        fmt_seconds(b["projected_seconds"]),
+                        fmt_seconds(b["actual_seconds"]),
+                        "-" if b["error_pct"] is None else f"{b['error_pct']:+.0f} %",
+                        fmt_count(b["projected_requests"]),
+                        fmt_count(b["actual_requests"]),
                     ]
                     for b in backtest
                 ],
