@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::manifest::{Entry, Writer};
+use crate::run_dir::LAYOUT;
 
 /// What an entry counts for in balancing: its bytes, and at least one, so that empty files
 /// spread out too.
@@ -124,7 +125,7 @@ pub struct PartTotals {
 }
 
 pub fn part_name(i: usize) -> String {
-    format!("part-{i:05}.tsv")
+    crate::run_dir::LAYOUT.part_file(i)
 }
 
 /// The `mode` a summary reports for parts cut by caps (`--max-files` and/or `--max-bytes`),
@@ -229,7 +230,7 @@ pub fn write_summary(
     dirs: u64,
 ) -> anyhow::Result<String> {
     let text = serde_json::to_string_pretty(&summary(mode, parts, dirs))?;
-    std::fs::write(out.join("summary.json"), format!("{text}\n"))?;
+    std::fs::write(out.join(&LAYOUT.parts.summary), format!("{text}\n"))?;
     Ok(text)
 }
 
@@ -242,7 +243,7 @@ fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> serde_json::Value {
         "bytes": loads.iter().sum::<u64>(),
         "imbalance_pct": (imbalance_pct(&loads) * 100.0).round() / 100.0,
         "dirs": dirs,
-        "dirs_file": if dirs > 0 { Some("dirs.tsv") } else { None },
+        "dirs_file": if dirs > 0 { Some(&LAYOUT.parts.dirs) } else { None },
         "partitions": parts.iter().enumerate()
             .map(|(i, p)| serde_json::json!({"index": i, "file": part_name(i), "files": p.files, "bytes": p.bytes}))
             .collect::<Vec<_>>(),

@@ -90,7 +90,7 @@ import ferry_preflight
 import ferry_run
 from ferry_docs import REQUEST_KINDS as KINDS
 from ferry_lock import alive, process_start
-from ferry_run_dir import HISTORY, RUN_STARTED, record_migration
+from ferry_run_dir import DELETIONS, HISTORY, RUN_STARTED, record_migration
 from ferrylib import fmt_bytes, iso, load_json, write_json
 
 VERSION = 1
@@ -1133,7 +1133,7 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         share = 100.0 * n / of if of else 100.0
         refused = (
             f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
-            f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/plan/delete.tsv, "
+            f"prune.max_delete {settings.max_delete} allows: review {last.get('run_dir')}/{DELETIONS}, "
             f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
         )
     newer = planned.get("newer") or {}
@@ -1141,7 +1141,7 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         refused = (
             f"{_int(newer.get('count')):,} files to delete are newer than everything at the source "
             f"(first: {', '.join(newer.get('examples') or [])}): something wrote at the destination, "
-            f"or the source's newest files were deleted; review {last.get('run_dir')}/plan/delete.tsv, "
+            f"or the source's newest files were deleted; review {last.get('run_dir')}/{DELETIONS}, "
             "then set prune.force: true if they are to go"
         )
     if refused:

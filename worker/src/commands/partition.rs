@@ -11,6 +11,7 @@ use crate::partition::{
     caps_mode, distribute, imbalance_pct, lpt, write_summary, Filler, PartTotals as Part,
     PartWriter,
 };
+use crate::run_dir::LAYOUT;
 use crate::sorted::sort::{Order, Sorter};
 
 #[derive(Args, Debug)]
@@ -82,10 +83,7 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
             std::fs::remove_dir_all(out.join(&old))?;
             continue;
         }
-        if (name.starts_with("part-") && name.ends_with(".tsv"))
-            || name == "dirs.tsv"
-            || name == "summary.json"
-        {
+        if LAYOUT.is_part_file(&name) || name == LAYOUT.parts.dirs || name == LAYOUT.parts.summary {
             std::fs::remove_file(out.join(&old))?;
         }
     }
@@ -130,7 +128,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     let mut note_dir = |e: &Entry, out: &Path| -> anyhow::Result<()> {
         if dirs.is_none() {
             dirs = Some(Writer::new(BufWriter::new(File::create(
-                out.join("dirs.tsv"),
+                out.join(&LAYOUT.parts.dirs),
             )?))?);
         }
         dirs.as_mut().unwrap().write(e)?;

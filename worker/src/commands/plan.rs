@@ -8,6 +8,7 @@ use super::prune::{Limit, OVER_LIMIT_FIX};
 use crate::partition::caps_mode;
 use crate::plan::split::{Method, Tool};
 use crate::plan::{self, Options, Partitioning, Phase};
+use crate::run_dir::LAYOUT;
 use crate::same::Compare;
 
 /// `--auto`: each cap is what one transfer job gets through in about ten minutes, so that a
@@ -212,7 +213,7 @@ fn write_plan(opts: &Options, staging: &Path) -> anyhow::Result<(plan::PlanDoc, 
     let doc = plan::plan(opts, staging, &scratch)?;
     std::fs::remove_dir_all(&scratch)?;
     let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
-    std::fs::write(staging.join("plan.json"), &text)?;
+    std::fs::write(staging.join(&LAYOUT.plan_files.plan), &text)?;
     Ok((doc, text))
 }
 
@@ -236,7 +237,7 @@ fn over_limit(
         return Ok(None);
     };
     let mut first = Vec::new();
-    for e in crate::manifest::Reader::open(&staging.join("delete.tsv"))?.take(3) {
+    for e in crate::manifest::Reader::open(&staging.join(&LAYOUT.plan_files.delete))?.take(3) {
         first.push(e.map_err(anyhow::Error::msg)?.display_path());
     }
     Ok(Some(format!(
