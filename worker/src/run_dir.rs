@@ -109,10 +109,14 @@ pub fn expand(pattern: &str, values: &[(&str, &str)]) -> Result<String, MissingV
         let name = after.find('}').map(|close| &after[..close]);
         match name.filter(|n| is_name(n)) {
             Some(name) => {
-                let value = values.iter().find(|(n, _)| *n == name).ok_or_else(|| MissingValue {
-                    name: name.to_string(),
-                    pattern: pattern.to_string(),
-                })?;
+                let value =
+                    values
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .ok_or_else(|| MissingValue {
+                            name: name.to_string(),
+                            pattern: pattern.to_string(),
+                        })?;
                 out.push_str(value.1);
                 rest = &after[name.len() + 1..];
             }

@@ -341,8 +341,14 @@ fn write_deletions(
         close(w)
     };
     let mut d = deletions.as_mut();
-    copy_all(d.as_mut().map(|d| &mut d.dirs), dir.join(&LAYOUT.parts.dirs))?;
-    copy_all(d.as_mut().map(|d| &mut d.touched), dir.join(&LAYOUT.plan_files.touched))?;
+    copy_all(
+        d.as_mut().map(|d| &mut d.dirs),
+        dir.join(&LAYOUT.parts.dirs),
+    )?;
+    copy_all(
+        d.as_mut().map(|d| &mut d.touched),
+        dir.join(&LAYOUT.plan_files.touched),
+    )?;
     let mut all = create(out.join(&LAYOUT.plan_files.delete))?;
     let mut rows = Vec::new();
     if let Some(d) = d {
@@ -548,7 +554,8 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     };
     let prune_partitions = write_deletions(out, deletions, prune_parts)?;
     let newer_deletions = Newer::deletions(
-        manifest::Reader::open(&out.join(&LAYOUT.plan_files.delete))?.map(|e| e.map_err(io::Error::other)),
+        manifest::Reader::open(&out.join(&LAYOUT.plan_files.delete))?
+            .map(|e| e.map_err(io::Error::other)),
         newest,
     )?;
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
@@ -557,13 +564,21 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         Some(v) => {
             let mut parts = rows(v.finish()?);
             if source.dirs + source.specials > 0 {
-                append_dirs(&dirs_planned, &out.join(&LAYOUT.plan_files.parts.verify), &mut parts)?;
+                append_dirs(
+                    &dirs_planned,
+                    &out.join(&LAYOUT.plan_files.parts.verify),
+                    &mut parts,
+                )?;
             }
             parts
         }
         None => {
             if to_copy.dirs > 0 {
-                append_dirs(&dirs_planned, &out.join(&LAYOUT.plan_files.parts.copy), &mut copy_parts)?;
+                append_dirs(
+                    &dirs_planned,
+                    &out.join(&LAYOUT.plan_files.parts.copy),
+                    &mut copy_parts,
+                )?;
             }
             copy_parts
                 .iter()
