@@ -209,6 +209,12 @@ class Ferry {
         return "${planDir(step)}/${expand(LAYOUT.parts.part as String, [part: part])}"
     }
 
+    /** A part's name: its file's without the extension (the tasks' tag). */
+    static String partName(Object part) {
+        def file = expand(LAYOUT.parts.part as String, [part: part])
+        return file.substring(0, file.lastIndexOf('.'))
+    }
+
     /** The id of the part a part's file name is (as the plan gives it). */
     static String partId(String name) {
         def pattern = LAYOUT.parts.part as String

@@ -55,18 +55,17 @@ def _strings(node) -> list[str]:
 
 def run_dir_names() -> set[str]:
     """What gives a path of the run directory away when written by hand: each file name of the
-    definition, the fixed start of a name around a placeholder (`part-`), and each directory
-    followed by what is inside it (`plan/`, `listing/`)."""
+    definition, the fixed words of a name around its placeholders (`part-`, `.partial-`), and
+    each directory followed by what is inside it (`plan/`, `listing/`)."""
     layout = json.loads(DEFINITION.read_text())
     names = {f"{value}/" for key, value in layout.items() if key.endswith("_dir")}
     for path in _strings(layout):
         segments = path.split("/")
         for segment in segments:
             if "{" in segment:
-                start = segment.split("{")[0]
-                if len(start) > 3 and start.endswith("-"):
-                    names.add(start)
-            elif "." in segment and not segment.startswith("."):
+                pieces = re.split(r"\{[A-Za-z_][A-Za-z0-9_]*\}", segment)
+                names.update(p for p in pieces if len(p) > 3 and p.endswith("-"))
+            elif "." in segment:
                 names.add(segment)
         names.update(f"{d}/" for d in segments[:-1] if "{" not in d)
     return names
@@ -135,7 +134,7 @@ def hand_written(names: set[str]) -> list[str]:
 
 def test_no_name_of_the_run_directory_is_written_outside_its_definition():
     names = run_dir_names()
-    assert {"plan.json", "part-", "shards.json", "report.html", "plan/"} <= names
+    assert {"plan.json", "part-", "shards.json", "report.html", "plan/", ".partial-"} <= names
     found = hand_written(names)
     assert not found, (
         "names of the run directory written by hand, not read from run_dir.json:\n  "

@@ -71,11 +71,24 @@ pub struct PlanFiles {
     pub touched: String,
 }
 
+/// What is made under another name until it is whole, then renamed into place.
+#[derive(Debug, Deserialize)]
+pub struct Staging {
+    /// A new plan beside `ferry plan --out DIR`: `{name}` DIR's name, `{pid}` the process's id.
+    pub plan: String,
+    pub plan_scratch: String,
+    /// The old plan while the new one takes its place: `{plan}` the new one's staging name.
+    pub plan_aside: String,
+    /// `ferry partition`'s sort scratch in its --out.
+    pub sort: String,
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Layout {
     pub steps: BTreeMap<String, StepRecords>,
     pub plan_dir: String,
     pub plan_files: PlanFiles,
+    pub staging: Staging,
     pub parts: Parts,
     pub report: ReportNames,
     pub incomplete_report: ReportNames,
@@ -139,6 +152,12 @@ fn is_name(name: &str) -> bool {
 }
 
 impl Layout {
+    /// A staging name of `pattern` (`staging`'s) for this process; with `pid` empty, the prefix
+    /// every process's name of it starts with (what a later run clears as a leftover).
+    pub fn staged(&self, pattern: &str, values: &[(&str, &str)]) -> String {
+        expand(pattern, values).expect("run_dir.json's staging names take the values given")
+    }
+
     /// The plan's document, relative to the run directory.
     pub fn plan(&self) -> PathBuf {
         Path::new(&self.plan_dir).join(&self.plan_files.plan)

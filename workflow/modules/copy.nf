@@ -3,7 +3,7 @@
 // redoes exactly this partition.
 
 process COPY {
-    tag "part ${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 

@@ -7,7 +7,7 @@
 // (PRUNE_DIRS). Nothing is listed: `ferry prune --plan` deletes what the plan's join found.
 
 process PRUNE {
-    tag "part ${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 

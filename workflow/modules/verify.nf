@@ -2,7 +2,7 @@
 // wrote; in the final phase the verify partitions cover the whole source and wait for every copy.
 
 process VERIFY {
-    tag "part ${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 

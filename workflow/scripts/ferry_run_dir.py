@@ -87,6 +87,8 @@ PLAN_DIR = LAYOUT["plan_dir"]
 PARTS = LAYOUT["parts"]
 # The plan directory's inside, relative to it (`ferry plan --out`).
 PLAN_FILES = LAYOUT["plan_files"]
+# What is made under another name until it is whole (a step's output: `out`).
+STAGING = LAYOUT["staging"]
 # What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
 # carry step patches the carried destination listing with it.
 OBSERVED = LAYOUT["steps"]["verify"]["observed"]

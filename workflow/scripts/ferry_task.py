@@ -41,6 +41,7 @@ from ferry_run_dir import (
     REPLICATE_REPORT,
     SHARDED_SUMMARIES,
     SHARDS,
+    STAGING,
     MissingValue,
     expand,
     fill,
@@ -256,7 +257,7 @@ def run_step(
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT
-    tmp = f"{rec.out}.tmp" if rec.out else None
+    tmp = expand(STAGING["out"], {"out": rec.out}) if rec.out else None
     # A verb that writes its document itself (`ferry shard --out`) writes it where stdout would
     # have gone; its stdout goes to the log.
     writes_out = "{out}" in spec["argv"]

@@ -79,7 +79,7 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
     for old in std::fs::read_dir(out)? {
         let old = old?.file_name();
         let name = old.to_string_lossy();
-        if name.starts_with(".partition-sort-") {
+        if name.starts_with(&LAYOUT.staged(&LAYOUT.staging.sort, &[("pid", "")])) {
             std::fs::remove_dir_all(out.join(&old))?;
             continue;
         }
@@ -140,9 +140,10 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.parts {
         mode = "parts";
         // LPT wants the entries largest first: an external sort keeps memory bounded.
+        let pid = std::process::id().to_string();
         let scratch = args
             .out
-            .join(format!(".partition-sort-{}", std::process::id()));
+            .join(LAYOUT.staged(&LAYOUT.staging.sort, &[("pid", &pid)]));
         std::fs::create_dir_all(&scratch)?;
         let weight = args.file_weight.unwrap_or(0);
         let mut sorter = Sorter::new(

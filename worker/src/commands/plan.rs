@@ -160,12 +160,9 @@ fn staging_of(out: &Path) -> anyhow::Result<(PathBuf, String, PathBuf)> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let prefix = format!(".{}.partial-", name.to_string_lossy());
-    Ok((
-        parent.join(format!("{prefix}{}", std::process::id())),
-        prefix,
-        parent,
-    ))
+    let (name, pid) = (name.to_string_lossy(), std::process::id().to_string());
+    let staged = |pid: &str| LAYOUT.staged(&LAYOUT.staging.plan, &[("name", &name), ("pid", pid)]);
+    Ok((parent.join(staged(&pid)), staged(""), parent))
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -207,7 +204,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn write_plan(opts: &Options, staging: &Path) -> anyhow::Result<(plan::PlanDoc, String)> {
-    let scratch = staging.join(".scratch");
+    let scratch = staging.join(&LAYOUT.staging.plan_scratch);
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
     let doc = plan::plan(opts, staging, &scratch)?;
@@ -250,9 +247,9 @@ fn over_limit(
 /// moved aside first and removed after.
 fn replace_dir(staging: &Path, out: &Path) -> anyhow::Result<()> {
     if std::fs::symlink_metadata(out).is_ok() {
-        let mut aside = staging.as_os_str().to_owned();
-        aside.push(".old");
-        let aside = PathBuf::from(aside);
+        let name = staging.file_name().unwrap_or_default().to_string_lossy();
+        let aside =
+            staging.with_file_name(LAYOUT.staged(&LAYOUT.staging.plan_aside, &[("plan", &name)]));
         std::fs::rename(out, &aside)
             .with_context(|| format!("cannot move the old {} aside", out.display()))?;
         std::fs::rename(staging, out)
