@@ -227,6 +227,24 @@ mod tests {
         assert!(LAYOUT.plan().starts_with(&LAYOUT.plan_dir));
     }
 
+    /// The cases the scripts and the Nextflow pipeline are held to as well
+    /// (tests/scripts/test_run_dir.py runs the three over them).
+    #[test]
+    fn expands_as_the_shared_cases_say() {
+        let cases: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/scripts/run_dir_cases.json")).unwrap();
+        for case in cases["expand"].as_array().unwrap() {
+            let values: Vec<(&str, &str)> = case["values"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str().unwrap()))
+                .collect();
+            let got = expand(case["pattern"].as_str().unwrap(), &values).ok();
+            assert_eq!(got.as_deref(), case["out"].as_str(), "{case}");
+        }
+    }
+
     #[test]
     fn parts_are_named_by_their_id() {
         let name = LAYOUT.part_file(7);
