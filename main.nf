@@ -11,6 +11,8 @@ include { REPLICATE as MPI_REPLICATE } from './workflow/modules/replicate.nf'
 // Snakemake pipeline uses, on this machine, before any task is submitted.
 def resolved = FerryConfig.resolved(params)
 resolved.warnings.each { log.warn "ferry: ${it}" }
+// The run directory's names, for the processes' inputs and outputs (Ferry.LAYOUT).
+Ferry.use(resolved.layout)
 
 workflow {
     if (resolved.run.replicate_only)

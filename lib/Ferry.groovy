@@ -2,11 +2,25 @@ import groovy.json.JsonOutput
 import java.nio.file.Files
 import java.nio.file.Path
 import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.regex.Matcher
+import java.util.regex.Pattern
 
 /**
  * Helpers of the Nextflow pipeline that processes and the workflow share.
  */
 class Ferry {
+
+    // The run directory's layout (workflow/scripts/run_dir.json, as the resolution gave it), set
+    // once by main.nf before any process is made: the names processes stage their inputs under
+    // are fixed when a process is defined, before any task has its `run`.
+    static Map LAYOUT
+
+    static void use(Map layout) {
+        LAYOUT = layout
+    }
+
+    // run_dir.json's `placeholders`: {name}, name a letter or _, then letters, digits or _.
+    private static final Pattern PLACEHOLDER = ~/\{([A-Za-z_][A-Za-z0-9_]*)\}/
 
     // Records (the `rec` directory of docs/pipeline.md's layout) of tasks that failed for good:
     // the report reads them to say what went wrong.
@@ -74,24 +88,44 @@ class Ferry {
         return """\
             mkdir -p run ${q("history/${phaseDir}")}
             for rec in rec*; do cp -RLp "\$rec/." run/; done
-            cp -L staged/history.jsonl ${q("history/${run.layout.run_root.history}")}
-            cp -L staged/started.json ${q("history/${phaseDir}/${run.layout.run_started}")}
+            cp -L ${q(staged(run.layout.run_root.history))} ${q("history/${run.layout.run_root.history}")}
+            cp -L ${q(staged(run.layout.run_started))} ${q("history/${phaseDir}/${run.layout.run_started}")}
             python3 "\${FERRY_SCRIPTS:-${projectDir}/workflow/scripts}/ferry_report.py" ${args}
             """.stripIndent()
     }
 
     /**
-     * Each argument that is exactly `{name}` replaced by values[name], as ferry_task.py's fill
-     * does for the steps' commands; a placeholder without a value is an error.
+     * The pattern with each {name} replaced by values[name] as it is (never expanded again); any
+     * other brace stays as written; a name without a value is an error (run_dir.json's
+     * `placeholders`, as ferry_run_dir.expand and the worker's run_dir::expand).
+     */
+    static String expand(String pattern, Map values) {
+        Matcher m = PLACEHOLDER.matcher(pattern)
+        def out = new StringBuffer()
+        while (m.find()) {
+            def value = values[m.group(1)]
+            if (value == null)
+                throw new IllegalArgumentException("ferry: no value for ${m.group(0)} in '${pattern}'")
+            m.appendReplacement(out, Matcher.quoteReplacement(value.toString()))
+        }
+        m.appendTail(out)
+        return out.toString()
+    }
+
+    /**
+     * A step's command with each argument that is exactly `{name}` replaced by values[name] (a
+     * list: that many arguments); any other argument stays as written; a name without a value is
+     * an error (run_dir.json's `placeholders`, as ferry_run_dir.fill).
      */
     static List<String> fill(List argv, Map values) {
-        return argv.collect { arg ->
-            def m = (arg as String) =~ /^\{([A-Za-z_][A-Za-z0-9_]*)\}$/
+        return argv.collectMany { arg ->
+            Matcher m = PLACEHOLDER.matcher(arg as String)
             if (!m.matches())
-                return arg as String
+                return [arg as String]
             if (!values.containsKey(m.group(1)))
                 throw new IllegalArgumentException("ferry: no value for ${arg} in ${argv.take(2)}")
-            return values[m.group(1)] as String
+            def value = values[m.group(1)]
+            return value instanceof List ? value.collect { it as String } : [value as String]
         }
     }
 
@@ -103,7 +137,7 @@ class Ferry {
         def pattern = run.layout.steps[step][kind] as String
         if (pattern == null)
             throw new IllegalArgumentException("ferry: the layout has no ${kind} record for step ${step}")
-        return part == null ? pattern : pattern.replace('{part}', part.toString())
+        return expand(pattern, [part: part])
     }
 
     /**
@@ -131,13 +165,74 @@ class Ferry {
     static String listRecord(Map run, String step, String kind, Object shard) {
         if (shard == null)
             return record(run, step, kind)
-        def pattern = run.layout.steps[step].sharded[kind] as String
-        return pattern.replace('{shard}', shard.toString())
+        return expand(run.layout.steps[step].sharded[kind] as String, [shard: shard])
     }
 
     /** The same record inside a task's `rec` directory, its share of the run directory. */
     static String rec(Map run, String step, String kind, Object part = null) {
-        return 'rec/' + record(run, step, kind, part)
+        return inRec(record(run, step, kind, part))
+    }
+
+    /** A path of the run directory inside a task's `rec` directory. */
+    static String inRec(String path) {
+        return "rec/${path}"
+    }
+
+    /** What a task stages under `rec` of another step's records of `kind` (their folder's files). */
+    static String recordsOf(String step, String kind) {
+        def pattern = LAYOUT.steps[step][kind] as String
+        return inRec(pattern.substring(0, pattern.lastIndexOf('/') + 1) + '*')
+    }
+
+    /** The cuts of the key space the list jobs share (the shard step's output). */
+    static String shards() {
+        return LAYOUT.steps.shard.out as String
+    }
+
+    /** Every file of the listing folder. */
+    static String listings() {
+        return "${LAYOUT.listing_dir}/*"
+    }
+
+    /** The plan directory, or the folder of one step's parts in it (copy, verify, prune). */
+    static String planDir(String step = null) {
+        return step == null ? LAYOUT.plan_dir as String : "${LAYOUT.plan_dir}/${LAYOUT.plan_files.parts[step]}"
+    }
+
+    /** The plan's own document (plan.json in the plan directory). */
+    static String plan() {
+        return "${planDir()}/${LAYOUT.plan_files.plan}"
+    }
+
+    /** Part `part` of a step's parts in the plan; '*': every part, as a glob. */
+    static String planPart(String step, Object part) {
+        return "${planDir(step)}/${expand(LAYOUT.parts.part as String, [part: part])}"
+    }
+
+    /** A part's name: its file's without the extension (the tasks' tag). */
+    static String partName(Object part) {
+        def file = expand(LAYOUT.parts.part as String, [part: part])
+        return file.substring(0, file.lastIndexOf('.'))
+    }
+
+    /** The id of the part a part's file name is (as the plan gives it). */
+    static String partId(String name) {
+        def pattern = LAYOUT.parts.part as String
+        def at = pattern.indexOf('{part}')
+        def (head, tail) = [pattern.substring(0, at), pattern.substring(at + '{part}'.length())]
+        if (!name.startsWith(head) || !name.endsWith(tail) || name.length() <= head.length() + tail.length())
+            throw new IllegalArgumentException("ferry: ${name} is not a part's file (${pattern})")
+        return name.substring(head.length(), name.length() - tail.length())
+    }
+
+    /** The report task's staged copy of a run-root or run-directory file `name`. */
+    static String staged(String name) {
+        return "staged/${name}"
+    }
+
+    /** The report's files of one form (json, md, html), complete or not, as a glob under `run/`. */
+    static String reports(String form) {
+        return "run/{${LAYOUT.report[form]},${LAYOUT.incomplete_report[form]}}"
     }
 
     /** A word for bash: single-quoted, so spaces, quotes, tabs and newlines pass unchanged. */

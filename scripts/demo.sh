@@ -17,6 +17,8 @@ for need in "$ferry" "$azurite" "$python" .venv/bin/snakemake; do
 done
 
 say() { printf '\n== %s\n' "$*"; }
+# The name of the report in a run directory (json, md or html), from its one definition.
+report() { "$python" -c 'import sys; sys.path.insert(0, "workflow/scripts"); import ferry_run_dir; print(ferry_run_dir.REPORT[sys.argv[1]])' "$1"; }
 
 # --- a sample tree ------------------------------------------------------------------------
 say "generating a sample tree in $demo/src"
@@ -100,7 +102,7 @@ phase() {
     exit 1
   fi
   # The report's totals, as a user would read them.
-  sed -n '/^## Totals/,/^## Where/{/^## /d;p}' "$results/demo/$1/report.md" | sed '/^$/d; s/^/  /'
+  sed -n '/^## Totals/,/^## Where/{/^## /d;p}' "$results/demo/$1/$(report md)" | sed '/^$/d; s/^/  /'
 }
 
 phase baseline
@@ -121,11 +123,11 @@ echo "  identical: $(find "$demo/roundtrip" -type f | wc -l) files"
 
 say "results"
 echo "  sample tree (the source):  $src"
-echo "  reports, one per phase:    $results/demo/{baseline,incremental,final}/report.md (and report.json, report.html)"
+echo "  reports, one per phase:    $results/demo/{baseline,incremental,final}/$(report md) (and $(report json), $(report html))"
 echo "  the destination, downloaded again: $demo/roundtrip"
 echo "  Azurite log:               $demo/azurite.log (Azurite is stopped and its data removed on exit)"
 
 # What a reader opens first, and what the history says a final pass would take if started now.
 say "the report as one page, and the projection"
-echo "  HTML report (open it in a browser): $results/demo/final/report.html"
+echo "  HTML report (open it in a browser): $results/demo/final/$(report html)"
 echo "  projection: $("$python" workflow/scripts/ferry_history.py project "$results/demo")"

@@ -53,7 +53,7 @@ workflow MIGRATE {
     def inputs = listings.filter { it.size() == wanted && it.values().every { it.size() == jobs.size() } }
     PLAN(step('plan'), inputs.map { it.source }, inputs.map { it.dest ?: [] }, ready, shards)
 
-    def byPart = { f -> [f.name.replaceAll(/^part-|\.tsv$/, ''), f] }
+    def byPart = { f -> [Ferry.partId(f.name), f] }
     def copyParts = PLAN.out.copy.flatten().map(byPart)
     COPY(step('copy'), copyParts)
 

@@ -228,7 +228,7 @@ def test_fill_replaces_whole_arguments_only():
         "a{source}",
         "{not an id}",
     ]
-    with pytest.raises(SystemExit, match="no value for {dest}"):
+    with pytest.raises(ferry_task.MissingValue, match="no value for {dest}"):
         ferry_task.fill(["{dest}"], {})
 
 

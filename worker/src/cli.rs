@@ -58,6 +58,9 @@ pub enum Command {
     /// For scripts: sizes and rates read by the worker's rules, as JSON
     #[command(hide = true)]
     Units(crate::commands::units::UnitsArgs),
+    /// For tests: a run-directory pattern with its placeholders filled by the worker's rule
+    #[command(hide = true)]
+    Expand(crate::commands::expand::ExpandArgs),
     /// For the repository: the JSON Schema of every document the worker prints or writes
     #[command(hide = true)]
     Schema,

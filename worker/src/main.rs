@@ -84,6 +84,7 @@ fn main() -> ExitCode {
             Shard(a) => commands::shard::run(a).await,
             Names(a) => commands::names::run(a).await,
             Units(a) => commands::units::run(a),
+            Expand(a) => commands::expand::run(a),
             Status(a) => commands::status::run(a),
             Lease(a) => commands::lease::run(a).await,
             Schema => {

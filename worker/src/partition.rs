@@ -11,6 +11,7 @@ use anyhow::Context;
 
 use crate::documents::{PartSummary, PartitionDoc, Version};
 use crate::manifest::{Entry, Writer};
+use crate::run_dir::LAYOUT;
 
 /// What an entry counts for in balancing: its bytes, and at least one, so that empty files
 /// spread out too.
@@ -125,7 +126,7 @@ pub struct PartTotals {
 }
 
 pub fn part_name(i: usize) -> String {
-    format!("part-{i:05}.tsv")
+    crate::run_dir::LAYOUT.part_file(i)
 }
 
 /// The `mode` a summary reports for parts cut by caps (`--max-files` and/or `--max-bytes`),
@@ -230,7 +231,7 @@ pub fn write_summary(
     dirs: u64,
 ) -> anyhow::Result<String> {
     let text = serde_json::to_string_pretty(&summary(mode, parts, dirs))?;
-    std::fs::write(out.join("summary.json"), format!("{text}\n"))?;
+    std::fs::write(out.join(&LAYOUT.parts.summary), format!("{text}\n"))?;
     Ok(text)
 }
 
@@ -244,7 +245,7 @@ fn summary(mode: &str, parts: &[PartTotals], dirs: u64) -> PartitionDoc {
         bytes: loads.iter().sum(),
         imbalance_pct: (imbalance_pct(&loads) * 100.0).round() / 100.0,
         dirs,
-        dirs_file: (dirs > 0).then(|| "dirs.tsv".into()),
+        dirs_file: (dirs > 0).then(|| LAYOUT.parts.dirs.clone()),
         partitions: parts
             .iter()
             .enumerate()

@@ -9,19 +9,19 @@ process CARRY {
 
     input:
     val run
-    path plan, stageAs: 'rec/plan/plan.json'
-    path observed, stageAs: 'rec/verify/*'
-    path dest_listing, stageAs: 'listing/*'       // [] in the baseline, which lists nothing
-    path deleted, stageAs: 'rec/prune/*'          // what every prune job deleted: [] but in the final phase
-    path shards, stageAs: 'listing/shards.json'   // [] with one list job per side
+    path plan, stageAs: Ferry.inRec(Ferry.plan())
+    path observed, stageAs: Ferry.recordsOf('verify', 'observed')
+    path dest_listing, stageAs: Ferry.listings()                 // [] in the baseline, which lists nothing
+    path deleted, stageAs: Ferry.recordsOf('prune', 'deleted')   // what every prune job deleted: [] but in the final phase
+    path shards, stageAs: Ferry.shards()                         // [] with one list job per side
 
     output:
     path("${Ferry.rec(run, 'carry', 'out')}"), emit: json
     path 'rec', emit: rec
 
     script:
-    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json'])
+    Ferry.task('carry', run, set: run.spec.listings + [shards: Ferry.shards()])
 
     stub:
-    Ferry.task('carry', run, set: run.spec.listings + [shards: 'listing/shards.json'], stub: true)
+    Ferry.task('carry', run, set: run.spec.listings + [shards: Ferry.shards()], stub: true)
 }

@@ -3,13 +3,13 @@
 // redoes exactly this partition.
 
 process COPY {
-    tag "part-${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 
     input:
     val run
-    tuple val(part), path(manifest, stageAs: 'plan/copy/*')
+    tuple val(part), path(manifest, stageAs: "${Ferry.planDir('copy')}/*")
 
     output:
     tuple val(part), path("${Ferry.rec(run, 'copy', 'out', part)}"), emit: json

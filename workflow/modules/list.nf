@@ -13,7 +13,7 @@ process LIST {
 
     input:
     tuple val(side), val(shard), val(run)   // 'source' or 'dest', the list job, the run key and step spec
-    path shards, stageAs: 'listing/shards.json'   // SHARD's cuts; [] with one list job per side
+    path shards, stageAs: Ferry.shards()  // SHARD's cuts; [] with one list job per side
 
     output:
     tuple val(side), path("${Ferry.listRecord(run, "list_${side}", 'out', shard)}"), emit: listing
@@ -21,11 +21,11 @@ process LIST {
 
     script:
     Ferry.task("list_${side}", run, shard: shard, out: Ferry.listRecord(run, "list_${side}", 'out', shard),
-               set: [shards: 'listing/shards.json'])
+               set: [shards: Ferry.shards()])
 
     stub:
     Ferry.task("list_${side}", run, shard: shard, out: Ferry.listRecord(run, "list_${side}", 'out', shard),
-               set: [shards: 'listing/shards.json'], stub: true)
+               set: [shards: Ferry.shards()], stub: true)
 }
 
 // `ferry copy` refuses to create a missing container (a typo would otherwise create a new one

@@ -5,30 +5,30 @@
 process PLAN {
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
-    publishDir "${run.run_dir}", mode: 'copy', pattern: 'plan/**'
+    publishDir "${run.run_dir}", mode: 'copy', pattern: "${Ferry.planDir()}/**"
 
     input:
     val run
     // Each side's listings under the names the list tasks gave them (one per list job), which are
     // the names the step's `listings` patterns expand to.
-    path source_listing, stageAs: 'listing/*'
-    path dest_listing, stageAs: 'listing/*'               // [] in the baseline
+    path source_listing, stageAs: Ferry.listings()
+    path dest_listing, stageAs: Ferry.listings()          // [] in the baseline
     val dest_ready                                        // the baseline waits for MAKE_DEST
-    path shards, stageAs: 'listing/shards.json'           // [] with one list job per side
+    path shards, stageAs: Ferry.shards()                  // [] with one list job per side
 
     output:
-    path("${run.layout.plan}"), emit: plan
-    path 'plan/copy/part-*.tsv', emit: copy, optional: true
-    path 'plan/verify/part-*.tsv', emit: verify, optional: true
-    path 'plan/prune/part-*.tsv', emit: prune, optional: true
-    path 'plan/prune', emit: prune_dir        // with the directories to delete, for PRUNE_DIRS
-    path 'plan/**', emit: files               // with summaries and delete.tsv, for the run directory
+    path(Ferry.plan()), emit: plan
+    path Ferry.planPart('copy', '*'), emit: copy, optional: true
+    path Ferry.planPart('verify', '*'), emit: verify, optional: true
+    path Ferry.planPart('prune', '*'), emit: prune, optional: true
+    path Ferry.planDir('prune'), emit: prune_dir  // with the directories to delete, for PRUNE_DIRS
+    path "${Ferry.planDir()}/**", emit: files    // with summaries and delete.tsv, for the run directory
     path 'rec', emit: rec                     // its log and timing, and a copy of plan.json
 
     script:
-    Ferry.task('plan', run, set: run.spec.listings + [shards: 'listing/shards.json', plan_dir: 'plan'])
+    Ferry.task('plan', run, set: run.spec.listings + [shards: Ferry.shards(), plan_dir: Ferry.planDir()])
 
     // Two copy partitions (and, in the final phase, two verify partitions): enough to walk every edge.
     stub:
-    Ferry.task('plan', run, set: run.spec.listings + [shards: 'listing/shards.json', plan_dir: 'plan'], stub: true)
+    Ferry.task('plan', run, set: run.spec.listings + [shards: Ferry.shards(), plan_dir: Ferry.planDir()], stub: true)
 }

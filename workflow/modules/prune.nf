@@ -7,16 +7,16 @@
 // (PRUNE_DIRS). Nothing is listed: `ferry prune --plan` deletes what the plan's join found.
 
 process PRUNE {
-    tag "part-${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 
     input:
     val run
-    path plan, stageAs: 'rec/plan/plan.json'           // for the guard
-    path verified, stageAs: 'rec/verify/*'
-    path planned, stageAs: 'plan/plan.json'            // for `ferry prune --plan plan`
-    tuple val(part), path(manifest, stageAs: 'plan/prune/*')
+    path plan, stageAs: Ferry.inRec(Ferry.plan())   // for the guard
+    path verified, stageAs: Ferry.recordsOf('verify', 'out')
+    path planned, stageAs: Ferry.plan()             // for `ferry prune --plan plan`
+    tuple val(part), path(manifest, stageAs: "${Ferry.planDir('prune')}/*")
 
     output:
     path("${Ferry.rec(run, 'prune', 'out', part)}"), emit: json
@@ -24,10 +24,10 @@ process PRUNE {
     path 'rec', emit: rec
 
     script:
-    Ferry.task('prune', run, part: part, set: [plan_dir: 'plan'])
+    Ferry.task('prune', run, part: part, set: [plan_dir: Ferry.planDir()])
 
     stub:
-    Ferry.task('prune', run, part: part, set: [plan_dir: 'plan'], stub: true)
+    Ferry.task('prune', run, part: part, set: [plan_dir: Ferry.planDir()], stub: true)
 }
 
 process PRUNE_DIRS {
@@ -36,11 +36,11 @@ process PRUNE_DIRS {
 
     input:
     val run
-    path plan, stageAs: 'rec/plan/plan.json'
-    path verified, stageAs: 'rec/verify/*'
-    path planned, stageAs: 'plan/plan.json'
-    path deletions, stageAs: 'plan/prune'               // its dirs.tsv and touched.tsv
-    path pruned, stageAs: 'rec/prune/*'                 // every part's report: after them all
+    path plan, stageAs: Ferry.inRec(Ferry.plan())
+    path verified, stageAs: Ferry.recordsOf('verify', 'out')
+    path planned, stageAs: Ferry.plan()
+    path deletions, stageAs: Ferry.planDir('prune')          // its dirs.tsv and touched.tsv
+    path pruned, stageAs: Ferry.recordsOf('prune', 'out') // every part's report: after them all
 
     output:
     path("${Ferry.rec(run, 'prune_dirs', 'out')}"), emit: json
@@ -48,8 +48,8 @@ process PRUNE_DIRS {
     path 'rec', emit: rec
 
     script:
-    Ferry.task('prune_dirs', run, set: [plan_dir: 'plan'])
+    Ferry.task('prune_dirs', run, set: [plan_dir: Ferry.planDir()])
 
     stub:
-    Ferry.task('prune_dirs', run, set: [plan_dir: 'plan'], stub: true)
+    Ferry.task('prune_dirs', run, set: [plan_dir: Ferry.planDir()], stub: true)
 }

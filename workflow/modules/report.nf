@@ -15,13 +15,13 @@ process REPORT {
     input:
     val run                                   // run_dir, run_root, report_argv, layout
     path records, stageAs: 'rec*'             // every step's rec directory
-    path history, stageAs: 'staged/history.jsonl'   // the run root's, from the head
-    path started, stageAs: 'staged/started.json'    // this run's start marker
+    path history, stageAs: Ferry.staged(Ferry.LAYOUT.run_root.history)  // the run root's, from the head
+    path started, stageAs: Ferry.staged(Ferry.LAYOUT.run_started)       // this run's start marker
 
     output:
-    path 'run/report*.json', emit: json
-    path 'run/report*.md', emit: md
-    path 'run/report*.html', emit: html      // beside the .md, by the same command (ferry_html.py)
+    path Ferry.reports('json'), emit: json
+    path Ferry.reports('md'), emit: md
+    path Ferry.reports('html'), emit: html  // beside the .md, by the same command (ferry_html.py)
     // Files, not directories: publishing a directory would replace the run's one (plan/ is PLAN's).
     path "run/{${Ferry.recordDirs(run.layout)}}/**", emit: records, optional: true
     path "history/${run.layout.run_root.history}", emit: history

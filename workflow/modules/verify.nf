@@ -2,13 +2,13 @@
 // wrote; in the final phase the verify partitions cover the whole source and wait for every copy.
 
 process VERIFY {
-    tag "part-${part}"
+    tag "${Ferry.partName(part)}"
     label 'ferry'
     errorStrategy { Ferry.strategy(task, run.spec.retries as int) }
 
     input:
     val run
-    tuple val(part), path(manifest, stageAs: 'plan/verify/*')
+    tuple val(part), path(manifest, stageAs: "${Ferry.planDir('verify')}/*")
 
     output:
     tuple val(part), path("${Ferry.rec(run, 'verify', 'out', part)}"), emit: json

@@ -16,7 +16,6 @@ import ferry_docs  # noqa: E402
 import ferry_history  # noqa: E402
 import ferry_report  # noqa: E402
 import ferry_run_dir  # noqa: E402
-import ferry_task  # noqa: E402
 
 # The one resolution both engines run with (workflow/scripts/ferry_config.py): every rule reads
 # RESOLVED, never `config` itself.
@@ -223,8 +222,8 @@ def prune_ids():
 
 
 def verify_manifest(wildcards):
-    sub = "verify" if AUDIT else "copy"
-    return os.path.join(_plan_dir(), sub, f"part-{wildcards.part}.tsv")
+    _plan_dir()  # the checkpoint: the plan is made before its parts are read
+    return ferry_run_dir.plan_part("verify" if AUDIT else "copy", wildcards.part, RUN)
 
 
 def verify_after(wildcards):

@@ -5,7 +5,7 @@
 
 rule copy:
     input:
-        manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/copy/part-{{part}}.tsv",
+        manifest=ferry_run_dir.plan_part("copy", "{part}", RUN),
     output:
         json=records("copy").out,
         bench=records("copy").bench,

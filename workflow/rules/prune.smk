@@ -7,7 +7,7 @@
 
 rule prune:
     input:
-        manifest=f"{RUN}/{ferry_run_dir.PLAN_DIR}/prune/part-{{part}}.tsv",
+        manifest=ferry_run_dir.plan_part("prune", "{part}", RUN),
         verified=all_verify_json,
     output:
         json=records("prune").out,

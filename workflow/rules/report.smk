@@ -21,7 +21,7 @@ rule report:
         **requests("report"),
     params:
         argv=shlex.join(
-            ferry_task.fill(
+            ferry_run_dir.fill(
                 RUN_INFO["report_argv"],
                 {"run_dir": RUN, "history": os.path.abspath(RUN)},
             )

@@ -28,6 +28,7 @@ import sys
 import ferry_docs
 import ferry_model
 import ferry_run_dir
+from ferry_run_dir import REPORT
 from ferrylib import fmt_bytes
 
 # One colour per step, in the pipeline's order (run_dir.json), so a step looks the same in
@@ -230,14 +231,17 @@ def load_history(root: str) -> tuple[list[dict], dict | None]:
     try:
         history = ferry_history.load(root) or []
     except Exception as err:  # noqa: BLE001 - a broken history leaves the page without it
-        print(f"ferry: report.html without the history: {err}", file=sys.stderr)
+        print(f"ferry: {ferry_run_dir.REPORT['html']} without the history: {err}", file=sys.stderr)
         return [], None
     projection = None
     if history:
         try:
             projection = ferry_projection.project(history, phase="final")
         except Exception as err:  # noqa: BLE001
-            print(f"ferry: report.html without the projection: {err}", file=sys.stderr)
+            print(
+                f"ferry: {ferry_run_dir.REPORT['html']} without the projection: {err}",
+                file=sys.stderr,
+            )
     return history, projection
 
 
@@ -716,7 +720,9 @@ def failures_section(report: dict) -> str:
         )
     more = len(report["failures"]) - len(rows)
     return table(["step", "partition", "path", "why"], rows, numeric_from=99, cls="failures") + (
-        f'<p class="note">… and {more} more in report.json.</p>' if more > 0 else ""
+        f'<p class="note">… and {more} more in {ferry_run_dir.REPORT["json"]}.</p>'
+        if more > 0
+        else ""
     )
 
 
@@ -844,10 +850,11 @@ def write(report: dict, html_path: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="ferry_html.py", description="report.html of a run directory, from its report.json"
+        prog="ferry_html.py",
+        description=f"{REPORT['html']} of a run directory, from its {REPORT['json']}",
     )
     p.add_argument("run_dir")
-    p.add_argument("--report", help="the report JSON (default RUN_DIR/report.json)")
+    p.add_argument("--report", help=f"the report JSON (default RUN_DIR/{REPORT['json']})")
     p.add_argument("--out", help="the page (default: the report's name with .html)")
     p.add_argument("--history", help="where the migration history is (default: RUN_DIR's parent)")
     args = p.parse_args(argv)

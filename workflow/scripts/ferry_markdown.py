@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ferry_projection
 from ferry_model import REFUSED_BY, compared_words
+from ferry_run_dir import REPORT
 from ferrylib import fmt_bytes as human_bytes
 
 SHOWN_IGNORED = 50
@@ -236,7 +237,7 @@ def ignored(items: list[dict]) -> list[str]:
     lines = ["", "## Not migrated", ""]
     lines += [f"- `{item['path']}`: {item['reason']}" for item in items[:SHOWN_IGNORED]]
     if len(items) > SHOWN_IGNORED:
-        lines.append(f"- ... and {len(items) - SHOWN_IGNORED} more in report.json")
+        lines.append(f"- ... and {len(items) - SHOWN_IGNORED} more in {REPORT['json']}")
     return lines
 
 
@@ -262,7 +263,7 @@ def failures(items: list[dict]) -> list[str]:
         path = f" `{f['path']}`" if f.get("path") else ""
         lines.append(f"- {f['stage']} ({where}){path}: {what}")
     if len(items) > SHOWN_FAILURES:
-        lines.append(f"- ... and {len(items) - SHOWN_FAILURES} more in report.json")
+        lines.append(f"- ... and {len(items) - SHOWN_FAILURES} more in {REPORT['json']}")
     return lines
 
 

@@ -8,13 +8,14 @@ docs/pipeline.md, "The report".
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections import Counter, defaultdict
 
 import ferry_config
 import ferry_docs
 from ferry_run import timing_key
-from ferry_run_dir import RECORDS, SHARDED, shard_ids
+from ferry_run_dir import DELETED, DELETIONS, RECORDS, SHARDED, shard_ids
 
 # The report's own version: 2 since partitions have a `state` and the report its `jobs`
 # (report.json files before it have none).
@@ -189,7 +190,7 @@ def pruning(run: dict) -> tuple[dict | None, list[dict]]:
         "warning": next((d["warning"] for d in docs if d["warning"]), None),
         "planned": planned_deletions(run["plan"]),
         # The deletion lists live in the run directory, wherever the engine ran prune from.
-        "log": "prune/",
+        "log": os.path.dirname(DELETED["prune"]) + "/",
         "lists": [job["deleted"] for _, job in prune_jobs(run) if job.get("deleted")],
         "requests": {k: sum(d["requests"][k] for d in docs) for k in ferry_docs.REQUEST_KINDS},
     }, failures
@@ -328,7 +329,7 @@ def audit_failures(run: dict, phase: str) -> list[dict]:
     extra = run["plan"]["extra_on_dest"]["files"] if run["plan"] else 0
     if phase != "audit" or not extra:
         return []
-    error = f"{extra} files only on the destination (listed in plan/delete.tsv)"
+    error = f"{extra} files only on the destination (listed in {DELETIONS})"
     return [{"stage": "audit", "error": error}]
 
 

@@ -42,6 +42,7 @@ import os
 import time
 
 from ferry_docs import REQUEST_KINDS as KINDS
+from ferry_run_dir import DELETIONS
 from ferrylib import epoch, fmt_bytes, iso, load_json
 
 # How many of the latest passes the rates and the delta trend are taken over: recent enough to
@@ -771,7 +772,7 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         share = 100.0 * n / of if of else 100.0
         refused = (
             f"{n:,} of {of:,} destination entries to delete ({share:.1f} %), more than "
-            f"prune.max_delete {settings.max_delete} allows: review {last['run_dir']}/plan/delete.tsv, "
+            f"prune.max_delete {settings.max_delete} allows: review {last['run_dir']}/{DELETIONS}, "
             f'then set prune.max_delete: "{needed_limit(n, of)}" (or prune.force: true)'
         )
     newer = planned["newer"]
@@ -779,7 +780,7 @@ def verdict(passes: list[dict], moves: list[dict], listing: dict, settings: Sett
         refused = (
             f"{newer['count']:,} files to delete are newer than everything at the source "
             f"(first: {', '.join(newer['examples'])}): something wrote at the destination, "
-            f"or the source's newest files were deleted; review {last['run_dir']}/plan/delete.tsv, "
+            f"or the source's newest files were deleted; review {last['run_dir']}/{DELETIONS}, "
             "then set prune.force: true if they are to go"
         )
     if refused:

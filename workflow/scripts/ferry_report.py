@@ -31,6 +31,7 @@ import ferry_model
 import ferry_projection
 import ferry_run
 import ferry_run_dir
+from ferry_run_dir import REPORT
 from ferrylib import load_json, write_json
 
 
@@ -142,8 +143,10 @@ def parser() -> argparse.ArgumentParser:
         help="write the report of RUN_DIR",
         parents=[ferry_run.options_parser(add_help=False)],
     )
-    b.add_argument("--json", dest="json_path", help="report JSON (default RUN_DIR/report.json)")
-    b.add_argument("--md", dest="md_path", help="report Markdown (default RUN_DIR/report.md)")
+    b.add_argument(
+        "--json", dest="json_path", help=f"report JSON (default RUN_DIR/{REPORT['json']})"
+    )
+    b.add_argument("--md", dest="md_path", help=f"report Markdown (default RUN_DIR/{REPORT['md']})")
     b.add_argument(
         "--by-status",
         action="store_true",
@@ -154,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     )
     e.add_argument("run_dir")
     e.add_argument(
-        "--json", dest="json_path", help="the report to read (default RUN_DIR/report.json)"
+        "--json", dest="json_path", help=f"the report to read (default RUN_DIR/{REPORT['json']})"
     )
     return p
 

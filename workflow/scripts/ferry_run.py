@@ -38,6 +38,7 @@ from ferry_run_dir import (
     PROGRESS,
     SHARDED_SUMMARIES,
     SHARDS,
+    expand,
     records,
     shard_ids,
 )
@@ -111,7 +112,7 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
     rec = records(step, part, run_dir)
     kind = DOCUMENTS[step]
     progress = (
-        ferry_docs.load("progress", os.path.join(run_dir, PROGRESS[step].format(part=part)))
+        ferry_docs.load("progress", os.path.join(run_dir, expand(PROGRESS[step], {"part": part})))
         if step in PROGRESS
         else None
     )
@@ -119,7 +120,7 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
     found["timing"] = bench.get(timing_key(step, part))
     # A prune job's list of what it deleted, relative to the run directory, where it is.
     if step in DELETED:
-        listed = DELETED[step].format(part=part)
+        listed = expand(DELETED[step], {"part": part})
         found["deleted"] = listed if os.path.isfile(os.path.join(run_dir, listed)) else None
     try:
         doc = ferry_docs.load(kind, rec.out)
@@ -155,7 +156,10 @@ def preparation(run_dir: str, shards: dict | None) -> list[dict]:
         jobs = [(records(step, root=run_dir).log, done)]
         if shards and step in SHARDED_SUMMARIES:
             jobs = [
-                (records(step, root=run_dir, shard=k).log, SHARDED_SUMMARIES[step].format(shard=k))
+                (
+                    records(step, root=run_dir, shard=k).log,
+                    expand(SHARDED_SUMMARIES[step], {"shard": k}),
+                )
                 for k in shard_ids(shards["jobs"])
             ]
         for log, out in jobs:
@@ -190,7 +194,7 @@ def listings(run_dir: str, shards: dict | None) -> dict[str, dict | None]:
             paths = [path]
         else:
             pattern = SHARDED_SUMMARIES[step]
-            paths = [pattern.format(shard=k) for k in shard_ids(shards["jobs"])]
+            paths = [expand(pattern, {"shard": k}) for k in shard_ids(shards["jobs"])]
         summaries = [ferry_docs.load("ls_summary", os.path.join(run_dir, p)) for p in paths]
         carried = shards["carried"] if shards and step == "list_dest" else None
         found[step] = merged_listing(summaries, carried)

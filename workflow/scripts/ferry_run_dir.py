@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 from typing import NamedTuple
@@ -19,6 +20,43 @@ from ferrylib import write_json
 DEFINITION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_dir.json")
 with open(DEFINITION, encoding="utf-8") as _handle:
     LAYOUT = json.load(_handle)
+
+
+# run_dir.json's `placeholders`: {name}, name a letter or _, then letters, digits or _.
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class MissingValue(ValueError):
+    """A placeholder without a value: the pattern or command, and the name."""
+
+
+def expand(pattern: str, values: dict) -> str:
+    """The pattern with each {name} replaced by values[name] as it is (never expanded again);
+    any other brace stays as written; a name without a value (or None) is MissingValue."""
+
+    def value(match: re.Match) -> str:
+        if values.get(match.group(1)) is None:
+            raise MissingValue(f"no value for {match.group(0)} in {pattern!r}")
+        return str(values[match.group(1)])
+
+    return PLACEHOLDER.sub(value, pattern)
+
+
+def fill(argv: list[str], values: dict) -> list[str]:
+    """A step's command with each argument that is exactly {name} replaced by values[name] (a
+    list: that many arguments); any other argument stays as written, braces included; a name
+    without a value is MissingValue."""
+    out = []
+    for arg in argv:
+        match = PLACEHOLDER.fullmatch(arg)
+        if match is None:
+            out.append(arg)
+            continue
+        if match.group(1) not in values:
+            raise MissingValue(f"no value for {arg} in {argv[:2]}")
+        value = values[match.group(1)]
+        out.extend(value if isinstance(value, list) else [value])
+    return out
 
 
 class Records(NamedTuple):
@@ -45,10 +83,18 @@ SHARDED = {
 # Which of the worker's documents (ferry_docs.py) a step's output is.
 DOCUMENTS = {step: spec["document"] for step, spec in LAYOUT["steps"].items() if "document" in spec}
 PLAN_DIR = LAYOUT["plan_dir"]
+# A set of parts (`ferry partition --out DIR`, and each of the plan's): its files, relative to DIR.
+PARTS = LAYOUT["parts"]
+# The plan directory's inside, relative to it (`ferry plan --out`).
+PLAN_FILES = LAYOUT["plan_files"]
+# What is made under another name until it is whole (a step's output: `out`).
+STAGING = LAYOUT["staging"]
 # What a verify saw on the destination at the paths it checked (`ferry verify --observed`): the
 # carry step patches the carried destination listing with it.
 OBSERVED = LAYOUT["steps"]["verify"]["observed"]
-PLAN = LAYOUT["plan"]
+PLAN = os.path.join(PLAN_DIR, PLAN_FILES["plan"])
+# Every file the final pass would delete, for review.
+DELETIONS = os.path.join(PLAN_DIR, PLAN_FILES["delete"])
 # Where the cuts of the key space that the list jobs share go (`ferry shard`).
 SHARDS = RECORDS["shard"].out
 LISTINGS = {"source_listing": RECORDS["list_source"].out, "dest_listing": RECORDS["list_dest"].out}
@@ -118,9 +164,21 @@ def records(step: str, part: str | None = None, root: str = "", shard=None) -> R
     """The step's record paths under root, for one partition where the step has them; with
     shard, a list step's records of that list job (shard="{shard}": the pattern)."""
     table = RECORDS if shard is None else SHARDED
-    return Records(
-        *(os.path.join(root, p.format(part=part, shard=shard)) if p else None for p in table[step])
-    )
+    values = {"part": part, "shard": shard}
+    return Records(*(os.path.join(root, expand(p, values)) if p else None for p in table[step]))
+
+
+def part_file(parts_dir: str, part) -> str:
+    """Part `part` of a set of parts in parts_dir: an index (as `ferry partition` numbers them),
+    or an id as the plan gives it ("{part}": the pattern)."""
+    if isinstance(part, int):
+        part = f"{part:0{PARTS['part_digits']}d}"
+    return os.path.join(parts_dir, expand(PARTS["part"], {"part": part}))
+
+
+def plan_part(step: str, part, root: str = "") -> str:
+    """The manifest of a copy, verify or prune part in the plan under the run directory root."""
+    return part_file(os.path.join(root, PLAN_DIR, PLAN_FILES["parts"][step]), part)
 
 
 def listings(jobs: int) -> dict[str, str]:

@@ -35,11 +35,16 @@ from ferry_run_dir import (
     OBSERVED,
     PLAN,
     PLAN_DIR,
+    PLAN_FILES,
     PROGRESS,
     RECORDS,
     REPLICATE_REPORT,
     SHARDED_SUMMARIES,
     SHARDS,
+    STAGING,
+    MissingValue,
+    expand,
+    fill,
     partitioned,
     records,
 )
@@ -52,22 +57,6 @@ STUB_FILES = {"a.txt": b"a\n", "dir/b.txt": b"bb\n"}
 STUB_DEST_FILLED = {"verify", "prune", "prune_dirs", "final_check"}
 STUB_DEST_EXTRA = {"list_dest": {"gone.txt": b"gone\n"}}
 STUB_CUT = ["--parts", "2"]
-
-
-def fill(argv: list[str], values: dict) -> list[str]:
-    """Each argument that is exactly `{name}` replaced by values[name] (a string, or a list that
-    stands for several arguments); anything else is left as written, braces included."""
-    out = []
-    for arg in argv:
-        if arg.startswith("{") and arg.endswith("}") and arg[1:-1].isidentifier():
-            name = arg[1:-1]
-            if name not in values:
-                raise SystemExit(f"ferry-task: no value for {arg} in {argv[:2]}")
-            value = values[name]
-            out.extend(value if isinstance(value, list) else [value])
-        else:
-            out.append(arg)
-    return out
 
 
 def stub_ferry(configured: str) -> str:
@@ -177,12 +166,14 @@ def carried_records(root: str, what: str) -> list[str]:
     carried state."""
     plan = ferry_docs.load("plan", os.path.join(root, PLAN))
     if plan is None:
-        raise SystemExit("ferry-task: carry: no plan.json in the records")
+        raise SystemExit(f"ferry-task: carry: no {PLAN} in the records")
     if what == "observed":
-        paths = [OBSERVED.format(part=spec["id"]) for spec in plan["verify_partitions"]]
+        paths = [expand(OBSERVED, {"part": spec["id"]}) for spec in plan["verify_partitions"]]
         said = "what verify saw"
     else:
-        paths = [DELETED["prune"].format(part=spec["id"]) for spec in plan["prune_partitions"]]
+        paths = [
+            expand(DELETED["prune"], {"part": spec["id"]}) for spec in plan["prune_partitions"]
+        ]
         paths.append(DELETED["prune_dirs"])
         said = "what prune deleted"
     paths = [os.path.join(root, p) for p in paths]
@@ -231,17 +222,17 @@ def values_for(
     if part is not None:
         values["part"] = part
     if step == "verify":
-        values["observed"] = os.path.join(root, OBSERVED.format(part=part))
+        values["observed"] = os.path.join(root, expand(OBSERVED, {"part": part}))
     if step in DELETED:
-        values["deleted"] = os.path.join(root, DELETED[step].format(part=part))
+        values["deleted"] = os.path.join(root, expand(DELETED[step], {"part": part}))
     for what in ("observed", "deleted"):
         if step == "carry" and f"{{{what}}}" in spec["argv"]:
             values[what] = carried_records(root, what)
     if step in LISTING_SUMMARIES:
         summary = LISTING_SUMMARIES[step] if shard is None else SHARDED_SUMMARIES[step]
-        values["summary"] = os.path.join(root, summary.format(shard=shard))
+        values["summary"] = os.path.join(root, expand(summary, {"shard": shard}))
     if "run_dir" in values and step in PROGRESS:
-        values["progress"] = os.path.join(values["run_dir"], PROGRESS[step].format(part=part))
+        values["progress"] = os.path.join(values["run_dir"], expand(PROGRESS[step], {"part": part}))
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
@@ -275,7 +266,7 @@ def run_step(
     if stub:
         values.update(stub_ends(step, os.path.join("stub", step)))
         values["cut"] = STUB_CUT
-    tmp = f"{rec.out}.tmp" if rec.out else None
+    tmp = expand(STAGING["out"], {"out": rec.out}) if rec.out else None
     # A verb that writes its document itself (`ferry shard --out`) writes it where stdout would
     # have gone; its stdout goes to the log.
     writes_out = "{out}" in spec["argv"]
@@ -306,7 +297,7 @@ def run_step(
         # plan.json among the records.
         os.makedirs(os.path.join(root, PLAN_DIR), exist_ok=True)
         shutil.copyfile(
-            os.path.join(values["plan_dir"], os.path.relpath(PLAN, PLAN_DIR)),
+            os.path.join(values["plan_dir"], PLAN_FILES["plan"]),
             os.path.join(root, PLAN),
         )
     if rc != 0 and spec.get("config_keys"):
@@ -377,6 +368,8 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
+    except MissingValue as err:
+        sys.exit(f"ferry-task: {err}")
     except KeyboardInterrupt:
         # Ctrl-C before the worker started or after it ended: the step did not finish, and the
         # engine says how to resume; a traceback would say nothing more.

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ferry_docs
 import ferrylib
 import numpy as np
+from ferry_run_dir import part_file
 from mpi4py import MPI
 from replicate_bcast import Progress, Reader, Writer, broadcast, chunk_schedule, start_watchdog
 
@@ -448,7 +449,7 @@ def assign_roots(
         for part in range(downloaders):
             res = run_ferry(
                 job,
-                [ferry, "names", os.path.join(parts, f"part-{part:05d}.tsv")],
+                [ferry, "names", part_file(parts, part)],
                 "reading the download's parts",
             )
             if res.returncode != 0:
@@ -475,7 +476,7 @@ def download(
     mine = [i for i in np.flatnonzero(roots == job.rank) if not held[job.rank, i]]
     if not mine:
         return {"files": 0, "bytes": 0}
-    part = os.path.join(workdir, f"part-rank{job.rank}.tsv")
+    part = os.path.join(workdir, f"download-rank{job.rank}.tsv")
     write_manifest(part, (listing.lines[i] for i in mine))
     cmd = [
         ferry,

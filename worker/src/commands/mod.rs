@@ -4,6 +4,7 @@ pub mod carry;
 pub mod check;
 pub mod copy;
 pub mod env;
+pub mod expand;
 pub mod lease;
 pub mod ls;
 pub mod mk;

@@ -11,6 +11,7 @@ use crate::partition::{
     caps_mode, distribute, imbalance_pct, lpt, write_summary, Filler, PartTotals as Part,
     PartWriter,
 };
+use crate::run_dir::LAYOUT;
 use crate::sorted::sort::{Order, Sorter};
 
 #[derive(Args, Debug)]
@@ -78,14 +79,11 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
     for old in std::fs::read_dir(out)? {
         let old = old?.file_name();
         let name = old.to_string_lossy();
-        if name.starts_with(".partition-sort-") {
+        if name.starts_with(&LAYOUT.staged(&LAYOUT.staging.sort, &[("pid", "")])) {
             std::fs::remove_dir_all(out.join(&old))?;
             continue;
         }
-        if (name.starts_with("part-") && name.ends_with(".tsv"))
-            || name == "dirs.tsv"
-            || name == "summary.json"
-        {
+        if LAYOUT.is_part_file(&name) || name == LAYOUT.parts.dirs || name == LAYOUT.parts.summary {
             std::fs::remove_file(out.join(&old))?;
         }
     }
@@ -130,7 +128,7 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     let mut note_dir = |e: &Entry, out: &Path| -> anyhow::Result<()> {
         if dirs.is_none() {
             dirs = Some(Writer::new(BufWriter::new(File::create(
-                out.join("dirs.tsv"),
+                out.join(&LAYOUT.parts.dirs),
             )?))?);
         }
         dirs.as_mut().unwrap().write(e)?;
@@ -142,9 +140,10 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.parts {
         mode = "parts";
         // LPT wants the entries largest first: an external sort keeps memory bounded.
+        let pid = std::process::id().to_string();
         let scratch = args
             .out
-            .join(format!(".partition-sort-{}", std::process::id()));
+            .join(LAYOUT.staged(&LAYOUT.staging.sort, &[("pid", &pid)]));
         std::fs::create_dir_all(&scratch)?;
         let weight = args.file_weight.unwrap_or(0);
         let mut sorter = Sorter::new(

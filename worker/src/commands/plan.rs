@@ -8,6 +8,7 @@ use super::prune::{Limit, OVER_LIMIT_FIX};
 use crate::partition::caps_mode;
 use crate::plan::split::{Method, Tool};
 use crate::plan::{self, Options, Partitioning, Phase};
+use crate::run_dir::LAYOUT;
 use crate::same::Compare;
 
 /// `--auto`: each cap is what one transfer job gets through in about ten minutes, so that a
@@ -159,12 +160,9 @@ fn staging_of(out: &Path) -> anyhow::Result<(PathBuf, String, PathBuf)> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let prefix = format!(".{}.partial-", name.to_string_lossy());
-    Ok((
-        parent.join(format!("{prefix}{}", std::process::id())),
-        prefix,
-        parent,
-    ))
+    let (name, pid) = (name.to_string_lossy(), std::process::id().to_string());
+    let staged = |pid: &str| LAYOUT.staged(&LAYOUT.staging.plan, &[("name", &name), ("pid", pid)]);
+    Ok((parent.join(staged(&pid)), staged(""), parent))
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -206,13 +204,13 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn write_plan(opts: &Options, staging: &Path) -> anyhow::Result<(plan::PlanDoc, String)> {
-    let scratch = staging.join(".scratch");
+    let scratch = staging.join(&LAYOUT.staging.plan_scratch);
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
     let doc = plan::plan(opts, staging, &scratch)?;
     std::fs::remove_dir_all(&scratch)?;
     let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
-    std::fs::write(staging.join("plan.json"), &text)?;
+    std::fs::write(staging.join(&LAYOUT.plan_files.plan), &text)?;
     Ok((doc, text))
 }
 
@@ -236,7 +234,7 @@ fn over_limit(
         return Ok(None);
     };
     let mut first = Vec::new();
-    for e in crate::manifest::Reader::open(&staging.join("delete.tsv"))?.take(3) {
+    for e in crate::manifest::Reader::open(&staging.join(&LAYOUT.plan_files.delete))?.take(3) {
         first.push(e.map_err(anyhow::Error::msg)?.display_path());
     }
     Ok(Some(format!(
@@ -249,9 +247,9 @@ fn over_limit(
 /// moved aside first and removed after.
 fn replace_dir(staging: &Path, out: &Path) -> anyhow::Result<()> {
     if std::fs::symlink_metadata(out).is_ok() {
-        let mut aside = staging.as_os_str().to_owned();
-        aside.push(".old");
-        let aside = PathBuf::from(aside);
+        let name = staging.file_name().unwrap_or_default().to_string_lossy();
+        let aside =
+            staging.with_file_name(LAYOUT.staged(&LAYOUT.staging.plan_aside, &[("plan", &name)]));
         std::fs::rename(out, &aside)
             .with_context(|| format!("cannot move the old {} aside", out.display()))?;
         std::fs::rename(staging, out)

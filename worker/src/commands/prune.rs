@@ -18,6 +18,7 @@ use crate::manifest::{Entry, Kind, Writer};
 use crate::newer::{Newer, Newest};
 use crate::plan::deletions::{under, Decide, Deletions};
 use crate::plan::{PartRow, PlanDoc};
+use crate::run_dir::LAYOUT;
 use crate::sorted::sort::{Runs, Spill};
 use crate::sorted::{sort_store, Join, JoinError, Pair, PathSort, Scratch, Side, SortError};
 use crate::stats::Stats;
@@ -322,7 +323,7 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
         None if args.dirs => Vec::new(),
         None => plan.prune_partitions.iter().collect(),
     };
-    let deletions = dir.join("prune");
+    let deletions = dir.join(&LAYOUT.plan_files.parts.prune);
     let mut files = Vec::new();
     for p in &parts {
         let i =
@@ -336,9 +337,9 @@ fn from_plan(dir: &Path, args: &PruneArgs) -> Result<Work, Stop> {
     Ok(Work {
         files: (!args.dirs).then_some(Entries::Manifests(files)),
         file_count: parts.iter().map(|p| p.files).sum(),
-        dirs: listed("dirs.tsv"),
+        dirs: listed(&LAYOUT.parts.dirs),
         dir_count: if whole { plan.prune_dirs } else { 0 },
-        touched: listed("touched.tsv"),
+        touched: listed(&LAYOUT.plan_files.touched),
         total,
         dest_entries,
         planned: true,

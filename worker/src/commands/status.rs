@@ -320,7 +320,7 @@ pub fn status(dir: &Path, at: f64) -> StatusDoc {
         listing,
         progress,
     };
-    let Some(plan) = read::<Plan>(&dir.join(&LAYOUT.plan)) else {
+    let Some(plan) = read::<Plan>(&dir.join(LAYOUT.plan())) else {
         let sides = listing(dir);
         let listed = sides.iter().all(|s| s.jobs == Some(s.done));
         let state = if complete {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::manifest::{self, Entry, Kind};
 use crate::newer::{overwrites_newer, Newer, Newest};
+use crate::run_dir::LAYOUT;
 use crate::same::{classify, Attrs, Compare, Verdict};
 use crate::sorted::sort::{Order, Runs, Sorter};
 use crate::sorted::{join, sort_entries, Pair, SortError};
@@ -172,7 +173,7 @@ pub struct PlanDoc {
 impl PlanDoc {
     /// DIR/plan.json, as `ferry plan` wrote it.
     pub fn read(dir: &Path) -> anyhow::Result<PlanDoc> {
-        crate::jsonfile::read(&dir.join("plan.json"), "plan")
+        crate::jsonfile::read(&dir.join(&LAYOUT.plan_files.plan), "plan")
     }
 
     /// Why the pass's prune refuses this plan (`dir`), whatever its limit: a plan made without
@@ -221,7 +222,7 @@ fn append_dirs(dirs: &Path, dir: &Path, parts: &mut Vec<PartRow>) -> anyhow::Res
     if parts.is_empty() {
         manifest::Writer::new(std::fs::File::create(&first)?)?.finish()?;
         parts.push(PartRow {
-            id: format!("{:05}", 0),
+            id: LAYOUT.part_id(0),
             files: 0,
             bytes: 0,
         });
@@ -247,7 +248,7 @@ fn rows(parts: Vec<Part>) -> Vec<PartRow> {
         .into_iter()
         .enumerate()
         .map(|(i, p)| PartRow {
-            id: format!("{i:05}"),
+            id: LAYOUT.part_id(i),
             files: p.files,
             bytes: p.bytes,
         })
@@ -318,7 +319,7 @@ fn write_deletions(
     mut deletions: Option<Deletions>,
     parts: impl Fn(u64) -> u64,
 ) -> anyhow::Result<Vec<PartRow>> {
-    let dir = out.join("prune");
+    let dir = out.join(&LAYOUT.plan_files.parts.prune);
     std::fs::create_dir_all(&dir)?;
     let create = |path: PathBuf| -> io::Result<_> {
         manifest::Writer::new(io::BufWriter::with_capacity(
@@ -340,9 +341,15 @@ fn write_deletions(
         close(w)
     };
     let mut d = deletions.as_mut();
-    copy_all(d.as_mut().map(|d| &mut d.dirs), dir.join("dirs.tsv"))?;
-    copy_all(d.as_mut().map(|d| &mut d.touched), dir.join("touched.tsv"))?;
-    let mut all = create(out.join("delete.tsv"))?;
+    copy_all(
+        d.as_mut().map(|d| &mut d.dirs),
+        dir.join(&LAYOUT.parts.dirs),
+    )?;
+    copy_all(
+        d.as_mut().map(|d| &mut d.touched),
+        dir.join(&LAYOUT.plan_files.touched),
+    )?;
+    let mut all = create(out.join(&LAYOUT.plan_files.delete))?;
     let mut rows = Vec::new();
     if let Some(d) = d {
         let n = d.file_count;
@@ -352,7 +359,7 @@ fn write_deletions(
             let count = n / parts + u64::from(i < n % parts);
             let mut w = create(dir.join(crate::partition::part_name(i as usize)))?;
             let mut row = PartRow {
-                id: format!("{i:05}"),
+                id: LAYOUT.part_id(i as usize),
                 files: 0,
                 bytes: 0,
             };
@@ -387,7 +394,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     );
 
     let mut copy = Splitter::new(
-        out.join("copy"),
+        out.join(&LAYOUT.plan_files.parts.copy),
         scratch.to_path_buf(),
         "copy",
         opts.tool,
@@ -397,7 +404,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     let audit = opts.phase == Phase::Audit;
     let mut verify = match opts.phase {
         Phase::Audit => Some(Splitter::new(
-            out.join("verify"),
+            out.join(&LAYOUT.plan_files.parts.verify),
             scratch.to_path_buf(),
             "verify",
             opts.tool,
@@ -409,7 +416,7 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     // copy part, after its files, and count in no part's totals.
     let mut dirs = manifest::Writer::new(io::BufWriter::with_capacity(
         1 << 20,
-        std::fs::File::create(scratch.join("dirs.tsv"))?,
+        std::fs::File::create(scratch.join(&LAYOUT.parts.dirs))?,
     ))?;
     // What the final pass would delete, decided in this join rather than by prune's own: the
     // destination's listing is the one this pass plans against.
@@ -547,22 +554,31 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
     };
     let prune_partitions = write_deletions(out, deletions, prune_parts)?;
     let newer_deletions = Newer::deletions(
-        manifest::Reader::open(&out.join("delete.tsv"))?.map(|e| e.map_err(io::Error::other)),
+        manifest::Reader::open(&out.join(&LAYOUT.plan_files.delete))?
+            .map(|e| e.map_err(io::Error::other)),
         newest,
     )?;
     dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
-    let dirs_planned = scratch.join("dirs.tsv");
+    let dirs_planned = scratch.join(&LAYOUT.parts.dirs);
     let verify_parts = match verify {
         Some(v) => {
             let mut parts = rows(v.finish()?);
             if source.dirs + source.specials > 0 {
-                append_dirs(&dirs_planned, &out.join("verify"), &mut parts)?;
+                append_dirs(
+                    &dirs_planned,
+                    &out.join(&LAYOUT.plan_files.parts.verify),
+                    &mut parts,
+                )?;
             }
             parts
         }
         None => {
             if to_copy.dirs > 0 {
-                append_dirs(&dirs_planned, &out.join("copy"), &mut copy_parts)?;
+                append_dirs(
+                    &dirs_planned,
+                    &out.join(&LAYOUT.plan_files.parts.copy),
+                    &mut copy_parts,
+                )?;
             }
             copy_parts
                 .iter()
