@@ -273,7 +273,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     };
     // ferry's own leftovers: those in a directory that goes went with it (they alone do not
     // keep it); the others the destination's listing met go now.
-    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let sweep = crate::storage::sweep_leftovers(&*dst, args.dry_run).await;
     let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     log.finish()?;
     Ok(report(

@@ -27,7 +27,7 @@ use crate::manifest::{Entry, Kind};
 use crate::preserve::Preserve;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
-use crate::storage::local::{LocalFs, Quirks};
+use crate::storage::filesystem::{Filesystem, Quirks};
 use crate::storage::{Capabilities, Meta, Props, Store, StoredXattrs, Upload, UploadPlan};
 use crate::throttle::Throttle;
 
@@ -70,6 +70,9 @@ pub struct Engine {
     memory: Arc<Semaphore>,
     throttle: Option<Throttle>,
     dst_index: Option<Index>,
+    /// Each end's filesystem, where it is one (`Store::posix`): asked once, here.
+    src_fs: Option<Arc<dyn Filesystem>>,
+    dst_fs: Option<Arc<dyn Filesystem>>,
     quirks: Quirks,
 }
 
@@ -98,6 +101,8 @@ impl Engine {
             memory: Arc::new(Semaphore::new(memory.div_ceil(1024) as usize)),
             opts: EngineOptions { memory, ..opts },
             throttle: opts.max_bandwidth.map(Throttle::new),
+            src_fs: src.posix(),
+            dst_fs: dst.posix(),
             src,
             dst,
             stats,
@@ -107,9 +112,10 @@ impl Engine {
         }
     }
 
-    /// Both ends are filesystems the local → local engine drives itself (`Store::filesystem`).
+    /// Both ends are filesystems, which the local → local engine drives itself (the kernel's
+    /// copy path, staging directories, commits batched behind one flush).
     fn both_local(&self) -> bool {
-        self.src.filesystem().is_some() && self.dst.filesystem().is_some()
+        self.src_fs.is_some() && self.dst_fs.is_some()
     }
 
     fn src_can(&self) -> Capabilities {
@@ -298,7 +304,7 @@ impl Engine {
     /// blob holding the target (marked `is_symlink`, as azcopy and blobfuse2 do) in Blob
     /// storage.
     async fn symlink(&self, job: &Job) -> Result<()> {
-        let (target, meta) = self.src.read_link(&job.src).await?;
+        let (target, meta) = crate::storage::read_link(&*self.src, &job.src).await?;
         let meta = self.kept(Meta { md5: None, ..meta });
         if target.is_empty() || target.contains(&0) {
             return Err(StoreError::Invalid(
@@ -410,12 +416,12 @@ impl Engine {
     }
 
     /// What of `meta` the destination gets: what `--preserve` keeps. A file whose source says
-    /// nothing of its mode gets the mode any new file gets there (`Store::default_mode`), not
+    /// nothing of its mode gets the mode any new file gets there (`Filesystem::default_mode`), not
     /// the private one its temp file was made with.
     pub(super) fn kept(&self, meta: Meta) -> Meta {
         let kept = self.opts.preserve.keep(meta);
         Meta {
-            mode: kept.mode.or(self.dst.default_mode()),
+            mode: kept.mode.or(self.dst_fs.as_ref().map(|fs| fs.default_mode())),
             ..kept
         }
     }
@@ -457,11 +463,11 @@ impl Engine {
         };
         let sm = match job.src.md5 {
             Some(m) => Some(m),
-            None => self.src.content_md5(&job.src.path).await?,
+            None => crate::storage::content_md5(&*self.src, &job.src.path).await?,
         };
         let dm = match d.md5 {
             Some(m) => Some(m),
-            None => self.dst.content_md5(&job.dst_path).await?,
+            None => crate::storage::content_md5(&*self.dst, &job.dst_path).await?,
         };
         Ok(same::by_hashes(&job.src, d, sm, dm, self.attrs()))
     }
@@ -484,14 +490,16 @@ impl Engine {
         let path = &job.src.path;
         // A source looked at cheaply is looked at now (a local file: its mode and current
         // size); one that is not is taken as listed, each read carrying its metadata.
-        let look_now = self.src_can().cheap_looks;
+        let look_now = self.src_fs.as_ref().filter(|_| self.src_can().cheap_looks);
         let bs = self.opts.block_size;
         // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
         let attrs = attr_props(self.attrs_for_blob(job).await?);
-        if look_now && job.src.size() <= bs {
+        if let Some(fs) = look_now.filter(|_| job.src.size() <= bs) {
             let _mem = self.reserve(job.src.size()).await;
             let mut permit = self.depth.acquire().await;
-            if let Some((data, meta)) = self.src.read_small(path, bs).await? {
+            let (fs, rel) = (fs.clone(), path.clone());
+            let small = crate::storage::blocking(move || fs.read_small(&rel, bs)).await?;
+            if let Some((data, meta)) = small {
                 let n = data.len() as u64;
                 self.put_small(job, data, meta, attrs.as_ref()).await?;
                 permit.done(n);
@@ -514,7 +522,7 @@ impl Engine {
         };
         // Local sources: stat now for mode and the current size; blob sources carry both in
         // the listing and in each GET's headers.
-        let (version, size, meta) = if look_now {
+        let (version, size, meta) = if look_now.is_some() {
             let (version, now) = self
                 .src
                 .version(path)
@@ -815,12 +823,6 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
     ))
 }
 
-/// The filesystem of a store the caller knows is one (`Store::filesystem`: the local → local
-/// engine only).
-fn filesystem_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
-    store.filesystem().expect("a filesystem")
-}
-
 fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
     match (expected, got) {
         (Some(e), Some(g)) if e != g => Err(StoreError::Integrity(format!(
@@ -835,7 +837,7 @@ fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::local::LocalStore;
+    use crate::storage::LocalStore;
 
     pub(super) fn options(compare: Compare) -> EngineOptions {
         EngineOptions {
