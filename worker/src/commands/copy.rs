@@ -199,7 +199,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 None => ADAPTIVE_MEMORY,
             },
             finish_root: whole_tree,
-            server_copy: args.server_copy && dst.can_copy_from(&*src),
+            server_copy: args.server_copy && storage::can_copy(&*src, &*dst),
             preserve: args.preserve.preserve,
         },
         stats.clone(),
@@ -282,7 +282,9 @@ fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
         (Location::Local(s), Location::Local(d)) => match (args.parallel_files, args.concurrency) {
             (Some(n), _) => Depth::fixed(n),
             (None, Some(c)) => Depth::fixed(2 * c),
-            (None, None) if storage::filesystem::is_remote(s) || storage::filesystem::is_remote(d) => {
+            (None, None)
+                if storage::filesystem::is_remote(s) || storage::filesystem::is_remote(d) =>
+            {
                 Depth::adaptive(64, 4, 256)
             }
             (None, None) => Depth::adaptive(16, 2, 64),

@@ -672,7 +672,7 @@ impl Work {
                 mtime: Some(mtime),
                 ..Default::default()
             };
-            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta).await {
+            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta, None).await {
                 stats.failed(
                     d.display_path(),
                     format!("directory mtime not restored: {e}"),
@@ -741,7 +741,7 @@ impl Work {
         let Some(files) = self.files.as_mut() else {
             return Ok(0);
         };
-        let batch = dst.delete_batch().max(1);
+        let batch = dst.capabilities().delete_batch.max(1);
         let in_flight = if batch > 1 {
             concurrency
         } else {
@@ -787,7 +787,7 @@ impl Work {
         let mut deleted = 0;
         for dirs in DirBatches::new(
             dirs.read().map_err(PlanError::Read)?,
-            dst.delete_batch().max(1),
+            dst.capabilities().delete_batch.max(1),
         ) {
             let dirs = dirs.map_err(PlanError::Read)?;
             // A directory still holding something (a file whose deletion failed, or one that

@@ -9,9 +9,9 @@
 use super::{Engine, Job};
 use crate::error::{Result, StoreError};
 use crate::sparse::Sparse;
+use crate::storage::filesystem::on_thread;
 use crate::storage::metadata::sparse as in_meta_sparse;
 use crate::storage::metadata::xattrs as in_meta;
-use crate::storage::filesystem::on_thread;
 use crate::storage::{Props, StoredXattrs};
 use crate::xattrs::{self, Refused, Wanted};
 
@@ -41,9 +41,11 @@ impl Engine {
         }
         let wanted = self.wanted();
         let attrs = match &self.src_fs {
-            Some(fs) => on_thread(fs, &job.src.path, move |fs, rel| fs.read_xattrs(rel, wanted))
-                .await?
-                .unwrap_or_default(),
+            Some(fs) => on_thread(fs, &job.src.path, move |fs, rel| {
+                fs.read_xattrs(rel, wanted)
+            })
+            .await?
+            .unwrap_or_default(),
             None => Vec::new(),
         };
         match in_meta::encode(&attrs) {

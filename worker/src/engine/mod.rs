@@ -44,7 +44,7 @@ pub struct EngineOptions {
     /// A copy of a whole tree: the destination root gets the source root's owner, mode and
     /// mtime at the end.
     pub finish_root: bool,
-    /// Let the destination copy files itself where it can (`Store::can_copy_from`).
+    /// Let the destination copy files itself where it can (`storage::can_copy`).
     pub server_copy: bool,
     pub preserve: Preserve,
 }
@@ -280,7 +280,7 @@ impl Engine {
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => match dst
-                .set_meta_with(&job.dst_path, Kind::Dir, &meta, attrs.clone())
+                .set_meta(&job.dst_path, Kind::Dir, &meta, attrs.clone())
                 .await
             {
                 // The stub went since it was looked at: it is made again.
@@ -369,7 +369,7 @@ impl Engine {
                 let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
                 let attrs = self.attrs_for_update(job).await?;
                 self.dst
-                    .set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
+                    .set_meta(&job.dst_path, job.src.kind, &meta, attrs)
                     .await?;
                 self.attrs_from_blob(job).await?;
                 return Ok(Outcome::MetaUpdated);
@@ -387,9 +387,7 @@ impl Engine {
             return Ok(Outcome::Copied);
         }
         if self.server_side(job) {
-            return self
-                .dst
-                .copy_from(&*self.src, &job.src, &job.dst_path)
+            return crate::storage::server_copy(&*self.src, &*self.dst, &job.src, &job.dst_path)
                 .await
                 .map(|_| Outcome::ServerCopied);
         }
@@ -421,7 +419,9 @@ impl Engine {
     pub(super) fn kept(&self, meta: Meta) -> Meta {
         let kept = self.opts.preserve.keep(meta);
         Meta {
-            mode: kept.mode.or(self.dst_fs.as_ref().map(|fs| fs.default_mode())),
+            mode: kept
+                .mode
+                .or(self.dst_fs.as_ref().map(|fs| fs.default_mode())),
             ..kept
         }
     }
@@ -487,129 +487,153 @@ impl Engine {
     /// are never combined: a local source that changes while read, or a blob rewritten while
     /// downloaded, fails the file instead.
     async fn transfer(&self, job: &Job) -> Result<()> {
-        let path = &job.src.path;
-        // A source looked at cheaply is looked at now (a local file: its mode and current
-        // size); one that is not is taken as listed, each read carrying its metadata.
-        let look_now = self.src_fs.as_ref().filter(|_| self.src_can().cheap_looks);
-        let bs = self.opts.block_size;
         // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
         let attrs = attr_props(self.attrs_for_blob(job).await?);
-        if let Some(fs) = look_now.filter(|_| job.src.size() <= bs) {
-            let _mem = self.reserve(job.src.size()).await;
-            let mut permit = self.depth.acquire().await;
-            let (fs, rel) = (fs.clone(), path.clone());
-            let small = crate::storage::blocking(move || fs.read_small(&rel, bs)).await?;
-            if let Some((data, meta)) = small {
-                let n = data.len() as u64;
-                self.put_small(job, data, meta, attrs.as_ref()).await?;
-                permit.done(n);
-                return Ok(());
-            }
+        if self.copy_small_now(job, attrs.as_ref()).await? {
+            return Ok(());
         }
-        // Blob to blob: the source's metadata and content properties go along, taken with the
-        // ETag its bytes are then read at, so that both are of one version.
-        let props = match self.src_can().props && self.dst_can().props {
-            true => match self.src.version_and_props(path).await? {
-                Some((v, now, p)) if now == job.src.size() => Some((v, p)),
-                Some(_) => {
-                    return Err(StoreError::Integrity(
-                        "the blob changed since it was listed (size differs); not copied".into(),
-                    ))
-                }
-                None => return Err(StoreError::NotFound("vanished from the source".into())),
-            },
-            false => None,
-        };
-        // Local sources: stat now for mode and the current size; blob sources carry both in
-        // the listing and in each GET's headers.
-        let (version, size, meta) = if look_now.is_some() {
-            let (version, now) = self
-                .src
-                .version(path)
-                .await?
-                .ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
-            match self.src.head(path).await? {
-                Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, m),
-                Some((e, _)) if e.kind == Kind::File => {
-                    return Err(StoreError::Integrity(
-                        "the source changed while being copied; not committed".into(),
-                    ))
-                }
-                Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
-                None => return Err(StoreError::NotFound("vanished from the source".into())),
-            }
-        } else {
-            let size = job.src.size();
-            // One GET is one version; only a download in several ranges needs the ETag.
-            let ranges = if self.dst_can().piecewise {
-                size.div_ceil(bs.max(DOWNLOAD_RANGE))
-            } else {
-                size.div_ceil(bs)
-            };
-            let version = match (ranges > 1, &props) {
-                (_, Some((v, _))) => Some(v.clone()),
-                (true, None) => match self.src.version(path).await? {
-                    Some((v, now)) if now == size => Some(v),
-                    Some(_) => {
-                        return Err(StoreError::Integrity(
-                            "the blob changed since it was listed (size differs); not copied"
-                                .into(),
-                        ))
-                    }
-                    None => return Err(StoreError::NotFound("vanished from the source".into())),
-                },
-                (false, None) => None,
-            };
-            (
-                version,
-                size,
-                Meta {
-                    md5: job.src.md5,
-                    ..Meta::of_entry(&job.src)
-                },
-            )
+        let props = self.source_props(job).await?;
+        let (version, size, meta) = match self.looks_now() {
+            Some(_) => self.version_looked_at(job).await?,
+            None => self.version_listed(job, props.as_ref()).await?,
         };
         let version = version.as_deref();
         let props = props.map(|(_, p)| p).or(attrs);
-
-        if size <= bs {
-            let _mem = self.reserve(size).await;
-            let mut permit = self.depth.acquire().await;
-            let chunk = self.src.read(path, 0, size, version).await?;
-            let mut meta = meta;
-            if let Some(m) = chunk.meta {
-                meta.complete_from(m);
-            }
-            // The depth counts requests: a local write, and the flush it waits for, is not one.
-            if self.dst_can().piecewise {
-                permit.done(size);
-                drop(permit);
-                return self.put_small(job, chunk.data, meta, None).await;
-            }
-            self.put_small(job, chunk.data, meta, props.as_ref())
-                .await?;
-            permit.done(size);
-            return Ok(());
+        if size <= self.opts.block_size {
+            return self.copy_whole(job, size, version, meta, props).await;
         }
+        self.copy_blocks(job, size, version, meta, props).await
+    }
 
-        // A download's journal of finished ranges is reused only for this very version.
-        let fingerprint = format!(
-            "{}:{}:{}:{}",
-            size,
-            job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
-            job.src
-                .md5
-                .map(|m| crate::manifest::md5_hex(&m))
-                .unwrap_or_default(),
-            version.unwrap_or_default().replace(' ', "_")
-        );
+    /// The source's filesystem, where a source looked at cheaply is looked at now (a local
+    /// file: its mode and current size); one that is not is taken as listed, each read
+    /// carrying its metadata.
+    fn looks_now(&self) -> Option<&Arc<dyn Filesystem>> {
+        self.src_fs.as_ref().filter(|_| self.src_can().cheap_looks)
+    }
+
+    /// A file of one block from a source looked at now, read whole with one open and written:
+    /// true where that was done (false: it has grown past a block since listed).
+    async fn copy_small_now(&self, job: &Job, attrs: Option<&Props>) -> Result<bool> {
+        let bs = self.opts.block_size;
+        let Some(fs) = self.looks_now().filter(|_| job.src.size() <= bs) else {
+            return Ok(false);
+        };
+        let _mem = self.reserve(job.src.size()).await;
+        let mut permit = self.depth.acquire().await;
+        let (fs, rel) = (fs.clone(), job.src.path.clone());
+        let small = crate::storage::blocking(move || fs.read_small(&rel, bs)).await?;
+        let Some((data, meta)) = small else {
+            return Ok(false);
+        };
+        let n = data.len() as u64;
+        self.put_small(job, data, meta, attrs).await?;
+        permit.done(n);
+        Ok(true)
+    }
+
+    /// Blob to blob: the source's metadata and content properties go along, taken with the
+    /// ETag its bytes are then read at, so that both are of one version.
+    async fn source_props(&self, job: &Job) -> Result<Option<(String, Props)>> {
+        if !(self.src_can().props && self.dst_can().props) {
+            return Ok(None);
+        }
+        match self.src.version_and_props(&job.src.path).await? {
+            Some((v, now, p)) if now == job.src.size() => Ok(Some((v, p))),
+            Some(_) => Err(changed_since_listed()),
+            None => Err(vanished()),
+        }
+    }
+
+    /// A source looked at now: its version, size and metadata from a stat taken now.
+    async fn version_looked_at(&self, job: &Job) -> Result<(Option<String>, u64, Meta)> {
+        let path = &job.src.path;
+        let (version, now) = self.src.version(path).await?.ok_or_else(vanished)?;
+        match self.src.head(path).await? {
+            Some((e, m)) if e.kind == Kind::File && e.size() == now => Ok((Some(version), now, m)),
+            Some((e, _)) if e.kind == Kind::File => Err(StoreError::Integrity(
+                "the source changed while being copied; not committed".into(),
+            )),
+            Some(_) => Err(StoreError::Invalid("no longer a regular file".into())),
+            None => Err(vanished()),
+        }
+    }
+
+    /// A source taken as listed (blob sources carry size and metadata in the listing and in
+    /// each GET's headers): the version its reads must name, where there is more than one.
+    async fn version_listed(
+        &self,
+        job: &Job,
+        props: Option<&(String, Props)>,
+    ) -> Result<(Option<String>, u64, Meta)> {
+        let (size, bs) = (job.src.size(), self.opts.block_size);
+        // One GET is one version; only a download in several ranges needs the ETag.
+        let ranges = if self.dst_can().piecewise {
+            size.div_ceil(bs.max(DOWNLOAD_RANGE))
+        } else {
+            size.div_ceil(bs)
+        };
+        let version = match (ranges > 1, props) {
+            (_, Some((v, _))) => Some(v.clone()),
+            (true, None) => match self.src.version(&job.src.path).await? {
+                Some((v, now)) if now == size => Some(v),
+                Some(_) => return Err(changed_since_listed()),
+                None => return Err(vanished()),
+            },
+            (false, None) => None,
+        };
+        let meta = Meta {
+            md5: job.src.md5,
+            ..Meta::of_entry(&job.src)
+        };
+        Ok((version, size, meta))
+    }
+
+    /// An object of one block: read whole, written whole.
+    async fn copy_whole(
+        &self,
+        job: &Job,
+        size: u64,
+        version: Option<&str>,
+        mut meta: Meta,
+        props: Option<Props>,
+    ) -> Result<()> {
+        let _mem = self.reserve(size).await;
+        let mut permit = self.depth.acquire().await;
+        let chunk = self.src.read(&job.src.path, 0, size, version).await?;
+        if let Some(m) = chunk.meta {
+            meta.complete_from(m);
+        }
+        // The depth counts requests: a local write, and the flush it waits for, is not one.
+        if self.dst_can().piecewise {
+            permit.done(size);
+            drop(permit);
+            return self.put_small(job, chunk.data, meta, None).await;
+        }
+        self.put_small(job, chunk.data, meta, props.as_ref())
+            .await?;
+        permit.done(size);
+        Ok(())
+    }
+
+    /// An object of several blocks: a download streamed into a local file, or an upload of
+    /// blocks into Blob storage.
+    async fn copy_blocks(
+        &self,
+        job: &Job,
+        size: u64,
+        version: Option<&str>,
+        mut meta: Meta,
+        props: Option<Props>,
+    ) -> Result<()> {
+        let bs = self.opts.block_size;
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
         // requests, and memory stays bounded by the budget whatever the range.
         let streamed = self.dst_can().piecewise;
         let plan = UploadPlan {
             size,
             block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs },
-            fingerprint,
+            fingerprint: fingerprint(job, size, version),
         };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
         if let Some(p) = &props {
@@ -623,7 +647,6 @@ impl Engine {
                 .await;
         }
         // A blob has no holes: where the file had data goes in its metadata instead.
-        let mut meta = meta;
         if let Some(s) = self.sparse_of(job).await? {
             meta.sparse = blob_attrs::sparse_within(Some(s), props.as_ref());
         }
@@ -821,6 +844,29 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
     StoreError::Invalid(format!(
         "internal error (a bug in ferry; please report it): {what}"
     ))
+}
+
+/// What a download's journal of finished ranges is kept for: reused only for this very
+/// version of the source.
+fn fingerprint(job: &Job, size: u64, version: Option<&str>) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        size,
+        job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
+        job.src
+            .md5
+            .map(|m| crate::manifest::md5_hex(&m))
+            .unwrap_or_default(),
+        version.unwrap_or_default().replace(' ', "_")
+    )
+}
+
+fn vanished() -> StoreError {
+    StoreError::NotFound("vanished from the source".into())
+}
+
+fn changed_since_listed() -> StoreError {
+    StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())
 }
 
 fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {

@@ -153,7 +153,10 @@ pub trait Filesystem: Send + Sync {
 }
 
 /// An error of `fs` at `rel`, named by its path (as the store's own errors are).
-pub fn io_err<'a>(fs: &'a dyn Filesystem, rel: &'a [u8]) -> impl Fn(std::io::Error) -> StoreError + 'a {
+pub fn io_err<'a>(
+    fs: &'a dyn Filesystem,
+    rel: &'a [u8],
+) -> impl Fn(std::io::Error) -> StoreError + 'a {
     move |e| StoreError::io(fs.path(rel).display().to_string(), e)
 }
 

@@ -126,6 +126,9 @@ pub struct Capabilities {
     /// Keeps user metadata and content properties (`Props`), and records extended attributes
     /// and a sparse file's layout in that metadata (`metadata`).
     pub props: bool,
+    /// How many deletions `Store::delete_many` sends in one request: past 1, a caller that
+    /// has many to make gains by handing over that many at once (Blob Batch: 256).
+    pub delete_batch: usize,
 }
 
 /// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
@@ -254,10 +257,11 @@ pub trait Store: Send + Sync {
     /// What this store holds and how it takes it (see `Capabilities`).
     fn capabilities(&self) -> Capabilities;
 
-    /// The store itself, for a backend to recognise another store of its own kind: a
-    /// server-side copy between two Blob stores needs both ends' internals (`copy_from`).
-    /// Nothing outside a backend looks through this.
-    fn as_any(&self) -> &dyn std::any::Any;
+    /// The service this store is in, where that service copies objects itself
+    /// (`server_copy`); None where every byte passes through ferry.
+    fn service(&self) -> Option<Service> {
+        None
+    }
 
     /// What this store can do as a filesystem, where it is one (`filesystem::Filesystem`): a
     /// capability the caller asks for, never the store's own type.
@@ -300,39 +304,6 @@ pub trait Store: Send + Sync {
         )))
     }
 
-    /// Writes a node of `kind` whole: a file's bytes (as `put`), a symlink with target
-    /// `data`, or a directory (`data` empty) with metadata `meta`: one that exists is given
-    /// what of `meta` differs. `props`: what a store with `Capabilities::props` keeps beside.
-    async fn put_node(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        data: Bytes,
-        meta: &Meta,
-        _props: Option<&Props>,
-    ) -> Result<()> {
-        match kind {
-            Kind::File => self.put(path, data, meta).await,
-            _ => Err(StoreError::Unsupported(format!(
-                "a {} in {}",
-                kind.name(),
-                self.describe()
-            ))),
-        }
-    }
-
-    /// `set_meta`, and in a store that keeps extended attributes in its metadata, `xattrs`
-    /// (see `StoredXattrs`).
-    async fn set_meta_with(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        meta: &Meta,
-        _xattrs: StoredXattrs,
-    ) -> Result<()> {
-        self.set_meta(path, kind, meta).await
-    }
-
     /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the
     /// object: a changed object is an `Integrity` error, never a mix of old and new bytes.
     async fn read(
@@ -359,18 +330,27 @@ pub trait Store: Send + Sync {
         ))
     }
 
-    /// Writes a whole object at once (small files).
-    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()>;
+    /// Writes a node of `kind` whole: a file's bytes, a symlink with target `data`, or a
+    /// directory (`data` empty) with metadata `meta`: one that exists is given what of `meta`
+    /// differs. `props`: what a store with `Capabilities::props` keeps beside. A kind the store
+    /// does not hold is `Unsupported`.
+    async fn put_node(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&Props>,
+    ) -> Result<()>;
+
+    /// Writes a whole file at once (small files).
+    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
+        self.put_node(path, Kind::File, data, meta, None).await
+    }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>>;
 
     async fn delete(&self, path: &[u8]) -> Result<()>;
-
-    /// How many deletions `delete_many` sends in one request: past 1, a caller that has many to
-    /// make gains by handing over that many at once (Blob Batch: 256).
-    fn delete_batch(&self) -> usize {
-        1
-    }
 
     /// Deletes every path, as `delete` would (an absent one counts as deleted); the results in
     /// the order of `paths`.
@@ -389,31 +369,54 @@ pub trait Store: Send + Sync {
     }
 
     /// Sets the metadata of the entry at `path` (of kind `kind`) without writing its bytes: a
-    /// chmod, chown or touch at the source between passes.
-    async fn set_meta(&self, _path: &[u8], _kind: Kind, _meta: &Meta) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "setting metadata alone in {}",
-            self.describe()
-        )))
-    }
+    /// chmod, chown or touch at the source between passes; in a store that keeps extended
+    /// attributes in its metadata, `xattrs` too (see `StoredXattrs`).
+    async fn set_meta(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        xattrs: StoredXattrs,
+    ) -> Result<()>;
 
     /// Creates the container (or directory). Ok(false) if it already existed.
     async fn create_root(&self) -> Result<bool>;
+}
 
-    /// Whether `copy_from` can copy objects of `src` here without their bytes passing through
-    /// ferry (Azure: the same account at the same endpoint).
-    fn can_copy_from(&self, _src: &dyn Store) -> bool {
-        false
+/// A store's place in a service that copies objects itself: what a destination there needs of
+/// a source (Blob: the account, and the source blobs' signed URLs). Opaque outside its backend.
+#[derive(Clone)]
+pub enum Service {
+    Blob(azure::Account),
+}
+
+/// Whether `dst` can copy objects of `src` without their bytes passing through ferry (Blob:
+/// the same account at the same endpoint).
+pub fn can_copy(src: &dyn Store, dst: &dyn Store) -> bool {
+    match (src.service(), dst.service()) {
+        (Some(Service::Blob(s)), Some(Service::Blob(d))) => s.same_account(&d),
+        _ => false,
     }
+}
 
-    /// Copies `entry` of `src` to `dst_path` here, server-side, where `can_copy_from` allows it.
-    /// The result must hold what streaming would give: the source's bytes and Content-MD5 and
-    /// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
-    async fn copy_from(&self, _src: &dyn Store, _entry: &Entry, _dst_path: &[u8]) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "server-side copy into {}",
-            self.describe()
-        )))
+/// Copies `entry` of `src` to `dst_path` of `dst`, server-side, where `can_copy` allows it.
+/// The result holds what streaming would give: the source's bytes and Content-MD5 and
+/// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
+pub async fn server_copy(
+    src: &dyn Store,
+    dst: &dyn Store,
+    entry: &Entry,
+    dst_path: &[u8],
+) -> Result<()> {
+    match (src.service(), dst.service()) {
+        (Some(Service::Blob(s)), Some(Service::Blob(d))) if s.same_account(&d) => {
+            d.copy_from(&s, entry, dst_path).await
+        }
+        _ => Err(StoreError::Unsupported(format!(
+            "server-side copy from {} into {}",
+            src.describe(),
+            dst.describe()
+        ))),
     }
 }
 

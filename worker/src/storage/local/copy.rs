@@ -25,10 +25,10 @@ use super::posix::{
     stamp, temp_name, unchanged,
 };
 use super::{Inherits, LocalStore};
-use crate::storage::filesystem::Filesystem;
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
 use crate::sparse::Sparse;
+use crate::storage::filesystem::Filesystem;
 use crate::storage::Meta;
 use crate::xattrs::{self, On, Refused, Wanted};
 

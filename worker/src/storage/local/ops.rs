@@ -16,12 +16,12 @@ use super::posix::{
 };
 use super::store::changed;
 use super::LocalStore;
-use crate::storage::filesystem::Filesystem;
-use crate::storage::Sweep;
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::preserve::Preserve;
+use crate::storage::filesystem::Filesystem;
 use crate::storage::Meta;
+use crate::storage::Sweep;
 use crate::xattrs::{self, Wanted};
 
 impl Filesystem for LocalStore {

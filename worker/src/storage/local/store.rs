@@ -8,7 +8,6 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
-use crate::storage::filesystem::Filesystem;
 use super::posix::{
     apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
     temp_name, unchanged, write_all_vectored_at,
@@ -20,7 +19,10 @@ use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
 use crate::shard::{Cuts, Range};
 use crate::sparse;
-use crate::storage::{blocking, Capabilities, Chunk, Meta, Props, Store, Upload, UploadPlan};
+use crate::storage::filesystem::Filesystem;
+use crate::storage::{
+    blocking, Capabilities, Chunk, Meta, Props, Store, StoredXattrs, Upload, UploadPlan,
+};
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
 /// state built from the old bytes must go.
@@ -141,50 +143,6 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
-        blocking(move || {
-            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
-            let written = |mut f: &File| {
-                match &meta.sparse {
-                    // Zero blocks where the source had holes are left unwritten, and the size
-                    // set after: they stay holes, a trailing one included.
-                    Some(s) => {
-                        let (len, blk) = (data.len() as u64, sparse::block_of(f)?);
-                        for (at, run) in sparse::runs(vec![data.clone()], 0, blk, s) {
-                            write_all_vectored_at(f, &run, at)?;
-                        }
-                        f.set_len(len)?;
-                    }
-                    None => f.write_all(&data)?,
-                }
-                apply_meta_fd(f, &meta)
-            };
-            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
-            // flush shared with the files written beside it, before it gets its name.
-            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
-                return written(&f)
-                    .and_then(|_| me.sync_one())
-                    .and_then(|_| link_in(&f, &dir, name))
-                    .map_err(me.io_err(&rel));
-            }
-            let tmp = temp_name(name, "partial");
-            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
-                written(&f)?;
-                if meta.mode.is_none() {
-                    super::leftover::clear_mark(&f, 0o600)?;
-                }
-                me.sync_one()?;
-                beneath::rename_at(fd(&dir), &tmp, name)
-            });
-            if res.is_err() {
-                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-            }
-            res.map_err(me.io_err(&rel))
-        })
-        .await
-    }
-
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>> {
         let (me, rel, plan) = (self.clone(), path.to_vec(), plan.clone());
         let up = blocking(move || LocalUpload::open(me, rel, plan)).await?;
@@ -234,7 +192,7 @@ impl Store for LocalStore {
         blocking(move || Filesystem::remove_all(&me, &rel).map_err(me.io_err(&rel))).await
     }
 
-    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta, _: StoredXattrs) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         blocking(move || {
             Filesystem::set_meta(&me, &rel, kind, &meta)
@@ -263,12 +221,9 @@ impl Store for LocalStore {
             holes: true,
             cheap_looks: true,
             piecewise: true,
+            delete_batch: 1,
             ..Capabilities::default()
         }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 
     fn posix(&self) -> Option<std::sync::Arc<dyn Filesystem>> {
@@ -312,7 +267,7 @@ impl Store for LocalStore {
     ) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         match kind {
-            Kind::File => self.put(path, data, &meta).await,
+            Kind::File => self.put_file(path, data, &meta).await,
             Kind::Dir => {
                 blocking(move || me.finish_dir(&rel, &meta, None).map_err(me.io_err(&rel))).await
             }
@@ -325,5 +280,52 @@ impl Store for LocalStore {
                 self.describe()
             ))),
         }
+    }
+}
+
+impl LocalStore {
+    /// A whole file, its bytes on disk before it takes its name.
+    async fn put_file(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        blocking(move || {
+            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
+            let written = |mut f: &File| {
+                match &meta.sparse {
+                    // Zero blocks where the source had holes are left unwritten, and the size
+                    // set after: they stay holes, a trailing one included.
+                    Some(s) => {
+                        let (len, blk) = (data.len() as u64, sparse::block_of(f)?);
+                        for (at, run) in sparse::runs(vec![data.clone()], 0, blk, s) {
+                            write_all_vectored_at(f, &run, at)?;
+                        }
+                        f.set_len(len)?;
+                    }
+                    None => f.write_all(&data)?,
+                }
+                apply_meta_fd(f, &meta)
+            };
+            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
+            // flush shared with the files written beside it, before it gets its name.
+            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
+                return written(&f)
+                    .and_then(|_| me.sync_one())
+                    .and_then(|_| link_in(&f, &dir, name))
+                    .map_err(me.io_err(&rel));
+            }
+            let tmp = temp_name(name, "partial");
+            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
+                written(&f)?;
+                if meta.mode.is_none() {
+                    super::leftover::clear_mark(&f, 0o600)?;
+                }
+                me.sync_one()?;
+                beneath::rename_at(fd(&dir), &tmp, name)
+            });
+            if res.is_err() {
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+            }
+            res.map_err(me.io_err(&rel))
+        })
+        .await
     }
 }
