@@ -115,10 +115,10 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     // Every range from the one version: a blob rewritten meanwhile fails, never hashes a mix.
     let version = match blocks > 1 {
         true => store
-            .version(&e.path)
+            .version(&e.path, false)
             .await
             .map_err(|err| err.to_string())?
-            .map(|(v, _)| v),
+            .map(|v| v.token),
         false => None,
     };
     let version = &version;

@@ -12,7 +12,7 @@ use crate::sparse::Sparse;
 use crate::storage::filesystem::on_thread;
 use crate::storage::metadata::sparse as in_meta_sparse;
 use crate::storage::metadata::xattrs as in_meta;
-use crate::storage::{Props, StoredXattrs};
+use crate::storage::{ObjectVersion, Props, StoredXattrs};
 use crate::xattrs::{self, Refused, Wanted};
 
 impl Engine {
@@ -94,7 +94,10 @@ impl Engine {
     /// The attributes the source blob stores now (one HEAD); None where its value is not one
     /// ferry can read.
     async fn stored_attrs(&self, job: &Job) -> Result<Option<xattrs::Attrs>> {
-        let Some((_, _, props)) = self.src.version_and_props(&job.src.path).await? else {
+        let Some(ObjectVersion {
+            props: Some(props), ..
+        }) = self.src.version(&job.src.path, true).await?
+        else {
             return Err(StoreError::NotFound("vanished from the source".into()));
         };
         Ok(props

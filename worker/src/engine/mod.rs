@@ -28,7 +28,9 @@ use crate::preserve::Preserve;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
 use crate::storage::filesystem::{Filesystem, Quirks};
-use crate::storage::{Capabilities, Meta, Props, Store, StoredXattrs, Upload, UploadPlan};
+use crate::storage::{
+    Capabilities, Meta, ObjectVersion, Props, Store, StoredXattrs, Upload, UploadPlan,
+};
 use crate::throttle::Throttle;
 
 #[derive(Clone, Debug)]
@@ -538,8 +540,8 @@ impl Engine {
         if !(self.src_can().props && self.dst_can().props) {
             return Ok(None);
         }
-        match self.src.version_and_props(&job.src.path).await? {
-            Some((v, now, p)) if now == job.src.size() => Ok(Some((v, p))),
+        match self.src.version(&job.src.path, true).await? {
+            Some(v) if v.size == job.src.size() => Ok(Some((v.token, v.props.unwrap_or_default()))),
             Some(_) => Err(changed_since_listed()),
             None => Err(vanished()),
         }
@@ -548,7 +550,11 @@ impl Engine {
     /// A source looked at now: its version, size and metadata from a stat taken now.
     async fn version_looked_at(&self, job: &Job) -> Result<(Option<String>, u64, Meta)> {
         let path = &job.src.path;
-        let (version, now) = self.src.version(path).await?.ok_or_else(vanished)?;
+        let ObjectVersion {
+            token: version,
+            size: now,
+            ..
+        } = self.src.version(path, false).await?.ok_or_else(vanished)?;
         match self.src.head(path).await? {
             Some((e, m)) if e.kind == Kind::File && e.size() == now => Ok((Some(version), now, m)),
             Some((e, _)) if e.kind == Kind::File => Err(StoreError::Integrity(
@@ -575,8 +581,8 @@ impl Engine {
         };
         let version = match (ranges > 1, props) {
             (_, Some((v, _))) => Some(v.clone()),
-            (true, None) => match self.src.version(&job.src.path).await? {
-                Some((v, now)) if now == size => Some(v),
+            (true, None) => match self.src.version(&job.src.path, false).await? {
+                Some(v) if v.size == size => Some(v.token),
                 Some(_) => return Err(changed_since_listed()),
                 None => return Err(vanished()),
             },

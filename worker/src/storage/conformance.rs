@@ -378,16 +378,11 @@ async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
         filesystem_conforms(&*fs, &body, &m);
     }
     if can.props {
-        let (version, size, _) = store
-            .version_and_props(b"nodes/file")
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(size, body.len() as u64);
-        assert_eq!(
-            store.version(b"nodes/file").await.unwrap(),
-            Some((version, size))
-        );
+        let with = store.version(b"nodes/file", true).await.unwrap().unwrap();
+        assert_eq!(with.size, body.len() as u64);
+        assert!(with.props.is_some());
+        let without = store.version(b"nodes/file", false).await.unwrap().unwrap();
+        assert_eq!((without.token, without.props), (with.token, None));
     }
     // A piecewise upload takes a block in pieces.
     if can.piecewise {

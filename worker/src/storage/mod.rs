@@ -131,6 +131,16 @@ pub struct Capabilities {
     pub delete_batch: usize,
 }
 
+/// An object's version as one look gives it (`Store::version`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// Changes whenever the object's bytes may have (an ETag; a local file's inode, size,
+    /// mtime and ctime).
+    pub token: String,
+    pub size: u64,
+    pub props: Option<Props>,
+}
+
 /// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
 /// `meta`, so downloads from a manifest need no extra HEAD per blob.
 pub struct Chunk {
@@ -248,11 +258,9 @@ pub trait Store: Send + Sync {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
-    /// A token that changes whenever the object's bytes may have (an ETag; a local file's
-    /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
-    async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
-        Ok(None)
-    }
+    /// The object's version from one look, with its `Props` where `props` asks for them and
+    /// the store keeps them (`Capabilities::props`); None if the object is absent.
+    async fn version(&self, path: &[u8], props: bool) -> Result<Option<ObjectVersion>>;
 
     /// What this store holds and how it takes it (see `Capabilities`).
     fn capabilities(&self) -> Capabilities;
@@ -292,16 +300,6 @@ pub trait Store: Send + Sync {
     /// are not durable as they return (a filesystem's shared flush at the end of a copy).
     async fn flush(&self) -> Result<()> {
         Ok(())
-    }
-
-    /// The version token, size and `Props` of an object from one look; None if absent.
-    /// Offered where `Capabilities::props`.
-    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
-        Err(StoreError::Unsupported(format!(
-            "properties of {} in {}",
-            crate::manifest::escape_path(path),
-            self.describe()
-        )))
     }
 
     /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the

@@ -47,7 +47,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::{
-    Capabilities, Chunk, Meta, OpenOptions, Props, Sample, Store, StoredXattrs, Upload, UploadPlan,
+    Capabilities, Chunk, Meta, ObjectVersion, OpenOptions, Props, Sample, Store, StoredXattrs,
+    Upload, UploadPlan,
 };
 use crate::error::{Interruption, Result, StoreError};
 use crate::location::BlobLocation;
@@ -918,15 +919,23 @@ impl Store for AzureStore {
         }))
     }
 
-    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+    /// The blob's ETag and size, and with `props` what it carries besides, from one HEAD.
+    async fn version(&self, path: &[u8], props: bool) -> Result<Option<ObjectVersion>> {
         let s = &self.inner;
-        Ok(s.properties(&s.name(path)?).await?.map(|h| {
-            (
-                h.get_optional_str(&HeaderName::from_static("etag"))
-                    .unwrap_or_default()
-                    .to_string(),
-                content_length(&h),
-            )
+        let name = s.name(path)?;
+        let Some(h) = s.properties(&name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ObjectVersion {
+            token: h
+                .get_optional_str(&HeaderName::from_static("etag"))
+                .unwrap_or_default()
+                .to_string(),
+            size: content_length(&h),
+            props: match props {
+                true => Some(s.props_of(&name, &h).await?),
+                false => None,
+            },
         }))
     }
 
@@ -1028,23 +1037,6 @@ impl Store for AzureStore {
 
     async fn set_root_meta(&self, meta: &Meta) -> Result<()> {
         self.write_root_meta(meta).await.map(drop)
-    }
-
-    /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
-    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
-        let s = &self.inner;
-        let name = s.name(path)?;
-        let Some(h) = s.properties(&name).await? else {
-            return Ok(None);
-        };
-        let props = s.props_of(&name, &h).await?;
-        Ok(Some((
-            h.get_optional_str(&HeaderName::from_static("etag"))
-                .unwrap_or_default()
-                .to_string(),
-            content_length(&h),
-            props,
-        )))
     }
 
     async fn put_node(

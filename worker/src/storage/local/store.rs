@@ -21,7 +21,8 @@ use crate::shard::{Cuts, Range};
 use crate::sparse;
 use crate::storage::filesystem::Filesystem;
 use crate::storage::{
-    blocking, Capabilities, Chunk, Meta, Props, Store, StoredXattrs, Upload, UploadPlan,
+    blocking, Capabilities, Chunk, Meta, ObjectVersion, Props, Store, StoredXattrs, Upload,
+    UploadPlan,
 };
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
@@ -106,13 +107,18 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+    /// A file keeps no `Props`.
+    async fn version(&self, path: &[u8], _: bool) -> Result<Option<ObjectVersion>> {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             Ok(me
                 .lstat(&rel)
                 .map_err(me.io_err(&rel))?
-                .map(|md| (stamp(&md), md.len())))
+                .map(|md| ObjectVersion {
+                    token: stamp(&md),
+                    size: md.len(),
+                    props: None,
+                }))
         })
         .await
     }
