@@ -98,7 +98,7 @@ impl Engine {
             props: Some(props), ..
         }) = self.src.version(&job.src.path, true).await?
         else {
-            return Err(StoreError::NotFound("vanished from the source".into()));
+            return Err(super::vanished());
         };
         Ok(props
             .metadata
