@@ -7,7 +7,7 @@
 //! to make the holes again.
 
 use super::{Engine, Job};
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::sparse::Sparse;
 use crate::storage::filesystem::on_thread;
 use crate::storage::metadata::sparse as in_meta_sparse;
