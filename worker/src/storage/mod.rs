@@ -284,17 +284,10 @@ pub trait Store: Send + Sync {
     }
 
     /// The root's own mode, owner and mtime; None where the store keeps none.
-    async fn root_meta(&self) -> Result<Option<Meta>> {
-        Ok(None)
-    }
+    async fn root_meta(&self) -> Result<Option<Meta>>;
 
     /// Gives the root the attributes `meta` names (what a copy of a whole tree ends with).
-    async fn set_root_meta(&self, _meta: &Meta) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "the top directory's attributes in {}",
-            self.describe()
-        )))
-    }
+    async fn set_root_meta(&self, meta: &Meta) -> Result<()>;
 
     /// Puts on disk (or wherever the store keeps it) everything written so far, where writes
     /// are not durable as they return (a filesystem's shared flush at the end of a copy).
