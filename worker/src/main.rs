@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 8 << 20);
     }
-    storage::local::raise_open_files_limit();
+    storage::filesystem::raise_open_files_limit();
     // The Azure SDK builds error values in its normal flow (a header a policy looks for and
     // does not find, on every request), and each captures a stack trace when RUST_BACKTRACE
     // is set: a stack walk per request. Library backtraces stay off unless asked for by

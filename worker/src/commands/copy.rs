@@ -199,7 +199,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
                 None => ADAPTIVE_MEMORY,
             },
             finish_root: whole_tree,
-            server_copy: args.server_copy && dst.can_copy_from(&*src),
+            server_copy: args.server_copy && storage::can_copy(&*src, &*dst),
             preserve: args.preserve.preserve,
         },
         stats.clone(),
@@ -228,7 +228,7 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     // Only a whole tree's pass: a part's directories hold other parts' files too, whose partial
     // files those parts may be about to resume.
     let sweep = match whole_tree {
-        true => dst.sweep_leftovers(args.dry_run).await,
+        true => storage::sweep_leftovers(&*dst, args.dry_run).await,
         false => Default::default(),
     };
     let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
@@ -282,7 +282,9 @@ fn depth_for(args: &CopyArgs, src: &Location, dst: &Location) -> Depth {
         (Location::Local(s), Location::Local(d)) => match (args.parallel_files, args.concurrency) {
             (Some(n), _) => Depth::fixed(n),
             (None, Some(c)) => Depth::fixed(2 * c),
-            (None, None) if storage::local::is_remote(s) || storage::local::is_remote(d) => {
+            (None, None)
+                if storage::filesystem::is_remote(s) || storage::filesystem::is_remote(d) =>
+            {
                 Depth::adaptive(64, 4, 256)
             }
             (None, None) => Depth::adaptive(16, 2, 64),

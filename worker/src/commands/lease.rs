@@ -6,11 +6,12 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::{open, open_options, parse_location, print_json};
+use super::{open_options, parse_location, print_json};
 use crate::cli::Common;
 use crate::location::Location;
 use crate::stats::Stats;
@@ -62,16 +63,13 @@ pub(crate) struct LeaseDoc {
 pub async fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
     let opts = open_options(&args.common, 1, Arc::new(Stats::default()));
     let loc = parse_location(&args.state)?;
-    if !matches!(loc, Location::Blob(_)) {
+    let Location::Blob(at) = &loc else {
         anyhow::bail!(
             "{loc} is not in Blob storage: a lease is for a Blob state; a local one is kept by the run directory's lock"
         );
-    }
-    let store = open(&loc, &opts)?;
-    let blob = store
-        .as_any()
-        .downcast_ref::<AzureStore>()
-        .expect("a Blob location opens an Azure store");
+    };
+    // A lease is Blob storage's alone: the store is made as one, not found behind the trait.
+    let blob = AzureStore::new(at.clone(), &opts).with_context(|| format!("cannot open {loc}"))?;
     let got = match args.action {
         Action::Acquire => {
             let holder = Bytes::from(args.holder.clone().into_bytes());

@@ -226,7 +226,7 @@ pub async fn resolve(loc: &Location, opts: &OpenOptions, follow: bool) -> anyhow
                 ))?,
                 false => (parent, name.clone()),
             };
-            let entry = storage::local::entry_of(target_name, &md).with_context(|| {
+            let entry = storage::filesystem::entry_of(target_name, &md).with_context(|| {
                 format!("{}: not a regular file, symlink or directory", p.display())
             })?;
             Ok(Root::Object {
@@ -432,7 +432,7 @@ pub fn seconds(started: std::time::Instant) -> f64 {
 
 /// A document of crate::documents on stdout.
 /// Says what a pass did with the leftovers of earlier runs it met in `dst`
-/// (`Store::sweep_leftovers`): one line each on stderr (none under `--json`, whose document
+/// (`storage::sweep_leftovers`): one line each on stderr (none under `--json`, whose document
 /// lists them), and a warning for each that could not be removed. Returns the paths removed.
 pub fn report_leftovers(
     dst: &dyn crate::storage::Store,

@@ -21,7 +21,7 @@ use crate::location::Location;
 use crate::manifest::{self, md5_hex, Entry, Kind};
 use crate::same::{self, Attrs, Compare, Verdict};
 use crate::stats::Stats;
-use crate::storage::local::temp_name;
+use crate::storage::filesystem::temp_name;
 use crate::storage::{self, Store};
 
 #[derive(Args, Debug)]
@@ -153,8 +153,7 @@ async fn held(
             let dst = dst.expect("an undecided verdict has a destination entry");
             let digest = match dst.md5 {
                 Some(m) => Some(m),
-                None => store
-                    .content_md5(&dst.path)
+                None => crate::storage::content_md5(&**store, &dst.path)
                     .await
                     .with_context(|| format!("hashing {}", dst.display_path()))?,
             };

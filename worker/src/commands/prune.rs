@@ -274,7 +274,7 @@ async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     };
     // ferry's own leftovers: those in a directory that goes went with it (they alone do not
     // keep it); the others the destination's listing met go now.
-    let sweep = dst.sweep_leftovers(args.dry_run).await;
+    let sweep = crate::storage::sweep_leftovers(&*dst, args.dry_run).await;
     let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
     log.finish()?;
     Ok(report(
@@ -673,7 +673,7 @@ impl Work {
                 mtime: Some(mtime),
                 ..Default::default()
             };
-            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta).await {
+            if let Err(e) = dst.set_meta(&d.path, Kind::Dir, &meta, None).await {
                 stats.failed(
                     d.display_path(),
                     format!("directory mtime not restored: {e}"),
@@ -742,7 +742,7 @@ impl Work {
         let Some(files) = self.files.as_mut() else {
             return Ok(0);
         };
-        let batch = dst.delete_batch().max(1);
+        let batch = dst.capabilities().delete_batch.max(1);
         let in_flight = if batch > 1 {
             concurrency
         } else {
@@ -788,7 +788,7 @@ impl Work {
         let mut deleted = 0;
         for dirs in DirBatches::new(
             dirs.read().map_err(PlanError::Read)?,
-            dst.delete_batch().max(1),
+            dst.capabilities().delete_batch.max(1),
         ) {
             let dirs = dirs.map_err(PlanError::Read)?;
             // A directory still holding something (a file whose deletion failed, or one that

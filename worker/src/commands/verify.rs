@@ -96,8 +96,7 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     if let Some(m) = e.md5 {
         return Ok(m);
     }
-    if let Some(m) = store
-        .content_md5(&e.path)
+    if let Some(m) = crate::storage::content_md5(&**store, &e.path)
         .await
         .map_err(|err| err.to_string())?
     {
@@ -116,10 +115,10 @@ async fn md5_of(store: &Arc<dyn Store>, e: &Entry, download: bool) -> Result<[u8
     // Every range from the one version: a blob rewritten meanwhile fails, never hashes a mix.
     let version = match blocks > 1 {
         true => store
-            .version(&e.path)
+            .version(&e.path, false)
             .await
             .map_err(|err| err.to_string())?
-            .map(|(v, _)| v),
+            .map(|v| v.token),
         false => None,
     };
     let version = &version;
@@ -372,8 +371,7 @@ fn unlisted(paths: &[&[u8]], failed: &[(Vec<u8>, StoreError)], side: &str) -> Ve
 
 /// Where a symlink points: read from the link, or from the blob that holds its target.
 async fn link_target(store: &Arc<dyn Store>, e: &Entry) -> std::result::Result<Vec<u8>, String> {
-    store
-        .read_link(e)
+    crate::storage::read_link(&**store, e)
         .await
         .map(|(target, _)| target)
         .map_err(|err| err.to_string())

@@ -7,11 +7,12 @@
 //! to make the holes again.
 
 use super::{Engine, Job};
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::sparse::Sparse;
+use crate::storage::filesystem::on_thread;
 use crate::storage::metadata::sparse as in_meta_sparse;
 use crate::storage::metadata::xattrs as in_meta;
-use crate::storage::{Props, StoredXattrs};
+use crate::storage::{ObjectVersion, Props, StoredXattrs};
 use crate::xattrs::{self, Refused, Wanted};
 
 impl Engine {
@@ -39,11 +40,14 @@ impl Engine {
             return Ok(Some(None));
         }
         let wanted = self.wanted();
-        let attrs = self
-            .src
-            .read_xattrs(&job.src.path, wanted)
+        let attrs = match &self.src_fs {
+            Some(fs) => on_thread(fs, &job.src.path, move |fs, rel| {
+                fs.read_xattrs(rel, wanted)
+            })
             .await?
-            .unwrap_or_default();
+            .unwrap_or_default(),
+            None => Vec::new(),
+        };
         match in_meta::encode(&attrs) {
             Some(v) if !attrs.is_empty() => Ok(Some(Some(v))),
             Some(_) => Ok(Some(None)),
@@ -73,10 +77,16 @@ impl Engine {
                 None => return Ok(()),
             },
         };
-        let refused = self
-            .dst
-            .apply_xattrs(&job.dst_path, want, self.wanted())
-            .await?;
+        let wanted = self.wanted();
+        let refused = match &self.dst_fs {
+            Some(fs) => {
+                on_thread(fs, &job.dst_path, move |fs, rel| {
+                    fs.write_xattrs(rel, &want, wanted)
+                })
+                .await?
+            }
+            None => Refused::all(&want, wanted),
+        };
         refused.kinds().for_each(|k| self.stats.not_kept(k));
         Ok(())
     }
@@ -84,8 +94,11 @@ impl Engine {
     /// The attributes the source blob stores now (one HEAD); None where its value is not one
     /// ferry can read.
     async fn stored_attrs(&self, job: &Job) -> Result<Option<xattrs::Attrs>> {
-        let Some((_, _, props)) = self.src.version_and_props(&job.src.path).await? else {
-            return Err(StoreError::NotFound("vanished from the source".into()));
+        let Some(ObjectVersion {
+            props: Some(props), ..
+        }) = self.src.version(&job.src.path, true).await?
+        else {
+            return Err(super::vanished());
         };
         Ok(props
             .metadata
@@ -113,7 +126,10 @@ impl Engine {
         if !self.src_can().holes || !self.dst_can().props || !self.opts.preserve.sparse {
             return Ok(None);
         }
-        self.src.sparse_layout(&job.src.path).await
+        match &self.src_fs {
+            Some(fs) => on_thread(fs, &job.src.path, |fs, rel| fs.sparse_layout(rel)).await,
+            None => Ok(None),
+        }
     }
 }
 

@@ -21,8 +21,8 @@ use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
-use crate::storage::local::{
-    entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Identity, LocalFs, Staged,
+use crate::storage::filesystem::{
+    entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Filesystem, Identity, Staged,
     TempIn,
 };
 use crate::storage::Meta;
@@ -37,7 +37,7 @@ const BATCH_BYTES: u64 = 64 << 20;
 const BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Files a run writes into one directory of a network filesystem past which their temp names
-/// are made in staging directories (storage::local::TempIn): a rename into place then holds the
+/// are made in staging directories (filesystem::TempIn): a rename into place then holds the
 /// directory's lock for two round trips where a create and a rename would hold it for four.
 const CROWDED: usize = 256;
 
@@ -221,7 +221,7 @@ impl<'a> Missing<'a> {
 /// Directories this run writes at least `CROWDED` files into, on the root's filesystem (a
 /// rename cannot cross into a filesystem mounted below the root), when that is a network one.
 fn crowded_dirs<'a>(
-    dst: &dyn LocalFs,
+    dst: &dyn Filesystem,
     files: &'a [Job],
     missing: &Missing,
     changed: &Changed,
@@ -251,11 +251,11 @@ fn crowded_dirs<'a>(
 }
 
 impl Engine {
-    fn stores(&self) -> (&dyn LocalFs, &dyn LocalFs) {
-        (
-            super::filesystem_of(&self.src),
-            super::filesystem_of(&self.dst),
-        )
+    fn stores(&self) -> (&dyn Filesystem, &dyn Filesystem) {
+        match (&self.src_fs, &self.dst_fs) {
+            (Some(src), Some(dst)) => (&**src, &**dst),
+            _ => unreachable!("the local → local engine runs between two filesystems"),
+        }
     }
 
     /// Makes the missing directories no file needed, a level at a time.
@@ -362,7 +362,7 @@ impl Engine {
         let (_, dst) = self.stores();
         // Each thread keeps a source and a destination file open, and its batch's staged
         // files stay open until committed: threads take a quarter of the open-files limit,
-        // batches another (the directory caches take a quarter, storage::local::limits).
+        // batches another (the directory caches take a quarter, filesystem::open_files_limit).
         let fds = open_files_limit();
         let threads = self
             .depth

@@ -27,8 +27,10 @@ use crate::manifest::{Entry, Kind};
 use crate::preserve::Preserve;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
-use crate::storage::local::{LocalFs, Quirks};
-use crate::storage::{Capabilities, Meta, Props, Store, StoredXattrs, Upload, UploadPlan};
+use crate::storage::filesystem::{Filesystem, Quirks};
+use crate::storage::{
+    Capabilities, Meta, ObjectVersion, Props, Store, StoredXattrs, Upload, UploadPlan,
+};
 use crate::throttle::Throttle;
 
 #[derive(Clone, Debug)]
@@ -44,7 +46,7 @@ pub struct EngineOptions {
     /// A copy of a whole tree: the destination root gets the source root's owner, mode and
     /// mtime at the end.
     pub finish_root: bool,
-    /// Let the destination copy files itself where it can (`Store::can_copy_from`).
+    /// Let the destination copy files itself where it can (`storage::can_copy`).
     pub server_copy: bool,
     pub preserve: Preserve,
 }
@@ -70,6 +72,9 @@ pub struct Engine {
     memory: Arc<Semaphore>,
     throttle: Option<Throttle>,
     dst_index: Option<Index>,
+    /// Each end's filesystem, where it is one (`Store::posix`): asked once, here.
+    src_fs: Option<Arc<dyn Filesystem>>,
+    dst_fs: Option<Arc<dyn Filesystem>>,
     quirks: Quirks,
 }
 
@@ -98,6 +103,8 @@ impl Engine {
             memory: Arc::new(Semaphore::new(memory.div_ceil(1024) as usize)),
             opts: EngineOptions { memory, ..opts },
             throttle: opts.max_bandwidth.map(Throttle::new),
+            src_fs: src.posix(),
+            dst_fs: dst.posix(),
             src,
             dst,
             stats,
@@ -107,9 +114,10 @@ impl Engine {
         }
     }
 
-    /// Both ends are filesystems the local → local engine drives itself (`Store::filesystem`).
+    /// Both ends are filesystems, which the local → local engine drives itself (the kernel's
+    /// copy path, staging directories, commits batched behind one flush).
     fn both_local(&self) -> bool {
-        self.src.filesystem().is_some() && self.dst.filesystem().is_some()
+        self.src_fs.is_some() && self.dst_fs.is_some()
     }
 
     fn src_can(&self) -> Capabilities {
@@ -274,7 +282,7 @@ impl Engine {
         let outcome = match verdict {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => match dst
-                .set_meta_with(&job.dst_path, Kind::Dir, &meta, attrs.clone())
+                .set_meta(&job.dst_path, Kind::Dir, &meta, attrs.clone())
                 .await
             {
                 // The stub went since it was looked at: it is made again.
@@ -298,7 +306,7 @@ impl Engine {
     /// blob holding the target (marked `is_symlink`, as azcopy and blobfuse2 do) in Blob
     /// storage.
     async fn symlink(&self, job: &Job) -> Result<()> {
-        let (target, meta) = self.src.read_link(&job.src).await?;
+        let (target, meta) = crate::storage::read_link(&*self.src, &job.src).await?;
         let meta = self.kept(Meta { md5: None, ..meta });
         if target.is_empty() || target.contains(&0) {
             return Err(StoreError::Invalid(
@@ -363,7 +371,7 @@ impl Engine {
                 let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
                 let attrs = self.attrs_for_update(job).await?;
                 self.dst
-                    .set_meta_with(&job.dst_path, job.src.kind, &meta, attrs)
+                    .set_meta(&job.dst_path, job.src.kind, &meta, attrs)
                     .await?;
                 self.attrs_from_blob(job).await?;
                 return Ok(Outcome::MetaUpdated);
@@ -381,9 +389,7 @@ impl Engine {
             return Ok(Outcome::Copied);
         }
         if self.server_side(job) {
-            return self
-                .dst
-                .copy_from(&*self.src, &job.src, &job.dst_path)
+            return crate::storage::server_copy(&*self.src, &*self.dst, &job.src, &job.dst_path)
                 .await
                 .map(|_| Outcome::ServerCopied);
         }
@@ -410,12 +416,14 @@ impl Engine {
     }
 
     /// What of `meta` the destination gets: what `--preserve` keeps. A file whose source says
-    /// nothing of its mode gets the mode any new file gets there (`Store::default_mode`), not
+    /// nothing of its mode gets the mode any new file gets there (`Filesystem::default_mode`), not
     /// the private one its temp file was made with.
     pub(super) fn kept(&self, meta: Meta) -> Meta {
         let kept = self.opts.preserve.keep(meta);
         Meta {
-            mode: kept.mode.or(self.dst.default_mode()),
+            mode: kept
+                .mode
+                .or(self.dst_fs.as_ref().map(|fs| fs.default_mode())),
             ..kept
         }
     }
@@ -457,11 +465,11 @@ impl Engine {
         };
         let sm = match job.src.md5 {
             Some(m) => Some(m),
-            None => self.src.content_md5(&job.src.path).await?,
+            None => crate::storage::content_md5(&*self.src, &job.src.path).await?,
         };
         let dm = match d.md5 {
             Some(m) => Some(m),
-            None => self.dst.content_md5(&job.dst_path).await?,
+            None => crate::storage::content_md5(&*self.dst, &job.dst_path).await?,
         };
         Ok(same::by_hashes(&job.src, d, sm, dm, self.attrs()))
     }
@@ -481,127 +489,157 @@ impl Engine {
     /// are never combined: a local source that changes while read, or a blob rewritten while
     /// downloaded, fails the file instead.
     async fn transfer(&self, job: &Job) -> Result<()> {
-        let path = &job.src.path;
-        // A source looked at cheaply is looked at now (a local file: its mode and current
-        // size); one that is not is taken as listed, each read carrying its metadata.
-        let look_now = self.src_can().cheap_looks;
-        let bs = self.opts.block_size;
         // Into Blob storage, a local file's attributes go as metadata, as a source blob's do.
         let attrs = attr_props(self.attrs_for_blob(job).await?);
-        if look_now && job.src.size() <= bs {
-            let _mem = self.reserve(job.src.size()).await;
-            let mut permit = self.depth.acquire().await;
-            if let Some((data, meta)) = self.src.read_small(path, bs).await? {
-                let n = data.len() as u64;
-                self.put_small(job, data, meta, attrs.as_ref()).await?;
-                permit.done(n);
-                return Ok(());
-            }
+        if self.copy_small_now(job, attrs.as_ref()).await? {
+            return Ok(());
         }
-        // Blob to blob: the source's metadata and content properties go along, taken with the
-        // ETag its bytes are then read at, so that both are of one version.
-        let props = match self.src_can().props && self.dst_can().props {
-            true => match self.src.version_and_props(path).await? {
-                Some((v, now, p)) if now == job.src.size() => Some((v, p)),
-                Some(_) => {
-                    return Err(StoreError::Integrity(
-                        "the blob changed since it was listed (size differs); not copied".into(),
-                    ))
-                }
-                None => return Err(StoreError::NotFound("vanished from the source".into())),
-            },
-            false => None,
-        };
-        // Local sources: stat now for mode and the current size; blob sources carry both in
-        // the listing and in each GET's headers.
-        let (version, size, meta) = if look_now {
-            let (version, now) = self
-                .src
-                .version(path)
-                .await?
-                .ok_or_else(|| StoreError::NotFound("vanished from the source".into()))?;
-            match self.src.head(path).await? {
-                Some((e, m)) if e.kind == Kind::File && e.size() == now => (Some(version), now, m),
-                Some((e, _)) if e.kind == Kind::File => {
-                    return Err(StoreError::Integrity(
-                        "the source changed while being copied; not committed".into(),
-                    ))
-                }
-                Some(_) => return Err(StoreError::Invalid("no longer a regular file".into())),
-                None => return Err(StoreError::NotFound("vanished from the source".into())),
-            }
-        } else {
-            let size = job.src.size();
-            // One GET is one version; only a download in several ranges needs the ETag.
-            let ranges = if self.dst_can().piecewise {
-                size.div_ceil(bs.max(DOWNLOAD_RANGE))
-            } else {
-                size.div_ceil(bs)
-            };
-            let version = match (ranges > 1, &props) {
-                (_, Some((v, _))) => Some(v.clone()),
-                (true, None) => match self.src.version(path).await? {
-                    Some((v, now)) if now == size => Some(v),
-                    Some(_) => {
-                        return Err(StoreError::Integrity(
-                            "the blob changed since it was listed (size differs); not copied"
-                                .into(),
-                        ))
-                    }
-                    None => return Err(StoreError::NotFound("vanished from the source".into())),
-                },
-                (false, None) => None,
-            };
-            (
-                version,
-                size,
-                Meta {
-                    md5: job.src.md5,
-                    ..Meta::of_entry(&job.src)
-                },
-            )
+        let props = self.source_props(job).await?;
+        let (version, size, meta) = match self.looks_now() {
+            Some(_) => self.version_looked_at(job).await?,
+            None => self.version_listed(job, props.as_ref()).await?,
         };
         let version = version.as_deref();
         let props = props.map(|(_, p)| p).or(attrs);
-
-        if size <= bs {
-            let _mem = self.reserve(size).await;
-            let mut permit = self.depth.acquire().await;
-            let chunk = self.src.read(path, 0, size, version).await?;
-            let mut meta = meta;
-            if let Some(m) = chunk.meta {
-                meta.complete_from(m);
-            }
-            // The depth counts requests: a local write, and the flush it waits for, is not one.
-            if self.dst_can().piecewise {
-                permit.done(size);
-                drop(permit);
-                return self.put_small(job, chunk.data, meta, None).await;
-            }
-            self.put_small(job, chunk.data, meta, props.as_ref())
-                .await?;
-            permit.done(size);
-            return Ok(());
+        if size <= self.opts.block_size {
+            return self.copy_whole(job, size, version, meta, props).await;
         }
+        self.copy_blocks(job, size, version, meta, props).await
+    }
 
-        // A download's journal of finished ranges is reused only for this very version.
-        let fingerprint = format!(
-            "{}:{}:{}:{}",
-            size,
-            job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
-            job.src
-                .md5
-                .map(|m| crate::manifest::md5_hex(&m))
-                .unwrap_or_default(),
-            version.unwrap_or_default().replace(' ', "_")
-        );
+    /// The source's filesystem, where a source looked at cheaply is looked at now (a local
+    /// file: its mode and current size); one that is not is taken as listed, each read
+    /// carrying its metadata.
+    fn looks_now(&self) -> Option<&Arc<dyn Filesystem>> {
+        self.src_fs.as_ref().filter(|_| self.src_can().cheap_looks)
+    }
+
+    /// A file of one block from a source looked at now, read whole with one open and written:
+    /// true where that was done (false: it has grown past a block since listed).
+    async fn copy_small_now(&self, job: &Job, attrs: Option<&Props>) -> Result<bool> {
+        let bs = self.opts.block_size;
+        let Some(fs) = self.looks_now().filter(|_| job.src.size() <= bs) else {
+            return Ok(false);
+        };
+        let _mem = self.reserve(job.src.size()).await;
+        let mut permit = self.depth.acquire().await;
+        let (fs, rel) = (fs.clone(), job.src.path.clone());
+        let small = crate::storage::blocking(move || fs.read_small(&rel, bs)).await?;
+        let Some((data, meta)) = small else {
+            return Ok(false);
+        };
+        let n = data.len() as u64;
+        self.put_small(job, data, meta, attrs).await?;
+        permit.done(n);
+        Ok(true)
+    }
+
+    /// Blob to blob: the source's metadata and content properties go along, taken with the
+    /// ETag its bytes are then read at, so that both are of one version.
+    async fn source_props(&self, job: &Job) -> Result<Option<(String, Props)>> {
+        if !(self.src_can().props && self.dst_can().props) {
+            return Ok(None);
+        }
+        match self.src.version(&job.src.path, true).await? {
+            Some(v) if v.size == job.src.size() => Ok(Some((v.token, v.props.unwrap_or_default()))),
+            Some(_) => Err(changed_since_listed()),
+            None => Err(vanished()),
+        }
+    }
+
+    /// A source looked at now: its version, size and metadata from a stat taken now.
+    async fn version_looked_at(&self, job: &Job) -> Result<(Option<String>, u64, Meta)> {
+        let path = &job.src.path;
+        let ObjectVersion {
+            token: version,
+            size: now,
+            ..
+        } = self.src.version(path, false).await?.ok_or_else(vanished)?;
+        match self.src.head(path).await? {
+            Some((e, m)) if e.kind == Kind::File && e.size() == now => Ok((Some(version), now, m)),
+            Some((e, _)) if e.kind == Kind::File => Err(StoreError::Integrity(
+                "the source changed while being copied; not committed".into(),
+            )),
+            Some(_) => Err(StoreError::Invalid("no longer a regular file".into())),
+            None => Err(vanished()),
+        }
+    }
+
+    /// A source taken as listed (blob sources carry size and metadata in the listing and in
+    /// each GET's headers): the version its reads must name, where there is more than one.
+    async fn version_listed(
+        &self,
+        job: &Job,
+        props: Option<&(String, Props)>,
+    ) -> Result<(Option<String>, u64, Meta)> {
+        let (size, bs) = (job.src.size(), self.opts.block_size);
+        // One GET is one version; only a download in several ranges needs the ETag.
+        let ranges = if self.dst_can().piecewise {
+            size.div_ceil(bs.max(DOWNLOAD_RANGE))
+        } else {
+            size.div_ceil(bs)
+        };
+        let version = match (ranges > 1, props) {
+            (_, Some((v, _))) => Some(v.clone()),
+            (true, None) => match self.src.version(&job.src.path, false).await? {
+                Some(v) if v.size == size => Some(v.token),
+                Some(_) => return Err(changed_since_listed()),
+                None => return Err(vanished()),
+            },
+            (false, None) => None,
+        };
+        let meta = Meta {
+            md5: job.src.md5,
+            ..Meta::of_entry(&job.src)
+        };
+        Ok((version, size, meta))
+    }
+
+    /// An object of one block: read whole, written whole.
+    async fn copy_whole(
+        &self,
+        job: &Job,
+        size: u64,
+        version: Option<&str>,
+        mut meta: Meta,
+        props: Option<Props>,
+    ) -> Result<()> {
+        let _mem = self.reserve(size).await;
+        let mut permit = self.depth.acquire().await;
+        let chunk = self.src.read(&job.src.path, 0, size, version).await?;
+        if let Some(m) = chunk.meta {
+            meta.complete_from(m);
+        }
+        // The depth counts requests: a local write, and the flush it waits for, is not one.
+        if self.dst_can().piecewise {
+            permit.done(size);
+            drop(permit);
+            return self.put_small(job, chunk.data, meta, None).await;
+        }
+        self.put_small(job, chunk.data, meta, props.as_ref())
+            .await?;
+        permit.done(size);
+        Ok(())
+    }
+
+    /// An object of several blocks: a download streamed into a local file, or an upload of
+    /// blocks into Blob storage.
+    async fn copy_blocks(
+        &self,
+        job: &Job,
+        size: u64,
+        version: Option<&str>,
+        mut meta: Meta,
+        props: Option<Props>,
+    ) -> Result<()> {
+        let bs = self.opts.block_size;
         // Local destinations take bytes as they arrive, so their ranges can be large: fewer
         // requests, and memory stays bounded by the budget whatever the range.
         let streamed = self.dst_can().piecewise;
         let plan = UploadPlan {
             size,
             block_size: if streamed { bs.max(DOWNLOAD_RANGE) } else { bs },
-            fingerprint,
+            fingerprint: fingerprint(job, size, version),
         };
         let up = self.dst.start_upload(&job.dst_path, &plan).await?;
         if let Some(p) = &props {
@@ -615,7 +653,6 @@ impl Engine {
                 .await;
         }
         // A blob has no holes: where the file had data goes in its metadata instead.
-        let mut meta = meta;
         if let Some(s) = self.sparse_of(job).await? {
             meta.sparse = blob_attrs::sparse_within(Some(s), props.as_ref());
         }
@@ -815,10 +852,27 @@ fn panicked(p: Box<dyn std::any::Any + Send>) -> StoreError {
     ))
 }
 
-/// The filesystem of a store the caller knows is one (`Store::filesystem`: the local → local
-/// engine only).
-fn filesystem_of(store: &Arc<dyn Store>) -> &dyn LocalFs {
-    store.filesystem().expect("a filesystem")
+/// What a download's journal of finished ranges is kept for: reused only for this very
+/// version of the source.
+fn fingerprint(job: &Job, size: u64, version: Option<&str>) -> String {
+    format!(
+        "{}:{}:{}:{}",
+        size,
+        job.src.mtime.map(|m| m.to_string()).unwrap_or_default(),
+        job.src
+            .md5
+            .map(|m| crate::manifest::md5_hex(&m))
+            .unwrap_or_default(),
+        version.unwrap_or_default().replace(' ', "_")
+    )
+}
+
+fn vanished() -> StoreError {
+    StoreError::NotFound("vanished from the source".into())
+}
+
+fn changed_since_listed() -> StoreError {
+    StoreError::Integrity("the blob changed since it was listed (size differs); not copied".into())
 }
 
 fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
@@ -835,7 +889,7 @@ fn check_md5(expected: Option<[u8; 16]>, got: Option<[u8; 16]>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::local::LocalStore;
+    use crate::storage::LocalStore;
 
     pub(super) fn options(compare: Compare) -> EngineOptions {
         EngineOptions {

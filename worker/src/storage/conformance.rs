@@ -327,7 +327,7 @@ async fn conforms(store: Arc<dyn Store>, local: bool) {
 async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
     let can = store.capabilities();
     assert_eq!(can.directories, local, "{can:?}");
-    assert_eq!(store.filesystem().is_some(), local);
+    assert_eq!(store.posix().is_some(), local);
     assert!(store.root_exists().await.unwrap());
 
     // A node of each kind the store holds, written whole, reads back as that kind.
@@ -344,7 +344,7 @@ async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
         .unwrap();
     let (e, _) = store.head(b"nodes/link").await.unwrap().expect("written");
     assert_eq!(e.kind, Kind::Symlink);
-    let (target, got) = store.read_link(&e).await.unwrap();
+    let (target, got) = super::read_link(&**store, &e).await.unwrap();
     assert_eq!(target, b"../plain.txt");
     assert_eq!(got.mtime, m.mtime);
     store
@@ -355,7 +355,7 @@ async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
     assert_eq!((e.kind, e.mtime), (Kind::Dir, m.mtime));
     // Metadata alone, then the root's own.
     store
-        .set_meta_with(b"nodes/dir", Kind::Dir, &meta(1_650_000_100), None)
+        .set_meta(b"nodes/dir", Kind::Dir, &meta(1_650_000_100), None)
         .await
         .unwrap();
     let (e, _) = store.head(b"nodes/dir").await.unwrap().unwrap();
@@ -371,29 +371,18 @@ async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
     // Where the store computes an MD5 itself, it is the bytes'.
     let body = Bytes::from_static(b"hashed here");
     store.put(b"nodes/file", body.clone(), &m).await.unwrap();
-    let md5 = store.content_md5(b"nodes/file").await.unwrap();
+    let md5 = super::content_md5(&**store, b"nodes/file").await.unwrap();
     assert_eq!(md5.is_some(), local);
     assert!(md5.is_none_or(|d| d == crate::hash::digest(&body)));
-    if can.cheap_looks {
-        let (data, got) = store
-            .read_small(b"nodes/file", 1 << 20)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!((data, got.mtime), (body.clone(), m.mtime));
-        assert!(store.read_small(b"nodes/file", 4).await.unwrap().is_none());
+    if let Some(fs) = store.posix() {
+        filesystem_conforms(&*fs, &body, &m);
     }
     if can.props {
-        let (version, size, _) = store
-            .version_and_props(b"nodes/file")
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(size, body.len() as u64);
-        assert_eq!(
-            store.version(b"nodes/file").await.unwrap(),
-            Some((version, size))
-        );
+        let with = store.version(b"nodes/file", true).await.unwrap().unwrap();
+        assert_eq!(with.size, body.len() as u64);
+        assert!(with.props.is_some());
+        let without = store.version(b"nodes/file", false).await.unwrap().unwrap();
+        assert_eq!((without.token, without.props), (with.token, None));
     }
     // A piecewise upload takes a block in pieces.
     if can.piecewise {
@@ -419,11 +408,91 @@ async fn capabilities_hold(store: &Arc<dyn Store>, local: bool) {
     assert!(store.head(b"nodes/file").await.unwrap().is_none());
 }
 
+/// The filesystem capability (`Filesystem`) of a store that has one, on what
+/// `capabilities_hold` wrote: `nodes/file` holding `body`, `nodes/link` (to `../plain.txt`),
+/// `nodes/dir`. What the store's own methods did shows through it, and what it does shows
+/// through them.
+fn filesystem_conforms(fs: &dyn super::Filesystem, body: &Bytes, m: &Meta) {
+    use std::os::unix::fs::MetadataExt;
+    // Reads: a small file whole, a link itself, hashes of both, a dense file's layout.
+    let (data, got) = fs.read_small(b"nodes/file", 1 << 20).unwrap().unwrap();
+    assert_eq!((data, got.mtime), (body.clone(), m.mtime));
+    assert!(fs.read_small(b"nodes/file", 4).unwrap().is_none());
+    assert_eq!(fs.md5(b"nodes/file").unwrap(), crate::hash::digest(body));
+    assert_eq!(fs.readlink(b"nodes/link").unwrap(), b"../plain.txt");
+    assert_eq!(
+        fs.md5(b"nodes/link").unwrap(),
+        crate::hash::digest(b"../plain.txt")
+    );
+    let (target, link_meta) = fs.read_link(b"nodes/link").unwrap();
+    assert_eq!(
+        (&target[..], link_meta.mtime),
+        (&b"../plain.txt"[..], m.mtime)
+    );
+    assert!(fs.read_link(b"nodes/file").is_err(), "a file is no symlink");
+    assert!(
+        fs.open_file(b"nodes/link").is_err(),
+        "a symlink is never followed"
+    );
+    assert_eq!(fs.sparse_layout(b"nodes/file").unwrap(), None);
+    assert!(fs.lstat(b"nodes/none").unwrap().is_none());
+    assert_eq!(fs.default_mode() & !0o666, 0);
+
+    // Writes: a directory made once, a second name of a file, metadata set in place.
+    assert!(fs.make_dir(b"nodes/made").unwrap());
+    assert!(!fs.make_dir(b"nodes/made").unwrap());
+    fs.hard_link(b"nodes/file", b"nodes/made/second", true)
+        .unwrap();
+    let (one, two) = (
+        fs.lstat(b"nodes/file").unwrap().unwrap(),
+        fs.lstat(b"nodes/made/second").unwrap().unwrap(),
+    );
+    assert_eq!((one.ino(), one.nlink()), (two.ino(), 2));
+    let later = meta(1_660_000_000);
+    fs.set_meta(b"nodes/made/second", Kind::File, &later)
+        .unwrap();
+    let now = fs.lstat(b"nodes/file").unwrap().unwrap();
+    assert_eq!((now.mtime(), now.mode() & 0o7777), (1_660_000_000, 0o640));
+    assert!(
+        fs.set_meta(b"nodes/made", Kind::File, &later).is_err(),
+        "a kind is checked"
+    );
+    fs.make_symlink(b"nodes/made/link", b"second", &later)
+        .unwrap();
+    assert_eq!(fs.readlink(b"nodes/made/link").unwrap(), b"second");
+    fs.finish_dir(b"nodes/made", &later, None).unwrap();
+    assert_eq!(
+        fs.lstat(b"nodes/made").unwrap().unwrap().mtime(),
+        1_660_000_000
+    );
+
+    // Attributes: what is written reads back, where the filesystem holds user attributes.
+    let wanted = crate::xattrs::Wanted {
+        xattrs: true,
+        ..crate::xattrs::Wanted::default()
+    };
+    let want = vec![(c"user.ferry.test".to_owned(), b"v".to_vec())];
+    let refused = fs.write_xattrs(b"nodes/file", &want, wanted).unwrap();
+    if refused == crate::xattrs::Refused::default() {
+        let held = fs.read_xattrs(b"nodes/file", wanted).unwrap().unwrap();
+        assert_eq!(held, want);
+    }
+
+    // Nothing of ferry's own is left behind to sweep; the removal takes a tree.
+    let swept = fs.sweep_leftovers(true);
+    assert!(
+        swept.removed.is_empty() && swept.failed.is_empty(),
+        "{swept:?}"
+    );
+    fs.remove_all(b"nodes/made").unwrap();
+    assert!(fs.lstat(b"nodes/made").unwrap().is_none());
+    assert!(!fs.looks_beat_listing(b"nodes", 1_000));
+}
+
 #[tokio::test]
 async fn local_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> =
-        Arc::new(super::local::LocalStore::new(dir.path().join("root"), true));
+    let store: Arc<dyn Store> = Arc::new(super::LocalStore::new(dir.path().join("root"), true));
     conforms(store, true).await;
 }
 

@@ -4,7 +4,8 @@
 pub mod azure;
 pub mod beneath;
 pub mod bufpool;
-pub mod local;
+pub mod filesystem;
+mod local;
 pub mod metadata;
 
 use std::collections::HashMap;
@@ -16,6 +17,10 @@ use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
 use crate::shard::Cuts;
+
+use filesystem::{on_thread, Filesystem};
+/// For constructing one directly (a test's store); everything else goes through `open`.
+pub use local::LocalStore;
 
 use crate::error::{Result, StoreError};
 use crate::location::Location;
@@ -102,13 +107,13 @@ pub struct Capabilities {
     pub hard_links: bool,
     /// Holds fifos and device nodes.
     pub specials: bool,
-    /// Holds extended attributes and ACLs of its own (`read_xattrs`, `apply_xattrs`).
+    /// Holds extended attributes and ACLs of its own (`Filesystem::read_xattrs`).
     pub xattrs: bool,
-    /// Holds holes in a file (`sparse_layout`).
+    /// Holds holes in a file (`Filesystem::sparse_layout`).
     pub holes: bool,
     /// A look at one object is a system call, not a request: a copy looks at a source object
     /// just before reading it rather than trusting its listing, and reads a small one whole
-    /// with one open (`read_small`).
+    /// with one open (`Filesystem::read_small`).
     pub cheap_looks: bool,
     /// Uploads take a block in pieces as its bytes arrive (`Upload::write_at`), each a system
     /// call rather than a request: a download's ranges can be large, and a write holds no
@@ -121,6 +126,19 @@ pub struct Capabilities {
     /// Keeps user metadata and content properties (`Props`), and records extended attributes
     /// and a sparse file's layout in that metadata (`metadata`).
     pub props: bool,
+    /// How many deletions `Store::delete_many` sends in one request: past 1, a caller that
+    /// has many to make gains by handing over that many at once (Blob Batch: 256).
+    pub delete_batch: usize,
+}
+
+/// An object's version as one look gives it (`Store::version`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectVersion {
+    /// Changes whenever the object's bytes may have (an ETag; a local file's inode, size,
+    /// mtime and ctime).
+    pub token: String,
+    pub size: u64,
+    pub props: Option<Props>,
 }
 
 /// One ranged read. Stores that learn metadata from the read itself (Azure's GET headers) fill
@@ -187,7 +205,7 @@ pub trait Upload: Send + Sync {
     async fn abort(self: Box<Self>, discard: bool);
 }
 
-/// The leftovers of earlier runs a pass removed from a store (`Store::sweep_leftovers`), and
+/// The leftovers of earlier runs a pass removed from a store (`sweep_leftovers`), and
 /// those it could not remove, with why.
 #[derive(Default, Debug)]
 pub struct Sweep {
@@ -240,39 +258,22 @@ pub trait Store: Send + Sync {
 
     async fn head(&self, path: &[u8]) -> Result<Option<(Entry, Meta)>>;
 
-    /// Whether looking up `wanted` paths of directory `dir` one by one costs less than listing
-    /// it, where that is known without listing it; false where only a listing tells
-    /// (`index_paths` then lists a directory it wants several paths of).
-    async fn looks_beat_listing(&self, _dir: &[u8], _wanted: usize) -> bool {
-        false
-    }
-
-    /// A token that changes whenever the object's bytes may have (an ETag; a local file's
-    /// inode, size, mtime and ctime), and the size it goes with. None if the object is absent.
-    async fn version(&self, _path: &[u8]) -> Result<Option<(String, u64)>> {
-        Ok(None)
-    }
-
-    /// Removes ferry's own temp files of earlier runs that this store's listings met and
-    /// nothing has written to since well before this run began (a killed download whose source
-    /// went, say); with `dry_run`, only names them. Blob storage has none: uncommitted blocks
-    /// expire.
-    async fn sweep_leftovers(&self, _dry_run: bool) -> Sweep {
-        Sweep::default()
-    }
+    /// The object's version from one look, with its `Props` where `props` asks for them and
+    /// the store keeps them (`Capabilities::props`); None if the object is absent.
+    async fn version(&self, path: &[u8], props: bool) -> Result<Option<ObjectVersion>>;
 
     /// What this store holds and how it takes it (see `Capabilities`).
     fn capabilities(&self) -> Capabilities;
 
-    /// The store itself, for a backend to recognise another store of its own kind: a
-    /// server-side copy between two Blob stores needs both ends' internals (`copy_from`).
-    /// Nothing outside a backend looks through this.
-    fn as_any(&self) -> &dyn std::any::Any;
+    /// The service this store is in, where that service copies objects itself
+    /// (`server_copy`); None where every byte passes through ferry.
+    fn service(&self) -> Option<Service> {
+        None
+    }
 
-    /// The one way past the trait: the local → local engine drives both filesystems itself
-    /// (the kernel's copy path, staging directories, commits batched behind one flush), which
-    /// no per-object method can express. Only `engine::local` uses it.
-    fn filesystem(&self) -> Option<&dyn local::LocalFs> {
+    /// What this store can do as a filesystem, where it is one (`filesystem::Filesystem`): a
+    /// capability the caller asks for, never the store's own type.
+    fn posix(&self) -> Option<Arc<dyn Filesystem>> {
         None
     }
 
@@ -283,126 +284,15 @@ pub trait Store: Send + Sync {
     }
 
     /// The root's own mode, owner and mtime; None where the store keeps none.
-    async fn root_meta(&self) -> Result<Option<Meta>> {
-        Ok(None)
-    }
+    async fn root_meta(&self) -> Result<Option<Meta>>;
 
     /// Gives the root the attributes `meta` names (what a copy of a whole tree ends with).
-    async fn set_root_meta(&self, _meta: &Meta) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "the top directory's attributes in {}",
-            self.describe()
-        )))
-    }
+    async fn set_root_meta(&self, meta: &Meta) -> Result<()>;
 
     /// Puts on disk (or wherever the store keeps it) everything written so far, where writes
     /// are not durable as they return (a filesystem's shared flush at the end of a copy).
     async fn flush(&self) -> Result<()> {
         Ok(())
-    }
-
-    /// The mode an object written without one gets; None where the store keeps none.
-    fn default_mode(&self) -> Option<u32> {
-        None
-    }
-
-    /// The MD5 of an object's bytes where the store can take it without a transfer (a local
-    /// file, read here); None where it cannot (a download is the caller's choice).
-    async fn content_md5(&self, _path: &[u8]) -> Result<Option<[u8; 16]>> {
-        Ok(None)
-    }
-
-    /// A small object read whole with one open, with its metadata as of that read, the same
-    /// before and after it (else it changed while read); None when it is now larger than
-    /// `limit`. Offered where `Capabilities::cheap_looks`.
-    async fn read_small(&self, path: &[u8], _limit: u64) -> Result<Option<(Bytes, Meta)>> {
-        Err(StoreError::Unsupported(format!(
-            "reading {} whole in {}",
-            crate::manifest::escape_path(path),
-            self.describe()
-        )))
-    }
-
-    /// The version token, size and `Props` of an object from one look; None if absent.
-    /// Offered where `Capabilities::props`.
-    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
-        Err(StoreError::Unsupported(format!(
-            "properties of {} in {}",
-            crate::manifest::escape_path(path),
-            self.describe()
-        )))
-    }
-
-    /// Where a file holds data, if it has holes; None for a dense one. Offered where
-    /// `Capabilities::holes`.
-    async fn sparse_layout(&self, _path: &[u8]) -> Result<Option<crate::sparse::Sparse>> {
-        Ok(None)
-    }
-
-    /// The extended attributes and ACLs of `path` that `wanted` names; None where the store
-    /// holds none. Offered where `Capabilities::xattrs`.
-    async fn read_xattrs(
-        &self,
-        _path: &[u8],
-        _wanted: crate::xattrs::Wanted,
-    ) -> Result<Option<crate::xattrs::Attrs>> {
-        Ok(None)
-    }
-
-    /// Makes the kept attributes of `path` those of `want`; gives back what the store refused.
-    /// Offered where `Capabilities::xattrs`.
-    async fn apply_xattrs(
-        &self,
-        _path: &[u8],
-        want: crate::xattrs::Attrs,
-        wanted: crate::xattrs::Wanted,
-    ) -> Result<crate::xattrs::Refused> {
-        Ok(crate::xattrs::Refused::all(&want, wanted))
-    }
-
-    /// A symlink's target and metadata: read from the link where the store holds symlinks,
-    /// else from the object that holds the target as its bytes (as azcopy and blobfuse2 keep
-    /// one), its listed metadata completed by the read's.
-    async fn read_link(&self, entry: &Entry) -> Result<(Vec<u8>, Meta)> {
-        let chunk = self.read(&entry.path, 0, entry.size(), None).await?;
-        let mut meta = Meta::of_entry(entry);
-        if let Some(m) = chunk.meta {
-            meta.complete_from(m);
-        }
-        Ok((chunk.data.to_vec(), meta))
-    }
-
-    /// Writes a node of `kind` whole: a file's bytes (as `put`), a symlink with target
-    /// `data`, or a directory (`data` empty) with metadata `meta`: one that exists is given
-    /// what of `meta` differs. `props`: what a store with `Capabilities::props` keeps beside.
-    async fn put_node(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        data: Bytes,
-        meta: &Meta,
-        _props: Option<&Props>,
-    ) -> Result<()> {
-        match kind {
-            Kind::File => self.put(path, data, meta).await,
-            _ => Err(StoreError::Unsupported(format!(
-                "a {} in {}",
-                kind.name(),
-                self.describe()
-            ))),
-        }
-    }
-
-    /// `set_meta`, and in a store that keeps extended attributes in its metadata, `xattrs`
-    /// (see `StoredXattrs`).
-    async fn set_meta_with(
-        &self,
-        path: &[u8],
-        kind: Kind,
-        meta: &Meta,
-        _xattrs: StoredXattrs,
-    ) -> Result<()> {
-        self.set_meta(path, kind, meta).await
     }
 
     /// `len` bytes at `offset`. With `version`, the bytes must come from that version of the
@@ -431,18 +321,27 @@ pub trait Store: Send + Sync {
         ))
     }
 
-    /// Writes a whole object at once (small files).
-    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()>;
+    /// Writes a node of `kind` whole: a file's bytes, a symlink with target `data`, or a
+    /// directory (`data` empty) with metadata `meta`: one that exists is given what of `meta`
+    /// differs. `props`: what a store with `Capabilities::props` keeps beside. A kind the store
+    /// does not hold is `Unsupported`.
+    async fn put_node(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        data: Bytes,
+        meta: &Meta,
+        props: Option<&Props>,
+    ) -> Result<()>;
+
+    /// Writes a whole file at once (small files).
+    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
+        self.put_node(path, Kind::File, data, meta, None).await
+    }
 
     async fn start_upload(&self, path: &[u8], plan: &UploadPlan) -> Result<Box<dyn Upload>>;
 
     async fn delete(&self, path: &[u8]) -> Result<()>;
-
-    /// How many deletions `delete_many` sends in one request: past 1, a caller that has many to
-    /// make gains by handing over that many at once (Blob Batch: 256).
-    fn delete_batch(&self) -> usize {
-        1
-    }
 
     /// Deletes every path, as `delete` would (an absent one counts as deleted); the results in
     /// the order of `paths`.
@@ -461,31 +360,54 @@ pub trait Store: Send + Sync {
     }
 
     /// Sets the metadata of the entry at `path` (of kind `kind`) without writing its bytes: a
-    /// chmod, chown or touch at the source between passes.
-    async fn set_meta(&self, _path: &[u8], _kind: Kind, _meta: &Meta) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "setting metadata alone in {}",
-            self.describe()
-        )))
-    }
+    /// chmod, chown or touch at the source between passes; in a store that keeps extended
+    /// attributes in its metadata, `xattrs` too (see `StoredXattrs`).
+    async fn set_meta(
+        &self,
+        path: &[u8],
+        kind: Kind,
+        meta: &Meta,
+        xattrs: StoredXattrs,
+    ) -> Result<()>;
 
     /// Creates the container (or directory). Ok(false) if it already existed.
     async fn create_root(&self) -> Result<bool>;
+}
 
-    /// Whether `copy_from` can copy objects of `src` here without their bytes passing through
-    /// ferry (Azure: the same account at the same endpoint).
-    fn can_copy_from(&self, _src: &dyn Store) -> bool {
-        false
+/// A store's place in a service that copies objects itself: what a destination there needs of
+/// a source (Blob: the account, and the source blobs' signed URLs). Opaque outside its backend.
+#[derive(Clone)]
+pub enum Service {
+    Blob(azure::Account),
+}
+
+/// Whether `dst` can copy objects of `src` without their bytes passing through ferry (Blob:
+/// the same account at the same endpoint).
+pub fn can_copy(src: &dyn Store, dst: &dyn Store) -> bool {
+    match (src.service(), dst.service()) {
+        (Some(Service::Blob(s)), Some(Service::Blob(d))) => s.same_account(&d),
+        _ => false,
     }
+}
 
-    /// Copies `entry` of `src` to `dst_path` here, server-side, where `can_copy_from` allows it.
-    /// The result must hold what streaming would give: the source's bytes and Content-MD5 and
-    /// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
-    async fn copy_from(&self, _src: &dyn Store, _entry: &Entry, _dst_path: &[u8]) -> Result<()> {
-        Err(StoreError::Unsupported(format!(
-            "server-side copy into {}",
-            self.describe()
-        )))
+/// Copies `entry` of `src` to `dst_path` of `dst`, server-side, where `can_copy` allows it.
+/// The result holds what streaming would give: the source's bytes and Content-MD5 and
+/// ferry's metadata, or nothing at all when the source changed meanwhile or the copy failed.
+pub async fn server_copy(
+    src: &dyn Store,
+    dst: &dyn Store,
+    entry: &Entry,
+    dst_path: &[u8],
+) -> Result<()> {
+    match (src.service(), dst.service()) {
+        (Some(Service::Blob(s)), Some(Service::Blob(d))) if s.same_account(&d) => {
+            d.copy_from(&s, entry, dst_path).await
+        }
+        _ => Err(StoreError::Unsupported(format!(
+            "server-side copy from {} into {}",
+            src.describe(),
+            dst.describe()
+        ))),
     }
 }
 
@@ -534,7 +456,7 @@ pub struct Sample {
 pub fn open(loc: &Location, opts: &OpenOptions) -> Result<Arc<dyn Store>> {
     match loc {
         Location::Local(p) => Ok(Arc::new(
-            local::LocalStore::new(p.clone(), opts.fsync).with_xattrs(opts.xattrs),
+            LocalStore::new(p.clone(), opts.fsync).with_xattrs(opts.xattrs),
         )),
         Location::Blob(b) => Ok(Arc::new(azure::AzureStore::new(b.clone(), opts)?)),
     }
@@ -574,10 +496,23 @@ pub async fn list_partial(
     (out, errors)
 }
 
+/// Whether looking up `wanted` paths of `dir` one by one costs less than listing it, where
+/// that is known without listing it (a filesystem's directory size); false where only a
+/// listing tells.
+async fn looks_beat_listing(store: &Arc<dyn Store>, dir: &[u8], wanted: usize) -> bool {
+    let Some(fs) = store.posix() else {
+        return false;
+    };
+    let dir = dir.to_vec();
+    blocking(move || Ok(fs.looks_beat_listing(&dir, wanted)))
+        .await
+        .unwrap_or(false)
+}
+
 /// What `store` holds at each of `paths`, learnt by listing each directory they are in once:
 /// for a partition of a tree, about its share of one listing, never the whole tree nor a
 /// request per path. Where the paths are few against what their directory holds (fewer than
-/// `LOOKS`, or where `Store::looks_beat_listing`), each is looked up instead: a final pass's
+/// `LOOKS`, or where `looks_beat_listing`), each is looked up instead: a final pass's
 /// few changed files in large directories cost a look each, not the directories. Paths absent
 /// from the result are not there. Directories whose listing (or a look in them) failed come
 /// back apart, with the first error.
@@ -601,7 +536,7 @@ pub async fn index_paths(
     }
     let asks: Vec<Vec<Ask>> = futures::stream::iter(by_dir)
         .map(|(dir, wanted)| async move {
-            match wanted.len() < LOOKS || store.looks_beat_listing(dir, wanted.len()).await {
+            match wanted.len() < LOOKS || looks_beat_listing(store, dir, wanted.len()).await {
                 true => wanted.into_iter().map(|p| Ask::Look(dir, p)).collect(),
                 false => vec![Ask::List(dir, wanted.into_iter().collect())],
             }
@@ -646,6 +581,42 @@ pub async fn index_paths(
     }
     let failed = failed.into_iter().map(|(d, e)| (d.to_vec(), e)).collect();
     (index, failed)
+}
+
+/// A symlink's target and metadata: read from the link where the store is a filesystem, else
+/// from the object that holds the target as its bytes (as azcopy and blobfuse2 keep one), its
+/// listed metadata completed by the read's.
+pub async fn read_link(store: &dyn Store, entry: &Entry) -> Result<(Vec<u8>, Meta)> {
+    if let Some(fs) = store.posix() {
+        let (rel, what) = (entry.path.clone(), entry.display_path());
+        return blocking(move || fs.read_link(&rel).map_err(|e| StoreError::io(what, e))).await;
+    }
+    let chunk = store.read(&entry.path, 0, entry.size(), None).await?;
+    let mut meta = Meta::of_entry(entry);
+    if let Some(m) = chunk.meta {
+        meta.complete_from(m);
+    }
+    Ok((chunk.data.to_vec(), meta))
+}
+
+/// The MD5 of an object's bytes where the store can take it without a transfer (a local
+/// file, read here); None where it cannot (a download is the caller's choice).
+pub async fn content_md5(store: &dyn Store, path: &[u8]) -> Result<Option<[u8; 16]>> {
+    match store.posix() {
+        Some(fs) => on_thread(&fs, path, |fs, rel| fs.md5(rel).map(Some)).await,
+        None => Ok(None),
+    }
+}
+
+/// Removes ferry's own temp files of earlier runs from a store that is a filesystem
+/// (`Filesystem::sweep_leftovers`). Blob storage has none: uncommitted blocks expire.
+pub async fn sweep_leftovers(store: &dyn Store, dry_run: bool) -> Sweep {
+    match store.posix() {
+        Some(fs) => blocking(move || Ok(fs.sweep_leftovers(dry_run)))
+            .await
+            .unwrap_or_default(),
+        None => Sweep::default(),
+    }
 }
 
 /// Rejects relative paths that could escape a root: empty, `.` or `..` components, or a

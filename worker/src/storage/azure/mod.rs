@@ -47,7 +47,8 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use tokio::sync::{mpsc, OnceCell};
 
 use super::{
-    Capabilities, Chunk, Meta, OpenOptions, Props, Sample, Store, StoredXattrs, Upload, UploadPlan,
+    Capabilities, Chunk, Meta, ObjectVersion, OpenOptions, Props, Sample, Store, StoredXattrs,
+    Upload, UploadPlan,
 };
 use crate::error::{Interruption, Result, StoreError};
 use crate::location::BlobLocation;
@@ -918,15 +919,23 @@ impl Store for AzureStore {
         }))
     }
 
-    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+    /// The blob's ETag and size, and with `props` what it carries besides, from one HEAD.
+    async fn version(&self, path: &[u8], props: bool) -> Result<Option<ObjectVersion>> {
         let s = &self.inner;
-        Ok(s.properties(&s.name(path)?).await?.map(|h| {
-            (
-                h.get_optional_str(&HeaderName::from_static("etag"))
-                    .unwrap_or_default()
-                    .to_string(),
-                content_length(&h),
-            )
+        let name = s.name(path)?;
+        let Some(h) = s.properties(&name).await? else {
+            return Ok(None);
+        };
+        Ok(Some(ObjectVersion {
+            token: h
+                .get_optional_str(&HeaderName::from_static("etag"))
+                .unwrap_or_default()
+                .to_string(),
+            size: content_length(&h),
+            props: match props {
+                true => Some(s.props_of(&name, &h).await?),
+                false => None,
+            },
         }))
     }
 
@@ -1013,12 +1022,13 @@ impl Store for AzureStore {
         Capabilities {
             md5: true,
             props: true,
+            delete_batch: batch::MAX,
             ..Capabilities::default()
         }
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn service(&self) -> Option<crate::storage::Service> {
+        Some(crate::storage::Service::Blob(Account(self.inner.clone())))
     }
 
     async fn root_meta(&self) -> Result<Option<Meta>> {
@@ -1027,27 +1037,6 @@ impl Store for AzureStore {
 
     async fn set_root_meta(&self, meta: &Meta) -> Result<()> {
         self.write_root_meta(meta).await.map(drop)
-    }
-
-    /// The blob's ETag, size and what it carries besides, from one HEAD; None if absent.
-    async fn version_and_props(&self, path: &[u8]) -> Result<Option<(String, u64, Props)>> {
-        let s = &self.inner;
-        let name = s.name(path)?;
-        let Some(h) = s.properties(&name).await? else {
-            return Ok(None);
-        };
-        let props = s.props_of(&name, &h).await?;
-        Ok(Some((
-            h.get_optional_str(&HeaderName::from_static("etag"))
-                .unwrap_or_default()
-                .to_string(),
-            content_length(&h),
-            props,
-        )))
-    }
-
-    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        self.put_node(path, Kind::File, data, meta, None).await
     }
 
     async fn put_node(
@@ -1062,8 +1051,10 @@ impl Store for AzureStore {
         s.put_named(&s.name(path)?, kind, data, meta, props).await
     }
 
-    /// `Store::set_meta`, and the stored extended attributes (`StoredXattrs`).
-    async fn set_meta_with(
+    /// Set Blob Metadata replaces all of a blob's metadata: what it holds now is read first,
+    /// and only the POSIX keys of the attributes given change. The update is made on the
+    /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
+    async fn set_meta(
         &self,
         path: &[u8],
         kind: Kind,
@@ -1119,10 +1110,6 @@ impl Store for AzureStore {
         }
     }
 
-    fn delete_batch(&self) -> usize {
-        batch::MAX
-    }
-
     async fn delete_many(&self, paths: &[Vec<u8>]) -> Vec<Result<()>> {
         batch::delete_paths(self, paths).await
     }
@@ -1167,30 +1154,6 @@ impl Store for AzureStore {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Set Blob Metadata replaces all of a blob's metadata: what it holds now is read first,
-    /// and only the POSIX keys of the attributes given change. The update is made on the
-    /// version just read (If-Match), so a blob rewritten meanwhile is not given stale keys.
-    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
-        let s = &self.inner;
-        s.set_meta_named(&s.name(path)?, kind, meta, None).await
-    }
-
-    fn can_copy_from(&self, src: &dyn Store) -> bool {
-        of_azure(src).is_some_and(|s| copy::same_account(&s.inner.loc, &self.inner.loc))
-    }
-
-    async fn copy_from(&self, src: &dyn Store, entry: &Entry, dst_path: &[u8]) -> Result<()> {
-        match of_azure(src) {
-            Some(s) if self.can_copy_from(src) => {
-                copy::copy_blob(&s.inner, &self.inner, entry, dst_path).await
-            }
-            _ => Err(StoreError::Unsupported(format!(
-                "server-side copy from {} into {}",
-                src.describe(),
-                self.describe()
-            ))),
-        }
-    }
     async fn create_root(&self) -> Result<bool> {
         let s = &self.inner;
         let container = &s.clients().await?.container;
@@ -1219,10 +1182,24 @@ impl Store for AzureStore {
     }
 }
 
-/// `src` as a Blob store, where it is one: the one place a store is recognised by its type,
-/// since a server-side copy names its source blob by URL, signed with the source's credential.
-fn of_azure(src: &dyn Store) -> Option<&AzureStore> {
-    src.as_any().downcast_ref::<AzureStore>()
+/// A Blob store's side of a server-side copy (`storage::Service`).
+#[derive(Clone)]
+pub struct Account(Arc<Inner>);
+
+impl Account {
+    pub(crate) fn same_account(&self, other: &Account) -> bool {
+        copy::same_account(&self.0.loc, &other.0.loc)
+    }
+
+    /// Copies `entry` of `src` to `dst_path` here (`copy::copy_blob`).
+    pub(crate) async fn copy_from(
+        &self,
+        src: &Account,
+        entry: &Entry,
+        dst_path: &[u8],
+    ) -> Result<()> {
+        copy::copy_blob(&src.0, &self.0, entry, dst_path).await
+    }
 }
 
 impl Inner {

@@ -24,10 +24,11 @@ use super::posix::{
     apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times,
     stamp, temp_name, unchanged,
 };
-use super::{Inherits, LocalFs, LocalStore};
+use super::{Inherits, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
 use crate::sparse::Sparse;
+use crate::storage::filesystem::Filesystem;
 use crate::storage::Meta;
 use crate::xattrs::{self, On, Refused, Wanted};
 
@@ -220,7 +221,7 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// listed without any costs no call here).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stage_file(
-    src: &dyn LocalFs,
+    src: &dyn Filesystem,
     dst: &LocalStore,
     src_rel: &[u8],
     dst_rel: &[u8],
@@ -331,7 +332,7 @@ pub(super) fn stage_file(
 fn set_first_attrs(
     out: &File,
     input: &File,
-    src: &dyn LocalFs,
+    src: &dyn Filesystem,
     src_xattrs: Option<u64>,
     wanted: Wanted,
     inherits: Inherits,
@@ -394,7 +395,7 @@ impl Staged {
 /// A symlink, with its owner, mtime and the attributes the kernel lets one hold (`trusted.*`
 /// and `security.*`, as root; `src_xattrs` as for `stage_file`).
 pub(super) fn copy_symlink(
-    src: &dyn LocalFs,
+    src: &dyn Filesystem,
     dst: &LocalStore,
     src_rel: &[u8],
     dst_rel: &[u8],
@@ -490,7 +491,7 @@ fn symlink_into_place<T>(
 /// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
 /// `stage_file`.
 pub(super) fn make_node(
-    src: &dyn LocalFs,
+    src: &dyn Filesystem,
     dst: &LocalStore,
     src_rel: &[u8],
     dst_rel: &[u8],

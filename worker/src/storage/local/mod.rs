@@ -2,9 +2,9 @@
 //! Every entry is reached through `beneath`, never through a symlink below the root.
 //!
 //! What the rest of ferry sees is the `Store` trait and, for the local → local engine, the
-//! narrower `LocalFs` (`Store::filesystem`); the handles, caches and POSIX calls stay in here.
+//! `Filesystem` capability (`Store::posix`); the handles, caches and POSIX calls stay in here.
 //! - `store`: the `Store` implementation; `upload`: resumable downloads into a file;
-//! - `ops`: `LocalFs`; `copy`: local → local staging and committing of files, links, nodes
+//! - `ops`: `Filesystem`; `copy`: local → local staging and committing of files, links, nodes
 //!   and directories;
 //! - `walk`: parallel listings; `flush`: shared `syncfs`; `limits`: the open-files limit;
 //! - `inherit`: what a new entry takes from its directory (group, default ACL);
@@ -38,7 +38,6 @@ pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
 pub use inherit::Inherits;
 pub(crate) use limits::open_files_limit;
 pub use limits::raise_open_files_limit;
-pub use ops::LocalFs;
 pub(crate) use posix::{entry_of, entry_with_target, is_remote, meta_of, temp_name};
 use walk::XattrLister;
 
@@ -56,7 +55,7 @@ pub struct LocalStore {
     no_tmpfile: Arc<AtomicBool>,
     /// What listings read of each entry's extended attributes (`Entry.xattrs`).
     xattrs: XattrLister,
-    /// Whether each metadata call is a round trip (`LocalFs::is_remote`): asked of the kernel
+    /// Whether each metadata call is a round trip (`Filesystem::is_remote`): asked of the kernel
     /// once.
     remote: Arc<OnceLock<bool>>,
     /// ferry's own temp files of earlier runs that listings met (`leftover`), and those removed

@@ -1,6 +1,5 @@
-//! `LocalFs`: what the local → local engine and the commands that hash or read links need
-//! of a local tree beyond the `Store` trait, reached through `Store::filesystem`. Each method is
-//! blocking (a system call or a few): callers run it on a thread that may block.
+//! The local tree as a `Filesystem` (`storage::filesystem`): blocking calls, each through the
+//! store's directory handles, never through a symlink below the root.
 
 use std::fs::{self, File};
 use std::os::fd::OwnedFd;
@@ -13,128 +12,19 @@ use super::beneath::{self, fd};
 use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
 use super::posix::{
     apply_link_meta, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at,
-    remove_tree_at, staging_name, stamp, temp_name, unchanged,
+    remove_tree_at, staging_name, stamp, temp_name, umask, unchanged,
 };
 use super::store::changed;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
 use crate::preserve::Preserve;
+use crate::storage::filesystem::Filesystem;
 use crate::storage::Meta;
+use crate::storage::Sweep;
 use crate::xattrs::{self, Wanted};
 
-/// A local tree as the local → local engine works on it: by relative path, never through a
-/// symlink below the root. Its operations on two trees take the other one as `src`.
-pub trait LocalFs: Send + Sync {
-    /// Where `rel` is, for messages.
-    fn path(&self, rel: &[u8]) -> PathBuf;
-    /// `lstat` of `rel`; None when it (or a directory on its way) does not exist.
-    fn lstat(&self, rel: &[u8]) -> std::io::Result<Option<fs::Metadata>>;
-    /// Opens a regular file for reading; a symlink in its place is refused, not followed.
-    fn open_file(&self, rel: &[u8]) -> std::io::Result<File>;
-    /// The target of symlink `rel`, as written.
-    fn readlink(&self, rel: &[u8]) -> std::io::Result<Vec<u8>>;
-    /// The MD5 of regular file `rel`'s bytes; of a symlink, of its target (`posix::link_md5`).
-    fn md5(&self, rel: &[u8]) -> std::io::Result<[u8; 16]>;
-    /// A whole small file with one open: its bytes and metadata (its data extents too, where it
-    /// has holes), the same before and after the read (else it changed while read). None when
-    /// it is now larger than `limit`.
-    fn read_small(&self, rel: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>>;
-    /// The kept attributes of `rel` (`root` for the root itself), never through a symlink
-    /// below the root; None where the filesystem holds none.
-    fn read_xattrs(&self, rel: &[u8], wanted: Wanted) -> std::io::Result<Option<xattrs::Attrs>>;
-    /// This run learnt that the filesystem holds no extended attributes at all.
-    fn no_xattrs_here(&self) -> bool;
-    /// Whether the root sits on a filesystem where each metadata call is a network round trip
-    /// (NFS, SMB, Lustre, FUSE, ...): such a tree needs many more calls in flight to hide the
-    /// latency. A root that does not exist yet is judged by its nearest existing parent.
-    fn is_remote(&self) -> bool;
-    /// Whether files are flushed to disk before they get their name (not `--no-fsync`).
-    fn fsync(&self) -> bool;
-    /// Makes directory `rel`, whose parent exists or is made: one exclusive create, where
-    /// opening it with its parents made would first look for it (a wasted round trip for a directory the
-    /// listing showed missing). True if this call made it; an existing one is fine.
-    fn make_dir(&self, rel: &[u8]) -> std::io::Result<bool>;
-    /// Removes `rel` and, for a directory, everything below it, never following a symlink.
-    fn remove_all(&self, rel: &[u8]) -> std::io::Result<()>;
-    /// Gives the file at `from` a second name, `to` (made with its parents as needed), never
-    /// following a symlink. `absent`: the listing showed `to` free; otherwise, or where it was
-    /// taken meanwhile, the link is made under a temp name and renamed over it, so `to` is
-    /// never missing.
-    fn hard_link(&self, from: &[u8], to: &[u8], absent: bool) -> std::io::Result<()>;
-    /// Sets owner, mode and times of `rel` in place (a symlink's own owner and times, never its
-    /// target's), checking first that it still is of kind `kind`. True where the owner changed:
-    /// the kernel has then removed the file's capability, if it had one.
-    fn set_meta(&self, rel: &[u8], kind: Kind, meta: &Meta) -> std::io::Result<bool>;
-    /// Makes the kept attributes of `rel` those of `want`, setting the new and removing the
-    /// gone.
-    fn write_xattrs(
-        &self,
-        rel: &[u8],
-        want: &xattrs::Attrs,
-        wanted: Wanted,
-    ) -> std::io::Result<xattrs::Refused>;
-    /// A staging directory for temp files (see `copy::TempIn`), one of the few a run's
-    /// threads share: under the root, named so that listings skip it. The names are the same in
-    /// every run and every process: a temp name is unique to its final name, so processes
-    /// copying disjoint parts of a tree may share them, and a re-run finds (and replaces) what
-    /// a killed one left there.
-    fn staging_dir(&self, k: usize) -> std::io::Result<Arc<OwnedFd>>;
-    /// Removes a staging directory once the run is done (left alone while another process
-    /// still has a file in it).
-    fn remove_staging_dir(&self, k: usize);
-    /// Puts on disk everything written to this filesystem before the call, with a `syncfs`
-    /// (not an fsync per file or directory) that is shared: a caller joins the next flush to
-    /// start, and the threads waiting with it return together when it ends.
-    fn sync(&self) -> std::io::Result<()>;
-    /// What directory `rel` (made, with its parents, where missing) passes on to the entries
-    /// made in it (`Inherits`).
-    fn inherits(&self, rel: &[u8]) -> std::io::Result<super::Inherits>;
-    /// The device directory `rel` (made, with its parents, where missing) is on.
-    fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64>;
-    /// Stages file `src_rel` of `src` as `dst_rel` here (`copy::stage_file`).
-    #[allow(clippy::too_many_arguments)]
-    fn stage_file(
-        &self,
-        src: &dyn LocalFs,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        quirks: &Quirks,
-        keep: &Preserve,
-        absent: bool,
-        temp_in: TempIn,
-    ) -> std::io::Result<Staged>;
-    /// Copies symlink `src_rel` of `src` as `dst_rel` here (`copy::copy_symlink`).
-    fn copy_symlink(
-        &self,
-        src: &dyn LocalFs,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused>;
-    /// Makes here a fifo or device node like `src_rel` of `src` (`copy::make_node`).
-    fn make_node(
-        &self,
-        src: &dyn LocalFs,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused>;
-    /// Makes symlink `rel` pointing at `target` (`copy::make_symlink`).
-    fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()>;
-    /// Gives directory `rel` the metadata `want` (`copy::finish_dir`).
-    fn finish_dir(&self, rel: &[u8], want: &Meta, known: Option<DirNow>) -> std::io::Result<()>;
-    /// Gives the root the metadata `want` (`copy::finish_root`).
-    fn finish_root(&self, want: &Meta) -> std::io::Result<()>;
-}
-
-impl LocalFs for LocalStore {
+impl Filesystem for LocalStore {
     fn path(&self, rel: &[u8]) -> PathBuf {
         self.full_path(rel)
     }
@@ -373,7 +263,7 @@ impl LocalFs for LocalStore {
 
     fn stage_file(
         &self,
-        src: &dyn LocalFs,
+        src: &dyn Filesystem,
         src_rel: &[u8],
         dst_rel: &[u8],
         src_xattrs: Option<u64>,
@@ -390,7 +280,7 @@ impl LocalFs for LocalStore {
 
     fn copy_symlink(
         &self,
-        src: &dyn LocalFs,
+        src: &dyn Filesystem,
         src_rel: &[u8],
         dst_rel: &[u8],
         src_xattrs: Option<u64>,
@@ -402,7 +292,7 @@ impl LocalFs for LocalStore {
 
     fn make_node(
         &self,
-        src: &dyn LocalFs,
+        src: &dyn Filesystem,
         src_rel: &[u8],
         dst_rel: &[u8],
         src_xattrs: Option<u64>,
@@ -422,5 +312,51 @@ impl LocalFs for LocalStore {
 
     fn finish_root(&self, want: &Meta) -> std::io::Result<()> {
         copy::finish_root(self, want)
+    }
+
+    fn default_mode(&self) -> u32 {
+        0o666 & !umask()
+    }
+
+    fn looks_beat_listing(&self, dir: &[u8], wanted: usize) -> bool {
+        // A directory's size in bytes over this errs low as a count of its entries on ext4,
+        // XFS, btrfs and tmpfs alike (and on NFS exports of them): the estimate leans to listing.
+        const BYTES_PER_ENTRY: u64 = 32;
+        // A listed entry costs a stat, a look walks to its parent too; over NFS a look is a
+        // round trip, and a READDIRPLUS page brings a hundred and more entries (tools/latencyfs:
+        // ~150).
+        const LISTED_PER_LOOK: u64 = 4;
+        const LISTED_PER_LOOK_REMOTE: u64 = 200;
+        // By name: a size is all it reads, and the listing that may follow opens the
+        // directory safely itself.
+        let md = fs::symlink_metadata(self.full_path(dir))
+            .ok()
+            .filter(fs::Metadata::is_dir);
+        let entries = md.map_or(0, |md| md.len() / BYTES_PER_ENTRY);
+        let wanted = wanted as u64;
+        // Where even a local disk's looks lose, the filesystem is not asked what it is.
+        wanted <= entries / LISTED_PER_LOOK
+            && (!self.is_remote() || wanted <= entries / LISTED_PER_LOOK_REMOTE)
+    }
+
+    fn sparse_layout(&self, rel: &[u8]) -> std::io::Result<Option<crate::sparse::Sparse>> {
+        // By name, as the upload that follows reads it.
+        let f = File::open(self.full_path(rel))?;
+        let md = f.metadata()?;
+        crate::sparse::Sparse::of_file(&f, &md)
+    }
+
+    fn read_link(&self, rel: &[u8]) -> std::io::Result<(Vec<u8>, Meta)> {
+        let md = self
+            .lstat(rel)?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        if !md.file_type().is_symlink() {
+            return Err(std::io::Error::other("no longer a symlink"));
+        }
+        Ok((self.readlink(rel)?, meta_of(&md)))
+    }
+
+    fn sweep_leftovers(&self, dry_run: bool) -> Sweep {
+        self.sweep(dry_run)
     }
 }

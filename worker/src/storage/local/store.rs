@@ -8,10 +8,9 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
-use super::ops::LocalFs;
 use super::posix::{
     apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
-    temp_name, umask, unchanged, write_all_vectored_at,
+    temp_name, unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
@@ -20,8 +19,11 @@ use crate::error::{Result, StoreError};
 use crate::manifest::{Entry, Kind};
 use crate::shard::{Cuts, Range};
 use crate::sparse;
-use crate::storage::{blocking, Capabilities, Chunk, Meta, Props, Store, Upload, UploadPlan};
-use crate::xattrs::{self, Attrs, On, Refused, Wanted};
+use crate::storage::filesystem::Filesystem;
+use crate::storage::{
+    blocking, Capabilities, Chunk, Meta, ObjectVersion, Props, Store, StoredXattrs, Upload,
+    UploadPlan,
+};
 
 /// A change seen while reading is an integrity failure: retrying cannot help, and the partial
 /// state built from the old bytes must go.
@@ -105,36 +107,18 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn looks_beat_listing(&self, dir: &[u8], wanted: usize) -> bool {
-        // A directory's size in bytes over this errs low as a count of its entries on ext4,
-        // XFS, btrfs and tmpfs alike (and on NFS exports of them): the estimate leans to listing.
-        const BYTES_PER_ENTRY: u64 = 32;
-        // A listed entry costs a stat, a look walks to its parent too; over NFS a look is a
-        // round trip, and a READDIRPLUS page brings a hundred and more entries (tools/latencyfs:
-        // ~150).
-        const LISTED_PER_LOOK: u64 = 4;
-        const LISTED_PER_LOOK_REMOTE: u64 = 200;
-        let (me, path) = (self.clone(), self.full_path(dir));
-        let beat = move || {
-            // By name: a size is all it reads, and the listing that may follow opens the
-            // directory safely itself.
-            let md = fs::symlink_metadata(path).ok().filter(fs::Metadata::is_dir);
-            let entries = md.map_or(0, |md| md.len() / BYTES_PER_ENTRY);
-            let wanted = wanted as u64;
-            // Where even a local disk's looks lose, the filesystem is not asked what it is.
-            wanted <= entries / LISTED_PER_LOOK
-                && (!me.is_remote() || wanted <= entries / LISTED_PER_LOOK_REMOTE)
-        };
-        blocking(move || Ok(beat())).await.unwrap_or(false)
-    }
-
-    async fn version(&self, path: &[u8]) -> Result<Option<(String, u64)>> {
+    /// A file keeps no `Props`.
+    async fn version(&self, path: &[u8], _: bool) -> Result<Option<ObjectVersion>> {
         let (me, rel) = (self.clone(), path.to_vec());
         blocking(move || {
             Ok(me
                 .lstat(&rel)
                 .map_err(me.io_err(&rel))?
-                .map(|md| (stamp(&md), md.len())))
+                .map(|md| ObjectVersion {
+                    token: stamp(&md),
+                    size: md.len(),
+                    props: None,
+                }))
         })
         .await
     }
@@ -161,50 +145,6 @@ impl Store for LocalStore {
             // After the read too: a write during it would otherwise go unseen.
             check(&f).map_err(&io).map_err(changed)?;
             Ok(Chunk { data, meta: None })
-        })
-        .await
-    }
-
-    async fn put(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
-        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
-        blocking(move || {
-            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
-            let written = |mut f: &File| {
-                match &meta.sparse {
-                    // Zero blocks where the source had holes are left unwritten, and the size
-                    // set after: they stay holes, a trailing one included.
-                    Some(s) => {
-                        let (len, blk) = (data.len() as u64, sparse::block_of(f)?);
-                        for (at, run) in sparse::runs(vec![data.clone()], 0, blk, s) {
-                            write_all_vectored_at(f, &run, at)?;
-                        }
-                        f.set_len(len)?;
-                    }
-                    None => f.write_all(&data)?,
-                }
-                apply_meta_fd(f, &meta)
-            };
-            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
-            // flush shared with the files written beside it, before it gets its name.
-            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
-                return written(&f)
-                    .and_then(|_| me.sync_one())
-                    .and_then(|_| link_in(&f, &dir, name))
-                    .map_err(me.io_err(&rel));
-            }
-            let tmp = temp_name(name, "partial");
-            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
-                written(&f)?;
-                if meta.mode.is_none() {
-                    super::leftover::clear_mark(&f, 0o600)?;
-                }
-                me.sync_one()?;
-                beneath::rename_at(fd(&dir), &tmp, name)
-            });
-            if res.is_err() {
-                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
-            }
-            res.map_err(me.io_err(&rel))
         })
         .await
     }
@@ -255,13 +195,13 @@ impl Store for LocalStore {
 
     async fn remove_all(&self, path: &[u8]) -> Result<()> {
         let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || LocalFs::remove_all(&me, &rel).map_err(me.io_err(&rel))).await
+        blocking(move || Filesystem::remove_all(&me, &rel).map_err(me.io_err(&rel))).await
     }
 
-    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta) -> Result<()> {
+    async fn set_meta(&self, path: &[u8], kind: Kind, meta: &Meta, _: StoredXattrs) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         blocking(move || {
-            LocalFs::set_meta(&me, &rel, kind, &meta)
+            Filesystem::set_meta(&me, &rel, kind, &meta)
                 .map(drop)
                 .map_err(me.io_err(&rel))
         })
@@ -278,13 +218,6 @@ impl Store for LocalStore {
         .await
     }
 
-    async fn sweep_leftovers(&self, dry_run: bool) -> crate::storage::Sweep {
-        let me = self.clone();
-        blocking(move || Ok(me.sweep(dry_run)))
-            .await
-            .unwrap_or_default()
-    }
-
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             directories: true,
@@ -294,16 +227,13 @@ impl Store for LocalStore {
             holes: true,
             cheap_looks: true,
             piecewise: true,
+            delete_batch: 1,
             ..Capabilities::default()
         }
     }
 
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn filesystem(&self) -> Option<&dyn LocalFs> {
-        Some(self)
+    fn posix(&self) -> Option<std::sync::Arc<dyn Filesystem>> {
+        Some(std::sync::Arc::new(self.clone()))
     }
 
     async fn root_exists(&self) -> Result<bool> {
@@ -331,76 +261,6 @@ impl Store for LocalStore {
         blocking(move || me.sync().map_err(me.io_err(b""))).await
     }
 
-    /// What any new file gets: 0666 less the umask.
-    fn default_mode(&self) -> Option<u32> {
-        Some(0o666 & !umask())
-    }
-
-    async fn content_md5(&self, path: &[u8]) -> Result<Option<[u8; 16]>> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || me.md5(&rel).map(Some).map_err(me.io_err(&rel))).await
-    }
-
-    async fn read_small(&self, path: &[u8], limit: u64) -> Result<Option<(Bytes, Meta)>> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || LocalFs::read_small(&me, &rel, limit)).await
-    }
-
-    /// An open and an fstat; SEEK_DATA/SEEK_HOLE only for a sparse file.
-    async fn sparse_layout(&self, path: &[u8]) -> Result<Option<sparse::Sparse>> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || {
-            let io = me.io_err(&rel);
-            let f = File::open(me.full_path(&rel)).map_err(&io)?;
-            let md = f.metadata().map_err(&io)?;
-            sparse::Sparse::of_file(&f, &md).map_err(&io)
-        })
-        .await
-    }
-
-    async fn read_xattrs(&self, path: &[u8], wanted: Wanted) -> Result<Option<Attrs>> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || {
-            xattrs::c_path(&me.full_path(&rel))
-                .and_then(|c| xattrs::read(&On::Path(&c), wanted))
-                .map_err(me.io_err(&rel))
-        })
-        .await
-    }
-
-    async fn apply_xattrs(&self, path: &[u8], want: Attrs, wanted: Wanted) -> Result<Refused> {
-        let (me, rel) = (self.clone(), path.to_vec());
-        blocking(move || {
-            let apply = || {
-                let c = xattrs::c_path(&me.full_path(&rel))?;
-                let on = On::Path(&c);
-                match xattrs::read(&on, wanted)? {
-                    Some(now) => xattrs::apply(&on, &want, Some(&now), wanted),
-                    None => Ok(Refused::all(&want, wanted)),
-                }
-            };
-            apply().map_err(me.io_err(&rel))
-        })
-        .await
-    }
-
-    async fn read_link(&self, entry: &Entry) -> Result<(Vec<u8>, Meta)> {
-        let (me, rel, what) = (self.clone(), entry.path.clone(), entry.display_path());
-        blocking(move || {
-            let read = || {
-                let md = me.lstat(&rel).and_then(|m| {
-                    m.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
-                })?;
-                if !md.file_type().is_symlink() {
-                    return Err(std::io::Error::other("no longer a symlink"));
-                }
-                Ok((me.readlink(&rel)?, meta_of(&md)))
-            };
-            read().map_err(|e| StoreError::io(what, e))
-        })
-        .await
-    }
-
     /// A directory is made where missing and given what of `meta` differs (looked at again,
     /// whatever a listing said: files written into it moved its mtime).
     async fn put_node(
@@ -413,7 +273,7 @@ impl Store for LocalStore {
     ) -> Result<()> {
         let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
         match kind {
-            Kind::File => self.put(path, data, &meta).await,
+            Kind::File => self.put_file(path, data, &meta).await,
             Kind::Dir => {
                 blocking(move || me.finish_dir(&rel, &meta, None).map_err(me.io_err(&rel))).await
             }
@@ -426,5 +286,52 @@ impl Store for LocalStore {
                 self.describe()
             ))),
         }
+    }
+}
+
+impl LocalStore {
+    /// A whole file, its bytes on disk before it takes its name.
+    async fn put_file(&self, path: &[u8], data: Bytes, meta: &Meta) -> Result<()> {
+        let (me, rel, meta) = (self.clone(), path.to_vec(), meta.clone());
+        blocking(move || {
+            let (dir, name) = me.parent(&rel, true).map_err(me.io_err(&rel))?;
+            let written = |mut f: &File| {
+                match &meta.sparse {
+                    // Zero blocks where the source had holes are left unwritten, and the size
+                    // set after: they stay holes, a trailing one included.
+                    Some(s) => {
+                        let (len, blk) = (data.len() as u64, sparse::block_of(f)?);
+                        for (at, run) in sparse::runs(vec![data.clone()], 0, blk, s) {
+                            write_all_vectored_at(f, &run, at)?;
+                        }
+                        f.set_len(len)?;
+                    }
+                    None => f.write_all(&data)?,
+                }
+                apply_meta_fd(f, &meta)
+            };
+            // Unnamed until complete where the filesystem allows; its bytes reach the disk in a
+            // flush shared with the files written beside it, before it gets its name.
+            if let Some(f) = me.open_unnamed(&dir, 0o600).map_err(me.io_err(&rel))? {
+                return written(&f)
+                    .and_then(|_| me.sync_one())
+                    .and_then(|_| link_in(&f, &dir, name))
+                    .map_err(me.io_err(&rel));
+            }
+            let tmp = temp_name(name, "partial");
+            let res = create_temp(&dir, &tmp, 0o600).and_then(|f| {
+                written(&f)?;
+                if meta.mode.is_none() {
+                    super::leftover::clear_mark(&f, 0o600)?;
+                }
+                me.sync_one()?;
+                beneath::rename_at(fd(&dir), &tmp, name)
+            });
+            if res.is_err() {
+                let _ = beneath::unlink_at(fd(&dir), &tmp, false);
+            }
+            res.map_err(me.io_err(&rel))
+        })
+        .await
     }
 }
