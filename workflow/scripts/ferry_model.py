@@ -390,34 +390,41 @@ def jobs(run: dict) -> list[dict]:
     for step in STEP_ORDER:
         timing = run["timings"].get(timing_key(step)) if step in SINGLE_STEPS else None
         if timing:
-            spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done"))
+            spans.append(timed(step, None, timing, 0, "done"))
         # A listing taken by several list jobs: one span each, in the step's lanes.
         for shard in shards if step in SHARDED else ():
             timing = run["timings"].get(timing_key(step, shard=shard))
             if timing:
-                spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done", shard))
+                spans.append(timed(step, None, timing, 0, "done", shard))
     for step in ("copy", "verify"):
         for job in run[step]:
             timing, progress, doc = job["timing"], job["progress"], job["doc"]
             size = (doc["bytes"]["copied"] if step == "copy" else job["bytes"]) if doc else 0
             if timing:
-                spans.append(
-                    span(step, job["id"], timing["start"], timing["seconds"], size, job["state"])
-                )
+                spans.append(timed(step, job["id"], timing, size, job["state"]))
             elif progress:
                 seconds = progress["updated"] - progress["started"]
                 size = progress["bytes"]["done"]
                 spans.append(
                     span(step, job["id"], progress["started"], seconds, size, job["state"])
+                    | {"node": progress.get("node") or progress["host"]}
                 )
     return spans
 
 
+def timed(step: str, part, timing: dict, size: int, state: str, shard=None) -> dict:
+    """A job's span from its timing file, which names where it ran."""
+    out = span(step, part, timing["start"], timing["seconds"], size, state, shard)
+    return out | {"node": timing["node"]}
+
+
 def span(step: str, part, start: float, seconds: float, size: int, state: str, shard=None) -> dict:
+    """One job on the timeline; `node`: where it ran (its Slurm node, else its machine)."""
     return {
         "step": step,
         "part": part,
         "shard": shard,
+        "node": None,
         "start": start,
         "end": start + seconds,
         "bytes": size,

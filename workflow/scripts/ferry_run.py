@@ -46,8 +46,8 @@ STATES = ("pending", "running", "done", "failed", "stopped")
 
 
 def read_timing(path: str) -> dict | None:
-    """A timing file (columns s, cpu_time, max_rss; Snakemake's benchmark or ferry_task.py's):
-    the job's seconds, CPU seconds, peak RSS, and its start (the file's time is its end)."""
+    """A timing file (columns s, cpu_time, max_rss, node; Snakemake's benchmark or ferry_task.py's):
+    the job's seconds, CPU seconds, peak RSS, node, and its start (the file's time is its end)."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle, delimiter="\t"))
@@ -69,6 +69,7 @@ def read_timing(path: str) -> dict | None:
         "seconds": seconds,
         "cpu_seconds": num("cpu_time"),
         "max_rss_mb": num("max_rss"),
+        "node": row.get("node") or None,
         "start": end - seconds,
     }
 

@@ -1,6 +1,6 @@
 """Runs one step of a phase, for either engine, and leaves its records in the run directory's
 layout (run_dir.json, docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
-log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
+log, and a timing file (columns s, cpu_time, max_rss, node) that the report reads.
 
     ferry_task.py STEP (--spec JSON | --spec-file PATH) --records DIR [--part ID] [--shard K]
                   [--set NAME=VALUE]... [--stub]
@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -106,6 +107,11 @@ def stub_ends(step: str, where: str) -> dict:
         ends[side] = os.path.abspath(root)
     ends["state"] = os.path.abspath(os.path.join(where, "state"))
     return ends
+
+
+def node() -> str:
+    """Where the job runs: its Slurm node, or outside Slurm this machine."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, float, float]:
@@ -303,7 +309,7 @@ def run_step(
     if rc != 0 and spec.get("config_keys"):
         in_config_terms(rec.log, spec["config_keys"])
     with open(rec.bench, "w", encoding="utf-8") as bench:
-        bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
+        bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\t{node()}\n")
     if tmp and os.path.exists(tmp):
         if rc == 0:
             os.replace(tmp, rec.out)
