@@ -1,14 +1,36 @@
 """The pipeline on the three-node cluster of scripts/slurm-up.sh: jobs spread over the nodes when
 the config asks (resources.<step>.slurm_spread), and the report and `ferry status` say where each
-job ran, as Slurm itself recorded it (the job-completion log's NodeList)."""
+job ran, as Slurm itself recorded it (the job-completion log's NodeList); a node lost while a copy
+runs on it, the job retried elsewhere, resuming the copy."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
+import time
 
 import pytest
-from support.pipeline import base_config, local_snapshot, migration_tree, pipeline, report, run_dir
-from support.slurm import NODES, jobcomp_records, slurm_up, squeue_comments
+from support.ferry import ferry_env
+from support.pipeline import (
+    base_config,
+    blob_of,
+    blob_snapshot,
+    local_snapshot,
+    md5s,
+    migration_tree,
+    pipeline,
+    report,
+    run_dir,
+)
+from support.slurm import (
+    NODES,
+    jobcomp_records,
+    lose_node,
+    node_state,
+    slurm_up,
+    squeue_comments,
+)
 
 
 def slurm_jobs(before: set[str]) -> dict[str, set[str]]:
@@ -59,3 +81,89 @@ def test_spread_jobs_land_on_several_nodes_and_the_report_says_which(slurm, tmp_
     ).stdout
     for node in seen["copy"]:
         assert f"  on {node}: copy " in status, status
+
+
+def running_copy(outdir, since: float, deadline: float) -> tuple[str, dict]:
+    """(node, progress) of the copy job once it runs on a node and has staged two blocks: what
+    the test waits on before it pulls the plug."""
+    progress = run_dir(outdir, "baseline") / "progress" / "copy-part-00000.json"
+    while time.monotonic() < deadline:
+        try:
+            doc = json.loads(progress.read_text())
+        except (OSError, ValueError):
+            doc = None
+        if doc and doc["updated"] > since and doc["requests"]["blocks"] >= 2 and doc["node"]:
+            state = node_state(doc["node"])
+            if state.startswith(("allocated", "mixed")):
+                return doc["node"], doc
+        time.sleep(0.2)
+    raise AssertionError(f"the copy job never got under way on a node ({progress})")
+
+
+@pytest.mark.timeout(1200)
+def test_a_node_lost_mid_copy_the_job_is_retried_elsewhere_and_resumes(
+    slurm, tmp_path, ferry_bin, container
+):
+    slurm_up(accounting=False)
+    src, outdir = tmp_path / "src", tmp_path / "results"
+    content = {"big.bin": blob_of("big.bin", 12 << 20), "small.txt": b"small\n"}
+    src.mkdir()
+    for rel, data in content.items():
+        (src / rel).write_bytes(data)
+    dest = container.at("lost")
+    # One partition, one block at a time, slowly: the copy is reliably mid-file when its node goes.
+    copy = "copy={block_size: 1MiB, concurrency: 1, parallel_files: 1, max_bandwidth: 512KiB/s}"
+    started = time.time()
+    result: dict = {}
+    engine = threading.Thread(
+        target=lambda: result.update(
+            proc=pipeline(
+                *base_config(ferry_bin, outdir, src, dest, "baseline"),
+                copy,
+                "plan={mode: parts, parts: 1}",
+                "job_retries=1",
+                profile="profiles/slurm",
+                timeout=1000,
+                expect=None,
+            )
+        )
+    )
+    engine.start()
+    try:
+        lost, before = running_copy(outdir, started, time.monotonic() + 600)
+        lose_node(lost)
+        engine.join()
+    finally:
+        engine.join()
+        slurm_up(accounting=False)  # the node back (slurmd restarted, resumed) for later tests
+    proc = result["proc"]
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert node_state(lost) in ("idle", "mixed", "allocated")
+
+    rep = report(outdir, "baseline")
+    assert rep["status"] == "complete", rep["failures"]
+    assert blob_snapshot(container, "lost/") == md5s(content)
+    fresh = subprocess.run(
+        [str(ferry_bin), "verify", str(src), dest],
+        env=ferry_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    # The report names the lost attempt's node and where the job ran again.
+    (gone,) = rep["lost_jobs"]
+    assert gone["step"] == "copy" and gone["part"] == "00000" and gone["node"] == lost, gone
+    assert gone["rerun_on"] in NODES and gone["rerun_on"] != lost, gone
+    # The retry resumed: it staged no more blocks than were left when the lost attempt last
+    # wrote its progress, plus the one it had in flight.
+    kept = json.loads(
+        (run_dir(outdir, "baseline") / "progress" / "copy-part-00000.lost-1.json").read_text()
+    )
+    assert kept["requests"]["blocks"] >= before["requests"]["blocks"]
+    rerun = json.loads((run_dir(outdir, "baseline") / "copy" / "part-00000.json").read_text())
+    assert rerun["requests"]["blocks"] <= 12 - kept["requests"]["blocks"] + 1, rerun["requests"]
+    # The requests of both attempts are counted, in the report and in the history.
+    copy_blocks = rep["totals"]["requests"]["by_step"]["copy"]["blocks"]
+    assert copy_blocks == rerun["requests"]["blocks"] + kept["requests"]["blocks"]
+    history = (outdir / "t" / "history.jsonl").read_text().splitlines()
+    assert json.loads(history[-1])["requests"]["by_step"]["copy"]["blocks"] == copy_blocks

@@ -374,8 +374,9 @@ pub struct ProgressDoc {
     pub command: String,
     pub pid: u32,
     pub host: String,
-    /// The Slurm node the job runs on (SLURMD_NODENAME), absent outside Slurm.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The Slurm node the job runs on (SLURMD_NODENAME), null outside Slurm (and in a file an
+    /// older worker wrote).
+    #[serde(default)]
     pub node: Option<String>,
     /// Seconds since the epoch.
     pub started: f64,

@@ -358,6 +358,8 @@ def requests(run: dict) -> dict:
     left, failed jobs' included (their requests were made too), and the listings' summaries."""
     docs = list(run["listings"].items())
     docs += [(step, job["doc"]) for step in ("copy", "verify") for job in run[step]]
+    # An attempt lost with its node made requests too: its last progress counts them.
+    docs += [(step, p) for step in ("copy", "verify") for job in run[step] for p in job["lost"]]
     docs += [("prune", job["doc"]) for _, job in prune_jobs(run)]
     docs += [(step, run[step]["doc"]) for step in ("final_check", "carry")]
     by_step: dict[str, dict[str, int]] = {}
@@ -398,18 +400,38 @@ def jobs(run: dict) -> list[dict]:
                 spans.append(timed(step, None, timing, 0, "done", shard))
     for step in ("copy", "verify"):
         for job in run[step]:
+            spans += [progress_span(step, job["id"], p, "lost") for p in job["lost"]]
             timing, progress, doc = job["timing"], job["progress"], job["doc"]
             size = (doc["bytes"]["copied"] if step == "copy" else job["bytes"]) if doc else 0
             if timing:
                 spans.append(timed(step, job["id"], timing, size, job["state"]))
             elif progress:
-                seconds = progress["updated"] - progress["started"]
-                size = progress["bytes"]["done"]
-                spans.append(
-                    span(step, job["id"], progress["started"], seconds, size, job["state"])
-                    | {"node": progress.get("node") or progress["host"]}
-                )
+                spans.append(progress_span(step, job["id"], progress, job["state"]))
     return spans
+
+
+def progress_span(step: str, part: str, progress: dict, state: str) -> dict:
+    """A job's span from its progress file, up to its last rewrite."""
+    seconds = progress["updated"] - progress["started"]
+    out = span(step, part, progress["started"], seconds, progress["bytes"]["done"], state)
+    return out | {"node": progress.get("node") or progress["host"]}
+
+
+def lost_jobs(run: dict) -> list[dict]:
+    """Every copy or verify attempt that never finished and was run again (its node lost, or its
+    job killed): where it ran, how far it got, and where the job then ran."""
+    return [
+        {
+            "step": step,
+            "part": job["id"],
+            "node": p.get("node") or p["host"],
+            "bytes_done": p["bytes"]["done"],
+            "rerun_on": job["timing"]["node"] if job["timing"] else None,
+        }
+        for step in ("copy", "verify")
+        for job in run[step]
+        for p in job["lost"]
+    ]
 
 
 def timed(step: str, part, timing: dict, size: int, state: str, shard=None) -> dict:
@@ -509,6 +531,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
         "partitions": copy["rows"],
         "verify_partitions": verify["rows"],
         "jobs": jobs(run),
+        "lost_jobs": lost_jobs(run),
         "failures": failures,
         "ignored": copy["ignored"],
     }

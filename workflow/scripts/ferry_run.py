@@ -110,6 +110,16 @@ def _nonempty(path: str) -> bool:
         return False
 
 
+def lost(progress: str) -> list[dict]:
+    """The progress of the job's earlier attempts that never finished (ferry_task.keep_lost)."""
+    folder, stem = os.path.split(progress.removesuffix(".json"))
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith(f"{stem}.lost-"))
+    except FileNotFoundError:
+        return []
+    return [ferry_docs.load("progress", os.path.join(folder, n)) for n in names]
+
+
 def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> dict:
     rec = records(step, part, run_dir)
     kind = DOCUMENTS[step]
@@ -119,6 +129,9 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
         else None
     )
     found = {"state": "pending", "doc": None, "error": None, "progress": progress}
+    found["lost"] = (
+        lost(os.path.join(run_dir, PROGRESS[step].format(part=part))) if step in PROGRESS else []
+    )
     found["timing"] = bench.get(timing_key(step, part))
     # A prune job's list of what it deleted, relative to the run directory, where it is.
     if step in DELETED:

@@ -109,6 +109,22 @@ def stub_ends(step: str, where: str) -> dict:
     return ends
 
 
+def keep_lost(progress: str) -> None:
+    """An earlier attempt's progress file that it never marked finished (its node lost, or its
+    job killed) is kept beside as `<name>.lost-<n>.json` before this attempt rewrites it: the
+    report names where that attempt ran and counts the requests it made (ferry_run.lost)."""
+    try:
+        with open(progress, encoding="utf-8") as handle:
+            if json.load(handle).get("finished", True):
+                return
+    except (OSError, ValueError):
+        return
+    stem, n = progress.removesuffix(".json"), 1
+    while os.path.exists(f"{stem}.lost-{n}.json"):
+        n += 1
+    os.replace(progress, f"{stem}.lost-{n}.json")
+
+
 def node() -> str:
     """Where the job runs: its Slurm node, or outside Slurm this machine."""
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -266,6 +282,7 @@ def run_step(
         values["summary"] = os.path.join(root, summary.format(shard=shard))
     if "run_dir" in values and step in PROGRESS:
         values["progress"] = os.path.join(values["run_dir"], PROGRESS[step].format(part=part))
+        keep_lost(values["progress"])
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
