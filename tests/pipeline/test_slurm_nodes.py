@@ -12,6 +12,7 @@ import time
 
 import pytest
 from support.ferry import ferry_env
+from support.nextflow import nextflow, params_for
 from support.pipeline import (
     base_config,
     blob_of,
@@ -100,9 +101,48 @@ def running_copy(outdir, since: float, deadline: float) -> tuple[str, dict]:
     raise AssertionError(f"the copy job never got under way on a node ({progress})")
 
 
+def run_engine(engine: str, tmp_path, ferry_bin, outdir, src, dest) -> subprocess.CompletedProcess:
+    """A baseline with one partition, copied one block at a time, slowly (so the copy is
+    reliably mid-file when its node goes), and one retry for a failed job, on Slurm."""
+    copy = {
+        "block_size": "1MiB",
+        "concurrency": 1,
+        "parallel_files": 1,
+        "max_bandwidth": "512KiB/s",
+    }
+    if engine == "snakemake":
+        return pipeline(
+            *base_config(ferry_bin, outdir, src, dest, "baseline"),
+            "copy={" + ", ".join(f"{k}: {v}" for k, v in copy.items()) + "}",
+            "plan={mode: parts, parts: 1}",
+            "job_retries=1",
+            profile="profiles/slurm",
+            timeout=1000,
+            expect=None,
+        )
+    # Nextflow waits exitReadTimeout (270 s by default) for the exit file of a job that is gone
+    # before it calls it failed; a lost node never writes one.
+    quick = tmp_path / "quick-exit.config"
+    quick.write_text("executor { exitReadTimeout = '20 sec' }\n")
+    params = params_for(
+        ferry_bin, outdir, src, dest, "baseline", plan={"mode": "parts", "parts": 1}
+    )
+    params |= {"copy": copy, "job_retries": 1}
+    return nextflow(
+        tmp_path / "launch",
+        "-c",
+        str(quick),
+        params=params,
+        profile="slurm",
+        timeout=1000,
+        expect=None,
+    )
+
+
 @pytest.mark.timeout(1200)
+@pytest.mark.parametrize("engine_name", ["snakemake", "nextflow"])
 def test_a_node_lost_mid_copy_the_job_is_retried_elsewhere_and_resumes(
-    slurm, tmp_path, ferry_bin, container
+    engine_name, slurm, tmp_path, ferry_bin, container
 ):
     slurm_up(accounting=False)
     src, outdir = tmp_path / "src", tmp_path / "results"
@@ -111,30 +151,19 @@ def test_a_node_lost_mid_copy_the_job_is_retried_elsewhere_and_resumes(
     for rel, data in content.items():
         (src / rel).write_bytes(data)
     dest = container.at("lost")
-    # One partition, one block at a time, slowly: the copy is reliably mid-file when its node goes.
-    copy = "copy={block_size: 1MiB, concurrency: 1, parallel_files: 1, max_bandwidth: 512KiB/s}"
     started = time.time()
     result: dict = {}
-    engine = threading.Thread(
+    runner = threading.Thread(
         target=lambda: result.update(
-            proc=pipeline(
-                *base_config(ferry_bin, outdir, src, dest, "baseline"),
-                copy,
-                "plan={mode: parts, parts: 1}",
-                "job_retries=1",
-                profile="profiles/slurm",
-                timeout=1000,
-                expect=None,
-            )
+            proc=run_engine(engine_name, tmp_path, ferry_bin, outdir, src, dest)
         )
     )
-    engine.start()
+    runner.start()
     try:
         lost, before = running_copy(outdir, started, time.monotonic() + 600)
         lose_node(lost)
-        engine.join()
     finally:
-        engine.join()
+        runner.join()
         slurm_up(accounting=False)  # the node back (slurmd restarted, resumed) for later tests
     proc = result["proc"]
     assert proc.returncode == 0, proc.stderr[-5000:]
