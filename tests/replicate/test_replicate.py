@@ -374,16 +374,15 @@ def test_across_three_nodes_and_a_node_lost_mid_broadcast(dataset, azurite, tmp_
             if job.poll() is None:
                 job.kill()
                 job.wait()
+            slurm_up(accounting=False)  # the lost node back: slurmd restarted, the node resumed
         stderr = err_path.read_text(errors="replace")
         assert rc != 0, stderr
-        # srun names the node and the task that went with it.
-        assert re.search(rf"{lost}.*task 1|task 1.*{lost}|{lost}.*(fail|down|lost)", stderr), stderr
-        slurm_up(accounting=False)  # the lost node back: slurmd restarted, the node resumed
+        assert f"Node failure on {lost}" in stderr, stderr
         assert node_state(lost) in ("idle", "mixed", "allocated"), node_state(lost)
 
         proxy.clear_log()
         _, rep = replicate(
-            "nodes", 3, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK)
+            "nodes", 3, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), timeout=240
         )
         assert proxy.bytes_served() == 0
         assert rep["bytes"]["read_from_source"] == 0 and rep["bytes"]["broadcast"] > 0
