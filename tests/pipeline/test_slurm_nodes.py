@@ -183,6 +183,8 @@ def test_a_node_lost_mid_copy_the_job_is_retried_elsewhere_and_resumes(
     (gone,) = rep["lost_jobs"]
     assert gone["step"] == "copy" and gone["part"] == "00000" and gone["node"] == lost, gone
     assert gone["rerun_on"] in NODES and gone["rerun_on"] != lost, gone
+    md = (run_dir(outdir, "baseline") / "report.md").read_text()
+    assert f"- copy partition 00000 on {lost}: lost after " in md, md
     # The retry resumed: it staged no more blocks than were left when the lost attempt last
     # wrote its progress, plus the one it had in flight.
     kept = json.loads(
