@@ -642,10 +642,15 @@ def test_an_attempt_that_never_finished_is_kept_beside_for_the_report(tmp_path):
             "requests": RunDir.requests(),
         }
         progress.write_text(json.dumps(doc))
-        ferry_task.keep_lost(str(progress))
+        ferry_task.keep_lost(str(progress), str(tmp_path), str(tmp_path / "rec"))
 
     attempt("node2", finished=False)
     attempt("node3", finished=False)
     attempt("node1", finished=True)
     assert [doc["node"] for doc in ferry_run.lost(str(progress))] == ["node2", "node3"]
     assert json.loads(progress.read_text())["node"] == "node1"
+    # Among the records an engine publishes on its own (Nextflow's rec/) too.
+    assert sorted(p.name for p in (tmp_path / "rec" / "progress").iterdir()) == [
+        "copy-part-00000.lost-1.json",
+        "copy-part-00000.lost-2.json",
+    ]

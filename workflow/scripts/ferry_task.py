@@ -109,10 +109,11 @@ def stub_ends(step: str, where: str) -> dict:
     return ends
 
 
-def keep_lost(progress: str) -> None:
+def keep_lost(progress: str, run_dir: str, records_root: str) -> None:
     """An earlier attempt's progress file that it never marked finished (its node lost, or its
     job killed) is kept beside as `<name>.lost-<n>.json` before this attempt rewrites it: the
-    report names where that attempt ran and counts the requests it made (ferry_run.lost)."""
+    report names where that attempt ran and counts the requests it made (ferry_run.lost). Where
+    the engine publishes the records on its own (Nextflow's rec/), a copy goes among them too."""
     try:
         with open(progress, encoding="utf-8") as handle:
             if json.load(handle).get("finished", True):
@@ -122,7 +123,12 @@ def keep_lost(progress: str) -> None:
     stem, n = progress.removesuffix(".json"), 1
     while os.path.exists(f"{stem}.lost-{n}.json"):
         n += 1
-    os.replace(progress, f"{stem}.lost-{n}.json")
+    kept = f"{stem}.lost-{n}.json"
+    os.replace(progress, kept)
+    if os.path.realpath(records_root) != os.path.realpath(run_dir):
+        among = os.path.join(records_root, os.path.relpath(kept, run_dir))
+        os.makedirs(os.path.dirname(among), exist_ok=True)
+        shutil.copyfile(kept, among)
 
 
 def node() -> str:
@@ -282,7 +288,7 @@ def run_step(
         values["summary"] = os.path.join(root, summary.format(shard=shard))
     if "run_dir" in values and step in PROGRESS:
         values["progress"] = os.path.join(values["run_dir"], PROGRESS[step].format(part=part))
-        keep_lost(values["progress"])
+        keep_lost(values["progress"], values["run_dir"], root)
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
