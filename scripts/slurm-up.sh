@@ -7,8 +7,8 @@
 # pid files are what slurm-down.sh uses to stop exactly them.
 #
 # Idempotent: daemons that are already running are left alone; a node Slurm had marked down
-# (a lost node, a restarted slurmd) is resumed.  Needs root and Debian's slurm-wlm, slurm-client and munge packages
-# (listed in scripts/apt-packages.txt).
+# (a lost node, a restarted slurmd) is resumed.  Needs root and Debian's slurm-wlm, slurm-client
+# and munge packages (listed in scripts/apt-packages.txt).
 #
 # Knobs (environment):
 #   FERRY_SLURM_ACCOUNTING=1  also run slurmdbd on a local MariaDB (socket only, no TCP), so that
