@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop the one-node cluster started by slurm-up.sh: exactly the daemons named in its pid files.
+# Stop the cluster started by slurm-up.sh: exactly the daemons named in its pid files.
 # Job state and logs stay on disk so a later slurm-up.sh (or a post-mortem) can use them; the
 # slurm.conf this cluster was started with does not (see the end).
 set -euo pipefail
@@ -24,8 +24,8 @@ stop() {
     rm -f "$pidfile"
 }
 
-# slurmd first so it does not report the node as lost to a controller that is going away.
-stop slurmd /run/slurm/slurmd.pid
+# Every node's slurmd first, so none reports its node as lost to a controller that is going away.
+for pidfile in /run/slurm/slurmd.pid /run/slurm/slurmd-*.pid; do stop slurmd "$pidfile"; done
 stop slurmctld /run/slurm/slurmctld.pid
 stop slurmdbd /run/slurm/slurmdbd.pid
 if [ -e /run/slurm/ferry-started-mariadb ]; then

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Bring up a one-node Slurm cluster on this host: munged, slurmctld and slurmd, node "localhost".
-# Meant for development machines and CI containers that have no systemd, so the daemons are
-# started by hand and their pid files are what slurm-down.sh uses to stop exactly them.
+# Bring up a Slurm cluster of several nodes on this host: munged, slurmctld, and one slurmd per
+# node ("node1".."nodeN"), each on its own port with its own spool directory, pid file and log
+# (`slurmd -N NAME`, the names all resolving to 127.0.0.1), so that jobs land on different nodes
+# and a node can be lost (its slurmd killed) while the others run on. Meant for development
+# machines and CI containers that have no systemd, so the daemons are started by hand and their
+# pid files are what slurm-down.sh uses to stop exactly them.
 #
-# Idempotent: daemons that are already running are left alone; the node is resumed if Slurm
-# had marked it down.  Needs root and Debian's slurm-wlm, slurm-client and munge packages
-# (listed in scripts/apt-packages.txt).
+# Idempotent: daemons that are already running are left alone; a node Slurm had marked down
+# (a lost node, a restarted slurmd) is resumed.  Needs root and Debian's slurm-wlm, slurm-client
+# and munge packages (listed in scripts/apt-packages.txt).
 #
 # Knobs (environment):
 #   FERRY_SLURM_ACCOUNTING=1  also run slurmdbd on a local MariaDB (socket only, no TCP), so that
@@ -14,9 +17,10 @@
 #                       profile polls with squeue). Switching modes restarts slurmctld/slurmd.
 #   SLURM_CONF          where the config is written (default /etc/slurm/slurm.conf, where the
 #                       client tools look without being told)
-#   FERRY_SLURM_CPUS    CPUs the node advertises (default: max(4, nproc)); more than the real
+#   FERRY_SLURM_NODES   how many nodes (default 3)
+#   FERRY_SLURM_CPUS    CPUs each node advertises (default: max(4, nproc)); more than the real
 #                       cores is fine because SlurmdParameters=config_overrides trusts the file
-#   FERRY_SLURM_MEM_MB  memory the node advertises (default: physical memory minus 1 GiB)
+#   FERRY_SLURM_MEM_MB  memory each node advertises (default: physical memory minus 1 GiB)
 #   FERRY_SLURM_FORCE=1 overwrite a slurm.conf that this script did not write
 set -euo pipefail
 
@@ -121,6 +125,13 @@ fi
 # --- slurm.conf ------------------------------------------------------------------------------
 cpus=${FERRY_SLURM_CPUS:-$(( $(nproc) > 4 ? $(nproc) : 4 ))}
 mem_mb=${FERRY_SLURM_MEM_MB:-$(( $(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo) - 1024 ))}
+node_count=${FERRY_SLURM_NODES:-3}
+nodes=$(seq -f 'node%g' -s ' ' "$node_count")
+node_list="node[1-$node_count]"
+# One slurmd per node, each listening on its own port (6819 is slurmdbd's, so start above it).
+node_lines=$(for i in $(seq "$node_count"); do
+    echo "NodeName=node$i NodeAddr=127.0.0.1 NodeHostname=$(hostname) Port=$((6830 + i)) CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN"
+done)
 mkdir -p "$(dirname "$conf")" "$run_dir" "$log_dir" /var/spool/slurmd /var/spool/slurmctld
 new_conf=$(mktemp)
 cat > "$new_conf" <<CONF
@@ -147,21 +158,31 @@ MinJobAge=300
 InactiveLimit=0
 KillWait=10
 SchedulerType=sched/backfill
+# A lost node (its slurmd gone) is marked DOWN, and its jobs ended NODE_FAIL, within seconds; the
+# pipelines retry such a job on another node. Production clusters use minutes.
+SlurmdTimeout=10
+# A job lost with its node ends NODE_FAIL instead of being requeued behind the pipeline's back:
+# the pipeline's own retry (job_retries) runs it again, elsewhere, and its report says so.
+JobRequeue=0
 $acct_lines
 # Without accounting, this file is the durable record that a job ran (tests read it).
 JobCompType=jobcomp/filetxt
 JobCompLoc=$log_dir/jobcomp.log
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+# %n: the node's name, so the slurmd of each node keeps its own files.
+SlurmdSpoolDir=/var/spool/slurmd/%n
+# Also per node: PMIx makes each step's client directory under TmpFS, and two nodes' slurmstepd
+# of one MPI step would otherwise collide on it ("File exists").
+TmpFS=/var/spool/slurmd/%n/tmp
 SlurmctldPidFile=$run_dir/slurmctld.pid
-SlurmdPidFile=$run_dir/slurmd.pid
+SlurmdPidFile=$run_dir/slurmd-%n.pid
 SlurmctldLogFile=$log_dir/slurmctld.log
-SlurmdLogFile=$log_dir/slurmd.log
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-# A second partition on the same node: the pipelines' resources.<step>.slurm_partition has
+SlurmdLogFile=$log_dir/slurmd-%n.log
+$node_lines
+PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP
+# A second partition on the same nodes: the pipelines' resources.<step>.slurm_partition has
 # somewhere to send a step other than the default (tests/pipeline/test_slurm_requests.py).
-PartitionName=ferry-alt Nodes=localhost Default=NO MaxTime=INFINITE State=UP
+PartitionName=ferry-alt Nodes=$node_list Default=NO MaxTime=INFINITE State=UP
 CONF
 conf_changed=0
 if ! cmp -s "$new_conf" "$conf"; then
@@ -181,14 +202,16 @@ restart=""
 if [ -n "$restart" ]; then
     # Some settings (accounting storage among them) only take effect at start, not on
     # `scontrol reconfigure`: restart whatever runs with the old file.
+    # slurmd*.pid: every node's slurmd, and the one slurmd of an older one-node layout.
     for daemon in $restart; do
-        if alive "$run_dir/$daemon.pid"; then
-            pid=$(cat "$run_dir/$daemon.pid")
+        for pidfile in "$run_dir/$daemon".pid "$run_dir/$daemon"-*.pid; do
+            alive "$pidfile" || continue
+            pid=$(cat "$pidfile")
             kill -TERM "$pid"
             for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
             kill -0 "$pid" 2>/dev/null && die "$daemon ($pid) did not stop for the config change"
-            rm -f "$run_dir/$daemon.pid"
-        fi
+            rm -f "$pidfile"
+        done
     done
 fi
 if [ "$accounting" = 1 ]; then
@@ -213,7 +236,10 @@ if [ "$accounting" = 1 ]; then
 fi
 # -i: start even if saved state from an earlier run does not match the new config.
 alive "$run_dir/slurmctld.pid" || slurmctld -i
-alive "$run_dir/slurmd.pid" || slurmd -N localhost
+for node in $nodes; do
+    mkdir -p "/var/spool/slurmd/$node/tmp"
+    alive "$run_dir/slurmd-$node.pid" || slurmd -N "$node"
+done
 echo "$pmix_now" > "$pmix_stamp"
 
 for _ in $(seq 100); do
@@ -222,19 +248,21 @@ for _ in $(seq 100); do
 done
 scontrol ping | grep -q 'is UP' || die "slurmctld did not come up (see $log_dir/slurmctld.log)"
 
-state=""
-for _ in $(seq 150); do
-    state=$(sinfo -h -n localhost -o '%T' 2>/dev/null | head -n1)
-    case "$state" in
-        idle*|mixed*|allocated*|completing*) break ;;
-        down*|drain*|drained*|fail*)
-            # A restarted slurmd on the same host is not a broken node; let it back in.
-            scontrol update nodename=localhost state=resume 2>/dev/null || true ;;
-    esac
-    sleep 0.2
+# Every node usable: idle, or running jobs already.
+usable() { case "$1" in idle*|mixed*|allocated*|completing*) return 0 ;; esac; return 1; }
+for node in $nodes; do
+    state=""
+    for _ in $(seq 150); do
+        state=$(sinfo -h -n "$node" -o '%T' 2>/dev/null | head -n1)
+        usable "$state" && break
+        case "$state" in
+            down*|drain*|drained*|fail*)
+                # A restarted slurmd (a node brought back after it was lost) is not a broken
+                # node; let it back in.
+                scontrol update nodename="$node" state=resume 2>/dev/null || true ;;
+        esac
+        sleep 0.2
+    done
+    usable "$state" || die "node $node is '$state', not usable (see $log_dir/slurmd-$node.log)"
 done
-case "$state" in
-    idle*|mixed*|allocated*|completing*) ;;
-    *) die "node localhost is '$state', not usable (see $log_dir/slurmd.log)" ;;
-esac
-echo "slurm-up: node localhost $state, $cpus CPUs, $mem_mb MiB, accounting $([ "$accounting" = 1 ] && echo on || echo off), config $conf"
+echo "slurm-up: nodes $node_list ($node_count) up, $cpus CPUs and $mem_mb MiB each, accounting $([ "$accounting" = 1 ] && echo on || echo off), config $conf"

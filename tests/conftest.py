@@ -187,7 +187,7 @@ def read_only_dir():
 
 @pytest.fixture(scope="module")
 def slurm():
-    """The one-node cluster of scripts/slurm-up.sh. Each test sets the accounting mode it needs;
+    """The three-node cluster of scripts/slurm-up.sh. Each test sets the accounting mode it needs;
     afterwards a cluster this fixture started is stopped, one that was running gets its mode back."""
     started = not slurm_is_up()
     was_accounting = accounting_on() and not started

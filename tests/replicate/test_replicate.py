@@ -21,7 +21,7 @@ import pytest
 from support.ferry import REPO_ROOT, ContainerURL, describe, ferry_env
 from support.pipeline import pipeline
 from support.proxy import FaultProxy
-from support.slurm import slurm_is_up, slurm_up
+from support.slurm import NODES, lose_node, node_state, slurm_is_up, slurm_up
 from support.trees import (
     Dir,
     File,
@@ -44,9 +44,11 @@ MPI_ENV = {
 
 
 def launcher(kind: str, ranks: int) -> list:
+    """mpirun on this machine; srun wherever Slurm places the ranks; "nodes": srun, a rank a node."""
     if kind == "mpirun":
         return ["mpirun", "-n", str(ranks), "--oversubscribe"]
-    return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "-n", str(ranks), "--time=5"]
+    spread = ["-N", str(ranks)] if kind == "nodes" else []
+    return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", *spread, "-n", str(ranks), "--time=5"]
 
 
 def replicate_cmd(kind, ranks, src, dest, *opts) -> list:
@@ -308,6 +310,81 @@ def test_rank_killed_mid_broadcast_fails_the_job_and_rerun_completes(
         # Every file reached some rank before the kill, so the re-run reads nothing from Blob.
         proxy.clear_log()
         _, rep = replicate(kind, 3, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK))
+        assert proxy.bytes_served() == 0
+        assert rep["bytes"]["read_from_source"] == 0 and rep["bytes"]["broadcast"] > 0
+        assert_replicas(dest, 3, want)
+
+
+def rank_node(pid: int) -> str:
+    """The Slurm node a rank runs on, from its environment."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    return env[b"SLURMD_NODENAME"].decode()
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_across_three_nodes_and_a_node_lost_mid_broadcast(dataset, azurite, tmp_path, slurm):
+    """One rank on each node (srun -N3); then a node lost (its slurmd and all it started) in the
+    middle of the broadcast: the job fails naming it, and a re-run on the three nodes, the lost
+    one back, completes from what each node holds without reading Blob again."""
+    want, total, container, _ = dataset
+    with FaultProxy(azurite.port) as proxy:
+        src = container.via(proxy.port, "data")
+        dest = tmp_path / "whole"
+        _, rep = replicate(
+            "nodes",
+            3,
+            src,
+            f"{dest}/{{rank}}",
+            tmp_path,
+            "--chunk-size",
+            str(CHUNK),
+            "--verify",
+            timeout=240,
+        )
+        assert sorted(r["node"] for r in rep["per_rank"]) == list(NODES)
+        assert rep["verify"]["mismatch_count"] == 0 and proxy.bytes_served() == total
+        assert_replicas(dest, 3, want)
+
+        dest = tmp_path / "lost"
+        marker = uuid.uuid4().hex
+        err_path = tmp_path / "lost.stderr"
+        slow = ["--chunk-size", str(CHUNK), "--max-broadcast-bandwidth", "128KiB/s"]
+        slow += ["--progress-interval", "0.5"]
+        with open(err_path, "wb") as err:
+            job = subprocess.Popen(
+                [*replicate_cmd("nodes", 3, src, f"{dest}/{{rank}}"), *slow],
+                env=ferry_env({**MPI_ENV, "FERRY_TEST_RUN": marker}),
+                cwd=tmp_path,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            deadline = time.monotonic() + 120
+            while not BROADCAST_UNDER_WAY.search(err_path.read_bytes()) and job.poll() is None:
+                assert time.monotonic() < deadline, err_path.read_text()
+                time.sleep(0.05)
+            assert job.poll() is None, f"finished before the kill:\n{err_path.read_text()}"
+            lost = rank_node(find_rank_pid(marker, 1, deadline))
+            lose_node(lost)
+            rc = job.wait(timeout=240)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            slurm_up(accounting=False)  # the lost node back: slurmd restarted, the node resumed
+        stderr = err_path.read_text(errors="replace")
+        assert rc != 0, stderr
+        # srun names the node: as lost, or (when its step reported first) as where task 1 died.
+        assert re.search(rf"Node failure on {lost}|{lost}: task 1: Killed", stderr), stderr
+        assert node_state(lost) in ("idle", "mixed", "allocated"), node_state(lost)
+
+        proxy.clear_log()
+        _, rep = replicate(
+            "nodes", 3, src, f"{dest}/{{rank}}", tmp_path, "--chunk-size", str(CHUNK), timeout=240
+        )
         assert proxy.bytes_served() == 0
         assert rep["bytes"]["read_from_source"] == 0 and rep["bytes"]["broadcast"] > 0
         assert_replicas(dest, 3, want)

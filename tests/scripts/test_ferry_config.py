@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 
 import ferry_config
 import ferry_report
+import ferry_run
 import ferry_task
 import pytest
 from ferrylib import ConfigError
@@ -32,7 +34,9 @@ def test_every_step_has_its_command_requests_and_retries():
             "runtime",
             "slurm_partition",
             "slurm_account",
+            "slurm_spread",
         }, step
+        assert spec["resources"]["slurm_spread"] is False, step
         if step not in ("report", "replicate"):
             assert {k: spec["values"][k] for k in MIGRATION} == MIGRATION, step
     copy = res["steps"]["copy"]["argv"]
@@ -81,6 +85,7 @@ def test_requests_fall_back_to_default_and_carry_slurm_settings():
         "runtime": 720,
         "slurm_partition": "big",
         "slurm_account": "lab",
+        "slurm_spread": False,
     }
     # An empty table takes every value from the configured list table merged with the defaults.
     assert res["steps"]["list_source"]["resources"]["slurm_partition"] == ""
@@ -268,7 +273,8 @@ def test_a_step_that_succeeds_leaves_its_output_log_and_timing(tmp_path):
     assert json.loads(open(rec.out).read()) == {"got": "m.tsv hi"}
     assert open(rec.log).read() == "said\n"
     header, row = open(rec.bench).read().splitlines()
-    assert header.split("\t") == ["s", "cpu_time", "max_rss"] and len(row.split("\t")) == 3
+    assert header.split("\t") == ["s", "cpu_time", "max_rss", "node"]
+    assert row.split("\t")[3] == (os.environ.get("SLURMD_NODENAME") or socket.gethostname())
     assert not (tmp_path / "failed").exists()
 
 
@@ -612,3 +618,39 @@ def test_the_pipelines_prune_without_asking_and_their_plan_is_not_told_to(tmp_pa
     assert said[0] == "ferry plan: 3 of 9 files to copy" and len(said) == 2
     assert said[-1].endswith("set copy.overwrite_newer: true (in the pipeline's config)")
     assert "--overwrite-newer" not in log.read_text()
+
+
+def test_an_attempt_that_never_finished_is_kept_beside_for_the_report(tmp_path):
+    """A retry's progress file would replace the lost attempt's: it is kept as .lost-<n>.json,
+    which the report reads (where the attempt ran, the requests it made); a finished one is not."""
+    progress = tmp_path / "progress" / "copy-part-00000.json"
+    progress.parent.mkdir()
+
+    def attempt(node: str, finished: bool) -> None:
+        doc = {
+            "version": 1,
+            "command": "copy",
+            "pid": 1,
+            "host": "elsewhere",
+            "node": node,
+            "started": 1.0,
+            "updated": 2.0,
+            "finished": finished,
+            "files": {"done": 0, "failed": 0, "total": None},
+            "bytes": {"done": 1000, "total": None},
+            "bytes_per_second": 500,
+            "requests": RunDir.requests(),
+        }
+        progress.write_text(json.dumps(doc))
+        ferry_task.keep_lost(str(progress), str(tmp_path), str(tmp_path / "rec"))
+
+    attempt("node2", finished=False)
+    attempt("node3", finished=False)
+    attempt("node1", finished=True)
+    assert [doc["node"] for doc in ferry_run.lost(str(progress))] == ["node2", "node3"]
+    assert json.loads(progress.read_text())["node"] == "node1"
+    # Among the records an engine publishes on its own (Nextflow's rec/) too.
+    assert sorted(p.name for p in (tmp_path / "rec" / "progress").iterdir()) == [
+        "copy-part-00000.lost-1.json",
+        "copy-part-00000.lost-2.json",
+    ]

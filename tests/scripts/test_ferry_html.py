@@ -254,6 +254,7 @@ def test_a_job_stopped_mid_way_shows_from_its_progress_file(finished, history):
         "command": "verify",
         "pid": 1,
         "host": "elsewhere",
+        "node": None,
         "started": T0 + 7,
         "updated": T0 + 9,
         "finished": False,

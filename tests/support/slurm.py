@@ -1,12 +1,14 @@
-"""The one-node Slurm of scripts/slurm-up.sh as the tests use it: is it up, start it in an
-accounting mode, and what it recorded (the job-completion log, squeue's comments). The ``slurm``
-fixture (tests/conftest.py) starts and stops it around a module."""
+"""The Slurm cluster of scripts/slurm-up.sh (three nodes on this host) as the tests use it: is it
+up, start it in an accounting mode, what it recorded (the job-completion log, squeue's comments),
+and losing a node. The ``slurm`` fixture (tests/conftest.py) starts and stops it around a module."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from support.ferry import REPO_ROOT
 
 JOBCOMP_LOG = Path("/var/log/slurm/jobcomp.log")
+NODES = ("node1", "node2", "node3")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 
 
@@ -88,3 +91,64 @@ def squeue_comments(job_ids) -> dict[int, str]:
         job, comment, _state = line.strip().split("|")
         found[int(job)] = comment
     return found
+
+
+def node_state(node: str) -> str:
+    proc = subprocess.run(
+        ["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True, check=True
+    )
+    return proc.stdout.split("\n")[0].strip()
+
+
+def job_nodes(job_ids) -> dict[int, tuple[str, str]]:
+    """{job id: (state, node)} of jobs slurmctld holds, finished ones included."""
+    proc = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", "%i|%T|%N", "-j", ",".join(map(str, job_ids))],
+        capture_output=True,
+        text=True,
+    )
+    rows = (line.split("|") for line in proc.stdout.split())
+    return {int(job): (state, node) for job, state, node in rows}
+
+
+def lose_node(node: str) -> list[int]:
+    """Kill a node as a power cut would: its slurmd and everything it started (the slurmstepd of
+    each job, which keep the node's log open, and their descendants), all at once with SIGKILL.
+    Returns the pids killed."""
+    log = f"/var/log/slurm/slurmd-{node}.log"
+    roots = [pid for pid in pids() if log in open_files(pid)]
+    assert roots, f"no process of {node} found (is its slurmd up?)"
+    doomed = set(roots)
+    while True:
+        more = {pid for pid in pids() if parent(pid) in doomed} - doomed
+        if not more:
+            break
+        doomed |= more
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(doomed)
+
+
+def pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def open_files(pid: int) -> set[str]:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    out = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
+
+
+def parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

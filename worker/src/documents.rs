@@ -374,6 +374,10 @@ pub struct ProgressDoc {
     pub command: String,
     pub pid: u32,
     pub host: String,
+    /// The Slurm node the job runs on (SLURMD_NODENAME), null outside Slurm (and in a file an
+    /// older worker wrote).
+    #[serde(default)]
+    pub node: Option<String>,
     /// Seconds since the epoch.
     pub started: f64,
     pub updated: f64,
@@ -448,6 +452,8 @@ pub enum PhaseState {
 pub struct PartitionStatus {
     pub id: String,
     pub state: JobState,
+    /// The Slurm node its job runs or ran on, from its progress file.
+    pub node: Option<String>,
     pub files: u64,
     pub bytes: u64,
     pub files_done: u64,

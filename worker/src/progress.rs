@@ -228,6 +228,7 @@ fn snapshot(
         command: command.to_string(),
         pid: std::process::id(),
         host: hostname(),
+        node: std::env::var("SLURMD_NODENAME").ok(),
         started,
         updated: epoch(SystemTime::now()),
         finished,

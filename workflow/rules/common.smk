@@ -158,9 +158,10 @@ def requests(step, runtime=True):
     """The resources directive of a rule: its configured memory and time, both multiplied by the
     attempt, so a job Slurm killed for TIMEOUT or OUT_OF_MEMORY is retried (job_retries) with
     room to finish instead of failing the same way again; plus the Slurm partition and account
-    when the config names them. runtime=False is for a step that runs inside another step's
-    cluster job (see GROUPS below): Snakemake adds up the runtimes of a group's steps, so the
-    follow-on step asks for none and the job's time limit is exactly the configured one.
+    when the config names them, and a node of each job's own (slurm_spread). runtime=False is
+    for a step that runs inside another step's cluster job (see GROUPS below): Snakemake adds
+    up the runtimes of a group's steps, so the follow-on step asks for none and the job's time
+    limit is exactly the configured one.
     """
     res = STEPS[step]["resources"]
     minutes = res["runtime"] if runtime else 0
@@ -171,6 +172,8 @@ def requests(step, runtime=True):
     for key in ("slurm_partition", "slurm_account"):
         if res[key]:
             out[key] = res[key]
+    if res["slurm_spread"]:
+        out["slurm_extra"] = "--exclusive"
     return out
 
 

@@ -635,10 +635,11 @@ def requests(cfg: dict, step: str) -> dict:
     """What a step asks the scheduler for: resources.<its key>, gaps filled from resources.default."""
     table = cfg["resources"]
     own = table.get(STEPS[step], {})
-    keys = ("threads", "mem_mb", "runtime", "slurm_partition", "slurm_account")
+    keys = ("threads", "mem_mb", "runtime", "slurm_partition", "slurm_account", "slurm_spread")
     out = {key: own.get(key, table["default"].get(key)) for key in keys}
     out["slurm_partition"] = out["slurm_partition"] or ""
     out["slurm_account"] = out["slurm_account"] or ""
+    out["slurm_spread"] = bool(out["slurm_spread"])
     return out
 
 

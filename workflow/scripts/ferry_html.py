@@ -288,6 +288,7 @@ def timeline(spans: list[dict], singles: list[dict]) -> str:
                 f"{fmt_bytes(s['bytes'])}"
                 + (f", {fmt_bytes(rate)}/s" if rate else "")
                 + ("" if s["state"] == "done" else f" ({s['state']})")
+                + (f", on {s['node']}" if s.get("node") else "")
             )
             h = lane_h - 6 if kind == "step" else (lane_h - 6) / 2
             dy = 0 if kind == "step" or s["step"] == "copy" else h

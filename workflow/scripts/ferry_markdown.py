@@ -267,11 +267,26 @@ def failures(items: list[dict]) -> list[str]:
     return lines
 
 
+def lost(items: list[dict]) -> list[str]:
+    """The attempts that never finished (a node lost, a job killed) and where each ran again."""
+    if not items:
+        return []
+    lines = ["", "## Attempts lost and run again", ""]
+    for j in items:
+        again = f"ran again on {j['rerun_on']}" if j["rerun_on"] else "not run again yet"
+        lines.append(
+            f"- {j['step']} partition {j['part']} on {j['node']}: lost after "
+            f"{fmt_bytes(j['bytes_done'])}; {again}"
+        )
+    return lines
+
+
 def markdown(report: dict) -> str:
     lines = heading(report) + totals(report["totals"]) + plan_line(report["plan"])
     lines += checks(report) + time_table(report["time"])
     lines += copy_table(report["partitions"]) + verify_table(report["verify_partitions"])
     lines += ignored(report["ignored"]) + migration(report) + failures(report["failures"])
+    lines += lost(report.get("lost_jobs") or [])
     return "\n".join(lines) + "\n"
 
 

@@ -365,6 +365,8 @@ def requests(run: dict) -> dict:
     left, failed jobs' included (their requests were made too), and the listings' summaries."""
     docs = list(run["listings"].items())
     docs += [(step, job["doc"]) for step in ("copy", "verify") for job in run[step]]
+    # An attempt lost with its node made requests too: its last progress counts them.
+    docs += [(step, p) for step in ("copy", "verify") for job in run[step] for p in job["lost"]]
     docs += [("prune", job["doc"]) for _, job in prune_jobs(run)]
     docs += [(step, run[step]["doc"]) for step in ("final_check", "carry")]
     by_step: dict[str, dict[str, int]] = {}
@@ -397,34 +399,61 @@ def jobs(run: dict) -> list[dict]:
     for step in STEP_ORDER:
         timing = run["timings"].get(timing_key(step)) if step in SINGLE_STEPS else None
         if timing:
-            spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done"))
+            spans.append(timed(step, None, timing, 0, "done"))
         # A listing taken by several list jobs: one span each, in the step's lanes.
         for shard in shards if step in SHARDED else ():
             timing = run["timings"].get(timing_key(step, shard=shard))
             if timing:
-                spans.append(span(step, None, timing["start"], timing["seconds"], 0, "done", shard))
+                spans.append(timed(step, None, timing, 0, "done", shard))
     for step in ("copy", "verify"):
         for job in run[step]:
+            spans += [progress_span(step, job["id"], p, "lost") for p in job["lost"]]
             timing, progress, doc = job["timing"], job["progress"], job["doc"]
             size = (doc["bytes"]["copied"] if step == "copy" else job["bytes"]) if doc else 0
             if timing:
-                spans.append(
-                    span(step, job["id"], timing["start"], timing["seconds"], size, job["state"])
-                )
+                spans.append(timed(step, job["id"], timing, size, job["state"]))
             elif progress:
-                seconds = progress["updated"] - progress["started"]
-                size = progress["bytes"]["done"]
-                spans.append(
-                    span(step, job["id"], progress["started"], seconds, size, job["state"])
-                )
+                spans.append(progress_span(step, job["id"], progress, job["state"]))
     return spans
 
 
+def progress_span(step: str, part: str, progress: dict, state: str) -> dict:
+    """A job's span from its progress file, up to its last rewrite."""
+    seconds = progress["updated"] - progress["started"]
+    out = span(step, part, progress["started"], seconds, progress["bytes"]["done"], state)
+    return out | {"node": progress.get("node") or progress["host"]}
+
+
+def lost_jobs(run: dict) -> list[dict]:
+    """Every copy or verify attempt that never finished and was run again (its node lost, or its
+    job killed): where it ran, how far it got, and where the job then ran."""
+    return [
+        {
+            "step": step,
+            "part": job["id"],
+            "node": p.get("node") or p["host"],
+            "bytes_done": p["bytes"]["done"],
+            "rerun_on": job["timing"]["node"] if job["timing"] else None,
+        }
+        for step in ("copy", "verify")
+        for job in run[step]
+        for p in job["lost"]
+    ]
+
+
+def timed(step: str, part, timing: dict, size: int, state: str, shard=None) -> dict:
+    """A job's span from its timing file, which names where it ran."""
+    out = span(step, part, timing["start"], timing["seconds"], size, state, shard)
+    return out | {"node": timing["node"]}
+
+
 def span(step: str, part, start: float, seconds: float, size: int, state: str, shard=None) -> dict:
+    """One job on the timeline; `node`: where it ran (its Slurm node, else its machine)."""
     return {
         "step": step,
         "part": part,
         "shard": shard,
+        "node": None,
         "start": start,
         "end": start + seconds,
         "bytes": size,
@@ -509,6 +538,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
         "partitions": copy["rows"],
         "verify_partitions": verify["rows"],
         "jobs": jobs(run),
+        "lost_jobs": lost_jobs(run),
         "failures": failures,
         "ignored": copy["ignored"],
     }

@@ -45,8 +45,8 @@ from ferry_run_dir import (
 
 
 def read_timing(path: str) -> dict | None:
-    """A timing file (columns s, cpu_time, max_rss; Snakemake's benchmark or ferry_task.py's):
-    the job's seconds, CPU seconds, peak RSS, and its start (the file's time is its end)."""
+    """A timing file (columns s, cpu_time, max_rss, node; Snakemake's benchmark or ferry_task.py's):
+    the job's seconds, CPU seconds, peak RSS, node, and its start (the file's time is its end)."""
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle, delimiter="\t"))
@@ -68,6 +68,7 @@ def read_timing(path: str) -> dict | None:
         "seconds": seconds,
         "cpu_seconds": num("cpu_time"),
         "max_rss_mb": num("max_rss"),
+        "node": row.get("node") or None,
         "start": end - seconds,
     }
 
@@ -108,6 +109,16 @@ def _nonempty(path: str) -> bool:
         return False
 
 
+def lost(progress: str) -> list[dict]:
+    """The progress of the job's earlier attempts that never finished (ferry_task.keep_lost)."""
+    folder, stem = os.path.split(progress.removesuffix(".json"))
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith(f"{stem}.lost-"))
+    except FileNotFoundError:
+        return []
+    return [ferry_docs.load("progress", os.path.join(folder, n)) for n in names]
+
+
 def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> dict:
     rec = records(step, part, run_dir)
     kind = DOCUMENTS[step]
@@ -117,6 +128,9 @@ def job(run_dir: str, step: str, part: str | None, bench: dict[str, dict]) -> di
         else None
     )
     found = {"state": "pending", "doc": None, "error": None, "progress": progress}
+    found["lost"] = (
+        lost(os.path.join(run_dir, PROGRESS[step].format(part=part))) if step in PROGRESS else []
+    )
     found["timing"] = bench.get(timing_key(step, part))
     # A prune job's list of what it deleted, relative to the run directory, where it is.
     if step in DELETED:

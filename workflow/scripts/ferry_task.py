@@ -1,6 +1,6 @@
 """Runs one step of a phase, for either engine, and leaves its records in the run directory's
 layout (run_dir.json, docs/pipeline.md): the worker's stdout (its --json report or a listing), its stderr as the
-log, and a timing file (columns s, cpu_time, max_rss) that the report reads.
+log, and a timing file (columns s, cpu_time, max_rss, node) that the report reads.
 
     ferry_task.py STEP (--spec JSON | --spec-file PATH) --records DIR [--part ID] [--shard K]
                   [--set NAME=VALUE]... [--stub]
@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -95,6 +96,33 @@ def stub_ends(step: str, where: str) -> dict:
         ends[side] = os.path.abspath(root)
     ends["state"] = os.path.abspath(os.path.join(where, "state"))
     return ends
+
+
+def keep_lost(progress: str, run_dir: str, records_root: str) -> None:
+    """An earlier attempt's progress file that it never marked finished (its node lost, or its
+    job killed) is kept beside as `<name>.lost-<n>.json` before this attempt rewrites it: the
+    report names where that attempt ran and counts the requests it made (ferry_run.lost). Where
+    the engine publishes the records on its own (Nextflow's rec/), a copy goes among them too."""
+    try:
+        with open(progress, encoding="utf-8") as handle:
+            if json.load(handle).get("finished", True):
+                return
+    except (OSError, ValueError):
+        return
+    stem, n = progress.removesuffix(".json"), 1
+    while os.path.exists(f"{stem}.lost-{n}.json"):
+        n += 1
+    kept = f"{stem}.lost-{n}.json"
+    os.replace(progress, kept)
+    if os.path.realpath(records_root) != os.path.realpath(run_dir):
+        among = os.path.join(records_root, os.path.relpath(kept, run_dir))
+        os.makedirs(os.path.dirname(among), exist_ok=True)
+        shutil.copyfile(kept, among)
+
+
+def node() -> str:
+    """Where the job runs: its Slurm node, or outside Slurm this machine."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def run_timed(argv: list[str], env: dict, stdout, stderr) -> tuple[int, float, float, float]:
@@ -233,6 +261,7 @@ def values_for(
         values["summary"] = os.path.join(root, expand(summary, {"shard": shard}))
     if "run_dir" in values and step in PROGRESS:
         values["progress"] = os.path.join(values["run_dir"], expand(PROGRESS[step], {"part": part}))
+        keep_lost(values["progress"], values["run_dir"], root)
     for side_file in ("summary", "progress"):
         if side_file in values:
             os.makedirs(os.path.dirname(values[side_file]), exist_ok=True)
@@ -303,7 +332,7 @@ def run_step(
     if rc != 0 and spec.get("config_keys"):
         in_config_terms(rec.log, spec["config_keys"])
     with open(rec.bench, "w", encoding="utf-8") as bench:
-        bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\n")
+        bench.write(BENCH_HEADER + f"{wall:.4f}\t{cpu:.4f}\t{rss:.1f}\t{node()}\n")
     if tmp and os.path.exists(tmp):
         if rc == 0:
             os.replace(tmp, rec.out)

@@ -165,6 +165,8 @@ class Job:
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.host = socket.gethostname()
+        # The Slurm node, which differs from the machine when one host runs several slurmd.
+        self.node = os.environ.get("SLURMD_NODENAME") or self.host
         self.args = args
         self.stage = "setup"
         self.times = {}
@@ -756,7 +758,7 @@ def replicate(job: Job) -> int:
             f"{summary['broadcast_files']} files ({human(summary['broadcast_bytes'])})"
         )
 
-        rank_stats = {"rank": job.rank, "host": job.host, "dest": dest}
+        rank_stats = {"rank": job.rank, "host": job.host, "node": job.node, "dest": dest}
         bstats = {"stream_bytes": 0, "files": 0}
         verdict = None
         if args.dry_run:

@@ -234,6 +234,7 @@ fn partition(dir: &Path, step: &str, spec: &PartRow, at: f64) -> PartitionStatus
     PartitionStatus {
         id: spec.id.clone(),
         state,
+        node: progress.and_then(|p| p.node),
         files: spec.files,
         bytes: spec.bytes,
         files_done,
@@ -457,7 +458,26 @@ fn text(st: &StatusDoc) -> String {
     if let Some(id) = &p.slowest_running {
         out += &format!("  slowest running partition: {id}\n");
     }
-    out
+    out + &nodes(&p.partitions)
+}
+
+/// Which Slurm node each copy and verify job runs or ran on, one line per node.
+fn nodes(parts: &StepPartitions) -> String {
+    let mut by_node = std::collections::BTreeMap::<&str, Vec<String>>::new();
+    for (step, list) in [("copy", &parts.copy), ("verify", &parts.verify)] {
+        for p in list {
+            if let Some(node) = &p.node {
+                by_node
+                    .entry(node)
+                    .or_default()
+                    .push(format!("{step} {}", p.id));
+            }
+        }
+    }
+    by_node
+        .into_iter()
+        .map(|(node, jobs)| format!("  on {node}: {}\n", jobs.join(", ")))
+        .collect()
 }
 
 fn show(st: &StatusDoc, as_json: bool, redraw: bool) {
@@ -497,6 +517,7 @@ mod tests {
             command: "copy".into(),
             pid: 1,
             host: "another-machine".into(),
+            node: Some("node2".into()),
             started: 0.0,
             updated,
             finished: false,
@@ -557,6 +578,9 @@ mod tests {
         assert!(text(&st).contains(
             "prune partitions: 1 done, 0 running, 0 failed, 0 stopped, 1 pending (of 2)"
         ));
+        // Each job's node, from its progress file (a done job's progress stays, naming it too).
+        assert_eq!(p.partitions.copy[1].node.as_deref(), Some("node2"));
+        assert!(text(&st).contains("  on node2: copy 1, copy 2\n"));
         // Counts are integers in the document, never floats.
         let doc = serde_json::to_value(&st).unwrap();
         assert_eq!(doc["progress"]["files"]["planned"], json!(50));
