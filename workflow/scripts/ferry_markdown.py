@@ -286,7 +286,7 @@ def markdown(report: dict) -> str:
     lines += checks(report) + time_table(report["time"])
     lines += copy_table(report["partitions"]) + verify_table(report["verify_partitions"])
     lines += ignored(report["ignored"]) + migration(report) + failures(report["failures"])
-    lines += lost(report.get("lost_jobs") or [])
+    lines += lost(report["lost_jobs"])
     return "\n".join(lines) + "\n"
 
 
