@@ -496,7 +496,7 @@ pub fn merge(
     // Directories whose contents went with them: deleted, or replaced by a file or link. Few
     // (a pass's own deletions and type changes), and every descendant sorts after its ancestor.
     let mut emptied: std::collections::HashSet<Vec<u8>> = Default::default();
-    let mut quantiles = crate::shard::Quantiles::default();
+    let mut quantiles = crate::keyspace::Quantiles::default();
     loop {
         let next = [old.peek(), seen.peek(), gone.peek()]
             .into_iter()

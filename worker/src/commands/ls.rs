@@ -9,8 +9,9 @@ use tokio::sync::mpsc;
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
 use crate::carried::Decision;
 use crate::cli::{Format, LsArgs};
+use crate::keyspace::Cuts;
 use crate::manifest::{self, Entry};
-use crate::shard::{Cuts, ShardsDoc};
+use crate::shard::ShardsDoc;
 use crate::stats::Stats;
 
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{list_all, Meta, OpenOptions, Store, UploadPlan};
+use crate::keyspace::Cuts;
 use crate::location::BlobLocation;
 use crate::manifest::{Kind, Mtime};
-use crate::shard::Cuts;
 use crate::stats::Stats;
 
 const DEV_ACCOUNT: &str = "devstoreaccount1";

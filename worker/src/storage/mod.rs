@@ -15,7 +15,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use crate::shard::Cuts;
+use crate::keyspace::Cuts;
 
 use crate::error::{Result, StoreError};
 use crate::location::Location;

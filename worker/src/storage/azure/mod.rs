@@ -50,10 +50,10 @@ use super::{
     Capabilities, Chunk, Meta, OpenOptions, Props, Sample, Store, StoredXattrs, Upload, UploadPlan,
 };
 use crate::error::{Interruption, Result, StoreError};
+use crate::keyspace::Cuts;
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
-use crate::shard::Cuts;
 use crate::stats::Stats;
 use crate::storage::metadata::{sparse, xattrs};
 use auth::{Credential, SharedKeyPolicy};
