@@ -151,6 +151,38 @@ pub struct Retries {
     pub by_status: BTreeMap<String, u64>,
 }
 
+// How the copy paces its requests (depth.rs): a fixed limit, or one moved by the rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Fixed,
+    Adaptive,
+}
+
+/// One finished trial, for the JSON report: when (seconds since start), at which limit, and the
+/// rate measured (bytes per second, requests counted as `OP_BYTES` each).
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub at: f64,
+    pub limit: usize,
+    pub rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub mode: Mode,
+    pub initial: usize,
+    #[serde(rename = "final")]
+    pub last: usize,
+    pub peak: usize,
+    pub min: usize,
+    pub max: usize,
+    pub throttled: u64,
+    pub trace: Vec<Step>,
+}
+
 #[derive(Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CopyDoc {
@@ -165,7 +197,7 @@ pub struct CopyDoc {
     pub retries: Retries,
     pub requests: Requests,
     /// How many requests the copy kept in flight, and how the limit moved.
-    pub concurrency: crate::depth::Report,
+    pub concurrency: Report,
     pub failures: Vec<PathError>,
     pub ignored: Vec<PathReason>,
     pub ignored_by_reason: BTreeMap<String, u64>,

@@ -544,10 +544,10 @@ impl Replacing {
 }
 
 /// "in flight: 16 (fixed)" or "in flight: adaptive 8 -> 24 (peak 32)".
-fn depth_brief(d: &crate::depth::Report) -> String {
+fn depth_brief(d: &crate::documents::Report) -> String {
     match d.mode {
-        crate::depth::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
-        crate::depth::Mode::Adaptive => format!(
+        crate::documents::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
+        crate::documents::Mode::Adaptive => format!(
             "in flight: adaptive {} -> {} (peak {})",
             d.initial, d.last, d.peak
         ),
@@ -558,7 +558,7 @@ fn report(
     args: &CopyArgs,
     (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
     stats: &Stats,
-    depth: &crate::depth::Report,
+    depth: &crate::documents::Report,
     (replacing, newer): (&Replacing, &Newer),
     leftovers: Vec<String>,
     seconds: f64,
