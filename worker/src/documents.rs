@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub mod verify;
+
 /// The documents' version: raised when a document changes in a way an old reader would misread.
 pub const VERSION: u32 = 1;
 
@@ -552,10 +554,7 @@ pub fn schemas() -> serde_json::Value {
         all.insert(name.into(), value);
     };
     add("copy", schemars::schema_for!(CopyDoc));
-    add(
-        "verify",
-        schemars::schema_for!(crate::commands::verify::Summary),
-    );
+    add("verify", schemars::schema_for!(verify::Summary));
     add("prune", schemars::schema_for!(PruneDoc));
     add("rm", schemars::schema_for!(RmDoc));
     add("plan", schemars::schema_for!(crate::plan::PlanDoc));
