@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub mod carry;
+pub mod lease;
+pub mod plan;
+pub mod shards;
 pub mod verify;
 
 /// The documents' version: raised when a document changes in a way an old reader would misread.
@@ -557,22 +561,16 @@ pub fn schemas() -> serde_json::Value {
     add("verify", schemars::schema_for!(verify::Summary));
     add("prune", schemars::schema_for!(PruneDoc));
     add("rm", schemars::schema_for!(RmDoc));
-    add("plan", schemars::schema_for!(crate::plan::PlanDoc));
+    add("plan", schemars::schema_for!(plan::PlanDoc));
     add("ls_summary", schemars::schema_for!(LsSummary));
-    add("shards", schemars::schema_for!(crate::shard::ShardsDoc));
+    add("shards", schemars::schema_for!(shards::ShardsDoc));
     add("mk_summary", schemars::schema_for!(MkSummary));
     add("check", schemars::schema_for!(CheckDoc));
     add("progress", schemars::schema_for!(ProgressDoc));
     add("status", schemars::schema_for!(StatusDoc));
-    add(
-        "carry",
-        schemars::schema_for!(crate::commands::carry::CarryDoc),
-    );
+    add("carry", schemars::schema_for!(carry::CarryDoc));
     add("units", schemars::schema_for!(UnitsDoc));
-    add(
-        "lease",
-        schemars::schema_for!(crate::commands::lease::LeaseDoc),
-    );
+    add("lease", schemars::schema_for!(lease::LeaseDoc));
     serde_json::json!({
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,

@@ -13,9 +13,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 
-use crate::documents::{CarriedSummary, Version};
+pub use crate::documents::shards::{Basis, ShardsDoc};
 use crate::keyspace::Cuts;
 use crate::manifest::{self, Entry, Kind};
 use crate::storage::Store;
@@ -31,32 +30,6 @@ const SCAN_DIRS: usize = 256;
 const SCAN_IN_FLIGHT: usize = 64;
 /// Entries a scan takes of one directory (one page on Blob).
 const SCAN_PAGE: usize = 5000;
-
-/// `ferry shard`'s document (the run directory's listing/shards.json).
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ShardsDoc {
-    pub version: Version,
-    /// List jobs per side: ranges of the key space.
-    pub jobs: u32,
-    /// The `jobs - 1` paths where one range ends and the next begins, escaped as in a manifest,
-    /// in order (equal neighbours make an empty range).
-    pub cuts: Vec<String>,
-    /// What balanced the ranges.
-    pub basis: Basis,
-    /// The destination's carried-or-fresh decision, made once for every list job of it; null
-    /// when the destination is not listed (a baseline) or not carried.
-    pub carried: Option<CarriedSummary>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Basis {
-    /// The entry counts of the listing the last pass carried.
-    Carried,
-    /// A shallow scan of the source: the first levels' entries, counted.
-    Scan,
-}
 
 impl ShardsDoc {
     pub fn read(path: &Path) -> anyhow::Result<ShardsDoc> {
