@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{open, open_options, parse_location, print_json, state_of};
 use crate::carried;
-use crate::cli::{Common, Sorting};
+use crate::commands::args::{Common, Sorting};
 use crate::documents::carry::CarryDoc;
 use crate::sorted::Scratch;
 use crate::stats::Stats;

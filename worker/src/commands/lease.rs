@@ -10,7 +10,7 @@ use bytes::Bytes;
 use clap::Args;
 
 use super::{open, open_options, parse_location, print_json};
-use crate::cli::Common;
+use crate::commands::args::Common;
 use crate::documents::lease::{Action, LeaseDoc};
 use crate::location::Location;
 use crate::stats::Stats;

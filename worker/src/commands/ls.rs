@@ -8,11 +8,48 @@ use tokio::sync::mpsc;
 
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
 use crate::carried::Decision;
-use crate::cli::{Format, LsArgs};
+
+use super::args::{CarriedArgs, CarriedChoice, Common, Filters, ListShard, PreserveArgs, Sorting};
 use crate::keyspace::Cuts;
 use crate::manifest::{self, Entry};
 use crate::shard::ShardsDoc;
 use crate::stats::Stats;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Tsv,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    pub location: String,
+    /// Descend into directories / prefixes
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[arg(long, value_enum, default_value = "tsv")]
+    pub format: Format,
+    /// Also write a JSON summary (entries, seconds, requests by kind) to FILE: the listing has
+    /// stdout
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    #[command(flatten)]
+    pub preserve: PreserveArgs,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
+    #[command(flatten)]
+    pub choice: CarriedChoice,
+    #[command(flatten)]
+    pub shard: ListShard,
+    #[command(flatten)]
+    pub sorting: Sorting,
+    #[command(flatten)]
+    pub common: Common,
+}
 
 pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();

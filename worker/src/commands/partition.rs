@@ -37,7 +37,7 @@ pub struct PartitionArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub sort_memory: crate::cli::SortMemory,
+    pub sort_memory: crate::commands::args::SortMemory,
 }
 
 /// The size LPT sorts and deals `e` by: its bytes plus the per-file weight. A constant added to

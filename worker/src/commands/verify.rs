@@ -15,7 +15,7 @@ use super::{
     default_concurrency, object_destination, open, open_options, parse_roots, read_manifest,
     resolve, Pacer, Root,
 };
-use crate::cli::{Common, Sorting};
+use crate::commands::args::{Common, Sorting};
 use crate::documents::verify::{Compared, Entries, Row, Status, Summary};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
@@ -43,7 +43,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub metadata: bool,
     #[command(flatten)]
-    pub preserve: crate::cli::PreserveArgs,
+    pub preserve: crate::commands::args::PreserveArgs,
     /// List identical files too (`= path`)
     #[arg(long)]
     pub all: bool,

@@ -73,7 +73,7 @@ impl Azurite {
 
     /// What the commands open a store with, but for Azurite's account and key.
     pub fn options() -> OpenOptions {
-        let common = crate::cli::Common {
+        let common = crate::commands::args::Common {
             auth: crate::storage::azure::auth::AuthMode::Key,
             max_retries: 2,
             block_md5: true,
