@@ -150,11 +150,6 @@ struct Clients {
     token: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
 }
 
-pub(super) fn b64(data: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(data)
-}
-
 /// How long an idle connection is kept for reuse (see `http_client`).
 const POOL_IDLE: Duration = Duration::from_secs(4);
 
@@ -345,7 +340,7 @@ impl Inner {
         let mut req = s.request(Method::Put, &name).await?;
         req.insert_header("content-length", data.len().to_string());
         if let Some(md5) = meta.md5 {
-            req.insert_header("content-md5", b64(&md5));
+            req.insert_header("content-md5", posix::b64(&md5));
         }
         req.insert_header("x-ms-blob-type", "BlockBlob");
         for (k, v) in s.content_headers(&name, kind, props) {
@@ -666,7 +661,7 @@ impl Inner {
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
-            xattrs: xattrs::listed_digest(&b.metadata, &p),
+            xattrs: xattrs::listed_digest(&b.metadata, p.records_attributes()),
             ..Default::default()
         }))
     }
@@ -910,7 +905,7 @@ impl Store for AzureStore {
                     mode: meta.mode,
                     owner,
                     // As a listing gives it: one rule for what a blob says of its attributes.
-                    xattrs: xattrs::listed_digest(&user, &posix::read(&user)),
+                    xattrs: xattrs::listed_digest(&user, posix::read(&user).records_attributes()),
                     ..Default::default()
                 },
                 meta,

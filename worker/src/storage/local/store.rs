@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::beneath::{self, fd};
 use super::ops::LocalFs;
 use super::posix::{
-    apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
+    apply_meta_fd, changed, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
     temp_name, umask, unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
@@ -22,22 +22,6 @@ use crate::manifest::{Entry, Kind};
 use crate::sparse;
 use crate::storage::{blocking, Capabilities, Chunk, Meta, Props, Store, Upload, UploadPlan};
 use crate::xattrs::{self, Attrs, On, Refused, Wanted};
-
-/// A change seen while reading is an integrity failure: retrying cannot help, and the partial
-/// state built from the old bytes must go.
-pub(super) fn changed(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Io { path, source }
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::Other | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            StoreError::Integrity(format!("{path}: {source}"))
-        }
-        e => e,
-    }
-}
 
 #[async_trait]
 impl Store for LocalStore {
