@@ -667,6 +667,82 @@ fn depth_brief(d: &crate::documents::Report) -> String {
     }
 }
 
+/// `--json`'s document.
+fn copy_doc(
+    args: &CopyArgs,
+    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
+    stats: &Stats,
+    depth: &crate::documents::Report,
+    (replacing, newer): (&Replacing, &Newer),
+    leftovers: Vec<String>,
+    seconds: f64,
+) -> crate::documents::CopyDoc {
+    use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
+    let g = Stats::get;
+    let failures = stats.failures().into_iter();
+    let ignored = stats.ignored_list().into_iter();
+    CopyDoc {
+        version: Default::default(),
+        command: "copy",
+        source: src.describe(),
+        dest: dst.describe(),
+        dry_run: args.dry_run,
+        files: CopyFiles {
+            total: g(&stats.files_total),
+            copied: g(&stats.files_copied),
+            skipped: g(&stats.files_skipped),
+            failed: g(&stats.files_failed),
+            ignored: g(&stats.files_ignored),
+            server_copied: g(&stats.files_server_copied),
+            metadata_only: g(&stats.meta_updated),
+            replaced: g(&stats.replaced),
+            removed: replacing.removed(),
+            newer_at_dest: newer.count,
+        },
+        replacements: replacing
+            .found
+            .iter()
+            .map(|r| crate::documents::Replaced {
+                path: r.old.display_path(),
+                was: r.old.kind.name().into(),
+                entries: r.entries(),
+                bytes: r.bytes(),
+            })
+            .collect(),
+        dest_entries: replacing.of,
+        refused: replacing.refused.clone(),
+        warning: replacing.over_limit.clone().filter(|_| args.dry_run),
+        log: replacing.log.as_ref().map(|p| p.display().to_string()),
+        bytes: CopyBytes {
+            total: g(&stats.bytes_total),
+            copied: g(&stats.bytes_copied),
+            skipped: g(&stats.bytes_skipped),
+            server_copied: g(&stats.bytes_server_copied),
+        },
+        blocks: Blocks {
+            sent: g(&stats.blocks_sent),
+            reused: g(&stats.blocks_reused),
+        },
+        retries: crate::documents::Retries {
+            total: g(&stats.retries_total),
+            by_status: stats.retries_by_status(),
+        },
+        requests: stats.requests.counts(),
+        concurrency: depth.clone(),
+        failures: failures
+            .map(|(path, error)| PathError { path, error })
+            .collect(),
+        ignored: ignored
+            .map(|(path, reason)| PathReason { path, reason })
+            .collect(),
+        ignored_by_reason: stats.ignored_by_reason(),
+        not_kept: stats.not_kept_by_kind(),
+        leftovers_removed: leftovers.len() as u64,
+        leftovers,
+        seconds: (seconds * 1000.0).round() / 1000.0,
+    }
+}
+
 fn report(
     args: &CopyArgs,
     (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
@@ -678,69 +754,16 @@ fn report(
 ) {
     let g = Stats::get;
     if args.json {
-        use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
-        let failures = stats.failures().into_iter();
-        let ignored = stats.ignored_list().into_iter();
-        super::print_json(&CopyDoc {
-            version: Default::default(),
-            command: "copy",
-            source: src.describe(),
-            dest: dst.describe(),
-            dry_run: args.dry_run,
-            files: CopyFiles {
-                total: g(&stats.files_total),
-                copied: g(&stats.files_copied),
-                skipped: g(&stats.files_skipped),
-                failed: g(&stats.files_failed),
-                ignored: g(&stats.files_ignored),
-                server_copied: g(&stats.files_server_copied),
-                metadata_only: g(&stats.meta_updated),
-                replaced: g(&stats.replaced),
-                removed: replacing.removed(),
-                newer_at_dest: newer.count,
-            },
-            replacements: replacing
-                .found
-                .iter()
-                .map(|r| crate::documents::Replaced {
-                    path: r.old.display_path(),
-                    was: r.old.kind.name().into(),
-                    entries: r.entries(),
-                    bytes: r.bytes(),
-                })
-                .collect(),
-            dest_entries: replacing.of,
-            refused: replacing.refused.clone(),
-            warning: replacing.over_limit.clone().filter(|_| args.dry_run),
-            log: replacing.log.as_ref().map(|p| p.display().to_string()),
-            bytes: CopyBytes {
-                total: g(&stats.bytes_total),
-                copied: g(&stats.bytes_copied),
-                skipped: g(&stats.bytes_skipped),
-                server_copied: g(&stats.bytes_server_copied),
-            },
-            blocks: Blocks {
-                sent: g(&stats.blocks_sent),
-                reused: g(&stats.blocks_reused),
-            },
-            retries: crate::documents::Retries {
-                total: g(&stats.retries_total),
-                by_status: stats.retries_by_status(),
-            },
-            requests: stats.requests.counts(),
-            concurrency: depth.clone(),
-            failures: failures
-                .map(|(path, error)| PathError { path, error })
-                .collect(),
-            ignored: ignored
-                .map(|(path, reason)| PathReason { path, reason })
-                .collect(),
-            ignored_by_reason: stats.ignored_by_reason(),
-            not_kept: stats.not_kept_by_kind(),
-            leftovers_removed: leftovers.len() as u64,
+        let doc = copy_doc(
+            args,
+            (src, dst),
+            stats,
+            depth,
+            (replacing, newer),
             leftovers,
-            seconds: (seconds * 1000.0).round() / 1000.0,
-        });
+            seconds,
+        );
+        super::print_json(&doc);
         return;
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };

@@ -269,23 +269,8 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             (src, dst, entries, None)
         }
     };
-    let dst_index: HashMap<Vec<u8>, Entry> = match &rename {
-        Some(name) => dst
-            .head(name)
-            .await?
-            .map(|(e, _)| (src_entries[0].path.clone(), e))
-            .into_iter()
-            .collect(),
-        None => {
-            let mut paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
-            if !observe.is_empty() {
-                paths = observe.iter().map(|p| &p[..]).collect();
-            }
-            let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
-            rows.extend(unlisted(&paths, &failed, "destination"));
-            found
-        }
-    };
+    let dst_index =
+        dest_index(&dst, rename, &src_entries, &observe, concurrency, &mut rows).await?;
     if let Some(path) = &args.observed {
         write_observed(path, &dst_index)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -317,6 +302,34 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         report.add(row)?;
     }
     report.finish(&src, &dst, &stats, progress, started).await
+}
+
+/// The destination's entries of the source's (or, with --observed, of every path the manifest
+/// names), by source path: one object's under its new name, `rename`; the paths whose
+/// directory could not be listed become rows.
+async fn dest_index(
+    dst: &Arc<dyn Store>,
+    rename: Option<Vec<u8>>,
+    src_entries: &[Entry],
+    observe: &[Vec<u8>],
+    concurrency: usize,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<HashMap<Vec<u8>, Entry>> {
+    if let Some(name) = rename {
+        return Ok(dst
+            .head(&name)
+            .await?
+            .map(|(e, _)| (src_entries[0].path.clone(), e))
+            .into_iter()
+            .collect());
+    }
+    let mut paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
+    if !observe.is_empty() {
+        paths = observe.iter().map(|p| &p[..]).collect();
+    }
+    let (found, failed) = storage::index_paths(dst, &paths, concurrency).await;
+    rows.extend(unlisted(&paths, &failed, "destination"));
+    Ok(found)
 }
 
 /// The destination's entries a verify looked up, sorted by path.
