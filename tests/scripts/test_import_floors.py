@@ -4,6 +4,7 @@ a function from its `fn` line to its closing brace."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -84,3 +85,12 @@ def test_a_function_is_counted_from_fn_to_its_closing_brace(tmp_path):
     assert found == {("S::two", 3), ("one", 1)}
     assert long_functions.main(["--max", "2", str(f)]) == 1
     assert long_functions.main(["--max", "3", str(f)]) == 0
+
+
+def test_layout_md_draws_the_declared_floors_in_their_order():
+    floors = import_floors.load_floors(ROOT / "worker/floors.toml")
+    text = (ROOT / "docs/design/layout.md").read_text()
+    drawing = text[text.index("## The worker's floors") :].split("```")[1]
+    # Each floor's line starts with its name after one space; its continuation lines, with more.
+    drawn = [m.group(1) for m in re.finditer(r"^ (\w+) ", drawing, re.M)]
+    assert drawn == [name for name, _ in reversed(floors)]
