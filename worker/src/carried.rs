@@ -18,8 +18,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytes::Bytes;
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 
+pub use crate::documents::carry::{Merged, StateDoc};
 use crate::manifest::{self, Entry, Kind};
 use crate::sorted::sort::Runs;
 use crate::sorted::{sort_entries, Scratch, SortError};
@@ -30,24 +30,6 @@ const LISTING: &[u8] = b"dest.tsv";
 const DOC: &[u8] = b"dest.json";
 /// The carried listing goes to Blob in blocks of this size (a listing of 10^8 entries is ~10 GB).
 const BLOCK: u64 = 8 << 20;
-
-/// `dest.json` at the state location: what the carried listing describes and who wrote it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
-pub struct StateDoc {
-    pub version: u32,
-    /// The destination the listing describes, as ferry names it in messages (no secrets).
-    pub dest: String,
-    /// The pass that left it (its run directory's name).
-    pub written_by: String,
-    pub entries: u64,
-    /// The pass that planned against it (or otherwise began to write the destination): from
-    /// then on the listing is out of date until that pass leaves a new one.
-    pub taken_by: Option<String>,
-    /// Paths of the listing at about even entry counts apart (escaped as in a manifest): where
-    /// the next pass cuts its listing over several list jobs (crate::shard).
-    #[serde(default)]
-    pub quantiles: Vec<String>,
-}
 
 impl StateDoc {
     /// What an older or newer layout reads as: a state nobody can use.
@@ -445,17 +427,6 @@ fn disagrees(carried: &Entry, seen: &Entry) -> Option<String> {
     None
 }
 
-/// What `merge` was given and wrote.
-#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
-pub struct Merged {
-    pub entries: u64,
-    pub observed: u64,
-    pub deleted: u64,
-    /// Kept in the state's document (`StateDoc::quantiles`), not repeated here.
-    #[serde(skip)]
-    pub quantiles: Vec<String>,
-}
-
 /// The destination as a pass left it, sorted by path into `out`: the listing it planned against
 /// (`listing`; none for a baseline), each path a verify looked at replaced by what it saw
 /// (`observed`), and what prune deleted (`deleted`) gone, together with whatever a deleted or
@@ -496,7 +467,7 @@ pub fn merge(
     // Directories whose contents went with them: deleted, or replaced by a file or link. Few
     // (a pass's own deletions and type changes), and every descendant sorts after its ancestor.
     let mut emptied: std::collections::HashSet<Vec<u8>> = Default::default();
-    let mut quantiles = crate::shard::Quantiles::default();
+    let mut quantiles = crate::keyspace::Quantiles::default();
     loop {
         let next = [old.peek(), seen.peek(), gone.peek()]
             .into_iter()

@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::documents::{Mode, Report, Step};
 use crate::stats::Stats;
 
 /// A doubling is kept if it raised the rate by this much.
@@ -47,37 +48,6 @@ const MAX_TRIAL: Duration = Duration::from_millis(1500);
 const OP_BYTES: f64 = 64.0 * 1024.0;
 /// Trial results kept for the report.
 const TRACE_MAX: usize = 64;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Fixed,
-    Adaptive,
-}
-
-/// One finished trial, for the JSON report: when (seconds since start), at which limit, and the
-/// rate measured (bytes per second, requests counted as `OP_BYTES` each).
-#[derive(Clone, Copy, Debug, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Step {
-    pub at: f64,
-    pub limit: usize,
-    pub rate: f64,
-}
-
-#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Report {
-    pub mode: Mode,
-    pub initial: usize,
-    #[serde(rename = "final")]
-    pub last: usize,
-    pub peak: usize,
-    pub min: usize,
-    pub max: usize,
-    pub throttled: u64,
-    pub trace: Vec<Step>,
-}
 
 /// Where the controller is in its cycle: ramping up, holding the best limit, or probing
 /// either side of it.

@@ -10,6 +10,12 @@ use std::collections::BTreeMap;
 use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub mod carry;
+pub mod lease;
+pub mod plan;
+pub mod shards;
+pub mod verify;
+
 /// The documents' version: raised when a document changes in a way an old reader would misread.
 pub const VERSION: u32 = 1;
 
@@ -151,6 +157,38 @@ pub struct Retries {
     pub by_status: BTreeMap<String, u64>,
 }
 
+// How the copy paces its requests (depth.rs): a fixed limit, or one moved by the rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Fixed,
+    Adaptive,
+}
+
+/// One finished trial, for the JSON report: when (seconds since start), at which limit, and the
+/// rate measured (bytes per second, requests counted as `OP_BYTES` each).
+#[derive(Clone, Copy, Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub at: f64,
+    pub limit: usize,
+    pub rate: f64,
+}
+
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub mode: Mode,
+    pub initial: usize,
+    #[serde(rename = "final")]
+    pub last: usize,
+    pub peak: usize,
+    pub min: usize,
+    pub max: usize,
+    pub throttled: u64,
+    pub trace: Vec<Step>,
+}
+
 #[derive(Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CopyDoc {
@@ -165,7 +203,7 @@ pub struct CopyDoc {
     pub retries: Retries,
     pub requests: Requests,
     /// How many requests the copy kept in flight, and how the limit moved.
-    pub concurrency: crate::depth::Report,
+    pub concurrency: Report,
     pub failures: Vec<PathError>,
     pub ignored: Vec<PathReason>,
     pub ignored_by_reason: BTreeMap<String, u64>,
@@ -563,29 +601,20 @@ pub fn schemas() -> serde_json::Value {
         all.insert(name.into(), value);
     };
     add("copy", schemars::schema_for!(CopyDoc));
-    add(
-        "verify",
-        schemars::schema_for!(crate::commands::verify::Summary),
-    );
+    add("verify", schemars::schema_for!(verify::Summary));
     add("prune", schemars::schema_for!(PruneDoc));
     add("rm", schemars::schema_for!(RmDoc));
-    add("plan", schemars::schema_for!(crate::plan::PlanDoc));
+    add("plan", schemars::schema_for!(plan::PlanDoc));
     add("ls_summary", schemars::schema_for!(LsSummary));
-    add("shards", schemars::schema_for!(crate::shard::ShardsDoc));
+    add("shards", schemars::schema_for!(shards::ShardsDoc));
     add("mk_summary", schemars::schema_for!(MkSummary));
     add("check", schemars::schema_for!(CheckDoc));
     add("progress", schemars::schema_for!(ProgressDoc));
     add("status", schemars::schema_for!(StatusDoc));
-    add(
-        "carry",
-        schemars::schema_for!(crate::commands::carry::CarryDoc),
-    );
+    add("carry", schemars::schema_for!(carry::CarryDoc));
     add("units", schemars::schema_for!(UnitsDoc));
     add("partition", schemars::schema_for!(PartitionDoc));
-    add(
-        "lease",
-        schemars::schema_for!(crate::commands::lease::LeaseDoc),
-    );
+    add("lease", schemars::schema_for!(lease::LeaseDoc));
     serde_json::json!({
         "about": "The worker's JSON documents, generated from worker/src/documents.rs by `ferry schema`; do not edit.",
         "version": VERSION,

@@ -1,7 +1,11 @@
-//! Names read as numbers, from one sorted page of them: where a name stands among the names that
-//! share the page's stem, and which name stands at a given place. The Blob lister cuts the rest
-//! of a container by it (storage/azure/list.rs); a first pass's shard scan weighs by it what a
-//! full page of a directory leaves unread (shard.rs).
+//! The key space of paths (bytes, in the manifest's order): its ranges (`Cuts`, `Range`, which
+//! the stores list by), the quantiles a carried listing keeps to cut the next pass by, and names
+//! read as numbers, from one sorted page of them: where a name stands among the names that share
+//! the page's stem, and which name stands at a given place. The Blob lister cuts the rest of a
+//! container by it (storage/azure/list.rs); a first pass's shard scan weighs by it what a full
+//! page of a directory leaves unread (shard.rs).
+
+use crate::manifest;
 
 /// Digits read of each name after the cut position: enough for f64 and for any page's spread.
 const DIGITS: usize = 10;
@@ -106,5 +110,105 @@ impl<'a> Scale<'a> {
             s.push(self.alphabet[digit - 1]);
         }
         s
+    }
+}
+
+/// Keys kept of a carried listing to cut the next pass by: cuts land within 1/`QUANTILES` of the
+/// tree of where an even split by entries would put them.
+pub const QUANTILES: usize = 256;
+
+/// The key space cut into ranges.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cuts {
+    keys: Vec<Vec<u8>>,
+}
+
+/// `[lo, hi)`; None: unbounded on that side.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    pub lo: Option<Vec<u8>>,
+    pub hi: Option<Vec<u8>>,
+}
+
+impl Cuts {
+    pub fn new(keys: Vec<Vec<u8>>) -> Cuts {
+        debug_assert!(keys.windows(2).all(|w| w[0] <= w[1]));
+        Cuts { keys }
+    }
+
+    pub fn jobs(&self) -> usize {
+        self.keys.len() + 1
+    }
+
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// Range `k`, 1-based.
+    pub fn range(&self, k: usize) -> Range {
+        assert!(
+            (1..=self.jobs()).contains(&k),
+            "shard {k} of {}",
+            self.jobs()
+        );
+        Range {
+            lo: (k > 1).then(|| self.keys[k - 2].clone()),
+            hi: self.keys.get(k - 1).cloned(),
+        }
+    }
+}
+
+impl Range {
+    pub fn contains(&self, path: &[u8]) -> bool {
+        self.lo.as_deref().is_none_or(|lo| path >= lo)
+            && self.hi.as_deref().is_none_or(|hi| path < hi)
+    }
+
+    /// Whether anything below directory `dir` can fall in the range: every path under it lies
+    /// in `[dir/, dir0)` ('0' follows '/').
+    pub fn meets_subtree(&self, dir: &[u8]) -> bool {
+        let mut first = dir.to_vec();
+        first.push(b'/');
+        let mut past = dir.to_vec();
+        past.push(b'/' + 1);
+        self.hi.as_deref().is_none_or(|hi| first.as_slice() < hi)
+            && self.lo.as_deref().is_none_or(|lo| lo < past.as_slice())
+    }
+}
+
+/// Keys of a sorted stream at about even counts, in bounded memory whatever its length: every
+/// `every`-th key, the spacing doubled (and every other key dropped) when too many are kept.
+#[derive(Debug)]
+pub struct Quantiles {
+    every: u64,
+    seen: u64,
+    keys: Vec<Vec<u8>>,
+}
+
+impl Default for Quantiles {
+    fn default() -> Self {
+        Quantiles {
+            every: 1,
+            seen: 0,
+            keys: Vec::new(),
+        }
+    }
+}
+
+impl Quantiles {
+    pub fn push(&mut self, path: &[u8]) {
+        if self.seen.is_multiple_of(self.every) {
+            self.keys.push(path.to_vec());
+            if self.keys.len() >= 2 * QUANTILES {
+                self.keys = self.keys.drain(..).step_by(2).collect();
+                self.every *= 2;
+            }
+        }
+        self.seen += 1;
+    }
+
+    /// Escaped as in a manifest, for the carried state's document.
+    pub fn finish(self) -> Vec<String> {
+        self.keys.iter().map(|k| manifest::escape_path(k)).collect()
     }
 }

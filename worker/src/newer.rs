@@ -5,9 +5,7 @@
 
 use std::io;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
+pub use crate::documents::plan::Newer;
 use crate::manifest::{Entry, Kind, Mtime};
 use crate::same::{Compare, Verdict};
 
@@ -71,14 +69,6 @@ impl Newest {
     fn outdone_by(self, e: &Entry) -> bool {
         matches!((self.0, e.mtime), (Some(s), Some(d)) if later(s, d))
     }
-}
-
-/// The entries a guard found: how many, and the first three paths.
-#[derive(Serialize, Deserialize, JsonSchema, Default, Clone, Debug)]
-#[serde(deny_unknown_fields)]
-pub struct Newer {
-    pub count: u64,
-    pub examples: Vec<String>,
 }
 
 impl Newer {

@@ -3,7 +3,6 @@
 //! them.
 
 use crate::same::Attrs;
-use crate::storage::Meta;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Preserve {
@@ -63,18 +62,6 @@ impl Preserve {
             "specials" => &mut self.specials,
             _ => return None,
         })
-    }
-
-    /// What of `meta` a copy keeps: the one place metadata is filtered by `--preserve`.
-    pub fn keep(&self, meta: Meta) -> Meta {
-        Meta {
-            mtime: meta.mtime.filter(|_| self.times),
-            mode: meta.mode.filter(|_| self.mode),
-            uid: meta.uid.filter(|_| self.owner),
-            gid: meta.gid.filter(|_| self.owner),
-            md5: meta.md5,
-            sparse: meta.sparse.filter(|_| self.sparse),
-        }
     }
 
     /// The attributes two listings are compared by: the owner only where this process can set

@@ -13,18 +13,14 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 
-use crate::documents::{CarriedSummary, Version};
+pub use crate::documents::shards::{Basis, ShardsDoc};
+use crate::keyspace::Cuts;
 use crate::manifest::{self, Entry, Kind};
 use crate::storage::Store;
 
 /// What stands for the shard's number in a listing argument given with `--shards`.
 pub const PLACEHOLDER: &str = "{shard}";
-
-/// Keys kept of a carried listing to cut the next pass by: cuts land within 1/`QUANTILES` of the
-/// tree of where an even split by entries would put them.
-pub const QUANTILES: usize = 256;
 
 /// Directories a first pass's scan lists (one request each on Blob) before it cuts, for each
 /// list job, and at most; and how many it lists at once. 32 a job is ample to balance them, and
@@ -34,32 +30,6 @@ const SCAN_DIRS: usize = 256;
 const SCAN_IN_FLIGHT: usize = 64;
 /// Entries a scan takes of one directory (one page on Blob).
 const SCAN_PAGE: usize = 5000;
-
-/// `ferry shard`'s document (the run directory's listing/shards.json).
-#[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ShardsDoc {
-    pub version: Version,
-    /// List jobs per side: ranges of the key space.
-    pub jobs: u32,
-    /// The `jobs - 1` paths where one range ends and the next begins, escaped as in a manifest,
-    /// in order (equal neighbours make an empty range).
-    pub cuts: Vec<String>,
-    /// What balanced the ranges.
-    pub basis: Basis,
-    /// The destination's carried-or-fresh decision, made once for every list job of it; null
-    /// when the destination is not listed (a baseline) or not carried.
-    pub carried: Option<CarriedSummary>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Basis {
-    /// The entry counts of the listing the last pass carried.
-    Carried,
-    /// A shallow scan of the source: the first levels' entries, counted.
-    Scan,
-}
 
 impl ShardsDoc {
     pub fn read(path: &Path) -> anyhow::Result<ShardsDoc> {
@@ -86,7 +56,7 @@ impl ShardsDoc {
         if keys.windows(2).any(|w| w[0] > w[1]) {
             bail!("the cuts are not in order");
         }
-        Ok(Cuts { keys })
+        Ok(Cuts::new(keys))
     }
 
     /// The files of one side's listing: `listing` with `{shard}` standing for 1..=jobs.
@@ -114,102 +84,6 @@ pub fn listing_files(listing: &Path, shards: Option<&Path>) -> anyhow::Result<Ve
             listing.display()
         ),
         None => Ok(vec![listing.to_path_buf()]),
-    }
-}
-
-/// The key space cut into ranges.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Cuts {
-    keys: Vec<Vec<u8>>,
-}
-
-/// `[lo, hi)`; None: unbounded on that side.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Range {
-    pub lo: Option<Vec<u8>>,
-    pub hi: Option<Vec<u8>>,
-}
-
-impl Cuts {
-    pub fn new(keys: Vec<Vec<u8>>) -> Cuts {
-        debug_assert!(keys.windows(2).all(|w| w[0] <= w[1]));
-        Cuts { keys }
-    }
-
-    pub fn jobs(&self) -> usize {
-        self.keys.len() + 1
-    }
-
-    pub fn keys(&self) -> &[Vec<u8>] {
-        &self.keys
-    }
-
-    /// Range `k`, 1-based.
-    pub fn range(&self, k: usize) -> Range {
-        assert!(
-            (1..=self.jobs()).contains(&k),
-            "shard {k} of {}",
-            self.jobs()
-        );
-        Range {
-            lo: (k > 1).then(|| self.keys[k - 2].clone()),
-            hi: self.keys.get(k - 1).cloned(),
-        }
-    }
-}
-
-impl Range {
-    pub fn contains(&self, path: &[u8]) -> bool {
-        self.lo.as_deref().is_none_or(|lo| path >= lo)
-            && self.hi.as_deref().is_none_or(|hi| path < hi)
-    }
-
-    /// Whether anything below directory `dir` can fall in the range: every path under it lies
-    /// in `[dir/, dir0)` ('0' follows '/').
-    pub fn meets_subtree(&self, dir: &[u8]) -> bool {
-        let mut first = dir.to_vec();
-        first.push(b'/');
-        let mut past = dir.to_vec();
-        past.push(b'/' + 1);
-        self.hi.as_deref().is_none_or(|hi| first.as_slice() < hi)
-            && self.lo.as_deref().is_none_or(|lo| lo < past.as_slice())
-    }
-}
-
-/// Keys of a sorted stream at about even counts, in bounded memory whatever its length: every
-/// `every`-th key, the spacing doubled (and every other key dropped) when too many are kept.
-#[derive(Debug)]
-pub struct Quantiles {
-    every: u64,
-    seen: u64,
-    keys: Vec<Vec<u8>>,
-}
-
-impl Default for Quantiles {
-    fn default() -> Self {
-        Quantiles {
-            every: 1,
-            seen: 0,
-            keys: Vec::new(),
-        }
-    }
-}
-
-impl Quantiles {
-    pub fn push(&mut self, path: &[u8]) {
-        if self.seen.is_multiple_of(self.every) {
-            self.keys.push(path.to_vec());
-            if self.keys.len() >= 2 * QUANTILES {
-                self.keys = self.keys.drain(..).step_by(2).collect();
-                self.every *= 2;
-            }
-        }
-        self.seen += 1;
-    }
-
-    /// Escaped as in a manifest, for the carried state's document.
-    pub fn finish(self) -> Vec<String> {
-        self.keys.iter().map(|k| manifest::escape_path(k)).collect()
     }
 }
 
@@ -352,6 +226,7 @@ fn unread_rest(dir: &[u8], page: &[Entry], pieces: usize) -> Vec<(Vec<u8>, u64)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyspace::{Quantiles, Range, QUANTILES};
 
     fn named(names: impl Iterator<Item = String>) -> Vec<Entry> {
         names.map(|n| Entry::file(n, 1)).collect()

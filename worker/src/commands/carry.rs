@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use serde::Serialize;
 
 use super::{open, open_options, parse_location, print_json, state_of};
-use crate::carried::{self, Merged, StateDoc};
-use crate::cli::{Common, Sorting};
+use crate::carried;
+use crate::commands::args::{Common, Sorting};
+use crate::documents::carry::CarryDoc;
 use crate::sorted::Scratch;
 use crate::stats::Stats;
 
@@ -42,19 +42,6 @@ pub struct CarryArgs {
     pub sorting: Sorting,
     #[command(flatten)]
     pub common: Common,
-}
-
-/// `ferry carry --json`.
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct CarryDoc {
-    version: crate::documents::Version,
-    command: &'static str,
-    state: String,
-    #[serde(flatten)]
-    merged: Merged,
-    doc: StateDoc,
-    seconds: f64,
-    requests: crate::documents::Requests,
 }
 
 pub async fn run(args: CarryArgs) -> anyhow::Result<ExitCode> {

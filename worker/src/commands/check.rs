@@ -10,7 +10,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{open, open_options, parse_location};
-use crate::cli::Common;
+use crate::commands::args::Common;
 use crate::documents::{CheckDoc, CheckResult, Problem, Subject};
 use crate::error::StoreError;
 use crate::location::Location;

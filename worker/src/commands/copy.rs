@@ -8,7 +8,6 @@ use super::{
     complete_entries, default_concurrency, entries_of, object_destination, open, open_options,
     parse_roots, resolve, Root,
 };
-use crate::cli::CopyArgs;
 use crate::depth::Depth;
 use crate::engine::{Engine, EngineOptions, Index, Job};
 use crate::error::StoreError;
@@ -25,7 +24,121 @@ use crate::storage::{self, OpenOptions, Store};
 use crate::units::human_bytes;
 use std::path::PathBuf;
 
+use super::args::{CarriedArgs, Common, Filters, PreserveArgs};
 use super::replace::{self, Replacement};
+use crate::filter::Shard;
+use clap::Args;
+
+fn parse_block_size(s: &str) -> Result<u64, String> {
+    let n = crate::units::parse_size(s)?;
+    // Azure's limits: blocks up to 4000 MiB; below 64 KiB the request overhead dominates.
+    if !(64 * 1024..=4000 * 1024 * 1024).contains(&n) {
+        return Err(format!("block size {s} is outside 64KiB..4000MiB"));
+    }
+    Ok(n)
+}
+
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    pub source: String,
+    pub dest: String,
+    /// Descend into directories / prefixes
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Copy only the entries of this manifest (paths relative to SOURCE)
+    #[arg(long, value_name = "MANIFEST")]
+    pub files_from: Option<PathBuf>,
+    /// When a destination file counts as already there
+    #[arg(long, value_enum, default_value = "size-mtime")]
+    pub compare: Compare,
+    /// Do not set Content-MD5 on uploaded blobs
+    #[arg(long = "no-put-md5", action = clap::ArgAction::SetFalse)]
+    pub put_md5: bool,
+    /// Between blobs of one account, stream the bytes through ferry instead of letting the
+    /// service copy them (Copy Blob)
+    #[arg(long = "no-server-copy", action = clap::ArgAction::SetFalse)]
+    pub server_copy: bool,
+    /// Abort a server-side copy still pending after this many seconds [default: 3600]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub server_copy_timeout: Option<u64>,
+    /// The keys Blob destinations keep POSIX attributes under, beside rclone's (`mtime`, `mode`,
+    /// `uid`, `gid`): azcopy's `--preserve-posix-properties` ones (standard), or those of its
+    /// `--posix-properties-style amlfs`, which Azure Managed Lustre imports (amlfs)
+    #[arg(
+        long,
+        value_enum,
+        env = "FERRY_POSIX_STYLE",
+        default_value = "standard"
+    )]
+    pub posix_style: crate::storage::azure::posix::PosixStyle,
+    /// Upload every blob as application/octet-stream instead of a Content-Type guessed from
+    /// its extension (blob → blob keeps the source's either way)
+    #[arg(long = "no-guess-mime-type", action = clap::ArgAction::SetFalse)]
+    pub guess_mime: bool,
+    /// Blob → blob: give each copy the source blob's access tier, where one was set on it
+    /// (else the destination account's default applies)
+    #[arg(long)]
+    pub keep_tier: bool,
+    /// Blob → blob: give each copy the source blob's index tags (a request more per tagged blob)
+    #[arg(long)]
+    pub keep_tags: bool,
+    /// This process's share of the listing: INDEX/COUNT (same LPT split as `ferry partition`)
+    #[arg(long)]
+    pub shard: Option<Shard>,
+    /// Show what would be copied; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Refuse if the entries of another type this copy replaces (a directory where the source
+    /// now has a file, with everything under it) are more than this: a count (1000) or a share of
+    /// the destination's entries (10%). Default: 50% for a whole tree; a part of a planned pass
+    /// (--files-from, --shard) is judged by the plan's prune unless this is given
+    #[arg(long, value_parser = crate::commands::prune::parse_limit)]
+    pub max_delete: Option<crate::commands::prune::Limit>,
+    /// Replace even past --max-delete
+    #[arg(long)]
+    pub force: bool,
+    /// Replace destination files whose mtime is later than their source's (refused otherwise,
+    /// nothing copied: the sign of swapped SOURCE and DEST); for restoring older versions
+    #[arg(long)]
+    pub overwrite_newer: bool,
+    /// Where to write the list of entries the replacements delete, in manifest format
+    /// (default: $XDG_STATE_HOME/ferry/copy-<time>-<pid>-….tsv; written only when something
+    /// is replaced)
+    #[arg(long, value_name = "PATH")]
+    pub log: Option<PathBuf>,
+    /// Print one JSON summary on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Keep PATH rewritten with the run's progress as JSON (every 2 seconds and at the end), for
+    /// a pipeline's live status
+    #[arg(long, value_name = "PATH")]
+    pub progress_file: Option<PathBuf>,
+    /// Force the progress bar on (default: on when stderr is a terminal)
+    #[arg(long, overrides_with = "no_progress")]
+    pub progress: bool,
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Requests in flight across all files, fixed (default: adapts, starting from clamp(CPUs, 8, 96))
+    #[arg(long, env = "FERRY_CONCURRENCY")]
+    pub concurrency: Option<usize>,
+    /// Files transferred at once (default: 2 × concurrency)
+    #[arg(long, env = "FERRY_PARALLEL_FILES")]
+    pub parallel_files: Option<usize>,
+    /// Block size for uploads and ranged downloads (e.g. 4MiB, 16M)
+    #[arg(long, default_value = "4MiB", value_parser = parse_block_size)]
+    pub block_size: u64,
+    /// Cap on aggregate throughput: 500Mbps, 1Gbps (bits) or 100MB/s, 64MiB/s (bytes)
+    #[arg(long, value_parser = crate::units::parse_rate)]
+    pub max_bandwidth: Option<u64>,
+    #[command(flatten)]
+    pub preserve: PreserveArgs,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
+    #[command(flatten)]
+    pub common: Common,
+}
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
@@ -546,13 +659,89 @@ impl Replacing {
 }
 
 /// "in flight: 16 (fixed)" or "in flight: adaptive 8 -> 24 (peak 32)".
-fn depth_brief(d: &crate::depth::Report) -> String {
+fn depth_brief(d: &crate::documents::Report) -> String {
     match d.mode {
-        crate::depth::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
-        crate::depth::Mode::Adaptive => format!(
+        crate::documents::Mode::Fixed => format!("in flight: {} (fixed)", d.last),
+        crate::documents::Mode::Adaptive => format!(
             "in flight: adaptive {} -> {} (peak {})",
             d.initial, d.last, d.peak
         ),
+    }
+}
+
+/// `--json`'s document.
+fn copy_doc(
+    args: &CopyArgs,
+    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
+    stats: &Stats,
+    depth: &crate::documents::Report,
+    (replacing, newer): (&Replacing, &Newer),
+    leftovers: Vec<String>,
+    seconds: f64,
+) -> crate::documents::CopyDoc {
+    use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
+    let g = Stats::get;
+    let failures = stats.failures().into_iter();
+    let ignored = stats.ignored_list().into_iter();
+    CopyDoc {
+        version: Default::default(),
+        command: "copy",
+        source: src.describe(),
+        dest: dst.describe(),
+        dry_run: args.dry_run,
+        files: CopyFiles {
+            total: g(&stats.files_total),
+            copied: g(&stats.files_copied),
+            skipped: g(&stats.files_skipped),
+            failed: g(&stats.files_failed),
+            ignored: g(&stats.files_ignored),
+            server_copied: g(&stats.files_server_copied),
+            metadata_only: g(&stats.meta_updated),
+            replaced: g(&stats.replaced),
+            removed: replacing.removed(),
+            newer_at_dest: newer.count,
+        },
+        replacements: replacing
+            .found
+            .iter()
+            .map(|r| crate::documents::Replaced {
+                path: r.old.display_path(),
+                was: r.old.kind.name().into(),
+                entries: r.entries(),
+                bytes: r.bytes(),
+            })
+            .collect(),
+        dest_entries: replacing.of,
+        refused: replacing.refused.clone(),
+        warning: replacing.over_limit.clone().filter(|_| args.dry_run),
+        log: replacing.log.as_ref().map(|p| p.display().to_string()),
+        bytes: CopyBytes {
+            total: g(&stats.bytes_total),
+            copied: g(&stats.bytes_copied),
+            skipped: g(&stats.bytes_skipped),
+            server_copied: g(&stats.bytes_server_copied),
+        },
+        blocks: Blocks {
+            sent: g(&stats.blocks_sent),
+            reused: g(&stats.blocks_reused),
+        },
+        retries: crate::documents::Retries {
+            total: g(&stats.retries_total),
+            by_status: stats.retries_by_status(),
+        },
+        requests: stats.requests.counts(),
+        concurrency: depth.clone(),
+        failures: failures
+            .map(|(path, error)| PathError { path, error })
+            .collect(),
+        ignored: ignored
+            .map(|(path, reason)| PathReason { path, reason })
+            .collect(),
+        ignored_by_reason: stats.ignored_by_reason(),
+        not_kept: stats.not_kept_by_kind(),
+        leftovers_removed: leftovers.len() as u64,
+        leftovers,
+        seconds: (seconds * 1000.0).round() / 1000.0,
     }
 }
 
@@ -560,76 +749,23 @@ fn report(
     args: &CopyArgs,
     (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
     stats: &Stats,
-    depth: &crate::depth::Report,
+    depth: &crate::documents::Report,
     (replacing, newer): (&Replacing, &Newer),
     leftovers: Vec<String>,
     seconds: f64,
 ) {
     let g = Stats::get;
     if args.json {
-        use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
-        let failures = stats.failures().into_iter();
-        let ignored = stats.ignored_list().into_iter();
-        super::print_json(&CopyDoc {
-            version: Default::default(),
-            command: "copy",
-            source: src.describe(),
-            dest: dst.describe(),
-            dry_run: args.dry_run,
-            files: CopyFiles {
-                total: g(&stats.files_total),
-                copied: g(&stats.files_copied),
-                skipped: g(&stats.files_skipped),
-                failed: g(&stats.files_failed),
-                ignored: g(&stats.files_ignored),
-                server_copied: g(&stats.files_server_copied),
-                metadata_only: g(&stats.meta_updated),
-                replaced: g(&stats.replaced),
-                removed: replacing.removed(),
-                newer_at_dest: newer.count,
-            },
-            replacements: replacing
-                .found
-                .iter()
-                .map(|r| crate::documents::Replaced {
-                    path: r.old.display_path(),
-                    was: r.old.kind.name().into(),
-                    entries: r.entries(),
-                    bytes: r.bytes(),
-                })
-                .collect(),
-            dest_entries: replacing.of,
-            refused: replacing.refused.clone(),
-            warning: replacing.over_limit.clone().filter(|_| args.dry_run),
-            log: replacing.log.as_ref().map(|p| p.display().to_string()),
-            bytes: CopyBytes {
-                total: g(&stats.bytes_total),
-                copied: g(&stats.bytes_copied),
-                skipped: g(&stats.bytes_skipped),
-                server_copied: g(&stats.bytes_server_copied),
-            },
-            blocks: Blocks {
-                sent: g(&stats.blocks_sent),
-                reused: g(&stats.blocks_reused),
-            },
-            retries: crate::documents::Retries {
-                total: g(&stats.retries_total),
-                by_status: stats.retries_by_status(),
-            },
-            requests: stats.requests.counts(),
-            concurrency: depth.clone(),
-            failures: failures
-                .map(|(path, error)| PathError { path, error })
-                .collect(),
-            ignored: ignored
-                .map(|(path, reason)| PathReason { path, reason })
-                .collect(),
-            ignored_by_reason: stats.ignored_by_reason(),
-            not_kept: stats.not_kept_by_kind(),
-            leftovers_removed: leftovers.len() as u64,
+        let doc = copy_doc(
+            args,
+            (src, dst),
+            stats,
+            depth,
+            (replacing, newer),
             leftovers,
-            seconds: (seconds * 1000.0).round() / 1000.0,
-        });
+            seconds,
+        );
+        super::print_json(&doc);
         return;
     }
     let verb = if args.dry_run { "would copy" } else { "copied" };

@@ -1,9 +1,18 @@
 use std::process::ExitCode;
 
+use super::args::Common;
 use super::{env, parse_location};
-use crate::cli::EnvArgs;
 use crate::location::Location;
 use crate::storage::azure::auth;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct EnvArgs {
+    /// A location, to show the account and credential that would serve it
+    pub location: Option<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
 
 /// Variables ferry reads; values of the secret ones are never printed, only whether they are set.
 const VARS: &[(&str, bool)] = &[

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bytes::Bytes;
-use clap::{Args, ValueEnum};
-use serde::Serialize;
+use clap::Args;
 
 use super::{open_options, parse_location, print_json};
-use crate::cli::Common;
+use crate::commands::args::Common;
+use crate::documents::lease::{Action, LeaseDoc};
 use crate::location::Location;
 use crate::stats::Stats;
 use crate::storage::azure::lease::{Lease, LEASE_SECONDS};
@@ -20,14 +20,6 @@ use crate::storage::azure::AzureStore;
 
 /// The blob under the state's prefix that the lease is on.
 const LOCK: &[u8] = b"lock";
-
-#[derive(Clone, Copy, Debug, ValueEnum, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Acquire,
-    Renew,
-    Release,
-}
 
 #[derive(Args, Debug)]
 pub struct LeaseArgs {
@@ -43,20 +35,6 @@ pub struct LeaseArgs {
     pub holder: String,
     #[command(flatten)]
     pub common: Common,
-}
-
-/// `ferry lease` prints one of these on stdout.
-#[derive(Serialize, schemars::JsonSchema)]
-pub(crate) struct LeaseDoc {
-    version: crate::documents::Version,
-    command: &'static str,
-    action: Action,
-    /// The lease is this id's (taken, renewed; or, for release, given back).
-    held: bool,
-    /// What the lock blob says of the lease's holder, when another id holds it.
-    holder: Option<String>,
-    /// How long a lease lasts unless renewed.
-    seconds: u32,
 }
 
 /// Exit 0: done; 3: another id holds the lease (or, to renew or release, this one no longer).

@@ -8,22 +8,52 @@ use tokio::sync::mpsc;
 
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
 use crate::carried::Decision;
-use crate::cli::{Format, LsArgs};
-use crate::manifest::{self, Entry};
-use crate::shard::{Cuts, ShardsDoc};
-use crate::stats::Stats;
 
-pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
-    let started = Instant::now();
-    let stats = Arc::new(Stats::default());
-    let opts = crate::storage::OpenOptions {
-        xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
-        ..open_options(&args.common, default_concurrency(), stats.clone())
-    };
-    let loc = parse_location(&args.location)?;
-    let filter = super::build_filter(&args.filters)?;
-    // One list job of several: its range, and the decision `ferry shard` made for all of them.
-    let shard = match (&args.shard.shards, args.shard.shard) {
+use super::args::{CarriedArgs, CarriedChoice, Common, Filters, ListShard, PreserveArgs, Sorting};
+use crate::keyspace::Cuts;
+use crate::manifest::{self, Entry};
+use crate::shard::ShardsDoc;
+use crate::stats::Stats;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Tsv,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    pub location: String,
+    /// Descend into directories / prefixes
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[arg(long, value_enum, default_value = "tsv")]
+    pub format: Format,
+    /// Also write a JSON summary (entries, seconds, requests by kind) to FILE: the listing has
+    /// stdout
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    #[command(flatten)]
+    pub preserve: PreserveArgs,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
+    #[command(flatten)]
+    pub choice: CarriedChoice,
+    #[command(flatten)]
+    pub shard: ListShard,
+    #[command(flatten)]
+    pub sorting: Sorting,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// One list job of several (`--shards`, `--shard K`): its cuts, K, and the shards document.
+fn list_shard(args: &LsArgs) -> anyhow::Result<Option<(Cuts, usize, ShardsDoc)>> {
+    Ok(match (&args.shard.shards, args.shard.shard) {
         (Some(path), Some(k)) => {
             anyhow::ensure!(
                 args.recursive,
@@ -40,7 +70,83 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
             Some((doc.cuts()?, k as usize, doc))
         }
         _ => None,
+    })
+}
+
+/// The destination's carried state (--carried): used or not, decided here, or as `ferry shard`
+/// decided it for every list job (`doc`).
+async fn carried_decision(
+    args: &LsArgs,
+    loc: &crate::location::Location,
+    opts: &crate::storage::OpenOptions,
+    doc: Option<&ShardsDoc>,
+) -> anyhow::Result<Option<Decision>> {
+    let pass = args.carried.pass.as_deref().unwrap_or_default();
+    let scratch = args.sorting.scratch.as_deref();
+    Ok(match (&args.carried.state, doc) {
+        (None, _) => None,
+        (Some(state), None) => {
+            anyhow::ensure!(
+                args.recursive,
+                "--carried stands for a recursive listing: pass --recursive"
+            );
+            let choice = &args.choice;
+            Some(
+                super::carried_or_fresh(
+                    state,
+                    pass,
+                    loc,
+                    opts,
+                    choice.probe,
+                    choice.fresh,
+                    scratch,
+                )
+                .await?,
+            )
+        }
+        (Some(state), Some(doc)) => {
+            Some(super::carried_as_decided(doc, state, pass, loc, opts, scratch).await?)
+        }
+    })
+}
+
+/// `--summary`'s document.
+fn write_summary(
+    path: &std::path::Path,
+    entries: u64,
+    started: Instant,
+    stats: &Stats,
+    carried: Option<&Decision>,
+    shard: Option<&(Cuts, usize, ShardsDoc)>,
+) -> anyhow::Result<()> {
+    let summary = crate::documents::LsSummary {
+        version: Default::default(),
+        command: "ls",
+        entries,
+        seconds: super::seconds(started),
+        requests: stats.requests.counts(),
+        carried: carried.map(|c| c.summary()),
+        shard: shard.map(|(_, k, doc)| crate::documents::ShardOf {
+            index: *k as u32,
+            of: doc.jobs,
+        }),
     };
+    crate::jsonfile::replace(path, &summary)
+        .with_context(|| format!("cannot write the summary {}", path.display()))?;
+    Ok(())
+}
+
+pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let stats = Arc::new(Stats::default());
+    let opts = crate::storage::OpenOptions {
+        xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
+        ..open_options(&args.common, default_concurrency(), stats.clone())
+    };
+    let loc = parse_location(&args.location)?;
+    let filter = super::build_filter(&args.filters)?;
+    // One list job of several: its range, and the decision `ferry shard` made for all of them.
+    let shard = list_shard(&args)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut line = String::new();
@@ -59,33 +165,7 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Tsv {
         writeln!(out, "{}", manifest::HEADER)?;
     }
-    let pass = args.carried.pass.as_deref().unwrap_or_default();
-    let scratch = args.sorting.scratch.as_deref();
-    let carried = match (&args.carried.state, &shard) {
-        (None, _) => None,
-        (Some(state), None) => {
-            anyhow::ensure!(
-                args.recursive,
-                "--carried stands for a recursive listing: pass --recursive"
-            );
-            let choice = &args.choice;
-            Some(
-                super::carried_or_fresh(
-                    state,
-                    pass,
-                    &loc,
-                    &opts,
-                    choice.probe,
-                    choice.fresh,
-                    scratch,
-                )
-                .await?,
-            )
-        }
-        (Some(state), Some((_, _, doc))) => {
-            Some(super::carried_as_decided(doc, state, pass, &loc, &opts, scratch).await?)
-        }
-    };
+    let carried = carried_decision(&args, &loc, &opts, shard.as_ref().map(|s| &s.2)).await?;
     let range = shard.as_ref().map(|(cuts, k, _)| cuts.range(*k));
     if let Some(Decision::Carried { listing, .. }) = &carried {
         // Entries as the last pass left them: the filters (and the job's range) apply as to a
@@ -144,22 +224,9 @@ pub async fn run(args: LsArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     drop(out);
-    let entries = tally.entries;
     if let Some(path) = &args.summary {
-        let summary = crate::documents::LsSummary {
-            version: Default::default(),
-            command: "ls",
-            entries,
-            seconds: super::seconds(started),
-            requests: stats.requests.counts(),
-            carried: carried.as_ref().map(|c| c.summary()),
-            shard: shard.as_ref().map(|(_, k, doc)| crate::documents::ShardOf {
-                index: *k as u32,
-                of: doc.jobs,
-            }),
-        };
-        crate::jsonfile::replace(path, &summary)
-            .with_context(|| format!("cannot write the summary {}", path.display()))?;
+        let (carried, shard) = (carried.as_ref(), shard.as_ref());
+        write_summary(path, tally.entries, started, &stats, carried, shard)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,10 +4,29 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+use super::args::{CarriedArgs, Common};
 use super::{open, open_options, parse_location, parse_roots};
-use crate::cli::MkArgs;
 use crate::documents::Subject;
 use crate::stats::Stats;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct MkArgs {
+    pub location: String,
+    /// The source a copy into LOCATION will read: refused, before anything is made, where the
+    /// two overlap or the source is not there or cannot be read (the pipelines make their
+    /// destination so)
+    #[arg(long, value_name = "SOURCE")]
+    pub source: Option<String>,
+    /// Write a JSON summary (created, seconds, requests by kind) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    #[command(flatten)]
+    pub carried: CarriedArgs,
+    #[command(flatten)]
+    pub common: Common,
+}
 
 pub async fn run(args: MkArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();

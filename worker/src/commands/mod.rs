@@ -1,5 +1,6 @@
 //! One module per subcommand; shared resolution of locations and options lives here.
 
+pub mod args;
 pub mod carry;
 pub mod check;
 pub mod copy;
@@ -26,7 +27,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::cli::{Common, Filters};
+use crate::commands::args::{Common, Filters};
 use crate::filter::Filter;
 use crate::location::{self, BlobLocation, Location};
 use crate::manifest::{self, Entry, Kind};
@@ -101,7 +102,7 @@ pub fn state_of(
 /// Marks the carried state of `dest` (where `carried` names one) out of date: its pass is about
 /// to write the destination. Every step that writes calls this before its first write.
 pub async fn take_state(
-    carried: &crate::cli::CarriedArgs,
+    carried: &crate::commands::args::CarriedArgs,
     dest: &Location,
     opts: &OpenOptions,
 ) -> anyhow::Result<()> {

@@ -16,7 +16,7 @@ use clap::Args;
 use futures::StreamExt;
 
 use super::{default_concurrency, open, open_options, parse_location};
-use crate::cli::Common;
+use crate::commands::args::Common;
 use crate::location::Location;
 use crate::manifest::{self, md5_hex, Entry, Kind};
 use crate::same::{self, Attrs, Compare, Verdict};

@@ -38,7 +38,7 @@ pub struct PartitionArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub sort_memory: crate::cli::SortMemory,
+    pub sort_memory: crate::commands::args::SortMemory,
 }
 
 /// The size LPT sorts and deals `e` by: its bytes plus the per-file weight. A constant added to
@@ -90,7 +90,8 @@ fn remove_outputs(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
+/// How to split, refused where fpart would refuse it.
+fn refuse_unsplittable(args: &PartitionArgs) -> anyhow::Result<()> {
     // The same refusals as fpart: -n stands alone; -f and -s combine.
     if args.parts.is_some() && (args.max_files.is_some() || args.max_bytes.is_some()) {
         bail!("--parts cannot be combined with --max-files or --max-bytes (as fpart's -n cannot with -f or -s)");
@@ -106,6 +107,31 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
     if args.parts == Some(0) || args.max_files == Some(0) || args.max_bytes == Some(0) {
         bail!("--parts, --max-files and --max-bytes must be at least 1");
     }
+    Ok(())
+}
+
+/// The summary (written, and with --json printed) and a line on stderr.
+fn tell(args: &PartitionArgs, mode: &str, parts: &[Part], dir_count: u64) -> anyhow::Result<()> {
+    let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
+    let text = write_summary(&args.out, mode, parts, dir_count)?;
+    if args.json {
+        println!("{text}");
+    }
+    if parts.is_empty() {
+        eprintln!("no files in {}: wrote zero parts", args.manifest.display());
+    } else {
+        eprintln!(
+            "wrote {} parts to {} (imbalance {:.2}%)",
+            parts.len(),
+            args.out.display(),
+            imbalance_pct(&loads)
+        );
+    }
+    Ok(())
+}
+
+fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
+    refuse_unsplittable(args)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     // Stale parts of an earlier run would otherwise be picked up as if they were this run's.
@@ -194,20 +220,6 @@ fn split(args: &PartitionArgs) -> anyhow::Result<ExitCode> {
         w.finish()?;
     }
 
-    let loads: Vec<u64> = parts.iter().map(|p| p.bytes).collect();
-    let text = write_summary(&args.out, mode, &parts, dir_count)?;
-    if args.json {
-        println!("{text}");
-    }
-    if parts.is_empty() {
-        eprintln!("no files in {}: wrote zero parts", args.manifest.display());
-    } else {
-        eprintln!(
-            "wrote {} parts to {} (imbalance {:.2}%)",
-            parts.len(),
-            args.out.display(),
-            imbalance_pct(&loads)
-        );
-    }
+    tell(args, mode, &parts, dir_count)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -37,7 +37,7 @@ pub struct PlanArgs {
     #[arg(long, value_enum, default_value = "size-mtime")]
     pub compare: Compare,
     #[command(flatten)]
-    pub preserve: crate::cli::PreserveArgs,
+    pub preserve: crate::commands::args::PreserveArgs,
     /// Leave symlinks out of the plan
     #[arg(long)]
     pub skip_symlinks: bool,
@@ -75,7 +75,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub sort_memory: crate::cli::SortMemory,
+    pub sort_memory: crate::commands::args::SortMemory,
 }
 
 fn options(args: &PlanArgs) -> anyhow::Result<Options> {

@@ -12,7 +12,7 @@ use super::{
     default_concurrency, find_listed_twice, manifest_entries, open, open_options, parse_roots,
     Pacer,
 };
-use crate::cli::{Common, Sorting};
+use crate::commands::args::{Common, Sorting};
 use crate::location::Location;
 use crate::manifest::{Entry, Kind, Writer};
 use crate::newer::{Newer, Newest};
@@ -71,7 +71,7 @@ pub struct PruneArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub carried: crate::cli::CarriedArgs,
+    pub carried: crate::commands::args::CarriedArgs,
     #[command(flatten)]
     pub sorting: Sorting,
     #[command(flatten)]

@@ -3,11 +3,27 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use super::args::{Common, Filters};
 use super::{default_concurrency, open, open_options, parse_location, resolve, Root};
-use crate::cli::RmArgs;
 use crate::manifest::{Entry, Kind};
 use crate::stats::Stats;
 use crate::storage::{self, Store};
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct RmArgs {
+    pub location: String,
+    #[arg(short, long)]
+    pub recursive: bool,
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub filters: Filters,
+    #[command(flatten)]
+    pub common: Common,
+}
 
 pub async fn run(args: RmArgs) -> anyhow::Result<ExitCode> {
     let concurrency = default_concurrency();

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{open, open_options, parse_location, state_of};
 use crate::carried::Decision;
-use crate::cli::{CarriedArgs, CarriedChoice, Common, Sorting};
+use crate::commands::args::{CarriedArgs, CarriedChoice, Common, Sorting};
 use crate::shard::{self, Basis, ShardsDoc};
 use crate::stats::Stats;
 

@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,14 +10,13 @@ use crate::hash::Md5;
 use anyhow::Context;
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use super::{
     default_concurrency, object_destination, open, open_options, parse_roots, read_manifest,
     resolve, Pacer, Root,
 };
-use crate::cli::{Common, Sorting};
+use crate::commands::args::{Common, Sorting};
+use crate::documents::verify::{Compared, Entries, Row, Status, Summary};
 use crate::error::StoreError;
 use crate::manifest::{md5_hex, Entry, Kind};
 use crate::plan::deletions::Decide;
@@ -44,7 +43,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub metadata: bool,
     #[command(flatten)]
-    pub preserve: crate::cli::PreserveArgs,
+    pub preserve: crate::commands::args::PreserveArgs,
     /// List identical files too (`= path`)
     #[arg(long)]
     pub all: bool,
@@ -66,16 +65,6 @@ pub struct VerifyArgs {
     pub sorting: Sorting,
     #[command(flatten)]
     pub common: Common,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-enum Status {
-    Same,
-    Differ,
-    MissingOnDst,
-    MissingOnSrc,
-    Error,
 }
 
 impl Status {
@@ -279,23 +268,8 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             (src, dst, entries, None)
         }
     };
-    let dst_index: HashMap<Vec<u8>, Entry> = match &rename {
-        Some(name) => dst
-            .head(name)
-            .await?
-            .map(|(e, _)| (src_entries[0].path.clone(), e))
-            .into_iter()
-            .collect(),
-        None => {
-            let mut paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
-            if !observe.is_empty() {
-                paths = observe.iter().map(|p| &p[..]).collect();
-            }
-            let (found, failed) = storage::index_paths(&dst, &paths, concurrency).await;
-            rows.extend(unlisted(&paths, &failed, "destination"));
-            found
-        }
-    };
+    let dst_index =
+        dest_index(&dst, rename, &src_entries, &observe, concurrency, &mut rows).await?;
     if let Some(path) = &args.observed {
         write_observed(path, &dst_index)
             .with_context(|| format!("cannot write {}", path.display()))?;
@@ -327,6 +301,34 @@ async fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         report.add(row)?;
     }
     report.finish(&src, &dst, &stats, progress, started).await
+}
+
+/// The destination's entries of the source's (or, with --observed, of every path the manifest
+/// names), by source path: one object's under its new name, `rename`; the paths whose
+/// directory could not be listed become rows.
+async fn dest_index(
+    dst: &Arc<dyn Store>,
+    rename: Option<Vec<u8>>,
+    src_entries: &[Entry],
+    observe: &[Vec<u8>],
+    concurrency: usize,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<HashMap<Vec<u8>, Entry>> {
+    if let Some(name) = rename {
+        return Ok(dst
+            .head(&name)
+            .await?
+            .map(|(e, _)| (src_entries[0].path.clone(), e))
+            .into_iter()
+            .collect());
+    }
+    let mut paths: Vec<&[u8]> = src_entries.iter().map(|e| &e.path[..]).collect();
+    if !observe.is_empty() {
+        paths = observe.iter().map(|p| &p[..]).collect();
+    }
+    let (found, failed) = storage::index_paths(dst, &paths, concurrency).await;
+    rows.extend(unlisted(&paths, &failed, "destination"));
+    Ok(found)
 }
 
 /// The destination's entries a verify looked up, sorted by path.
@@ -536,16 +538,6 @@ async fn verify_trees(
     report.finish(src, dst, stats, progress, started).await
 }
 
-/// One line of the report.
-#[derive(Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct Row {
-    // Fields in the order of the JSON's keys (alphabetical, as they have always been printed).
-    path: String,
-    reason: String,
-    status: Status,
-}
-
 impl Row {
     fn new(status: Status, path: String, reason: String) -> Row {
         Row {
@@ -679,47 +671,6 @@ impl<'a> Report<'a> {
     }
 }
 
-/// `--json`'s document, keys in the order they have always been printed in.
-#[derive(Serialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Summary {
-    version: crate::documents::Version,
-    /// Every entry the same: the one answer to "did the verify pass?" that the pipeline reads
-    /// (prune's guard, the report), the same as the exit status 0.
-    passed: bool,
-    checksum: bool,
-    /// What was compared of each file present on both sides, for a reader to say ("2271
-    /// same" by sizes reads otherwise like by MD5s).
-    compared: Vec<Compared>,
-    command: &'static str,
-    dest: String,
-    differ: usize,
-    /// The entries not the same (all of them with --all).
-    #[schemars(with = "Vec<Row>")]
-    entries: Entries,
-    error: usize,
-    missing_on_dst: usize,
-    missing_on_src: usize,
-    requests: crate::documents::Requests,
-    same: usize,
-    seconds: f64,
-    source: String,
-}
-
-/// One thing verify compares of an entry present on both sides. A symlink's target is compared
-/// whatever is asked.
-#[derive(Serialize, JsonSchema, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-enum Compared {
-    /// Always.
-    Size,
-    /// `--checksum`: Content-MD5 of blobs, computed for local files (`--download`: blobs
-    /// without one hashed).
-    Md5,
-    /// `--metadata`: mtime, and what --preserve keeps (mode, owner, attributes, ACLs).
-    Metadata,
-}
-
 impl Compared {
     fn of(args: &VerifyArgs) -> Vec<Compared> {
         [
@@ -730,34 +681,5 @@ impl Compared {
         .into_iter()
         .filter_map(|(asked, what)| asked.then_some(what))
         .collect()
-    }
-}
-
-/// The rows to list, read back from the scratch file as they are written out.
-enum Entries {
-    Memory(Vec<Row>),
-    File(PathBuf),
-}
-
-impl Serialize for Entries {
-    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error, SerializeSeq};
-        let mut seq = ser.serialize_seq(None)?;
-        match self {
-            Entries::Memory(rows) => {
-                for row in rows {
-                    seq.serialize_element(row)?;
-                }
-            }
-            Entries::File(path) => {
-                let file = File::open(path).map_err(S::Error::custom)?;
-                for line in BufReader::with_capacity(1 << 20, file).lines() {
-                    let row: Row = serde_json::from_str(&line.map_err(S::Error::custom)?)
-                        .map_err(S::Error::custom)?;
-                    seq.serialize_element(&row)?;
-                }
-            }
-        }
-        seq.end()
     }
 }

@@ -671,7 +671,7 @@ impl Engine {
         let chowned = dst.set_meta(
             &job.dst_path,
             job.src.kind,
-            &self.opts.preserve.keep(Meta::of_entry(&entry)),
+            &Meta::of_entry(&entry).kept(&self.opts.preserve),
         )?;
         // The attributes only where both listings read them and they differ (the verdict may
         // have been the mode's alone), or where a chown took the source's capability away

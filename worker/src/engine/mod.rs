@@ -214,7 +214,7 @@ impl Engine {
                 .src
                 .root_meta()
                 .await?
-                .map(|m| self.opts.preserve.keep(m))
+                .map(|m| m.kept(&self.opts.preserve))
             else {
                 return Ok(());
             };
@@ -259,7 +259,7 @@ impl Engine {
     /// is kept, with its metadata).
     async fn one_dir(&self, job: &Job) -> Result<Outcome> {
         let verdict = self.decide(job).await?;
-        let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
+        let meta = Meta::of_entry(&job.src).kept(&self.opts.preserve);
         if self.dst_can().directories {
             // Looked at again whatever the listing said: the files just written into it moved
             // its mtime. Only what differs is set.
@@ -368,7 +368,7 @@ impl Engine {
         match self.decide(job).await? {
             Verdict::Same => return Ok(Outcome::Skipped),
             Verdict::MetaOnly => {
-                let meta = self.opts.preserve.keep(Meta::of_entry(&job.src));
+                let meta = Meta::of_entry(&job.src).kept(&self.opts.preserve);
                 let attrs = self.attrs_for_update(job).await?;
                 self.dst
                     .set_meta(&job.dst_path, job.src.kind, &meta, attrs)
@@ -419,7 +419,7 @@ impl Engine {
     /// nothing of its mode gets the mode any new file gets there (`Filesystem::default_mode`), not
     /// the private one its temp file was made with.
     pub(super) fn kept(&self, meta: Meta) -> Meta {
-        let kept = self.opts.preserve.keep(meta);
+        let kept = meta.kept(&self.opts.preserve);
         Meta {
             mode: kept
                 .mode

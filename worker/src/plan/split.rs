@@ -322,30 +322,8 @@ fn deal_runs(spill: &mut Spill, weight: u64, n: usize) -> io::Result<(Vec<Run>, 
     }
 }
 
-/// Runs fpart in arbitrary-values mode on the spilled entries and returns each entry's part.
-/// fpart is fed `size index` lines, not names: it trims leading blanks from names, and the
-/// index maps its answer back exactly without holding the entries.
-fn run_fpart(
-    spill: &mut Spill,
-    scratch: &Path,
-    name: &str,
-    method: Method,
-    files: u64,
-) -> anyhow::Result<Vec<u32>> {
-    if files == 0 {
-        return Ok(Vec::new());
-    }
-    if files > u32::MAX as u64 {
-        bail!("fpart: {files} entries is more than this planner indexes");
-    }
-    let dir = scratch.join(format!("{name}.fpart"));
-    std::fs::create_dir_all(&dir)?;
-    let mut cmd = Command::new("fpart");
-    cmd.arg("-a")
-        .arg("-i")
-        .arg("-")
-        .arg("-o")
-        .arg(dir.join("fp"));
+/// fpart's arguments for how the parts are cut.
+fn fpart_limits(cmd: &mut Command, method: Method, files: u64) {
     match method {
         Method::Parts(n) => {
             cmd.arg("-n").arg(n.min(files as usize).to_string());
@@ -372,6 +350,33 @@ fn run_fpart(
                 .arg(max_bytes.to_string());
         }
     }
+}
+
+/// Runs fpart in arbitrary-values mode on the spilled entries and returns each entry's part.
+/// fpart is fed `size index` lines, not names: it trims leading blanks from names, and the
+/// index maps its answer back exactly without holding the entries.
+fn run_fpart(
+    spill: &mut Spill,
+    scratch: &Path,
+    name: &str,
+    method: Method,
+    files: u64,
+) -> anyhow::Result<Vec<u32>> {
+    if files == 0 {
+        return Ok(Vec::new());
+    }
+    if files > u32::MAX as u64 {
+        bail!("fpart: {files} entries is more than this planner indexes");
+    }
+    let dir = scratch.join(format!("{name}.fpart"));
+    std::fs::create_dir_all(&dir)?;
+    let mut cmd = Command::new("fpart");
+    cmd.arg("-a")
+        .arg("-i")
+        .arg("-")
+        .arg("-o")
+        .arg(dir.join("fp"));
+    fpart_limits(&mut cmd, method, files);
     eprintln!("+ {cmd:?}");
     // fpart's chatter goes to our stderr: stdout may carry --json.
     let stderr = std::io::stderr().as_fd().try_clone_to_owned()?;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{list_all, Meta, OpenOptions, Store, UploadPlan};
+use crate::keyspace::Cuts;
 use crate::location::BlobLocation;
 use crate::manifest::{Kind, Mtime};
-use crate::shard::Cuts;
 use crate::stats::Stats;
 
 const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -73,7 +73,7 @@ impl Azurite {
 
     /// What the commands open a store with, but for Azurite's account and key.
     pub fn options() -> OpenOptions {
-        let common = crate::cli::Common {
+        let common = crate::commands::args::Common {
             auth: crate::storage::azure::auth::AuthMode::Key,
             max_retries: 2,
             block_md5: true,

@@ -16,7 +16,8 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use crate::shard::Cuts;
+use crate::keyspace::Cuts;
+use crate::preserve::Preserve;
 
 use filesystem::{on_thread, Filesystem};
 /// For constructing one directly (a test's store); everything else goes through `open`.
@@ -54,7 +55,19 @@ impl Meta {
         }
     }
 
-    /// The metadata a listed entry gives (what of it a copy keeps: `Preserve::keep`).
+    /// What of this metadata a copy keeps: the one place metadata is filtered by `--preserve`.
+    pub fn kept(self, preserve: &Preserve) -> Meta {
+        Meta {
+            mtime: self.mtime.filter(|_| preserve.times),
+            mode: self.mode.filter(|_| preserve.mode),
+            uid: self.uid.filter(|_| preserve.owner),
+            gid: self.gid.filter(|_| preserve.owner),
+            md5: self.md5,
+            sparse: self.sparse.filter(|_| preserve.sparse),
+        }
+    }
+
+    /// The metadata a listed entry gives (what of it a copy keeps: `Meta::kept`).
     pub fn of_entry(e: &Entry) -> Meta {
         Meta::posix(e.mtime, e.mode, e.owner)
     }

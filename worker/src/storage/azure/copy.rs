@@ -444,7 +444,7 @@ mod tests {
         let md5 = [7u8; 16];
         let mut h = Headers::new();
         h.insert("content-length", "10");
-        h.insert("content-md5", super::super::b64(&md5));
+        h.insert("content-md5", super::super::posix::b64(&md5));
         let source = Meta {
             md5: Some(md5),
             ..Meta::default()

@@ -51,10 +51,10 @@ use super::{
     Upload, UploadPlan,
 };
 use crate::error::{Interruption, Result, StoreError};
+use crate::keyspace::Cuts;
 use crate::location::BlobLocation;
 use crate::manifest::{Entry, Kind};
 use crate::retry::{retry, RetryPolicy};
-use crate::shard::Cuts;
 use crate::stats::Stats;
 use crate::storage::metadata::{sparse, xattrs};
 use auth::{Credential, SharedKeyPolicy};
@@ -149,11 +149,6 @@ struct Clients {
     /// The token source the pipeline signs with, for the parts of a Blob Batch, which carry
     /// their own authorization.
     token: Option<Arc<dyn azure_core::credentials::TokenCredential>>,
-}
-
-pub(super) fn b64(data: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
 /// How long an idle connection is kept for reuse (see `http_client`).
@@ -346,7 +341,7 @@ impl Inner {
         let mut req = s.request(Method::Put, &name).await?;
         req.insert_header("content-length", data.len().to_string());
         if let Some(md5) = meta.md5 {
-            req.insert_header("content-md5", b64(&md5));
+            req.insert_header("content-md5", posix::b64(&md5));
         }
         req.insert_header("x-ms-blob-type", "BlockBlob");
         for (k, v) in s.content_headers(&name, kind, props) {
@@ -667,7 +662,7 @@ impl Inner {
             md5: b.md5,
             mode: p.mode,
             owner: p.owner,
-            xattrs: xattrs::listed_digest(&b.metadata, &p),
+            xattrs: xattrs::listed_digest(&b.metadata, p.records_attributes()),
             ..Default::default()
         }))
     }
@@ -911,7 +906,7 @@ impl Store for AzureStore {
                     mode: meta.mode,
                     owner,
                     // As a listing gives it: one rule for what a blob says of its attributes.
-                    xattrs: xattrs::listed_digest(&user, &posix::read(&user)),
+                    xattrs: xattrs::listed_digest(&user, posix::read(&user).records_attributes()),
                     ..Default::default()
                 },
                 meta,

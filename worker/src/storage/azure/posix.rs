@@ -135,7 +135,7 @@ pub fn write(meta: &Meta, kind: Kind, style: PosixStyle) -> HashMap<String, Stri
         _ => S_IFREG,
     };
     if let Some(md5) = meta.md5 {
-        put(WRITTEN_MD5_KEY, super::b64(&md5));
+        put(WRITTEN_MD5_KEY, b64(&md5));
     }
     if let Some(s) = &meta.sparse {
         put(
@@ -250,12 +250,38 @@ fn format_go_time(t: Mtime) -> String {
     format!("{} {} +0000", &iso[..10], &iso[11..19])
 }
 
+/// A Content-MD5 (or any bytes) as the service writes it: standard Base64. Here, not in
+/// azure/mod.rs, so that the metadata codecs (storage/metadata), which read `Posix`, import no
+/// module that imports them.
+pub(super) fn b64(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         lowercased(pairs.iter().copied())
+    }
+
+    #[test]
+    fn a_blob_recording_posix_attributes_without_the_xattrs_key_holds_none() {
+        use crate::storage::metadata::xattrs::{listed_digest, KEY, NOT_KEPT};
+        let digest = |m: &HashMap<String, String>| listed_digest(m, read(m).records_attributes());
+        let m = map(&[("mode", "100644")]);
+        assert_eq!(digest(&m), Some(crate::xattrs::empty_digest()));
+        let rclone = map(&[("mtime", "2023-11-14T22:13:20Z")]);
+        assert_eq!(digest(&rclone), None, "an mtime alone");
+        let bad = map(&[("mode", "100644"), (KEY, "AQ==")]);
+        assert_eq!(
+            listed_digest(&bad, Posix::default().records_attributes()),
+            None,
+            "unreadable"
+        );
+        let big = map(&[("mode", "100644"), (KEY, NOT_KEPT)]);
+        assert_eq!(digest(&big), None, "not kept");
     }
 
     const T: Mtime = Mtime {

@@ -410,7 +410,7 @@ pub(super) fn copy_symlink(
     let (dir, name) = dst.parent(dst_rel, true)?;
     let meta = Meta {
         mode: None,
-        ..keep.keep(meta_of(&md))
+        ..meta_of(&md).kept(keep)
     };
     let wanted = Wanted::as_user(keep, id.euid);
     symlink_into_place(&dir, name, &target, |tmp| {

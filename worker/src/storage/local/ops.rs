@@ -11,10 +11,9 @@ use bytes::Bytes;
 use super::beneath::{self, fd};
 use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
 use super::posix::{
-    apply_link_meta, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times, read_exact_at,
-    remove_tree_at, staging_name, stamp, temp_name, umask, unchanged,
+    apply_link_meta, changed, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times,
+    read_exact_at, remove_tree_at, staging_name, stamp, temp_name, umask, unchanged,
 };
-use super::store::changed;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;

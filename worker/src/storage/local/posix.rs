@@ -10,6 +10,7 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::beneath::{self, fd};
+use crate::error::StoreError;
 use crate::manifest::{Entry, Kind, Mtime};
 use crate::storage::{fnv1a, Meta};
 
@@ -200,6 +201,22 @@ pub(super) fn unchanged(before: &str, now: &fs::Metadata) -> std::io::Result<()>
         ));
     }
     Ok(())
+}
+
+/// A change seen while reading is an integrity failure: retrying cannot help, and the partial
+/// state built from the old bytes must go.
+pub(super) fn changed(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Io { path, source }
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::Other | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            StoreError::Integrity(format!("{path}: {source}"))
+        }
+        e => e,
+    }
 }
 
 pub(crate) fn meta_of(md: &fs::Metadata) -> Meta {

@@ -9,37 +9,21 @@ use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
 use super::posix::{
-    apply_meta_fd, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
+    apply_meta_fd, changed, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
     temp_name, unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};
 use super::LocalStore;
 use crate::error::{Result, StoreError};
+use crate::keyspace::{Cuts, Range};
 use crate::manifest::{Entry, Kind};
-use crate::shard::{Cuts, Range};
 use crate::sparse;
 use crate::storage::filesystem::Filesystem;
 use crate::storage::{
     blocking, Capabilities, Chunk, Meta, ObjectVersion, Props, Store, StoredXattrs, Upload,
     UploadPlan,
 };
-
-/// A change seen while reading is an integrity failure: retrying cannot help, and the partial
-/// state built from the old bytes must go.
-pub(super) fn changed(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Io { path, source }
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::Other | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            StoreError::Integrity(format!("{path}: {source}"))
-        }
-        e => e,
-    }
-}
 
 #[async_trait]
 impl Store for LocalStore {

@@ -13,8 +13,8 @@ use super::leftover::{self, Met};
 use super::posix::entry_with_target;
 use super::LocalStore;
 use crate::error::{Result, StoreError};
+use crate::keyspace::Range;
 use crate::manifest::{Entry, Kind};
-use crate::shard::Range;
 use crate::xattrs::{self, Wanted};
 
 /// Reads the digest of an entry's kept attributes for a listing. A filesystem that answers

