@@ -12,7 +12,8 @@ build:
 	cargo build --release --manifest-path $(CARGO_MANIFEST)
 
 # Formatting and lints, each a gate: rustfmt, clippy (warnings denied), ruff (ruff.toml), no
-# Python function over 100 lines (tools/function_length.py), snakefmt.
+# function over 100 lines in the scripts or the worker (tools/long_functions.py), snakefmt, and
+# the worker's floors (tools/import_floors.py over worker/floors.toml: no circle, no import up).
 # Nextflow 24.10 has no linter (`nextflow lint` arrived in 25.04).
 
 lint: setup
@@ -20,7 +21,7 @@ lint: setup
 	cargo clippy --release --all-targets --quiet --manifest-path $(CARGO_MANIFEST) -- -D warnings
 	.venv/bin/ruff check --quiet .
 	.venv/bin/ruff format --check --quiet .
-	.venv/bin/python tools/function_length.py workflow/scripts
+	.venv/bin/python tools/long_functions.py --lang python workflow/scripts
 	.venv/bin/snakefmt --check Snakefile workflow/rules
 	.venv/bin/python tools/import_floors.py
 	.venv/bin/python tools/long_functions.py worker/src $(LONG_FUNCTIONS_LEFT)
