@@ -201,14 +201,8 @@ def floor_of(rel: str, floors: list[tuple[str, list[str]]]) -> int | None:
     return best
 
 
-def allowed_pairs(path: Path | None) -> list[list[str]]:
-    if path is None:
-        return []
-    return [sorted(p["files"]) for p in tomllib.loads(path.read_text()).get("pair", [])]
-
-
 def check(src: Path, floors_file: Path | None) -> tuple[list[list[str]], list[str], list[str]]:
-    """(circles but the declared pair, upward imports, files on no floor)."""
+    """(circles, upward imports, files on no floor)."""
     found = imports(src)
     nodes = {f.relative_to(src).as_posix() for f in src.rglob("*.rs")}
     edges: dict[str, set[str]] = {}
@@ -228,8 +222,7 @@ def check(src: Path, floors_file: Path | None) -> tuple[list[list[str]], list[st
                     f"worker/src/{i.src}:{i.line}: {i.path} — floor '{floors[a][0]}' "
                     f"imports '{floors[b][0]}' ({i.dst}) above it"
                 )
-    pairs = allowed_pairs(floors_file)
-    return [c for c in circles(nodes, edges) if c not in pairs], up, unplaced
+    return circles(nodes, edges), up, unplaced
 
 
 def main(argv: list[str] | None = None) -> int:

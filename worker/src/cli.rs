@@ -4,9 +4,10 @@
 use clap::{Parser, Subcommand};
 
 use crate::commands::{
-    carry::CarryArgs, check::CheckArgs, copy::CopyArgs, env::EnvArgs, expand::ExpandArgs, lease::LeaseArgs, ls::LsArgs,
-    mk::MkArgs, names::NamesArgs, partition::PartitionArgs, plan::PlanArgs, prune::PruneArgs,
-    rm::RmArgs, shard::ShardArgs, status::StatusArgs, units::UnitsArgs, verify::VerifyArgs,
+    carry::CarryArgs, check::CheckArgs, copy::CopyArgs, env::EnvArgs, expand::ExpandArgs,
+    lease::LeaseArgs, ls::LsArgs, mk::MkArgs, names::NamesArgs, partition::PartitionArgs,
+    plan::PlanArgs, prune::PruneArgs, rm::RmArgs, shard::ShardArgs, status::StatusArgs,
+    units::UnitsArgs, verify::VerifyArgs,
 };
 
 #[derive(Parser, Debug)]

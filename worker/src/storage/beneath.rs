@@ -251,6 +251,40 @@ pub fn sync_fs(dir: BorrowedFd) -> io::Result<()> {
     check(unsafe { libc::syncfs(dir.as_raw_fd()) }).map(drop)
 }
 
+/// Removes `name` in `dir`: a file or symlink at once, a directory after everything in it.
+pub(crate) fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
+    match unlink_at(fd(dir), name, false) {
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {}
+        r => return r,
+    }
+    let sub = open_at(fd(dir), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+    {
+        use std::os::fd::AsRawFd;
+        // The directory opened above, listed through its handle: never a path resolved again.
+        for de in std::fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))? {
+            remove_tree_at(&sub, de?.file_name().as_bytes())?;
+        }
+    }
+    unlink_at(fd(dir), name, true)
+}
+
+/// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked
+/// by setting it, and other threads create files meanwhile.
+pub(crate) fn umask() -> u32 {
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("Umask:")
+                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+                })
+            })
+            .unwrap_or(0o022)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::beneath::{self, fd};
+use super::leftover::temp_name;
 use super::posix::{
     apply_link_meta, apply_meta_fd, chowned, create_temp, kind_of, link_in, meta_of, mtime_times,
-    stamp, temp_name, unchanged,
+    stamp, unchanged,
 };
 use super::{Inherits, LocalStore};
 use crate::manifest::{Kind, Mtime};

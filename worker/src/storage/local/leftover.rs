@@ -23,8 +23,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime};
 
-use super::beneath::{self, fd};
-use super::posix::remove_tree_at;
+use super::beneath::{self, fd, remove_tree_at, umask};
+use crate::storage::fnv1a;
 
 /// The mark of a temp file (and staging directory) ferry made.
 pub(super) const MARK: u32 = libc::S_ISVTX;
@@ -36,6 +36,16 @@ const QUIET: Duration = Duration::from_secs(5);
 
 fn is_hex16(s: &[u8]) -> bool {
     s.len() == 16 && s.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Name of the temp file that stands in for the final name `name` until it is complete.
+pub(crate) fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
+    format!(".ferry-{:016x}.{suffix}", fnv1a(name)).into_bytes()
+}
+
+/// The name of the `k`th staging directory at the root.
+pub(super) fn staging_name(k: usize) -> Vec<u8> {
+    format!(".ferry-stage-{k}.partial").into_bytes()
 }
 
 /// `temp_name`'s exact form.
@@ -120,7 +130,7 @@ pub(super) fn make_staging_dir(root: &OwnedFd, name: &[u8]) -> std::io::Result<(
 /// Gives a temp file made with mode `mode` (and the mark) that mode alone, where nothing sets
 /// its final mode before the rename.
 pub(super) fn clear_mark(f: &std::fs::File, mode: u32) -> std::io::Result<()> {
-    let mode = mode & 0o7777 & !super::posix::umask() & !MARK;
+    let mode = mode & 0o7777 & !umask() & !MARK;
     // SAFETY: a valid descriptor.
     if unsafe { libc::fchmod(f.as_raw_fd(), mode as libc::mode_t) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -221,7 +231,6 @@ pub(super) fn remove(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::local::posix::{staging_name, temp_name};
     use std::os::unix::ffi::OsStrExt;
 
     #[test]

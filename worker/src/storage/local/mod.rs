@@ -36,9 +36,10 @@ use crate::xattrs::Wanted;
 
 pub use copy::{DirNow, Identity, Quirks, Staged, TempIn};
 pub use inherit::Inherits;
+pub(crate) use leftover::temp_name;
 pub(crate) use limits::open_files_limit;
 pub use limits::raise_open_files_limit;
-pub(crate) use posix::{entry_of, entry_with_target, is_remote, meta_of, temp_name};
+pub(crate) use posix::{entry_of, entry_with_target, is_remote, meta_of};
 use walk::XattrLister;
 
 /// Cheap to clone: blocking work takes its own handle to another thread.

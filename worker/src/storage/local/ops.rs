@@ -9,10 +9,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::beneath::{self, fd};
+use super::beneath::{remove_tree_at, umask};
 use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
+use super::leftover::{staging_name, temp_name};
 use super::posix::{
     apply_link_meta, changed, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times,
-    read_exact_at, remove_tree_at, staging_name, stamp, temp_name, umask, unchanged,
+    read_exact_at, stamp, unchanged,
 };
 use super::LocalStore;
 use crate::error::{Result, StoreError};

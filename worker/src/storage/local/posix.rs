@@ -10,26 +10,10 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::beneath::{self, fd};
+use super::leftover::temp_name;
 use crate::error::StoreError;
 use crate::manifest::{Entry, Kind, Mtime};
-use crate::storage::{fnv1a, Meta};
-
-/// Removes `name` in `dir`: a file or symlink at once, a directory after everything in it.
-pub(super) fn remove_tree_at(dir: &OwnedFd, name: &[u8]) -> std::io::Result<()> {
-    match beneath::unlink_at(fd(dir), name, false) {
-        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {}
-        r => return r,
-    }
-    let sub = beneath::open_at(fd(dir), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
-    {
-        use std::os::fd::AsRawFd;
-        // The directory opened above, listed through its handle: never a path resolved again.
-        for de in fs::read_dir(format!("/proc/self/fd/{}", sub.as_raw_fd()))? {
-            remove_tree_at(&sub, de?.file_name().as_bytes())?;
-        }
-    }
-    beneath::unlink_at(fd(dir), name, true)
-}
+use crate::storage::Meta;
 
 /// `linkat` of `from` in `from_dir` as `to` in `to_dir`: the entry itself, never a symlink's
 /// target.
@@ -364,15 +348,6 @@ pub(super) fn apply_link_meta(dir: &OwnedFd, name: &[u8], meta: &Meta) -> std::i
     Ok(())
 }
 
-pub(super) fn staging_name(k: usize) -> Vec<u8> {
-    format!(".ferry-stage-{k}.partial").into_bytes()
-}
-
-/// Name of the temp file that stands in for the final name `name` until it is complete.
-pub(crate) fn temp_name(name: &[u8], suffix: &str) -> Vec<u8> {
-    format!(".ferry-{:016x}.{suffix}", fnv1a(name)).into_bytes()
-}
-
 pub(super) fn read_exact_at(f: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
@@ -449,23 +424,6 @@ pub(super) fn write_all_vectored_at(
         }
     }
     Ok(())
-}
-
-/// This process's umask, read where reading it changes nothing: `umask(2)` can only be asked
-/// by setting it, and other threads create files meanwhile.
-pub(crate) fn umask() -> u32 {
-    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *UMASK.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines().find_map(|l| {
-                    l.strip_prefix("Umask:")
-                        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-                })
-            })
-            .unwrap_or(0o022)
-    })
 }
 
 #[cfg(test)]

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::beneath::{self, fd};
+use super::leftover::temp_name;
 use super::posix::{
     apply_meta_fd, changed, create_temp, entry_with_target, link_in, meta_of, read_exact_at, stamp,
-    temp_name, unchanged, write_all_vectored_at,
+    unchanged, write_all_vectored_at,
 };
 use super::upload::LocalUpload;
 use super::walk::{walk, walk_threads};

@@ -11,7 +11,8 @@ use bytes::Bytes;
 
 use super::beneath::{self, fd};
 use super::leftover;
-use super::posix::{apply_meta_fd, create_temp, read_exact_at, temp_name, write_all_vectored_at};
+use super::leftover::temp_name;
+use super::posix::{apply_meta_fd, create_temp, read_exact_at, write_all_vectored_at};
 use super::LocalStore;
 use crate::error::{no_space, Result, StoreError};
 use crate::sparse::{self, Sparse};
