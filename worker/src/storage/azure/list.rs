@@ -5,8 +5,11 @@
 //! A range is `[lo, hi)` in the container's key order. Its first page is asked for with
 //! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); once a page of it is full, the
 //! rest of the range is cut at boundaries estimated from the page (`boundaries`), and every piece
-//! is a range of its own, listed at once and cut again in turn. A container of one page costs one
-//! request, as it always did; from the first full page on, the cut is what saves round trips.
+//! is a range of its own, listed at once and cut again in turn. The first page goes out with the
+//! top level listed with the delimiter `/` (the first cut is made at its prefixes too: the
+//! projects beside the first page's) and a probe of `startFrom` (a service ignoring it is listed
+//! as one stream): a container of one page costs one round trip; from the first full page on,
+//! the cut is what saves round trips.
 //! Coverage never depends on the estimate: the pieces are contiguous, the first continues
 //! from the page's marker, the last ends at the parent's `hi`. So a flat container of hashed names
 //! and a deep tree are both cut, and a tree of tiny directories costs what any tree of its size
