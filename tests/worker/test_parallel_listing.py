@@ -105,12 +105,10 @@ def test_parallel_listing_equals_one_stream_byte_for_byte(
     assert pages <= len(sequential) <= pages + 1, (pages, len(sequential))
     assert not any("startFrom" in r.query for r in sequential)
     assert many_summary["requests"]["list_pages"] == len(parallel)
-    # Cut into ranges indeed, and at a bounded cost: a page per range beyond the stream's pages,
-    # and the top level listed beside the first page.
+    # Cut into ranges indeed, and at a bounded cost: a page per range beyond the stream's pages.
     ranges = [r for r in parallel if "startFrom" in r.query]
     assert len(ranges) >= 4, f"{layout}: only {len(ranges)} ranges were listed from a key"
-    assert len([r for r in parallel if "delimiter" in r.query]) == 1
-    assert len(parallel) <= len(sequential) + len(ranges) + 2, (
+    assert len(parallel) <= len(sequential) + len(ranges) + 1, (
         len(parallel),
         len(sequential),
         len(ranges),
@@ -167,14 +165,13 @@ def test_a_service_that_ignores_start_from_is_listed_as_one_stream(
     assert many.stdout_bytes == one.stdout_bytes
     from_a_key = [r for r in sent if "startFrom" in r.query]
     if probe == "probe-ignored":
-        # The probe is the only request from a key; one stream's pages, the probe and the top
-        # level (sent beside the first page).
+        # The probe is the only request from a key; one stream's pages beside it.
         assert len(from_a_key) == 1, len(from_a_key)
-        assert len(sent) <= stream + 2, (len(sent), stream)
+        assert len(sent) <= stream + 1, (len(sent), stream)
     else:
         # One round of ranges (at most twice the concurrency live) wasted, no more.
         assert 1 < len(from_a_key) <= 1 + 2 * 8, len(from_a_key)
-        assert len(sent) <= stream + 2 + 2 * 8 + 1, (len(sent), stream)
+        assert len(sent) <= stream + 1 + 2 * 8 + 1, (len(sent), stream)
 
 
 def test_a_listing_of_fewer_entries_than_a_page_is_one_round_trip(

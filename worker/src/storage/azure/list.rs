@@ -5,11 +5,9 @@
 //! A range is `[lo, hi)` in the container's key order. Its first page is asked for with
 //! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); once a page of it is full, the
 //! rest of the range is cut at boundaries estimated from the page (`boundaries`), and every piece
-//! is a range of its own, listed at once and cut again in turn. The first page goes out with the
-//! top level listed with the delimiter `/` (the first cut is made at its prefixes too: the
-//! projects beside the first page's) and a probe of `startFrom` (a service ignoring it is listed
-//! as one stream): a container of one page costs one round trip; from the first full page on,
-//! the cut is what saves round trips.
+//! is a range of its own, listed at once and cut again in turn. The first page goes out with a
+//! probe of `startFrom` (a service ignoring it is listed as one stream): a container of one page
+//! costs one round trip; from the first full page on, the cut is what saves round trips.
 //! Coverage never depends on the estimate: the pieces are contiguous, the first continues
 //! from the page's marker, the last ends at the parent's `hi`. So a flat container of hashed names
 //! and a deep tree are both cut, and a tree of tiny directories costs what any tree of its size
@@ -46,9 +44,6 @@ pub(super) trait Pages: Send + Sync + 'static {
         max: u32,
     ) -> Result<ListPage>;
     fn entry(&self, blob: BlobItem) -> Option<Result<Entry>>;
-    /// The first `max` entries of the root's top level, listed with the delimiter `/`: the
-    /// prefixes (full names, each ending in `/`) a listing is cut by.
-    async fn top_level(&self, max: u32) -> Result<Vec<String>>;
 }
 
 #[async_trait]
@@ -69,11 +64,6 @@ impl Pages for Inner {
 
     fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
         self.entry_of(blob)
-    }
-
-    async fn top_level(&self, max: u32) -> Result<Vec<String>> {
-        let page = self.list_page(false, &self.root, None, None, max).await?;
-        Ok(page.prefixes)
     }
 }
 
@@ -126,9 +116,6 @@ struct Lister {
     /// Whether the service ignores `startFrom`, asked beside the first page; awaited by the
     /// first cut.
     probe: tokio::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
-    /// The top level's prefixes, asked beside the first page and cut by in the first cut: the
-    /// other projects of a deep tree, which the first page shows nothing of.
-    top: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Vec<String>>>>,
     page: u32,
 }
 
@@ -152,12 +139,8 @@ pub(super) async fn list(
 ) -> Result<()> {
     // A range from a key shows on its first page whether `startFrom` is honoured; a listing
     // from the start asks beside its first page, before cutting anything.
-    let first = concurrency > 1 && lo.is_none();
-    let probe = first.then(|| tokio::spawn(ignores_start_from(pages.clone())));
-    let top = first.then(|| {
-        let pages = pages.clone();
-        tokio::spawn(async move { pages.top_level(page).await.unwrap_or_default() })
-    });
+    let probe =
+        (concurrency > 1 && lo.is_none()).then(|| tokio::spawn(ignores_start_from(pages.clone())));
     let lister = Arc::new(Lister {
         prefix: pages.prefix().to_string(),
         pages,
@@ -167,23 +150,15 @@ pub(super) async fn list(
         cutting: AtomicBool::new(concurrency > 1),
         stopped: AtomicBool::new(false),
         probe: tokio::sync::Mutex::new(probe),
-        top: tokio::sync::Mutex::new(top),
         page,
     });
     let listed = lister.drain(lo, hi, out).await;
     // A listing done before its probe answered (one page) waits for it, so that every request
     // sent is counted in what the listing reports.
-    let top = lister.top.lock().await.take();
     if let Some(probe) = lister.probe.lock().await.take() {
         match listed {
             Ok(()) => drop(probe.await),
             Err(_) => probe.abort(),
-        }
-    }
-    if let Some(top) = top {
-        match listed {
-            Ok(()) => drop(top.await),
-            Err(_) => top.abort(),
         }
     }
     listed
@@ -406,43 +381,24 @@ impl Lister {
             }
         }
         drop(probe);
-        let top = match self.top.lock().await.take() {
-            Some(asked) => asked.await.unwrap_or_default(),
-            None => Vec::new(),
-        };
         if !self.cutting.load(Ordering::SeqCst) {
             return Vec::new();
         }
         let room = self
             .max_live
             .saturating_sub(self.live.load(Ordering::SeqCst));
-        let (Some(first), Some(last)) = (page.first(), page.last()) else {
-            return Vec::new();
-        };
-        if room <= 1 {
-            return Vec::new();
+        match (page.first(), page.last()) {
+            (Some(first), Some(last)) if room > 1 => boundaries(
+                &self.prefix,
+                page.iter().map(|b| b.name.as_str()),
+                &first.name,
+                &last.name,
+                hi,
+                room - 1,
+                seen,
+            ),
+            _ => Vec::new(),
         }
-        // The top level's prefixes past the page, at most half the pieces (evenly chosen when
-        // there are more); the page's own subtree, up to the first of them, cut by estimate.
-        let after: Vec<&String> = top
-            .iter()
-            .filter(|p| p.as_str() > last.name.as_str() && hi.is_none_or(|h| p.as_str() < h))
-            .collect();
-        let take = after.len().min((room - 1) / 2);
-        let mut cuts: Vec<String> = (0..take)
-            .map(|i| after[i * after.len() / take].clone())
-            .collect();
-        let own = boundaries(
-            &self.prefix,
-            page.iter().map(|b| b.name.as_str()),
-            &first.name,
-            &last.name,
-            cuts.first().map(String::as_str).or(hi),
-            room - 1 - take,
-            seen,
-        );
-        cuts.splice(0..0, own);
-        cuts
     }
 }
 
@@ -591,21 +547,6 @@ mod tests {
             })
         }
 
-        async fn top_level(&self, max: u32) -> Result<Vec<String>> {
-            self.requests.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(self.latency).await;
-            let mut top: Vec<String> = Vec::new();
-            for n in &self.names {
-                if let Some(at) = n.find('/') {
-                    if top.last().is_none_or(|t| t.as_str() != &n[..=at]) {
-                        top.push(n[..=at].to_string());
-                    }
-                }
-            }
-            top.truncate(max as usize);
-            Ok(top)
-        }
-
         fn entry(&self, blob: BlobItem) -> Option<Result<Entry>> {
             Some(Ok(Entry {
                 path: blob.name.into_bytes(),
@@ -722,11 +663,10 @@ mod tests {
                     "{name} {n}: {many} requests, {many_s} s"
                 );
             } else {
-                // Pieces past the last name cost a request each, and the first round sends the
-                // probe and the top level beside the page: a handful more than one stream,
-                // never one per directory (a tiny tree of 25,000 has 12,500).
+                // Pieces past the last name cost a request each: a handful more than one
+                // stream, never one per directory (a tiny tree of 25,000 has 12,500).
                 assert!(
-                    many <= 6 * pages,
+                    many <= 5 * pages,
                     "{name} {n}: {many} requests where one stream sends {pages}"
                 );
             }
@@ -753,7 +693,7 @@ mod tests {
             let (one, one_s) = run(names.clone(), 1, 5000).await;
             assert_eq!(one, pages);
             let (probed, probed_s) = run_on(names.clone(), 16, 5000, StartFrom::Ignored).await;
-            assert!(probed <= one + 2, "{name}: {probed} requests against {one}");
+            assert!(probed <= one + 1, "{name}: {probed} requests against {one}");
             assert!(probed_s <= one_s, "{name}: {probed_s} s against {one_s}");
             let (late, late_s) = run_on(names.clone(), 16, 5000, StartFrom::IgnoredButProbe).await;
             eprintln!("{name}: one stream {one} requests {one_s:.0} s; probed {probed}, {probed_s:.0} s; found late {late}, {late_s:.0} s");
