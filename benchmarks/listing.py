@@ -72,19 +72,43 @@ def names(layout: str, n: int) -> list[str]:
     raise ValueError(layout)
 
 
-class Site:
-    """One layout in its own Azurite, behind a toxiproxy that delays every response."""
+LOCKED = "3.37.0 (lock)"
 
-    def __init__(self, layout: str, n: int, work: Path, toxi, latency_ms: int):
-        self.layout, self.work = layout, work
-        (work / "azurite").mkdir(parents=True)
+
+class Site:
+    """One layout in its own Azurite, behind a toxiproxy that delays every response. With
+    `seeded` (another site), a copy of that site's Azurite files served by the Azurite at
+    `binary` (an older one: seeding 50,000 blobs takes it over 8 minutes)."""
+
+    def __init__(
+        self, layout: str, n: int, work: Path, toxi, latency_ms: int, seeded=None, binary=None
+    ):
+        self.layout, self.work, self.binary = layout, work, binary
+        self.version = LOCKED if binary is None else azurite_version(binary)
+        work.mkdir(parents=True)
+        if seeded is not None:
+            seeded.stop()
+            shutil.copytree(seeded.work / "azurite", work / "azurite")
+            seeded.start()
+        else:
+            (work / "azurite").mkdir()
         self.port = free_port()
-        self.azurite = spawn_azurite(
-            self.port, work / "azurite", work / "azurite.log", lambda: azurite_answers(self.port)
-        )
-        self.seed(n)
-        self.proxy = toxi.proxy(self.port, name=f"az-{layout}")
+        self.start()
+        if seeded is None:
+            self.seed(n)
+        else:
+            self.count = self.listed_count()
+        self.proxy = toxi.proxy(self.port, name=f"az-{layout}-{self.version.split()[0]}")
         self.proxy.toxic("latency", latency=latency_ms)
+
+    def start(self) -> None:
+        self.azurite = spawn_azurite(
+            self.port,
+            self.work / "azurite",
+            self.work / "azurite.log",
+            lambda: azurite_answers(self.port),
+            self.binary,
+        )
 
     def url(self, port: int | None = None) -> str:
         return f"http://127.0.0.1:{port or self.port}/{AZ_ACCOUNT}/{CONTAINER}"
@@ -118,6 +142,12 @@ class Site:
 
     def stop(self) -> None:
         end_process(self.azurite)
+
+
+def azurite_version(binary: Path) -> str:
+    return subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def ferry_env() -> dict:
@@ -263,16 +293,29 @@ def measure(args) -> dict:
     shutil.copy2(REPO / "worker" / "target" / "release" / "ferry", FERRY)
     load_start = os.getloadavg()[0]
     toxi = start_toxiproxy(REPO, SCRATCH)
-    table = tools(args.azcopy)
+    table = {name: spec for name, spec in tools(args.azcopy).items() if name in args.tools}
     results = []
     try:
         for layout in args.layouts:
-            site = Site(layout, args.blobs, SCRATCH / layout, toxi, args.latency_ms)
+            sites = [Site(layout, args.blobs, SCRATCH / layout, toxi, args.latency_ms)]
+            if args.old_azurite:
+                sites.append(
+                    Site(
+                        layout,
+                        args.blobs,
+                        SCRATCH / f"{layout}-old",
+                        toxi,
+                        args.latency_ms,
+                        seeded=sites[0],
+                        binary=args.old_azurite,
+                    )
+                )
             try:
-                runs: dict[str, list[dict]] = {name: [] for name in table}
-                order = list(table)
+                # Every (service, tool) pair once a round, in an order rotated every round.
+                pairs = [(site, name) for site in sites for name in table]
+                runs: dict = {(site.version, name): [] for site, name in pairs}
                 for rnd in range(args.runs):
-                    for name in order[rnd % len(order) :] + order[: rnd % len(order)]:
+                    for site, name in pairs[rnd % len(pairs) :] + pairs[: rnd % len(pairs)]:
                         by_directory = name in BY_DIRECTORY
                         if by_directory and rnd > 0:
                             continue
@@ -283,32 +326,39 @@ def measure(args) -> dict:
                             SCRATCH / "run",
                             args.scan_limit if by_directory else None,
                         )
-                        runs[name].append(row)
-                        log(f"{layout} round {rnd + 1}: {name}: {row}")
-                for name, rows in runs.items():
+                        runs[(site.version, name)].append(row)
+                        log(f"{layout} ({site.version}) round {rnd + 1}: {name}: {row}")
+                for (version, name), rows in runs.items():
                     secs = [r["seconds"] for r in rows]
                     results.append(
                         {
                             "layout": layout,
-                            "blobs": site.count,
+                            "azurite": version,
+                            "blobs": sites[0].count,
                             "tool": name,
                             "runs": len(rows),
                             "seconds": statistics.median(secs),
                             "seconds_range": [min(secs), max(secs)],
                             "given_up": any(r.get("given_up") for r in rows),
                             **(
-                                {"list_requests": rows[0]["list_requests"]}
+                                {
+                                    "list_requests": statistics.median(
+                                        r["list_requests"] for r in rows
+                                    )
+                                }
                                 if "list_requests" in rows[0]
                                 else {}
                             ),
                         }
                     )
             finally:
-                site.stop()
+                for site in sites:
+                    site.stop()
     finally:
         toxi.stop()
     # A build's place on this machine is no part of how to redo it.
-    argv = [("PATH" if args.azcopy and a == str(args.azcopy) else a) for a in sys.argv[1:]]
+    builds = {str(args.azcopy), str(args.old_azurite)}
+    argv = [("PATH" if a in builds else a) for a in sys.argv[1:]]
     command = "benchmarks/listing.py " + " ".join(argv)
     res = record(command.strip(), load_start, [])
     res.update({"latency_ms": args.latency_ms, "rows": results})
@@ -320,18 +370,21 @@ def render(res: dict) -> str:
         f"Listing a whole container, each response delayed {res['latency_ms']} ms (toxiproxy in front of Azurite); "
         "median of the rotated runs (range), and the ratio to ferry's one stream on the same layout.",
         "",
-        "| layout | blobs | tool | seconds | × one stream | List Blobs requests |",
-        "|---|---:|---|---:|---:|---:|",
+        "| layout | Azurite | blobs | tool | seconds | × one stream | List Blobs requests |",
+        "|---|---|---:|---|---:|---:|---:|",
     ]
-    base = {
-        r["layout"]: r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"
-    }
+
+    def site(r):
+        return r["layout"], r.get("azurite", LOCKED)
+
+    base = {site(r): r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"}
     for r in res["rows"]:
         lo, hi = r["seconds_range"]
         more = "> " if r.get("given_up") else ""
         lines.append(
-            f"| {r['layout']} | {r['blobs']:,} | {r['tool']} | {more}{r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
-            f"{more}{r['seconds'] / base[r['layout']]:.2f} | {r.get('list_requests', '')} |"
+            f"| {r['layout']} | {site(r)[1]} | {r['blobs']:,} | {r['tool']} | "
+            f"{more}{r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
+            f"{more}{r['seconds'] / base[site(r)]:.2f} | {r.get('list_requests', '')} |"
         )
     lines += ["", measured_on(res, "; the ratios hold better than the seconds")]
     return "\n".join(lines)
@@ -344,6 +397,17 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--layouts", default="deep,hashed,tiny", type=lambda s: s.split(","))
     p.add_argument("--azcopy", type=Path, help="an azcopy binary built from its public source")
+    p.add_argument(
+        "--old-azurite",
+        type=Path,
+        help="an older Azurite's azurite-blob (3.35.0 ignores startFrom), measured beside the lock",
+    )
+    p.add_argument(
+        "--tools",
+        default=",".join(tools(None)),
+        type=lambda s: s.split(","),
+        help="the tools to run, by their names in the table (comma-separated)",
+    )
     p.add_argument(
         "--scan-limit",
         type=float,

@@ -121,10 +121,12 @@ def end_process(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def spawn_azurite(port: int, location: Path, log: Path, answers) -> subprocess.Popen:
+def spawn_azurite(
+    port: int, location: Path, log: Path, answers, binary: Path | None = None
+) -> subprocess.Popen:
     """Azurite's blob service on a loopback port, its own process group, once `answers()` says
-    it is up."""
-    binary = REPO / "node_modules" / ".bin" / "azurite-blob"
+    it is up; the project's locked Azurite unless `binary` names another's `azurite-blob`."""
+    binary = binary or REPO / "node_modules" / ".bin" / "azurite-blob"
     if not binary.exists():
         raise RuntimeError("node_modules/.bin/azurite-blob is missing: run `make setup`")
     env = {k: v for k, v in os.environ.items() if k != "AZURITE_ACCOUNTS"}

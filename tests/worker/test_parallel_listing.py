@@ -115,13 +115,19 @@ def test_parallel_listing_equals_one_stream_byte_for_byte(
     )
 
 
-def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(
-    listed, azurite, run_ferry, tmp_path
+@pytest.mark.parametrize("layout", ["hashed", "deep", "tiny-dirs"])
+@pytest.mark.parametrize("probe", ["probe-ignored", "probe-honoured"])
+def test_a_service_that_ignores_start_from_is_listed_as_one_stream(
+    layout, probe, listed, azurite, run_ferry, tmp_path
 ):
-    """An older service version (or another emulator) lists a range from the container's start:
-    what comes before the range is dropped, no more ranges are cut, and the listing is still
-    exactly the one stream's."""
-    url = listed["hashed"]
+    """An older service version (Azurite 3.35, Azure Stack Hub) lists from the container's start
+    whatever `startFrom` says; the proxy drops the parameter as such a service does. The probe
+    sent beside the first page finds it out, and the listing is one stream and the probe. When
+    the probe cannot tell (here: its own `startFrom` passes), the first range listed from a key
+    finds it out: every range stops and one stream goes on from the furthest marker read, at
+    the cost of the round of ranges already sent. Either way, the one stream's listing byte for
+    byte."""
+    url = listed[layout]
     with FaultProxy(azurite.port) as proxy:
         signed = url.signed(port=proxy.port)
         sas_only = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None}
@@ -135,11 +141,14 @@ def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(
             "1",
             env=sas_only,
         )
+        stream = len(proxy.requests("GET", comp="list"))
+        proxy.clear_log()
         proxy.add(
             "drop_query",
             method="GET",
             query={"comp": "list", "startFrom": None},
             drop=("startFrom",),
+            skip=1 if probe == "probe-honoured" else 0,
             count=10_000,
         )
         many = run_ferry(
@@ -152,22 +161,36 @@ def test_a_service_that_ignores_start_from_still_gets_the_whole_listing(
             "8",
             env=sas_only,
         )
-        cut = [r for r in proxy.requests("GET", comp="list") if "startFrom" in r.query]
+        sent = proxy.requests("GET", comp="list")
     assert many.stdout_bytes == one.stdout_bytes
-    assert 0 < len(cut) < 16, (
-        f"{len(cut)} ranges listed from a key: cutting went on after the service ignored it"
-    )
+    from_a_key = [r for r in sent if "startFrom" in r.query]
+    if probe == "probe-ignored":
+        # The probe is the only request from a key; one stream's pages beside it.
+        assert len(from_a_key) == 1, len(from_a_key)
+        assert len(sent) <= stream + 1, (len(sent), stream)
+    else:
+        # One round of ranges (at most twice the concurrency live) wasted, no more.
+        assert 1 < len(from_a_key) <= 1 + 2 * 8, len(from_a_key)
+        assert len(sent) <= stream + 1 + 2 * 8 + 1, (len(sent), stream)
 
 
-def test_a_listing_of_fewer_entries_than_a_page_is_one_request(
+def test_a_listing_of_fewer_entries_than_a_page_is_one_round_trip(
     container, tmp_path, run_ferry, azurite
 ):
+    """One page, and beside it (in flight at once) the probe of `startFrom` and the listing of
+    the top level that a longer listing would be cut by; one stream is the page alone."""
     src = tmp_path / "src"
     make_tree(src, {f"f{i}": b"" for i in range(PAGE - 5)})
     run_ferry("copy", "--recursive", src, container)
     with FaultProxy(azurite.port) as proxy:
         out, summary = ls(run_ferry, container.via(proxy.port), tmp_path)
-        assert summary["requests"]["list_pages"] == 1 == len(proxy.requests("GET", comp="list"))
+        sent = proxy.requests("GET", comp="list")
+        proxy.clear_log()
+        ls(run_ferry, container.via(proxy.port), tmp_path, "--list-concurrency", "1")
+        assert len(proxy.requests("GET", comp="list")) == 1
+    assert summary["requests"]["list_pages"] == len(sent) <= 3
+    pages = [r for r in sent if "startFrom" not in r.query and "delimiter" not in r.query]
+    assert len(pages) == 1, [r.query for r in sent]
     assert summary["entries"] == PAGE - 5
 
 

@@ -5,8 +5,9 @@
 //! A range is `[lo, hi)` in the container's key order. Its first page is asked for with
 //! `startFrom=lo` (service version 2026-02-06 on; Azurite 3.37); once a page of it is full, the
 //! rest of the range is cut at boundaries estimated from the page (`boundaries`), and every piece
-//! is a range of its own, listed at once and cut again in turn. A container of one page costs one
-//! request, as it always did; from the first full page on, the cut is what saves round trips.
+//! is a range of its own, listed at once and cut again in turn. The first page goes out with a
+//! probe of `startFrom` (a service ignoring it is listed as one stream): a container of one page
+//! costs one round trip; from the first full page on, the cut is what saves round trips.
 //! Coverage never depends on the estimate: the pieces are contiguous, the first continues
 //! from the page's marker, the last ends at the parent's `hi`. So a flat container of hashed names
 //! and a deep tree are both cut, and a tree of tiny directories costs what any tree of its size
@@ -72,8 +73,29 @@ enum Piece {
     Entries(Vec<Result<Entry>>),
     /// A piece of the range's remainder: drained whole before the next item.
     Range(mpsc::Receiver<Result<Piece>>),
-    End,
+    /// The range is listed. One listed to its last page, not cut, tells where a stream goes on
+    /// from there: where the listing resumes should the next range stop before its first page.
+    End(Option<Rest>),
+    /// The range stopped short, the service ignoring `startFrom`: the listing goes on as one
+    /// stream from `rest` (from the last range's end when this one sent no request yet),
+    /// skipping names before `lo`.
+    Stopped {
+        lo: Option<String>,
+        rest: Option<Rest>,
+    },
 }
+
+/// Where a stream goes on from: a page's names not handed on yet, then the page's marker (None:
+/// the container's end).
+struct Rest {
+    tail: Vec<BlobItem>,
+    marker: Option<String>,
+}
+
+/// The `startFrom` of the probe sent beside the first page: past nearly every name (below the
+/// characters whose order the service and a byte order may disagree on), so that a service
+/// ignoring it answers with a name before it.
+const PROBE: char = '\u{d7ff}';
 
 /// Pages a range lists ahead of the reader before it waits.
 const AHEAD: usize = 2;
@@ -88,6 +110,12 @@ struct Lister {
     max_live: usize,
     /// Cleared for good when the service turns out to ignore `startFrom`.
     cutting: AtomicBool,
+    /// Set when a range's first page shows `startFrom` ignored: every range stops at its next
+    /// request, and the reader finishes the listing as one stream.
+    stopped: AtomicBool,
+    /// Whether the service ignores `startFrom`, asked beside the first page; awaited by the
+    /// first cut.
+    probe: tokio::sync::Mutex<Option<tokio::task::JoinHandle<bool>>>,
     page: u32,
 }
 
@@ -109,6 +137,10 @@ pub(super) async fn list(
     (lo, hi): (Option<String>, Option<String>),
     out: &mpsc::Sender<Result<Entry>>,
 ) -> Result<()> {
+    // A range from a key shows on its first page whether `startFrom` is honoured; a listing
+    // from the start asks beside its first page, before cutting anything.
+    let probe =
+        (concurrency > 1 && lo.is_none()).then(|| tokio::spawn(ignores_start_from(pages.clone())));
     let lister = Arc::new(Lister {
         prefix: pages.prefix().to_string(),
         pages,
@@ -116,32 +148,81 @@ pub(super) async fn list(
         live: AtomicUsize::new(0),
         max_live: concurrency.max(1) * 2,
         cutting: AtomicBool::new(concurrency > 1),
+        stopped: AtomicBool::new(false),
+        probe: tokio::sync::Mutex::new(probe),
         page,
     });
-    let mut stack = vec![lister.spawn(lo, None, hi)];
-    while let Some(top) = stack.last_mut() {
-        match top.recv().await {
-            Some(Ok(Piece::Entries(entries))) => {
-                for e in entries {
-                    if out.send(e).await.is_err() {
-                        // The reader has gone: dropping the stack ends every range at its next send.
-                        return Ok(());
-                    }
-                }
-            }
-            Some(Ok(Piece::Range(rx))) => stack.push(rx),
-            Some(Ok(Piece::End)) => {
-                stack.pop();
-            }
-            Some(Err(e)) => return Err(e),
-            None => {
-                return Err(StoreError::Invalid(
-                    "a listing task ended before its range was listed".into(),
-                ))
-            }
+    let listed = lister.drain(lo, hi, out).await;
+    // A listing done before its probe answered (one page) waits for it, so that every request
+    // sent is counted in what the listing reports.
+    if let Some(probe) = lister.probe.lock().await.take() {
+        match listed {
+            Ok(()) => drop(probe.await),
+            Err(_) => probe.abort(),
         }
     }
-    Ok(())
+    listed
+}
+
+impl Lister {
+    /// The ranges' pieces, depth first: the listing in the service's order.
+    async fn drain(
+        self: &Arc<Self>,
+        lo: Option<String>,
+        hi: Option<String>,
+        out: &mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
+        let mut stack = vec![self.spawn(lo, None, hi.clone())];
+        // Where the last range listed to its end stopped reading: a stopped range goes on from it.
+        let mut last_end: Option<Rest> = None;
+        while let Some(top) = stack.last_mut() {
+            match top.recv().await {
+                Some(Ok(Piece::Entries(entries))) => {
+                    for e in entries {
+                        if out.send(e).await.is_err() {
+                            // The reader has gone: dropping the stack ends every range at its next send.
+                            return Ok(());
+                        }
+                    }
+                }
+                Some(Ok(Piece::Range(rx))) => stack.push(rx),
+                Some(Ok(Piece::End(rest))) => {
+                    stack.pop();
+                    last_end = rest.or(last_end);
+                }
+                Some(Ok(Piece::Stopped { lo, rest })) => {
+                    // Everything before this range is out: the ranges after it are dropped, and one
+                    // stream lists the rest from the furthest point read.
+                    drop(stack);
+                    let rest = rest.or(last_end).ok_or_else(|| {
+                        StoreError::Invalid(
+                            "a listing range stopped with nowhere to go on from".into(),
+                        )
+                    })?;
+                    return self.stream(lo, rest, hi, out).await;
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(StoreError::Invalid(
+                        "a listing task ended before its range was listed".into(),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// True when the service answers a `startFrom` past nearly every name with a name before it:
+/// it lists from the start whatever the key (an older service version, Azurite 3.35). False
+/// when it honours it, or cannot tell (the names all lie past the probe, or the probe failed):
+/// then a range's first page still tells, later.
+async fn ignores_start_from(pages: Arc<dyn Pages>) -> bool {
+    let key = format!("{}{PROBE}", pages.prefix());
+    match pages.page(None, Some(&key), 1).await {
+        Ok(page) => page.blobs.first().is_some_and(|b| b.name < key),
+        Err(_) => false,
+    }
 }
 
 impl Lister {
@@ -175,6 +256,14 @@ impl Lister {
         let mut start_from = if marker.is_none() { lo.clone() } else { None };
         let mut seen = 0;
         loop {
+            if self.stopped.load(Ordering::SeqCst) {
+                let rest = marker.map(|m| Rest {
+                    tail: Vec::new(),
+                    marker: Some(m),
+                });
+                let _ = tx.send(Ok(Piece::Stopped { lo, rest })).await;
+                return Ok(());
+            }
             seen += 1;
             let page = {
                 let _permit = self.requests.acquire().await.expect("never closed");
@@ -186,21 +275,23 @@ impl Lister {
             if let Some(lo) = &lo {
                 if blobs.first().is_some_and(|b| b.name.as_str() < lo.as_str()) {
                     // An older service, or an emulator, that lists from the start: what lies
-                    // before `lo` is another range's, on this page and the next ones. Nothing
-                    // more is cut; this range still ends right, only slower.
+                    // before `lo` is another range's, on this page and the next ones. Every
+                    // range stops, and the listing goes on as one stream.
                     self.cutting.store(false, Ordering::SeqCst);
+                    self.stopped.store(true, Ordering::SeqCst);
                     blobs.retain(|b| b.name.as_str() >= lo.as_str());
                 }
             }
             let mut ended = page.next_marker.is_none();
+            let mut tail = Vec::new();
             if let Some(hi) = &hi {
                 if let Some(at) = blobs.iter().position(|b| b.name.as_str() >= hi.as_str()) {
-                    blobs.truncate(at);
+                    tail = blobs.split_off(at);
                     ended = true;
                 }
             }
             let cut = match (&page.next_marker, ended) {
-                (Some(_), false) => self.cut(&blobs, hi.as_deref(), seen),
+                (Some(_), false) => self.cut(&blobs, hi.as_deref(), seen).await,
                 _ => Vec::new(),
             };
             let entries: Vec<Result<Entry>> = blobs
@@ -211,7 +302,12 @@ impl Lister {
                 return Ok(());
             }
             if ended {
-                break;
+                let rest = Rest {
+                    tail,
+                    marker: page.next_marker,
+                };
+                let _ = tx.send(Ok(Piece::End(Some(rest)))).await;
+                return Ok(());
             }
             marker = page.next_marker;
             start_from = None;
@@ -230,16 +326,61 @@ impl Lister {
                         return Ok(());
                     }
                 }
-                break;
+                let _ = tx.send(Ok(Piece::End(None))).await;
+                return Ok(());
             }
         }
-        let _ = tx.send(Ok(Piece::End)).await;
-        Ok(())
+    }
+
+    /// The rest of the listing as one stream, once the service is known to ignore `startFrom`:
+    /// `rest`, then page after page from its marker, names in `[lo, hi)`.
+    async fn stream(
+        &self,
+        lo: Option<String>,
+        rest: Rest,
+        hi: Option<String>,
+        out: &mpsc::Sender<Result<Entry>>,
+    ) -> Result<()> {
+        let Rest {
+            tail: mut blobs,
+            mut marker,
+        } = rest;
+        loop {
+            if let Some(lo) = &lo {
+                blobs.retain(|b| b.name.as_str() >= lo.as_str());
+            }
+            let mut ended = marker.is_none();
+            if let Some(hi) = &hi {
+                if let Some(at) = blobs.iter().position(|b| b.name.as_str() >= hi.as_str()) {
+                    blobs.truncate(at);
+                    ended = true;
+                }
+            }
+            for e in blobs.into_iter().filter_map(|b| self.pages.entry(b)) {
+                if out.send(e).await.is_err() {
+                    return Ok(());
+                }
+            }
+            if ended {
+                return Ok(());
+            }
+            let page = self.pages.page(marker.as_deref(), None, self.page).await?;
+            (blobs, marker) = (page.blobs, page.next_marker);
+        }
     }
 
     /// Where to cut what follows a full page, as many pieces as the live ranges allow.
     /// `seen`: the pages this range has listed, the evidence of how far an open remainder goes.
-    fn cut(&self, page: &[BlobItem], hi: Option<&str>, seen: usize) -> Vec<String> {
+    async fn cut(&self, page: &[BlobItem], hi: Option<&str>, seen: usize) -> Vec<String> {
+        // The first cut waits for the probe: a service ignoring `startFrom` is listed as one
+        // stream from the start, no piece sent to it.
+        let mut probe = self.probe.lock().await;
+        if let Some(asked) = probe.take() {
+            if asked.await.unwrap_or(false) {
+                self.cutting.store(false, Ordering::SeqCst);
+            }
+        }
+        drop(probe);
         if !self.cutting.load(Ordering::SeqCst) {
             return Vec::new();
         }
@@ -354,6 +495,16 @@ mod tests {
         names: Vec<String>,
         latency: Duration,
         requests: AtomicU64,
+        start_from: StartFrom,
+    }
+
+    /// How the fake service takes `startFrom`.
+    #[derive(Clone, Copy, PartialEq)]
+    enum StartFrom {
+        Honoured,
+        Ignored,
+        /// Ignored, but for the probe's key: the probe cannot tell, a range's first page does.
+        IgnoredButProbe,
     }
 
     #[async_trait]
@@ -370,6 +521,11 @@ mod tests {
         ) -> Result<ListPage> {
             self.requests.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(self.latency).await;
+            let start_from = start_from.filter(|s| match self.start_from {
+                StartFrom::Honoured => true,
+                StartFrom::Ignored => false,
+                StartFrom::IgnoredButProbe => s.ends_with(PROBE),
+            });
             let from = match (marker, start_from) {
                 (Some(m), _) => self.names.partition_point(|n| n.as_str() <= m),
                 (None, Some(s)) => self.names.partition_point(|n| n.as_str() < s),
@@ -401,12 +557,22 @@ mod tests {
 
     /// Lists `names` (sorted here) with `concurrency` requests in flight and pages of `page`:
     /// checks the order, and gives the requests sent and the virtual seconds taken.
-    async fn run(mut names: Vec<String>, concurrency: usize, page: u32) -> (u64, f64) {
+    async fn run(names: Vec<String>, concurrency: usize, page: u32) -> (u64, f64) {
+        run_on(names, concurrency, page, StartFrom::Honoured).await
+    }
+
+    async fn run_on(
+        mut names: Vec<String>,
+        concurrency: usize,
+        page: u32,
+        start_from: StartFrom,
+    ) -> (u64, f64) {
         names.sort();
         let fake = Arc::new(Fake {
             names: names.clone(),
             latency: Duration::from_secs(1),
             requests: AtomicU64::new(0),
+            start_from,
         });
         let (tx, mut rx) = mpsc::channel::<Result<Entry>>(1024);
         let started = tokio::time::Instant::now();
@@ -509,6 +675,71 @@ mod tests {
                 assert!(many_s <= 2.0, "{name} {n}: {many_s} s");
             }
         }
+    }
+
+    /// A service that ignores `startFrom`: the probe beside the first page tells, and the
+    /// listing is one stream and the probe; when the probe cannot tell, the first range's first
+    /// page does, every range stops, and one stream goes on from the furthest marker: the
+    /// stream's pages and the one round of pieces already sent, no name twice, none lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_service_ignoring_start_from_is_listed_as_one_stream() {
+        for (name, names) in [
+            ("deep", deep(50_000)),
+            ("hashed", hashed(50_000)),
+            ("tiny", tiny(50_000)),
+            ("hashed", hashed(4_999)),
+        ] {
+            let pages = names.len().div_ceil(5000) as u64;
+            let (one, one_s) = run(names.clone(), 1, 5000).await;
+            assert_eq!(one, pages);
+            let (probed, probed_s) = run_on(names.clone(), 16, 5000, StartFrom::Ignored).await;
+            assert!(probed <= one + 1, "{name}: {probed} requests against {one}");
+            assert!(probed_s <= one_s, "{name}: {probed_s} s against {one_s}");
+            let (late, late_s) = run_on(names.clone(), 16, 5000, StartFrom::IgnoredButProbe).await;
+            eprintln!("{name}: one stream {one} requests {one_s:.0} s; probed {probed}, {probed_s:.0} s; found late {late}, {late_s:.0} s");
+            assert!(
+                late <= one + 1 + 32,
+                "{name}: {late} requests against {one}"
+            );
+            assert!(late_s <= one_s + 1.0, "{name}: {late_s} s against {one_s}");
+        }
+    }
+
+    /// Ranges from keys (a list job's) on a service ignoring `startFrom`: each is its own
+    /// names, put together the whole container.
+    #[tokio::test(start_paused = true)]
+    async fn bounded_ranges_on_a_service_ignoring_start_from() {
+        let mut names = deep(30_000);
+        names.sort();
+        let fake = Arc::new(Fake {
+            names: names.clone(),
+            latency: Duration::from_secs(1),
+            requests: AtomicU64::new(0),
+            start_from: StartFrom::Ignored,
+        });
+        let keys = [
+            None,
+            Some("proj1/".to_string()),
+            Some("proj2/d001".to_string()),
+            None,
+        ];
+        let mut got = Vec::new();
+        for w in keys.windows(2) {
+            let (tx, mut rx) = mpsc::channel::<Result<Entry>>(100_000);
+            list(fake.clone(), 16, 5000, (w[0].clone(), w[1].clone()), &tx)
+                .await
+                .unwrap();
+            drop(tx);
+            while let Some(e) = rx.recv().await {
+                got.push(String::from_utf8(e.unwrap().path).unwrap());
+            }
+        }
+        assert!(
+            got == names,
+            "{} names, not the {} in order",
+            got.len(),
+            names.len()
+        );
     }
 
     fn cut(prefix: &str, page: &[String], hi: Option<&str>, want: usize) -> Vec<String> {
