@@ -249,22 +249,7 @@ pub(super) fn stage_file(
         TempIn::Staging(_) => b"",
     };
     let inherits = dst.inherits_of(made_in)?;
-    // Created with its final permission bits where the umask allows, saving a chmod.
-    let (out, as_) = match absent
-        .then(|| dst.open_unnamed(&dir, mode & 0o777))
-        .transpose()?
-        .flatten()
-    {
-        Some(f) => (f, None),
-        None => {
-            let tmp = temp_name(name, "partial");
-            let at = match temp_in {
-                TempIn::Final => dir.clone(),
-                TempIn::Staging(d) => d.clone(),
-            };
-            (create_temp(&at, &tmp, mode & 0o777)?, Some((at, tmp)))
-        }
-    };
+    let (out, as_) = create_out(dst, &dir, name, mode, absent, temp_in)?;
     let mut refused = Refused::default();
     let named = as_.is_some();
     let written = (|| {
@@ -304,13 +289,7 @@ pub(super) fn stage_file(
         dir,
         name: name.to_vec(),
         as_: match as_ {
-            Some((at, tmp)) => {
-                let last = match keep.mode {
-                    true => mode,
-                    false => mode & 0o777 & !id.umask,
-                };
-                StagedAs::Temp(at, tmp, out, last)
-            }
+            Some((at, tmp)) => StagedAs::Temp(at, tmp, out, final_mode(mode, keep, id)),
             None => StagedAs::Unnamed(out),
         },
         bytes: md.len(),
@@ -323,6 +302,46 @@ pub(super) fn stage_file(
             staged.discard();
             Err(e)
         }
+    }
+}
+
+/// A temp name, and the directory it is in.
+type TempAt = (Arc<OwnedFd>, Vec<u8>);
+
+/// The file a staged copy is written to: unnamed in the final directory where the final name
+/// is free (`absent`) and the filesystem can, else under a temp name (returned with the
+/// directory holding it). Created with its final permission bits where the umask allows,
+/// saving a chmod.
+fn create_out(
+    dst: &LocalStore,
+    dir: &Arc<OwnedFd>,
+    name: &[u8],
+    mode: u32,
+    absent: bool,
+    temp_in: TempIn,
+) -> io::Result<(File, Option<TempAt>)> {
+    if let Some(f) = absent
+        .then(|| dst.open_unnamed(dir, mode & 0o777))
+        .transpose()?
+        .flatten()
+    {
+        return Ok((f, None));
+    }
+    let tmp = temp_name(name, "partial");
+    let at = match temp_in {
+        TempIn::Final => dir.clone(),
+        TempIn::Staging(d) => d.clone(),
+    };
+    let out = create_temp(&at, &tmp, mode & 0o777)?;
+    Ok((out, Some((at, tmp))))
+}
+
+/// The mode a file staged under a temp name gets at its commit: the source's where `--preserve`
+/// keeps it, else its permission bits less the umask, as `cp` without `-p` gives it.
+fn final_mode(mode: u32, keep: &Preserve, id: &Identity) -> u32 {
+    match keep.mode {
+        true => mode,
+        false => mode & 0o777 & !id.umask,
     }
 }
 
