@@ -532,23 +532,9 @@ pub(super) fn make_node(
     let inherits = dst.inherits_of(beneath::split(dst_rel).0)?;
     let tmp = temp_name(name, "partial");
     super::leftover::clear_temp(&dir, &tmp)?;
-    let c = std::ffi::CString::new(tmp.clone())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mode = md.mode() & 0o7777;
-    // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
-    if unsafe {
-        libc::mknodat(
-            fd(&dir).as_raw_fd(),
-            c.as_ptr(),
-            (md.mode() & libc::S_IFMT) | (mode & 0o777),
-            md.rdev(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    mknod_at(&dir, &tmp, &md)?;
     let made = (|| {
-        let mut refused = Refused::default();
         let chown = keep.owner && (md.uid(), md.gid()) != id.made_owner(inherits);
         if chown {
             apply_link_meta(
@@ -565,29 +551,7 @@ pub(super) fn make_node(
         let node = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
         let on_node = xattrs::proc_path(node.as_raw_fd());
         let wanted = Wanted::as_user(keep, id.euid);
-        // As for a file: the ACLs inherited from a default ACL go where the source has none.
-        let inherited = match inherits.default_acl && wanted.acls {
-            true => xattrs::read(
-                &On::Follow(&on_node),
-                Wanted {
-                    xattrs: false,
-                    ..wanted
-                },
-            )?,
-            false => None,
-        };
-        let want = match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
-            true => src.read_xattrs(src_rel, wanted)?,
-            false => None,
-        };
-        if want.is_some() || inherited.is_some() {
-            refused = xattrs::apply(
-                &On::Follow(&on_node),
-                &want.unwrap_or_default(),
-                inherited.as_ref(),
-                wanted,
-            )?;
-        }
+        let refused = set_node_attrs(&on_node, src, src_rel, src_xattrs, wanted, inherits)?;
         if keep.mode
             && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
         {
@@ -613,6 +577,62 @@ pub(super) fn make_node(
         let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     }
     made
+}
+
+/// Makes a node of the source's type, device number and permission bits (less the umask)
+/// named `tmp` in `dir`.
+fn mknod_at(dir: &OwnedFd, tmp: &[u8], md: &std::fs::Metadata) -> io::Result<()> {
+    let c = std::ffi::CString::new(tmp.to_vec())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
+    if unsafe {
+        libc::mknodat(
+            fd(dir).as_raw_fd(),
+            c.as_ptr(),
+            (md.mode() & libc::S_IFMT) | (md.mode() & 0o777),
+            md.rdev(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Gives a node just made (`on_node`, its /proc path) the kept attributes of the source
+/// (`src_xattrs` as for `stage_file`). As for a file: the ACLs inherited from a default ACL
+/// go where the source has none.
+fn set_node_attrs(
+    on_node: &std::ffi::CString,
+    src: &dyn Filesystem,
+    src_rel: &[u8],
+    src_xattrs: Option<u64>,
+    wanted: Wanted,
+    inherits: Inherits,
+) -> io::Result<Refused> {
+    let inherited = match inherits.default_acl && wanted.acls {
+        true => xattrs::read(
+            &On::Follow(on_node),
+            Wanted {
+                xattrs: false,
+                ..wanted
+            },
+        )?,
+        false => None,
+    };
+    let want = match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
+        true => src.read_xattrs(src_rel, wanted)?,
+        false => None,
+    };
+    if want.is_none() && inherited.is_none() {
+        return Ok(Refused::default());
+    }
+    xattrs::apply(
+        &On::Follow(on_node),
+        &want.unwrap_or_default(),
+        inherited.as_ref(),
+        wanted,
+    )
 }
 
 /// A destination directory's metadata as known without asking: from the listing, or from
