@@ -456,49 +456,9 @@ impl Engine {
         if job.src.path == b"panic-here" {
             panic!("a test asked for a panic");
         }
-        let src_err = |e| StoreError::io(src.path(&job.src.path).display().to_string(), e);
-        let dst_err = |e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e);
-        let existing = match (&self.dst_index, self.opts.compare) {
-            (Some(idx), _) => idx.get(&job.dst_path).cloned(),
-            (None, Compare::None) => None,
-            // One object named on the command line: its own stat.
-            (None, _) => dst.lstat(&job.dst_path).map_err(dst_err)?.and_then(|md| {
-                entry_with_target(job.dst_path.clone(), &md, || dst.readlink(&job.dst_path))
-            }),
-        };
-        let attrs = self.opts.preserve.attrs();
-        let verdict = match (
-            same::classify(&job.src, existing.as_ref(), self.opts.compare, attrs),
-            &existing,
-        ) {
-            (Verdict::Undecided, Some(d)) if self.opts.compare == Compare::Md5 => {
-                let (sm, dm) = (
-                    src.md5(&job.src.path).map_err(src_err)?,
-                    dst.md5(&job.dst_path).map_err(dst_err)?,
-                );
-                same::by_hashes(&job.src, d, Some(sm), Some(dm), attrs)
-            }
-            (v, _) => settled(v),
-        };
-        // Listings carry no device number: to them a device node renumbered in place is the
-        // same node. Devices are few, so each side gets a look at it.
-        let verdict = match verdict {
-            Verdict::Same | Verdict::MetaOnly
-                if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev)
-                    && self.opts.preserve.specials =>
-            {
-                use std::os::unix::fs::MetadataExt;
-                let src_rdev = src.lstat(&job.src.path).map_err(src_err)?.map(|m| m.rdev());
-                let dst_rdev = dst.lstat(&job.dst_path).map_err(dst_err)?.map(|m| m.rdev());
-                if src_rdev != dst_rdev {
-                    Verdict::Changed
-                } else {
-                    verdict
-                }
-            }
-            v => v,
-        };
-        match verdict {
+        let (src_err, dst_err) = (self.src_err(job), self.dst_err(job));
+        let existing = self.dst_entry(job)?;
+        match self.verdict(job, existing.as_ref())? {
             Verdict::Same => return Ok(Step::Done(Outcome::Skipped)),
             Verdict::MetaOnly => {
                 self.update_meta(job, existing.as_ref()).map_err(dst_err)?;
@@ -530,6 +490,87 @@ impl Engine {
         // Where no listing was taken the name may exist: only a temp name and a rename can
         // replace it without a moment where it is gone.
         let absent = self.dst_index.is_some() && existing.is_none();
+        self.stage_regular(job, id, rt, staging, absent)
+    }
+
+    /// An I/O error on the job's source, named by its path.
+    fn src_err<'a>(&'a self, job: &'a Job) -> impl Fn(std::io::Error) -> StoreError + Copy + 'a {
+        let (src, _) = self.stores();
+        move |e| StoreError::io(src.path(&job.src.path).display().to_string(), e)
+    }
+
+    /// An I/O error on the job's destination, named by its path.
+    fn dst_err<'a>(&'a self, job: &'a Job) -> impl Fn(std::io::Error) -> StoreError + Copy + 'a {
+        let (_, dst) = self.stores();
+        move |e| StoreError::io(dst.path(&job.dst_path).display().to_string(), e)
+    }
+
+    /// The destination's entry at the job's path: from the listing when there is one, else
+    /// from its own stat, unless nothing is compared.
+    fn dst_entry(&self, job: &Job) -> Result<Option<crate::manifest::Entry>> {
+        let (_, dst) = self.stores();
+        Ok(match (&self.dst_index, self.opts.compare) {
+            (Some(idx), _) => idx.get(&job.dst_path).cloned(),
+            (None, Compare::None) => None,
+            // One object named on the command line: its own stat.
+            (None, _) => dst
+                .lstat(&job.dst_path)
+                .map_err(self.dst_err(job))?
+                .and_then(|md| {
+                    entry_with_target(job.dst_path.clone(), &md, || dst.readlink(&job.dst_path))
+                }),
+        })
+    }
+
+    /// What the job has to do to the destination's entry (`existing`), hashing both sides
+    /// where `--compare md5` leaves the listings undecided.
+    fn verdict(&self, job: &Job, existing: Option<&crate::manifest::Entry>) -> Result<Verdict> {
+        let (src, dst) = self.stores();
+        let (src_err, dst_err) = (self.src_err(job), self.dst_err(job));
+        let attrs = self.opts.preserve.attrs();
+        let verdict = match (
+            same::classify(&job.src, existing, self.opts.compare, attrs),
+            existing,
+        ) {
+            (Verdict::Undecided, Some(d)) if self.opts.compare == Compare::Md5 => {
+                let (sm, dm) = (
+                    src.md5(&job.src.path).map_err(src_err)?,
+                    dst.md5(&job.dst_path).map_err(dst_err)?,
+                );
+                same::by_hashes(&job.src, d, Some(sm), Some(dm), attrs)
+            }
+            (v, _) => settled(v),
+        };
+        // Listings carry no device number: to them a device node renumbered in place is the
+        // same node. Devices are few, so each side gets a look at it.
+        Ok(match verdict {
+            Verdict::Same | Verdict::MetaOnly
+                if matches!(job.src.kind, Kind::CharDev | Kind::BlockDev)
+                    && self.opts.preserve.specials =>
+            {
+                use std::os::unix::fs::MetadataExt;
+                let src_rdev = src.lstat(&job.src.path).map_err(src_err)?.map(|m| m.rdev());
+                let dst_rdev = dst.lstat(&job.dst_path).map_err(dst_err)?.map(|m| m.rdev());
+                if src_rdev != dst_rdev {
+                    Verdict::Changed
+                } else {
+                    verdict
+                }
+            }
+            v => v,
+        })
+    }
+
+    /// Stages a regular file, in the shared staging directory where there is one.
+    fn stage_regular(
+        &self,
+        job: &Job,
+        id: &Identity,
+        rt: &tokio::runtime::Handle,
+        staging: Option<&Arc<OwnedFd>>,
+        absent: bool,
+    ) -> Result<Step> {
+        let (src, dst) = self.stores();
         let stage = |temp_in| {
             dst.stage_file(
                 src,

@@ -250,22 +250,7 @@ pub(super) fn stage_file(
         TempIn::Staging(_) => b"",
     };
     let inherits = dst.inherits_of(made_in)?;
-    // Created with its final permission bits where the umask allows, saving a chmod.
-    let (out, as_) = match absent
-        .then(|| dst.open_unnamed(&dir, mode & 0o777))
-        .transpose()?
-        .flatten()
-    {
-        Some(f) => (f, None),
-        None => {
-            let tmp = temp_name(name, "partial");
-            let at = match temp_in {
-                TempIn::Final => dir.clone(),
-                TempIn::Staging(d) => d.clone(),
-            };
-            (create_temp(&at, &tmp, mode & 0o777)?, Some((at, tmp)))
-        }
-    };
+    let (out, as_) = create_out(dst, &dir, name, mode, absent, temp_in)?;
     let mut refused = Refused::default();
     let named = as_.is_some();
     let written = (|| {
@@ -305,13 +290,7 @@ pub(super) fn stage_file(
         dir,
         name: name.to_vec(),
         as_: match as_ {
-            Some((at, tmp)) => {
-                let last = match keep.mode {
-                    true => mode,
-                    false => mode & 0o777 & !id.umask,
-                };
-                StagedAs::Temp(at, tmp, out, last)
-            }
+            Some((at, tmp)) => StagedAs::Temp(at, tmp, out, final_mode(mode, keep, id)),
             None => StagedAs::Unnamed(out),
         },
         bytes: md.len(),
@@ -324,6 +303,46 @@ pub(super) fn stage_file(
             staged.discard();
             Err(e)
         }
+    }
+}
+
+/// A temp name, and the directory it is in.
+type TempAt = (Arc<OwnedFd>, Vec<u8>);
+
+/// The file a staged copy is written to: unnamed in the final directory where the final name
+/// is free (`absent`) and the filesystem can, else under a temp name (returned with the
+/// directory holding it). Created with its final permission bits where the umask allows,
+/// saving a chmod.
+fn create_out(
+    dst: &LocalStore,
+    dir: &Arc<OwnedFd>,
+    name: &[u8],
+    mode: u32,
+    absent: bool,
+    temp_in: TempIn,
+) -> io::Result<(File, Option<TempAt>)> {
+    if let Some(f) = absent
+        .then(|| dst.open_unnamed(dir, mode & 0o777))
+        .transpose()?
+        .flatten()
+    {
+        return Ok((f, None));
+    }
+    let tmp = temp_name(name, "partial");
+    let at = match temp_in {
+        TempIn::Final => dir.clone(),
+        TempIn::Staging(d) => d.clone(),
+    };
+    let out = create_temp(&at, &tmp, mode & 0o777)?;
+    Ok((out, Some((at, tmp))))
+}
+
+/// The mode a file staged under a temp name gets at its commit: the source's where `--preserve`
+/// keeps it, else its permission bits less the umask, as `cp` without `-p` gives it.
+fn final_mode(mode: u32, keep: &Preserve, id: &Identity) -> u32 {
+    match keep.mode {
+        true => mode,
+        false => mode & 0o777 & !id.umask,
     }
 }
 
@@ -514,23 +533,9 @@ pub(super) fn make_node(
     let inherits = dst.inherits_of(beneath::split(dst_rel).0)?;
     let tmp = temp_name(name, "partial");
     super::leftover::clear_temp(&dir, &tmp)?;
-    let c = std::ffi::CString::new(tmp.clone())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mode = md.mode() & 0o7777;
-    // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
-    if unsafe {
-        libc::mknodat(
-            fd(&dir).as_raw_fd(),
-            c.as_ptr(),
-            (md.mode() & libc::S_IFMT) | (mode & 0o777),
-            md.rdev(),
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    mknod_at(&dir, &tmp, &md)?;
     let made = (|| {
-        let mut refused = Refused::default();
         let chown = keep.owner && (md.uid(), md.gid()) != id.made_owner(inherits);
         if chown {
             apply_link_meta(
@@ -547,29 +552,7 @@ pub(super) fn make_node(
         let node = beneath::open_at(fd(&dir), &tmp, libc::O_PATH, 0)?;
         let on_node = xattrs::proc_path(node.as_raw_fd());
         let wanted = Wanted::as_user(keep, id.euid);
-        // As for a file: the ACLs inherited from a default ACL go where the source has none.
-        let inherited = match inherits.default_acl && wanted.acls {
-            true => xattrs::read(
-                &On::Follow(&on_node),
-                Wanted {
-                    xattrs: false,
-                    ..wanted
-                },
-            )?,
-            false => None,
-        };
-        let want = match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
-            true => src.read_xattrs(src_rel, wanted)?,
-            false => None,
-        };
-        if want.is_some() || inherited.is_some() {
-            refused = xattrs::apply(
-                &On::Follow(&on_node),
-                &want.unwrap_or_default(),
-                inherited.as_ref(),
-                wanted,
-            )?;
-        }
+        let refused = set_node_attrs(&on_node, src, src_rel, src_xattrs, wanted, inherits)?;
         if keep.mode
             && (chown || mode & !0o777 != 0 || mode & id.umask != 0 || inherits.default_acl)
         {
@@ -595,6 +578,62 @@ pub(super) fn make_node(
         let _ = beneath::unlink_at(fd(&dir), &tmp, false);
     }
     made
+}
+
+/// Makes a node of the source's type, device number and permission bits (less the umask)
+/// named `tmp` in `dir`.
+fn mknod_at(dir: &OwnedFd, tmp: &[u8], md: &std::fs::Metadata) -> io::Result<()> {
+    let c = std::ffi::CString::new(tmp.to_vec())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid directory descriptor and C string; mknodat creates, never follows.
+    if unsafe {
+        libc::mknodat(
+            fd(dir).as_raw_fd(),
+            c.as_ptr(),
+            (md.mode() & libc::S_IFMT) | (md.mode() & 0o777),
+            md.rdev(),
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Gives a node just made (`on_node`, its /proc path) the kept attributes of the source
+/// (`src_xattrs` as for `stage_file`). As for a file: the ACLs inherited from a default ACL
+/// go where the source has none.
+fn set_node_attrs(
+    on_node: &std::ffi::CString,
+    src: &dyn Filesystem,
+    src_rel: &[u8],
+    src_xattrs: Option<u64>,
+    wanted: Wanted,
+    inherits: Inherits,
+) -> io::Result<Refused> {
+    let inherited = match inherits.default_acl && wanted.acls {
+        true => xattrs::read(
+            &On::Follow(on_node),
+            Wanted {
+                xattrs: false,
+                ..wanted
+            },
+        )?,
+        false => None,
+    };
+    let want = match wanted.any() && src_xattrs != Some(xattrs::empty_digest()) {
+        true => src.read_xattrs(src_rel, wanted)?,
+        false => None,
+    };
+    if want.is_none() && inherited.is_none() {
+        return Ok(Refused::default());
+    }
+    xattrs::apply(
+        &On::Follow(on_node),
+        &want.unwrap_or_default(),
+        inherited.as_ref(),
+        wanted,
+    )
 }
 
 /// A destination directory's metadata as known without asking: from the listing, or from

@@ -81,22 +81,37 @@ pub(super) fn walk(
             root.display()
         )));
     }
-    struct Queue {
-        dirs: Vec<Vec<u8>>,
-        busy: usize,
-        failed: bool,
-    }
-    let state = Mutex::new(Queue {
-        dirs: vec![Vec::new()],
-        busy: 0,
-        failed: false,
-    });
-    let cv = Condvar::new();
-    let work = |rel: &[u8]| -> Result<Vec<Vec<u8>>> {
+    let walk = Walk {
+        root,
+        recursive,
+        range,
+        xattrs,
+        met,
+        tx,
+    };
+    share_out(threads, tx, |rel| walk.dir(rel));
+    Ok(())
+}
+
+/// What every thread of one walk reads.
+struct Walk<'a> {
+    root: &'a Path,
+    recursive: bool,
+    range: &'a Range,
+    xattrs: &'a XattrLister,
+    met: &'a Met,
+    tx: &'a mpsc::Sender<Result<Entry>>,
+}
+
+impl Walk<'_> {
+    /// Sends the entries of one directory (`rel` under the root) that are in the range, and
+    /// returns its subdirectories to walk; none once nobody listens.
+    fn dir(&self, rel: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let (range, tx) = (self.range, self.tx);
         let dir = if rel.is_empty() {
-            root.to_path_buf()
+            self.root.to_path_buf()
         } else {
-            root.join(OsStr::from_bytes(rel))
+            self.root.join(OsStr::from_bytes(rel))
         };
         let rd = fs::read_dir(&dir).map_err(|e| StoreError::io(dir.display().to_string(), e))?;
         let mut subdirs = Vec::new();
@@ -131,13 +146,13 @@ pub(super) fn walk(
                 }
             };
             if leftover::is_own(name, &md, rel.is_empty()) {
-                met.note(child);
+                self.met.note(child);
                 continue;
             }
             if let Some(mut entry) = entry_with_target(child.clone(), &md, || read_link(&de.path()))
             {
-                entry.xattrs = xattrs.digest(&de.path());
-                if entry.kind == Kind::Dir && recursive && range.meets_subtree(&child) {
+                entry.xattrs = self.xattrs.digest(&de.path());
+                if entry.kind == Kind::Dir && self.recursive && range.meets_subtree(&child) {
                     subdirs.push(child);
                 }
                 if listed && tx.blocking_send(Ok(entry)).is_err() {
@@ -146,7 +161,27 @@ pub(super) fn walk(
             }
         }
         Ok(subdirs)
-    };
+    }
+}
+
+/// Runs `work` on every directory from the root down, on `threads` threads sharing a stack of
+/// directories: each call returns the directories to walk next.
+fn share_out(
+    threads: usize,
+    tx: &mpsc::Sender<Result<Entry>>,
+    work: impl Fn(&[u8]) -> Result<Vec<Vec<u8>>> + Sync,
+) {
+    struct Queue {
+        dirs: Vec<Vec<u8>>,
+        busy: usize,
+        failed: bool,
+    }
+    let state = Mutex::new(Queue {
+        dirs: vec![Vec::new()],
+        busy: 0,
+        failed: false,
+    });
+    let cv = Condvar::new();
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| loop {
@@ -184,7 +219,6 @@ pub(super) fn walk(
             });
         }
     });
-    Ok(())
 }
 
 /// Threads for a walk. Listing is latency-bound where each directory page is a round trip (NFS,
