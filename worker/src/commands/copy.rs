@@ -141,114 +141,10 @@ pub struct CopyArgs {
 }
 
 pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
-    let started = Instant::now();
-    let stats = Arc::new(Stats::default());
-    // From the start: a status should see a long listing as a live run, its totals not yet known.
-    let progress_file = args
-        .progress_file
-        .clone()
-        .map(|p| ProgressFile::start(p, "copy", stats.clone()));
-    let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
-    let both_local = matches!(
-        (&src_loc, &dst_loc),
-        (Location::Local(_), Location::Local(_))
-    );
-    let depth = Arc::new(depth_for(&args, &src_loc, &dst_loc).watching(stats.clone()));
-    let parallel_files = match (args.parallel_files, args.concurrency) {
-        (Some(n), _) => n,
-        (None, Some(c)) => 2 * c,
-        // Tiny files are one request each: enough files in progress to fill any depth.
-        (None, None) => depth.ceiling(),
-    }
-    .max(1);
-    let opts = OpenOptions {
-        copy_wait: args.server_copy_timeout.map(Duration::from_secs),
-        posix_style: args.posix_style,
-        xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
-        guess_mime: args.guess_mime,
-        keep_tier: args.keep_tier,
-        keep_tags: args.keep_tags,
-        ..open_options(&args.common, depth.ceiling(), stats.clone())
-    };
-    let filter = super::build_filter(&args.filters)?;
-
-    let (src, dst, mut entries, rename) = match resolve(&src_loc, &opts, true).await? {
-        Root::Object {
-            parent,
-            entry,
-            name,
-        } => {
-            if args.files_from.is_some() {
-                anyhow::bail!(
-                    "--files-from needs a directory or prefix as SOURCE, not a single file"
-                );
-            }
-            let (dst_parent, dst_name) = object_destination(&dst_loc, &name)?;
-            (
-                open(&parent, &opts)?,
-                open(&dst_parent, &opts)?,
-                vec![entry],
-                Some(dst_name),
-            )
-        }
-        Root::Tree(loc) if !args.recursive && args.files_from.is_none() => {
-            // As cp's: a tree without -r is a mistake far more often than a wish for its top
-            // level's files alone, and a copy of nothing must not end in exit 0.
-            anyhow::bail!("{loc} is a directory: add -r (--recursive) to copy what it holds")
-        }
-        Root::Tree(loc) => {
-            let src = open(&loc, &opts)?;
-            let entries = match args.files_from.as_deref() {
-                Some(m) => entries_of(&src, Some(m), args.recursive).await?,
-                None => {
-                    // What could be listed is copied; what could not (an unreadable directory,
-                    // say) is reported as failed, so the run ends with exit 1, not 0.
-                    let (entries, errors) = storage::list_partial(&src, args.recursive).await;
-                    if entries.is_empty() && !errors.is_empty() {
-                        let e = anyhow::Error::from(errors.into_iter().next().expect("not empty"));
-                        return Err(e.context(format!("listing {} failed", src.describe())));
-                    }
-                    for e in errors {
-                        stats.failed(src.describe(), format!("listing: {e}"));
-                    }
-                    entries
-                }
-            };
-            let dst = open(&dst_loc, &opts)?;
-            let mut entries = entries;
-            if !src.capabilities().directories && dst.capabilities().directories {
-                for (path, beneath) in crate::shadowed::take_shadowed(&mut entries) {
-                    let shown = crate::manifest::escape_path(&path);
-                    stats.failed(shown, crate::shadowed::message(&path, &beneath));
-                }
-            }
-            (src, dst, entries, None)
-        }
-    };
-    // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a
-    // listing of one level of a container shows: only what is copied makes those.
-    let src_is_blob = matches!(src_loc, Location::Blob(_));
-    entries.retain(|e| {
-        filter.matches(&e.path)
-            && (e.kind != Kind::Dir
-                || both_local
-                || !src_is_blob
-                || args.recursive
-                || args.files_from.is_some())
-    });
-    complete_entries(&src, &mut entries, depth.ceiling()).await?;
-    if let Some(s) = args.shard {
-        entries = filter::shard(entries, s);
-    }
-    // Largest first: the long transfers start early instead of straggling at the end.
-    entries.sort_by(|a, b| b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)));
-    Stats::add(
-        &stats.files_total,
-        entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64,
-    );
-    Stats::add(&stats.bytes_total, entries.iter().map(Entry::size).sum());
-    stats.totals_final();
-
+    let run = Run::start(args)?;
+    let filter = super::build_filter(&run.args.filters)?;
+    let (src, dst, entries, rename) = run.resolve().await?;
+    let entries = run.select(&src, entries, &filter).await?;
     let jobs: Vec<Job> = entries
         .into_iter()
         .map(|e| Job {
@@ -256,128 +152,328 @@ pub async fn run(args: CopyArgs) -> anyhow::Result<ExitCode> {
             src: e,
         })
         .collect();
+    let args = &run.args;
     let dst_index = match rename {
         // One object is checked on its own (a HEAD, a stat).
         Some(_) => None,
-        None => destination_index(&dst, &jobs, &args, depth.ceiling()).await?,
+        None => destination_index(&dst, &jobs, args, run.depth.ceiling()).await?,
     };
     let whole_tree = args.files_from.is_none() && args.shard.is_none() && rename.is_none();
-    let mut replacing =
-        Replacing::judge(&args, &dst, &jobs, dst_index.as_ref(), whole_tree).await?;
-    let newer = newer_at_dest(&args, &dst, &jobs, dst_index.as_ref()).await?;
-    // Judged before anything is written: a refused copy writes nothing at all.
-    let refusal = newer.copy_refusal(args.overwrite_newer).or_else(|| {
-        let fix = super::prune::OVER_LIMIT_FIX;
-        replacing
-            .over_limit
-            .as_ref()
-            .map(|why| format!("{why}; {fix}"))
-    });
-    if let (Some(why), false) = (refusal, args.dry_run) {
-        replacing.refused = Some(why.clone());
-        if args.json {
-            report(
-                &args,
-                (&src, &dst),
-                &stats,
-                &depth.report(),
-                (&replacing, &newer),
-                Vec::new(),
-                0.0,
-            );
-        }
-        eprintln!("copy refused, nothing copied or deleted: {why}");
+    let mut replacing = Replacing::judge(args, &dst, &jobs, dst_index.as_ref(), whole_tree).await?;
+    let newer = newer_at_dest(args, &dst, &jobs, dst_index.as_ref()).await?;
+    if run.refused((&src, &dst), &mut replacing, &newer) {
         return Ok(ExitCode::from(1));
-    }
-    if let (Some(why), true) = (newer.copy_refusal(args.overwrite_newer), args.dry_run) {
-        eprintln!("note: a real run would be refused: {why}");
     }
     // Opened before anything goes: a log that cannot be written stops the copy first.
     replacing.open_log(args.log.as_deref())?;
     if !args.dry_run {
-        super::take_state(&args.carried, &dst_loc, &opts).await?;
+        super::take_state(&args.carried, &run.dst_loc, &run.opts).await?;
     }
-    let engine = Arc::new(Engine::new(
-        src.clone(),
-        dst.clone(),
-        EngineOptions {
-            compare: args.compare,
-            parallel_files,
-            block_size: args.block_size,
-            put_md5: args.put_md5,
-            max_bandwidth: args.max_bandwidth,
-            memory: match args.concurrency {
-                // A fixed depth keeps what it always promised: a block per request in flight.
-                Some(c) => c as u64 * args.block_size,
-                None => ADAPTIVE_MEMORY,
-            },
-            finish_root: whole_tree,
-            server_copy: args.server_copy && storage::can_copy(&*src, &*dst),
-            preserve: args.preserve.preserve,
-        },
-        stats.clone(),
-        depth.clone(),
-        dst_index,
-    ));
+    let engine = run.engine((&src, &dst), whole_tree, dst_index);
+    run.transfer(&engine, jobs, &replacing).await;
+    run.finish((&src, &dst), replacing, newer, whole_tree).await
+}
 
-    if args.dry_run {
-        replacing.show(args.json);
-        dry_run(&engine, jobs, &stats, args.json).await;
-    } else {
-        let bar = progress::wanted(args.progress, args.no_progress)
-            .then(|| Progress::start(stats.clone()));
-        engine.run(jobs).await;
-        if let Some(b) = bar {
-            b.finish();
+/// What one copy carries from its arguments to its report.
+struct Run {
+    args: CopyArgs,
+    started: Instant,
+    stats: Arc<Stats>,
+    progress_file: Option<ProgressFile>,
+    src_loc: Location,
+    dst_loc: Location,
+    depth: Arc<Depth>,
+    parallel_files: usize,
+    opts: OpenOptions,
+}
+
+impl Run {
+    fn start(args: CopyArgs) -> anyhow::Result<Run> {
+        let started = Instant::now();
+        let stats = Arc::new(Stats::default());
+        // From the start: a status should see a long listing as a live run, its totals not yet
+        // known.
+        let progress_file = args
+            .progress_file
+            .clone()
+            .map(|p| ProgressFile::start(p, "copy", stats.clone()));
+        let (src_loc, dst_loc) = parse_roots(&args.source, &args.dest)?;
+        let depth = Arc::new(depth_for(&args, &src_loc, &dst_loc).watching(stats.clone()));
+        let parallel_files = match (args.parallel_files, args.concurrency) {
+            (Some(n), _) => n,
+            (None, Some(c)) => 2 * c,
+            // Tiny files are one request each: enough files in progress to fill any depth.
+            (None, None) => depth.ceiling(),
+        }
+        .max(1);
+        let opts = OpenOptions {
+            copy_wait: args.server_copy_timeout.map(Duration::from_secs),
+            posix_style: args.posix_style,
+            xattrs: crate::xattrs::Wanted::of(&args.preserve.preserve),
+            guess_mime: args.guess_mime,
+            keep_tier: args.keep_tier,
+            keep_tags: args.keep_tags,
+            ..open_options(&args.common, depth.ceiling(), stats.clone())
+        };
+        Ok(Run {
+            args,
+            started,
+            stats,
+            progress_file,
+            src_loc,
+            dst_loc,
+            depth,
+            parallel_files,
+            opts,
+        })
+    }
+
+    /// Opens both ends and lists what the source holds; a single object comes with the name it
+    /// takes at the destination.
+    async fn resolve(
+        &self,
+    ) -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Store>, Vec<Entry>, Option<Vec<u8>>)> {
+        let (args, opts) = (&self.args, &self.opts);
+        match resolve(&self.src_loc, opts, true).await? {
+            Root::Object {
+                parent,
+                entry,
+                name,
+            } => {
+                if args.files_from.is_some() {
+                    anyhow::bail!(
+                        "--files-from needs a directory or prefix as SOURCE, not a single file"
+                    );
+                }
+                let (dst_parent, dst_name) = object_destination(&self.dst_loc, &name)?;
+                Ok((
+                    open(&parent, opts)?,
+                    open(&dst_parent, opts)?,
+                    vec![entry],
+                    Some(dst_name),
+                ))
+            }
+            Root::Tree(loc) if !args.recursive && args.files_from.is_none() => {
+                // As cp's: a tree without -r is a mistake far more often than a wish for its top
+                // level's files alone, and a copy of nothing must not end in exit 0.
+                anyhow::bail!("{loc} is a directory: add -r (--recursive) to copy what it holds")
+            }
+            Root::Tree(loc) => {
+                let src = open(&loc, opts)?;
+                let mut entries = self.tree_entries(&src).await?;
+                let dst = open(&self.dst_loc, opts)?;
+                if !src.capabilities().directories && dst.capabilities().directories {
+                    for (path, beneath) in crate::shadowed::take_shadowed(&mut entries) {
+                        let shown = crate::manifest::escape_path(&path);
+                        self.stats
+                            .failed(shown, crate::shadowed::message(&path, &beneath));
+                    }
+                }
+                Ok((src, dst, entries, None))
+            }
         }
     }
-    replacing.log(&dst, args.dry_run).await?;
-    // The listing's replacements are the count: the local engine makes a directory over a file
-    // without counting it.
-    stats
-        .replaced
-        .fetch_max(replacing.replaced, std::sync::atomic::Ordering::Relaxed);
-    // After the transfers: a partial file this pass resumed is committed by now, or written to.
-    // Only a whole tree's pass: a part's directories hold other parts' files too, whose partial
-    // files those parts may be about to resume.
-    let sweep = match whole_tree {
-        true => storage::sweep_leftovers(&*dst, args.dry_run).await,
-        false => Default::default(),
-    };
-    let leftovers = super::report_leftovers(&*dst, sweep, args.dry_run, args.json);
-    // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug, and
-    // must not end in exit 0.
-    let g = Stats::get;
-    let accounted = g(&stats.files_copied)
-        + g(&stats.files_skipped)
-        + g(&stats.files_failed)
-        + g(&stats.files_ignored);
-    if accounted < g(&stats.files_total) {
-        stats.failed(
-            dst.describe(),
-            format!(
-                "internal error: {} files have no outcome",
-                g(&stats.files_total) - accounted
-            ),
+
+    async fn tree_entries(&self, src: &Arc<dyn Store>) -> anyhow::Result<Vec<Entry>> {
+        let args = &self.args;
+        if let Some(m) = args.files_from.as_deref() {
+            return entries_of(src, Some(m), args.recursive).await;
+        }
+        // What could be listed is copied; what could not (an unreadable directory, say) is
+        // reported as failed, so the run ends with exit 1, not 0.
+        let (entries, errors) = storage::list_partial(src, args.recursive).await;
+        if entries.is_empty() && !errors.is_empty() {
+            let e = anyhow::Error::from(errors.into_iter().next().expect("not empty"));
+            return Err(e.context(format!("listing {} failed", src.describe())));
+        }
+        for e in errors {
+            self.stats.failed(src.describe(), format!("listing: {e}"));
+        }
+        Ok(entries)
+    }
+
+    /// The entries to copy, in the order they start, counted into the run's totals.
+    async fn select(
+        &self,
+        src: &Arc<dyn Store>,
+        mut entries: Vec<Entry>,
+        filter: &filter::Filter,
+    ) -> anyhow::Result<Vec<Entry>> {
+        let args = &self.args;
+        let both_local = matches!(
+            (&self.src_loc, &self.dst_loc),
+            (Location::Local(_), Location::Local(_))
         );
+        // Directories go everywhere (into Blob storage as folder stubs), but not the prefixes a
+        // listing of one level of a container shows: only what is copied makes those.
+        let src_is_blob = matches!(self.src_loc, Location::Blob(_));
+        entries.retain(|e| {
+            filter.matches(&e.path)
+                && (e.kind != Kind::Dir
+                    || both_local
+                    || !src_is_blob
+                    || args.recursive
+                    || args.files_from.is_some())
+        });
+        complete_entries(src, &mut entries, self.depth.ceiling()).await?;
+        if let Some(s) = args.shard {
+            entries = filter::shard(entries, s);
+        }
+        // Largest first: the long transfers start early instead of straggling at the end.
+        entries.sort_by(|a, b| b.size().cmp(&a.size()).then_with(|| a.path.cmp(&b.path)));
+        let stats = &self.stats;
+        Stats::add(
+            &stats.files_total,
+            entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64,
+        );
+        Stats::add(&stats.bytes_total, entries.iter().map(Entry::size).sum());
+        stats.totals_final();
+        Ok(entries)
     }
-    if let Some(p) = progress_file {
-        p.finish().await;
+
+    /// Whether the copy is refused, said and reported if so. Judged before anything is
+    /// written: a refused copy writes nothing at all.
+    fn refused(
+        &self,
+        ends: (&Arc<dyn Store>, &Arc<dyn Store>),
+        replacing: &mut Replacing,
+        newer: &Newer,
+    ) -> bool {
+        let args = &self.args;
+        let refusal = newer.copy_refusal(args.overwrite_newer).or_else(|| {
+            let fix = super::prune::OVER_LIMIT_FIX;
+            replacing
+                .over_limit
+                .as_ref()
+                .map(|why| format!("{why}; {fix}"))
+        });
+        if let (Some(why), false) = (refusal, args.dry_run) {
+            replacing.refused = Some(why.clone());
+            if args.json {
+                let depth = self.depth.report();
+                report(
+                    args,
+                    ends,
+                    &self.stats,
+                    &depth,
+                    (&*replacing, newer),
+                    Vec::new(),
+                    0.0,
+                );
+            }
+            eprintln!("copy refused, nothing copied or deleted: {why}");
+            return true;
+        }
+        if let (Some(why), true) = (newer.copy_refusal(args.overwrite_newer), args.dry_run) {
+            eprintln!("note: a real run would be refused: {why}");
+        }
+        false
     }
-    report(
-        &args,
-        (&src, &dst),
-        &stats,
-        &depth.report(),
-        (&replacing, &newer),
-        leftovers,
-        started.elapsed().as_secs_f64(),
-    );
-    Ok(if Stats::get(&stats.files_failed) > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+
+    fn engine(
+        &self,
+        (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
+        whole_tree: bool,
+        dst_index: Option<Index>,
+    ) -> Arc<Engine> {
+        let args = &self.args;
+        Arc::new(Engine::new(
+            src.clone(),
+            dst.clone(),
+            EngineOptions {
+                compare: args.compare,
+                parallel_files: self.parallel_files,
+                block_size: args.block_size,
+                put_md5: args.put_md5,
+                max_bandwidth: args.max_bandwidth,
+                memory: match args.concurrency {
+                    // A fixed depth keeps what it always promised: a block per request in flight.
+                    Some(c) => c as u64 * args.block_size,
+                    None => ADAPTIVE_MEMORY,
+                },
+                finish_root: whole_tree,
+                server_copy: args.server_copy && storage::can_copy(&**src, &**dst),
+                preserve: args.preserve.preserve,
+            },
+            self.stats.clone(),
+            self.depth.clone(),
+            dst_index,
+        ))
+    }
+
+    async fn transfer(&self, engine: &Arc<Engine>, jobs: Vec<Job>, replacing: &Replacing) {
+        let args = &self.args;
+        if args.dry_run {
+            replacing.show(args.json);
+            dry_run(engine, jobs, &self.stats, args.json).await;
+        } else {
+            let bar = progress::wanted(args.progress, args.no_progress)
+                .then(|| Progress::start(self.stats.clone()));
+            engine.run(jobs).await;
+            if let Some(b) = bar {
+                b.finish();
+            }
+        }
+    }
+
+    /// After the transfers: the deletion log, leftovers swept, every file accounted for, the
+    /// report and the exit code.
+    async fn finish(
+        self,
+        ends: (&Arc<dyn Store>, &Arc<dyn Store>),
+        mut replacing: Replacing,
+        newer: Newer,
+        whole_tree: bool,
+    ) -> anyhow::Result<ExitCode> {
+        let (args, stats, dst) = (&self.args, &self.stats, ends.1);
+        replacing.log(dst, args.dry_run).await?;
+        // The listing's replacements are the count: the local engine makes a directory over a
+        // file without counting it.
+        stats
+            .replaced
+            .fetch_max(replacing.replaced, std::sync::atomic::Ordering::Relaxed);
+        // After the transfers: a partial file this pass resumed is committed by now, or written
+        // to. Only a whole tree's pass: a part's directories hold other parts' files too, whose
+        // partial files those parts may be about to resume.
+        let sweep = match whole_tree {
+            true => storage::sweep_leftovers(&**dst, args.dry_run).await,
+            false => Default::default(),
+        };
+        let leftovers = super::report_leftovers(&**dst, sweep, args.dry_run, args.json);
+        // Every file ends copied, skipped, failed or ignored; one without an outcome is a bug,
+        // and must not end in exit 0.
+        let g = Stats::get;
+        let accounted = g(&stats.files_copied)
+            + g(&stats.files_skipped)
+            + g(&stats.files_failed)
+            + g(&stats.files_ignored);
+        if accounted < g(&stats.files_total) {
+            stats.failed(
+                dst.describe(),
+                format!(
+                    "internal error: {} files have no outcome",
+                    g(&stats.files_total) - accounted
+                ),
+            );
+        }
+        if let Some(p) = self.progress_file {
+            p.finish().await;
+        }
+        report(
+            args,
+            ends,
+            stats,
+            &self.depth.report(),
+            (&replacing, &newer),
+            leftovers,
+            self.started.elapsed().as_secs_f64(),
+        );
+        Ok(if Stats::get(&stats.files_failed) > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
+    }
 }
 
 /// Bytes of blocks and ranges in memory at once when the depth adapts: twelve 4 MiB blocks,

@@ -290,119 +290,177 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
         started.elapsed().as_secs_f64(),
         source_runs.count() + dest_runs.as_ref().map_or(0, Runs::count)
     );
+    let mut pass = Pass::new(opts, out, scratch, dest_runs.is_some())?;
+    let source_entries = source_runs.merge()?;
+    let visit = |pair: Pair| pass.visit(pair);
+    match &dest_runs {
+        Some(d) => join(source_entries, d.merge()?, visit)?,
+        None => join(source_entries, std::iter::empty(), visit)?,
+    }
+    drop(source_runs);
+    drop(dest_runs);
+    let doc = pass.finish(out, scratch)?;
+    let (c, n) = (&doc.to_copy, doc.copy_partitions.len());
+    eprintln!(
+        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided, {} of another type before, {} in a directory's place left to the final pass), {} metadata only, {} directories and nodes, {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
+        c.files, doc.source.files, c.new, c.changed, c.undecided, c.type_changed, c.deferred, c.metadata_only, c.dirs, doc.unchanged, doc.extra_on_dest.files, n,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(doc)
+}
 
-    let mut copy = Splitter::new(
-        out.join(&LAYOUT.plan_files.parts.copy),
-        scratch.to_path_buf(),
-        "copy",
-        opts.tool,
-        opts.method,
-    )?;
-    // An audit checks everything and copies nothing; every other phase verifies what it copied.
-    let audit = opts.phase == Phase::Audit;
-    let mut verify = match opts.phase {
-        Phase::Audit => Some(Splitter::new(
-            out.join(&LAYOUT.plan_files.parts.verify),
-            scratch.to_path_buf(),
-            "verify",
-            opts.tool,
-            opts.method,
-        )?),
-        _ => None,
-    };
-    // Directories and nodes to make or update: no bytes to balance, so they go to the first
-    // copy part, after its files, and count in no part's totals.
-    let mut dirs = manifest::Writer::new(io::BufWriter::with_capacity(
-        1 << 20,
-        std::fs::File::create(scratch.join(&LAYOUT.parts.dirs))?,
-    ))?;
-    // What the final pass would delete, decided in this join rather than by prune's own: the
-    // destination's listing is the one this pass plans against.
-    let mut deletions = match &dest_runs {
-        Some(_) => Some(Decide::new(scratch, true)?),
-        None => None,
-    };
+/// What the join counts for plan.json.
+#[derive(Default)]
+struct Counts {
+    source: SourceCounts,
+    source_files: Totals,
+    dest: Totals,
+    dest_dirs: u64,
+    to_copy: ToCopy,
+    unchanged: u64,
+    extra: Totals,
+    newest: Newest,
+    newer_at_dest: Newer,
+}
 
-    let mut source = SourceCounts::default();
-    let mut source_files = Totals::default();
-    let mut dest = Totals::default();
-    let mut dest_dirs = 0u64;
-    let mut to_copy = ToCopy::default();
-    let mut unchanged = 0u64;
-    let mut extra = Totals::default();
-    let (mut newest, mut newer_at_dest) = (Newest::default(), Newer::default());
-    // Hard-linked files are held back, sorted by link group, and planned after the join, a
-    // group's names together (see `plan_link_groups`): every name of a group one of whose
-    // names is copied, all in one part.
-    let budget = (opts.sort_memory / 2).max(1);
-    let mut linked = Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked");
-    let mut linked_copied =
-        Sorter::new(Order::Link, budget, scratch.to_path_buf(), "linked-copied");
-    let mut visit = |pair: Pair| -> anyhow::Result<()> {
-        if let Some(d) = deletions.as_mut() {
+/// One plan's pass over the joined listings: the decision for each pair goes to the writers here
+/// as it is made, so that nothing but the counts and one sort run is held.
+struct Pass<'a> {
+    opts: &'a Options,
+    /// An audit checks everything and copies nothing; every other phase verifies what it copied.
+    audit: bool,
+    copy: Splitter,
+    verify: Option<Splitter>,
+    /// Directories and nodes to make or update: no bytes to balance, so they go to the first
+    /// copy part, after its files, and count in no part's totals.
+    dirs: manifest::Writer<io::BufWriter<std::fs::File>>,
+    /// What the final pass would delete, decided in this join rather than by prune's own: the
+    /// destination's listing is the one this pass plans against.
+    deletions: Option<Decide>,
+    /// Hard-linked files are held back, sorted by link group, and planned after the join, a
+    /// group's names together (see `plan_link_groups`): every name of a group one of whose
+    /// names is copied, all in one part.
+    linked: Sorter,
+    linked_copied: Sorter,
+    counts: Counts,
+}
+
+impl<'a> Pass<'a> {
+    fn new(opts: &'a Options, out: &Path, scratch: &Path, has_dest: bool) -> anyhow::Result<Self> {
+        let splitter = |dir: &str, stem: &'static str| {
+            Splitter::new(
+                out.join(dir),
+                scratch.to_path_buf(),
+                stem,
+                opts.tool,
+                opts.method,
+            )
+        };
+        let copy = splitter(&LAYOUT.plan_files.parts.copy, "copy")?;
+        let audit = opts.phase == Phase::Audit;
+        let verify = match opts.phase {
+            Phase::Audit => Some(splitter(&LAYOUT.plan_files.parts.verify, "verify")?),
+            _ => None,
+        };
+        let dirs = manifest::Writer::new(io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(scratch.join(&LAYOUT.parts.dirs))?,
+        ))?;
+        let deletions = match has_dest {
+            true => Some(Decide::new(scratch, true)?),
+            false => None,
+        };
+        let budget = (opts.sort_memory / 2).max(1);
+        let sorter = |stem: &str| Sorter::new(Order::Link, budget, scratch.to_path_buf(), stem);
+        Ok(Pass {
+            opts,
+            audit,
+            copy,
+            verify,
+            dirs,
+            deletions,
+            linked: sorter("linked"),
+            linked_copied: sorter("linked-copied"),
+            counts: Counts::default(),
+        })
+    }
+
+    fn visit(&mut self, pair: Pair) -> anyhow::Result<()> {
+        if let Some(d) = self.deletions.as_mut() {
             d.visit(&pair)?;
         }
+        let n = &mut self.counts;
         let (src, dst) = match pair {
             Pair::Source(s) => (s, None),
             Pair::Both(s, d) => (s, Some(d)),
             Pair::Dest(d) => {
                 if d.kind != Kind::Dir {
-                    dest.add(&d);
-                    extra.add(&d);
+                    n.dest.add(&d);
+                    n.extra.add(&d);
                 }
-                dest_dirs += (d.kind == Kind::Dir) as u64;
+                n.dest_dirs += (d.kind == Kind::Dir) as u64;
                 return Ok(());
             }
         };
         match dst.as_ref() {
-            Some(d) if d.kind == Kind::Dir => dest_dirs += 1,
-            Some(d) => dest.add(d),
+            Some(d) if d.kind == Kind::Dir => n.dest_dirs += 1,
+            Some(d) => n.dest.add(d),
             None => {}
         }
-        newest.see(&src);
+        n.newest.see(&src);
         match src.kind {
-            Kind::Dir => source.dirs += 1,
+            Kind::Dir => n.source.dirs += 1,
             Kind::Symlink => {
-                source.symlinks += 1;
+                n.source.symlinks += 1;
                 // Blob storage holds no symlinks: planned, they would look new on every pass.
-                if opts.skip_symlinks {
-                    source.symlinks_not_migrated += 1;
+                if self.opts.skip_symlinks {
+                    n.source.symlinks_not_migrated += 1;
                     return Ok(());
                 }
             }
-            k if k.is_special() => source.specials += 1,
+            k if k.is_special() => n.source.specials += 1,
             _ => {}
         }
-        let verdict = classify(&src, dst.as_ref(), opts.compare, opts.attrs);
+        let verdict = classify(&src, dst.as_ref(), self.opts.compare, self.opts.attrs);
         if src.kind != Kind::File && src.kind != Kind::Symlink {
-            // A directory or node needs copying only to be made, replace what stands in its
-            // way, or take new metadata; the files under a directory make it anyway.
-            if verdict != Verdict::Same {
-                to_copy.dirs += 1;
-                to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
-            }
-            // The audit verifies every directory and node (their metadata); other phases make
-            // or update those that differ.
-            if audit || verdict != Verdict::Same {
-                dirs.write(&src)?;
-            }
+            return self.visit_dir(&src, verdict);
+        }
+        self.visit_file(&src, dst.as_ref(), verdict)
+    }
+
+    /// A directory or node needs copying only to be made, replace what stands in its way, or
+    /// take new metadata; the files under a directory make it anyway.
+    fn visit_dir(&mut self, src: &Entry, verdict: Verdict) -> anyhow::Result<()> {
+        if verdict != Verdict::Same {
+            self.counts.to_copy.dirs += 1;
+            self.counts.to_copy.type_changed += (verdict == Verdict::TypeChanged) as u64;
+        }
+        // The audit verifies every directory and node (their metadata); other phases make
+        // or update those that differ.
+        if self.audit || verdict != Verdict::Same {
+            self.dirs.write(src)?;
+        }
+        Ok(())
+    }
+
+    fn visit_file(
+        &mut self,
+        src: &Entry,
+        dst: Option<&Entry>,
+        verdict: Verdict,
+    ) -> anyhow::Result<()> {
+        let (opts, n) = (self.opts, &mut self.counts);
+        n.source_files.add(src);
+        if overwrites_newer(src, dst, (verdict, opts.compare), opts.attrs.times) {
+            n.newer_at_dest.note(src);
+        }
+        if verdict == Verdict::TypeChanged && replaces_a_tree(opts.phase, dst) {
+            n.to_copy.deferred += 1;
             return Ok(());
         }
-        source_files.add(&src);
-        if overwrites_newer(
-            &src,
-            dst.as_ref(),
-            (verdict, opts.compare),
-            opts.attrs.times,
-        ) {
-            newer_at_dest.note(&src);
-        }
-        if verdict == Verdict::TypeChanged && replaces_a_tree(opts.phase, dst.as_ref()) {
-            to_copy.deferred += 1;
-            return Ok(());
-        }
+        let to_copy = &mut n.to_copy;
         match verdict {
-            Verdict::Same => unchanged += 1,
+            Verdict::Same => n.unchanged += 1,
             Verdict::New => to_copy.new += 1,
             Verdict::Changed => to_copy.changed += 1,
             Verdict::TypeChanged => {
@@ -416,52 +474,105 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             to_copy.files += 1;
             to_copy.bytes += src.size();
         }
-        if let Some(v) = verify.as_mut() {
-            v.push(&src)?;
+        if let Some(v) = self.verify.as_mut() {
+            v.push(src)?;
         }
-        if audit {
+        if self.audit {
             // Nothing is copied: the verify partitions are the whole plan.
         } else if opts.links && src.link.is_some() {
-            linked.push(&src)?;
+            self.linked.push(src)?;
             if verdict != Verdict::Same {
-                linked_copied.push(&src)?;
+                self.linked_copied.push(src)?;
             }
         } else if verdict != Verdict::Same {
-            copy.push(&src)?;
+            self.copy.push(src)?;
         }
         Ok(())
-    };
-    let source_entries = source_runs.merge()?;
-    match &dest_runs {
-        Some(d) => join(source_entries, d.merge()?, &mut visit)?,
-        None => join(source_entries, std::iter::empty(), &mut visit)?,
     }
-    drop(source_runs);
-    drop(dest_runs);
-    to_copy.linked = plan_link_groups(&linked.finish()?, &linked_copied.finish()?, &mut copy)?;
 
-    let mut copy_parts = rows(copy.finish()?);
-    let deletions = deletions.map(Decide::finish).transpose()?;
-    let prune_dirs = deletions.as_ref().map_or(0, |d| d.dir_count);
-    // Deleting costs a request a file (or a batch), whatever its size: cut by count, into the
-    // parts asked for, or by the file cap (as --auto chose it), else as many as the copy has.
-    let prune_parts = |n: u64| match (&opts.partitioning.parts, opts.partitioning.max_files) {
-        (Some(parts), _) => *parts as u64,
-        (None, Some(cap)) => n.div_ceil(cap.max(1)),
-        (None, None) => copy_parts.len() as u64,
-    };
-    let prune_partitions = write_deletions(out, deletions, prune_parts)?;
-    let newer_deletions = Newer::deletions(
-        manifest::Reader::open(&out.join(&LAYOUT.plan_files.delete))?
-            .map(|e| e.map_err(io::Error::other)),
-        newest,
-    )?;
-    dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
+    /// Plans the held-back link groups, closes every part and returns plan.json's document.
+    fn finish(self, out: &Path, scratch: &Path) -> anyhow::Result<PlanDoc> {
+        let Pass {
+            opts,
+            audit,
+            mut copy,
+            verify,
+            dirs,
+            deletions,
+            linked,
+            linked_copied,
+            mut counts,
+        } = self;
+        counts.to_copy.linked =
+            plan_link_groups(&linked.finish()?, &linked_copied.finish()?, &mut copy)?;
+        let mut copy_parts = rows(copy.finish()?);
+        let deletions = deletions.map(Decide::finish).transpose()?;
+        let prune_dirs = deletions.as_ref().map_or(0, |d| d.dir_count);
+        // Deleting costs a request a file (or a batch), whatever its size: cut by count, into the
+        // parts asked for, or by the file cap (as --auto chose it), else as many as the copy has.
+        let prune_parts = |n: u64| match (&opts.partitioning.parts, opts.partitioning.max_files) {
+            (Some(parts), _) => *parts as u64,
+            (None, Some(cap)) => n.div_ceil(cap.max(1)),
+            (None, None) => copy_parts.len() as u64,
+        };
+        let prune_partitions = write_deletions(out, deletions, prune_parts)?;
+        let newer_deletions = Newer::deletions(
+            manifest::Reader::open(&out.join(&LAYOUT.plan_files.delete))?
+                .map(|e| e.map_err(io::Error::other)),
+            counts.newest,
+        )?;
+        dirs.finish()?.into_inner().map_err(|e| e.into_error())?;
+        let verify_parts = verify_parts(verify, &mut copy_parts, &counts, out, scratch)?;
+        let Counts {
+            mut source,
+            source_files,
+            ..
+        } = counts;
+        source.files = source_files.files;
+        source.bytes = source_files.bytes;
+        let baseline = opts.phase == Phase::Baseline;
+        Ok(PlanDoc {
+            version: Default::default(),
+            phase: opts.phase.name().into(),
+            compare: if baseline {
+                "none"
+            } else {
+                opts.compare.name()
+            }
+            .into(),
+            source,
+            dest: (!baseline).then_some(counts.dest),
+            dest_dirs: counts.dest_dirs,
+            to_copy: counts.to_copy,
+            unchanged: counts.unchanged,
+            extra_on_dest: counts.extra,
+            partitioning: opts.partitioning.clone(),
+            copy_partitions: copy_parts,
+            verify_partitions: verify_parts,
+            verify_scope: if audit { "all" } else { "copied" }.into(),
+            prune_partitions,
+            prune_dirs,
+            newer_at_dest: counts.newer_at_dest,
+            newer_deletions,
+        })
+    }
+}
+
+/// The verify partitions: an audit's own, else the copy's, whose jobs verify what they copied.
+/// The planned directories and nodes (in `scratch`) go to the first part of whichever the
+/// phase makes them in.
+fn verify_parts(
+    verify: Option<Splitter>,
+    copy_parts: &mut Vec<PartRow>,
+    counts: &Counts,
+    out: &Path,
+    scratch: &Path,
+) -> anyhow::Result<Vec<PartRow>> {
     let dirs_planned = scratch.join(&LAYOUT.parts.dirs);
-    let verify_parts = match verify {
+    Ok(match verify {
         Some(v) => {
             let mut parts = rows(v.finish()?);
-            if source.dirs + source.specials > 0 {
+            if counts.source.dirs + counts.source.specials > 0 {
                 append_dirs(
                     &dirs_planned,
                     &out.join(&LAYOUT.plan_files.parts.verify),
@@ -471,11 +582,11 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
             parts
         }
         None => {
-            if to_copy.dirs > 0 {
+            if counts.to_copy.dirs > 0 {
                 append_dirs(
                     &dirs_planned,
                     &out.join(&LAYOUT.plan_files.parts.copy),
-                    &mut copy_parts,
+                    copy_parts,
                 )?;
             }
             copy_parts
@@ -486,37 +597,5 @@ pub fn plan(opts: &Options, out: &Path, scratch: &Path) -> anyhow::Result<PlanDo
                 })
                 .collect()
         }
-    };
-    source.files = source_files.files;
-    source.bytes = source_files.bytes;
-    let baseline = opts.phase == Phase::Baseline;
-    eprintln!(
-        "ferry plan: {} of {} files to copy ({} new, {} changed, {} undecided, {} of another type before, {} in a directory's place left to the final pass), {} metadata only, {} directories and nodes, {} unchanged, {} only on the destination; {} copy parts in {:.1} s",
-        to_copy.files, source.files, to_copy.new, to_copy.changed, to_copy.undecided, to_copy.type_changed, to_copy.deferred, to_copy.metadata_only, to_copy.dirs, unchanged, extra.files, copy_parts.len(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(PlanDoc {
-        version: Default::default(),
-        phase: opts.phase.name().into(),
-        compare: if baseline {
-            "none"
-        } else {
-            opts.compare.name()
-        }
-        .into(),
-        source,
-        dest: (!baseline).then_some(dest),
-        dest_dirs,
-        to_copy,
-        unchanged,
-        extra_on_dest: extra,
-        partitioning: opts.partitioning.clone(),
-        copy_partitions: copy_parts,
-        verify_partitions: verify_parts,
-        verify_scope: if audit { "all" } else { "copied" }.into(),
-        prune_partitions,
-        prune_dirs,
-        newer_at_dest,
-        newer_deletions,
     })
 }
