@@ -24,14 +24,7 @@ lint: setup
 	.venv/bin/python tools/long_functions.py --lang python workflow/scripts
 	.venv/bin/snakefmt --check Snakefile workflow/rules
 	.venv/bin/python tools/import_floors.py
-	.venv/bin/python tools/long_functions.py worker/src $(LONG_FUNCTIONS_LEFT)
-
-# Worker functions still over 100 lines (issue 43 item 6), each to be split and taken off here:
-# Engine::transfer and those in storage/ and engine/local.rs go with the narrow Store (item 2).
-LONG_FUNCTIONS_LEFT := $(addprefix --allow worker/src/,\
-	commands/copy.rs:run plan/mod.rs:plan storage/conformance.rs:conforms \
-	engine/mod.rs:Engine::transfer engine/local.rs:Engine::stage_one storage/local/walk.rs:walk \
-	storage/local/copy.rs:stage_file storage/local/copy.rs:make_node)
+	.venv/bin/python tools/long_functions.py worker/src
 
 test: lint
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
