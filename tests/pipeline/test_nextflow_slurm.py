@@ -1,8 +1,10 @@
-"""The Nextflow pipeline through `-profile slurm` on the one-node Slurm of scripts/slurm-up.sh.
+"""The Nextflow pipeline through `-profile slurm` on the three-node Slurm of scripts/slurm-up.sh.
 
 The migration of test_nextflow.py (local tree -> Azurite, checked with the Azure SDK), with every
 task an sbatch job; the test confirms Slurm itself ran them: the job-completion log that
-slurm-up.sh configures names every job, and Nextflow's trace carries the same Slurm job ids.
+slurm-up.sh configures names every job, and Nextflow's trace carries the same Slurm job ids. The
+baseline asks for its jobs spread (resources.default.slurm_spread): the copies land on several
+nodes, and the report names the node Slurm recorded for each.
 Run it under `flock /tmp/ferry-slurm.lock` where several people share the cluster.
 """
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.nextflow import nextflow, params_for, trace
 from support.pipeline import blob_snapshot, md5s, migration_tree, modify_tree, report
-from support.slurm import completed_jobs, slurm_up
+from support.slurm import NODES, completed_jobs, jobcomp_records, slurm_up
 
 
 def new_jobs(before: set[int]) -> dict[int, str]:
@@ -30,11 +32,12 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     launch = tmp_path / "launch"
     # Four deletions in a small tree are more than the default 10%: allow them.
     parts = {"plan": {"mode": "parts", "parts": 2}, "prune": {"max_delete": "25%"}}
+    spread = {"resources": {"default": {"slurm_spread": True}}}
 
     seen = set(completed_jobs())
     nextflow(
         launch,
-        params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts),
+        params=params_for(ferry_bin, outdir, src, dest, "baseline", **parts, **spread),
         profile="slurm",
     )
     assert blob_snapshot(container, "viaslurm/") == md5s(content)
@@ -55,6 +58,13 @@ def test_nextflow_migration_through_slurm(slurm, tmp_path, ferry_bin, container)
     script = (Path(copy["workdir"]) / ".command.run").read_text()
     for request in ("#SBATCH -c 2", "#SBATCH -t 12:00:00", "#SBATCH --mem 2000M"):
         assert request in script, (request, script[:600])
+    # Spread: each job a node of its own, so the two copies ran on two nodes, and the report's
+    # timeline names the nodes Slurm recorded.
+    assert "--exclusive" in script, script[:600]
+    where = {r["JobId"]: r["NodeList"] for r in jobcomp_records()}
+    copies = {where[r["native_id"]] for r in rows if r["process"].endswith("COPY")}
+    assert len(copies) == 2 and copies <= set(NODES), copies
+    assert {s["node"] for s in rep["jobs"] if s["step"] == "copy"} == copies, rep["jobs"]
 
     _added, _changed, deleted = modify_tree(src, content)
     seen = set(completed_jobs())
