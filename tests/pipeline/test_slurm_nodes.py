@@ -73,6 +73,11 @@ def test_spread_jobs_land_on_several_nodes_and_the_report_says_which(slurm, tmp_
     assert all(s["node"] in NODES for s in spans), spans
     assert {s["node"] for s in spans if s["step"] == "copy"} == seen["copy"]
     assert {s["node"] for s in spans if s["step"] == "list_source"} == seen["list_source"]
+    # What each node spent: the copies' bytes add up over the nodes they ran on.
+    nodes = rep["time"]["per_node"]
+    assert seen["copy"] <= set(nodes), nodes
+    assert sum(n["bytes"] for n in nodes.values()) == rep["totals"]["bytes"]["copied"], nodes
+    assert "### By node" in (run_dir(outdir, "baseline") / "report.md").read_text()
     # `ferry status` says which partitions' jobs ran where.
     status = subprocess.run(
         [str(ferry_bin), "status", str(run_dir(outdir, "baseline"))],
@@ -183,6 +188,7 @@ def test_a_node_lost_mid_copy_the_job_is_retried_elsewhere_and_resumes(
     (gone,) = rep["lost_jobs"]
     assert gone["step"] == "copy" and gone["part"] == "00000" and gone["node"] == lost, gone
     assert gone["rerun_on"] in NODES and gone["rerun_on"] != lost, gone
+    assert rep["time"]["per_node"][lost]["lost"] == 1, rep["time"]["per_node"]
     md = (run_dir(outdir, "baseline") / "report.md").read_text()
     assert f"- copy partition 00000 on {lost}: lost after " in md, md
     # The retry resumed: it staged no more blocks than were left when the lost attempt last

@@ -245,6 +245,15 @@ def test_the_timeline_places_each_job_from_its_timing_file(finished, history):
     assert "copy part 00001: 4.0 s, 3.8 MiB, 976.6 KiB/s" in timeline
 
 
+def test_jobs_on_several_nodes_get_a_table_of_what_each_spent(finished, history):
+    assert "<h3>By node</h3>" not in page_of(finished)
+    finished.benchmark("copy", 2.0, end=T0 + 5, part="00000", cpu=1.5, rss=40, node="node1")
+    finished.benchmark("copy", 4.0, end=T0 + 7, part="00001", cpu=3, rss=50, node="node2")
+    page = page_of(finished)
+    assert "<h3>By node</h3>" in page
+    assert re.search(r"<td>node2</td>.*?3\.8 MiB", page, re.S), page
+
+
 def test_a_job_stopped_mid_way_shows_from_its_progress_file(finished, history):
     finished.plan(copy=[("00000", 3, 3000)], verify=[("00000", 5, 8000), ("00001", 1, 1000)])
     progress = finished.path / ferry_run_dir.PROGRESS["verify"].format(part="00001")

@@ -144,6 +144,34 @@ def test_time_goes_per_step_in_the_pipeline_order(finished):
     assert tm["elapsed_seconds"] > 0
 
 
+def test_what_each_node_spent(finished):
+    # The two copies on two nodes, one of them after an attempt lost on a third.
+    finished.benchmark("copy", 2.0, end=T0 + 5, part="00000", cpu=1.5, rss=40, node="node1")
+    finished.benchmark("copy", 3.0, end=T0 + 6, part="00001", cpu=2, rss=50, node="node2")
+    finished.progress_lost("copy", "00001", node="node3", done=700)
+    report = build(finished)
+    nodes = report["time"]["per_node"]
+    assert nodes["node1"] == {
+        "jobs": 1,
+        "seconds": 2.0,
+        "cpu_seconds": 1.5,
+        "max_rss_mb": 40.0,
+        "bytes": 3000,
+        "lost": 0,
+    }
+    assert (nodes["node2"]["bytes"], nodes["node2"]["lost"]) == (4000, 0)
+    assert nodes["node3"] == dict.fromkeys(nodes["node3"], 0) | {"bytes": 700, "lost": 1}
+    # The jobs whose timing names no node (the engine's own benchmark files) stand under "?".
+    assert nodes["?"]["jobs"] == 4
+    md = ferry_markdown.markdown(report)
+    assert "| node2 | 1 | 3.00 | 2.00 | 50.00 | 3.91 KiB | 0 |" in md, md
+    assert "| node3 | 0 | 0.00 | 0.00 | 0.00 | 700 B | 1 |" in md, md
+
+
+def test_one_node_gets_no_table(finished):
+    assert "### By node" not in ferry_markdown.markdown(build(finished))
+
+
 def test_unreadable_and_unknown_timings(run):
     """NA columns count as nothing; an empty timing file is no job; a step the report does not
     know still gets its row, after the known ones."""

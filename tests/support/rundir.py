@@ -360,6 +360,25 @@ class RunDir:
         step = self._step(step)
         self._write(f"logs/{step}.log" if part is None else f"logs/{step}/part-{part}.log", text)
 
+    def progress_lost(self, step: str, part: str, node: str, done: int, attempt: int = 1) -> None:
+        """progress/<step>-part-<part>.lost-<attempt>.json: the last progress of an attempt
+        that never finished, as bin/ferry-task keeps it for the retry."""
+        doc = {
+            "version": 1,
+            "command": step,
+            "pid": 1,
+            "host": node,
+            "node": node,
+            "started": 0.0,
+            "updated": 1.0,
+            "finished": False,
+            "files": {"done": 0, "failed": 0, "total": None},
+            "bytes": {"done": done, "total": None},
+            "bytes_per_second": done,
+            "requests": self.requests(),
+        }
+        self._json(self.path / f"progress/{step}-part-{part}.lost-{attempt}.json", doc)
+
     def benchmark(
         self,
         step: str,
@@ -370,16 +389,20 @@ class RunDir:
         rss="NA",
         text: str | None = None,
         shard: int | None = None,
+        node: str | None = None,
     ) -> None:
         """benchmarks/<step>.tsv (or <step>/part-<part>.tsv, or a list job's
         <step>/shard-<shard>.tsv): the columns Snakemake's benchmark files and bin/ferry-task
-        have; its modification time is the job's end."""
+        have (bin/ferry-task's `node` too, when given); its modification time is the job's end."""
         step = self._step(step)
         rel = f"benchmarks/{step}.tsv" if part is None else f"benchmarks/{step}/part-{part}.tsv"
         if shard is not None:
             rel = f"benchmarks/{step}/shard-{shard}.tsv"
         if text is None:
             text = f"s\th:m:s\tmax_rss\tcpu_time\n{seconds}\t0:00:01\t{rss}\t{cpu}\n"
+            if node is not None:
+                head, row = text.splitlines()
+                text = f"{head}\tnode\n{row}\t{node}\n"
         path = self._write(rel, text)
         os.utime(path, (end, end))
 

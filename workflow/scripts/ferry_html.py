@@ -708,6 +708,27 @@ def timeline_section(report: dict) -> str:
     return "\n".join(out)
 
 
+def nodes_section(report: dict) -> str:
+    """What each node spent, when the jobs ran on more than one."""
+    nodes = report["time"]["per_node"]
+    if len(nodes) < 2:
+        return ""
+    rows = [
+        [
+            node,
+            fmt_count(n["jobs"]),
+            fmt_seconds(n["seconds"]),
+            fmt_seconds(n["cpu_seconds"]),
+            f"{n['max_rss_mb']:.0f} MiB",
+            fmt_bytes(n["bytes"]),
+            fmt_count(n["lost"]),
+        ]
+        for node, n in nodes.items()
+    ]
+    head = ["node", "jobs", "wall", "CPU", "max RSS", "copied", "copy attempts lost"]
+    return "<h3>By node</h3>" + table(head, rows, numeric_from=1)
+
+
 def failures_section(report: dict) -> str:
     rows = []
     for f in report["failures"][:500]:
@@ -813,6 +834,7 @@ def page(report: dict, history: list[dict], projection: dict | None) -> str:
         per_pass_plots(history),
         "<h2>This pass over time</h2>",
         timeline_section(report),
+        nodes_section(report),
         "<h2>Copy partitions</h2>",
         partitions_section(report),
         f"<h2>Failures ({len(report['failures'])})</h2>",

@@ -191,6 +191,25 @@ def time_table(tm: dict) -> list[str]:
     return lines
 
 
+def node_table(nodes: dict[str, dict]) -> list[str]:
+    """What each node spent, when the jobs ran on more than one."""
+    if len(nodes) < 2:
+        return []
+    lines = [
+        "",
+        "### By node",
+        "",
+        "| node | jobs | wall s | CPU s | max RSS MiB | copied | copy attempts lost |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for node, n in nodes.items():
+        lines.append(
+            f"| {node} | {n['jobs']} | {fmt(n['seconds'])} | {fmt(n['cpu_seconds'])} | "
+            f"{fmt(n['max_rss_mb'])} | {fmt_bytes(n['bytes'])} | {n['lost']} |"
+        )
+    return lines
+
+
 def copy_table(rows: list[dict]) -> list[str]:
     lines = [
         "",
@@ -283,7 +302,7 @@ def lost(items: list[dict]) -> list[str]:
 
 def markdown(report: dict) -> str:
     lines = heading(report) + totals(report["totals"]) + plan_line(report["plan"])
-    lines += checks(report) + time_table(report["time"])
+    lines += checks(report) + time_table(report["time"]) + node_table(report["time"]["per_node"])
     lines += copy_table(report["partitions"]) + verify_table(report["verify_partitions"])
     lines += ignored(report["ignored"]) + migration(report) + failures(report["failures"])
     lines += lost(report["lost_jobs"])

@@ -360,6 +360,30 @@ def per_step(bench: dict[str, dict]) -> dict[str, dict]:
     return ordered
 
 
+def per_node(bench: dict[str, dict], spans: list[dict]) -> dict[str, dict]:
+    """What each node spent: its jobs, their seconds, CPU and peak RSS (from the timing files),
+    the bytes its copies moved, and the attempts lost on it (a node lost, a job killed). Nodes
+    by name; a job whose timing names no node is under "?"."""
+    nodes: dict[str, dict] = defaultdict(
+        lambda: dict.fromkeys(("jobs", "seconds", "cpu_seconds", "max_rss_mb", "bytes", "lost"), 0)
+    )
+    for job in bench.values():
+        n = nodes[job["node"] or "?"]
+        n["jobs"] += 1
+        n["seconds"] += job["seconds"]
+        n["cpu_seconds"] += job["cpu_seconds"] or 0.0
+        n["max_rss_mb"] = max(n["max_rss_mb"], job["max_rss_mb"] or 0.0)
+    for s in spans:
+        if s["step"] == "copy":
+            n = nodes[s["node"] or "?"]
+            n["bytes"] += s["bytes"]
+            n["lost"] += s["state"] == "lost"
+    for n in nodes.values():
+        for key in ("seconds", "cpu_seconds", "max_rss_mb"):
+            n[key] = round(float(n[key]), 3)
+    return dict(sorted(nodes.items()))
+
+
 def requests(run: dict) -> dict:
     """{"total": {kind: n}, "by_step": {step: {kind: n}}} over every worker document the run
     left, failed jobs' included (their requests were made too), and the listings' summaries."""
@@ -486,7 +510,7 @@ def totals(run: dict, copy: dict, verify: dict, prune, final_check, dest) -> dic
     }
 
 
-def times(run: dict, copy: dict, verify: dict, now: float) -> dict:
+def times(run: dict, copy: dict, verify: dict, spans: list[dict], now: float) -> dict:
     bench = run["timings"]
     first = min((job["start"] for job in bench.values()), default=None)
     return {
@@ -496,6 +520,7 @@ def times(run: dict, copy: dict, verify: dict, now: float) -> dict:
         "worker_copy_seconds": round(sum(r.get("worker_seconds", 0) for r in copy["rows"]), 3),
         "worker_verify_seconds": round(sum(r.get("worker_seconds", 0) for r in verify["rows"]), 3),
         "per_step": per_step(bench),
+        "per_node": per_node(bench, spans),
     }
 
 
@@ -522,6 +547,7 @@ def build(run: dict, opts, complete: bool = True) -> dict:
     whole = complete and finished(run, opts, copy, verify, prune, final_check) and not failures
     now = time.time()
     plan = run["plan"]
+    spans = jobs(run)
     report = {
         "version": VERSION,
         "status": "complete" if whole else "incomplete",
@@ -534,10 +560,10 @@ def build(run: dict, opts, complete: bool = True) -> dict:
         "generated_at": iso(now),
         "plan": {key: plan[key] for key in PLAN_KEYS} if plan else None,
         "totals": totals(run, copy, verify, prune, final_check, dest),
-        "time": times(run, copy, verify, now),
+        "time": times(run, copy, verify, spans, now),
         "partitions": copy["rows"],
         "verify_partitions": verify["rows"],
-        "jobs": jobs(run),
+        "jobs": spans,
         "lost_jobs": lost_jobs(run),
         "failures": failures,
         "ignored": copy["ignored"],
