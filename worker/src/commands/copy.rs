@@ -350,16 +350,17 @@ impl Run {
         if let (Some(why), false) = (refusal, args.dry_run) {
             replacing.refused = Some(why.clone());
             if args.json {
-                let depth = self.depth.report();
-                report(
+                Outcome {
                     args,
                     ends,
-                    &self.stats,
-                    &depth,
-                    (&*replacing, newer),
-                    Vec::new(),
-                    0.0,
-                );
+                    stats: &self.stats,
+                    depth: self.depth.report(),
+                    replacing,
+                    newer,
+                    leftovers: Vec::new(),
+                    seconds: 0.0,
+                }
+                .say();
             }
             eprintln!("copy refused, nothing copied or deleted: {why}");
             return true;
@@ -459,15 +460,17 @@ impl Run {
         if let Some(p) = self.progress_file {
             p.finish().await;
         }
-        report(
+        Outcome {
             args,
             ends,
             stats,
-            &self.depth.report(),
-            (&replacing, &newer),
+            depth: self.depth.report(),
+            replacing: &replacing,
+            newer: &newer,
             leftovers,
-            self.started.elapsed().as_secs_f64(),
-        );
+            seconds: self.started.elapsed().as_secs_f64(),
+        }
+        .say();
         Ok(if Stats::get(&stats.files_failed) > 0 {
             ExitCode::from(1)
         } else {
@@ -765,116 +768,129 @@ fn depth_brief(d: &crate::documents::Report) -> String {
     }
 }
 
-/// `--json`'s document.
-fn copy_doc(
-    args: &CopyArgs,
-    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
-    stats: &Stats,
-    depth: &crate::documents::Report,
-    (replacing, newer): (&Replacing, &Newer),
+/// What a copy comes to: said once, as `--json`'s document or as lines on stderr.
+struct Outcome<'a> {
+    args: &'a CopyArgs,
+    ends: (&'a Arc<dyn Store>, &'a Arc<dyn Store>),
+    stats: &'a Stats,
+    depth: crate::documents::Report,
+    replacing: &'a Replacing,
+    newer: &'a Newer,
     leftovers: Vec<String>,
     seconds: f64,
-) -> crate::documents::CopyDoc {
-    use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
-    let g = Stats::get;
-    let failures = stats.failures().into_iter();
-    let ignored = stats.ignored_list().into_iter();
-    CopyDoc {
-        version: Default::default(),
-        command: "copy",
-        source: src.describe(),
-        dest: dst.describe(),
-        dry_run: args.dry_run,
-        files: CopyFiles {
-            total: g(&stats.files_total),
-            copied: g(&stats.files_copied),
-            skipped: g(&stats.files_skipped),
-            failed: g(&stats.files_failed),
-            ignored: g(&stats.files_ignored),
-            server_copied: g(&stats.files_server_copied),
-            metadata_only: g(&stats.meta_updated),
-            replaced: g(&stats.replaced),
-            removed: replacing.removed(),
-            newer_at_dest: newer.count,
-        },
-        replacements: replacing
-            .found
-            .iter()
-            .map(|r| crate::documents::Replaced {
-                path: r.old.display_path(),
-                was: r.old.kind.name().into(),
-                entries: r.entries(),
-                bytes: r.bytes(),
-            })
-            .collect(),
-        dest_entries: replacing.of,
-        refused: replacing.refused.clone(),
-        warning: replacing.over_limit.clone().filter(|_| args.dry_run),
-        log: replacing.log.as_ref().map(|p| p.display().to_string()),
-        bytes: CopyBytes {
-            total: g(&stats.bytes_total),
-            copied: g(&stats.bytes_copied),
-            skipped: g(&stats.bytes_skipped),
-            server_copied: g(&stats.bytes_server_copied),
-        },
-        blocks: Blocks {
-            sent: g(&stats.blocks_sent),
-            reused: g(&stats.blocks_reused),
-        },
-        retries: crate::documents::Retries {
-            total: g(&stats.retries_total),
-            by_status: stats.retries_by_status(),
-        },
-        requests: stats.requests.counts(),
-        concurrency: depth.clone(),
-        failures: failures
-            .map(|(path, error)| PathError { path, error })
-            .collect(),
-        ignored: ignored
-            .map(|(path, reason)| PathReason { path, reason })
-            .collect(),
-        ignored_by_reason: stats.ignored_by_reason(),
-        not_kept: stats.not_kept_by_kind(),
-        leftovers_removed: leftovers.len() as u64,
-        leftovers,
-        seconds: (seconds * 1000.0).round() / 1000.0,
-    }
 }
 
-fn report(
-    args: &CopyArgs,
-    (src, dst): (&Arc<dyn Store>, &Arc<dyn Store>),
-    stats: &Stats,
-    depth: &crate::documents::Report,
-    (replacing, newer): (&Replacing, &Newer),
-    leftovers: Vec<String>,
-    seconds: f64,
-) {
-    let g = Stats::get;
-    if args.json {
-        let doc = copy_doc(
+impl Outcome<'_> {
+    fn say(self) {
+        if self.args.json {
+            super::print_json(&self.doc());
+        } else {
+            self.lines();
+        }
+    }
+
+    /// `--json`'s document.
+    fn doc(self) -> crate::documents::CopyDoc {
+        use crate::documents::{Blocks, CopyBytes, CopyDoc, CopyFiles, PathError, PathReason};
+        let Outcome {
             args,
-            (src, dst),
+            ends: (src, dst),
             stats,
             depth,
-            (replacing, newer),
+            replacing,
+            newer,
             leftovers,
             seconds,
-        );
-        super::print_json(&doc);
-        return;
+        } = self;
+        let g = Stats::get;
+        let failures = stats.failures().into_iter();
+        let ignored = stats.ignored_list().into_iter();
+        CopyDoc {
+            version: Default::default(),
+            command: "copy",
+            source: src.describe(),
+            dest: dst.describe(),
+            dry_run: args.dry_run,
+            files: CopyFiles {
+                total: g(&stats.files_total),
+                copied: g(&stats.files_copied),
+                skipped: g(&stats.files_skipped),
+                failed: g(&stats.files_failed),
+                ignored: g(&stats.files_ignored),
+                server_copied: g(&stats.files_server_copied),
+                metadata_only: g(&stats.meta_updated),
+                replaced: g(&stats.replaced),
+                removed: replacing.removed(),
+                newer_at_dest: newer.count,
+            },
+            replacements: replacing
+                .found
+                .iter()
+                .map(|r| crate::documents::Replaced {
+                    path: r.old.display_path(),
+                    was: r.old.kind.name().into(),
+                    entries: r.entries(),
+                    bytes: r.bytes(),
+                })
+                .collect(),
+            dest_entries: replacing.of,
+            refused: replacing.refused.clone(),
+            warning: replacing.over_limit.clone().filter(|_| args.dry_run),
+            log: replacing.log.as_ref().map(|p| p.display().to_string()),
+            bytes: CopyBytes {
+                total: g(&stats.bytes_total),
+                copied: g(&stats.bytes_copied),
+                skipped: g(&stats.bytes_skipped),
+                server_copied: g(&stats.bytes_server_copied),
+            },
+            blocks: Blocks {
+                sent: g(&stats.blocks_sent),
+                reused: g(&stats.blocks_reused),
+            },
+            retries: crate::documents::Retries {
+                total: g(&stats.retries_total),
+                by_status: stats.retries_by_status(),
+            },
+            requests: stats.requests.counts(),
+            concurrency: depth,
+            failures: failures
+                .map(|(path, error)| PathError { path, error })
+                .collect(),
+            ignored: ignored
+                .map(|(path, reason)| PathReason { path, reason })
+                .collect(),
+            ignored_by_reason: stats.ignored_by_reason(),
+            not_kept: stats.not_kept_by_kind(),
+            leftovers_removed: leftovers.len() as u64,
+            leftovers,
+            seconds: (seconds * 1000.0).round() / 1000.0,
+        }
     }
-    let verb = if args.dry_run { "would copy" } else { "copied" };
-    let server = match g(&stats.files_server_copied) {
-        0 => String::new(),
-        n => format!(", {n} server-side"),
-    };
-    let meta = match (g(&stats.meta_updated), g(&stats.replaced)) {
-        (0, 0) => String::new(),
-        (m, 0) => format!(" ({m} with new metadata only)"),
-        (m, r) => format!(" ({m} with new metadata only; {r} entries of another type replaced)"),
-    };
-    eprintln!(
+
+    /// The lines on stderr.
+    fn lines(self) {
+        let Outcome {
+            args,
+            stats,
+            depth,
+            replacing,
+            seconds,
+            ..
+        } = self;
+        let g = Stats::get;
+        let verb = if args.dry_run { "would copy" } else { "copied" };
+        let server = match g(&stats.files_server_copied) {
+            0 => String::new(),
+            n => format!(", {n} server-side"),
+        };
+        let meta = match (g(&stats.meta_updated), g(&stats.replaced)) {
+            (0, 0) => String::new(),
+            (m, 0) => format!(" ({m} with new metadata only)"),
+            (m, r) => {
+                format!(" ({m} with new metadata only; {r} entries of another type replaced)")
+            }
+        };
+        eprintln!(
         "{verb} {} files ({}{server}), skipped {} ({}){meta}, failed {}, ignored {} in {:.2}s{}; {}",
         g(&stats.files_copied),
         human_bytes(g(&stats.bytes_copied)),
@@ -884,29 +900,30 @@ fn report(
         g(&stats.files_ignored),
         seconds,
         if g(&stats.retries_total) > 0 { format!(", retries {}", stats.retry_brief()) } else { String::new() },
-        depth_brief(depth)
+        depth_brief(&depth)
     );
-    if let Some(log) = &replacing.log {
-        eprintln!(
-            "{} {} of {} destination entries to replace {} of another type; list in {}",
-            if args.dry_run {
-                "would delete"
-            } else {
-                "deleted"
-            },
-            replacing.logged,
-            replacing.of,
-            replacing.found.len(),
-            log.display()
-        );
-    }
-    for (p, e) in stats.failures() {
-        eprintln!("failed: {p}: {e}");
-    }
-    for (p, why) in stats.ignored_list() {
-        eprintln!("ignored: {p}: {why}");
-    }
-    for (what, n) in stats.not_kept_by_kind() {
-        eprintln!("not kept: {what} of {n} entries (the destination cannot hold them)");
+        if let Some(log) = &replacing.log {
+            eprintln!(
+                "{} {} of {} destination entries to replace {} of another type; list in {}",
+                if args.dry_run {
+                    "would delete"
+                } else {
+                    "deleted"
+                },
+                replacing.logged,
+                replacing.of,
+                replacing.found.len(),
+                log.display()
+            );
+        }
+        for (p, e) in stats.failures() {
+            eprintln!("failed: {p}: {e}");
+        }
+        for (p, why) in stats.ignored_list() {
+            eprintln!("ignored: {p}: {why}");
+        }
+        for (what, n) in stats.not_kept_by_kind() {
+            eprintln!("not kept: {what} of {n} entries (the destination cannot hold them)");
+        }
     }
 }
