@@ -26,9 +26,11 @@ lint: setup
 	.venv/bin/python tools/import_floors.py
 	.venv/bin/python tools/long_functions.py worker/src
 
+# The pytest suite runs as two runs side by side (scripts/test-suite.sh): the Slurm tests, which
+# mostly wait on the cluster, beside the others.
 test: lint
 	cargo test --release --manifest-path $(CARGO_MANIFEST)
-	$(PYTEST) -q tests
+	PYTEST="$(PYTEST)" scripts/test-suite.sh
 
 # The everyday loop (under 3 minutes): the worker's build and Rust unit tests, then every pytest
 # suite but the slow ones, by their markers (pytest.ini): Snakemake/Nextflow runs, Slurm, MPI,
