@@ -49,6 +49,7 @@ DOCS = Path("docs/benchmarks.md")
 # Each ferry row and the peer of its class: (ferry row, peer row).
 PAIRS = (
     ("ferry --no-fsync", "rclone"),
+    ("ferry --no-fsync --concurrency 4", "rclone"),
     ("ferry --no-fsync", "rclone (tuned)"),
     ("ferry", "rclone (tuned) && sync -f"),
 )
@@ -61,6 +62,10 @@ def rows(ferry: str, before: str | None, url: str, dst: str) -> dict[str, str]:
     for label, binary in binaries.items():
         out[f"ferry{label}"] = f"{shlex.quote(binary)} copy -r {url}/ {dst}/"
         out[f"ferry --no-fsync{label}"] = f"{shlex.quote(binary)} copy -r --no-fsync {url}/ {dst}/"
+    # rclone's default for a file this size is 4 streams: ferry held to the same count.
+    out["ferry --no-fsync --concurrency 4"] = (
+        f"{shlex.quote(ferry)} copy -r --no-fsync --concurrency 4 {url}/ {dst}/"
+    )
     out["rclone"] = f"{RCLONE} copy {remote} {dst}"
     out["rclone (tuned)"] = f"{RCLONE} copy {remote} {dst} {RCLONE_TUNED}"
     out["rclone (tuned) && sync -f"] = f"{out['rclone (tuned)']} && sync -f {dst}"
