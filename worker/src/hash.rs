@@ -269,6 +269,16 @@ mod tests {
     }
 
     #[test]
+    fn long_runs_of_chunks_in_one_call_give_the_reference_digest() {
+        // The block function's loop over many chunks at once, at every tail length.
+        for n in [(1 << 20) + 63, 1 << 20, 64 * 1000 + 1] {
+            let data = bytes(n, 11);
+            let want: [u8; 16] = <::md5::Md5 as ::md5::Digest>::digest(&data).into();
+            assert_eq!(digest(&data), want, "{n} bytes");
+        }
+    }
+
+    #[test]
     fn blocks_give_their_own_digest_and_the_whole_ones() {
         // Aligned blocks take the two-lane pass; after a short block the object's digest is off
         // the chunk boundary and the two are taken apart.
