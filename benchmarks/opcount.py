@@ -111,7 +111,7 @@ def cases(n_jobs: int) -> list[Case]:
         ),
         Case(
             "ferry prune",
-            "{ferry} prune --log {work}/prune.tsv {src}/ {dst}",
+            "{ferry} prune --yes --log {work}/prune.tsv {src}/ {dst}",
             "copy",
             "nothing to delete",
         ),
