@@ -42,6 +42,7 @@ from support.latencyfs import NO_ROUND_TRIP, LatencyFS, build  # noqa: E402
 
 # Like NFS's acdirmin (30 s): no attribute or name the client learnt expires during a case, so
 # counts do not depend on how fast the case ran. Misses are never cached (see docs/nfs.md).
+# --cache 0 counts a client that trusts nothing it learnt (actimeo=0, lookupcache=none).
 CACHE_SECONDS = 30
 DOCS = REPO / "docs" / "nfs.md"
 # The kinds shown as columns; the rest are summed into "other".
@@ -110,7 +111,7 @@ def cases(n_jobs: int) -> list[Case]:
         ),
         Case(
             "ferry prune",
-            "{ferry} prune --log {work}/prune.tsv {src}/ {dst}",
+            "{ferry} prune --yes --log {work}/prune.tsv {src}/ {dst}",
             "copy",
             "nothing to delete",
         ),
@@ -135,7 +136,9 @@ def cases(n_jobs: int) -> list[Case]:
     ]
 
 
-def run_case(case: Case, src: Path, base: Path, ferry: str, delay_ms: float) -> dict:
+def run_case(
+    case: Case, src: Path, base: Path, ferry: str, delay_ms: float, cache_s: float
+) -> dict:
     backing, mnt, work = base / "backing", base / "mnt", base / "work"
     for p in (backing, work):
         shutil.rmtree(p, ignore_errors=True)
@@ -151,8 +154,8 @@ def run_case(case: Case, src: Path, base: Path, ferry: str, delay_ms: float) -> 
         backing,
         mnt,
         delay_ms=delay_ms,
-        attr_timeout=CACHE_SECONDS,
-        entry_timeout=CACHE_SECONDS,
+        attr_timeout=cache_s,
+        entry_timeout=cache_s,
         threads=256,
         stats_file=stats_file,
     )
@@ -213,13 +216,34 @@ def delay_text(ms: float) -> str:
     return f"{ms:g} ms per request" if ms else "zero delay"
 
 
+def cache_text(seconds: float) -> str:
+    return f"attribute and entry cache {seconds:g} s" if seconds else "no attribute or entry cache"
+
+
+def versus(res: dict, tool: str = "ferry copy", peer: str = "cp -a") -> str:
+    """The request kinds where `tool` and `peer` differ, per file (medians), largest first."""
+    by = {c["name"]: c for c in res["cases"]}
+    if tool not in by or peer not in by:
+        return ""
+    a, b = by[tool]["ops_median"], by[peer]["ops_median"]
+    diff = {
+        k: (a.get(k, 0) - b.get(k, 0)) / res["files"]
+        for k in set(a) | set(b)
+        if k not in NO_ROUND_TRIP
+    }
+    kinds = sorted((k for k, d in diff.items() if abs(d) >= 0.005), key=lambda k: -abs(diff[k]))
+    total = by[tool]["per_file"] - by[peer]["per_file"]
+    parts = ", ".join(f"{k} {diff[k]:+.2f}" for k in kinds) or "none"
+    return f"{tool} − {peer}, per file: {total:+.2f} requests ({parts})."
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     lines = [
         f"Counted {res['date']} on {m['nproc']} × {m['cpu']}, kernel {m['kernel']}; ferry {res['ferry']['version']} "
         f"(sha256 {res['ferry']['sha256']}…). Dataset: {res['dataset']}. Fresh latencyfs mount per run, "
         f"{delay_text(res['delay_ms'])}, "
-        f"attribute and entry cache {CACHE_SECONDS} s, no negative cache, writeback cache on; "
+        f"{cache_text(res['cache_seconds'])}, no negative cache, writeback cache on; "
         f"{res['repeat']} run(s) per case; in flight = average while any request was, and the most. "
         f"Reproduce: `{res['command']}`.",
         "",
@@ -244,6 +268,8 @@ def render(res: dict) -> str:
             f"{statistics.median(r['wall_s'] for r in c['runs']):.2f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if diff := versus(res):
+        lines += ["", diff]
     lines += ["", "Commands (from the repo root; `dst` is on the mount):", ""]
     lines += [
         f"- {c['name']}: `{c['command']}`" + (f" — {c['note']}" if c["note"] else "")
@@ -261,6 +287,12 @@ def main(argv: list[str]) -> int:
         help="files in the tree (50 a directory; default %(default)s)",
     )
     ap.add_argument("--flat", action="store_true", help="all the files in one directory")
+    ap.add_argument(
+        "--cache",
+        type=float,
+        default=CACHE_SECONDS,
+        help="seconds attributes and names are trusted (default %(default)s; 0: uncached)",
+    )
     ap.add_argument("--repeat", type=int, default=2, help="runs per case (default %(default)s)")
     ap.add_argument(
         "--delay",
@@ -321,7 +353,7 @@ def main(argv: list[str]) -> int:
             continue
         runs = []
         for i in range(a.repeat):
-            r = run_case(case, src, base, rel(ferry), a.delay)
+            r = run_case(case, src, base, rel(ferry), a.delay, a.cache)
             log(
                 f"{case.name} run {i + 1}: {r['total']:,} requests ({r['total'] / a.files:.2f} a file), "
                 f"in flight avg {r['inflight_avg_busy']:.1f} max {r['inflight_max']}, {r['wall_s']:.2f} s"
@@ -336,13 +368,18 @@ def main(argv: list[str]) -> int:
         "dataset": ds.desc,
         "files": a.files,
         "repeat": a.repeat,
-        "cache_seconds": CACHE_SECONDS,
+        "cache_seconds": a.cache,
         "delay_ms": a.delay,
         "command": shlex.join(["sudo", ".venv/bin/python", "benchmarks/opcount.py", *argv]),
         "cases": out,
     }
     results.mkdir(parents=True, exist_ok=True)
-    name = "opcount" + ("-flat" if a.flat else "") + (f"-{a.delay:g}ms" if a.delay else "")
+    name = (
+        "opcount"
+        + ("-flat" if a.flat else "")
+        + (f"-{a.delay:g}ms" if a.delay else "")
+        + ("-uncached" if not a.cache else "")
+    )
     (results / f"{name}.json").write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     write(results, name, res, not a.no_docs)
     log(f"results in {rel(results)}/{name}.md")
