@@ -22,8 +22,8 @@ use crate::manifest::Kind;
 use crate::same::{self, Compare, Verdict};
 use crate::stats::Stats;
 use crate::storage::filesystem::{
-    entry_of, entry_with_target, meta_of, open_files_limit, DirNow, Filesystem, Identity, Staged,
-    TempIn,
+    entry_of, entry_with_target, meta_of, open_files_limit, DirNow, EntryCopy, Filesystem,
+    Identity, Staged, TempIn,
 };
 use crate::storage::Meta;
 use crate::xattrs::{self, Wanted};
@@ -451,7 +451,7 @@ impl Engine {
         rt: &tokio::runtime::Handle,
         staging: Option<&Arc<OwnedFd>>,
     ) -> Result<Step> {
-        let (src, dst) = self.stores();
+        let (_, dst) = self.stores();
         #[cfg(test)]
         if job.src.path == b"panic-here" {
             panic!("a test asked for a panic");
@@ -475,14 +475,7 @@ impl Engine {
         }
         if job.src.kind == Kind::Symlink {
             let refused = dst
-                .copy_symlink(
-                    src,
-                    &job.src.path,
-                    &job.dst_path,
-                    job.src.xattrs,
-                    id,
-                    &self.opts.preserve,
-                )
+                .copy_symlink(&self.entry_copy(job, id))
                 .map_err(src_err)?;
             refused.kinds().for_each(|k| self.stats.not_kept(k));
             return Ok(Step::Done(Outcome::Copied));
@@ -571,19 +564,8 @@ impl Engine {
         absent: bool,
     ) -> Result<Step> {
         let (src, dst) = self.stores();
-        let stage = |temp_in| {
-            dst.stage_file(
-                src,
-                &job.src.path,
-                &job.dst_path,
-                job.src.xattrs,
-                id,
-                &self.quirks,
-                &self.opts.preserve,
-                absent,
-                temp_in,
-            )
-        };
+        let entry = self.entry_copy(job, id);
+        let stage = |temp_in| dst.stage_file(&entry, &self.quirks, absent, temp_in);
         let staged = match staging.map(|d| stage(TempIn::Staging(d))) {
             // Another process finished and removed the shared staging directory meanwhile.
             Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => stage(TempIn::Final),
@@ -609,10 +591,22 @@ impl Engine {
         Ok(Step::Staged(staged))
     }
 
+    /// The job's entry as the destination's filesystem makes it.
+    fn entry_copy<'a>(&'a self, job: &'a Job, id: &'a Identity) -> EntryCopy<'a> {
+        EntryCopy {
+            src: self.stores().0,
+            src_rel: &job.src.path,
+            dst_rel: &job.dst_path,
+            src_xattrs: job.src.xattrs,
+            id,
+            keep: &self.opts.preserve,
+        }
+    }
+
     /// A fifo or device node: made, unless it is a socket (whose listener makes it), or
     /// `--preserve` leaves specials out, or it is a device and this process may not make one.
     fn make_node(&self, job: &Job, id: &Identity) -> std::io::Result<Outcome> {
-        let (src, dst) = self.stores();
+        let (_, dst) = self.stores();
         let device = matches!(job.src.kind, Kind::CharDev | Kind::BlockDev);
         if job.src.kind == Kind::Socket {
             return Ok(Outcome::Ignored(special_not_held(job.src.kind)));
@@ -622,14 +616,7 @@ impl Engine {
                 "fifo or device node (--preserve leaves out specials)",
             ));
         }
-        match dst.make_node(
-            src,
-            &job.src.path,
-            &job.dst_path,
-            job.src.xattrs,
-            id,
-            &self.opts.preserve,
-        ) {
+        match dst.make_node(&self.entry_copy(job, id)) {
             Ok(refused) => {
                 refused.kinds().for_each(|k| self.stats.not_kept(k));
                 Ok(Outcome::Copied)

@@ -27,6 +27,19 @@ pub(crate) use super::local::{
     temp_name, DirNow, Identity, Inherits, Quirks, Staged, TempIn,
 };
 
+/// An entry of another tree to make in this one: where it is there, where it goes here, and
+/// what of it to keep. `src_xattrs`: the digest of its attributes where its listing read them
+/// (an entry listed without any costs no call).
+#[derive(Clone, Copy)]
+pub struct EntryCopy<'a> {
+    pub src: &'a dyn Filesystem,
+    pub src_rel: &'a [u8],
+    pub dst_rel: &'a [u8],
+    pub src_xattrs: Option<u64>,
+    pub id: &'a Identity,
+    pub keep: &'a Preserve,
+}
+
 /// A local tree as the local → local engine works on it: by relative path, never through a
 /// symlink below the root. Its operations on two trees take the other one as `src`.
 pub trait Filesystem: Send + Sync {
@@ -96,40 +109,18 @@ pub trait Filesystem: Send + Sync {
     fn inherits(&self, rel: &[u8]) -> std::io::Result<Inherits>;
     /// The device directory `rel` (made, with its parents, where missing) is on.
     fn dir_device(&self, rel: &[u8]) -> std::io::Result<u64>;
-    /// Stages file `src_rel` of `src` as `dst_rel` here (`copy::stage_file`).
-    #[allow(clippy::too_many_arguments)]
+    /// Stages a file of another tree here (`copy::stage_file`).
     fn stage_file(
         &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
+        entry: &EntryCopy,
         quirks: &Quirks,
-        keep: &Preserve,
         absent: bool,
         temp_in: TempIn,
     ) -> std::io::Result<Staged>;
-    /// Copies symlink `src_rel` of `src` as `dst_rel` here (`copy::copy_symlink`).
-    fn copy_symlink(
-        &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused>;
-    /// Makes here a fifo or device node like `src_rel` of `src` (`copy::make_node`).
-    fn make_node(
-        &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused>;
+    /// Copies a symlink of another tree here (`copy::copy_symlink`).
+    fn copy_symlink(&self, entry: &EntryCopy) -> std::io::Result<xattrs::Refused>;
+    /// Makes here a fifo or device node like one of another tree (`copy::make_node`).
+    fn make_node(&self, entry: &EntryCopy) -> std::io::Result<xattrs::Refused>;
     /// Makes symlink `rel` pointing at `target` (`copy::make_symlink`).
     fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()>;
     /// Gives directory `rel` the metadata `want` (`copy::finish_dir`).

@@ -29,7 +29,7 @@ use super::{Inherits, LocalStore};
 use crate::manifest::{Kind, Mtime};
 use crate::preserve::Preserve;
 use crate::sparse::Sparse;
-use crate::storage::filesystem::Filesystem;
+use crate::storage::filesystem::{EntryCopy, Filesystem};
 use crate::storage::Meta;
 use crate::xattrs::{self, On, Refused, Wanted};
 
@@ -220,19 +220,21 @@ fn set_times(f: &File, meta: &Meta) -> io::Result<()> {
 /// source's permission bits less the umask, as `cp` without `-p` gives it).
 /// `src_xattrs`: the digest of the source's attributes where its listing read them (an entry
 /// listed without any costs no call here).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn stage_file(
-    src: &dyn Filesystem,
+    entry: &EntryCopy,
     dst: &LocalStore,
-    src_rel: &[u8],
-    dst_rel: &[u8],
-    src_xattrs: Option<u64>,
-    id: &Identity,
     quirks: &Quirks,
-    keep: &Preserve,
     absent: bool,
     temp_in: TempIn,
 ) -> io::Result<Staged> {
+    let EntryCopy {
+        src,
+        src_rel,
+        dst_rel,
+        src_xattrs,
+        id,
+        keep,
+    } = *entry;
     let input = src.open_file(src_rel)?;
     let md = input.metadata()?;
     if !md.is_file() {
@@ -414,15 +416,15 @@ impl Staged {
 
 /// A symlink, with its owner, mtime and the attributes the kernel lets one hold (`trusted.*`
 /// and `security.*`, as root; `src_xattrs` as for `stage_file`).
-pub(super) fn copy_symlink(
-    src: &dyn Filesystem,
-    dst: &LocalStore,
-    src_rel: &[u8],
-    dst_rel: &[u8],
-    src_xattrs: Option<u64>,
-    id: &Identity,
-    keep: &Preserve,
-) -> io::Result<Refused> {
+pub(super) fn copy_symlink(entry: &EntryCopy, dst: &LocalStore) -> io::Result<Refused> {
+    let EntryCopy {
+        src,
+        src_rel,
+        dst_rel,
+        src_xattrs,
+        id,
+        keep,
+    } = *entry;
     let md = src
         .lstat(src_rel)?
         .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
@@ -510,15 +512,15 @@ fn symlink_into_place<T>(
 /// and attributes) under a temp name, then renames it into place, as a file is committed:
 /// whoever opens the name finds the finished node or the old entry. `src_xattrs` as for
 /// `stage_file`.
-pub(super) fn make_node(
-    src: &dyn Filesystem,
-    dst: &LocalStore,
-    src_rel: &[u8],
-    dst_rel: &[u8],
-    src_xattrs: Option<u64>,
-    id: &Identity,
-    keep: &Preserve,
-) -> io::Result<Refused> {
+pub(super) fn make_node(entry: &EntryCopy, dst: &LocalStore) -> io::Result<Refused> {
+    let EntryCopy {
+        src,
+        src_rel,
+        dst_rel,
+        src_xattrs,
+        id,
+        keep,
+    } = *entry;
     // The device number is not in the listing: the node's own lstat gives it, and the rest.
     let md = src
         .lstat(src_rel)?
@@ -804,14 +806,16 @@ mod tests {
         for (absent, name) in [(true, "f1"), (false, "f2")] {
             let to = format!("d/{name}");
             let staged = stage_file(
-                &src,
+                &EntryCopy {
+                    src: &src,
+                    src_rel: b"d/f",
+                    dst_rel: to.as_bytes(),
+                    src_xattrs: None,
+                    id: &Identity::current(),
+                    keep: &Preserve::ALL,
+                },
                 &dst,
-                b"d/f",
-                to.as_bytes(),
-                None,
-                &Identity::current(),
                 &quirks,
-                &Preserve::ALL,
                 absent,
                 TempIn::Final,
             )
@@ -835,14 +839,16 @@ mod tests {
     fn an_unnamed_file_replaces_a_name_taken_since_the_listing() {
         let (t, src, dst) = tree();
         let staged = stage_file(
-            &src,
+            &EntryCopy {
+                src: &src,
+                src_rel: b"d/f",
+                dst_rel: b"d/f",
+                src_xattrs: None,
+                id: &Identity::current(),
+                keep: &Preserve::ALL,
+            },
             &dst,
-            b"d/f",
-            b"d/f",
-            None,
-            &Identity::current(),
             &Quirks::default(),
-            &Preserve::ALL,
             true,
             TempIn::Final,
         )
@@ -857,14 +863,16 @@ mod tests {
         let (t, src, dst) = tree();
         for absent in [true, false] {
             let staged = stage_file(
-                &src,
+                &EntryCopy {
+                    src: &src,
+                    src_rel: b"d/f",
+                    dst_rel: b"d/f",
+                    src_xattrs: None,
+                    id: &Identity::current(),
+                    keep: &Preserve::ALL,
+                },
                 &dst,
-                b"d/f",
-                b"d/f",
-                None,
-                &Identity::current(),
                 &Quirks::default(),
-                &Preserve::ALL,
                 absent,
                 TempIn::Final,
             )

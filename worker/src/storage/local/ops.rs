@@ -10,7 +10,7 @@ use bytes::Bytes;
 
 use super::beneath::{self, fd};
 use super::beneath::{remove_tree_at, umask};
-use super::copy::{self, DirNow, Identity, Quirks, Staged, TempIn};
+use super::copy::{self, DirNow, Quirks, Staged, TempIn};
 use super::leftover::{staging_name, temp_name};
 use super::posix::{
     apply_link_meta, changed, chowned, kind_of, link_at, md5_reader, meta_of, mtime_times,
@@ -19,8 +19,7 @@ use super::posix::{
 use super::LocalStore;
 use crate::error::{Result, StoreError};
 use crate::manifest::Kind;
-use crate::preserve::Preserve;
-use crate::storage::filesystem::Filesystem;
+use crate::storage::filesystem::{EntryCopy, Filesystem};
 use crate::storage::Meta;
 use crate::storage::Sweep;
 use crate::xattrs::{self, Wanted};
@@ -264,43 +263,20 @@ impl Filesystem for LocalStore {
 
     fn stage_file(
         &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
+        entry: &EntryCopy,
         quirks: &Quirks,
-        keep: &Preserve,
         absent: bool,
         temp_in: TempIn,
     ) -> std::io::Result<Staged> {
-        copy::stage_file(
-            src, self, src_rel, dst_rel, src_xattrs, id, quirks, keep, absent, temp_in,
-        )
+        copy::stage_file(entry, self, quirks, absent, temp_in)
     }
 
-    fn copy_symlink(
-        &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused> {
-        copy::copy_symlink(src, self, src_rel, dst_rel, src_xattrs, id, keep)
+    fn copy_symlink(&self, entry: &EntryCopy) -> std::io::Result<xattrs::Refused> {
+        copy::copy_symlink(entry, self)
     }
 
-    fn make_node(
-        &self,
-        src: &dyn Filesystem,
-        src_rel: &[u8],
-        dst_rel: &[u8],
-        src_xattrs: Option<u64>,
-        id: &Identity,
-        keep: &Preserve,
-    ) -> std::io::Result<xattrs::Refused> {
-        copy::make_node(src, self, src_rel, dst_rel, src_xattrs, id, keep)
+    fn make_node(&self, entry: &EntryCopy) -> std::io::Result<xattrs::Refused> {
+        copy::make_node(entry, self)
     }
 
     fn make_symlink(&self, rel: &[u8], target: &[u8], meta: &Meta) -> std::io::Result<()> {
