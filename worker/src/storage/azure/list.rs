@@ -366,7 +366,7 @@ impl Lister {
             if ended {
                 // A range under a directory that ends with its prefix tells nothing of where a
                 // stream of the whole root goes on.
-                let rest = (prefix == self.prefix || page.next_marker.is_some()).then(|| Rest {
+                let rest = (prefix == self.prefix || page.next_marker.is_some()).then_some(Rest {
                     tail,
                     marker: page.next_marker,
                 });
