@@ -2,7 +2,7 @@
 late, as from a storage account across a region.
 
     .venv/bin/python benchmarks/listing.py [--blobs 50000] [--latency-ms 5000] [--runs 3]
-                                           [--layouts deep,hashed,tiny] [--azcopy PATH] [--no-docs]
+                                           [--layouts deep,hashed,tiny,deep:20000] [--azcopy PATH] [--no-docs]
 
 Each layout is seeded once into an Azurite of its own (Azurite is one Node thread and slows as a
 container grows: a layout per instance keeps one from taxing another), with zero-byte blobs:
@@ -98,7 +98,7 @@ class Site:
             self.seed(n)
         else:
             self.count = self.listed_count()
-        self.proxy = toxi.proxy(self.port, name=f"az-{layout}-{self.version.split()[0]}")
+        self.proxy = toxi.proxy(self.port, name=f"az-{layout}-{n}-{self.version.split()[0]}")
         self.proxy.toxic("latency", latency=latency_ms)
 
     def start(self) -> None:
@@ -296,14 +296,14 @@ def measure(args) -> dict:
     table = {name: spec for name, spec in tools(args.azcopy).items() if name in args.tools}
     results = []
     try:
-        for layout in args.layouts:
-            sites = [Site(layout, args.blobs, SCRATCH / layout, toxi, args.latency_ms)]
+        for layout, n in args.layouts:
+            sites = [Site(layout, n, SCRATCH / f"{layout}-{n}", toxi, args.latency_ms)]
             if args.old_azurite:
                 sites.append(
                     Site(
                         layout,
-                        args.blobs,
-                        SCRATCH / f"{layout}-old",
+                        n,
+                        SCRATCH / f"{layout}-{n}-old",
                         toxi,
                         args.latency_ms,
                         seeded=sites[0],
@@ -375,14 +375,14 @@ def render(res: dict) -> str:
     ]
 
     def site(r):
-        return r["layout"], r.get("azurite", LOCKED)
+        return r["layout"], r["blobs"], r.get("azurite", LOCKED)
 
     base = {site(r): r["seconds"] for r in res["rows"] if r["tool"] == "ferry --list-concurrency 1"}
     for r in res["rows"]:
         lo, hi = r["seconds_range"]
         more = "> " if r.get("given_up") else ""
         lines.append(
-            f"| {r['layout']} | {site(r)[1]} | {r['blobs']:,} | {r['tool']} | "
+            f"| {r['layout']} | {site(r)[2]} | {r['blobs']:,} | {r['tool']} | "
             f"{more}{r['seconds']:.1f} ({lo:.1f}–{hi:.1f}) | "
             f"{more}{r['seconds'] / base[site(r)]:.2f} | {r.get('list_requests', '')} |"
         )
@@ -395,7 +395,11 @@ def main() -> None:
     p.add_argument("--blobs", type=int, default=50000)
     p.add_argument("--latency-ms", type=int, default=5000)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--layouts", default="deep,hashed,tiny", type=lambda s: s.split(","))
+    p.add_argument(
+        "--layouts",
+        default="deep,hashed,tiny",
+        help="comma-separated, each LAYOUT (of --blobs blobs) or LAYOUT:BLOBS (another size)",
+    )
     p.add_argument("--azcopy", type=Path, help="an azcopy binary built from its public source")
     p.add_argument(
         "--old-azurite",
@@ -422,6 +426,10 @@ def main() -> None:
         help="results/NAME.json and .md, and the docs block of that name (a second size beside the first)",
     )
     args = p.parse_args()
+    args.layouts = [
+        (spec.split(":")[0], int(spec.split(":")[1]) if ":" in spec else args.blobs)
+        for spec in args.layouts.split(",")
+    ]
     res = None if args.render else measure(args)
     print(publish(args.name, args.name, res, render, not args.no_docs))
 

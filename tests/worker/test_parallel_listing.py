@@ -42,19 +42,30 @@ def odd(n: int) -> dict:
     return spec
 
 
+def mixed(n: int) -> dict:
+    """A few directories, each of a few, and blobs at the top level between them: `b.txt` and `b0`
+    around `b/` (`.` < `/` < `0`), `a.txt` after `a/`'s stub `a`; a directory in `é`."""
+    dirs = ["a", "b", "b.d", "c", "é"]
+    spec = {f"{dirs[i % 5]}/d{i % 3}/f{i:05d}": b"" for i in range(n)}
+    spec.update({name: b"" for name in ["a.txt", "b.txt", "b0", "zz"]})
+    return spec
+
+
 LAYOUTS = {
     "hashed": hashed(1200),
     "deep": deep(1200),
     "tiny-dirs": tiny_dirs(1200),
     "odd": odd(900),
 }
+# Cut by its levels alone: no range of it is listed from a key.
+BY_LEVEL = {"mixed": mixed(1200)}
 
 
 @pytest.fixture(scope="module")
 def listed(azurite, tmp_path_factory, run_ferry, request):
     """Each layout uploaded once, to a container of its own."""
     containers = {}
-    for name, spec in LAYOUTS.items():
+    for name, spec in (LAYOUTS | BY_LEVEL).items():
         src = tmp_path_factory.mktemp(f"src-{name}")
         make_tree(src, spec)
         c = new_container(azurite, request)
@@ -164,14 +175,68 @@ def test_a_service_that_ignores_start_from_is_listed_as_one_stream(
         sent = proxy.requests("GET", comp="list")
     assert many.stdout_bytes == one.stdout_bytes
     from_a_key = [r for r in sent if "startFrom" in r.query]
+    levels = [r for r in sent if "delimiter" in r.query]
+    by_prefix = [r for r in sent if "prefix" in r.query]
+    # A page for each range listed by prefix that one stream would have spared, at most.
+    pages = len(sent) - len(levels)
     if probe == "probe-ignored":
-        # The probe is the only request from a key; one stream's pages beside it.
+        # The probe is the only request from a key; one stream's pages beside it, the levels,
+        # and (a tree: its directories listed by prefix at once) a page a directory.
         assert len(from_a_key) == 1, len(from_a_key)
-        assert len(sent) <= stream + 1, (len(sent), stream)
+        assert pages <= stream + 1 + len(by_prefix), (len(sent), stream, len(by_prefix))
+        if layout != "deep":
+            assert len(sent) <= stream + 2, (len(sent), stream)
     else:
         # One round of ranges (at most twice the concurrency live) wasted, no more.
         assert 1 < len(from_a_key) <= 1 + 2 * 8, len(from_a_key)
-        assert len(sent) <= stream + 1 + 2 * 8 + 1, (len(sent), stream)
+        assert pages <= stream + 1 + 2 * 8 + 1 + len(by_prefix), (len(sent), stream)
+
+
+def test_a_tree_of_few_directories_is_cut_by_its_levels(listed, azurite, run_ferry, tmp_path):
+    """The top level, listed with the delimiter beside the first page, and the level below each
+    of its few directories, beside that directory's first page, cut the listing: every
+    directory a range listed by `prefix=` (no key), the blobs between them in their place. The
+    same listing as one stream byte for byte, on a service that honours `startFrom` and on one
+    that drops it."""
+    url = listed["mixed"]
+    one, summary = ls(run_ferry, url, tmp_path, "--list-concurrency", "1")
+    assert summary["entries"] >= len(BY_LEVEL["mixed"])
+    # SharedKey signs the query: the proxy drops `startFrom` from a SAS-signed request.
+    sas_only = {"AZURE_STORAGE_KEY": None, "AZURE_STORAGE_ACCOUNT": None, "FERRY_AUTH": None}
+    for drop in (False, True):
+        with FaultProxy(azurite.port) as proxy:
+            if drop:
+                proxy.add(
+                    "drop_query",
+                    method="GET",
+                    query={"comp": "list", "startFrom": None},
+                    drop=("startFrom",),
+                    count=10_000,
+                )
+            many = run_ferry(
+                "ls",
+                "--recursive",
+                url.signed(port=proxy.port),
+                "--list-page-size",
+                str(PAGE),
+                "--list-concurrency",
+                "8",
+                env=sas_only,
+            ).stdout_bytes
+            sent = proxy.requests("GET", comp="list")
+        assert many == one, f"the listing cut by levels differs (startFrom dropped: {drop})"
+        levels = {r.query.get("prefix", "") for r in sent if "delimiter" in r.query}
+        # The top level, and the level below each top-level directory listed on its own.
+        assert "" in levels and {"b/", "c/", "é/"} <= levels, levels
+        by_prefix = {
+            r.query["prefix"] for r in sent if "delimiter" not in r.query and "prefix" in r.query
+        }
+        assert {"b/", "b.d/", "c/", "é/"} <= by_prefix, by_prefix
+        # Past the probe, a key cuts a directory of more than a page, within its prefix; a
+        # service found to ignore keys gets none.
+        from_a_key = [r for r in sent if "startFrom" in r.query]
+        assert all("prefix" in r.query for r in from_a_key[1:]), from_a_key
+        assert len(from_a_key) == 1 if drop else len(from_a_key) > 1, len(from_a_key)
 
 
 def test_a_listing_of_fewer_entries_than_a_page_is_one_round_trip(
