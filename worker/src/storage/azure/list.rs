@@ -563,7 +563,7 @@ impl Lister {
         let after = &items[at + 1..];
         let dirs = after.iter().filter(|i| matches!(i, Item::Dir(_))).count();
         if whole && dirs < self.concurrency && dirs < want {
-            return Some(self.narrow(page, marker, &items[at], after, want - dirs));
+            return Some(self.narrow(prefix, page, marker, &items[at], after, want - dirs));
         }
         if !self.cutting.load(Ordering::SeqCst) {
             return None;
@@ -583,11 +583,13 @@ impl Lister {
         Some(spans(prefix, marker, keys, hi))
     }
 
-    /// The rest of a range whose level has few prefixes past its page: the directory the page
-    /// ends in goes on from `marker` (cut by key from the page when cutting), and each item
-    /// after it is a range of its own (asking for its own level) or, a blob, an entry.
+    /// The rest of a range under `prefix` whose level has few prefixes past its page: the
+    /// directory the page ends in goes on from `marker` (cut by key from the page when cutting),
+    /// and each item after it is a range of its own (asking for its own level) or, a blob, an
+    /// entry.
     fn narrow(
         &self,
+        prefix: &str,
         page: &[BlobItem],
         marker: &str,
         holder: &Item,
@@ -603,13 +605,21 @@ impl Lister {
                 .collect();
             let end = end_of(dir);
             parts = self.by_keys(dir, &own, marker, Some(&end), want, 1);
-            if parts.is_empty() {
-                // Its own level is not asked: the page has shown it wide more often than not
-                // (a directory a file or two), a request for nothing.
-                parts.push(Part::Span(Span {
-                    marker: Some(marker.to_string()),
-                    ..Span::under(dir, false)
-                }));
+            // Its own level is not asked: the page has shown it wide more often than not (a
+            // directory a file or two), a request for nothing.
+            let rest = Span {
+                prefix: prefix.to_string(),
+                lo: None,
+                hi: Some(end),
+                marker: Some(marker.to_string()),
+                level: false,
+            };
+            match parts.first_mut() {
+                // A marker is the service's, opaque, and good for the listing it came from:
+                // the piece that goes on from it asks under the same prefix, up to the
+                // directory's end.
+                Some(Part::Span(first)) => first.prefix = rest.prefix,
+                _ => parts.push(Part::Span(rest)),
             }
         }
         for item in after {
