@@ -15,7 +15,8 @@
 //!   each is a range listed with `prefix=` (which the service ends exactly at the prefix's end,
 //!   and which a service ignoring `startFrom` honours), asking for its own level below in turn;
 //!   the blobs of the level are entries in their place; the prefix the page ends in goes on
-//!   from the page's marker. Many prefixes: they are grouped into ranges of about a page,
+//!   from the page's marker, asked under the prefix the marker came from (a marker is opaque,
+//!   the service's, for the listing that returned it) up to the prefix's end. Many prefixes: they are grouped into ranges of about a page,
 //!   weighed by how many of them the page held, listed with `startFrom` at a prefix.
 //! - else by keys estimated from the page (`boundaries`), listed with `startFrom`.
 //!
