@@ -120,6 +120,9 @@ struct Span {
     lo: Option<String>,
     hi: Option<String>,
     marker: Option<String>,
+    /// The directory the range lies in when it is asked under a wider `prefix` (going on from
+    /// a marker that listing returned): the pieces cut from it by key are asked under this.
+    within: Option<String>,
     /// Whether the level under `prefix` is asked for beside the first page: the level above
     /// was narrow.
     level: bool,
@@ -133,6 +136,7 @@ impl Span {
             lo: Some(prefix.to_string()),
             hi: Some(end_of(prefix)),
             marker: None,
+            within: None,
             level,
         }
     }
@@ -210,6 +214,7 @@ pub(super) async fn list(
         lo,
         hi,
         marker: None,
+        within: None,
     };
     let lister = Arc::new(Lister {
         prefix: pages.prefix().to_string(),
@@ -318,6 +323,7 @@ impl Lister {
             lo,
             hi,
             mut marker,
+            within,
             level,
         } = span;
         // A range from its prefix's start needs no key: the prefix starts it.
@@ -327,7 +333,9 @@ impl Lister {
         let mut level = level.then(|| self.ask_level(&prefix));
         let mut seen = 0;
         loop {
-            if self.stopped.load(Ordering::SeqCst) {
+            // A range under a directory lists itself to its end even then: its marker serves
+            // its own listing only, not a stream of the whole root.
+            if self.stopped.load(Ordering::SeqCst) && prefix == self.prefix {
                 let rest = marker.map(|m| Rest {
                     tail: Vec::new(),
                     marker: Some(m),
@@ -356,7 +364,8 @@ impl Lister {
             );
             let parts = match (&page.next_marker, ended) {
                 (Some(m), false) => {
-                    self.cut(&prefix, &blobs, m, hi.as_deref(), seen, below)
+                    let within = within.as_deref().unwrap_or(&prefix);
+                    self.cut((&prefix, within), &blobs, m, hi.as_deref(), seen, below)
                         .await
                 }
                 _ => Vec::new(),
@@ -365,9 +374,9 @@ impl Lister {
                 return Ok(());
             }
             if ended {
-                // A range under a directory that ends with its prefix tells nothing of where a
-                // stream of the whole root goes on.
-                let rest = (prefix == self.prefix || page.next_marker.is_some()).then_some(Rest {
+                // A range under a directory tells nothing of where a stream of the whole root
+                // goes on: its marker is its own listing's.
+                let rest = (prefix == self.prefix).then_some(Rest {
                     tail,
                     marker: page.next_marker,
                 });
@@ -489,12 +498,13 @@ impl Lister {
     }
 
     /// How to cut what follows a full page of a range under `prefix`, from `marker` to `hi`:
-    /// by the level below `prefix` when it came whole, else by estimated keys, as many pieces
-    /// as the live ranges allow. `seen`: the pages this range has listed, the evidence of how
-    /// far an open remainder goes. Empty: the range goes on as it is.
+    /// by the level below `prefix` when it came whole, else by estimated keys (pieces asked
+    /// under `within`, the range's own directory), as many pieces as the live ranges allow.
+    /// `seen`: the pages this range has listed, the evidence of how far an open remainder goes.
+    /// Empty: the range goes on as it is.
     async fn cut(
         &self,
-        prefix: &str,
+        (prefix, within): (&str, &str),
         page: &[BlobItem],
         marker: &str,
         hi: Option<&str>,
@@ -523,14 +533,15 @@ impl Lister {
             Some(parts) if !parts.is_empty() => return parts,
             _ => {}
         }
-        self.by_keys(prefix, page, marker, hi, room - 1, seen)
+        self.by_keys((prefix, within), page, marker, hi, room - 1, seen)
     }
 
     /// The rest of a range under `prefix` from `marker` to `hi`, cut at up to `want` keys
-    /// estimated from `page`, listed from those keys; empty when not cutting by key.
+    /// estimated from `page`, listed from those keys under `within`; empty when not cutting by
+    /// key.
     fn by_keys(
         &self,
-        prefix: &str,
+        (prefix, within): (&str, &str),
         page: &[BlobItem],
         marker: &str,
         hi: Option<&str>,
@@ -542,8 +553,8 @@ impl Lister {
         }
         let (first, last) = (&page[0].name, &page[page.len() - 1].name);
         let names = page.iter().map(|b| b.name.as_str());
-        let keys = boundaries(prefix, names, first, last, hi, want, seen);
-        spans(prefix, marker, keys, hi)
+        let keys = boundaries(within, names, first, last, hi, want, seen);
+        spans((prefix, within), marker, keys, hi)
     }
 
     /// The rest of a range under `prefix` from `marker` to `hi`, cut by the level below
@@ -581,7 +592,7 @@ impl Lister {
             .skip(1)
             .map(|i| i.name().to_string())
             .collect();
-        Some(spans(prefix, marker, keys, hi))
+        Some(spans((prefix, prefix), marker, keys, hi))
     }
 
     /// The rest of a range under `prefix` whose level has few prefixes past its page: the
@@ -605,22 +616,11 @@ impl Lister {
                 .cloned()
                 .collect();
             let end = end_of(dir);
-            parts = self.by_keys(dir, &own, marker, Some(&end), want, 1);
-            // Its own level is not asked: the page has shown it wide more often than not (a
-            // directory a file or two), a request for nothing.
-            let rest = Span {
-                prefix: prefix.to_string(),
-                lo: None,
-                hi: Some(end),
-                marker: Some(marker.to_string()),
-                level: false,
-            };
-            match parts.first_mut() {
-                // A marker is the service's, opaque, and good for the listing it came from:
-                // the piece that goes on from it asks under the same prefix, up to the
-                // directory's end.
-                Some(Part::Span(first)) => first.prefix = rest.prefix,
-                _ => parts.push(Part::Span(rest)),
+            parts = self.by_keys((prefix, dir), &own, marker, Some(&end), want, 1);
+            if parts.is_empty() {
+                // Its own level is not asked: the page has shown it wide more often than not
+                // (a directory a file or two), a request for nothing.
+                parts.push(Part::Span(going_on((prefix, dir), marker, Some(&end))));
             }
         }
         for item in after {
@@ -635,25 +635,48 @@ impl Lister {
 }
 
 /// The rest of a range under `prefix`, from `marker` to `hi`, cut at `keys` (increasing):
-/// `[marker, k1), [k1, k2), …, [kn, hi)`, each listed from its key.
-fn spans(prefix: &str, marker: &str, keys: Vec<String>, hi: Option<&str>) -> Vec<Part> {
+/// `[marker, k1), [k1, k2), …, [kn, hi)`, each listed from its key under `within`. The first
+/// goes on from the marker under `prefix`: a marker is the service's, opaque, good for the
+/// listing that returned it. No keys, no pieces: the range goes on as it is.
+fn spans(
+    (prefix, within): (&str, &str),
+    marker: &str,
+    keys: Vec<String>,
+    hi: Option<&str>,
+) -> Vec<Part> {
     if keys.is_empty() {
         return Vec::new();
     }
     let mut parts = Vec::with_capacity(keys.len() + 1);
-    // None: the first piece, which goes on from the marker.
-    let mut from: Option<String> = None;
-    for to in keys.into_iter().map(Some).chain([hi.map(str::to_string)]) {
+    parts.push(Part::Span(going_on(
+        (prefix, within),
+        marker,
+        Some(&keys[0]),
+    )));
+    for (i, from) in keys.iter().enumerate() {
         parts.push(Part::Span(Span {
-            prefix: prefix.to_string(),
-            marker: from.is_none().then(|| marker.to_string()),
-            lo: from.clone(),
-            hi: to.clone(),
+            prefix: within.to_string(),
+            lo: Some(from.clone()),
+            hi: keys.get(i + 1).cloned().or(hi.map(str::to_string)),
+            marker: None,
+            within: None,
             level: false,
         }));
-        from = to;
     }
     parts
+}
+
+/// A range under `within` going on from `marker` (of a listing under `prefix`, where the marker
+/// came from) up to `hi`.
+fn going_on((prefix, within): (&str, &str), marker: &str, hi: Option<&str>) -> Span {
+    Span {
+        prefix: prefix.to_string(),
+        lo: None,
+        hi: hi.map(str::to_string),
+        marker: Some(marker.to_string()),
+        within: (prefix != within).then(|| within.to_string()),
+        level: false,
+    }
 }
 
 /// One item of a level: a blob there, or a directory (a prefix, ending in '/').
@@ -862,6 +885,13 @@ mod tests {
                 StartFrom::IgnoredButProbe => s.ends_with(PROBE),
             });
             let under = self.under(prefix);
+            // A marker is the service's: this one names the prefix it was listed under, and
+            // refuses to serve another listing.
+            let marker = match marker.map(|m| m.split_once('\0')) {
+                Some(Some((of, name))) if of == prefix => Some(name),
+                Some(_) => return Err(StoreError::Invalid("a marker of another listing".into())),
+                None => None,
+            };
             let from = match (marker, start_from) {
                 (Some(m), _) => self.names.partition_point(|n| n.as_str() <= m),
                 (None, Some(s)) => self.names.partition_point(|n| n.as_str() < s),
@@ -876,7 +906,7 @@ mod tests {
                     ..Default::default()
                 })
                 .collect();
-            let next_marker = (to < under.end).then(|| self.names[to - 1].clone());
+            let next_marker = (to < under.end).then(|| format!("{prefix}\0{}", self.names[to - 1]));
             Ok(ListPage {
                 blobs,
                 prefixes: Vec::new(),
